@@ -1,0 +1,1 @@
+"""LJ RuntimeKit `adapters` layer."""

@@ -1,0 +1,259 @@
+"""Resource requests of pods and containers, validated at construction.
+
+A container asks for either whole GPUs (``gpus = k``: each granted GPU is held with 100 % core and all of its
+memory) or a share of one GPU (``core_milli`` and/or ``memory_bytes``), or nothing GPU-related.
+
+Default rule when one half of a share is omitted (the single rule the ledger and the Runtime limits share,
+failure case B09; it is never "0 = unlimited"):
+
+* memory omitted → memory proportional to core on the granted GPU: ``floor(gpu_memory × core_milli / 1000)``;
+* core omitted   → core proportional to memory: ``ceil(1000 × memory_bytes / gpu_memory)`` milli-GPU, at least 1,
+  so a memory-only request never fits a GPU held at 100 % core.
+
+Floors for memory and ceilings for core keep the sum of defaulted grants within the GPU (Σ⌊xᵢ⌋ ≤ ⌊Σxᵢ⌋).
+
+Init containers follow Kubernetes' effective-request rule (pod resources, "Resource sharing within
+containers", kubernetes.io): the pod's effective request of a resource is ``max(Σ app containers,
+max(init containers))``; the ledger applies it per GPU.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu
+from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT, PERCENT_PER_GPU
+
+
+class GpuKind(enum.Enum):
+    """What a container asks of GPUs."""
+
+    NONE = "none"
+    SHARE = "share"
+    WHOLE = "whole"
+
+
+def _strict_int(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise InvalidRequestError(field, value, "must be an integer")
+    return value
+
+
+def resolve_share(*, core_milli: int | None, memory_bytes: int | None, gpu_memory_bytes: int) -> tuple[int, int]:
+    """Apply the documented default rule; return ``(core_milli, memory_bytes)`` granted on one GPU.
+
+    ``gpu_memory_bytes`` is the total memory of the GPU being considered (bytes, > 0). Raises
+    :class:`InvalidRequestError` if both halves are missing or the GPU reports no memory.
+    """
+    if gpu_memory_bytes <= 0:
+        raise InvalidRequestError("gpu.memory_bytes", gpu_memory_bytes, "a GPU must report memory > 0")
+    if core_milli is None and memory_bytes is None:
+        raise InvalidRequestError("core_milli", None, "a share needs core or memory")
+    if memory_bytes is None:
+        assert core_milli is not None
+        return core_milli, max(1, gpu_memory_bytes * core_milli // MILLI_PER_GPU)
+    if core_milli is None:
+        core = max(1, -(-MILLI_PER_GPU * memory_bytes // gpu_memory_bytes))
+        return min(core, MILLI_PER_GPU), memory_bytes
+    return core_milli, memory_bytes
+
+
+@attrs.frozen
+class GpuSelector:
+    """GPU eligibility constraints of a pod.
+
+    ``models``: allow-list of model strings (exact match; empty = any model). ``include_uuids``: if non-empty,
+    only these GPUs. ``exclude_uuids``: never these GPUs.
+    """
+
+    models: tuple[str, ...] = ()
+    include_uuids: frozenset[str] = frozenset()
+    exclude_uuids: frozenset[str] = frozenset()
+
+    @property
+    def unconstrained(self) -> bool:
+        """True when every GPU is eligible."""
+        return not (self.models or self.include_uuids or self.exclude_uuids)
+
+    def allows(self, gpu: Gpu) -> bool:
+        """True if ``gpu`` passes the model allow-list and the UUID include/exclude lists."""
+        if self.models and gpu.model not in self.models:
+            return False
+        if self.include_uuids and gpu.uuid not in self.include_uuids:
+            return False
+        return gpu.uuid not in self.exclude_uuids
+
+
+@attrs.frozen
+class ContainerRequest:
+    """One container's GPU request.
+
+    Fields: ``name``; ``gpus`` (whole GPUs, ≥ 0); ``core_milli`` (share of one GPU's compute, 1..1000 milli-GPU,
+    i.e. 0.1-100 %); ``memory_bytes`` (share of one GPU's memory, ≥ 1 byte); ``init`` (init container).
+
+    Raises :class:`InvalidRequestError` naming the field for: non-integers, zero or negative core/memory,
+    core above 1000 milli-GPU (100 %), or whole GPUs combined with a core/memory share.
+    """
+
+    name: str
+    gpus: int = 0
+    core_milli: int | None = None
+    memory_bytes: int | None = None
+    init: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name:
+            raise InvalidRequestError("container.name", self.name, "must not be empty")
+        prefix = f"container[{self.name}]"
+        gpus = _strict_int(f"{prefix}.gpus", self.gpus)
+        if gpus < 0:
+            raise InvalidRequestError(f"{prefix}.gpus", self.gpus, "must not be negative")
+        if self.core_milli is not None:
+            core = _strict_int(f"{prefix}.core_milli", self.core_milli)
+            if not 1 <= core <= MILLI_PER_GPU:
+                raise InvalidRequestError(
+                    f"{prefix}.core_milli", self.core_milli, "must be 1..1000 milli-GPU (0.1-100 % of one GPU)"
+                )
+        if self.memory_bytes is not None:
+            memory = _strict_int(f"{prefix}.memory_bytes", self.memory_bytes)
+            if memory < 1:
+                raise InvalidRequestError(f"{prefix}.memory_bytes", self.memory_bytes, "must be at least 1 byte")
+        if gpus > 0 and (self.core_milli is not None or self.memory_bytes is not None):
+            raise InvalidRequestError(
+                f"{prefix}.gpus",
+                self.gpus,
+                "whole GPUs cannot be combined with a core/memory share; a whole GPU already grants 100 % core "
+                "and all of its memory",
+            )
+
+    @classmethod
+    def share(
+        cls,
+        name: str,
+        *,
+        core_percent: object = None,
+        memory_bytes: object = None,
+        init: bool = False,
+    ) -> ContainerRequest:
+        """Build a share request from the protocol's units: core in percent (integer 1..100), memory in bytes.
+
+        Raises :class:`InvalidRequestError` naming ``core_percent`` for 0, negative, > 100 or non-integer
+        values (for example ``50.5``).
+        """
+        core_milli: int | None = None
+        if core_percent is not None:
+            if isinstance(core_percent, bool) or not isinstance(core_percent, int):
+                raise InvalidRequestError(f"container[{name}].core_percent", core_percent, "must be an integer")
+            if not 1 <= core_percent <= PERCENT_PER_GPU:
+                raise InvalidRequestError(
+                    f"container[{name}].core_percent", core_percent, "must be 1..100 (% of one GPU)"
+                )
+            core_milli = core_percent * MILLI_PER_PERCENT
+        if memory_bytes is not None and (isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int)):
+            raise InvalidRequestError(f"container[{name}].memory_bytes", memory_bytes, "must be an integer")
+        return cls(name=name, core_milli=core_milli, memory_bytes=memory_bytes, init=init)
+
+    @property
+    def kind(self) -> GpuKind:
+        """Whole GPUs, a share of one GPU, or no GPU."""
+        if self.gpus > 0:
+            return GpuKind.WHOLE
+        if self.core_milli is not None or self.memory_bytes is not None:
+            return GpuKind.SHARE
+        return GpuKind.NONE
+
+    @property
+    def nominal_milli(self) -> int:
+        """GPU compute asked for in milli-GPU, before defaults (whole: 1000 × k; memory-only share: 0)."""
+        if self.gpus > 0:
+            return self.gpus * MILLI_PER_GPU
+        return self.core_milli or 0
+
+
+@attrs.frozen
+class PodRequest:
+    """A pod's requests: its containers' GPU requests plus node-level CPU and host memory.
+
+    Fields: ``uid`` (Kubernetes pod UID, the ledger key); ``containers`` (unique names, init and app);
+    ``namespace``/``name`` (for messages); ``cpu_milli`` and ``memory_bytes`` (the pod's *effective* node-level
+    requests, milli-cores and bytes); ``selector``.
+
+    Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, or negative quantities.
+    """
+
+    uid: str
+    containers: tuple[ContainerRequest, ...] = ()
+    namespace: str = "default"
+    name: str = ""
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    selector: GpuSelector = GpuSelector()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.uid:
+            raise InvalidRequestError("pod.uid", self.uid, "must not be empty")
+        names = [c.name for c in self.containers]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError(f"pod[{self.uid}].containers.name", names, "must be unique")
+        for field, value in (("cpu_milli", self.cpu_milli), ("memory_bytes", self.memory_bytes)):
+            checked = _strict_int(f"pod[{self.uid}].{field}", value)
+            if checked < 0:
+                raise InvalidRequestError(f"pod[{self.uid}].{field}", value, "must not be negative")
+
+    @property
+    def gpu_containers(self) -> tuple[ContainerRequest, ...]:
+        """Containers (init first, then app, in declaration order) that ask for any GPU resource."""
+        init = [c for c in self.containers if c.init and c.kind is not GpuKind.NONE]
+        app = [c for c in self.containers if not c.init and c.kind is not GpuKind.NONE]
+        return (*init, *app)
+
+    @property
+    def wants_gpu(self) -> bool:
+        """True when any container asks for a GPU resource."""
+        return bool(self.gpu_containers)
+
+    @property
+    def effective_gpu_milli(self) -> int:
+        """Pod GPU compute in milli-GPU by the effective-request rule ``max(Σ app, max init)``."""
+        return max(
+            sum(c.nominal_milli for c in self.containers if not c.init),
+            max((c.nominal_milli for c in self.containers if c.init), default=0),
+        )
+
+    def label(self) -> str:
+        """``namespace/name`` (or the UID when unnamed), for messages."""
+        return f"{self.namespace}/{self.name}" if self.name else self.uid
+
+    @property
+    def simple_shape(self) -> ContainerRequest | None:
+        """The single GPU container when the pod has exactly one (the vectorised fast path), else ``None``."""
+        gpu = self.gpu_containers
+        return gpu[0] if len(gpu) == 1 else None
+
+
+def single_container_pod(
+    uid: str,
+    *,
+    cpu_milli: int = 0,
+    memory_bytes: int = 0,
+    gpus: int = 0,
+    core_milli: int | None = None,
+    gpu_memory_bytes: int | None = None,
+    models: tuple[str, ...] = (),
+    name: str = "",
+) -> PodRequest:
+    """Convenience constructor of a one-container pod (container ``main``) used by the simulator and tests."""
+    container = ContainerRequest(name="main", gpus=gpus, core_milli=core_milli, memory_bytes=gpu_memory_bytes)
+    return PodRequest(
+        uid=uid,
+        containers=(container,),
+        name=name or uid,
+        cpu_milli=cpu_milli,
+        memory_bytes=memory_bytes,
+        selector=GpuSelector(models=models),
+    )

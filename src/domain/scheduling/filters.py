@@ -1,0 +1,90 @@
+"""Filter plugins: node CPU/memory/pod-slot fit, GPU model and UUID selection, per-GPU fit.
+
+Per-GPU fit (``GpuFit``): a share container fits GPU ``j`` iff ``j`` is eligible and
+``core_free[j] ≥ core_need[j]`` and ``mem_free[j] ≥ mem_need[j]`` (needs resolved by the default rule of
+:mod:`domain.request`); a pod asking for ``k`` whole GPUs needs ``k`` eligible GPUs with nothing used
+(core and memory), since a whole grant takes all of a GPU (failure case B11). Multi-container pods are
+checked exactly by planning them on each node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from domain.ledger import ClusterLedger
+from domain.request import GpuKind, PodRequest
+from domain.scheduling.framework import BoolArray, CycleState
+from domain.scheduling.planner import eligible_gpus, plan_composite, share_needs
+from domain.units import format_bytes
+
+
+class NodeResourcesFit:
+    """Kubernetes' NodeResourcesFit for CPU (milli), host memory (bytes) and pod slots."""
+
+    name = "NodeResourcesFit"
+    reason = "insufficient cpu, memory or pod slots"
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """Nodes whose allocatable minus requested covers the pod's effective CPU and memory requests."""
+        passed: BoolArray = (
+            candidates
+            & (ledger.cpu_used + pod.cpu_milli <= ledger.cpu_cap)
+            & (ledger.hostmem_used + pod.memory_bytes <= ledger.hostmem_cap)
+            & (ledger.pods_used + 1 <= ledger.pods_cap)
+        )
+        return passed
+
+
+class GpuModelMatch:
+    """Rejects nodes with no GPU of an allowed model or UUID (GPU pods only)."""
+
+    name = "GpuModelMatch"
+    reason = "no schedulable GPU of an allowed model or UUID"
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """Candidates having at least one eligible GPU; CPU-only pods pass unchanged."""
+        if not pod.wants_gpu:
+            return candidates
+        return candidates & eligible_gpus(pod, ledger, state).any(axis=1)
+
+
+class GpuFit:
+    """Per-GPU fit (see module docstring). Writes ``state.gpu_fit``, ``state.core_need``, ``state.mem_need``."""
+
+    name = "GpuFit"
+    reason = "no GPU with enough free core and memory"
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """Candidates where the pod's GPU containers fit; sets :attr:`reason` to a specific message."""
+        if not pod.wants_gpu:
+            return candidates
+        eligible = eligible_gpus(pod, ledger, state) & candidates[:, None]
+        shape = pod.simple_shape
+        if shape is None:
+            return self._composite(pod, ledger, state, candidates)
+        if shape.kind is GpuKind.WHOLE:
+            free = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
+            state.gpu_fit = free
+            self.reason = f"fewer than gpus={shape.gpus} completely free GPUs"
+            enough: BoolArray = candidates & (free.sum(axis=1) >= shape.gpus)
+            return enough
+        core_need, mem_need = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap)
+        fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
+        state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
+        self.reason = "no GPU with enough free core and memory"
+        if shape.memory_bytes is not None:
+            largest = int(ledger.mem_cap[ledger.active].max(initial=0))
+            if shape.memory_bytes > largest:
+                self.reason = (
+                    f"memory_bytes={format_bytes(shape.memory_bytes)} exceeds the largest GPU ({format_bytes(largest)})"
+                )
+        return candidates & fit.any(axis=1)
+
+    def _composite(
+        self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray
+    ) -> BoolArray:
+        passed = candidates.copy()
+        for slot in np.flatnonzero(candidates):
+            passed[slot] = plan_composite(pod, ledger, state, int(slot)) is not None
+        self.reason = "the pod's containers do not all fit the node's GPUs"
+        return passed

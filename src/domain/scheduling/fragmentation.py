@@ -1,0 +1,214 @@
+"""GPU fragmentation against a typical-pod distribution (FGD, Weng et al., USENIX ATC '23, §3-§4).
+
+Typical pods (§3.1 of ``trace-replay-method.md``): the workload's pods grouped by
+``(cpu_milli, per-GPU milli, GPU count, model allow-list)``; keys sorted by count descending, ties by key
+descending; the shortest prefix covering ≥ 95 % of pods is kept and renormalised to frequencies ``p_t``.
+
+Fragment of node ``n`` for typical pod ``t`` (``f_t(n)``, milli-GPU, exact integers):
+
+* ``t`` is CPU-only, or no GPU of ``n`` is of a model ``t`` allows, or fewer than ``k_t`` allowed GPUs have
+  ``free ≥ u_t``, or ``cpuLeft < c_t``: every free milli of ``n`` (categories xl/xr/no_access/q1/q2/q4);
+* otherwise (q3, ``t`` fits): the free milli of the GPUs that cannot host one of ``t``'s GPUs.
+
+``F(n) = Σ_t p_t f_t(n)``; cluster fragmentation is ``Σ_n F(n)`` and the frag ratio ``100 × frag / idle``.
+GPUs that are unhealthy or in MIG mode count as 0 free milli here: they serve no time-sharing pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from domain.errors import InvalidRequestError
+from domain.ledger import ClusterLedger
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+@attrs.frozen(order=True)
+class PodClass:
+    """Key of a typical pod: CPU (milli-cores), per-GPU milli, GPU count, model allow-list (``|``-joined)."""
+
+    cpu_milli: int
+    gpu_milli: int
+    gpu_count: int
+    models: str = ""
+
+    @property
+    def model_list(self) -> tuple[str, ...]:
+        """The allow-list as a tuple (empty = any model)."""
+        return tuple(m for m in self.models.split("|") if m)
+
+
+@attrs.frozen
+class TypicalPods:
+    """The typical-pod distribution: ``classes[i]`` with probability ``probabilities[i]`` (sums to 1)."""
+
+    classes: tuple[PodClass, ...]
+    probabilities: tuple[float, ...]
+    covered_pods: int = 0
+    total_pods: int = 0
+
+    @classmethod
+    def from_workload(cls, pods: Iterable[PodClass], *, coverage: float = 0.95) -> TypicalPods:
+        """Compute the distribution from a workload's pods (all of them, CPU-only included).
+
+        Raises :class:`InvalidRequestError` for an empty workload or a coverage outside (0, 1].
+        """
+        if not 0 < coverage <= 1:
+            raise InvalidRequestError("coverage", coverage, "must be in (0, 1]")
+        counts = Counter(pods)
+        total = sum(counts.values())
+        if total == 0:
+            raise InvalidRequestError("workload", 0, "needs at least one pod to derive typical pods")
+        ranked = sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        kept: list[tuple[PodClass, int]] = []
+        cumulative = 0
+        for key, count in ranked:
+            kept.append((key, count))
+            cumulative += count
+            if cumulative >= coverage * total:
+                break
+        return cls(
+            classes=tuple(k for k, _ in kept),
+            probabilities=tuple(c / cumulative for _, c in kept),
+            covered_pods=cumulative,
+            total_pods=total,
+        )
+
+
+class FragmentationModel:
+    """Vectorised ``f_t`` for many node states at once, bound to one ledger's model ids."""
+
+    def __init__(self, typical: TypicalPods, ledger: ClusterLedger) -> None:
+        self.typical = typical
+        self.ledger = ledger
+        self.p: F64 = np.array(typical.probabilities, np.float64)
+        self.cpu_t: I64 = np.array([c.cpu_milli for c in typical.classes], np.int64)
+        self.u_t: I64 = np.array([c.gpu_milli for c in typical.classes], np.int64)
+        self.k_t: I64 = np.array([c.gpu_count for c in typical.classes], np.int64)
+        self.cpu_only_t = (self.u_t == 0) | (self.k_t == 0)
+        self._allowed_lists = [set(c.model_list) for c in typical.classes]
+        for models in self._allowed_lists:
+            for model in models:
+                ledger.model_id(model)
+        self._allowed: npt.NDArray[np.bool_] = np.zeros((len(typical.classes), 0), np.bool_)
+
+    def _allowed_table(self) -> npt.NDArray[np.bool_]:
+        count = self.ledger.model_count
+        if self._allowed.shape[1] != count:
+            table = np.ones((len(self._allowed_lists), count + 1), np.bool_)
+            for t, models in enumerate(self._allowed_lists):
+                if models:
+                    table[t, :] = False
+                    for model in models:
+                        table[t, self.ledger.model_id(model)] = True
+            table[:, count] = False  # padding column for GPU slots without a GPU (model id -1)
+            self._allowed = table
+        return self._allowed
+
+    def frag_vectors(self, cpu_left: I64, free: I64, models: I64) -> I64:
+        """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T)."""
+        table = self._allowed_table()
+        total = free.sum(axis=-1)
+        allowed = table[:, models].transpose(1, 0, 2)  # (M, T, G); model id -1 hits the padding column
+        usable = allowed & (free[:, None, :] >= self.u_t[None, :, None])
+        count = usable.sum(axis=-1)
+        usable_milli = (free[:, None, :] * usable).sum(axis=-1)
+        fits = (count >= self.k_t[None, :]) & (cpu_left[:, None] >= self.cpu_t[None, :]) & ~self.cpu_only_t[None, :]
+        frag: I64 = np.where(fits, total[:, None] - usable_milli, total[:, None]).astype(np.int64)
+        return frag
+
+    def weighted(self, f: I64) -> F64:
+        """``F = Σ_t p_t f_t`` along the last axis (float64)."""
+        return f.astype(np.float64) @ self.p
+
+
+def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
+    """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``)."""
+    free = ledger.core_cap[slots] - ledger.core_used[slots]
+    result: I64 = np.where(ledger.gpu_ok[slots], np.maximum(free, 0), 0)
+    return result
+
+
+class NodeStateCache:
+    """Interns node states ``(cpuLeft, free vector, models)`` and caches their ``f_t`` vectors.
+
+    Identical nodes share one state id, so their fragmentation is computed once (the memoisation the published
+    simulator uses, §6.13). Slots are refreshed lazily from :attr:`ClusterLedger.version`.
+    """
+
+    def __init__(self, model: FragmentationModel) -> None:
+        self.model = model
+        self.ledger = model.ledger
+        self._ids: dict[tuple[int, bytes, bytes], int] = {}
+        self.f: I64 = np.zeros((64, len(model.p)), np.int64)
+        self.slot_state: I64 = np.full(self.ledger.rows, -1, np.int64)
+        self._seen: I64 = np.full(self.ledger.rows, -1, np.int64)
+        self.total_f: I64 = np.zeros(len(model.p), np.int64)
+        self.total_idle = 0
+        self._slot_f: I64 = np.zeros((self.ledger.rows, len(model.p)), np.int64)
+        self._slot_idle: I64 = np.zeros(self.ledger.rows, np.int64)
+
+    def _fit_rows(self) -> None:
+        rows = self.ledger.rows
+        if len(self.slot_state) < rows:
+            extra = rows - len(self.slot_state)
+            self.slot_state = np.concatenate([self.slot_state, np.full(extra, -1, np.int64)])
+            self._seen = np.concatenate([self._seen, np.full(extra, -1, np.int64)])
+            self._slot_f = np.concatenate([self._slot_f, np.zeros((extra, len(self.model.p)), np.int64)])
+            self._slot_idle = np.concatenate([self._slot_idle, np.zeros(extra, np.int64)])
+
+    def intern(self, cpu_left: I64, free: I64, models: I64) -> I64:
+        """State ids for ``M`` states (computing ``f_t`` for the new ones in one batch)."""
+        ids = np.empty(len(cpu_left), np.int64)
+        new: list[int] = []
+        for i in range(len(cpu_left)):
+            key = (int(cpu_left[i]), free[i].tobytes(), models[i].tobytes())
+            state = self._ids.get(key)
+            if state is None:
+                state = len(self._ids)
+                self._ids[key] = state
+                new.append(i)
+            ids[i] = state
+        if new:
+            rows = np.array(new)
+            top = int(ids[rows].max()) + 1
+            if top > len(self.f):
+                grown = np.zeros((max(top, 2 * len(self.f)), self.f.shape[1]), np.int64)
+                grown[: len(self.f)] = self.f
+                self.f = grown
+            self.f[ids[rows]] = self.model.frag_vectors(cpu_left[rows], free[rows], models[rows])
+        return ids
+
+    def refresh(self) -> I64:
+        """Bring changed slots up to date; returns the slots that changed. Keeps cluster totals exact."""
+        self._fit_rows()
+        ledger = self.ledger
+        changed = np.flatnonzero(ledger.version != self._seen[: ledger.rows])
+        if not len(changed):
+            return changed
+        active = ledger.active[changed]
+        cpu_left = (ledger.cpu_cap - ledger.cpu_used)[changed]
+        free = schedulable_free(ledger, changed)
+        ids = self.intern(cpu_left, free, ledger.gpu_model[changed])
+        ids = np.where(active, ids, -1)
+        new_f = np.where(active[:, None], self.f[np.maximum(ids, 0)], 0)
+        new_idle = np.where(active, free.sum(axis=1), 0)
+        self.total_f += new_f.sum(axis=0) - self._slot_f[changed].sum(axis=0)
+        self.total_idle += int(new_idle.sum() - self._slot_idle[changed].sum())
+        self._slot_f[changed] = new_f
+        self._slot_idle[changed] = new_idle
+        self.slot_state[changed] = ids
+        self._seen[changed] = ledger.version[changed]
+        return changed
+
+    def cluster_fragmentation(self) -> tuple[float, int]:
+        """``(Σ_n F(n), Σ_n idle milli)`` for the whole cluster, after :meth:`refresh`."""
+        self.refresh()
+        return float(self.model.weighted(self.total_f)), self.total_idle

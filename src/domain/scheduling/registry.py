@@ -1,0 +1,125 @@
+"""Policy registry: every scheduling policy by name, built into a :class:`Profile`.
+
+A policy is a named, pure strategy: node score plugin + reserve-phase GPU chooser + default tie rule. Unknown
+names fail at configuration time (:func:`validate_policy_names`), never at the first scheduling call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+
+from domain.errors import InvalidRequestError, UnknownPolicyError
+from domain.ledger import ClusterLedger
+from domain.scheduling.fgd import FgdScore
+from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
+from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
+from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, WeightedScore
+from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
+from domain.scheduling.policies import (
+    BestFitScore,
+    BinpackScore,
+    DotProductScore,
+    GpuClusteringScore,
+    GpuPackingScore,
+    RandomScore,
+    SpreadScore,
+)
+from domain.scheduling.tiebreak import make_tie_breaker
+
+
+@attrs.frozen
+class PolicyContext:
+    """What a policy may need: the ledger, the run's random generator, and (FGD) a node-state cache."""
+
+    ledger: ClusterLedger
+    rng: np.random.Generator
+    states: NodeStateCache | None = None
+
+
+@attrs.frozen
+class Policy:
+    """A registered policy: ``name``, one-line ``summary``, and ``build(context) -> (score, chooser)``."""
+
+    name: str
+    summary: str
+    build: Callable[[PolicyContext], tuple[ScorePlugin, ShareGpuChooser]]
+    needs_typical_pods: bool = False
+
+
+def _fgd(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+    if context.states is None:
+        raise InvalidRequestError("policy", "fgd", "needs a typical-pod distribution (workload) to score against")
+    plugin = FgdScore(context.states)
+    return plugin, plugin
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("binpack", "fill the fullest node and the fullest GPU first", lambda c: (BinpackScore(), BestFitGpu())),
+        Policy("spread", "use the emptiest node and the emptiest GPU first", lambda c: (SpreadScore(), WorstFitGpu())),
+        Policy("random", "uniformly random feasible node and GPU (ATC'23 Random-fit)",
+               lambda c: (RandomScore(c.rng), RandomGpu(c.rng))),
+        Policy("dot-product", "Tetris-style dot product, as published (ATC'23 DotProd)",
+               lambda c: (DotProductScore(), BestFitGpu())),
+        Policy("gpu-clustering", "co-locate pods of the same GPU shape (ATC'23 GpuClustering)",
+               lambda c: (GpuClusteringScore(), BestFitGpu())),
+        Policy("gpu-packing", "fill partly used GPUs before fresh ones (ATC'23 GpuPacking)",
+               lambda c: (GpuPackingScore(), BestFitGpu())),
+        Policy("best-fit", "least leftover CPU and GPU (ATC'23 BestFit)", lambda c: (BestFitScore(), BestFitGpu())),
+        Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd, needs_typical_pods=True),
+    )
+}
+
+PUBLISHED_POLICIES = ("random", "dot-product", "gpu-clustering", "gpu-packing", "best-fit", "fgd")
+"""The six policies of the published experiment, in the paper's order."""
+
+
+def get_policy(name: str) -> Policy:
+    """The registered policy ``name``. Raises :class:`UnknownPolicyError` listing the known names."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UnknownPolicyError(name, list(POLICIES)) from None
+
+
+def validate_policy_names(names: list[str]) -> list[str]:
+    """Check a configured list of policy names; returns it. Raises :class:`UnknownPolicyError` or, for an empty
+    list, :class:`InvalidRequestError`."""
+    if not names:
+        raise InvalidRequestError("policy", "", "name at least one policy")
+    for name in names:
+        get_policy(name)
+    return names
+
+
+def build_profile(
+    name: str,
+    ledger: ClusterLedger,
+    *,
+    rng: np.random.Generator,
+    typical: TypicalPods | None = None,
+    states: NodeStateCache | None = None,
+    tie_break: str = "fixed-order",
+    binder: BindPlugin | None = None,
+) -> Profile:
+    """Build the profile of policy ``name``: filters (node resources, GPU model, per-GPU fit), its score plugin
+    (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
+
+    ``typical`` (or a ready ``states`` cache) is required for ``fgd``. Raises :class:`UnknownPolicyError`.
+    """
+    policy = get_policy(name)
+    if states is None and typical is not None:
+        states = NodeStateCache(FragmentationModel(typical, ledger))
+    score, chooser = policy.build(PolicyContext(ledger=ledger, rng=rng, states=states))
+    return Profile(
+        name=name,
+        filters=(NodeResourcesFit(), GpuModelMatch(), GpuFit()),
+        scores=(WeightedScore(score),),
+        planner=ChooserPlanner(chooser),
+        tie_breaker=make_tie_breaker(tie_break, ledger, rng),
+        binder=binder,
+    )

@@ -1,0 +1,162 @@
+"""Trace replay: the published GPU-sharing scheduling experiment (trace-replay-method.md §2), in process.
+
+One run (policy P, seed s, tune τ):
+
+1. sort the pods by name; typical pods come from this original workload (§3.1), the same for every seed;
+2. shuffle the arrival order with the seeded generator;
+3. tune to ``τ × cluster GPU capacity``: while below, append uniform samples (with replacement, CPU-only pods
+   included) of the originals, stopping at the first sample whose *per-GPU* milli would cross the target;
+   while above, remove uniformly random pods;
+4. draw the node order used by the ``fixed-order`` tie rule (§3.4);
+5. submit pods one at a time: no departures, no retries; a pod that does not fit is dropped and counted failed;
+   after every arrival record ``(arrived milli, allocated milli, fragmentation, idle milli)``.
+
+Any seeded generator gives statistically comparable results (§6.2); this one is numpy's PCG64.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from domain.errors import InvalidRequestError
+from domain.ledger import ClusterLedger
+from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
+from domain.scheduling.framework import Scheduler
+from domain.scheduling.registry import build_profile, get_policy
+from domain.simulation.curves import allocation_curve, fragmentation_curve
+from domain.simulation.workload import TraceNode, TracePod
+from domain.units import MILLI_PER_GPU
+
+ProgressCallback = Callable[[int], None]
+"""Called with the number of arrivals processed since the previous call."""
+
+
+@attrs.frozen
+class ReplayConfig:
+    """One run: ``policy`` (registered name), ``seed``, ``tune`` (target arrived GPU request as a fraction of
+    cluster GPU capacity, > 0), ``tie_break`` (``fixed-order`` as published, ``random`` or ``name``)."""
+
+    policy: str
+    seed: int
+    tune: float = 1.3
+    tie_break: str = "fixed-order"
+
+    def __attrs_post_init__(self) -> None:
+        get_policy(self.policy)
+        if not self.tune > 0:
+            raise InvalidRequestError("tune", self.tune, "must be > 0")
+
+
+@attrs.frozen
+class ReplayResult:
+    """Per-event series (length = arrivals) and the derived curves/summary of one run."""
+
+    config: ReplayConfig
+    total_gpus: int
+    arrived_milli: list[int]
+    used_milli: list[int]
+    frag_milli: list[float]
+    idle_milli: list[int]
+    failed_pods: int
+    wall_seconds: float
+
+    @property
+    def arrivals(self) -> int:
+        """Number of pod arrivals (original plus tuned)."""
+        return len(self.arrived_milli)
+
+    def allocation_curve(self) -> list[float]:
+        """Allocation % at x = 0..130."""
+        return allocation_curve(self.arrived_milli, self.used_milli, self.total_gpus)
+
+    def fragmentation_curve(self) -> list[float]:
+        """Frag ratio % at x = 0..130."""
+        return fragmentation_curve(self.arrived_milli, self.frag_milli, self.idle_milli, self.total_gpus)
+
+
+def typical_pods(pods: Sequence[TracePod]) -> TypicalPods:
+    """Typical pods of a workload (§3.1), from its original pods."""
+    return TypicalPods.from_workload(p.pod_class for p in pods)
+
+
+def arrival_stream(
+    pods: Sequence[TracePod], *, capacity_milli: int, tune: float, rng: np.random.Generator
+) -> list[TracePod]:
+    """Shuffled originals, tuned up (appended samples) or down (random removals) to ``tune × capacity``."""
+    originals = sorted(pods, key=lambda p: p.name)
+    stream = [originals[i] for i in rng.permutation(len(originals))]
+    target = tune * capacity_milli
+    requested = sum(p.total_gpu_milli for p in stream)
+    if requested < target:
+        extra = 0
+        while True:
+            pod = originals[int(rng.integers(len(originals)))]
+            if requested + pod.per_gpu_milli > target:
+                break
+            stream.append(attrs.evolve(pod, name=f"{pod.name}-tuned-{extra}"))
+            requested += pod.total_gpu_milli
+            extra += 1
+    else:
+        while requested > target and stream:
+            removed = stream.pop(int(rng.integers(len(stream))))
+            requested -= removed.total_gpu_milli
+    return stream
+
+
+def replay(
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    config: ReplayConfig,
+    *,
+    typical: TypicalPods | None = None,
+    progress: ProgressCallback | None = None,
+) -> ReplayResult:
+    """Run one replay (module docstring). Raises :class:`InvalidRequestError` for an empty node or pod list or
+    a cluster without GPUs."""
+    if not nodes:
+        raise InvalidRequestError("nodes", 0, "the node list is empty")
+    if not pods:
+        raise InvalidRequestError("pods", 0, "the pod list is empty")
+    started = time.perf_counter()
+    typical = typical or typical_pods(pods)
+    rng = np.random.default_rng(config.seed)
+    inventories = [n.inventory() for n in sorted(nodes, key=lambda n: n.name)]
+    total_gpus = sum(n.gpu_count for n in inventories)
+    if total_gpus == 0:
+        raise InvalidRequestError("nodes.gpu", 0, "the cluster has no GPUs")
+    stream = arrival_stream(pods, capacity_milli=total_gpus * MILLI_PER_GPU, tune=config.tune, rng=rng)
+    ledger = ClusterLedger(inventories)
+    states = NodeStateCache(FragmentationModel(typical, ledger))
+    profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)
+    scheduler = Scheduler(ledger, profile)
+    arrived = used = failed = 0
+    arrived_series: list[int] = []
+    used_series: list[int] = []
+    frag_series: list[float] = []
+    idle_series: list[int] = []
+    tick = max(len(stream) // 200, 1)
+    for number, pod in enumerate(stream):
+        arrived += pod.total_gpu_milli
+        result = scheduler.schedule(pod.request(uid=f"{pod.name}#{number}"))
+        if result.allocation is None:
+            failed += 1
+        else:
+            used += result.allocation.gpu_milli
+        frag, idle = states.cluster_fragmentation()
+        arrived_series.append(arrived)
+        used_series.append(used)
+        frag_series.append(frag)
+        idle_series.append(idle)
+        if progress is not None and (number + 1) % tick == 0:
+            progress(tick)
+    if progress is not None and len(stream) % tick:
+        progress(len(stream) % tick)
+    return ReplayResult(
+        config=config, total_gpus=total_gpus, arrived_milli=arrived_series, used_milli=used_series,
+        frag_milli=frag_series, idle_milli=idle_series, failed_pods=failed,
+        wall_seconds=time.perf_counter() - started,
+    )

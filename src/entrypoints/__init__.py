@@ -1,0 +1,1 @@
+"""LJ RuntimeKit `entrypoints` layer."""

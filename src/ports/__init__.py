@@ -1,0 +1,1 @@
+"""LJ RuntimeKit `ports` layer."""
