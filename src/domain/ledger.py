@@ -73,6 +73,8 @@ class ClusterLedger:
         self._records: dict[str, PodAllocation] = {}
         self._by_node: dict[int, set[str]] = {}
         self.quarantine: dict[str, str] = {}
+        self.topology = 0
+        """Incremented whenever a node is added or removed (slot ↔ name mapping changed)."""
         g = max([max_gpus, *[n.gpu_count for n in nodes]]) if nodes else max_gpus
         self._alloc_arrays(rows=max(len(nodes), 1), cols=max(g, 1), tags=4)
         for node in nodes:
@@ -162,6 +164,7 @@ class ClusterLedger:
             if slot >= self.rows:
                 self._grow(rows=2 * self.rows)
             self._slot[node.name] = slot
+            self.topology += 1
             self._by_node[slot] = set()
             self.active[slot] = True
             self.admitting[slot] = True
@@ -191,6 +194,7 @@ class ClusterLedger:
         for uid in released:
             del self._records[uid]
         del self._slot[name]
+        self.topology += 1
         del self._inventory[slot]
         self._names[slot] = None
         self.quarantine.pop(name, None)

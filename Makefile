@@ -1,0 +1,43 @@
+# LJ RuntimeKit developer entry points. Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck imports unit bench build clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## run: the main job on its embedded default (synthetic cluster, six published policies)
+run: $(STAMP)
+	$(BIN)/ljrk simulate
+
+## test: every quality gate, then the test suite (what CI runs)
+test: lint typecheck imports unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+## bench: trace-replay fidelity and speed on the Alibaba trace (minutes; not part of `test`)
+bench: $(STAMP)
+	$(BIN)/python bench/trace_replay.py --jobs 2
+
+## build: the wheel, into dist/
+build: $(STAMP)
+	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
+
+clean:
+	rm -rf $(VENV) dist build out .mypy_cache .ruff_cache .pytest_cache .hypothesis
