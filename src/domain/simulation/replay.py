@@ -77,6 +77,20 @@ class ReplayResult:
         """Frag ratio % at x = 0..130."""
         return fragmentation_curve(self.arrived_milli, self.frag_milli, self.idle_milli, self.total_gpus)
 
+    def headline(self) -> Headline:
+        """The published comparison points: allocation % at x = 100 and 130, frag ratio % at x = 80."""
+        alloc, frag = self.allocation_curve(), self.fragmentation_curve()
+        return Headline(alloc_at_100=alloc[100], alloc_at_130=alloc[130], frag_ratio_at_80=frag[80])
+
+
+@attrs.frozen
+class Headline:
+    """Headline figures of one run, in % (NaN when no event falls near the x point)."""
+
+    alloc_at_100: float
+    alloc_at_130: float
+    frag_ratio_at_80: float
+
 
 def typical_pods(pods: Sequence[TracePod]) -> TypicalPods:
     """Typical pods of a workload (§3.1), from its original pods."""
@@ -107,6 +121,16 @@ def arrival_stream(
     return stream
 
 
+def planned_arrivals(
+    nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayConfig
+) -> tuple[list[TracePod], np.random.Generator]:
+    """The run's arrival stream (steps 1-3) and its generator, positioned for the later draws (node order,
+    random policies). :func:`replay` uses exactly this, so callers may size progress bars with it."""
+    rng = np.random.default_rng(config.seed)
+    capacity = sum(n.gpus for n in nodes) * MILLI_PER_GPU
+    return arrival_stream(pods, capacity_milli=capacity, tune=config.tune, rng=rng), rng
+
+
 def replay(
     nodes: Sequence[TraceNode],
     pods: Sequence[TracePod],
@@ -123,12 +147,11 @@ def replay(
         raise InvalidRequestError("pods", 0, "the pod list is empty")
     started = time.perf_counter()
     typical = typical or typical_pods(pods)
-    rng = np.random.default_rng(config.seed)
     inventories = [n.inventory() for n in sorted(nodes, key=lambda n: n.name)]
     total_gpus = sum(n.gpu_count for n in inventories)
     if total_gpus == 0:
         raise InvalidRequestError("nodes.gpu", 0, "the cluster has no GPUs")
-    stream = arrival_stream(pods, capacity_milli=total_gpus * MILLI_PER_GPU, tune=config.tune, rng=rng)
+    stream, rng = planned_arrivals(nodes, pods, config)
     ledger = ClusterLedger(inventories)
     states = NodeStateCache(FragmentationModel(typical, ledger))
     profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)

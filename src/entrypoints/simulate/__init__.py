@@ -1,0 +1,1 @@
+"""``ljrk simulate``: trace replay of the scheduling policies (entry: :func:`entrypoints.simulate.__main__.main`)."""

@@ -1,0 +1,117 @@
+"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (trace-replay-method.md §2.3, §5).
+
+``summary.json`` — a JSON list, one object per run in run order, with exactly these keys:
+
+- ``policy`` (str), ``seed`` (int);
+- ``alloc_at_100`` / ``alloc_at_130`` — milli-GPU allocation % at x = 100 and x = 130 of the allocation curve
+  (the published bar-chart point and the end of the tuned stream), 2 decimals;
+- ``frag_ratio_at_80`` — frag ratio % (100 × fragmented / idle GPU milli) at x = 80, where the published
+  comparison separates policies before saturation, 2 decimals;
+- ``arrivals``, ``failed_pods`` (int); ``wall_seconds`` (float, 3 decimals).
+
+A curve point with no nearby event is NaN in the domain; it is written as ``null`` (JSON has no NaN).
+
+``curves.csv`` — the published ``analysis_allo_discrete.csv`` layout: header
+``workload,sc_policy,tune,seed,total_gpus,0,1,…,130``, one row per run, allocation % per x; a NaN point is an
+empty cell. Floats use Python's shortest round-trip form, so equal results give byte-identical files.
+
+Both files are written to a temporary name in the output folder and renamed into place, so a reader never sees
+half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from domain.simulation.curves import X_MAX
+from domain.simulation.replay import ReplayResult
+from ports.report import ReportError
+
+_Filler = Callable[[TextIO], object]
+
+SUMMARY_FILE = "summary.json"
+CURVES_FILE = "curves.csv"
+
+SUMMARY_KEYS = ("policy", "seed", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals", "failed_pods",
+                "wall_seconds")
+"""Keys of each ``summary.json`` object, in written order."""
+
+
+def _finite(value: float, digits: int) -> float | None:
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def summary_row(result: ReplayResult) -> dict[str, str | int | float | None]:
+    """The ``summary.json`` object of one run (keys :data:`SUMMARY_KEYS`; module docstring for units)."""
+    headline = result.headline()
+    return {
+        "policy": result.config.policy,
+        "seed": result.config.seed,
+        "alloc_at_100": _finite(headline.alloc_at_100, 2),
+        "alloc_at_130": _finite(headline.alloc_at_130, 2),
+        "frag_ratio_at_80": _finite(headline.frag_ratio_at_80, 2),
+        "arrivals": result.arrivals,
+        "failed_pods": result.failed_pods,
+        "wall_seconds": round(result.wall_seconds, 3),
+    }
+
+
+def curves_header() -> list[str]:
+    """``workload,sc_policy,tune,seed,total_gpus,0,…,130``."""
+    return ["workload", "sc_policy", "tune", "seed", "total_gpus", *(str(x) for x in range(X_MAX + 1))]
+
+
+def _cell(value: float) -> str:
+    return repr(value) if math.isfinite(value) else ""
+
+
+class ReportFiles:
+    """Writes ``summary.json`` and ``curves.csv`` into ``output_dir``; implements
+    :class:`ports.report.SimulationReport`."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+
+    def prepare(self) -> None:
+        """Create ``output_dir`` (and parents) and check it is a writable folder. Raises :class:`ReportError`."""
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ReportError(self.output_dir, "exists and is not a folder") from None
+        except OSError as exc:
+            raise ReportError(self.output_dir, f"cannot create the output folder: {exc.strerror or exc}") from exc
+        if not os.access(self.output_dir, os.W_OK | os.X_OK):
+            raise ReportError(self.output_dir, "the output folder is not writable")
+
+    def write(self, results: Sequence[ReplayResult], *, workload: str) -> list[Path]:
+        """Write both files (module docstring); returns their paths. Raises :class:`ReportError`."""
+        self.prepare()
+        summary = json.dumps([summary_row(r) for r in results], indent=2, allow_nan=False) + "\n"
+        buffer: list[list[str]] = [curves_header()]
+        for result in results:
+            config = result.config
+            buffer.append([
+                workload, config.policy, repr(config.tune), str(config.seed), str(result.total_gpus),
+                *(_cell(v) for v in result.allocation_curve()),
+            ])
+        summary_path = self._replace(SUMMARY_FILE, lambda f: f.write(summary))
+        curves_path = self._replace(CURVES_FILE, lambda f: csv.writer(f, lineterminator="\n").writerows(buffer))
+        return [summary_path, curves_path]
+
+    def _replace(self, name: str, fill: _Filler) -> Path:
+        target = self.output_dir / name
+        temporary = self.output_dir / f".{name}.tmp"
+        try:
+            with temporary.open("w", encoding="utf-8", newline="") as handle:
+                fill(handle)
+            os.replace(temporary, target)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise ReportError(target, f"cannot write: {exc.strerror or exc}") from exc
+        return target

@@ -1,0 +1,5 @@
+"""tqdm adapter for the progress port."""
+
+from .bar import TqdmProgress
+
+__all__ = ["TqdmProgress"]

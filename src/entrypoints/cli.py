@@ -1,0 +1,68 @@
+"""``ljrk``: one console script, one subcommand per entrypoint component.
+
+``ljrk COMMAND [ARGS…]`` hands ``ARGS`` untouched to that component's own ``main(argv, prog=…)``, so each
+entrypoint keeps its own parser, container and exit codes, and is imported only when its command runs (a
+scheduler's gRPC stack need not load for ``ljrk simulate``). To add a component (``scheduler``,
+``device-plugin``, ``exporter``, ``controller``, ``job-agent``, ``runtime``), write a loader like
+:func:`_simulate` and register it in :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+from collections.abc import Callable, Sequence
+
+import attrs
+
+CommandMain = Callable[[Sequence[str], str], int]
+"""``(argv, prog) -> exit code``."""
+
+
+@attrs.frozen
+class Command:
+    """A subcommand: one-line ``summary`` for ``ljrk --help`` and the loader-runner ``run``."""
+
+    summary: str
+    run: CommandMain
+
+
+def _simulate(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.simulate.__main__ import main
+
+    return main(argv, prog=prog)
+
+
+COMMANDS: dict[str, Command] = {
+    "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
+}
+"""Subcommand name → :class:`Command`, in ``--help`` order."""
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("lj-runtimekit")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: ``--version`` and ``COMMAND ARGS…``."""
+    width = max(len(name) for name in COMMANDS)
+    epilog = "commands:\n" + "\n".join(f"  {name.ljust(width)}  {c.summary}" for name, c in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="ljrk", description="LJ RuntimeKit: GPU sharing for Kubernetes.", epilog=epilog + "\n\n"
+        "Run 'ljrk COMMAND --help' for a command's options.", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("command", choices=COMMANDS, metavar="COMMAND", help=f"one of: {', '.join(COMMANDS)}")
+    rest = parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    rest.required = False  # Python 3.11 marks a REMAINDER positional required; "ljrk" alone should name COMMAND only
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``argv`` (default ``sys.argv[1:]``) to a subcommand; returns its exit code. argparse exits
+    with 2 for an unknown command and 0 for ``--help``/``--version``."""
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command].run(args.args, f"ljrk {args.command}")

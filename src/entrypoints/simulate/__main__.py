@@ -1,0 +1,160 @@
+"""``ljrk simulate`` (also ``python -m entrypoints.simulate``): argument parsing, then the container.
+
+Exit codes: 0 success; 2 bad input — command-line syntax, unknown policy, malformed or missing trace file,
+missing plot backend — reported as ONE line ``ljrk simulate: error: …`` on stderr before any replay starts;
+1 an output cannot be written; 130 interrupted.
+
+``--seeds`` grammar: comma-separated items, each a non-negative integer ``N`` or an inclusive range ``A-B``
+(``A ≤ B``), e.g. ``42``, ``42,43``, ``42-51``, ``1,5-7``. ``--policy`` is a comma-separated list of registered
+names. ``--scale`` (hidden) sizes the embedded synthetic workload (default 0.1 ≈ 815 pods, 126 nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from domain.errors import DomainError
+from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
+from domain.scheduling.tiebreak import TIE_BREAKS
+from ports.report import PlotUnavailableError, ReportError
+from ports.trace import TraceError
+
+from .app import SettingsError, SimulateSettings
+from .containers import SimulateContainer
+
+DEFAULT_OUTPUT_DIR = Path("out/simulate")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+_SEED_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of printing usage and exiting, so every error is one
+    line and :func:`main` returns a code instead of raising ``SystemExit``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"42"`` → (42,), ``"42,43"`` → (42, 43), ``"42-51"`` → (42, …, 51); order kept, duplicates dropped.
+    Raises :class:`argparse.ArgumentTypeError` naming the bad item."""
+    seeds: list[int] = []
+    for item in text.split(","):
+        match = _SEED_ITEM.fullmatch(item.strip())
+        if match is None:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} in {text!r} is not a seed; use N, N,M or A-B with non-negative integers"
+            )
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if high < low:
+            raise argparse.ArgumentTypeError(f"range {item.strip()!r} is empty (write it low-high)")
+        seeds.extend(s for s in range(low, high + 1) if s not in seeds)
+    return tuple(seeds)
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """``"best-fit,fgd"`` → ("best-fit", "fgd"). Names are checked later, against the registry, before any
+    run. Raises :class:`argparse.ArgumentTypeError` for an empty item."""
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty policy name")
+    return names
+
+
+def _tune(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _scale(text: str) -> float:
+    value = _tune(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def build_parser(prog: str = "ljrk simulate") -> argparse.ArgumentParser:
+    """The ``simulate`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(
+        prog=prog,
+        description="Replay a GPU cluster trace through scheduling policies, as the FGD paper's experiment does "
+        "(USENIX ATC '23), and report GPU allocation and fragmentation. Without --nodes/--pods an embedded "
+        "synthetic workload is used.",
+    )
+    parser.add_argument("--nodes", type=Path, metavar="NODES.csv", help="node list (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument("--pods", type=Path, metavar="PODS.csv",
+                        help="pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])")
+    parser.add_argument("--policy", type=parse_policies, default=PUBLISHED_POLICIES, metavar="NAME[,NAME…]",
+                        help=f"policies to run (default: {','.join(PUBLISHED_POLICIES)}; known: "
+                        f"{', '.join(POLICIES)})")
+    parser.add_argument("--seeds", type=parse_seeds, default=(42,), metavar="SEEDS",
+                        help="seeds: 42, 42,43 or 42-51 (default: 42)")
+    parser.add_argument("--tune", type=_tune, default=1.3,
+                        help="arrived GPU request target, fraction of cluster GPU capacity (default: 1.3)")
+    parser.add_argument("--tie-break", choices=TIE_BREAKS, default="fixed-order",
+                        help="rule between equally scored nodes (default: fixed-order, as published)")
+    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
+                        help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png",
+                        help="also draw the mean allocation curve per policy (needs lj-runtimekit[plot])")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--scale", type=_scale, default=0.1, help=argparse.SUPPRESS)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> SimulateSettings:
+    """Validated settings from parsed arguments. Raises :class:`UsageError`, :class:`SettingsError` or
+    :class:`domain.errors.DomainError` (unknown policy)."""
+    if (args.nodes is None) != (args.pods is None):
+        given, missing = ("--nodes", "--pods") if args.pods is None else ("--pods", "--nodes")
+        raise UsageError(f"{given} needs {missing} too: give both trace files, or neither for the embedded workload")
+    return SimulateSettings(
+        policies=args.policy, seeds=args.seeds, tune=args.tune, tie_break=args.tie_break, output_dir=args.output_dir,
+        nodes=args.nodes, pods=args.pods, plot=args.plot, progress=False if args.no_progress else None,
+        scale=args.scale,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> int:
+    """Run ``simulate`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (module docstring).
+    ``--help`` prints help and returns 0."""
+    parser = build_parser(prog)
+
+    def fail(message: object, code: int = EXIT_USAGE) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        args = parser.parse_args(argv)
+        settings = settings_from_args(args)
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError, DomainError) as exc:
+        return fail(exc)
+    container = SimulateContainer(settings=settings)
+    try:
+        container.app().run()
+    except KeyboardInterrupt:
+        return fail("interrupted", EXIT_INTERRUPTED)
+    except (TraceError, SettingsError, DomainError, PlotUnavailableError) as exc:
+        return fail(exc)
+    except ReportError as exc:
+        return fail(exc, EXIT_FAILED)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The ``simulate`` use case: load a workload, replay it under every policy × seed, report.
+
+Order of work is chosen so every mistake surfaces before the first replay: settings (policy names, tie rule,
+tune, seeds) are validated on construction; then the plot backend is checked, the trace files are read and
+checked, and the output folder is created — only then do the runs start. Typical pods (§3.1 of
+trace-replay-method.md) are computed once per workload and shared by all runs, as the published experiment does.
+
+The progress total is exact: a run's arrival stream (shuffle + tune, §2.2 steps 4–6) depends only on the pods,
+the cluster capacity, ``tune`` and the seed — not on the policy — so it is rebuilt once per seed with
+:func:`planned_arrivals`, the function :func:`replay` itself starts with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+
+from domain.scheduling.registry import PUBLISHED_POLICIES, validate_policy_names
+from domain.scheduling.tiebreak import TIE_BREAKS
+from domain.simulation.replay import ReplayConfig, ReplayResult, planned_arrivals, replay, typical_pods
+from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
+from domain.simulation.workload import TraceNode, TracePod
+from ports.progress import ProgressBar
+from ports.report import CurvePlotter, SimulationReport
+from ports.trace import TraceReader
+
+SYNTHETIC_WORKLOAD = "synthetic"
+"""Workload name of the embedded default in reports."""
+
+
+class SettingsError(ValueError):
+    """A simulate setting is invalid; the message names the setting and the fix."""
+
+
+@attrs.frozen
+class SimulateSettings:
+    """Validated settings of one ``ljrk simulate`` invocation.
+
+    ``nodes``/``pods``: trace CSV paths, both or neither (neither = embedded synthetic workload at ``scale``);
+    ``policies``: registered policy names (default: the six published ones); ``seeds``: non-negative ints,
+    distinct; ``tune``: arrived GPU request target as a fraction of capacity (> 0, 1.3 published);
+    ``tie_break``: one of :data:`TIE_BREAKS`; ``output_dir``: report folder; ``plot``: optional chart file;
+    ``progress``: ``None`` = bar only on a terminal, ``False`` = never, ``True`` = always.
+
+    Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` (message lists known policies).
+    """
+
+    policies: tuple[str, ...] = PUBLISHED_POLICIES
+    seeds: tuple[int, ...] = (42,)
+    tune: float = 1.3
+    tie_break: str = "fixed-order"
+    output_dir: Path = Path("out/simulate")
+    nodes: Path | None = None
+    pods: Path | None = None
+    plot: Path | None = None
+    progress: bool | None = None
+    scale: float = 0.1
+
+    def __attrs_post_init__(self) -> None:
+        validate_policy_names(list(self.policies))
+        if len(set(self.policies)) != len(self.policies):
+            raise SettingsError(f"policies: a policy is named twice in {','.join(self.policies)}")
+        if self.tie_break not in TIE_BREAKS:
+            raise SettingsError(f"tie-break: unknown rule {self.tie_break!r}; known rules: {', '.join(TIE_BREAKS)}")
+        if not self.seeds:
+            raise SettingsError("seeds: name at least one seed")
+        if any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
+            raise SettingsError("seeds: seeds must be distinct integers ≥ 0")
+        if not (math.isfinite(self.tune) and self.tune > 0):
+            raise SettingsError(f"tune: {self.tune} must be a finite number > 0 (1.3 = 130 % of GPU capacity)")
+        if (self.nodes is None) != (self.pods is None):
+            raise SettingsError("nodes and pods: give both trace files, or neither for the embedded workload")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise SettingsError(f"scale: {self.scale} must be > 0")
+
+    def configs(self) -> list[ReplayConfig]:
+        """One :class:`ReplayConfig` per policy × seed, policy-major (the report order)."""
+        return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break) for p in self.policies for s in self.seeds]
+
+
+@attrs.frozen
+class Workload:
+    """A named node list and pod list."""
+
+    name: str
+    nodes: list[TraceNode]
+    pods: list[TracePod]
+
+
+class Simulation:
+    """Runs one simulation (module docstring) and writes its reports through the injected ports."""
+
+    def __init__(
+        self, settings: SimulateSettings, *, trace: TraceReader, report: SimulationReport, plotter: CurvePlotter,
+        progress: ProgressBar, stdout: TextIO,
+    ) -> None:
+        self.settings = settings
+        self.trace = trace
+        self.report = report
+        self.plotter = plotter
+        self.progress = progress
+        self.stdout = stdout
+
+    def run(self) -> list[ReplayResult]:
+        """Validate, replay every policy × seed, write the reports and print the table; returns the results in
+        report order. Raises the ports' errors (:class:`ports.trace.TraceError`,
+        :class:`ports.report.ReportError`), :class:`SettingsError` or domain errors."""
+        configs = self.settings.configs()
+        if self.settings.plot is not None:
+            self.plotter.check_available()
+        workload = self.load()
+        self.report.prepare()
+        typical = typical_pods(workload.pods)
+        results: list[ReplayResult] = []
+        self.progress.start(self._arrivals_total(workload, configs), unit="pod")
+        try:
+            for config in configs:
+                self.progress.describe(f"{config.policy} seed {config.seed}")
+                results.append(replay(workload.nodes, workload.pods, config, typical=typical,
+                                      progress=self.progress.advance))
+        finally:
+            self.progress.finish()
+        written = self.report.write(results, workload=workload.name)
+        if self.settings.plot is not None:
+            written.append(self.plotter.plot(results, self.settings.plot, title=workload.name))
+        self.stdout.write(format_table(results))
+        for path in written:
+            self.stdout.write(f"wrote {path}\n")
+        return results
+
+    def load(self) -> Workload:
+        """The trace files' workload (named after the pods file) or the embedded one. Raises
+        :class:`ports.trace.TraceError` or :class:`SettingsError` for a node list without GPUs."""
+        s = self.settings
+        if s.nodes is None or s.pods is None:
+            return Workload(SYNTHETIC_WORKLOAD, synthetic_nodes(s.scale), synthetic_pods(s.scale))
+        nodes = self.trace.read_nodes(s.nodes)
+        pods = self.trace.read_pods(s.pods)
+        if not any(n.gpus for n in nodes):
+            raise SettingsError(f"{s.nodes}: no node has a GPU; a replay needs GPU capacity")
+        return Workload(s.pods.stem, nodes, pods)
+
+    def _arrivals_total(self, workload: Workload, configs: Sequence[ReplayConfig]) -> int:
+        per_seed = {
+            c.seed: len(planned_arrivals(workload.nodes, workload.pods, c)[0]) for c in configs
+        }
+        return sum(per_seed[c.seed] for c in configs)
+
+
+TABLE_COLUMNS = ("policy", "seed", "alloc@100", "alloc@130", "frag@80", "arrivals", "failed", "wall s")
+
+
+def _number(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+
+
+def format_table(results: Sequence[ReplayResult]) -> str:
+    """Fixed-width text table, one line per run: allocation % at x = 100 and 130, frag ratio % at x = 80
+    (the ``summary.json`` points, 2 decimals; ``-`` for a NaN point), arrivals, failed pods, wall seconds."""
+    rows = [list(TABLE_COLUMNS)]
+    for r in results:
+        h = r.headline()
+        rows.append([
+            r.config.policy, str(r.config.seed), _number(h.alloc_at_100, 2), _number(h.alloc_at_130, 2),
+            _number(h.frag_ratio_at_80, 2), str(r.arrivals), str(r.failed_pods), _number(r.wall_seconds, 2),
+        ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = [
+        "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
+        for row in rows
+    ]
+    return "\n".join(lines) + "\n"
