@@ -10,6 +10,11 @@ failure case B09; it is never "0 = unlimited"):
 * core omitted   → core proportional to memory: ``ceil(1000 × memory_bytes / gpu_memory)`` milli-GPU, at least 1,
   so a memory-only request never fits a GPU held at 100 % core.
 
+Relative memory (the protocol's percentage mode, ``memory_unit: 1%``): ``memory_milli`` asks for a fraction of
+the granted GPU's memory in the same unit as core (milli-GPU, 10 per percent), resolved per GPU as
+``max(1, floor(gpu_memory × memory_milli / 1000))`` bytes; with core omitted, core is the same fraction,
+``core_milli = memory_milli``. ``memory_bytes`` and ``memory_milli`` are mutually exclusive.
+
 Floors for memory and ceilings for core keep the sum of defaulted grants within the GPU (Σ⌊xᵢ⌋ ≤ ⌊Σxᵢ⌋).
 
 Init containers follow Kubernetes' effective-request rule (pod resources, "Resource sharing within
@@ -44,14 +49,20 @@ def _strict_int(field: str, value: object) -> int:
     return value
 
 
-def resolve_share(*, core_milli: int | None, memory_bytes: int | None, gpu_memory_bytes: int) -> tuple[int, int]:
+def resolve_share(
+    *, core_milli: int | None, memory_bytes: int | None, gpu_memory_bytes: int, memory_milli: int | None = None
+) -> tuple[int, int]:
     """Apply the documented default rule; return ``(core_milli, memory_bytes)`` granted on one GPU.
 
-    ``gpu_memory_bytes`` is the total memory of the GPU being considered (bytes, > 0). Raises
-    :class:`InvalidRequestError` if both halves are missing or the GPU reports no memory.
+    ``gpu_memory_bytes`` is the total memory of the GPU being considered (bytes, > 0); ``memory_milli`` is a
+    relative memory share (milli-GPU of memory, percentage mode; see module docstring). Raises
+    :class:`InvalidRequestError` if all of core and memory are missing or the GPU reports no memory.
     """
     if gpu_memory_bytes <= 0:
         raise InvalidRequestError("gpu.memory_bytes", gpu_memory_bytes, "a GPU must report memory > 0")
+    if memory_milli is not None:
+        memory = max(1, gpu_memory_bytes * memory_milli // MILLI_PER_GPU)
+        return (memory_milli if core_milli is None else core_milli), memory
     if core_milli is None and memory_bytes is None:
         raise InvalidRequestError("core_milli", None, "a share needs core or memory")
     if memory_bytes is None:
@@ -61,6 +72,16 @@ def resolve_share(*, core_milli: int | None, memory_bytes: int | None, gpu_memor
         core = max(1, -(-MILLI_PER_GPU * memory_bytes // gpu_memory_bytes))
         return min(core, MILLI_PER_GPU), memory_bytes
     return core_milli, memory_bytes
+
+
+def _percent_to_milli(name: str, field: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"container[{name}].{field}", value, "must be an integer")
+    if not 1 <= value <= PERCENT_PER_GPU:
+        raise InvalidRequestError(f"container[{name}].{field}", value, "must be 1..100 (% of one GPU)")
+    return value * MILLI_PER_PERCENT
 
 
 @attrs.frozen
@@ -94,10 +115,12 @@ class ContainerRequest:
     """One container's GPU request.
 
     Fields: ``name``; ``gpus`` (whole GPUs, ≥ 0); ``core_milli`` (share of one GPU's compute, 1..1000 milli-GPU,
-    i.e. 0.1-100 %); ``memory_bytes`` (share of one GPU's memory, ≥ 1 byte); ``init`` (init container).
+    i.e. 0.1-100 %); ``memory_bytes`` (share of one GPU's memory, ≥ 1 byte); ``init`` (init container);
+    ``memory_milli`` (keyword-only: relative share of one GPU's memory, 1..1000 milli-GPU, percentage mode).
 
     Raises :class:`InvalidRequestError` naming the field for: non-integers, zero or negative core/memory,
-    core above 1000 milli-GPU (100 %), or whole GPUs combined with a core/memory share.
+    core or relative memory above 1000 milli-GPU (100 %), both ``memory_bytes`` and ``memory_milli``, or whole
+    GPUs combined with a core/memory share.
     """
 
     name: str
@@ -105,6 +128,7 @@ class ContainerRequest:
     core_milli: int | None = None
     memory_bytes: int | None = None
     init: bool = False
+    memory_milli: int | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -123,7 +147,18 @@ class ContainerRequest:
             memory = _strict_int(f"{prefix}.memory_bytes", self.memory_bytes)
             if memory < 1:
                 raise InvalidRequestError(f"{prefix}.memory_bytes", self.memory_bytes, "must be at least 1 byte")
-        if gpus > 0 and (self.core_milli is not None or self.memory_bytes is not None):
+        if self.memory_milli is not None:
+            relative = _strict_int(f"{prefix}.memory_milli", self.memory_milli)
+            if not 1 <= relative <= MILLI_PER_GPU:
+                raise InvalidRequestError(
+                    f"{prefix}.memory_milli", self.memory_milli, "must be 1..1000 milli-GPU (0.1-100 % of one GPU)"
+                )
+            if self.memory_bytes is not None:
+                raise InvalidRequestError(
+                    f"{prefix}.memory_milli", self.memory_milli, "give memory in bytes or relative, not both"
+                )
+        shared = (self.core_milli, self.memory_bytes, self.memory_milli)
+        if gpus > 0 and any(value is not None for value in shared):
             raise InvalidRequestError(
                 f"{prefix}.gpus",
                 self.gpus,
@@ -138,32 +173,27 @@ class ContainerRequest:
         *,
         core_percent: object = None,
         memory_bytes: object = None,
+        memory_percent: object = None,
         init: bool = False,
     ) -> ContainerRequest:
-        """Build a share request from the protocol's units: core in percent (integer 1..100), memory in bytes.
+        """Build a share request from the protocol's units: core in percent (integer 1..100), memory in bytes or
+        (percentage mode) in percent of the granted GPU's memory (integer 1..100, stored as ``memory_milli``).
 
-        Raises :class:`InvalidRequestError` naming ``core_percent`` for 0, negative, > 100 or non-integer
-        values (for example ``50.5``).
+        Raises :class:`InvalidRequestError` naming ``core_percent``/``memory_percent`` for 0, negative, > 100 or
+        non-integer values (for example ``50.5``).
         """
-        core_milli: int | None = None
-        if core_percent is not None:
-            if isinstance(core_percent, bool) or not isinstance(core_percent, int):
-                raise InvalidRequestError(f"container[{name}].core_percent", core_percent, "must be an integer")
-            if not 1 <= core_percent <= PERCENT_PER_GPU:
-                raise InvalidRequestError(
-                    f"container[{name}].core_percent", core_percent, "must be 1..100 (% of one GPU)"
-                )
-            core_milli = core_percent * MILLI_PER_PERCENT
+        core_milli = _percent_to_milli(name, "core_percent", core_percent)
+        memory_milli = _percent_to_milli(name, "memory_percent", memory_percent)
         if memory_bytes is not None and (isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int)):
             raise InvalidRequestError(f"container[{name}].memory_bytes", memory_bytes, "must be an integer")
-        return cls(name=name, core_milli=core_milli, memory_bytes=memory_bytes, init=init)
+        return cls(name=name, core_milli=core_milli, memory_bytes=memory_bytes, init=init, memory_milli=memory_milli)
 
     @property
     def kind(self) -> GpuKind:
         """Whole GPUs, a share of one GPU, or no GPU."""
         if self.gpus > 0:
             return GpuKind.WHOLE
-        if self.core_milli is not None or self.memory_bytes is not None:
+        if self.core_milli is not None or self.memory_bytes is not None or self.memory_milli is not None:
             return GpuKind.SHARE
         return GpuKind.NONE
 

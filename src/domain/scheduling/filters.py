@@ -68,7 +68,9 @@ class GpuFit:
             self.reason = f"fewer than gpus={shape.gpus} completely free GPUs"
             enough: BoolArray = candidates & (free.sum(axis=1) >= shape.gpus)
             return enough
-        core_need, mem_need = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap)
+        core_need, mem_need = share_needs(
+            shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli
+        )
         fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
         state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
         self.reason = "no GPU with enough free core and memory"

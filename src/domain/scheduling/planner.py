@@ -39,14 +39,20 @@ def eligible_gpus(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> 
     return eligible
 
 
-def share_needs(core_milli: int | None, memory_bytes: int | None, mem_cap: I64) -> tuple[I64, I64]:
+def share_needs(
+    core_milli: int | None, memory_bytes: int | None, mem_cap: I64, *, memory_milli: int | None = None
+) -> tuple[I64, I64]:
     """Per-GPU resolved ``(core_need, mem_need)`` arrays for a share (default rule of :mod:`domain.request`).
 
     ``mem_cap``: GPU memory capacity array (bytes, any shape); GPUs with no memory get needs that never fit.
+    ``memory_milli``: relative memory share (milli-GPU of memory, percentage mode), resolved per GPU.
     """
     has_mem = mem_cap > 0
     safe_cap = np.where(has_mem, mem_cap, 1)
-    if memory_bytes is None:
+    if memory_milli is not None:
+        mem = np.maximum(safe_cap * memory_milli // MILLI_PER_GPU, 1)
+        core = np.full_like(mem_cap, memory_milli if core_milli is None else core_milli)
+    elif memory_bytes is None:
         assert core_milli is not None
         mem = np.maximum(safe_cap * core_milli // MILLI_PER_GPU, 1)
         core = np.full_like(mem_cap, core_milli)
@@ -70,7 +76,9 @@ def ensure_gpu_fit(pod: PodRequest, ledger: ClusterLedger, state: CycleState) ->
     if shape.kind is GpuKind.WHOLE:
         state.gpu_fit = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
         return
-    core_need, mem_need = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap)
+    core_need, mem_need = share_needs(
+        shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli
+    )
     state.gpu_fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
     state.core_need, state.mem_need = core_need, mem_need
 
@@ -169,7 +177,9 @@ def _place(
         mem_free[chosen] = 0
         untouched[chosen] = False
         return ContainerGrant(container.name, grants, init=container.init, whole=True)
-    core_need, mem_need = share_needs(container.core_milli, container.memory_bytes, mem_cap)
+    core_need, mem_need = share_needs(
+        container.core_milli, container.memory_bytes, mem_cap, memory_milli=container.memory_milli
+    )
     fit = np.flatnonzero(eligible & (core_free >= core_need) & (mem_free >= mem_need))
     if not len(fit):
         return None

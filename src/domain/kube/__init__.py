@@ -1,0 +1,1 @@
+"""Kubernetes-facing domain: protocol constants, API object value types, annotation codecs, translation."""

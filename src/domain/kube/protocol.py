@@ -1,0 +1,106 @@
+"""Protocol constants every component must agree on (the content of the ``protocol.yaml`` ConfigMap).
+
+Resource names, the memory unit, the node label key, annotation keys and the scheduler name. Components load
+one :class:`ProtocolConstants` at start and publish its :meth:`fingerprint`, so disagreeing components are
+detected (a node whose device plugin runs another protocol gets no GPU pods).
+
+``memory_unit`` is a Kubernetes quantity: ``1Gi`` (default) means one unit of the memory resource is 1 GiB;
+``1%`` selects percentage mode, where the memory resource counts percent of one GPU's memory and its name must
+end in ``.percentage``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import attrs
+
+from domain.errors import InvalidRequestError
+
+PROTOCOL_VERSION = 1
+"""Version of the protocol schema (keys and meaning); bump only with a compatible migration."""
+
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_FACTORS = {
+    None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}
+
+
+def parse_quantity(field: str, text: str) -> int:
+    """Parse an integer Kubernetes quantity (``16Gi``, ``500M``, ``100``) to an int (bytes or count).
+
+    Only integral values are accepted: fractions (``0.5``) and milli (``500m``) are rejected — extended
+    resources must be integers (k8s-protocols.md §0.7). Raises :class:`InvalidRequestError` naming ``field``.
+    """
+    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidRequestError(field, text, "must be a non-negative integer quantity such as 8, 16Gi or 500M")
+    return int(match.group(1)) * _FACTORS[match.group(2)]
+
+
+@attrs.frozen
+class ResourceNames:
+    """Extended resource names: whole GPUs, core percent, memory (in ``memory_unit`` units)."""
+
+    gpu: str = "alibabacloud.com/gpu"
+    core: str = "alibabacloud.com/gpu-core.percentage"
+    memory: str = "alibabacloud.com/gpu-memory"
+
+
+@attrs.frozen
+class AnnotationKeys:
+    """Annotation keys. ``node_*`` live on Nodes, ``pod_*`` on Pods."""
+
+    node_inventory: str = "lj-runtimekit.io/gpu-inventory"
+    node_protocol: str = "lj-runtimekit.io/protocol-fingerprint"
+    node_state: str = "lj-runtimekit.io/runtime-state"
+    pod_plan: str = "lj-runtimekit.io/gpu-plan"
+    pod_policy: str = "lj-runtimekit.io/scheduling-policy"
+    pod_gpu_models: str = "lj-runtimekit.io/gpu-models"
+    pod_gpu_uuids: str = "lj-runtimekit.io/gpu-uuids"
+    pod_gpu_uuids_exclude: str = "lj-runtimekit.io/gpu-uuids-exclude"
+
+
+@attrs.frozen
+class ProtocolConstants:
+    """All shared constants. Raises :class:`InvalidRequestError` for a bad memory unit or a percentage unit
+    whose memory resource name does not end in ``.percentage``."""
+
+    version: int = PROTOCOL_VERSION
+    resources: ResourceNames = ResourceNames()
+    memory_unit: str = "1Gi"
+    node_label: str = "lj_runtimekit_enable"
+    scheduler_name: str = "lj-runtimekit-scheduler"
+    annotations: AnnotationKeys = AnnotationKeys()
+    inventory_stale_seconds: int = 60
+
+    def __attrs_post_init__(self) -> None:
+        if self.version != PROTOCOL_VERSION:
+            raise InvalidRequestError("version", self.version, f"this build speaks protocol {PROTOCOL_VERSION}")
+        if self.percent_mode:
+            if not self.resources.memory.endswith(".percentage"):
+                raise InvalidRequestError(
+                    "resources.memory", self.resources.memory, "memory-unit 1% needs a name ending in .percentage"
+                )
+        elif parse_quantity("memory_unit", self.memory_unit) <= 0:
+            raise InvalidRequestError("memory_unit", self.memory_unit, "must be > 0")
+        if self.inventory_stale_seconds <= 0:
+            raise InvalidRequestError("inventory_stale_seconds", self.inventory_stale_seconds, "must be > 0")
+
+    @property
+    def percent_mode(self) -> bool:
+        """True when the memory resource counts percent of one GPU's memory (``memory_unit: 1%``)."""
+        return self.memory_unit.strip() == "1%"
+
+    @property
+    def memory_unit_bytes(self) -> int | None:
+        """Bytes per memory unit, or None in percent mode."""
+        return None if self.percent_mode else parse_quantity("memory_unit", self.memory_unit)
+
+    def fingerprint(self) -> str:
+        """First 16 hex digits of SHA-256 over the canonical JSON of every constant (stable across runs)."""
+        canonical = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,311 @@
+"""Translate Kubernetes objects into the ledger's terms: pod requests, node inventories, pod allocations.
+
+* :func:`pod_request` reads our three extended resources per container (limits, falling back to requests;
+  both set must be equal, as the API server enforces for extended resources) plus node-level ``cpu`` and
+  ``memory`` by Kubernetes' effective-request rule ``max(Σ app, max init)``, and the GPU selector annotations.
+  Units: core in percent of one GPU (integer 1..100) → milli-GPU; memory in ``memory_unit`` units → bytes, or
+  in percentage mode → a relative share (``ContainerRequest.memory_milli``, resolved per GPU by the default
+  rule of :mod:`domain.request`). Bad values raise :class:`InvalidRequestError` naming the pod, the container,
+  the resource and the value (failure case B12).
+* :func:`read_node` / :func:`node_inventory` read a Node's inventory annotation and allocatable quantities,
+  and say why a node must not take GPU pods (missing, malformed, stale or foreign-protocol inventory).
+* :func:`read_allocation` / :func:`pod_allocation` give the ledger record of a pod that exists in the cluster:
+  its plan when the pod is bound (never for a pending pod: failure case B07), the caller's own reservation
+  while it is being bound, or an inferred placement for a pod bound by another scheduler (failure case B08,
+  see :mod:`domain.kube.inference`).
+
+Sources: research/k8s-protocols.md §0.7 (extended resources: integers, requests = limits), Kubernetes "Resource
+sharing within containers" (effective requests with init containers), research/failure-cases.md B07/B08/B12.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import attrs
+
+from domain.allocation import PodAllocation
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu, NodeInventory, NodeName
+from domain.kube.annotations import decode_inventory, decode_plan
+from domain.kube.inference import check_plan, infer_allocation
+from domain.kube.objects import ContainerSpec, NodeObject, PodObject
+from domain.kube.protocol import ProtocolConstants, parse_quantity
+from domain.kube.quantity import parse_bytes, parse_count, parse_cpu_milli
+from domain.ledger import ClusterLedger
+from domain.request import ContainerRequest, GpuSelector, PodRequest
+from domain.units import MILLI_PER_PERCENT, PERCENT_PER_GPU
+
+
+# ---------------------------------------------------------------------------------------------- pods
+def _extended(pod: PodObject, spec: ContainerSpec, resource: str) -> int | None:
+    """One extended resource of one container: limit (else request) as an integer, or None when absent."""
+    field = f"pod[{pod.key}].container[{spec.name}].{resource}"
+    limit, request = spec.limits.get(resource), spec.requests.get(resource)
+    if None not in (limit, request) and parse_quantity(field, str(limit)) != parse_quantity(field, str(request)):
+        raise InvalidRequestError(field, {"requests": request, "limits": limit}, "requests must equal limits")
+    text = limit if limit is not None else request
+    return None if text is None else parse_quantity(field, text)
+
+
+def _percent(field: str, value: int | None) -> int | None:
+    if value is not None and not 1 <= value <= PERCENT_PER_GPU:
+        raise InvalidRequestError(field, value, "must be an integer 1..100 (% of one GPU); 0 is not a request")
+    return value
+
+
+def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants) -> ContainerRequest:
+    names = protocol.resources
+    prefix = f"pod[{pod.key}].container[{spec.name}]"
+    gpus = _extended(pod, spec, names.gpu) or 0
+    core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core))
+    memory = _extended(pod, spec, names.memory)
+    memory_bytes: int | None = None
+    memory_milli: int | None = None
+    if memory is not None:
+        unit = protocol.memory_unit_bytes
+        if unit is None:
+            memory_milli = _percent(f"{prefix}.{names.memory}", memory)
+            memory_milli = None if memory_milli is None else memory_milli * MILLI_PER_PERCENT
+        elif memory < 1:
+            raise InvalidRequestError(f"{prefix}.{names.memory}", memory, "must be at least 1; 0 is not a request")
+        else:
+            memory_bytes = memory * unit
+    if gpus > 0 and (core is not None or memory is not None):
+        raise InvalidRequestError(
+            f"{prefix}.{names.gpu}", gpus,
+            f"whole GPUs cannot be combined with {names.core}/{names.memory}: a whole GPU already grants 100 % core "
+            "and all of its memory",
+        )
+    return ContainerRequest(
+        spec.name,
+        gpus=gpus,
+        core_milli=None if core is None else core * MILLI_PER_PERCENT,
+        memory_bytes=memory_bytes,
+        init=spec.init,
+        memory_milli=memory_milli,
+    )
+
+
+def node_requests(pod: PodObject) -> tuple[int, int]:
+    """The pod's effective node-level ``(cpu milli-cores, memory bytes)``: per container the request (else the
+    limit, which the API server copies into requests), then ``max(Σ app, max init)``. Raises
+    :class:`InvalidRequestError` naming the container and resource for a malformed quantity."""
+    app_cpu = app_mem = init_cpu = init_mem = 0
+    for spec in pod.containers:
+        values = []
+        for resource, parse in (("cpu", parse_cpu_milli), ("memory", parse_bytes)):
+            text = spec.requests.get(resource, spec.limits.get(resource))
+            values.append(0 if text is None else parse(f"pod[{pod.key}].container[{spec.name}].{resource}", text))
+        cpu, mem = values
+        if spec.init:
+            init_cpu, init_mem = max(init_cpu, cpu), max(init_mem, mem)
+        else:
+            app_cpu, app_mem = app_cpu + cpu, app_mem + mem
+    return max(app_cpu, init_cpu), max(app_mem, init_mem)
+
+
+def _csv(text: str | None) -> tuple[str, ...]:
+    items = [part.strip() for part in (text or "").split(",")]
+    return tuple(dict.fromkeys(item for item in items if item))
+
+
+def pod_selector(pod: PodObject, protocol: ProtocolConstants) -> GpuSelector:
+    """GPU selector from the pod's annotations: models (comma-separated allow-list), GPU UUIDs to use, GPU UUIDs
+    to avoid. Blank entries are ignored."""
+    keys = protocol.annotations
+    return GpuSelector(
+        models=_csv(pod.annotations.get(keys.pod_gpu_models)),
+        include_uuids=frozenset(_csv(pod.annotations.get(keys.pod_gpu_uuids))),
+        exclude_uuids=frozenset(_csv(pod.annotations.get(keys.pod_gpu_uuids_exclude))),
+    )
+
+
+def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
+    """The :class:`PodRequest` of ``pod`` (module docstring).
+
+    Raises :class:`InvalidRequestError` naming pod, container, resource and value for: non-integer extended
+    quantities (``50.5``, ``500m``), negative values, core 0 or > 100, memory 0 (or, in percentage mode,
+    > 100), requests ≠ limits, whole GPUs combined with core/memory, malformed cpu/memory quantities, an empty
+    UID or duplicate container names. ``gpu=0`` next to core/memory is a plain share.
+    """
+    containers = tuple(_container(pod, spec, protocol) for spec in pod.containers)
+    cpu, memory = node_requests(pod)
+    return PodRequest(
+        uid=pod.uid,
+        containers=containers,
+        namespace=pod.namespace,
+        name=pod.name,
+        cpu_milli=cpu,
+        memory_bytes=memory,
+        selector=pod_selector(pod, protocol),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- nodes
+@attrs.frozen
+class InventoryReading:
+    """What a Node says about itself.
+
+    ``counted``: the inventory the ledger books against — the annotation's GPUs whenever it decodes (even when
+    stale or from another protocol, so running pods stay counted), no GPUs when it is missing or malformed, and
+    always the node's allocatable CPU (milli-cores), memory (bytes) and pods. ``reason``: empty when the node
+    may take new GPU pods, else why not. ``heartbeat``: the annotation's epoch seconds, when it decodes.
+    """
+
+    counted: NodeInventory
+    reason: str = ""
+    heartbeat: float | None = None
+
+    @property
+    def inventory(self) -> NodeInventory | None:
+        """The inventory when the node may take GPU pods, else None (see :attr:`reason`)."""
+        return None if self.reason else self.counted
+
+
+def _allocatable(node: NodeObject) -> tuple[tuple[int, int, int], list[str]]:
+    values, problems = [], []
+    for resource, parse in (("cpu", parse_cpu_milli), ("memory", parse_bytes), ("pods", parse_count)):
+        text = node.allocatable.get(resource)
+        try:
+            values.append(0 if text is None else parse(f"node[{node.name}].allocatable.{resource}", text))
+        except InvalidRequestError as error:
+            values.append(0)
+            problems.append(str(error))
+    cpu, memory, pods = values
+    return (cpu, memory, pods), problems
+
+
+def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> InventoryReading:
+    """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds).
+
+    The reason is set when the annotation is missing or malformed, older than
+    ``protocol.inventory_stale_seconds``, stamped with another protocol fingerprint, or when allocatable cannot
+    be parsed. Never raises for bad node content.
+    """
+    (cpu, memory, pods), problems = _allocatable(node)
+    key = protocol.annotations.node_inventory
+    text = node.annotations.get(key)
+    gpus: tuple[Gpu, ...] = ()
+    heartbeat: float | None = None
+    if text is None:
+        problems.insert(0, f"no GPU inventory annotation {key}")
+    else:
+        try:
+            record = decode_inventory(text, key=key)
+        except InvalidRequestError as error:
+            problems.insert(0, f"malformed GPU inventory: {error}")
+        else:
+            gpus, heartbeat = record.gpus, record.heartbeat
+            if record.protocol != protocol.fingerprint():
+                problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
+                                   f"scheduler {protocol.fingerprint()}")
+            age = now - record.heartbeat
+            if age > protocol.inventory_stale_seconds:
+                problems.insert(0, f"stale GPU inventory: heartbeat {age:.0f} s old "
+                                   f"(limit {protocol.inventory_stale_seconds} s)")
+    counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods)
+    return InventoryReading(counted, "; ".join(problems), heartbeat)
+
+
+def node_inventory(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> NodeInventory | None:
+    """The node's inventory when it may take GPU pods, else None; :func:`read_node` gives the reason."""
+    return read_node(node, protocol, now=now).inventory
+
+
+# ---------------------------------------------------------------------------------------------- allocations
+class AllocationSource(enum.Enum):
+    """Where a pod's ledger record comes from."""
+
+    PLAN = "plan"
+    """The plan annotation of a bound pod, checked against its requests and the node's inventory."""
+    ASSUMED = "assumed"
+    """The caller's own reservation (pod not bound yet, or bound before its plan came back)."""
+    INFERRED = "inferred"
+    """Bound pod asking for our resources without a usable plan (another scheduler; B08)."""
+    NODE_ONLY = "node-only"
+    """Bound pod without GPU requests (or with unreadable ones): node CPU, memory and a pod slot only."""
+    NONE = "none"
+    """Not counted: pending, or in a terminal phase."""
+
+
+@attrs.frozen
+class AllocationReading:
+    """A pod's ledger record (None when not counted), its :class:`AllocationSource`, and ``problem``: why a
+    plan was not used or the request could not be read (empty when nothing went wrong)."""
+
+    allocation: PodAllocation | None
+    source: AllocationSource
+    problem: str = ""
+
+
+def read_allocation(
+    pod: PodObject,
+    node_gpus: Sequence[Gpu],
+    protocol: ProtocolConstants,
+    *,
+    ledger: ClusterLedger | None = None,
+    assumed: PodAllocation | None = None,
+    infer: bool = True,
+) -> AllocationReading:
+    """The ledger record of ``pod`` as it exists in the cluster (module docstring), never raising.
+
+    ``node_gpus``: current GPUs of ``pod.node_name``. ``ledger``: the live books, which inference reads to
+    place a plan-less pod on GPUs that are actually free (the pod's own record is discounted). ``assumed``: the
+    caller's reservation of this pod, if any; ``infer=False`` returns source INFERRED with no allocation instead
+    of computing it (for callers that infer several pods together).
+
+    Order: terminal → not counted; unbound → ``assumed`` or not counted (a plan on a pending pod is never
+    trusted, B07); unreadable request → node-only; no GPU request → node-only; valid plan → plan; else
+    ``assumed`` on the same node; else inference.
+    """
+    if pod.phase.terminal:
+        return AllocationReading(None, AllocationSource.NONE, f"phase {pod.phase.value}")
+    if not pod.node_name:
+        if assumed is not None:
+            return AllocationReading(assumed, AllocationSource.ASSUMED)
+        return AllocationReading(None, AllocationSource.NONE, "not bound")
+    try:
+        request = pod_request(pod, protocol)
+    except InvalidRequestError as error:
+        try:
+            cpu, memory = node_requests(pod)
+        except InvalidRequestError:
+            cpu = memory = 0
+        only = PodAllocation(pod.uid, pod.node_name, (), cpu_milli=cpu, memory_bytes=memory)
+        return AllocationReading(only, AllocationSource.NODE_ONLY, f"unreadable request: {error}")
+    if not request.wants_gpu:
+        only = PodAllocation(pod.uid, pod.node_name, (), cpu_milli=request.cpu_milli,
+                             memory_bytes=request.memory_bytes)
+        return AllocationReading(only, AllocationSource.NODE_ONLY)
+    key = protocol.annotations.pod_plan
+    text = pod.annotations.get(key)
+    problem = f"no plan annotation {key}"
+    if text is not None:
+        try:
+            plan = decode_plan(text, key=key, pod_uid=pod.uid, node=pod.node_name, node_gpus=node_gpus,
+                               cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes)
+            check_plan(plan, request, node_gpus, key=key)
+        except InvalidRequestError as error:
+            problem = f"plan not trusted: {error}"
+        else:
+            return AllocationReading(plan, AllocationSource.PLAN)
+    if assumed is not None and assumed.node == pod.node_name:
+        return AllocationReading(assumed, AllocationSource.ASSUMED, problem)
+    if not infer:
+        return AllocationReading(None, AllocationSource.INFERRED, problem)
+    inferred, note = infer_allocation(request, pod.node_name, node_gpus, ledger)
+    return AllocationReading(inferred, AllocationSource.INFERRED, "; ".join(p for p in (problem, note) if p))
+
+
+def pod_allocation(
+    pod: PodObject,
+    node_gpus: Sequence[Gpu],
+    protocol: ProtocolConstants,
+    *,
+    ledger: ClusterLedger | None = None,
+    assumed: PodAllocation | None = None,
+) -> PodAllocation | None:
+    """The ledger record of ``pod`` or None; :func:`read_allocation` also says where it came from and why."""
+    return read_allocation(pod, node_gpus, protocol, ledger=ledger, assumed=assumed).allocation

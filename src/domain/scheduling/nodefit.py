@@ -1,0 +1,335 @@
+"""Node filters of the standalone scheduling loop, as kube-scheduler's plugins of the same names define them.
+
+Each plugin matches :class:`~domain.scheduling.framework.FilterPlugin`: it returns a boolean mask over ledger
+slots. Node objects come from a :class:`NodeTable` (slot → :class:`NodeObject`, kept by
+:class:`~domain.scheduling.sync.LedgerSync`); a pod's scheduling constraints from a mapping pod UID →
+:class:`PodConstraints` that the loop fills before each cycle (:class:`PodRequest` carries resources only).
+A pod whose constraints are missing from the mapping fits no node — fail closed, with a reason that says so.
+
+* ``NodeUnschedulable``: ``spec.unschedulable`` nodes, unless the pod tolerates the
+  ``node.kubernetes.io/unschedulable:NoSchedule`` taint (kube-scheduler's rule);
+* ``TaintToleration``: every ``NoSchedule``/``NoExecute`` taint must be tolerated (``PreferNoSchedule`` is a
+  scoring matter and ignored);
+* ``NodeSelector``: every ``spec.nodeSelector`` pair must equal a node label;
+* ``RequiredNodeAffinity``: terms ORed, requirements in a term ANDed; operators In, NotIn, Exists,
+  DoesNotExist, Gt, Lt (integers); ``matchFields`` supports ``metadata.name`` with In/NotIn; an empty term or
+  an unknown operator matches nothing (the API server refuses those anyway);
+* ``NodeGate``: nodes the caller marks as not taking GPU pods (stale or foreign-protocol inventory, runtime
+  toggle in transition), each with a reason; CPU-only pods pass.
+
+Cost: masks depend only on the node objects and on one part of the pod's constraints, so each plugin caches
+the full-width mask by ``(NodeTable.version, ledger rows, constraint key)``; ``version`` only moves when a
+scheduling-relevant node field changes (labels, taints, unschedulable), not on heartbeats. With 5000 nodes a
+new constraint key costs one Python pass over the nodes; repeats cost one ``&``.
+
+Sources: kube-scheduler's ``nodeunschedulable``, ``tainttoleration``, ``nodeaffinity`` plugins
+(``pkg/scheduler/framework/plugins``) and the core/v1 API reference for ``NodeSelectorRequirement`` and
+``Toleration``; research/k8s-protocols.md §3.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Mapping
+
+import attrs
+import numpy as np
+
+from domain.kube.objects import (
+    NodeObject,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodObject,
+    Taint,
+    TaintEffect,
+    Toleration,
+)
+from domain.ledger import ClusterLedger
+from domain.request import PodRequest
+from domain.scheduling.framework import BoolArray, CycleState, FilterPlugin
+
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", TaintEffect.NO_SCHEDULE)
+"""The taint kube-scheduler's NodeUnschedulable plugin checks tolerations against."""
+
+_EMPTY_NODE = NodeObject(name="")
+GATE_EXAMPLES = 3
+"""Gated nodes named in a NodeGate reason; the rest are counted (reasons end up in pod events)."""
+_CACHE_LIMIT = 512
+"""Constraint keys kept per plugin before the cache is dropped (bounded memory; misses only cost time)."""
+
+
+@attrs.frozen
+class PodConstraints:
+    """A pod's node constraints, hashable so masks can be cached by them.
+
+    ``node_selector``: sorted ``(key, value)`` pairs; ``tolerations``; ``affinity``: required node affinity
+    terms (ORed).
+    """
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: tuple[NodeSelectorTerm, ...] = ()
+
+    @classmethod
+    def of(cls, pod: PodObject) -> PodConstraints:
+        """The constraints of ``pod``."""
+        return cls(tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_node_affinity)
+
+
+def _relevant(node: NodeObject) -> tuple[object, ...]:
+    return (node.name, tuple(sorted(node.labels.items())), node.taints, node.unschedulable)
+
+
+class NodeTable:
+    """Ledger slot → :class:`NodeObject`, with a ``version`` that moves only when a scheduling-relevant field
+    (name, labels, taints, unschedulable) of some node changes."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, NodeObject] = {}
+        self.version = 0
+
+    def put(self, slot: int, node: NodeObject) -> None:
+        """Set the object of ``slot``."""
+        old = self._nodes.get(slot)
+        self._nodes[slot] = node
+        if old is None or _relevant(old) != _relevant(node):
+            self.version += 1
+
+    def drop(self, slot: int) -> None:
+        """Forget ``slot`` (node deleted); no-op when unknown."""
+        if self._nodes.pop(slot, None) is not None:
+            self.version += 1
+
+    def clear(self) -> None:
+        """Forget every slot."""
+        self._nodes.clear()
+        self.version += 1
+
+    def get(self, slot: int) -> NodeObject | None:
+        """The object of ``slot``, or None."""
+        return self._nodes.get(slot)
+
+    def items(self) -> Iterator[tuple[int, NodeObject]]:
+        """``(slot, node)`` pairs."""
+        return iter(list(self._nodes.items()))
+
+
+class _CachedNodeFilter:
+    """Shared machinery: per-node predicate → cached full-width mask, by constraint key."""
+
+    name = "NodeFilter"
+    reason = ""
+
+    def __init__(self, nodes: NodeTable, constraints: Mapping[str, PodConstraints]) -> None:
+        self.nodes = nodes
+        self.constraints = constraints
+        self._cache: dict[Hashable, BoolArray] = {}
+        self._stamp: tuple[int, int] = (-1, -1)
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """The part of the constraints this plugin depends on; None when it constrains nothing."""
+        raise NotImplementedError
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """True when a pod with constraint part ``key`` may run on ``node``."""
+        raise NotImplementedError
+
+    def _mask(self, key: Hashable, rows: int) -> BoolArray:
+        stamp = (self.nodes.version, rows)
+        if stamp != self._stamp or len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+            self._stamp = stamp
+        mask = self._cache.get(key)
+        if mask is None:
+            mask = np.full(rows, self.admits(key, _EMPTY_NODE), np.bool_)
+            for slot, node in self.nodes.items():
+                if slot < rows:
+                    mask[slot] = self.admits(key, node)
+            self._cache[key] = mask
+        return mask
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus the nodes the pod may not run on (bool mask over ledger slots)."""
+        self.reason = type(self).reason  # the class default; a missing-constraints call overrides it
+        constraints = self.constraints.get(pod.uid)
+        if constraints is None:
+            self.reason = "the pod's node constraints are unknown to the scheduler"
+            return np.zeros_like(candidates)
+        key = self.key(constraints)
+        if key is None:
+            return candidates
+        passed: BoolArray = candidates & self._mask(key, ledger.rows)
+        return passed
+
+
+def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]) -> bool:
+    """True when every NoSchedule/NoExecute taint is tolerated by some toleration."""
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect is not TaintEffect.PREFER_NO_SCHEDULE
+    )
+
+
+class NodeUnschedulable(_CachedNodeFilter):
+    """Cordoned nodes (``spec.unschedulable``) take only pods tolerating the unschedulable taint."""
+
+    name = "NodeUnschedulable"
+    reason = "node is unschedulable (cordoned)"
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """Whether the pod tolerates :data:`UNSCHEDULABLE_TAINT`."""
+        return any(t.tolerates(UNSCHEDULABLE_TAINT) for t in constraints.tolerations)
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """Schedulable nodes always; cordoned ones only when tolerated."""
+        return bool(key) or not node.unschedulable
+
+
+
+class TaintToleration(_CachedNodeFilter):
+    """NoSchedule and NoExecute taints must be tolerated."""
+
+    name = "TaintToleration"
+    reason = "node has a taint the pod does not tolerate"
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """The pod's tolerations."""
+        return constraints.tolerations
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """See :func:`tolerates_all`."""
+        assert isinstance(key, tuple)
+        return tolerates_all(key, node.taints)
+
+
+
+class NodeSelector(_CachedNodeFilter):
+    """``spec.nodeSelector``: every pair must equal a node label."""
+
+    name = "NodeSelector"
+    reason = "node labels do not match the pod's nodeSelector"
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """The selector pairs, or None when empty."""
+        return constraints.node_selector or None
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """All pairs match."""
+        assert isinstance(key, tuple)
+        return all(node.labels.get(k) == v for k, v in key)
+
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def requirement_matches(req: NodeSelectorRequirement, value: str | None) -> bool:
+    """One requirement against one value (``None`` = key absent), per core/v1 NodeSelectorOperator."""
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
+        have, bound = _as_int(value), _as_int(req.values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def term_matches(term: NodeSelectorTerm, node: NodeObject) -> bool:
+    """All requirements of ``term`` hold on ``node``; an empty term matches nothing; ``matchFields`` knows
+    only ``metadata.name`` with In/NotIn."""
+    if not term.match_expressions and not term.match_fields:
+        return False
+    for req in term.match_fields:
+        if req.key != "metadata.name" or req.operator not in ("In", "NotIn"):
+            return False
+        if not requirement_matches(req, node.name):
+            return False
+    return all(requirement_matches(req, node.labels.get(req.key)) for req in term.match_expressions)
+
+
+class RequiredNodeAffinity(_CachedNodeFilter):
+    """``requiredDuringSchedulingIgnoredDuringExecution``: some term must match."""
+
+    name = "RequiredNodeAffinity"
+    reason = "node does not match the pod's required node affinity"
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """The terms, or None when there are none."""
+        return constraints.affinity or None
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """Terms ORed."""
+        assert isinstance(key, tuple)
+        return any(term_matches(term, node) for term in key)
+
+
+
+class NodeGate:
+    """Rejects, for GPU pods, the nodes named in any of ``sources`` (node name → reason).
+
+    Sources are live mappings owned by their writers (for example ``LedgerSync.gates`` for inventory
+    problems, a controller's map of nodes whose runtime toggle is in transition). The gated mask is rebuilt only
+    when a source's content or the ledger's node set changes. :attr:`reason` names up to
+    :data:`GATE_EXAMPLES` of the nodes removed by the last call and counts the rest.
+    """
+
+    name = "NodeGate"
+    reason = "node is not taking GPU pods"
+
+    def __init__(self, *sources: Mapping[str, str]) -> None:
+        self.sources = sources
+        self._key: object = None
+        self._gated: BoolArray = np.zeros(0, np.bool_)
+        self._why: dict[int, str] = {}
+
+    def _refresh(self, ledger: ClusterLedger) -> BoolArray:
+        key = (ledger.topology, ledger.rows, tuple(frozenset(source.items()) for source in self.sources))
+        if key != self._key:
+            gated = np.zeros(ledger.rows, np.bool_)
+            why: dict[int, str] = {}
+            for source in self.sources:
+                for name, text in source.items():
+                    try:
+                        slot = ledger.slot(name)
+                    except KeyError:
+                        continue
+                    if not gated[slot]:
+                        gated[slot] = True
+                        why[slot] = f"{name}: {text}"
+            self._key, self._gated, self._why = key, gated, why
+        return self._gated
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus gated nodes (GPU pods only)."""
+        if not pod.wants_gpu:
+            return candidates
+        gated = self._refresh(ledger)
+        removed = np.flatnonzero(candidates & gated)
+        examples = [self._why[int(slot)] for slot in removed[:GATE_EXAMPLES]]
+        if len(removed) > GATE_EXAMPLES:
+            examples.append(f"and {len(removed) - GATE_EXAMPLES} more")
+        self.reason = f"node not taking GPU pods ({'; '.join(examples)})" if examples else NodeGate.reason
+        passed: BoolArray = candidates & ~gated
+        return passed
+
+
+def node_filters(
+    nodes: NodeTable, constraints: Mapping[str, PodConstraints], *gates: Mapping[str, str]
+) -> tuple[FilterPlugin, ...]:
+    """The standalone loop's node filters, in kube-scheduler's order, then :class:`NodeGate`."""
+    plugins: list[Callable[[NodeTable, Mapping[str, PodConstraints]], FilterPlugin]] = [
+        NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration,
+    ]
+    return (*(make(nodes, constraints) for make in plugins), NodeGate(*gates))

@@ -1,0 +1,390 @@
+"""The ledger's lifecycle, driven by cluster events: :class:`LedgerSync`.
+
+The ledger is derived state (peers.md L3): what it holds must always equal what the API objects say, plus the
+reservations this scheduler made that the watch has not confirmed yet. Rules, with the failure case each one
+covers:
+
+* every non-terminal pod bound to a known node is counted, whatever its ``schedulerName`` (B08): from its plan
+  when the plan is valid, else by inference (:mod:`domain.kube.inference`); pods without GPU requests count
+  node CPU, memory and a pod slot; a pod bound to a node not seen yet is counted when the node arrives;
+* a pending pod is never counted from its annotations (B07: a leftover plan of an aborted attempt); the
+  scheduler's filters check the ledger afresh, and only our own reservation (:meth:`LedgerSync.assume`) counts;
+* ``on_pod`` is idempotent and keyed by UID, so an informer Add after our reservation, or a repeated Add,
+  changes nothing (B04); :meth:`LedgerSync.forget` rolls a reservation back after a failed bind (B06);
+* terminal phases (Succeeded, Failed) release; a terminating pod (``deletion_timestamp`` set) stays counted
+  until it is deleted (B03); a delete may arrive as a :class:`Tombstone` holding only the last known state or
+  only the key (B01); a periodic :meth:`LedgerSync.resync` catches deletes that never arrived;
+* node updates never reset usage (B14): the inventory is replaced, the usage kept; only a change of GPU
+  identity (UUIDs, indexes, sizes) re-derives the node's pods from their objects; a node whose inventory is
+  missing, malformed, stale or from another protocol is gated for GPU pods (:attr:`LedgerSync.gates`, read by
+  :class:`~domain.scheduling.nodefit.NodeGate`) while its pods stay counted on the GPUs it last published;
+* plan-less pods of a node are re-inferred, in UID order, whenever the node's other pods change, so the live
+  books are a function of the objects alone: :meth:`LedgerSync.rebuild` from a full listing gives the same
+  books whatever order the events came in (property-tested).
+
+Not thread-safe: the caller serialises events and scheduling cycles. Time comes from the injected ``clock``
+(epoch seconds); the domain reads no clock itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from domain.allocation import PodAllocation
+from domain.errors import InvalidRequestError
+from domain.gpu import NodeInventory
+from domain.kube.inference import infer_allocation
+from domain.kube.objects import NodeObject, PodObject
+from domain.kube.protocol import ProtocolConstants
+from domain.kube.translate import AllocationSource, pod_request, read_allocation, read_node
+from domain.ledger import ClusterLedger
+from domain.request import PodRequest
+from domain.scheduling.drift import DriftReport, compare_books
+from domain.scheduling.framework import Scheduler, ScheduleResult
+from domain.scheduling.nodefit import NodeTable, PodConstraints
+
+
+@attrs.frozen
+class Tombstone:
+    """A delete whose final state is unknown (client-go's ``DeletedFinalStateUnknown``): the pod's
+    ``namespace/name`` key and its last known state, when the informer had one."""
+
+    key: str
+    obj: PodObject | None = None
+
+
+def _identity(inventory: NodeInventory) -> tuple[tuple[int, str, int], ...]:
+    return tuple((g.index, g.uuid, g.memory_bytes) for g in inventory.gpus)
+
+
+class LedgerSync:
+    """Keeps ``ledger`` equal to the cluster (module docstring).
+
+    Public state: ``ledger``; ``nodes`` (:class:`NodeTable`, slot → last Node object, for the node filters);
+    ``gates`` (node name → why it takes no GPU pods); ``constraints`` (pod UID → :class:`PodConstraints` of pods
+    being scheduled, for the node filters); ``problems`` (pod UID → why its plan was not used or its request
+    could not be read); ``sources`` (pod UID → :class:`AllocationSource` of its record).
+    ``assumed_ttl_seconds``: a reservation whose pod is absent from a resync listing is kept this long (the
+    pod may have been created after the listing), then dropped as a missed delete.
+    """
+
+    def __init__(
+        self,
+        ledger: ClusterLedger,
+        protocol: ProtocolConstants,
+        *,
+        clock: Callable[[], float],
+        assumed_ttl_seconds: float = 60.0,
+    ) -> None:
+        self.ledger = ledger
+        self.protocol = protocol
+        self.clock = clock
+        self.assumed_ttl_seconds = assumed_ttl_seconds
+        self.nodes = NodeTable()
+        self.gates: dict[str, str] = {}
+        self.constraints: dict[str, PodConstraints] = {}
+        self.problems: dict[str, str] = {}
+        self.sources: dict[str, AllocationSource] = {}
+        self._node_objects: dict[str, NodeObject] = {}
+        self._counted: dict[str, NodeInventory] = {}
+        self._pods: dict[str, PodObject] = {}
+        self._uid_by_key: dict[str, str] = {}
+        self._on_node: dict[str, set[str]] = {}
+        self._inferred: dict[str, set[str]] = {}
+        self._assumed: dict[str, tuple[PodAllocation, float]] = {}
+
+    # ------------------------------------------------------------------ nodes
+    def on_node(self, node: NodeObject) -> None:
+        """Node added or updated: book its inventory (usage kept, B14), refresh its gate, count waiting pods."""
+        reading = read_node(node, self.protocol, now=self.clock())
+        previous = self._counted.get(node.name)
+        regroup = previous is None or _identity(previous) != _identity(reading.counted)
+        if regroup and previous is not None:
+            for uid in self.ledger.pods_on(node.name):
+                self.ledger.release(uid)  # GPU indexes may now name other GPUs: re-derive below
+        slot = self.ledger.upsert_node(reading.counted)
+        self._counted[node.name] = reading.counted
+        self._node_objects[node.name] = node
+        self.nodes.put(slot, node)
+        self._gate(node.name, reading.reason)
+        if regroup:
+            self._recount_node(node.name)
+        elif previous != reading.counted:
+            self._reinfer(node.name)  # health decides which GPUs inference prefers
+
+    def on_node_deleted(self, name: str) -> None:
+        """Node deleted: forget it and what is booked there. Its pods stay known and are counted again if a node
+        of that name returns; reservations of pending pods there are dropped."""
+        if name not in self._counted:
+            return
+        slot = self.ledger.slot(name)
+        for uid in self.ledger.remove_node(name):
+            self.sources.pop(uid, None)
+        self.nodes.drop(slot)
+        del self._counted[name]
+        self._node_objects.pop(name, None)
+        self.gates.pop(name, None)
+        self._inferred.pop(name, None)
+        for uid, (allocation, _) in list(self._assumed.items()):
+            if allocation.node == name:
+                del self._assumed[uid]
+
+    def tick(self) -> None:
+        """Re-evaluate every node's gate at the clock's time (a device plugin that stops heartbeating sends no
+        node event, so staleness must be polled)."""
+        now = self.clock()
+        for name, node in self._node_objects.items():
+            self._gate(name, read_node(node, self.protocol, now=now).reason)
+
+    def _gate(self, name: str, reason: str) -> None:
+        if reason:
+            self.gates[name] = reason
+        else:
+            self.gates.pop(name, None)
+
+    # ------------------------------------------------------------------ pods
+    def on_pod(self, pod: PodObject) -> None:
+        """Pod added or updated (module docstring); idempotent."""
+        uid = pod.uid
+        self._uid_by_key[pod.key] = uid
+        if pod.phase.terminal:
+            self._drop(uid)
+            return
+        if not pod.node_name:
+            if uid in self._pods:  # bindings are permanent; an unbound pod under a known UID is a new object
+                self._assumed.pop(uid, None)
+                self._unstore(uid)
+            return  # pending: only our own reservation counts, never a plan on the pod (B07)
+        old = self._pods.get(uid)
+        if old is not None and old.node_name != pod.node_name:
+            self._unstore(uid)
+        self._pods[uid] = pod
+        self._on_node.setdefault(pod.node_name, set()).add(uid)
+        self.constraints.pop(uid, None)
+        if pod.node_name not in self._counted:
+            self.problems[uid] = f"node {pod.node_name} not known yet"
+            return
+        if self._count(uid):
+            self._reinfer(pod.node_name)
+
+    def on_pod_deleted(self, item: PodObject | Tombstone) -> bool:
+        """Pod deleted, plainly or as a :class:`Tombstone` (B01); returns True when something was forgotten."""
+        if isinstance(item, Tombstone):
+            uid = item.obj.uid if item.obj is not None else self._uid_by_key.get(item.key)
+            key = item.key
+        else:
+            uid, key = item.uid, item.key
+        if uid is None:
+            return False
+        if self._uid_by_key.get(key) == uid:
+            del self._uid_by_key[key]
+        known = uid in self._pods or uid in self._assumed or uid in self.ledger
+        self._drop(uid)
+        return known
+
+    def _count(self, uid: str) -> bool:
+        """Book a stored bound pod; returns True when the node's plan-less pods must be re-inferred."""
+        pod = self._pods[uid]
+        node = pod.node_name
+        assumed = self._assumed.get(uid)
+        reading = read_allocation(pod, self._counted[node].gpus, self.protocol,
+                                  assumed=None if assumed is None else assumed[0], infer=False)
+        self._note(uid, reading.problem)
+        if reading.source is not AllocationSource.ASSUMED:
+            self._assumed.pop(uid, None)  # the API object now speaks for the pod
+        inferred = self._inferred.setdefault(node, set())
+        if reading.source is AllocationSource.INFERRED:
+            inferred.add(uid)
+            return True
+        was_inferred = uid in inferred
+        inferred.discard(uid)
+        assert reading.allocation is not None
+        self.sources[uid] = reading.source
+        try:
+            changed = self.ledger.observe(reading.allocation)
+        except InvalidRequestError as error:  # an assumption naming a GPU the node no longer has
+            self._assumed.pop(uid, None)
+            self.problems[uid] = f"reservation dropped: {error}"
+            inferred.add(uid)
+            return True
+        return bool(inferred) and (changed or was_inferred)
+
+    def _reinfer(self, node: str) -> None:
+        """Re-place every plan-less pod of ``node``, in UID order, on top of the others."""
+        inferred = self._inferred.get(node)
+        if not inferred or node not in self._counted:
+            return
+        for uid in inferred:
+            self.ledger.release(uid)
+        gpus = self._counted[node].gpus
+        for uid in sorted(inferred):
+            request = pod_request(self._pods[uid], self.protocol)  # readable: unreadable ones are node-only
+            allocation, note = infer_allocation(request, node, gpus, self.ledger)
+            self.ledger.observe(allocation)
+            self.sources[uid] = AllocationSource.INFERRED
+            if note:
+                self.problems[uid] = "; ".join(p for p in (self.problems.get(uid, ""), note) if p)
+
+    def _recount_node(self, node: str) -> None:
+        """Re-derive every pod booked on or bound to ``node`` from the stored objects and reservations."""
+        for uid in self.ledger.pods_on(node):
+            self.ledger.release(uid)
+        self._inferred[node] = set()
+        for uid in sorted(self._on_node.get(node, ())):
+            self._count(uid)
+        for uid, (allocation, _) in list(self._assumed.items()):
+            if allocation.node == node and uid not in self._pods:
+                try:
+                    self.ledger.observe(allocation)
+                except InvalidRequestError as error:
+                    del self._assumed[uid]
+                    self.problems[uid] = f"reservation dropped: {error}"
+        self._reinfer(node)
+
+    def _unstore(self, uid: str) -> None:
+        pod = self._pods.pop(uid, None)
+        record = self.ledger.release(uid)
+        self.sources.pop(uid, None)
+        if pod is not None:
+            self._on_node.get(pod.node_name, set()).discard(uid)
+            self._inferred.get(pod.node_name, set()).discard(uid)
+        if record is not None:
+            self._inferred.get(record.node, set()).discard(uid)
+            self._reinfer(record.node)  # the node's plan-less pods may now sit elsewhere
+
+    def _drop(self, uid: str) -> None:
+        self._assumed.pop(uid, None)
+        self.constraints.pop(uid, None)
+        self.problems.pop(uid, None)
+        self._unstore(uid)
+
+    def _note(self, uid: str, problem: str) -> None:
+        if problem:
+            self.problems[uid] = problem
+        else:
+            self.problems.pop(uid, None)
+
+    # ------------------------------------------------------------------ reservations
+    def assume(self, allocation: PodAllocation) -> None:
+        """Count our reservation of a pending pod until the watch confirms it (keyed by UID, B04).
+
+        Books it with :meth:`ClusterLedger.reserve` unless the ledger already holds this exact record (the
+        scheduler reserved it). Raises what ``reserve`` raises. A pod already seen bound is left to its object.
+        """
+        uid = allocation.pod_uid
+        if uid in self._pods:
+            return
+        if self.ledger.record(uid) != allocation:
+            self.ledger.reserve(allocation)
+        self._assumed[uid] = (allocation, self.clock())
+        self.sources[uid] = AllocationSource.ASSUMED
+        self._reinfer(allocation.node)
+
+    def forget(self, uid: str) -> bool:
+        """Roll back our reservation of ``uid`` (bind failed, B06); idempotent; returns True if one existed.
+
+        A pod already seen bound stays counted from its object.
+        """
+        entry = self._assumed.pop(uid, None)
+        if uid in self._pods:
+            return entry is not None
+        record = self.ledger.release(uid)
+        self.sources.pop(uid, None)
+        if record is not None:
+            self._reinfer(record.node)
+        return entry is not None or record is not None
+
+    @property
+    def assumed(self) -> dict[str, PodAllocation]:
+        """Reservations not yet confirmed by the watch, by pod UID (a copy)."""
+        return {uid: allocation for uid, (allocation, _) in self._assumed.items()}
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """Make every unreserve of ``scheduler`` (failed bind, B06) forget the reservation here too."""
+
+        def rollback(pod: PodRequest, allocation: PodAllocation) -> None:
+            self.forget(allocation.pod_uid)
+
+        scheduler.on_unreserve.append(rollback)
+
+    def schedule(self, scheduler: Scheduler, pod: PodObject) -> ScheduleResult:
+        """One scheduling cycle for a pending ``pod``: translate, record its node constraints, run ``scheduler``
+        (which must share this ledger), and assume the reservation. Never raises for bad pod content: an
+        invalid request (B12) becomes an unscheduled result whose reason names the container, resource and
+        value."""
+        try:
+            request = pod_request(pod, self.protocol)
+        except InvalidRequestError as error:
+            return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
+        self.constraints[pod.uid] = PodConstraints.of(pod)
+        result = scheduler.schedule(request)
+        if result.allocation is not None:
+            self.assume(result.allocation)
+        return result
+
+    # ------------------------------------------------------------------ rebuild and resync
+    def rebuild(
+        self, nodes: Iterable[NodeObject], pods: Iterable[PodObject], *, keep_assumed: bool = False
+    ) -> LedgerSync:
+        """A new :class:`LedgerSync` on a fresh ledger, built from API objects only (same protocol and clock).
+
+        With ``keep_assumed``, this instance's reservations are carried over unless their pod is listed in a
+        terminal phase, or is absent from the listing and was reserved more than ``assumed_ttl_seconds`` ago.
+        """
+        fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
+                           assumed_ttl_seconds=self.assumed_ttl_seconds)
+        for node in nodes:
+            fresh.on_node(node)
+        pods = list(pods)
+        if keep_assumed:
+            listed = {p.uid: p for p in pods}
+            now = self.clock()
+            for uid, (allocation, since) in self._assumed.items():
+                pod = listed.get(uid)
+                expired = pod is None and now - since > self.assumed_ttl_seconds
+                if expired or (pod is not None and pod.phase.terminal) or allocation.node not in fresh._counted:
+                    continue
+                if pod is None or not pod.node_name:
+                    try:
+                        fresh.ledger.observe(allocation)
+                    except InvalidRequestError:
+                        continue  # names a GPU the node no longer has: dropped
+                    fresh.sources[uid] = AllocationSource.ASSUMED
+                fresh._assumed[uid] = (allocation, since)
+        for pod in pods:
+            fresh.on_pod(pod)
+        fresh.constraints.update({k: v for k, v in self.constraints.items() if k not in fresh._pods})
+        return fresh
+
+    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
+        """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
+        in place (the scheduler and its plugins keep their reference), and report the drift."""
+        fresh = self.rebuild(nodes, pods, keep_assumed=True)
+        report = compare_books(self.ledger, fresh.ledger)
+        self._adopt(fresh, report)
+        return report
+
+    def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
+        ledger, records = self.ledger, fresh.ledger.records()
+        for uid in (*report.extra, *report.changed):
+            ledger.release(uid)
+        for name in report.nodes_extra:
+            self.nodes.drop(ledger.slot(name))
+            ledger.remove_node(name)
+        for name, inventory in fresh._counted.items():
+            self.nodes.put(ledger.upsert_node(inventory), fresh._node_objects[name])
+        for uid in (*report.missing, *report.changed):
+            ledger.observe(records[uid])
+        for name in ledger.node_names():
+            if ledger.verify_node(name) or name in ledger.quarantine:
+                ledger.repair(name)
+        self.gates.clear()  # the node filters hold these very mappings: refill them in place
+        self.gates.update(fresh.gates)
+        self.constraints.clear()
+        self.constraints.update(fresh.constraints)
+        self.problems, self.sources = fresh.problems, fresh.sources
+        self._node_objects, self._counted, self._pods = fresh._node_objects, fresh._counted, fresh._pods
+        self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
+        self._assumed = fresh._assumed

@@ -1,0 +1,138 @@
+"""The cluster port: what the components need from the Kubernetes API, in domain types only.
+
+Semantics every adapter must honour (the contract suite in ``tests/contract`` checks them against the in-memory
+adapter and a real kube-apiserver):
+
+* lists return a resourceVersion; a watch from it delivers every later change, in order; a watch from a
+  resourceVersion the server no longer has raises :class:`GoneError` (HTTP 410) — the caller relists;
+* writes that carry a ``resource_version`` fail with :class:`ConflictError` (HTTP 409) when it is stale;
+* binding an already bound pod raises :class:`ConflictError`; a missing object raises :class:`NotFoundError`;
+* patch maps set keys to a string or delete them with ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+from domain.kube.objects import (
+    ClusterEvent,
+    LeaseRecord,
+    Listing,
+    NodeObject,
+    PodObject,
+    PodPhase,
+    WatchEvent,
+)
+
+
+class ClusterError(Exception):
+    """Base of the cluster port's errors; ``status`` is the HTTP status when there is one."""
+
+    status: int = 0
+
+
+class NotFoundError(ClusterError):
+    """The object does not exist (404)."""
+
+    status = 404
+
+
+class ConflictError(ClusterError):
+    """Stale resourceVersion, already bound, or already exists (409)."""
+
+    status = 409
+
+
+class GoneError(ClusterError):
+    """The watch's resourceVersion is too old (410); relist."""
+
+    status = 410
+
+
+class ClusterApi(Protocol):
+    """Nodes, pods, bindings, events and leases."""
+
+    def list_nodes(self) -> Listing[NodeObject]:
+        """All nodes and the list's resourceVersion."""
+        ...
+
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[NodeObject]]:
+        """Node changes after ``resource_version``; ends after ``timeout_seconds``. Raises GoneError."""
+        ...
+
+    def get_node(self, name: str) -> NodeObject:
+        """One node. Raises NotFoundError."""
+        ...
+
+    def create_node(self, node: NodeObject) -> NodeObject:
+        """Create a node (tests, local cluster). Raises ConflictError if it exists."""
+        ...
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node. Raises NotFoundError."""
+        ...
+
+    def patch_node_metadata(
+        self,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> NodeObject:
+        """Set/delete labels and annotations. Raises NotFoundError, ConflictError (stale RV)."""
+        ...
+
+    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
+        """All pods (optionally filtered by a field selector such as ``spec.nodeName=n1``)."""
+        ...
+
+    def watch_pods(
+        self, *, resource_version: str, timeout_seconds: float, field_selector: str = ""
+    ) -> Iterator[WatchEvent[PodObject]]:
+        """Pod changes after ``resource_version``. Raises GoneError."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> PodObject:
+        """One pod. Raises NotFoundError."""
+        ...
+
+    def create_pod(self, pod: PodObject) -> PodObject:
+        """Create a pod (tests, local cluster); the server assigns uid and resourceVersion."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
+        """Delete a pod (grace 0 = immediately). Raises NotFoundError."""
+        ...
+
+    def set_pod_phase(self, namespace: str, name: str, phase: PodPhase) -> PodObject:
+        """Write ``status.phase`` (what a kubelet does; tests and the local cluster's kubelet emulator)."""
+        ...
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, changes: Mapping[str, str | None], *, resource_version: str | None = None
+    ) -> PodObject:
+        """Set/delete annotations. Raises NotFoundError, ConflictError (stale RV)."""
+        ...
+
+    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """POST pods/binding. Raises ConflictError if already bound (or UID mismatch), NotFoundError."""
+        ...
+
+    def create_event(self, event: ClusterEvent) -> None:
+        """Record an Event (best effort; errors are the caller's to log)."""
+        ...
+
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord:
+        """A Lease. Raises NotFoundError."""
+        ...
+
+    def create_lease(self, lease: LeaseRecord) -> LeaseRecord:
+        """Create a Lease. Raises ConflictError if it exists."""
+        ...
+
+    def update_lease(self, lease: LeaseRecord) -> LeaseRecord:
+        """Replace a Lease; ``lease.resource_version`` must be current, else ConflictError (empty: ClusterError
+        422). A missing Lease is created: kube-apiserver allows create-on-PUT for Leases."""
+        ...
