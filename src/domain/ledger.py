@@ -311,14 +311,18 @@ class ClusterLedger:
     def observe(self, allocation: PodAllocation) -> bool:
         """Count a pod seen in the cluster (informer add/update, rebuild): idempotent, never refused for fit.
 
-        A changed record (new node or grants) replaces the old one. Returns True when the books changed.
-        Raises :class:`UnknownNodeError` or :class:`InvalidRequestError` for a GPU index the node lacks.
+        A changed record (new node or grants) replaces the old one. Returns True when the books changed. A grant
+        on a GPU index the node no longer has (the GPU vanished) is still counted, against zero capacity, so the
+        node shows as over-committed and a rebuild from the same objects gives the same books.
+        Raises :class:`UnknownNodeError`.
         """
         existing = self._records.get(allocation.pod_uid)
         if existing == allocation:
             return False
         slot = self.slot(allocation.node)
-        self._check_indexes(slot, allocation)
+        highest = max(allocation.per_gpu_usage(), default=-1)
+        if highest >= self.max_gpus:
+            self._grow(cols=highest + 1)
         if existing is not None:
             self.release(existing.pod_uid)
         self._apply(slot, allocation, sign=1)
@@ -449,7 +453,8 @@ class ClusterLedger:
         """A comparable snapshot of every node's totals (used by rebuild-equals-live checks)."""
         out: dict[str, dict[str, object]] = {}
         for name, slot in sorted(self._slot.items()):
-            n = int(self.gpu_count[slot])
+            used = np.flatnonzero(self.core_used[slot] | self.mem_used[slot])
+            n = max(int(self.gpu_count[slot]), int(used[-1]) + 1 if len(used) else 0)
             out[name] = {
                 "core_used": self.core_used[slot, :n].tolist(),
                 "mem_used": self.mem_used[slot, :n].tolist(),

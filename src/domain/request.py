@@ -43,8 +43,6 @@ class GpuKind(enum.Enum):
 
 def _strict_int(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
         raise InvalidRequestError(field, value, "must be an integer")
     return value
 

@@ -269,17 +269,28 @@ def test_observe_changed_plan_replaces_the_old_one() -> None:
     assert ledger.pods_on("m") == ["a"]
 
 
-def test_observe_to_unknown_node_or_gpu_keeps_the_old_record() -> None:
+def test_observe_to_unknown_node_keeps_the_old_record() -> None:
     ledger = ClusterLedger([make_node("n")])
     old = share("a", "n", (0, 400, 4 * GiB))
     ledger.observe(old)
     before = ledger.books()
     with pytest.raises(UnknownNodeError):
         ledger.observe(share("a", "ghost", (0, 400, 4 * GiB)))
-    with pytest.raises(InvalidRequestError):
-        ledger.observe(share("a", "n", (5, 400, 4 * GiB)))
     assert ledger.books() == before
     assert ledger.record("a") == old
+
+
+def test_observed_grant_on_a_vanished_gpu_counts_against_zero_capacity() -> None:
+    """A running pod on a GPU the node no longer reports stays counted: over-commit, never lost or refused."""
+    ledger = ClusterLedger([make_node("n")])
+    ghost = share("a", "n", (11, 400, 4 * GiB))
+    assert ledger.observe(ghost)
+    assert ledger.max_gpus >= 12
+    assert ledger.overcommitted("n") == [11]
+    assert ledger.books()["n"]["core_used"][11] == 400
+    assert ClusterLedger.rebuild([make_node("n")], [ghost]).books() == ledger.books()
+    with pytest.raises(InvalidRequestError):
+        ledger.reserve(share("b", "n", (11, 100, GiB)))
 
 
 def test_release_unknown_pod_is_a_no_op() -> None:

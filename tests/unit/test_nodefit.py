@@ -45,8 +45,15 @@ CPU_POD = single_container_pod("p", cpu_milli=100)
 
 
 def passing(plugin: object, sync: LedgerSync, pod: PodRequest = GPU_POD) -> list[str]:
-    mask = plugin.filter(pod, sync.ledger, CycleState(), sync.ledger.active.copy())
-    return sorted(sync.ledger.name(int(s)) for s in np.flatnonzero(mask))
+    return filtered(plugin, sync, pod)[0]
+
+
+def filtered(plugin: object, sync: LedgerSync, pod: PodRequest = GPU_POD) -> tuple[list[str], str]:
+    """Passing node names and the reason the plugin reports for this pod (its specific or generic one)."""
+    state = CycleState()
+    mask = plugin.filter(pod, sync.ledger, state, sync.ledger.active.copy())
+    reason = state.reasons.get(plugin.name, plugin.reason)
+    return sorted(sync.ledger.name(int(s)) for s in np.flatnonzero(mask)), reason
 
 
 def constrained(sync: LedgerSync, **fields: object) -> dict[str, PodConstraints]:
@@ -153,11 +160,13 @@ def test_affinity_terms_are_ored() -> None:
 def test_unknown_constraints_fit_no_node() -> None:
     sync = make_sync(make_node("a"))
     plugin = NodeSelector(sync.nodes, {})
-    assert passing(plugin, sync) == []
-    assert "unknown" in plugin.reason
+    names, reason = filtered(plugin, sync)
+    assert names == []
+    assert "unknown" in reason
     plugin.constraints = constrained(sync)
-    assert passing(plugin, sync) == ["a"]
-    assert plugin.reason == NodeSelector.reason
+    names, reason = filtered(plugin, sync)
+    assert names == ["a"]
+    assert reason == NodeSelector.reason
 
 
 # ---------------------------------------------------------------------------------------------- gate
@@ -165,9 +174,10 @@ def test_gate_removes_marked_nodes_for_gpu_pods_only() -> None:
     sync = make_sync(make_node("a"), make_node("b"), make_node("c"))
     toggles = {"c": "runtime toggle in transition"}
     gate = NodeGate({"b": "stale GPU inventory"}, toggles, {"ghost": "not in the ledger"})
-    assert passing(gate, sync) == ["a"]
-    assert "b: stale GPU inventory" in gate.reason
-    assert "c: runtime toggle in transition" in gate.reason
+    names, reason = filtered(gate, sync)
+    assert names == ["a"]
+    assert "b: stale GPU inventory" in reason
+    assert "c: runtime toggle in transition" in reason
     assert passing(gate, sync, CPU_POD) == ["a", "b", "c"]
     toggles.clear()
     assert passing(gate, sync) == ["a", "c"]
@@ -178,9 +188,10 @@ def test_gate_removes_marked_nodes_for_gpu_pods_only() -> None:
 def test_gate_reason_stays_short_with_many_gated_nodes() -> None:
     sync = make_sync(*(make_node(f"n{i}", 1, heartbeat=NOW - 3600) for i in range(50)), make_node("ok", 1))
     gate = NodeGate(sync.gates)
-    assert passing(gate, sync) == ["ok"]
-    assert gate.reason.count("stale GPU inventory") == 3
-    assert gate.reason.endswith("and 47 more)")
+    names, reason = filtered(gate, sync)
+    assert names == ["ok"]
+    assert reason.count("stale GPU inventory") == 3
+    assert reason.endswith("and 47 more)")
 
 
 # ---------------------------------------------------------------------------------------------- cache

@@ -65,7 +65,7 @@ class GpuFit:
         if shape.kind is GpuKind.WHOLE:
             free = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
             state.gpu_fit = free
-            self.reason = f"fewer than gpus={shape.gpus} completely free GPUs"
+            state.reasons[self.name] = f"fewer than gpus={shape.gpus} completely free GPUs"
             enough: BoolArray = candidates & (free.sum(axis=1) >= shape.gpus)
             return enough
         core_need, mem_need = share_needs(
@@ -73,11 +73,10 @@ class GpuFit:
         )
         fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
         state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
-        self.reason = "no GPU with enough free core and memory"
         if shape.memory_bytes is not None:
             largest = int(ledger.mem_cap[ledger.active].max(initial=0))
             if shape.memory_bytes > largest:
-                self.reason = (
+                state.reasons[self.name] = (
                     f"memory_bytes={format_bytes(shape.memory_bytes)} exceeds the largest GPU ({format_bytes(largest)})"
                 )
         return candidates & fit.any(axis=1)
@@ -88,5 +87,5 @@ class GpuFit:
         passed = candidates.copy()
         for slot in np.flatnonzero(candidates):
             passed[slot] = plan_composite(pod, ledger, state, int(slot)) is not None
-        self.reason = "the pod's containers do not all fit the node's GPUs"
+        state.reasons[self.name] = "the pod's containers do not all fit the node's GPUs"
         return passed

@@ -50,10 +50,12 @@ class CycleState:
     core_need: I64 | None = None
     mem_need: I64 | None = None
     data: dict[str, object] = attrs.Factory(dict)
+    reasons: dict[str, str] = attrs.Factory(dict)
 
 
 class FilterPlugin(Protocol):
-    """Removes nodes that cannot run the pod. ``reason`` is reported for each node it removes."""
+    """Removes nodes that cannot run the pod. ``reason`` is reported for each node it removes, unless the plugin
+    puts a more specific one in ``state.reasons[name]``."""
 
     name: str
     reason: str
@@ -168,8 +170,9 @@ class Scheduler:
                 break
             passed = plugin.filter(pod, ledger, state, mask)
             removed = int(mask.sum() - passed.sum())
+            reason = state.reasons.pop(plugin.name, plugin.reason)
             if removed:
-                rejected.append((plugin.reason, removed))
+                rejected.append((reason, removed))
             mask = passed
         return np.flatnonzero(mask).astype(np.int64), rejected
 
@@ -180,7 +183,10 @@ class Scheduler:
             raw = weighted.plugin.score(pod, self.ledger, state, slots)
             if raw.shape != slots.shape or (len(raw) and (raw.min() < 0 or raw.max() > MAX_NODE_SCORE)):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} returned scores outside 0..100")
-            total += weighted.weight * weighted.plugin.normalize(pod, raw.astype(np.int64))
+            normalized = weighted.plugin.normalize(pod, raw.astype(np.int64))
+            if len(normalized) and (normalized.min() < 0 or normalized.max() > MAX_NODE_SCORE):
+                raise DomainError(f"score plugin {weighted.plugin.name!r} normalized scores outside 0..100")
+            total += weighted.weight * normalized
         return total
 
     def select(self, pod: PodRequest, state: CycleState, slots: I64) -> int:

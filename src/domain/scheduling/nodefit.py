@@ -149,10 +149,9 @@ class _CachedNodeFilter:
 
     def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
         """``candidates`` minus the nodes the pod may not run on (bool mask over ledger slots)."""
-        self.reason = type(self).reason  # the class default; a missing-constraints call overrides it
         constraints = self.constraints.get(pod.uid)
         if constraints is None:
-            self.reason = "the pod's node constraints are unknown to the scheduler"
+            state.reasons[self.name] = "the pod's node constraints are unknown to the scheduler"
             return np.zeros_like(candidates)
         key = self.key(constraints)
         if key is None:
@@ -320,7 +319,8 @@ class NodeGate:
         examples = [self._why[int(slot)] for slot in removed[:GATE_EXAMPLES]]
         if len(removed) > GATE_EXAMPLES:
             examples.append(f"and {len(removed) - GATE_EXAMPLES} more")
-        self.reason = f"node not taking GPU pods ({'; '.join(examples)})" if examples else NodeGate.reason
+        if examples:
+            state.reasons[self.name] = f"node not taking GPU pods ({'; '.join(examples)})"
         passed: BoolArray = candidates & ~gated
         return passed
 

@@ -164,14 +164,20 @@ class ChooserPlanner:
 
 def _place(
     container: ContainerRequest, core_free: I64, mem_free: I64, untouched: BoolArray, eligible: BoolArray,
-    mem_cap: I64,
+    mem_cap: I64, *, held: I64 | None = None,
 ) -> ContainerGrant | None:
-    """Place one container on one node's free vectors (mutated on success); None if it does not fit."""
+    """Place one container on one node's free vectors (mutated on success); None if it does not fit.
+
+    ``held`` (init containers): core the pod's app containers already hold per GPU; GPUs where the init grant
+    adds least to ``max(app, init)`` are preferred, then best-fit, then the lowest index.
+    """
     if container.kind is GpuKind.WHOLE:
         free = np.flatnonzero(eligible & untouched)
         if len(free) < container.gpus:
             return None
-        chosen = free[: container.gpus]
+        if held is not None:
+            free = free[np.argsort(-held[free], kind="stable")]
+        chosen = np.sort(free[: container.gpus])
         grants = tuple(GpuGrant(int(i), MILLI_PER_GPU, int(mem_cap[i])) for i in chosen)
         core_free[chosen] = 0
         mem_free[chosen] = 0
@@ -183,7 +189,8 @@ def _place(
     fit = np.flatnonzero(eligible & (core_free >= core_need) & (mem_free >= mem_need))
     if not len(fit):
         return None
-    index = int(fit[int(np.argmin(core_free[fit]))])
+    extra = np.zeros(len(fit), np.int64) if held is None else np.maximum(core_need[fit] - held[fit], 0)
+    index = int(fit[int(np.lexsort((fit, core_free[fit], extra))[0])])
     core_free[index] -= core_need[index]
     mem_free[index] -= mem_need[index]
     untouched[index] = False
@@ -205,8 +212,11 @@ def plan_composite(pod: PodRequest, ledger: ClusterLedger, state: CycleState, sl
         if placed is None:
             return None
         grants.append(placed)
+    held = base_core - core
     for container in (c for c in pod.gpu_containers if c.init):
-        placed = _place(container, base_core.copy(), base_mem.copy(), base_untouched.copy(), eligible, mem_cap)
+        placed = _place(
+            container, base_core.copy(), base_mem.copy(), base_untouched.copy(), eligible, mem_cap, held=held
+        )
         if placed is None:
             return None
         grants.append(placed)
