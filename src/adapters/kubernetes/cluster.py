@@ -1,0 +1,299 @@
+"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api and CoordinationV1Api.
+
+Protocol facts this relies on (k8s-protocols.md §3.3, §3.6, §4; checked by ``tests/contract`` against a real
+kube-apiserver 1.20):
+
+* **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
+  with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
+  carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409.
+* **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
+  strategic merge): null deletes a key, ``metadata.resourceVersion`` makes the patch conditional (409 when stale).
+* **watches** use ``kubernetes.watch.Watch`` with ``timeout_seconds`` (server side; the client then never
+  retries) and ``_request_timeout`` (client socket) a little longer. Too-old RVs come back as HTTP 410 or as an
+  ``ERROR`` event with code 410, which the client raises as ``ApiException(410)``: both become :class:`GoneError`.
+* **errors** — ``ApiException`` 404/409/410 become NotFound/Conflict/GoneError, any other HTTP status a
+  :class:`ClusterError` with that status, chained with ``raise … from``; socket errors pass through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import attrs
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from domain.kube.objects import (
+    ClusterEvent,
+    EventType,
+    LeaseRecord,
+    Listing,
+    NodeObject,
+    PodObject,
+    PodPhase,
+    WatchEvent,
+)
+
+from .translate import (
+    cluster_error,
+    event_to_v1,
+    lease_from_v1,
+    lease_to_v1,
+    metadata_patch,
+    node_from_v1,
+    node_to_v1,
+    pod_from_v1,
+    pod_to_v1,
+)
+
+DEFAULT_POD_IMAGE = "registry.k8s.io/pause:3.9"
+"""Image of every container in pods made by :meth:`KubernetesCluster.create_pod` (the domain has no images)."""
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+"""Client socket timeout (s) of non-watch calls."""
+
+WATCH_SOCKET_SLACK = 5.0
+"""Seconds the client socket timeout of a watch exceeds its server-side ``timeoutSeconds``."""
+
+MERGE_PATCH = "application/merge-patch+json"
+
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def _api_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as exc:
+        raise cluster_error(exc, what) from exc
+
+
+def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
+    """An ``ApiClient`` from the kubeconfig at ``path`` (``context`` or its current one), or from the pod's
+    in-cluster service account when ``path`` is None. Raises ``kubernetes.config.ConfigException``."""
+    configuration = client.Configuration()
+    if path is None:
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+class KubernetesCluster:
+    """:class:`~ports.cluster.ClusterApi` over a configured ``kubernetes.client.ApiClient`` (module docstring).
+
+    ``pod_image`` — image used by :meth:`create_pod`; ``component`` — ``source.component`` of Events;
+    ``request_timeout`` — client socket timeout (s) of non-watch calls. The caller owns and closes ``api_client``.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        pod_image: str = DEFAULT_POD_IMAGE,
+        component: str = "lj-runtimekit",
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
+        self._pod_image = pod_image
+        self._component = component
+        self._timeout = request_timeout
+
+    # ------------------------------------------------------------------ nodes
+    def list_nodes(self) -> Listing[NodeObject]:
+        """All nodes and the list's resourceVersion. Raises ClusterError."""
+        with _api_errors("list nodes"):
+            nodes = self._core.list_node(_request_timeout=self._timeout)
+        return Listing(tuple(node_from_v1(n) for n in nodes.items), _list_rv(nodes.metadata))
+
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[NodeObject]]:
+        """Node changes after ``resource_version`` for about ``timeout_seconds`` (s, rounded up to whole seconds
+        as the API takes them). The iterator raises GoneError (410) and ClusterError."""
+        return self._watch(self._core.list_node, node_from_v1, resource_version, timeout_seconds, "watch nodes")
+
+    def get_node(self, name: str) -> NodeObject:
+        """One node. Raises NotFoundError."""
+        with _api_errors(f"get node {name[:100]}"):
+            return node_from_v1(self._core.read_node(name, _request_timeout=self._timeout))
+
+    def create_node(self, node: NodeObject) -> NodeObject:
+        """Create a node with its allocatable in ``status``. Raises ConflictError if it exists.
+
+        The server's ``TaintNodesByCondition`` admission adds ``node.kubernetes.io/not-ready:NoSchedule``
+        until a kubelet reports Ready; it is in the returned object."""
+        with _api_errors(f"create node {node.name[:100]}"):
+            return node_from_v1(self._core.create_node(node_to_v1(node), _request_timeout=self._timeout))
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node. Raises NotFoundError."""
+        with _api_errors(f"delete node {name[:100]}"):
+            self._core.delete_node(name, _request_timeout=self._timeout)
+
+    def patch_node_metadata(
+        self,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> NodeObject:
+        """Merge-patch labels/annotations (None deletes). Raises NotFoundError, ConflictError (stale RV)."""
+        body = metadata_patch(labels=labels, annotations=annotations, resource_version=resource_version)
+        with _api_errors(f"patch node {name[:100]}"):
+            node = self._core.patch_node(name, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+        return node_from_v1(node)
+
+    # ------------------------------------------------------------------ pods
+    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
+        """Pods of all namespaces matching ``field_selector``. Raises ClusterError (400 for a bad selector)."""
+        with _api_errors("list pods"):
+            pods = self._core.list_pod_for_all_namespaces(
+                field_selector=field_selector or None, _request_timeout=self._timeout
+            )
+        return Listing(tuple(pod_from_v1(p) for p in pods.items), _list_rv(pods.metadata))
+
+    def watch_pods(
+        self, *, resource_version: str, timeout_seconds: float, field_selector: str = ""
+    ) -> Iterator[WatchEvent[PodObject]]:
+        """Pod changes after ``resource_version`` seen through ``field_selector``, for about ``timeout_seconds``
+        (s, rounded up). The iterator raises GoneError (410) and ClusterError."""
+        return self._watch(
+            self._core.list_pod_for_all_namespaces,
+            pod_from_v1,
+            resource_version,
+            timeout_seconds,
+            "watch pods",
+            field_selector=field_selector or None,
+        )
+
+    def get_pod(self, namespace: str, name: str) -> PodObject:
+        """One pod. Raises NotFoundError."""
+        with _api_errors(f"get pod {namespace[:64]}/{name[:100]}"):
+            return pod_from_v1(self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout))
+
+    def create_pod(self, pod: PodObject) -> PodObject:
+        """Create a pod (containers run ``pod_image``); the server assigns uid and RV and sets phase Pending.
+        Raises ConflictError if it exists, NotFoundError if the namespace does not, ClusterError (422) if invalid."""
+        with _api_errors(f"create pod {pod.namespace[:64]}/{pod.name[:100]}"):
+            created = self._core.create_namespaced_pod(
+                pod.namespace, pod_to_v1(pod, image=self._pod_image), _request_timeout=self._timeout
+            )
+        return pod_from_v1(created)
+
+    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
+        """Delete a pod; ``grace_period_seconds`` (s) None = the pod's own (30 s by default); the server deletes
+        unbound or finished pods at once and marks the others terminating. Raises NotFoundError."""
+        with _api_errors(f"delete pod {namespace[:64]}/{name[:100]}"):
+            self._core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace_period_seconds, _request_timeout=self._timeout
+            )
+
+    def set_pod_phase(self, namespace: str, name: str, phase: PodPhase) -> PodObject:
+        """Merge-patch ``status.phase`` through the status subresource. Raises NotFoundError."""
+        body = {"status": {"phase": phase.value}}
+        with _api_errors(f"set phase of pod {namespace[:64]}/{name[:100]}"):
+            pod = self._core.patch_namespaced_pod_status(
+                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
+            )
+        return pod_from_v1(pod)
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, changes: Mapping[str, str | None], *, resource_version: str | None = None
+    ) -> PodObject:
+        """Merge-patch annotations (None deletes). Raises NotFoundError, ConflictError (stale RV)."""
+        body = metadata_patch(annotations=changes, resource_version=resource_version)
+        with _api_errors(f"patch pod {namespace[:64]}/{name[:100]}"):
+            pod = self._core.patch_namespaced_pod(
+                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
+            )
+        return pod_from_v1(pod)
+
+    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """POST pods/binding (``_preload_content=False``, see module docstring). Raises ConflictError (already
+        bound or terminating; UID mismatch on servers newer than 1.20), NotFoundError."""
+        body = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        with _api_errors(f"bind pod {namespace[:64]}/{name[:100]} to {node[:100]}"):
+            response: Any = self._core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=self._timeout
+            )
+        try:
+            response.read()
+        finally:
+            response.release_conn()
+
+    # ------------------------------------------------------------------ events and leases
+    def create_event(self, event: ClusterEvent) -> None:
+        """Create a core/v1 Event in ``event.namespace``. Raises ClusterError (best effort: the caller logs)."""
+        body = event_to_v1(event, component=self._component, now=time.time())
+        with _api_errors(f"create event {event.reason[:64]} for {event.kind}/{event.name[:100]}"):
+            self._core.create_namespaced_event(event.namespace, body, _request_timeout=self._timeout)
+
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord:
+        """A Lease. Raises NotFoundError."""
+        with _api_errors(f"get lease {namespace[:64]}/{name[:100]}"):
+            lease = self._coordination.read_namespaced_lease(name, namespace, _request_timeout=self._timeout)
+        return lease_from_v1(lease)
+
+    def create_lease(self, lease: LeaseRecord) -> LeaseRecord:
+        """Create a Lease. Raises ConflictError if it exists."""
+        body = lease_to_v1(attrs.evolve(lease, resource_version=""))  # a create must carry no RV
+        with _api_errors(f"create lease {lease.namespace[:64]}/{lease.name[:100]}"):
+            created = self._coordination.create_namespaced_lease(lease.namespace, body, _request_timeout=self._timeout)
+        return lease_from_v1(created)
+
+    def update_lease(self, lease: LeaseRecord) -> LeaseRecord:
+        """PUT a Lease. ``resource_version`` must be current: stale → ConflictError, empty → ClusterError 422. A
+        missing Lease is created (the server allows create-on-PUT for Leases)."""
+        with _api_errors(f"update lease {lease.namespace[:64]}/{lease.name[:100]}"):
+            replaced = self._coordination.replace_namespaced_lease(
+                lease.name, lease.namespace, lease_to_v1(lease), _request_timeout=self._timeout
+            )
+        return lease_from_v1(replaced)
+
+    # ------------------------------------------------------------------ watch
+    def _watch(
+        self,
+        list_fn: Callable[..., Any],
+        convert: Callable[[Any], _T],
+        resource_version: str,
+        timeout_seconds: float,
+        what: str,
+        **kwargs: Any,
+    ) -> Iterator[WatchEvent[_T]]:
+        server_timeout = max(1, math.ceil(timeout_seconds))
+        watcher = watch.Watch()
+        stream = watcher.stream(
+            list_fn,
+            resource_version=resource_version,
+            timeout_seconds=server_timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=server_timeout + WATCH_SOCKET_SLACK,
+            **kwargs,
+        )
+        try:
+            with _api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
+                for raw in stream:
+                    kind = EventType(raw["type"])
+                    if kind is EventType.BOOKMARK:
+                        metadata = raw["raw_object"].get("metadata", {})
+                        yield WatchEvent(kind, None, str(metadata.get("resourceVersion", "")))
+                        continue
+                    obj = raw["object"]
+                    yield WatchEvent(kind, convert(obj), obj.metadata.resource_version or "")
+        finally:
+            watcher.stop()
+            stream.close()
+
+
+def _list_rv(metadata: client.V1ListMeta | None) -> str:
+    return (metadata.resource_version or "") if metadata is not None else ""

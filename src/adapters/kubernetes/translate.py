@@ -1,0 +1,331 @@
+"""Translation between the official client's V1 models (``kubernetes`` 37.x, pydantic) and the domain value types.
+
+Private to this adapter (house rule 6). Quantities stay strings as the API writes them; times become epoch seconds
+(float). ``metav1.MicroTime`` (Lease acquire/renew times) is parsed by kube-apiserver with the strict layout
+``2006-01-02T15:04:05.000000Z07:00`` (apimachinery ``micro_time.go``), while ``datetime.isoformat()`` drops the
+fraction when it is zero, so Lease times are sent as :class:`MicroTime`, which always writes six digits.
+Source of the field names: core/v1 and coordination.k8s.io/v1 API reference; k8s-protocols.md §3.6, §4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from domain.kube.objects import (
+    ClusterEvent,
+    ContainerSpec,
+    LeaseRecord,
+    NodeObject,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodObject,
+    PodPhase,
+    Taint,
+    TaintEffect,
+    Toleration,
+)
+from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError
+
+MAX_ERROR_DETAIL = 300
+"""Characters of a server message kept in an error (server messages can echo whole objects)."""
+
+_CLUSTER_SCOPED_KINDS = frozenset({"Node", "Namespace", "PersistentVolume", "StorageClass"})
+_ERRORS: dict[int, type[ClusterError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
+
+
+class MicroTime(dt.datetime):
+    """A datetime that serialises with exactly six fractional digits (``metav1.MicroTime``'s wire format)."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "microseconds") -> str:
+        """RFC 3339 with microseconds whatever ``timespec`` asks for (the client passes none)."""
+        return super().isoformat(sep, "microseconds")
+
+
+def to_epoch(value: dt.datetime | None) -> float | None:
+    """Epoch seconds of an API time (naive values are taken as UTC), or None."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.timestamp()
+
+
+def to_microtime(epoch: float | None) -> MicroTime | None:
+    """A :class:`MicroTime` in UTC for epoch seconds, or None."""
+    return None if epoch is None else MicroTime.fromtimestamp(epoch, tz=dt.UTC)
+
+
+def cluster_error(exc: ApiException, what: str) -> ClusterError:
+    """The port error for an :class:`ApiException`: 404/409/410 → NotFound/Conflict/Gone, anything else a
+    :class:`ClusterError` carrying the HTTP status. The server's message is truncated to
+    :data:`MAX_ERROR_DETAIL` characters."""
+    status = int(exc.status or 0)
+    detail = str(exc.reason or "")
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+            detail = str(body.get("message", detail)) if isinstance(body, dict) else detail
+        except ValueError:
+            detail = str(exc.body)
+    error = _ERRORS.get(status, ClusterError)(f"{what}: HTTP {status}: {detail[:MAX_ERROR_DETAIL]}")
+    error.status = status
+    return error
+
+
+# ---------------------------------------------------------------------------------------------- nodes
+def taint_from_v1(taint: client.V1Taint) -> Taint:
+    """Domain taint of a ``V1Taint``. Raises ValueError for an unknown effect."""
+    return Taint(key=taint.key, effect=TaintEffect(taint.effect), value=taint.value or "")
+
+
+def node_from_v1(node: client.V1Node) -> NodeObject:
+    """Domain node of a ``V1Node`` (allocatable from ``status.allocatable``)."""
+    meta = node.metadata or client.V1ObjectMeta()
+    spec = node.spec or client.V1NodeSpec()
+    status = node.status or client.V1NodeStatus()
+    return NodeObject(
+        name=meta.name or "",
+        uid=meta.uid or "",
+        resource_version=meta.resource_version or "",
+        labels=dict(meta.labels or {}),
+        annotations=dict(meta.annotations or {}),
+        allocatable=dict(status.allocatable or {}),
+        taints=tuple(taint_from_v1(t) for t in spec.taints or ()),
+        unschedulable=bool(spec.unschedulable),
+    )
+
+
+def node_to_v1(node: NodeObject) -> client.V1Node:
+    """A ``V1Node`` to create: metadata, taints, unschedulable, and ``allocatable`` as allocatable and capacity."""
+    return client.V1Node(
+        api_version="v1",
+        kind="Node",
+        metadata=client.V1ObjectMeta(
+            name=node.name, labels=dict(node.labels) or None, annotations=dict(node.annotations) or None
+        ),
+        spec=client.V1NodeSpec(
+            taints=[client.V1Taint(key=t.key, effect=t.effect.value, value=t.value or None) for t in node.taints]
+            or None,
+            unschedulable=node.unschedulable or None,
+        ),
+        status=client.V1NodeStatus(allocatable=dict(node.allocatable) or None, capacity=dict(node.allocatable) or None),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- pods
+def _toleration_from_v1(tol: client.V1Toleration) -> Toleration:
+    return Toleration(
+        key=tol.key or "",
+        operator=tol.operator or "Equal",
+        value=tol.value or "",
+        effect=TaintEffect(tol.effect) if tol.effect else None,
+    )
+
+
+def _toleration_to_v1(tol: Toleration) -> client.V1Toleration:
+    return client.V1Toleration(
+        key=tol.key or None,
+        operator=tol.operator or None,
+        value=tol.value or None,
+        effect=tol.effect.value if tol.effect is not None else None,
+    )
+
+
+def _requirements_from_v1(
+    reqs: Sequence[client.V1NodeSelectorRequirement] | None,
+) -> tuple[NodeSelectorRequirement, ...]:
+    return tuple(
+        NodeSelectorRequirement(key=r.key, operator=r.operator, values=tuple(r.values or ())) for r in reqs or ()
+    )
+
+
+def _requirements_to_v1(reqs: Sequence[NodeSelectorRequirement]) -> list[client.V1NodeSelectorRequirement] | None:
+    return [
+        client.V1NodeSelectorRequirement(key=r.key, operator=r.operator, values=list(r.values) or None) for r in reqs
+    ] or None
+
+
+def _required_terms_from_v1(affinity: client.V1Affinity | None) -> tuple[NodeSelectorTerm, ...]:
+    node_affinity = affinity.node_affinity if affinity is not None else None
+    required = node_affinity.required_during_scheduling_ignored_during_execution if node_affinity else None
+    if required is None:
+        return ()
+    return tuple(
+        NodeSelectorTerm(
+            match_expressions=_requirements_from_v1(term.match_expressions),
+            match_fields=_requirements_from_v1(term.match_fields),
+        )
+        for term in required.node_selector_terms
+    )
+
+
+def _affinity_to_v1(terms: Sequence[NodeSelectorTerm]) -> client.V1Affinity | None:
+    if not terms:
+        return None
+    selector = client.V1NodeSelector(
+        node_selector_terms=[
+            client.V1NodeSelectorTerm(
+                match_expressions=_requirements_to_v1(t.match_expressions),
+                match_fields=_requirements_to_v1(t.match_fields),
+            )
+            for t in terms
+        ]
+    )
+    return client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(required_during_scheduling_ignored_during_execution=selector)
+    )
+
+
+def _container_from_v1(container: client.V1Container, *, init: bool) -> ContainerSpec:
+    resources = container.resources or client.V1ResourceRequirements()
+    return ContainerSpec(
+        name=container.name,
+        requests=dict(resources.requests or {}),
+        limits=dict(resources.limits or {}),
+        init=init,
+    )
+
+
+def _container_to_v1(container: ContainerSpec, image: str) -> client.V1Container:
+    return client.V1Container(
+        name=container.name,
+        image=image,
+        resources=client.V1ResourceRequirements(
+            requests=dict(container.requests) or None, limits=dict(container.limits) or None
+        ),
+    )
+
+
+def _phase(text: str | None) -> PodPhase:
+    try:
+        return PodPhase(text or "Pending")
+    except ValueError:
+        return PodPhase.UNKNOWN
+
+
+def pod_from_v1(pod: client.V1Pod) -> PodObject:
+    """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers."""
+    meta = pod.metadata or client.V1ObjectMeta()
+    spec = pod.spec or client.V1PodSpec(containers=[])
+    status = pod.status or client.V1PodStatus()
+    containers = tuple(_container_from_v1(c, init=True) for c in spec.init_containers or ()) + tuple(
+        _container_from_v1(c, init=False) for c in spec.containers
+    )
+    return PodObject(
+        uid=meta.uid or "",
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        containers=containers,
+        node_name=spec.node_name or "",
+        scheduler_name=spec.scheduler_name or "default-scheduler",
+        phase=_phase(status.phase),
+        resource_version=meta.resource_version or "",
+        deletion_timestamp=to_epoch(meta.deletion_timestamp),
+        annotations=dict(meta.annotations or {}),
+        labels=dict(meta.labels or {}),
+        node_selector=dict(spec.node_selector or {}),
+        tolerations=tuple(_toleration_from_v1(t) for t in spec.tolerations or ()),
+        required_node_affinity=_required_terms_from_v1(spec.affinity),
+    )
+
+
+def pod_to_v1(pod: PodObject, *, image: str) -> client.V1Pod:
+    """A ``V1Pod`` to create; every container runs ``image`` (the domain has no images: tests, local cluster)."""
+    return client.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=client.V1ObjectMeta(
+            name=pod.name,
+            namespace=pod.namespace,
+            labels=dict(pod.labels) or None,
+            annotations=dict(pod.annotations) or None,
+        ),
+        spec=client.V1PodSpec(
+            containers=[_container_to_v1(c, image) for c in pod.containers if not c.init],
+            init_containers=[_container_to_v1(c, image) for c in pod.containers if c.init] or None,
+            node_name=pod.node_name or None,
+            scheduler_name=pod.scheduler_name or None,
+            node_selector=dict(pod.node_selector) or None,
+            tolerations=[_toleration_to_v1(t) for t in pod.tolerations] or None,
+            affinity=_affinity_to_v1(pod.required_node_affinity),
+        ),
+    )
+
+
+def metadata_patch(
+    *,
+    labels: Mapping[str, str | None] | None = None,
+    annotations: Mapping[str, str | None] | None = None,
+    resource_version: str | None = None,
+) -> dict[str, object]:
+    """A JSON merge patch (RFC 7386) body for metadata: null deletes a key; ``resourceVersion`` makes it
+    conditional (409 when stale)."""
+    meta: dict[str, object] = {}
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {"metadata": meta}
+
+
+# ---------------------------------------------------------------------------------------------- leases, events
+def lease_from_v1(lease: client.V1Lease) -> LeaseRecord:
+    """Domain lease of a ``V1Lease`` (absent numbers read as 0, absent times as None)."""
+    meta = lease.metadata or client.V1ObjectMeta()
+    spec = lease.spec or client.V1LeaseSpec()
+    return LeaseRecord(
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        holder=spec.holder_identity or "",
+        lease_duration_seconds=spec.lease_duration_seconds or 0,
+        acquire_time=to_epoch(spec.acquire_time),
+        renew_time=to_epoch(spec.renew_time),
+        transitions=spec.lease_transitions or 0,
+        resource_version=meta.resource_version or "",
+    )
+
+
+def lease_to_v1(lease: LeaseRecord) -> client.V1Lease:
+    """A ``V1Lease`` carrying ``resource_version`` when set (a replace is then conditional)."""
+    return client.V1Lease(
+        api_version="coordination.k8s.io/v1",
+        kind="Lease",
+        metadata=client.V1ObjectMeta(
+            name=lease.name, namespace=lease.namespace, resource_version=lease.resource_version or None
+        ),
+        spec=client.V1LeaseSpec(
+            holder_identity=lease.holder or None,
+            lease_duration_seconds=lease.lease_duration_seconds,
+            acquire_time=to_microtime(lease.acquire_time),
+            renew_time=to_microtime(lease.renew_time),
+            lease_transitions=lease.transitions,
+        ),
+    )
+
+
+def event_to_v1(event: ClusterEvent, *, component: str, now: float) -> client.CoreV1Event:
+    """A core/v1 ``Event`` (generated name ``<object>.<suffix>``, count 1, first = last = ``now``)."""
+    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    namespaced = event.kind not in _CLUSTER_SCOPED_KINDS
+    return client.CoreV1Event(
+        api_version="v1",
+        kind="Event",
+        metadata=client.V1ObjectMeta(generate_name=f"{event.name}.", namespace=event.namespace),
+        involved_object=client.V1ObjectReference(
+            kind=event.kind, name=event.name, namespace=event.namespace if namespaced else None
+        ),
+        reason=event.reason,
+        message=event.message,
+        type=event.type,
+        count=1,
+        first_timestamp=stamp,
+        last_timestamp=stamp,
+        source=client.V1EventSource(component=component),
+    )
