@@ -1,0 +1,1 @@
+"""Pieces shared by several entrypoints (leader election, list+watch loops)."""

@@ -1,0 +1,115 @@
+"""The list+watch informer (entrypoints._shared.informer) on the in-memory cluster.
+
+Covers: initial list delivers every object; watch events update the cache in order; a 410 Gone (compaction)
+relists and delivers deletions for objects that vanished meanwhile (tombstones); the loop survives errors and
+stops when asked.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from adapters.memory.cluster import InMemoryCluster
+from domain.kube.objects import ContainerSpec, PodObject
+from entrypoints._shared.informer import Informer
+
+
+def pod(name: str) -> PodObject:
+    return PodObject(uid="", namespace="default", name=name, containers=(ContainerSpec("main"),))
+
+
+def pod_informer(cluster: InMemoryCluster, upserts: list[str], deletes: list[str]) -> Informer[PodObject]:
+    return Informer(
+        name="pods",
+        list_fn=cluster.list_pods,
+        watch_fn=lambda rv, timeout: cluster.watch_pods(resource_version=rv, timeout_seconds=timeout),
+        key=lambda p: p.key,
+        on_upsert=lambda p: upserts.append(p.name),
+        on_delete=lambda p: deletes.append(p.name),
+        watch_timeout=0.2,
+    )
+
+
+def wait_for(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_list_then_watch_keeps_the_cache_in_step() -> None:
+    cluster = InMemoryCluster()
+    cluster.create_pod(pod("a"))
+    upserts: list[str] = []
+    deletes: list[str] = []
+    informer = pod_informer(cluster, upserts, deletes)
+    stop = threading.Event()
+    thread = threading.Thread(target=informer.run, args=(stop,))
+    thread.start()
+    try:
+        assert informer.synced.wait(5)
+        assert upserts == ["a"]
+        cluster.create_pod(pod("b"))
+        cluster.delete_pod("default", "a", grace_period_seconds=0)
+        assert wait_for(lambda: deletes == ["a"])
+        assert sorted(informer.cache) == ["default/b"]
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_gone_relists_and_reports_vanished_objects_as_deleted() -> None:
+    cluster = InMemoryCluster()
+    cluster.create_pod(pod("a"))
+    cluster.create_pod(pod("b"))
+    upserts: list[str] = []
+    deletes: list[str] = []
+    informer = pod_informer(cluster, upserts, deletes)
+    informer.relist()
+    cluster.delete_pod("default", "a", grace_period_seconds=0)
+    cluster.create_pod(pod("c"))
+    cluster.compact()
+    stop = threading.Event()
+    thread = threading.Thread(target=informer.run, args=(stop,))
+    thread.start()
+    try:
+        assert wait_for(lambda: informer.relists >= 2 and "default/c" in informer.cache)
+        assert deletes == ["a"]
+        assert sorted(informer.cache) == ["default/b", "default/c"]
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_the_loop_survives_a_failing_list_and_retries() -> None:
+    cluster = InMemoryCluster()
+    cluster.create_pod(pod("a"))
+    calls = {"n": 0}
+
+    def flaky_list():  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("connection refused")
+        return cluster.list_pods()
+
+    upserts: list[str] = []
+    informer = Informer(
+        name="pods", list_fn=flaky_list,
+        watch_fn=lambda rv, timeout: cluster.watch_pods(resource_version=rv, timeout_seconds=timeout),
+        key=lambda p: p.key, on_upsert=lambda p: upserts.append(p.name), on_delete=lambda p: None,
+        watch_timeout=0.2,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=informer.run, args=(stop,))
+    thread.start()
+    try:
+        assert informer.synced.wait(5)
+        assert upserts == ["a"]
+        assert calls["n"] == 2
+    finally:
+        stop.set()
+        thread.join(5)

@@ -1,0 +1,119 @@
+"""Leader election over a Lease (entrypoints._shared.leader), on the in-memory cluster.
+
+Covers: first candidate creates the Lease and leads; a second candidate stays standby while the holder renews;
+takeover only after the record stayed unchanged for lease_duration on the standby's own clock; a leader that
+cannot renew within renew_deadline steps down; release hands over at once; a lost write race (409) is not
+leadership; bad timings are rejected; run() calls the start/stop callbacks and releases on stop.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from adapters.memory.cluster import InMemoryCluster
+from domain.errors import InvalidRequestError
+from entrypoints._shared.leader import LeaderConfig, LeaderElector
+from ports.cluster import ConflictError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(cluster: InMemoryCluster, identity: str, clock: Clock) -> LeaderElector:
+    config = LeaderConfig("kube-system", "lj-runtimekit-scheduler", identity, 15, 10, 2)
+    return LeaderElector(cluster, config, clock=clock, wall_clock=clock)
+
+
+def test_first_candidate_leads_and_second_waits_while_holder_renews() -> None:
+    cluster, clock = InMemoryCluster(), Clock()
+    a, b = elector(cluster, "a", clock), elector(cluster, "b", clock)
+    assert a.step() is True
+    assert cluster.get_lease("kube-system", "lj-runtimekit-scheduler").holder == "a"
+    for _ in range(20):
+        clock.now += 2
+        assert a.step() is True
+        assert b.step() is False
+    assert cluster.get_lease("kube-system", "lj-runtimekit-scheduler").holder == "a"
+
+
+def test_standby_takes_over_after_lease_duration_without_renewal() -> None:
+    cluster, clock = InMemoryCluster(), Clock()
+    a, b = elector(cluster, "a", clock), elector(cluster, "b", clock)
+    a.step()
+    assert b.step() is False  # b observes the record now
+    clock.now += 14.9
+    assert b.step() is False
+    clock.now += 0.2
+    assert b.step() is True
+    lease = cluster.get_lease("kube-system", "lj-runtimekit-scheduler")
+    assert lease.holder == "b"
+    assert lease.transitions == 1
+    assert a.step() is False  # the old leader sees b's fresh record and does not fight back
+    assert a.is_leader is False
+
+
+def test_leader_steps_down_when_it_cannot_renew_within_the_deadline() -> None:
+    cluster, clock = InMemoryCluster(), Clock()
+    a = elector(cluster, "a", clock)
+    assert a.step()
+    clock.now += 10.5
+    assert a.is_leader is False
+
+
+def test_release_lets_a_standby_take_over_immediately() -> None:
+    cluster, clock = InMemoryCluster(), Clock()
+    a, b = elector(cluster, "a", clock), elector(cluster, "b", clock)
+    a.step()
+    b.step()
+    a.release()
+    assert cluster.get_lease("kube-system", "lj-runtimekit-scheduler").holder == ""
+    assert b.step() is True
+
+
+def test_a_lost_write_race_is_not_leadership() -> None:
+    cluster, clock = InMemoryCluster(), Clock()
+    a = elector(cluster, "a", clock)
+    a.step()
+
+    class Racing(InMemoryCluster):
+        def update_lease(self, lease):  # type: ignore[no-untyped-def]
+            raise ConflictError("stale resourceVersion")
+
+    racing = Racing()
+    racing.create_lease(cluster.get_lease("kube-system", "lj-runtimekit-scheduler"))
+    b = elector(racing, "b", clock)
+    b.step()
+    clock.now += 16
+    assert b.step() is False
+
+
+def test_bad_timings_are_rejected() -> None:
+    with pytest.raises(InvalidRequestError, match="leader.timings"):
+        LeaderConfig("ns", "l", "a", lease_duration=5, renew_deadline=10, retry_period=2)
+    with pytest.raises(InvalidRequestError, match="leader.identity"):
+        LeaderConfig("ns", "l", "")
+
+
+def test_run_calls_callbacks_and_releases_on_stop() -> None:
+    cluster = InMemoryCluster()
+    config = LeaderConfig("kube-system", "l", "a", lease_duration=3, renew_deadline=2, retry_period=0.05)
+    started, stopped, stop = threading.Event(), threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=LeaderElector(cluster, config).run,
+        args=(stop,),
+        kwargs={"on_started": started.set, "on_stopped": stopped.set},
+    )
+    thread.start()
+    assert started.wait(5)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert stopped.is_set()
+    assert cluster.get_lease("kube-system", "l").holder == ""
