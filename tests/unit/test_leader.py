@@ -95,9 +95,9 @@ def test_a_lost_write_race_is_not_leadership() -> None:
 
 
 def test_bad_timings_are_rejected() -> None:
-    with pytest.raises(InvalidRequestError, match="leader.timings"):
+    with pytest.raises(InvalidRequestError, match=r"leader\.timings"):
         LeaderConfig("ns", "l", "a", lease_duration=5, renew_deadline=10, retry_period=2)
-    with pytest.raises(InvalidRequestError, match="leader.identity"):
+    with pytest.raises(InvalidRequestError, match=r"leader\.identity"):
         LeaderConfig("ns", "l", "")
 
 
