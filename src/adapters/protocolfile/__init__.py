@@ -1,0 +1,83 @@
+"""Loads ``protocol.yaml`` (the protocol ConfigMap's content) into :class:`ProtocolConstants`.
+
+Keys are kebab-case (``memory-unit``, ``node-label``, ``resources.core``…); unknown keys are rejected, missing
+keys take the embedded defaults (the same values as ``deploy/protocol.yaml``). Parsing uses PyYAML's safe
+loader and a private cattrs converter with ``forbid_extra_keys`` (validation at the edge, cattrs "why").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import yaml
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from domain.errors import InvalidRequestError
+from domain.kube.protocol import AnnotationKeys, ProtocolConstants, ResourceNames
+
+__all__ = ["ProtocolFileError", "dump_protocol", "load_protocol", "parse_protocol"]
+
+
+class ProtocolFileError(ValueError):
+    """``protocol.yaml`` is unreadable or invalid; the message names the file and the key at fault."""
+
+
+def _converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    for cls in (ResourceNames, AnnotationKeys, ProtocolConstants):  # nested classes first
+        renames: dict[str, Any] = {f.name: override(rename=f.name.replace("_", "-")) for f in attrs.fields(cls)}
+        converter.register_structure_hook(
+            cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renames)
+        )
+        converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **renames))
+    return converter
+
+
+_CONVERTER = _converter()
+
+
+def _format(error: BaseException, _type: object) -> str:
+    if isinstance(error, InvalidRequestError):
+        return f"{error.field.replace('_', '-')}={error.value!r}: {error.reason}"
+    if isinstance(error, KeyError):
+        return "required key missing"
+    return f"invalid value ({error})"
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(error, format_exception=_format))
+    return _format(error, None)
+
+
+def parse_protocol(text: str, *, source: str = "protocol.yaml") -> ProtocolConstants:
+    """Parse YAML text (empty = all defaults). Raises :class:`ProtocolFileError` naming ``source`` and the key."""
+    try:
+        data: Any = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ProtocolFileError(f"{source}: not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ProtocolFileError(f"{source}: must be a mapping of keys, got {type(data).__name__}")
+    try:
+        return _CONVERTER.structure(data, ProtocolConstants)
+    except (cattrs.BaseValidationError, InvalidRequestError, TypeError, ValueError) as error:
+        raise ProtocolFileError(f"{source}: {_describe(error)}") from error
+
+
+def load_protocol(path: Path | None) -> ProtocolConstants:
+    """Read ``path`` (None = the embedded defaults). Raises :class:`ProtocolFileError`."""
+    if path is None:
+        return ProtocolConstants()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ProtocolFileError(f"{path}: cannot read: {error.strerror or error}") from error
+    return parse_protocol(text, source=str(path))
+
+
+def dump_protocol(protocol: ProtocolConstants) -> str:
+    """The YAML text of ``protocol`` (kebab-case keys, every key written)."""
+    return yaml.safe_dump(_CONVERTER.unstructure(protocol), sort_keys=False)
