@@ -71,6 +71,7 @@ class ClusterLedger:
         self._tags: list[str] = []
         self._tag_id: dict[str, int] = {}
         self._records: dict[str, PodAllocation] = {}
+        self._free_slots: list[int] = []
         self._by_node: dict[int, set[str]] = {}
         self.quarantine: dict[str, str] = {}
         self.topology = 0
@@ -154,9 +155,8 @@ class ClusterLedger:
         """
         slot = self._slot.get(node.name)
         if slot is None:
-            free = [i for i, n in enumerate(self._names) if n is None]
-            if free:
-                slot = free[0]
+            if self._free_slots:
+                slot = self._free_slots.pop()
                 self._names[slot] = node.name
             else:
                 slot = len(self._names)
@@ -197,6 +197,7 @@ class ClusterLedger:
         self.topology += 1
         del self._inventory[slot]
         self._names[slot] = None
+        self._free_slots.append(slot)
         self.quarantine.pop(name, None)
         for array in (self.core_cap, self.core_used, self.mem_cap, self.mem_used, self.tag_counts):
             array[slot] = 0

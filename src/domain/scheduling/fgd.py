@@ -67,14 +67,21 @@ class FgdScore:
         assert state.core_need is not None
         need = state.core_need[slots]
         width = free.shape[1]
-        eye = np.eye(width, dtype=np.int64)
-        options = free[:, None, :] - eye[None, :, :] * need[:, :, None]  # (M, option, G)
-        options = np.maximum(options, 0)
-        f_after = model.frag_vectors(
-            np.repeat(cpu_left, width), options.reshape(-1, width), np.repeat(models, width, axis=0)
-        ).reshape(count, width, -1)
-        scores = sigmoid_score(model.weighted(f_now[:, None, :] - f_after))
-        scores = np.where(fit, scores, -1)
+        # A GPU whose (free, model, need) equals an earlier fitting GPU's yields the same node multiset, hence
+        # the same score; the earlier index wins ties anyway, so only first occurrences are evaluated.
+        same = (
+            (free[:, :, None] == free[:, None, :])
+            & (models[:, :, None] == models[:, None, :])
+            & (need[:, :, None] == need[:, None, :])
+            & fit[:, None, :]
+        )
+        twin = np.tril(same, k=-1).any(axis=2)
+        rows, options = np.nonzero(fit & ~twin)
+        after = free[rows].copy()
+        after[np.arange(len(rows)), options] = np.maximum(after[np.arange(len(rows)), options] - need[rows, options], 0)
+        f_after = model.frag_vectors(cpu_left[rows], after, models[rows])
+        scores = np.full((count, width), -1, np.int64)
+        scores[rows, options] = sigmoid_score(model.weighted(f_now[rows] - f_after))
         choice = np.argmax(scores, axis=1).astype(np.int64)
         return scores.max(axis=1), choice
 
