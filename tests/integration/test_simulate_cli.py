@@ -94,8 +94,9 @@ def test_tiny_trace_writes_summary_curves_and_table(
         ["tiny_pods", p, "1.3", str(s), "5"] for p in ("best-fit", "fgd") for s in (42, 43)
     ]
     lines = stdout.splitlines()
-    assert lines[0].split()[:2] == ["policy", "seed"]
-    for row, line in zip(rows, lines[1:5], strict=True):
+    assert lines[0].startswith("workload tiny_pods: alloc@X = milli-GPU allocated")
+    assert lines[1].split()[:2] == ["policy", "seed"]
+    for row, line in zip(rows, lines[2:6], strict=True):
         cells = line.split()
         assert cells[:2] == [row["policy"], str(row["seed"])]
         assert cells[2] == "-" if row["alloc_at_100"] is None else float(cells[2]) == row["alloc_at_100"]
@@ -303,3 +304,24 @@ def test_installed_script_runs_a_tiny_trace(trace: tuple[Path, Path], tmp_path: 
     assert done.stderr == ""  # stderr is not a terminal: no progress bar
     assert summary(out)[0]["policy"] == "best-fit"
     assert "best-fit" in done.stdout
+
+
+def test_output_dir_that_is_a_file_is_a_usage_error_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "taken"
+    blocker.write_text("x")
+    code = main(["--scale", "0.01", "--policy", "best-fit", "--output-dir", str(blocker), "--no-progress"])
+    assert code == 2
+    assert f"--output-dir {blocker}: exists and is not a folder" in capsys.readouterr().err
+
+
+def test_unwritable_plot_path_fails_before_the_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    out = tmp_path / "out"
+    code = main(["--scale", "0.01", "--policy", "best-fit", "--output-dir", str(out), "--no-progress",
+                 "--plot", str(blocker / "x.png")])
+    assert code == 2
+    assert f"--plot {blocker / 'x.png'}: cannot be written there" in capsys.readouterr().err
+    assert not (out / "summary.json").exists()

@@ -28,7 +28,6 @@ from typing import TypeVar
 
 from domain.errors import InvalidRequestError
 from domain.simulation.workload import TraceNode, TracePod
-from domain.units import MILLI_PER_GPU
 from ports.trace import TraceFileError, TraceFormatError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -102,16 +101,11 @@ def _node(row: _Row) -> TraceNode:
 
 
 def _pod(row: _Row) -> TracePod:
-    num_gpu = row.quantity("num_gpu")
-    gpu_milli = row.quantity("gpu_milli")
     spec = tuple(t.strip() for t in row.text("gpu_spec").split("|") if t.strip()) if "gpu_spec" in row.columns else ()
-    pod = TracePod(  # validates gpu_milli ≤ 1000 and whole GPUs for num_gpu > 1; _read positions its errors
+    return TracePod(  # validates gpu_milli against num_gpu (domain rules); _read positions its errors
         name=row.name("name"), cpu_milli=row.quantity("cpu_milli"), memory_mib=row.quantity("memory_mib"),
-        num_gpu=num_gpu, gpu_milli=gpu_milli, gpu_spec=spec,
+        num_gpu=row.quantity("num_gpu"), gpu_milli=row.quantity("gpu_milli"), gpu_spec=spec,
     )
-    if num_gpu > 1 and gpu_milli < MILLI_PER_GPU:  # the domain reads 0 as "no GPU"; in a trace file it is a typo
-        raise row.error("gpu_milli", f"{gpu_milli} with num_gpu={num_gpu}: a multi-GPU pod needs gpu_milli=1000")
-    return pod
 
 
 def _read(

@@ -51,8 +51,8 @@ class TraceNode:
 class TracePod:
     """One trace pod: ``name``, ``cpu_milli``, ``memory_mib``, ``num_gpu``, ``gpu_milli`` (per GPU), ``gpu_spec``.
 
-    Raises :class:`InvalidRequestError` when ``num_gpu > 1`` with ``gpu_milli < 1000`` (a share is of one GPU) or
-    ``gpu_milli`` is outside 0..1000.
+    Raises :class:`InvalidRequestError` when ``num_gpu > 1`` with ``gpu_milli < 1000`` (a share is of one GPU),
+    ``gpu_milli`` is outside 0..1000, or ``num_gpu`` and ``gpu_milli`` disagree on whether the pod uses a GPU.
     """
 
     name: str
@@ -65,6 +65,10 @@ class TracePod:
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.gpu_milli <= MILLI_PER_GPU:
             raise InvalidRequestError("gpu_milli", self.gpu_milli, "must be 0..1000")
+        if self.num_gpu == 0 and self.gpu_milli > 0:
+            raise InvalidRequestError("gpu_milli", self.gpu_milli, "a CPU-only pod (num_gpu=0) must have gpu_milli=0")
+        if self.num_gpu > 0 and self.gpu_milli == 0:
+            raise InvalidRequestError("gpu_milli", 0, f"num_gpu={self.num_gpu} needs gpu_milli ≥ 1")
         if self.num_gpu > 1 and 0 < self.gpu_milli < MILLI_PER_GPU:
             raise InvalidRequestError(
                 "gpu_milli", self.gpu_milli, f"num_gpu={self.num_gpu} needs gpu_milli=1000 (shares are of one GPU)"

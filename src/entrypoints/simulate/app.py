@@ -13,6 +13,7 @@ the cluster capacity, ``tune`` and the seed — not on the policy — so it is r
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -25,7 +26,7 @@ from domain.simulation.replay import ReplayConfig, ReplayResult, planned_arrival
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
 from domain.simulation.workload import TraceNode, TracePod
 from ports.progress import ProgressBar
-from ports.report import CurvePlotter, SimulationReport
+from ports.report import CurvePlotter, ReportError, SimulationReport
 from ports.trace import TraceReader
 
 SYNTHETIC_WORKLOAD = "synthetic"
@@ -112,8 +113,12 @@ class Simulation:
         configs = self.settings.configs()
         if self.settings.plot is not None:
             self.plotter.check_available()
+            _check_plot_target(self.settings.plot)
         workload = self.load()
-        self.report.prepare()
+        try:
+            self.report.prepare()
+        except ReportError as error:
+            raise SettingsError(f"--output-dir {error}") from error
         typical = typical_pods(workload.pods)
         results: list[ReplayResult] = []
         self.progress.start(self._arrivals_total(workload, configs), unit="pod")
@@ -125,9 +130,9 @@ class Simulation:
         finally:
             self.progress.finish()
         written = self.report.write(results, workload=workload.name)
+        self.stdout.write(format_table(results, workload=workload.name))
         if self.settings.plot is not None:
             written.append(self.plotter.plot(results, self.settings.plot, title=workload.name))
-        self.stdout.write(format_table(results))
         for path in written:
             self.stdout.write(f"wrote {path}\n")
         return results
@@ -158,9 +163,18 @@ def _number(value: float, digits: int) -> str:
     return f"{value:.{digits}f}" if math.isfinite(value) else "-"
 
 
-def format_table(results: Sequence[ReplayResult]) -> str:
+def _check_plot_target(path: Path) -> None:
+    """Fail before any replay when the ``--plot`` file cannot be written (its folder is a file, say)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if path.is_dir() or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise SettingsError(f"--plot {path}: cannot be written there ({existing} is not a writable folder)")
+
+
+def format_table(results: Sequence[ReplayResult], *, workload: str = "") -> str:
     """Fixed-width text table, one line per run: allocation % at x = 100 and 130, frag ratio % at x = 80
-    (the ``summary.json`` points, 2 decimals; ``-`` for a NaN point), arrivals, failed pods, wall seconds."""
+    (the ``summary.json`` points, 2 decimals; ``-`` when the run never reached that x), arrivals, failed pods,
+    wall seconds. A heading names the workload and the units."""
     rows = [list(TABLE_COLUMNS)]
     for r in results:
         h = r.headline()
@@ -173,4 +187,8 @@ def format_table(results: Sequence[ReplayResult]) -> str:
         "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
         for row in rows
     ]
-    return "\n".join(lines) + "\n"
+    heading = (
+        f"workload {workload}: " if workload else ""
+    ) + "alloc@X = milli-GPU allocated, % of cluster GPU capacity, when X % of it has arrived; frag@80 = % of idle GPU "
+    heading += "milli unusable by typical pods at X = 80\n"
+    return heading + "\n".join(lines) + "\n"
