@@ -264,13 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from domain.scheduling.tiebreak import TIE_BREAKS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--nodes", default=DEFAULT_NODES)
-    parser.add_argument("--pods", default=DEFAULT_PODS)
+    parser.add_argument("--nodes", default=DEFAULT_NODES, help="node list CSV (default: %(default)s)")
+    parser.add_argument("--pods", default=DEFAULT_PODS, help="pod list CSV (default: %(default)s)")
     parser.add_argument("--policies", default="published", help="published (default), all, or a,b,...")
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--tune", type=float, default=1.3)
-    parser.add_argument("--tie-break", default="fixed-order", choices=TIE_BREAKS)
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--seeds", default="42-51", help="seeds: N, N,M or A-B (default: %(default)s)")
+    parser.add_argument("--tune", type=float, default=1.3, help="arrived GPU target / capacity (default: %(default)s)")
+    parser.add_argument(
+        "--tie-break", default="fixed-order", choices=TIE_BREAKS, help="tie rule (default: fixed-order)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, one process each (default: 1)")
     args = parser.parse_args(argv)
     try:
         policies = parse_policies(args.policies, list(POLICIES))
