@@ -33,8 +33,15 @@ def _simulate(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _scheduler(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.scheduler.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
+    "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

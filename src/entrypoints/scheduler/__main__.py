@@ -1,0 +1,161 @@
+"""``ljrk scheduler`` (also ``python -m entrypoints.scheduler``): argument parsing, then the container.
+
+Command contract (issue 3 §3)::
+
+    ljrk scheduler --mode extender|standalone --listen HOST:PORT [--kubeconfig FILE] [--protocol FILE]
+                   [--policy NAME] [--lease-namespace NS] [--lease-name NAME] [--identity ID]
+
+``--kubeconfig`` absent = the pod's in-cluster service account. ``--identity`` defaults to ``<hostname>-<pid>``.
+Hidden development options: ``--in-memory`` (an empty in-memory cluster instead of an API server),
+``--resync-seconds``, ``--tick-seconds``, ``--assumed-ttl-seconds``, ``--watch-timeout-seconds``,
+``--lease-duration``, ``--renew-deadline``, ``--retry-period``, ``--tie-break``, ``--log-level``.
+
+Exit codes: 0 after SIGTERM/SIGINT (informers stopped, Lease released); 2 bad input — command-line syntax,
+unknown policy, bad ``--listen``, unreadable or invalid protocol file — reported as ONE line
+``ljrk scheduler: error: …`` on stderr before anything starts; 1 the cluster connection could not be
+configured or the listener could not be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from adapters.protocolfile import ProtocolFileError
+from domain.errors import DomainError
+from domain.scheduling.registry import POLICIES
+
+from .app import MODES, SchedulerSettings, SettingsError
+from .containers import SchedulerContainer
+from .policies import DEFAULT_POLICY
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8888`` for IPv6, ``:8888`` for all interfaces) → ``(host, port)``. Raises
+    :class:`argparse.ArgumentTypeError`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port 0..65535")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def default_identity() -> str:
+    """``<hostname>-<pid>``: unique per replica, stable for the process lifetime."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
+    """The ``scheduler`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="GPU-sharing scheduler: a kube-scheduler extender (filter, prioritize, "
+                     "bind) or a standalone loop for pods with schedulerName lj-runtimekit-scheduler.")
+    hidden = argparse.SUPPRESS
+    parser.add_argument("--mode", choices=MODES, required=True, help="extender (beside kube-scheduler) or standalone")
+    parser.add_argument("--listen", type=parse_listen, required=True, metavar="HOST:PORT",
+                        help="address of the extender verbs, /healthz, /readyz and /metrics")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
+    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: embedded defaults)")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
+                        help=f"default policy (default: {DEFAULT_POLICY}; known: {', '.join(POLICIES)})")
+    parser.add_argument("--lease-namespace", default="kube-system", help="namespace of the leader Lease")
+    parser.add_argument("--lease-name", default="lj-runtimekit-scheduler", help="name of the leader Lease")
+    parser.add_argument("--identity", default=None, help="this replica's Lease identity (default: hostname-pid)")
+    parser.add_argument("--in-memory", action="store_true", help=hidden)
+    for name, default in (("resync-seconds", 300.0), ("tick-seconds", 5.0), ("assumed-ttl-seconds", 60.0),
+                          ("watch-timeout-seconds", 30.0), ("lease-duration", 15.0), ("renew-deadline", 10.0),
+                          ("retry-period", 2.0)):
+        parser.add_argument(f"--{name}", type=float, default=default, help=hidden)
+    parser.add_argument("--tie-break", default="fixed-order", help=hidden)
+    parser.add_argument("--log-level", default="INFO", help=hidden)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
+    """Validated settings. Raises :class:`SettingsError` or :class:`DomainError` (unknown policy)."""
+    host, port = args.listen
+    return SchedulerSettings(
+        mode=args.mode, host=host, port=port, kubeconfig=args.kubeconfig, protocol_file=args.protocol,
+        policy=args.policy, tie_break=args.tie_break, in_memory=args.in_memory,
+        lease_namespace=args.lease_namespace, lease_name=args.lease_name, identity=args.identity or default_identity(),
+        lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
+        resync_seconds=args.resync_seconds, tick_seconds=args.tick_seconds,
+        assumed_ttl_seconds=args.assumed_ttl_seconds, watch_timeout_seconds=args.watch_timeout_seconds,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk scheduler", stop: threading.Event | None = None
+         ) -> int:
+    """Run the scheduler until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
+    (module docstring). ``--help`` prints help and returns 0."""
+
+    def fail(message: object, code: int = EXIT_USAGE) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        settings = settings_from_args(build_parser(prog).parse_args(argv))
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError, DomainError) as error:
+        return fail(error)
+    container = SchedulerContainer(settings=settings)
+    try:
+        container.protocol()
+    except ProtocolFileError as error:
+        return fail(error)
+    try:
+        container.init_resources()
+        app = container.app()
+    except Exception as error:  # kubeconfig/in-cluster config errors, address in use, …
+        container.shutdown_resources()
+        return fail(f"cannot start: {error}", EXIT_FAILED)
+    stop = stop or threading.Event()
+    previous = _install_signals(stop)
+    try:
+        app.run(stop)
+    finally:
+        _restore_signals(previous)
+        container.shutdown_resources()
+    return EXIT_OK
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _install_signals(stop: threading.Event) -> dict[int, object]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    return {int(s): signal.signal(s, handler) for s in _SIGNALS}
+
+
+def _restore_signals(previous: dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]  # getsignal's union round-trips
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The ``scheduler`` use case: settings, and the threads that keep one replica running.
+
+:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service), the HTTP
+listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender mode), the leader elector
+(on gaining leadership the ledger is rebuilt from a full listing, on a thread of its own so the Lease keeps being
+renewed, before the replica schedules: ``SchedulerService.serving``), the
+maintenance thread (inventory staleness and reservation expiry every ``tick_seconds``, full resync every
+``resync_seconds``) and, in standalone mode, the scheduling loop. :meth:`SchedulerApp.stop` reverses it: the
+Lease is released first so a standby takes over at once, then the loop, the listener and the informers stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from domain.kube.objects import NodeObject, PodObject
+from domain.scheduling.registry import get_policy
+from domain.scheduling.tiebreak import TIE_BREAKS
+from entrypoints._shared.informer import Informer
+from entrypoints._shared.leader import LeaderElector
+from entrypoints._shared.logs import fields
+from ports.cluster import ClusterApi
+
+from .extender import Extender
+from .httpserver import HttpEndpoint
+from .policies import DEFAULT_POLICY
+from .service import SchedulerService
+from .standalone import StandaloneLoop
+
+log = logging.getLogger(__name__)
+
+MODES = ("extender", "standalone")
+JOIN_SECONDS = 2.0
+"""How long :meth:`SchedulerApp.stop` waits for its threads in all (an informer may sit in a watch until the
+watch times out; the threads are daemons, so the process can exit without them)."""
+
+
+class SettingsError(ValueError):
+    """A scheduler setting is invalid; the message names the setting and the fix."""
+
+
+def _positive(field: str, value: float) -> None:
+    if not value > 0:
+        raise SettingsError(f"{field}={value!r}: must be > 0")
+
+
+@attrs.frozen
+class SchedulerSettings:
+    """Validated settings of ``ljrk scheduler``.
+
+    ``mode``: ``extender`` or ``standalone``; ``host``/``port``: the listener (port 0 = any free port);
+    ``kubeconfig``: file, or None for the in-cluster service account; ``protocol_file``: ``protocol.yaml``, or
+    None for the embedded defaults; ``policy``: default policy name; ``tie_break``: tie rule name;
+    ``in_memory``: use an empty in-memory cluster (development); ``lease_namespace``/``lease_name``/
+    ``identity``: leader election; ``lease_duration``/``renew_deadline``/``retry_period`` (s);
+    ``resync_seconds``, ``tick_seconds``, ``assumed_ttl_seconds``, ``watch_timeout_seconds`` (s);
+    ``log_level``: a logging level name.
+
+    Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
+    """
+
+    mode: str = "extender"
+    host: str = "0.0.0.0"
+    port: int = 8888
+    kubeconfig: Path | None = None
+    protocol_file: Path | None = None
+    policy: str = DEFAULT_POLICY
+    tie_break: str = "fixed-order"
+    in_memory: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "lj-runtimekit-scheduler"
+    identity: str = "lj-runtimekit-scheduler"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resync_seconds: float = 300.0
+    tick_seconds: float = 5.0
+    assumed_ttl_seconds: float = 60.0
+    watch_timeout_seconds: float = 30.0
+    log_level: str = "INFO"
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SettingsError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
+        if not 0 <= self.port <= 65535:
+            raise SettingsError(f"port={self.port}: must be 0..65535")
+        get_policy(self.policy)
+        if self.tie_break not in TIE_BREAKS:
+            raise SettingsError(f"tie_break={self.tie_break!r}: must be one of {', '.join(TIE_BREAKS)}")
+        for field in ("resync_seconds", "tick_seconds", "assumed_ttl_seconds", "watch_timeout_seconds"):
+            _positive(field, getattr(self, field))
+        if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
+            raise SettingsError("leader timings: need lease_duration > renew_deadline > retry_period > 0")
+        if not self.identity:
+            raise SettingsError("identity: must not be empty")
+        if logging.getLevelName(self.log_level.upper()) not in (10, 20, 30, 40, 50):
+            raise SettingsError(f"log_level={self.log_level!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+
+
+class SchedulerApp:
+    """One scheduler replica's threads (module docstring). ``elector`` None = always leader (tests, dev)."""
+
+    def __init__(
+        self,
+        *,
+        settings: SchedulerSettings,
+        cluster: ClusterApi,
+        service: SchedulerService,
+        elector: LeaderElector | None,
+        metrics_text: Callable[[], bytes],
+    ) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.service = service
+        self.elector = elector
+        self.loop = StandaloneLoop(service) if settings.mode == "standalone" else None
+        self.extender = Extender(service) if settings.mode == "extender" else None
+        timeout = settings.watch_timeout_seconds
+        self.nodes: Informer[NodeObject] = Informer(
+            name="nodes", list_fn=cluster.list_nodes,
+            watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
+            key=lambda n: n.name, on_upsert=service.on_node, on_delete=service.on_node_deleted,
+            watch_timeout=timeout)
+        self.pods: Informer[PodObject] = Informer(
+            name="pods", list_fn=cluster.list_pods,
+            watch_fn=lambda rv, t: cluster.watch_pods(resource_version=rv, timeout_seconds=t),
+            key=lambda p: p.key, on_upsert=service.on_pod, on_delete=service.on_pod_deleted,
+            watch_timeout=timeout)
+        verbs = {} if self.extender is None else {
+            "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
+        self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
+                                 metrics=metrics_text, verbs=verbs)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._rebuilds: list[threading.Thread] = []
+
+    @property
+    def synced(self) -> bool:
+        """True once both informers have listed."""
+        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+
+    def health(self) -> tuple[bool, str]:
+        """Liveness: every started thread still runs."""
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead and not self._stop.is_set():
+            return False, f"threads stopped: {', '.join(dead)}"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: informers synced and, in extender mode, leading (only the leader answers verbs)."""
+        if not self.synced:
+            return False, "informers not synced"
+        if self.settings.mode == "extender" and not self.service.serving:
+            return False, "standby (not the leader, or rebuilding the ledger)"
+        return True, "ok"
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def start(self) -> None:
+        """Start every thread (module docstring); returns at once."""
+        stop = self._stop
+        self._spawn("informer-nodes", lambda: self.nodes.run(stop))
+        self._spawn("informer-pods", lambda: self.pods.run(stop))
+        self.http.start()
+        if self.elector is not None:
+            elector = self.elector
+            self._spawn("leader-election", lambda: elector.run(
+                stop, on_started=self._on_started, on_stopped=self.service.stop_leading))
+        else:  # always leader: one rebuild once the informers have listed
+            self._on_started()
+        self._spawn("maintenance", self._maintain)
+        if self.loop is not None:
+            loop = self.loop
+            self._spawn("standalone-loop", lambda: loop.run(stop))
+        log.info("scheduler started", extra=fields(mode=self.settings.mode, policy=self.settings.policy,
+                                                   identity=self.settings.identity))
+
+    def _on_started(self) -> None:
+        """Leadership gained: rebuild on a thread of its own, so the elector keeps renewing the Lease meanwhile."""
+
+        def rebuild() -> None:
+            self.nodes.synced.wait(self.settings.watch_timeout_seconds)
+            self.pods.synced.wait(self.settings.watch_timeout_seconds)
+            if not self._stop.is_set():
+                self.service.start_leading()
+
+        thread = threading.Thread(target=rebuild, name="rebuild-on-leadership", daemon=True)
+        thread.start()
+        self._rebuilds = [t for t in self._rebuilds if t.is_alive()] + [thread]
+
+    def _maintain(self) -> None:
+        settings, since_resync = self.settings, 0.0
+        while not self._stop.wait(settings.tick_seconds):
+            try:
+                self.service.tick()
+                since_resync += settings.tick_seconds
+                if since_resync >= settings.resync_seconds and self.synced:
+                    since_resync = 0.0
+                    self.service.resync()
+            except Exception as error:  # the next round retries; the informers keep the books meanwhile
+                log.warning("maintenance failed", extra=fields(error=str(error)))
+
+    def stop(self, *, join_seconds: float = JOIN_SECONDS) -> None:
+        """Stop every thread: the elector first (it releases the Lease), then the listener, then wait up to
+        ``join_seconds`` in all for the rest (default :data:`JOIN_SECONDS`); idempotent."""
+        self._stop.set()
+        for thread in self._threads:
+            if thread.name == "leader-election":
+                thread.join(join_seconds)
+        self.http.stop()
+        deadline = time.monotonic() + join_seconds
+        for thread in [*self._threads, *self._rebuilds]:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        log.info("scheduler stopped")
+
+    def run(self, stop: threading.Event) -> None:
+        """Start, wait for ``stop``, stop."""
+        self.start()
+        try:
+            stop.wait()
+        finally:
+            self.stop()
+

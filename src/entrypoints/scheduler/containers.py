@@ -1,0 +1,90 @@
+"""Composition root of ``ljrk scheduler``: which adapter implements each port.
+
+Providers are annotated with their port type so mypy checks each adapter against its port (house rule 5).
+Settings enter as a validated object (a ``Dependency``). Resources with a shutdown — the JSON log handler and
+the Kubernetes API client — are ``Resource`` providers: ``init_resources()`` opens them,
+``shutdown_resources()`` closes them. ``--in-memory`` swaps the API server for an empty
+:class:`~adapters.memory.cluster.InMemoryCluster` (development only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+from dependency_injector import containers, providers
+
+from adapters.kubernetes import KubernetesCluster, from_kubeconfig
+from adapters.memory.cluster import InMemoryCluster
+from adapters.prometheus import PrometheusSchedulerMetrics
+from adapters.protocolfile import load_protocol
+from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.leader import LeaderConfig, LeaderElector
+from entrypoints._shared.logs import configure_logging
+from ports.cluster import ClusterApi
+from ports.metrics import SchedulerMetrics
+
+from .app import SchedulerApp, SchedulerSettings
+from .service import SchedulerService, ServiceConfig
+
+COMPONENT = "lj-runtimekit-scheduler"
+"""``source.component`` of the Events the scheduler writes."""
+
+
+def open_cluster(settings: SchedulerSettings) -> Iterator[ClusterApi]:
+    """The cluster port for ``settings``: in memory, or the API server from the kubeconfig (None = in-cluster
+    service account); the API client is closed on shutdown. Raises the client's configuration errors."""
+    if settings.in_memory:
+        yield InMemoryCluster()
+        return
+    api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
+    with contextlib.closing(api_client):
+        yield KubernetesCluster(api_client, component=COMPONENT)
+
+
+def leader_config(settings: SchedulerSettings) -> LeaderConfig:
+    """The Lease and timings of ``settings``."""
+    return LeaderConfig(settings.lease_namespace, settings.lease_name, settings.identity,
+                        settings.lease_duration, settings.renew_deadline, settings.retry_period)
+
+
+def service_config(settings: SchedulerSettings) -> ServiceConfig:
+    """The service tunables of ``settings``."""
+    return ServiceConfig(policy=settings.policy, tie_break=settings.tie_break,
+                         assumed_ttl_seconds=settings.assumed_ttl_seconds)
+
+
+def leader_flag(elector: LeaderElector) -> Callable[[], bool]:
+    """``elector.is_leader`` as a callable."""
+    return lambda: elector.is_leader
+
+
+def exposition(metrics: PrometheusSchedulerMetrics) -> Callable[[], bytes]:
+    """The metrics page renderer."""
+    return metrics.exposition
+
+
+def epoch_clock() -> Callable[[], float]:
+    """Wall-clock epoch seconds (inventory heartbeats are epoch times)."""
+    return time.time
+
+
+class SchedulerContainer(containers.DeclarativeContainer):
+    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, service, app."""
+
+    settings: providers.Dependency[SchedulerSettings] = providers.Dependency(instance_of=SchedulerSettings)
+    logging: providers.Provider[object] = providers.Resource(configure_logging, level=settings.provided.log_level)
+    protocol: providers.Provider[ProtocolConstants] = providers.Singleton(
+        load_protocol, settings.provided.protocol_file)
+    cluster: providers.Provider[ClusterApi] = providers.Resource(open_cluster, settings)
+    metrics: providers.Provider[SchedulerMetrics] = providers.Singleton(PrometheusSchedulerMetrics)
+    metrics_text: providers.Provider[Callable[[], bytes]] = providers.Callable(exposition, metrics)
+    elector: providers.Provider[LeaderElector] = providers.Singleton(
+        LeaderElector, cluster, providers.Callable(leader_config, settings))
+    service: providers.Provider[SchedulerService] = providers.Singleton(
+        SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
+        clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector))
+    app: providers.Provider[SchedulerApp] = providers.Singleton(
+        SchedulerApp, settings=settings, cluster=cluster, service=service, elector=elector,
+        metrics_text=metrics_text)

@@ -1,0 +1,203 @@
+"""The standalone scheduling loop: schedules pods whose ``spec.schedulerName`` is ours, without kube-scheduler.
+
+For clusters without extender configuration and for the local cluster. Queue rules (modelled on kube-scheduler's
+active and backoff queues, research/k8s-protocols.md §3.1):
+
+* the pod informer offers every pod (:meth:`StandaloneLoop.offer`); pending, unbound, not terminating pods with
+  our scheduler name are queued FIFO by ``namespace/name`` (a repeated offer only refreshes the stored object);
+  a bound, finished or deleted pod leaves the queue;
+* each attempt runs one cycle (node fit — cordon, nodeSelector, required node affinity, taints — then CPU,
+  memory, pod slots, GPU model/UUID and per-GPU fit; see :mod:`.policies`) and commits the result; on failure a
+  ``FailedScheduling`` Warning Event carries the reason and the pod waits in backoff: 1 s, doubling to 60 s;
+* cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
+  the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
+  cannot turn retries into a busy loop;
+* a standby replica keeps its queue but attempts nothing; only the leader, once its ledger is rebuilt
+  (``SchedulerService.serving``), schedules and writes Events.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from domain.kube.objects import ClusterEvent, PodObject
+from domain.scheduling.sync import Tombstone
+from entrypoints._shared.logs import fields
+from ports.cluster import ClusterError
+
+from .commit import CommitError
+from .service import NotLeaderError, SchedulerService
+
+log = logging.getLogger(__name__)
+
+INITIAL_BACKOFF = 1.0
+"""Seconds before the first retry of an unschedulable pod (kube-scheduler's podInitialBackoffSeconds)."""
+MAX_BACKOFF = 60.0
+"""Longest wait between attempts, seconds."""
+STANDBY_POLL = 0.5
+"""Seconds a standby sleeps between leadership checks."""
+
+
+class StandaloneLoop:
+    """FIFO + backoff queue and worker of the standalone mode (module docstring). ``clock`` is monotonic
+    seconds."""
+
+    def __init__(
+        self,
+        service: SchedulerService,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        initial_backoff: float = INITIAL_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+        min_wake_interval: float = 0.5,
+    ) -> None:
+        self.service = service
+        self.scheduler_name = service.protocol.scheduler_name
+        self.clock = clock
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.min_wake_interval = min_wake_interval
+        self._cond = threading.Condition()
+        self._ready: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._pods: dict[str, PodObject] = {}
+        self._backoff: dict[str, float] = {}  # key → not before (clock s)
+        self._delay: dict[str, float] = {}  # key → last backoff delay (s), kept until the pod is bound
+        self._last_wake = -float("inf")
+        self.attempts = 0
+        service.pod_listeners.append(self.offer)
+        service.deletion_listeners.append(self._deleted)
+        service.change_listeners.append(self.wake)
+
+    # ------------------------------------------------------------------ queue
+    def ours(self, pod: PodObject) -> bool:
+        """True for a pending, unbound, not terminating pod with our scheduler name."""
+        return (pod.scheduler_name == self.scheduler_name and not pod.node_name and not pod.phase.terminal
+                and pod.deletion_timestamp is None)
+
+    def offer(self, pod: PodObject) -> None:
+        """Queue ``pod`` if it is ours and waiting; drop it otherwise (module docstring)."""
+        with self._cond:
+            if not self.ours(pod):
+                self._drop(pod.key)
+                return
+            known = pod.key in self._pods
+            self._pods[pod.key] = pod
+            if not known:
+                self._ready[pod.key] = None
+                self._cond.notify_all()
+
+    def _deleted(self, item: PodObject | Tombstone) -> None:
+        with self._cond:
+            self._drop(item.key)
+
+    def _drop(self, key: str) -> None:
+        self._pods.pop(key, None)
+        self._ready.pop(key, None)
+        self._backoff.pop(key, None)
+        self._delay.pop(key, None)
+
+    def wake(self) -> None:
+        """Capacity may have appeared: move backed-off pods back to the queue (rate-limited)."""
+        with self._cond:
+            now = self.clock()
+            if not self._backoff or now - self._last_wake < self.min_wake_interval:
+                return
+            self._last_wake = now
+            for key in self._backoff:
+                self._backoff[key] = now
+            self._cond.notify_all()
+
+    def delay(self, key: str) -> float | None:
+        """The pod's current backoff delay (s), or None when it has not failed since it was queued or bound."""
+        with self._cond:
+            return self._delay.get(key)
+
+    def pending(self) -> list[str]:
+        """Keys of queued pods (ready first, then backed off)."""
+        with self._cond:
+            return [*self._ready, *(k for k in self._backoff if k not in self._ready)]
+
+    def _next(self, stop: threading.Event, timeout: float) -> PodObject | None:
+        """The next pod due, waiting at most ``timeout`` seconds; None when nothing is due."""
+        with self._cond:
+            deadline = self.clock() + timeout
+            while not stop.is_set():
+                now = self.clock()
+                for key, due in list(self._backoff.items()):
+                    if due <= now:
+                        del self._backoff[key]
+                        self._ready[key] = None
+                if self._ready:
+                    key, _ = self._ready.popitem(last=False)
+                    return self._pods.get(key)
+                waits = [due - now for due in self._backoff.values()]
+                remaining = min([deadline - now, *waits])
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            return None
+
+    def _fail(self, pod: PodObject, reason: str) -> None:
+        with self._cond:
+            if pod.key not in self._pods:
+                return
+            previous = self._delay.get(pod.key)
+            delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
+            self._delay[pod.key] = delay
+            self._backoff[pod.key] = self.clock() + delay
+            self._ready.pop(pod.key, None)
+        self._event(pod, "FailedScheduling", reason, "Warning")
+        log.info("pod unschedulable", extra=fields(pod=pod.key, reason=reason, retry_in=delay))
+
+    def _event(self, pod: PodObject, reason: str, message: str, kind: str) -> None:
+        try:
+            self.service.cluster.create_event(ClusterEvent("Pod", pod.name, reason, message[:1000],
+                                                           namespace=pod.namespace, type=kind))
+        except ClusterError as error:
+            log.warning("event not recorded", extra=fields(pod=pod.key, reason=reason, error=str(error)))
+
+    # ------------------------------------------------------------------ worker
+    def attempt(self, pod: PodObject) -> bool:
+        """One scheduling attempt for ``pod`` (leader only); returns True when it was bound. Failures become a
+        FailedScheduling Event and a backoff; raises nothing the cycle or the commit anticipates."""
+        service = self.service
+        if service.committed(pod.uid):
+            return True
+        self.attempts += 1
+        result = service.schedule_pod(pod)
+        if result.allocation is None:
+            self._fail(pod, result.reason)
+            return False
+        try:
+            service.commit(pod, result.allocation)
+        except NotLeaderError:
+            with self._cond:
+                if pod.key in self._pods:
+                    self._ready[pod.key] = None
+            return False
+        except CommitError as error:
+            self._fail(pod, str(error))
+            return False
+        with self._cond:
+            self._delay.pop(pod.key, None)
+        self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {result.allocation.node}", "Normal")
+        return True
+
+    def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
+        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring)."""
+        while not stop.is_set():
+            if not self.service.serving:
+                stop.wait(STANDBY_POLL)
+                continue
+            pod = self._next(stop, poll)
+            if pod is None:
+                continue
+            try:
+                self.attempt(pod)
+            except Exception as error:  # never let one pod kill the loop
+                log.exception("scheduling attempt failed", extra=fields(pod=pod.key))
+                self._fail(pod, f"internal error: {error}")

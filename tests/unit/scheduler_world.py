@@ -1,0 +1,122 @@
+"""Builders for the scheduler service and standalone loop tests: an in-memory cluster whose binds can be made to
+fail, a service on it, and helpers that create pods and deliver them to the service as an informer would.
+
+Not a test module.
+"""
+
+from __future__ import annotations
+
+import attrs
+from kube_builders import GPU16, KEYS, NOW, PROTOCOL, Clock, make_gpus, make_node, make_pod
+
+from adapters.memory.cluster import InMemoryCluster
+from adapters.prometheus import PrometheusSchedulerMetrics
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.kube.annotations import decode_plan, encode_plan
+from domain.kube.objects import PodObject, PodPhase
+from domain.units import GiB
+from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from ports.cluster import ClusterError
+
+NONE_SCHEDULER = "nobody"
+
+
+class FlakyCluster(InMemoryCluster):
+    """Fails the next ``bind_failures`` binds with the given errors (without binding)."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=Clock())
+        self.bind_failures: list[ClusterError] = []
+
+    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        if self.bind_failures:
+            raise self.bind_failures.pop(0)
+        super().bind_pod(namespace, name, uid=uid, node=node)
+
+
+@attrs.define
+class World:
+    cluster: FlakyCluster
+    service: SchedulerService
+    metrics: PrometheusSchedulerMetrics
+    clock: Clock
+    leader: list[bool]
+
+    def node(self, name: str, count: int = 2, **kwargs: object) -> None:
+        created = self.cluster.create_node(make_node(name, count, **kwargs))  # type: ignore[arg-type]
+        self.service.on_node(created)
+
+    def pending(self, name: str, *, gpu: str | None = None, core: str | None = None, mem: str | None = None,
+                annotations: dict[str, str] | None = None, scheduler: str = PROTOCOL.scheduler_name) -> PodObject:
+        """Create a pending pod in the cluster and deliver it to the service."""
+        pod = new_pod(self.cluster, name, gpu=gpu, core=core, mem=mem, annotations=annotations, scheduler=scheduler)
+        self.service.on_pod(pod)
+        return pod
+
+    def running(self, name: str, node: str, grants: dict[int, tuple[int, int]] | None = None, *,
+                whole: int = 0, scheduler: str = NONE_SCHEDULER, gpu: str | None = None, core: str | None = None,
+                mem: str | None = None) -> PodObject:
+        """A pod bound to ``node`` and Running; with ``grants`` (GPU index → core %, GiB) or ``whole`` (GPUs) it
+        carries a plan. Its requests default to what the grants say."""
+        if grants is not None and core is None and mem is None:
+            (c, m), = grants.values()
+            core, mem = str(c), str(m)
+        pod = self.pending(name, scheduler=scheduler, gpu=gpu, core=core, mem=mem)
+        if grants is not None or whole:
+            gpus = make_gpus(node, len(self.service.gpus(node)))
+            if whole:
+                container = ContainerGrant("main", tuple(GpuGrant(i, 1000, GPU16) for i in range(whole)), whole=True)
+            else:
+                assert grants is not None
+                container = ContainerGrant("main", tuple(GpuGrant(i, c * 10, m * GiB) for i, (c, m) in grants.items()))
+            plan = encode_plan(PodAllocation(pod.uid, node, (container,)), gpus)
+            self.cluster.patch_pod_annotations("default", name, {KEYS.pod_plan: plan})
+        self.cluster.bind_pod("default", name, uid=pod.uid, node=node)
+        bound = self.cluster.set_pod_phase("default", name, PodPhase.RUNNING)
+        self.service.on_pod(bound)
+        return bound
+
+    def deliver(self, name: str) -> PodObject:
+        """Deliver the pod's current state to the service (an informer update)."""
+        pod = self.cluster.get_pod("default", name)
+        self.service.on_pod(pod)
+        return pod
+
+    def used(self, node: str) -> list[tuple[int, int]]:
+        """(core milli, memory GiB) per GPU."""
+        return [(g.core_used, g.memory_used // GiB) for g in self.service.gpus(node)]
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)
+
+
+def new_pod(cluster: InMemoryCluster, name: str, *, gpu: str | None = None, core: str | None = None,
+            mem: str | None = None, annotations: dict[str, str] | None = None,
+            scheduler: str = PROTOCOL.scheduler_name) -> PodObject:
+    """A pending pod created in ``cluster`` (one container ``main`` with our resources as limits)."""
+    containers = make_pod("template", gpu=gpu, core=core, mem=mem).containers
+    return cluster.create_pod(PodObject("", "default", name, containers=containers,
+                                        annotations=dict(annotations or {}), scheduler_name=scheduler))
+
+
+def world(policy: str = "binpack") -> World:
+    clock, leader = Clock(NOW), [True]
+    cluster = FlakyCluster()
+    metrics = PrometheusSchedulerMetrics()
+    service = SchedulerService(cluster, PROTOCOL, metrics, config=ServiceConfig(policy=policy), clock=clock,
+                               is_leader=lambda: leader[0])
+    return World(cluster, service, metrics, clock, leader)
+
+
+def schedule_and_commit(w: World, pod: PodObject) -> PodAllocation:
+    result = w.service.schedule_pod(pod)
+    assert result.allocation is not None, result.reason
+    w.service.commit(pod, result.allocation)
+    w.deliver(pod.name)
+    return result.allocation
+
+
+def plan_of(w: World, name: str) -> PodAllocation:
+    pod = w.cluster.get_pod("default", name)
+    return decode_plan(pod.annotations[KEYS.pod_plan], key=KEYS.pod_plan, pod_uid=pod.uid, node=pod.node_name,
+                       node_gpus=make_gpus(pod.node_name, len(w.service.gpus(pod.node_name))))

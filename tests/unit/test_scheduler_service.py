@@ -1,0 +1,306 @@
+"""The scheduler service (entrypoints.scheduler.service) on the in-memory cluster.
+
+Covers: the issue's scenario (core=60 mem=8 where only one node has a GPU with that much free → bound there, plan
+annotation written before the binding); failure cases B01 (tombstone; resync variant), B03 (restart rebuild with
+a terminating pod), B04 (repeated adds after our reservation), B06 (bind 500 and 409 → unreserve and plan
+annotation removed; retry succeeds with one record), B07 (leftover plan on a pending pod), B08 (foreign pods
+counted), B14 (unhealthy GPU, unrelated node update); a stale resourceVersion on the plan write is re-read and
+retried once; leader gating (a standby never writes; serving needs leadership and a rebuild; losing it drops
+uncommitted reservations); assumed-pod expiry; resync repairs drift and counts it in
+the metrics; per-pod policy override (unknown → unschedulable with a reason); GPU UUID selection; FGD is the
+default and its typical pods blend observed and synthetic pods.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
+from scheduler_world import new_pod, plan_of, schedule_and_commit, world
+
+from adapters.prometheus import PrometheusSchedulerMetrics
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.kube.annotations import encode_plan
+from domain.scheduling.sync import Tombstone
+from domain.units import GiB
+from entrypoints.scheduler.service import CommitError, NotLeaderError, SchedulerService, ServiceConfig
+from ports.cluster import ClusterError, ConflictError
+
+
+# ---------------------------------------------------------------------------------------------- the scenario
+def test_core60_mem8_is_bound_to_the_only_gpu_with_room_and_annotated() -> None:
+    w = world(policy="fgd")
+    for name in ("n1", "n2", "n3"):
+        w.node(name, 2)
+    w.running("f1a", "n1", {0: (50, 4)})
+    w.running("f1b", "n1", {1: (50, 4)})
+    w.running("f2a", "n2", {0: (20, 12)})
+    w.running("f2b", "n2", {1: (20, 12)})
+    w.running("f3a", "n3", {0: (50, 4)})
+    w.running("f3b", "n3", {1: (30, 4)})
+    pod = w.pending("want", core="60", mem="8")
+    allocation = schedule_and_commit(w, pod)
+    bound = w.cluster.get_pod("default", "want")
+    assert bound.node_name == "n3"
+    plan = plan_of(w, "want")
+    assert plan.containers[0].grants == (GpuGrant(1, 600, 8 * GiB),)
+    assert allocation.node == "n3"
+    assert w.used("n3") == [(500, 4), (900, 12)]
+    assert w.sample("lj_runtimekit_scheduler_decisions_total", result="scheduled") == 1
+
+
+def test_the_plan_annotation_is_written_before_the_binding() -> None:
+    w = world()
+    w.node("n1", 1)
+    pod = w.pending("a", core="50", mem="8")
+    seen: list[tuple[str, bool]] = []
+    bind = w.cluster.bind_pod
+
+    def spy(namespace: str, name: str, *, uid: str, node: str) -> None:
+        seen.append((node, KEYS.pod_plan in w.cluster.get_pod(namespace, name).annotations))
+        bind(namespace, name, uid=uid, node=node)
+
+    w.cluster.bind_pod = spy  # type: ignore[method-assign]
+    schedule_and_commit(w, pod)
+    assert seen == [("n1", True)]
+
+
+def test_default_policy_is_fgd_and_typical_pods_blend_observed_with_synthetic() -> None:
+    assert ServiceConfig().policy == "fgd"
+    w = world(policy="fgd")
+    w.node("n1", 1)
+    w.running("r", "n1", {0: (30, 4)})
+    typical = w.service.schedulers.typical_pods()
+    assert typical.total_pods > 100  # the synthetic workload is in until 200 pods are observed
+    small = SchedulerService(w.cluster, PROTOCOL, PrometheusSchedulerMetrics(),
+                             config=ServiceConfig(policy="fgd", min_observed_pods=1), clock=w.clock)
+    small.on_node(w.cluster.get_node("n1"))
+    small.on_pod(w.cluster.get_pod("default", "r"))
+    assert small.schedulers.typical_pods().total_pods == 1
+
+
+# ---------------------------------------------------------------------------------------------- failure cases
+def test_b01_delete_as_tombstone_releases_and_the_gauge_follows() -> None:
+    w = world()
+    w.node("n1", 1)
+    a = w.pending("a", core="100", mem="16")
+    schedule_and_commit(w, a)
+    last = w.cluster.get_pod("default", "a")
+    w.cluster.delete_pod("default", "a", grace_period_seconds=0)
+    w.service.on_pod_deleted(Tombstone("default/a", last))
+    assert w.used("n1") == [(0, 0)]
+    schedule_and_commit(w, w.pending("b", core="50", mem="8"))
+    labels = {"node": "n1", "gpu_index": "0", "gpu_uuid": "GPU-n1-0", "model": "A100"}
+    assert w.sample("lj_runtimekit_scheduler_gpu_memory_allocated_bytes", **labels) == 8 * GiB
+
+
+def test_b01_missed_delete_is_released_by_the_periodic_resync() -> None:
+    w = world()
+    w.node("n1", 1)
+    schedule_and_commit(w, w.pending("a", core="100", mem="16"))
+    w.cluster.delete_pod("default", "a", grace_period_seconds=0)  # no event reaches the service
+    report = w.service.resync()
+    assert report.extra
+    assert w.used("n1") == [(0, 0)]
+
+
+def test_b03_restart_rebuild_keeps_a_terminating_pod_until_it_is_gone() -> None:
+    w = world()
+    w.node("n1", 1)
+    w.running("a", "n1", {0: (80, 12)})
+    w.cluster.delete_pod("default", "a", grace_period_seconds=300)
+    restarted = SchedulerService(w.cluster, PROTOCOL, PrometheusSchedulerMetrics(), config=ServiceConfig(
+        policy="binpack"), clock=w.clock)
+    restarted.resync()
+    assert [(g.core_used, g.memory_used) for g in restarted.gpus("n1")] == [(800, 12 * GiB)]
+    b = new_pod(w.cluster, "b", core="50", mem="8")
+    assert restarted.schedule_pod(b).allocation is None
+    gone = w.cluster.get_pod("default", "a")
+    w.cluster.finalize_deletions()
+    restarted.on_pod_deleted(gone)
+    assert restarted.schedule_pod(b).allocation is not None
+
+
+def test_b04_repeated_adds_after_our_reservation_count_once() -> None:
+    w = world()
+    w.node("n1", 2)
+    a = w.pending("a", core="40", mem="4")
+    schedule_and_commit(w, a)
+    w.deliver("a")
+    w.deliver("a")
+    assert w.used("n1") == [(400, 4), (0, 0)]
+    schedule_and_commit(w, w.pending("b", core="40", mem="4"))
+    assert w.used("n1") == [(800, 8), (0, 0)]
+
+
+@pytest.mark.parametrize("error", [ClusterError("HTTP 500"), ConflictError("already assigned")],
+                         ids=["500", "409"])
+def test_b06_failed_bind_unreserves_and_removes_the_plan(error: ClusterError) -> None:
+    if not isinstance(error, ConflictError):
+        error.status = 500
+    w = world()
+    w.node("n1", 1)
+    a = w.pending("a", core="60", mem="10")
+    result = w.service.schedule_pod(a)
+    assert result.allocation is not None
+    w.cluster.bind_failures.append(error)
+    with pytest.raises(CommitError, match="plan annotation removed"):
+        w.service.commit(a, result.allocation)
+    after = w.deliver("a")
+    assert KEYS.pod_plan not in after.annotations
+    assert not after.node_name
+    assert w.used("n1") == [(0, 0)]
+    assert w.service.reservation(a.uid) is None
+    assert w.sample("lj_runtimekit_scheduler_failures_total", reason="bind-failed") == 1
+    # (b) the retry succeeds and holds exactly one record
+    schedule_and_commit(w, after)
+    assert w.used("n1") == [(600, 10)]
+    # (a) B no longer fits while A holds GPU0
+    assert w.service.schedule_pod(w.pending("b", core="60", mem="10")).allocation is None
+
+
+def test_stale_resource_version_on_the_plan_write_is_reread_and_retried_once() -> None:
+    w = world()
+    w.node("n1", 1)
+    a = w.pending("a", core="30", mem="4")
+    w.cluster.patch_pod_annotations("default", "a", {"unrelated": "x"})  # the service's copy is now stale
+    schedule_and_commit(w, a)
+    assert w.cluster.get_pod("default", "a").node_name == "n1"
+
+
+def test_b07_leftover_plan_on_a_pending_pod_is_ignored_and_replaced() -> None:
+    w = world()
+    w.node("n1", 2)
+    gpus = make_gpus("n1", 2)
+    leftover = encode_plan(PodAllocation("old", "n1", (ContainerGrant("main", (GpuGrant(0, 1000, GPU16),)),)), gpus)
+    a = w.pending("a", core="100", mem="16", annotations={KEYS.pod_plan: leftover})
+    w.running("c", "n1", {0: (100, 16)})
+    assert w.used("n1") == [(1000, 16), (0, 0)]
+    schedule_and_commit(w, a)
+    assert plan_of(w, "a").containers[0].grants[0].gpu_index == 1
+    assert all(core <= 1000 for core, _ in w.used("n1"))
+
+
+def test_b08_pods_of_other_schedulers_are_counted() -> None:
+    w = world()
+    w.node("n1", 2)
+    w.running("x", "n1", gpu="1", scheduler="default-scheduler")  # no plan: inferred
+    w.running("y", "n1", {0: (50, 8)}, scheduler="other")
+    assert sorted(w.used("n1")) == [(500, 8), (1000, 16)]
+    assert w.service.schedule_pod(w.pending("z", gpu="1")).allocation is None
+
+
+def test_b14_unhealthy_gpu_and_unrelated_node_update_keep_usage() -> None:
+    w = world()
+    w.node("n1", 4)
+    w.running("a", "n1", whole=4, gpu="4")
+    node = make_node("n1", 4, unhealthy=(3,), labels={"unrelated": "changed"})
+    w.cluster.patch_node_metadata("n1", labels=dict(node.labels), annotations=dict(node.annotations))
+    w.service.on_node(w.cluster.get_node("n1"))
+    assert w.used("n1") == [(1000, 16)] * 4
+    b, c = w.pending("b", gpu="1"), w.pending("c", core="50", mem="8")
+    assert w.service.schedule_pod(b).allocation is None
+    assert w.service.schedule_pod(c).allocation is None
+    gone = w.cluster.get_pod("default", "a")
+    w.cluster.delete_pod("default", "a", grace_period_seconds=0)
+    w.service.on_pod_deleted(gone)
+    placed = [schedule_and_commit(w, p) for p in (b, c)]
+    assert all(g.gpu_index != 3 for p in placed for c_ in p.containers for g in c_.grants)
+
+
+# ------------------------------------------------------------------------------ leadership, expiry, drift
+def test_a_standby_never_writes() -> None:
+    w = world()
+    w.node("n1", 1)
+    a = w.pending("a", core="30", mem="4")
+    w.leader[0] = False
+    result = w.service.schedule_pod(a)
+    assert result.allocation is not None
+    version = w.cluster.resource_version
+    with pytest.raises(NotLeaderError):
+        w.service.commit(a, result.allocation)
+    assert w.cluster.resource_version == version
+    assert w.service.reservation(a.uid) is None
+    assert w.cluster.get_pod("default", "a").annotations == {}
+
+
+def test_serving_needs_leadership_and_a_rebuild_and_losing_it_drops_reservations() -> None:
+    w = world()
+    w.node("n1", 1)
+    assert not w.service.serving  # leader, but not rebuilt yet
+    w.service.start_leading()
+    assert w.service.serving
+    assert w.sample("lj_runtimekit_scheduler_leader") == 1
+    a = w.pending("a", core="30", mem="4")
+    assert w.service.schedule_pod(a).allocation is not None
+    w.leader[0] = False
+    w.service.stop_leading()
+    assert not w.service.serving
+    assert w.service.reservation(a.uid) is None
+    assert w.used("n1") == [(0, 0)]
+    assert w.sample("lj_runtimekit_scheduler_leader") == 0
+
+
+def test_uncommitted_reservations_expire_and_committed_ones_do_not() -> None:
+    w = world()
+    w.node("n1", 2)
+    a, b = w.pending("a", core="30", mem="4"), w.pending("b", core="30", mem="4")
+    assert w.service.schedule_pod(a).allocation is not None
+    result_b = w.service.schedule_pod(b)
+    assert result_b.allocation is not None
+    w.service.commit(b, result_b.allocation)  # bound, but the watch has not confirmed it yet
+    w.clock.now += 59
+    assert w.service.expire_assumed() == []
+    w.clock.now += 2
+    assert w.service.expire_assumed() == [a.uid]
+    assert w.service.reservation(a.uid) is None
+    assert w.service.reservation(b.uid) is not None
+
+
+def test_resync_repairs_drift_and_counts_it() -> None:
+    w = world()
+    w.node("n1", 2)
+    w.running("a", "n1", {0: (30, 4)})
+    w.cluster.delete_pod("default", "a", grace_period_seconds=0)  # missed delete → extra
+    hidden = new_pod(w.cluster, "h", core="20", mem="2", scheduler="other")
+    w.cluster.bind_pod("default", "h", uid=hidden.uid, node="n1")  # missed add → missing
+    report = w.service.resync()
+    assert len(report.extra) == 1
+    assert len(report.missing) == 1
+    assert w.sample("lj_runtimekit_scheduler_drift_repairs_total") == 2
+    assert w.service.resync().clean
+
+
+# ---------------------------------------------------------------------------------------------- policies and selectors
+def test_per_pod_policy_override_and_unknown_policy() -> None:
+    w = world(policy="binpack")
+    w.node("n1", 2)
+    w.running("r", "n1", {0: (50, 8)})
+    packed = w.service.schedule_pod(w.pending("p", core="10", mem="1"))
+    spread = w.service.schedule_pod(w.pending("s", core="10", mem="1", annotations={KEYS.pod_policy: "spread"}))
+    assert packed.allocation is not None
+    assert spread.allocation is not None
+    assert packed.allocation.containers[0].grants[0].gpu_index == 0
+    assert spread.allocation.containers[0].grants[0].gpu_index == 1
+    bad = w.service.schedule_pod(w.pending("u", core="10", mem="1", annotations={KEYS.pod_policy: "nope"}))
+    assert bad.allocation is None
+    assert "nope" in bad.reason
+    assert "known policies" in bad.reason
+    assert w.sample("lj_runtimekit_scheduler_failures_total", reason="unknown-policy") == 1
+
+
+def test_gpu_uuid_selection_annotation_is_honoured() -> None:
+    w = world()
+    w.node("n1", 2)
+    pod = w.pending("a", core="10", mem="1", annotations={KEYS.pod_gpu_uuids: "GPU-n1-1"})
+    assert schedule_and_commit(w, pod).containers[0].grants[0].gpu_index == 1
+    avoid = w.pending("b", core="10", mem="1", annotations={KEYS.pod_gpu_uuids_exclude: "GPU-n1-0,GPU-n1-1"})
+    assert w.service.schedule_pod(avoid).allocation is None
+
+
+def test_invalid_request_is_unschedulable_with_the_field_named() -> None:
+    w = world()
+    w.node("n1", 1)
+    result = w.service.schedule_pod(w.pending("a", core="150", mem="1"))
+    assert result.allocation is None
+    assert "gpu-core.percentage" in result.reason
+    assert w.sample("lj_runtimekit_scheduler_failures_total", reason="invalid-request") == 1

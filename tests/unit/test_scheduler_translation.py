@@ -1,0 +1,126 @@
+"""Pure pieces of the scheduler component: raw Pod JSON → PodObject, candidate restriction, per-node rejection
+reasons, FGD typical-pod blending.
+
+Covers: every PodObject field read from camelCase JSON (init containers first, tolerations, required node
+affinity, deletionTimestamp, defaults); wrong types name the field; CandidateNodes restricts a cycle and ignores
+unknown names; rejection_reasons names the first failing filter per node; pod_class keys shares, whole GPUs,
+memory-only shares and CPU-only pods; blend_typical adds the reference workload until enough pods are observed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kube_builders import PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
+
+from domain.kube.objects import PodPhase, TaintEffect
+from domain.kube.translate import pod_request
+from domain.request import PodRequest, single_container_pod
+from domain.scheduling.candidates import CandidateNodes, rejection_reasons
+from domain.scheduling.fragmentation import PodClass
+from domain.scheduling.framework import CycleState
+from domain.scheduling.nodefit import PodConstraints
+from domain.scheduling.typical import blend_typical, pod_class
+from domain.units import GiB
+from entrypoints.scheduler.podjson import PodJsonError, pod_from_json
+
+RAW = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
+                 "annotations": {"a": "b"}, "labels": {"app": "x"}, "deletionTimestamp": "2024-01-01T00:00:10Z",
+                 "managedFields": [{"manager": "kubectl"}]},
+    "spec": {
+        "schedulerName": "default-scheduler", "nodeSelector": {"pool": "gpu"},
+        "initContainers": [{"name": "init", "resources": {"limits": {RES.core: "20"}}}],
+        "containers": [{"name": "main", "image": "x", "resources": {"requests": {RES.core: "60", "cpu": "500m"},
+                                                                    "limits": {RES.core: "60", RES.memory: 8}}}],
+        "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}],
+             "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]}}},
+        "unknownFutureField": {"x": 1},
+    },
+    "status": {"phase": "Pending", "conditions": []},
+}
+
+
+def test_raw_pod_json_translates_every_field() -> None:
+    pod = pod_from_json(RAW)
+    assert (pod.uid, pod.namespace, pod.name, pod.resource_version) == ("u-1", "ns", "p", "42")
+    assert [(c.name, c.init) for c in pod.containers] == [("init", True), ("main", False)]
+    assert pod.containers[1].limits == {RES.core: "60", RES.memory: "8"}
+    assert pod.containers[1].requests["cpu"] == "500m"
+    assert pod.deletion_timestamp == 1704067210.0
+    assert pod.phase is PodPhase.PENDING
+    assert pod.node_selector == {"pool": "gpu"}
+    assert pod.tolerations[0].effect is TaintEffect.NO_SCHEDULE
+    assert pod.tolerations[1].key == ""
+    (term,) = pod.required_node_affinity
+    assert term.match_expressions[0].values == ("a", "b")
+    assert term.match_fields[0].operator == "NotIn"
+    request = pod_request(pod, PROTOCOL)
+    assert [c.core_milli for c in request.containers] == [200, 600]
+
+
+def test_raw_pod_json_defaults() -> None:
+    pod = pod_from_json({"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}})
+    assert (pod.namespace, pod.scheduler_name, pod.phase, pod.deletion_timestamp) == (
+        "default", "default-scheduler", PodPhase.PENDING, None)
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"spec": {"containers": {"name": "c"}}}, "spec.containers"),
+    ({"spec": {"containers": [{"name": 3}]}}, "spec.containers[0].name"),
+    ({"metadata": {"annotations": {"a": ["x"]}}}, "metadata.annotations.a"),
+    ({"metadata": {"deletionTimestamp": "yesterday"}}, "metadata.deletionTimestamp"),
+    ({"spec": {"tolerations": [{"effect": "Sometimes"}]}}, "spec.tolerations[0].effect"),
+    ("not a pod", "Pod"),
+])
+def test_raw_pod_json_errors_name_the_field(raw: object, field: str) -> None:
+    with pytest.raises(PodJsonError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        pod_from_json(raw)
+
+
+def test_candidate_nodes_restrict_the_cycle() -> None:
+    sync = make_sync(make_node("n1"), make_node("n2"), make_node("n3"))
+    candidates: dict[str, frozenset[str]] = {"u": frozenset({"n2", "ghost"})}
+    plugin = CandidateNodes(candidates)
+    ledger = sync.ledger
+    mask = plugin.filter(single_container_pod("u"), ledger, CycleState(), ledger.active.copy())
+    assert [ledger.name(int(s)) for s in np.flatnonzero(mask)] == ["n2"]
+    free = plugin.filter(single_container_pod("other"), ledger, CycleState(), ledger.active.copy())
+    assert free.sum() == 3
+
+
+def test_rejection_reasons_name_the_first_failing_filter_per_node() -> None:
+    sync = make_sync(make_node("n1", labels={"pool": "a"}), make_node("n2", labels={"pool": "b"}),
+                     make_node("n3", labels={"pool": "b"}, annotation=None))
+    scheduler = make_scheduler(sync)
+    pod = make_pod("u", core="50", mem="8", node_selector={"pool": "b"})
+    sync.constraints[pod.uid] = PodConstraints.of(pod)
+    reasons = rejection_reasons(scheduler, pod_request(pod, PROTOCOL), ["n1", "n2", "n3", "ghost"],
+                                fallback="later")
+    assert reasons["n1"] == "node labels do not match the pod's nodeSelector"
+    assert "no GPU inventory annotation" in reasons["n3"]
+    assert reasons["n2"] == "later"
+    assert "ghost" not in reasons
+
+
+def test_pod_class_keys() -> None:
+    def request(**kwargs: object) -> PodRequest:
+        return single_container_pod("u", cpu_milli=2000, **kwargs)  # type: ignore[arg-type]
+
+    assert pod_class(request(core_milli=300)) == PodClass(2000, 300, 1)
+    assert pod_class(request(gpus=2)) == PodClass(2000, 1000, 2)
+    assert pod_class(request(gpu_memory_bytes=4 * GiB)) == PodClass(2000, 250, 1)
+    assert pod_class(request()) == PodClass(2000, 0, 0)
+    assert pod_class(request(core_milli=500, models=("A100", "V100"))).models == "A100|V100"
+
+
+def test_blend_typical_uses_the_reference_until_enough_pods_are_observed() -> None:
+    observed = [PodClass(1000, 500, 1)] * 3
+    reference = [PodClass(2000, 1000, 1)] * 7
+    young = blend_typical(observed, reference, min_observed=5)
+    assert young.total_pods == 10
+    grown = blend_typical(observed, reference, min_observed=3)
+    assert grown.classes == (PodClass(1000, 500, 1),)
