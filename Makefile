@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports unit bench build clean
+.PHONY: run test lint typecheck imports unit proto proto-check bench build clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,10 @@ run: $(STAMP)
 	$(BIN)/ljrk simulate
 
 ## test: every quality gate, then the test suite (what CI runs)
-test: lint typecheck imports unit
+test: lint typecheck imports proto-check unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -30,6 +30,15 @@ imports: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
+
+## proto: regenerate src/adapters/grpc/_pb from proto/ (commit the result)
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py
+
+## proto-check: generated code matches proto/ (drift) and our protos only add to the baseline (compat)
+proto-check: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py --check
+	$(BIN)/python scripts/check_proto_compat.py
 
 ## bench: trace-replay fidelity and speed on the Alibaba trace (minutes; not part of `test`)
 bench: $(STAMP)

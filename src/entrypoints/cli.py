@@ -39,9 +39,16 @@ def _scheduler(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _runtime(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.runtime.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
+    "runtime": Command("reference node Runtime: the Runtime gRPC contract over NVML or simulated GPUs", _runtime),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -1,0 +1,139 @@
+"""The Runtime's allocation records: resolve a plan against the node's GPUs, idempotently, per container.
+
+Rules (issue 4 §2 and the device plugin's "up to three per-resource Allocate calls become one"):
+
+* The key is (pod UID, container). Allocating a key again with an identical request returns the recorded
+  allocation unchanged (same response, same ``allocated_at``); a different request for the key raises
+  :class:`AllocationConflictError` — release first.
+* The GPU UUID is authoritative and must name a GPU of this node; the planned index must equal that GPU's index.
+  A GPU in MIG mode takes no time-sharing allocation.
+* Core and memory follow the ledger's default rule, :func:`domain.request.resolve_share` on the GPU's real
+  memory (failure case B09: never "0 = unlimited"); a resolved memory above the GPU's memory is refused.
+* While the Runtime is disabled, identical repeats still succeed (a restarting container keeps its GPUs) but a
+  new key raises :class:`RuntimeDisabledError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu, GpuUuid, MigMode
+from domain.request import resolve_share
+from domain.runtime.errors import AllocationConflictError, InvalidAllocationError, RuntimeDisabledError
+from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs
+from domain.runtime.types import (
+    ContainerAllocation,
+    ContainerAllocationRequest,
+    ContainerAllocationResponse,
+    GrantedGpu,
+    PlannedGpu,
+)
+
+
+def resolve_grant(planned: PlannedGpu, gpu: Gpu, *, label: str) -> GrantedGpu:
+    """Resolve one planned GPU on ``gpu`` (see module docstring). Raises :class:`InvalidAllocationError`."""
+    if planned.index != gpu.index:
+        raise InvalidAllocationError(
+            f"{label}: GPU {planned.uuid} has index {gpu.index} on this node, the plan says {planned.index}"
+        )
+    if gpu.mig_mode is MigMode.ENABLED:
+        raise InvalidAllocationError(f"{label}: GPU {gpu.uuid} is in MIG mode and takes no time-sharing allocation")
+    try:
+        core, memory = resolve_share(
+            core_milli=planned.core_milli, memory_bytes=planned.memory_bytes, gpu_memory_bytes=gpu.memory_bytes
+        )
+    except InvalidRequestError as error:
+        raise InvalidAllocationError(f"{label}: GPU {gpu.uuid}: {error}") from error
+    if memory > gpu.memory_bytes:
+        raise InvalidAllocationError(
+            f"{label}: GPU {gpu.uuid}: memory {memory} bytes exceeds the GPU's {gpu.memory_bytes} bytes"
+        )
+    return GrantedGpu(index=gpu.index, uuid=gpu.uuid, core_milli=core, memory_bytes=memory)
+
+
+@attrs.define
+class AllocationBook:
+    """Allocation records keyed by (pod UID, container); not thread-safe (callers hold a lock)."""
+
+    _records: dict[tuple[str, str], ContainerAllocation] = attrs.field(factory=dict)
+
+    def allocate(
+        self, request: ContainerAllocationRequest, gpus: Iterable[Gpu], *, now: float, enabled: bool = True
+    ) -> tuple[ContainerAllocation, bool]:
+        """Record ``request`` against the node's ``gpus``; returns ``(record, created)`` where ``created`` is False
+        for an identical repeat. Raises :class:`InvalidAllocationError`, :class:`AllocationConflictError` or,
+        when ``enabled`` is False and the key is new, :class:`RuntimeDisabledError`."""
+        existing = self._records.get(request.key)
+        if existing is not None:
+            if existing.request == request:
+                return existing, False
+            raise AllocationConflictError(
+                f"{request.label}: pod UID {request.pod_uid} container {request.container!r} already holds "
+                f"{[g.uuid for g in existing.grants]} under a different plan; release it first"
+            )
+        if not enabled:
+            raise RuntimeDisabledError(
+                f"{request.label}: the node Runtime is disabled (config service) and takes no new allocation"
+            )
+        by_uuid: Mapping[GpuUuid, Gpu] = {gpu.uuid: gpu for gpu in gpus}
+        grants = []
+        for planned in request.gpus:
+            gpu = by_uuid.get(planned.uuid)
+            if gpu is None:
+                raise InvalidAllocationError(
+                    f"{request.label}: GPU {planned.uuid} is not on this node (GPUs: {', '.join(sorted(by_uuid))})"
+                )
+            grants.append(resolve_grant(planned, gpu, label=request.label))
+        response = ContainerAllocationResponse(
+            envs=limit_envs(pod_uid=request.pod_uid, container=request.container, grants=grants),
+            annotations={ALLOCATION_ANNOTATION: f"{request.pod_uid}/{request.container}"},
+        )
+        record = ContainerAllocation(request=request, grants=tuple(grants), response=response, allocated_at=now)
+        self._records[request.key] = record
+        return record, True
+
+    def release(self, pod_uid: str, container: str | None = None) -> tuple[ContainerAllocation, ...]:
+        """Remove the pod's records (one container's when ``container`` is given); returns what was removed."""
+        keys = [k for k in self._records if k[0] == pod_uid and (container is None or k[1] == container)]
+        return tuple(self._records.pop(k) for k in keys)
+
+    def restore(self, records: Iterable[ContainerAllocation]) -> None:
+        """Replace every record with ``records`` (loaded from persisted state)."""
+        self._records = {record.key: record for record in records}
+
+    def records(self) -> tuple[ContainerAllocation, ...]:
+        """Every record, oldest first (ties by key)."""
+        return tuple(sorted(self._records.values(), key=lambda r: (r.allocated_at, r.key)))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def allocated_per_gpu(self) -> dict[GpuUuid, tuple[int, int]]:
+        """``{uuid: (core_milli, memory_bytes)}`` granted on each GPU, per pod by the ledger's effective rule
+        (:meth:`PodAllocation.per_gpu_usage`: ``max(Σ app, max init)``), summed over pods."""
+        pods: dict[str, list[ContainerAllocation]] = {}
+        for record in self._records.values():
+            pods.setdefault(record.request.pod_uid, []).append(record)
+        totals: dict[GpuUuid, tuple[int, int]] = {}
+        for pod_uid, records in pods.items():
+            uuid_of = {g.index: g.uuid for r in records for g in r.grants}
+            pod = PodAllocation(
+                pod_uid=pod_uid,
+                node="",
+                containers=tuple(
+                    ContainerGrant(
+                        container=r.request.container,
+                        grants=tuple(GpuGrant(g.index, g.core_milli, g.memory_bytes) for g in r.grants),
+                        init=r.request.init,
+                    )
+                    for r in records
+                ),
+            )
+            for index, (core, memory) in pod.per_gpu_usage().items():
+                core_sum, memory_sum = totals.get(uuid_of[index], (0, 0))
+                totals[uuid_of[index]] = (core_sum + core, memory_sum + memory)
+        return totals

@@ -1,0 +1,128 @@
+"""``ljrk runtime`` (also ``python -m entrypoints.runtime``): the reference node Runtime.
+
+``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
+--simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
+[--recovery-quiet-period SECONDS] [--log-level LEVEL]``
+
+Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
+Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound,
+the saved state is unreadable; 2 bad command line or simulated-GPU spec. Errors are one line
+``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from adapters.simulated import SpecError
+from domain.runtime.types import RuntimeState
+from ports.gpu_backend import GpuBackendError
+from ports.runtime_state import StateStoreError
+
+from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, RuntimeSettings, SettingsError
+from .containers import RuntimeContainer
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _seconds(text: str) -> float | None:
+    if text.strip().lower() in ("none", "never", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or 'never')") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
+    """The ``runtime`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="Reference node Runtime: serves the ljrk.runtime.v1 Runtime contract and "
+                     "the ljrk.config.v1 config service on a unix socket, over NVML or simulated GPUs.")
+    parser.add_argument("--socket", type=Path, required=True, metavar="PATH", help="unix socket to serve on")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="GPU source; auto = nvml when NVML initialises, else simulated (default: auto)")
+    gpus = parser.add_mutually_exclusive_group()
+    gpus.add_argument("--simulated-gpus", metavar="SPEC",
+                      help=f"simulated inventory, [COUNTx]MEMORY[:MODEL],… e.g. 2x16Gi:A100 (default: "
+                      f"{DEFAULT_SIMULATED_GPUS})")
+    gpus.add_argument("--simulated-gpus-file", type=Path, metavar="FILE.yaml",
+                      help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode}]")
+    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+                        help="where runtime-state.json is kept (default: the socket's directory)")
+    parser.add_argument("--initial-state", choices=[s.value for s in RuntimeState], default="enabled",
+                        help="config state when no state was saved yet (default: enabled)")
+    parser.add_argument("--recovery-quiet-period", type=_seconds, default=300.0, metavar="SECONDS",
+                        help="an unhealthy GPU turns healthy after this long without a fault; 'never' = only on "
+                        "an explicit reset (default: 300)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
+    """Validated settings. Raises :class:`SettingsError`."""
+    return RuntimeSettings(
+        socket=args.socket, backend=args.backend, simulated_gpus=args.simulated_gpus,
+        simulated_gpus_file=args.simulated_gpus_file, state_dir=args.state_dir,
+        initial_state=RuntimeState(args.initial_state), recovery_quiet_period_s=args.recovery_quiet_period,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop: threading.Event | None = None) -> int:
+    """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+
+    def fail(message: object, code: int) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        settings = settings_from_args(build_parser(prog).parse_args(argv))
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError) as error:
+        return fail(error, EXIT_USAGE)
+    container = RuntimeContainer(settings=settings)
+    container.init_resources()
+    try:
+        try:
+            app = container.app()
+        except SpecError as error:
+            return fail(error, EXIT_USAGE)
+        except GpuBackendError as error:
+            return fail(f"--backend {settings.backend}: {error}; use --backend simulated or auto", EXIT_FAILED)
+        except StateStoreError as error:
+            container.backend().close()
+            return fail(error, EXIT_FAILED)
+        event = stop or threading.Event()
+        if stop is None and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: event.set())
+        try:
+            app.run(event)
+        except OSError as error:
+            return fail(error, EXIT_FAILED)
+        return EXIT_OK
+    finally:
+        container.shutdown_resources()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

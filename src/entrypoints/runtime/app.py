@@ -1,0 +1,129 @@
+"""``ljrk runtime`` settings, backend selection and the serving loop.
+
+Backend choice (``--backend``): ``nvml`` needs NVML and fails with a clear error without it; ``simulated`` serves
+the GPUs of ``--simulated-gpus`` / ``--simulated-gpus-file``; ``auto`` (default) uses NVML when it initialises and
+otherwise simulated GPUs, and logs which it took and why (issue 4: simulated is the default when NVML is absent).
+
+State (config state and allocation records) is kept in ``--state-dir`` (default: the socket's directory, which
+deployments mount from the host anyway) as ``runtime-state.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from socket import gethostname
+
+import attrs
+
+from adapters.grpc import GrpcRuntimeServer
+from adapters.nvml import NvmlGpuBackend
+from adapters.simulated import SimulatedGpuBackend
+from domain.runtime.types import RuntimeState
+from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
+
+from .service import RUNTIME_VERSION, RuntimeService
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "nvml", "simulated")
+DEFAULT_SIMULATED_GPUS = "1x16Gi"
+MAX_SOCKET_PATH = 107
+"""Linux ``sun_path`` holds 108 bytes including the terminating NUL."""
+
+
+class SettingsError(ValueError):
+    """Inconsistent settings; the message names the flag."""
+
+
+@attrs.frozen
+class RuntimeSettings:
+    """Validated ``ljrk runtime`` settings (see ``__main__`` for the flags). Raises :class:`SettingsError`."""
+
+    socket: Path
+    backend: str = "auto"
+    simulated_gpus: str | None = None
+    simulated_gpus_file: Path | None = None
+    state_dir: Path | None = None
+    initial_state: RuntimeState = RuntimeState.ENABLED
+    recovery_quiet_period_s: float | None = 300.0
+    log_level: str = "INFO"
+    # Seeds simulated GPU UUIDs, so two simulated nodes never share one (default: the host name).
+    seed: str = attrs.field(factory=gethostname)
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SettingsError(f"--backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.simulated_gpus is not None and self.simulated_gpus_file is not None:
+            raise SettingsError("--simulated-gpus and --simulated-gpus-file are mutually exclusive")
+        if self.backend == "nvml" and (self.simulated_gpus or self.simulated_gpus_file):
+            raise SettingsError("--simulated-gpus/--simulated-gpus-file need --backend simulated or auto")
+        if len(str(self.socket.absolute()).encode()) > MAX_SOCKET_PATH:
+            raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
+        if self.recovery_quiet_period_s is not None and self.recovery_quiet_period_s < 0:
+            raise SettingsError(f"--recovery-quiet-period {self.recovery_quiet_period_s}: must be >= 0")
+
+    @property
+    def state_directory(self) -> Path:
+        """``state_dir``, or the socket's directory."""
+        return self.state_dir if self.state_dir is not None else self.socket.absolute().parent
+
+
+def _simulated(settings: RuntimeSettings) -> SimulatedGpuBackend:
+    quiet = settings.recovery_quiet_period_s
+    if settings.simulated_gpus_file is not None:
+        return SimulatedGpuBackend.from_file(settings.simulated_gpus_file, seed=settings.seed, quiet_period_s=quiet)
+    spec = settings.simulated_gpus or DEFAULT_SIMULATED_GPUS
+    return SimulatedGpuBackend.from_spec(spec, seed=settings.seed, quiet_period_s=quiet)
+
+
+def select_backend(settings: RuntimeSettings) -> GpuBackend:
+    """The GPU backend ``settings.backend`` asks for (module docstring). Raises GpuBackendUnavailableError for
+    ``nvml`` without NVML and ``adapters.simulated.SpecError`` for a bad simulated inventory."""
+    if settings.backend == "simulated":
+        backend: GpuBackend = _simulated(settings)
+        log.info("GPU backend: simulated, %d GPU(s)", len(backend.devices()))
+        return backend
+    try:
+        backend = NvmlGpuBackend.open(quiet_period_s=settings.recovery_quiet_period_s)
+    except GpuBackendUnavailableError as error:
+        if settings.backend == "nvml":
+            raise
+        backend = _simulated(settings)
+        log.warning("GPU backend: simulated, %d GPU(s) (auto: %s)", len(backend.devices()), error)
+        return backend
+    log.info("GPU backend: nvml, %d GPU(s)", len(backend.devices()))
+    return backend
+
+
+class RuntimeApp:
+    """Runs the service and the gRPC server; :meth:`start` / :meth:`stop`, or :meth:`run` until an event."""
+
+    def __init__(self, *, service: RuntimeService, server: GrpcRuntimeServer, backend: GpuBackend) -> None:
+        self.service = service
+        self.server = server
+        self.backend = backend
+
+    def start(self) -> None:
+        """Start health pumping and serving. Raises OSError when the socket cannot be bound."""
+        self.service.start()
+        self.server.start()
+        status = self.service.status()
+        log.info("node Runtime %s ready on %s (backend %s, %s, %d allocation(s))", RUNTIME_VERSION,
+                 self.server.socket_path, self.backend.name, status.state.value, status.active_allocations)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving, then the service, then the backend (in that order: no call may outlive the backend)."""
+        self.server.stop(grace_s)
+        self.service.close()
+        self.backend.close()
+        log.info("node Runtime stopped")
+
+    def run(self, stop: threading.Event) -> None:
+        """Start, serve until ``stop`` is set, stop."""
+        self.start()
+        try:
+            stop.wait()
+        finally:
+            self.stop()

@@ -1,0 +1,200 @@
+"""The reference node Runtime: ``NodeRuntime`` and ``NodeConfig`` over a GPU backend and a state store.
+
+What it adds to the domain's allocation book (``domain.runtime.book``): the GPUs come from the backend
+(``ports.gpu_backend``), health changes are pumped from the backend by one background thread into a broadcast
+that every WatchHealth stream subscribes to, and the config state and allocation records are saved after every
+change (``ports.runtime_state``) and restored at start, so a restart keeps both. A failed save rolls the change
+back and raises :class:`ports.runtime_state.StateStoreError` (INTERNAL on the wire): the caller retries, and the
+Runtime never claims an allocation it could lose.
+
+Records naming a GPU the node no longer has are kept (they still describe a running container) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from domain.gpu import GpuUuid
+from domain.runtime.book import AllocationBook
+from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
+from domain.runtime.exporter import build_exporter_data
+from domain.runtime.features import RuntimeInfo, SemVer, features_at
+from domain.runtime.types import (
+    ConfigStatus,
+    ContainerAllocationRequest,
+    ContainerAllocationResponse,
+    DeviceInfo,
+    ExporterData,
+    HealthChange,
+    RuntimeSnapshot,
+    RuntimeState,
+)
+from ports.gpu_backend import GpuBackend
+from ports.runtime_state import RuntimeStateStore
+
+log = logging.getLogger(__name__)
+
+RUNTIME_NAME = "ljrk-reference-runtime"
+RUNTIME_VERSION = SemVer(1, 0, 0)
+"""Contract features this Runtime implements (``domain.runtime.features.RUNTIME_FEATURES``)."""
+
+HEALTH_POLL_S = 0.25
+"""How long one backend health poll may block, seconds; bounds shutdown time and timed-recovery latency."""
+
+
+class RuntimeService:
+    """The reference Runtime (module docstring). Thread-safe; call :meth:`start` to pump health events and
+    :meth:`close` to stop (before closing the backend). Raises StateStoreError from the constructor when the
+    saved state cannot be read."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        store: RuntimeStateStore,
+        *,
+        initial_state: RuntimeState = RuntimeState.ENABLED,
+        clock: Callable[[], float] = time.time,
+        health_poll_s: float = HEALTH_POLL_S,
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._clock = clock
+        self._health_poll_s = health_poll_s
+        self._lock = threading.Lock()
+        self._book = AllocationBook()
+        self._broadcast = HealthBroadcast()
+        self._stop = threading.Event()
+        self._pump: threading.Thread | None = None
+        snapshot = store.load()
+        if snapshot is None:
+            self._status = ConfigStatus(initial_state)
+        else:
+            self._status = ConfigStatus(snapshot.state, snapshot.changed_at, snapshot.reason)
+            self._book.restore(snapshot.allocations)
+            log.info("restored Runtime state %s with %d allocation(s)", snapshot.state.value, len(self._book))
+        known = {d.gpu.uuid for d in backend.devices()}
+        for record in self._book.records():
+            missing = [g.uuid for g in record.grants if g.uuid not in known]
+            if missing:
+                log.warning("allocation %s names GPUs not on this node: %s", record.request.label, missing)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the health pump thread (idempotent)."""
+        if self._pump is None:
+            self._pump = threading.Thread(target=self._pump_health, name="ljrk-health", daemon=True)
+            self._pump.start()
+
+    def close(self) -> None:
+        """Stop the pump and end every health stream; idempotent. The backend stays open (its owner closes it)."""
+        self._stop.set()
+        if self._pump is not None:
+            self._pump.join()
+        self._broadcast.close()
+
+    def _pump_health(self) -> None:
+        while not self._stop.is_set():
+            try:
+                changes = self._backend.poll_health(self._health_poll_s)
+            except Exception:
+                log.exception("health poll failed")
+                self._stop.wait(self._health_poll_s)
+                continue
+            for change in changes:
+                log.warning("GPU %s (index %d) is %s: %s", change.uuid, change.index, change.health.value,
+                            change.reason)
+            if changes:
+                self._broadcast.publish(changes)
+
+    # ------------------------------------------------------------------ NodeRuntime
+    def get_version(self) -> RuntimeInfo:
+        """Name, version :data:`RUNTIME_VERSION`, every feature up to it, the backend's name."""
+        return RuntimeInfo(RUNTIME_NAME, RUNTIME_VERSION, features_at(RUNTIME_VERSION), self._backend.name)
+
+    def list_devices(self) -> tuple[DeviceInfo, ...]:
+        """The backend's GPUs with current health."""
+        return self._backend.devices()
+
+    def _snapshot(self) -> list[HealthChange]:
+        now = self._clock()
+        return [
+            HealthChange(d.gpu.uuid, d.gpu.index, d.gpu.health, d.health_reason, None, now, initial=True)
+            for d in self._backend.devices()
+        ]
+
+    def watch_health(self) -> HealthSubscription:
+        """One initial event per GPU, then every change the pump sees."""
+        return self._broadcast.subscribe(self._snapshot)
+
+    def _save(self, status: ConfigStatus) -> None:
+        self._store.save(RuntimeSnapshot(status.state, status.changed_at, status.reason, self._book.records()))
+
+    def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
+        """Record and answer (``domain.runtime.book`` rules); saved before it returns."""
+        gpus = [d.gpu for d in self._backend.devices()]
+        with self._lock:
+            enabled = self._status.state is RuntimeState.ENABLED
+            record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled)
+            if created:
+                try:
+                    self._save(self._status)
+                except Exception:
+                    self._book.release(request.pod_uid, request.container)
+                    raise
+                log.info("allocated %s: %s", request.label, ", ".join(
+                    f"{g.uuid} core {g.core_milli}m memory {g.memory_bytes}B" for g in record.grants))
+            return record.response
+
+    def release(self, pod_uid: str, container: str | None = None) -> int:
+        """Remove the records; saved before it returns."""
+        with self._lock:
+            removed = self._book.release(pod_uid, container)
+            if removed:
+                try:
+                    self._save(self._status)
+                except Exception:
+                    self._book.restore([*self._book.records(), *removed])
+                    raise
+                log.info("released %s", ", ".join(r.request.label for r in removed))
+            return len(removed)
+
+    def exporter_data(self) -> ExporterData:
+        """Backend sample joined with the records."""
+        with self._lock:
+            records = self._book.records()
+            allocated: dict[GpuUuid, tuple[int, int]] = self._book.allocated_per_gpu()
+        sample = self._backend.sample(records)
+        return build_exporter_data(self._backend.devices(), records, sample, allocated=allocated)
+
+    # ------------------------------------------------------------------ NodeConfig
+    def _set_state(self, state: RuntimeState, reason: str) -> ConfigStatus:
+        with self._lock:
+            if self._status.state is not state:
+                previous = self._status
+                self._status = ConfigStatus(state, self._clock(), reason)
+                try:
+                    self._save(self._status)
+                except Exception:
+                    self._status = previous
+                    raise
+                log.info("Runtime %s: %s", state.value, reason or "(no reason given)")
+            return self._current()
+
+    def _current(self) -> ConfigStatus:
+        return ConfigStatus(self._status.state, self._status.changed_at, self._status.reason, len(self._book))
+
+    def enable(self, reason: str = "") -> ConfigStatus:
+        """Take new allocations; idempotent; persisted."""
+        return self._set_state(RuntimeState.ENABLED, reason)
+
+    def disable(self, reason: str = "") -> ConfigStatus:
+        """Refuse new allocations (existing ones stay); idempotent; persisted."""
+        return self._set_state(RuntimeState.DISABLED, reason)
+
+    def status(self) -> ConfigStatus:
+        """Current state and record count."""
+        with self._lock:
+            return self._current()

@@ -1,0 +1,48 @@
+"""The GPU backend port: where the reference Runtime gets its GPUs, measurements and health from.
+
+Implementations: ``adapters.nvml.NvmlGpuBackend`` (real GPUs through NVML) and
+``adapters.simulated.SimulatedGpuBackend`` (deterministic fake GPUs for tests, demos and the local cluster).
+MIG instances come later (issue 8). Speaks domain types only; no NVML handle ever crosses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, UsageSample
+
+
+class GpuBackendError(Exception):
+    """A backend operation failed; the message names the GPU and the call."""
+
+
+class GpuBackendUnavailableError(GpuBackendError):
+    """The backend cannot start on this node (no NVML library, no driver): choose another backend."""
+
+
+class GpuBackend(Protocol):
+    """Inventory, usage samples and health events of the node's GPUs."""
+
+    @property
+    def name(self) -> str:
+        """Short backend name reported by GetVersion (``nvml``, ``simulated``)."""
+        ...
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        """Every GPU in index order with current health. Raises :class:`GpuBackendError`."""
+        ...
+
+    def sample(self, allocations: Sequence[ContainerAllocation]) -> UsageSample:
+        """Measure every GPU, and the containers of ``allocations`` where use can be attributed. A metric that
+        cannot be read is None with the reason in ``GpuSample.error``; this never raises for one GPU."""
+        ...
+
+    def poll_health(self, timeout_s: float) -> tuple[HealthChange, ...]:
+        """Wait up to ``timeout_s`` seconds for health events; return the changes they caused (maybe none),
+        recoveries included."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend (NVML shutdown); idempotent."""
+        ...

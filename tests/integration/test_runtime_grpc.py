@@ -1,0 +1,285 @@
+"""``ljrk runtime --backend simulated`` end to end over a real unix socket.
+
+In-process cases build the entrypoint's own container (``entrypoints.runtime.containers``) with the settings the
+command line would give, start it, and talk to it only through ``GrpcNodeRuntime`` / ``GrpcNodeConfig``; the
+simulated backend is reached through the container to inject health changes. Subprocess cases run the real
+command.
+
+Behaviours covered:
+- every RPC of both services round-trips (GetVersion, ListDevices, WatchHealth, Allocate, Release,
+  ExporterGetDataList, Enable, Disable, GetStatus), with the simulated usage model visible in the exporter data;
+- Allocate is idempotent; Release removes records;
+- a restart on the same state directory keeps the Enable/Disable state and the allocation records (and the
+  identical repeat still answers while disabled); the state file is JSON written atomically (no temp file left);
+- the GetVersion capability check refuses a feature the Runtime lacks, with a clear message;
+- a WatchHealth stream sees an injected health change within 1 s;
+- the command: serves until SIGTERM, exits 0 and removes its socket; ``--backend nvml`` without NVML exits 1 with a
+  clear message; a bad ``--simulated-gpus`` and an over-long socket path exit 2; a corrupt state file exits 1; a
+  simulated YAML inventory is served.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
+from adapters.simulated import SimulatedGpuBackend
+from domain.gpu import Health
+from domain.runtime.types import ContainerAllocationRequest, HealthChange, PlannedGpu, RuntimeState
+from domain.units import GiB
+from entrypoints.runtime.__main__ import main
+from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
+from entrypoints.runtime.containers import RuntimeContainer
+from ports.runtime import RuntimeDisabledError, UnsupportedFeatureError
+
+SPEC = "2x16Gi:A100"
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory under /tmp (unix socket paths are limited to 107 bytes; pytest's tmp_path can be long)."""
+    directory = Path(tempfile.mkdtemp(prefix="ljrk-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@attrs.define
+class Running:
+    container: RuntimeContainer
+    app: RuntimeApp
+    runtime: GrpcNodeRuntime
+    config: GrpcNodeConfig
+
+    @property
+    def backend(self) -> SimulatedGpuBackend:
+        backend = self.container.backend()
+        assert isinstance(backend, SimulatedGpuBackend)
+        return backend
+
+    def stop(self) -> None:
+        self.runtime.close()
+        self.config.close()
+        self.app.stop(0.5)
+
+
+def start(directory: Path) -> Running:
+    settings = RuntimeSettings(socket=directory / "runtime.sock", backend="simulated", simulated_gpus=SPEC,
+                               state_dir=directory / "state", seed="node-1")
+    container = RuntimeContainer(settings=settings)
+    app = container.app()
+    app.start()
+    runtime = GrpcNodeRuntime.connect(settings.socket, timeout_s=5)
+    runtime.wait_ready(5)
+    return Running(container, app, runtime, GrpcNodeConfig.connect(settings.socket, timeout_s=5))
+
+
+@pytest.fixture
+def running(sock_dir: Path) -> Iterator[Running]:
+    node = start(sock_dir)
+    yield node
+    node.stop()
+
+
+def allocation(running: Running, container: str = "main", core: int = 500) -> ContainerAllocationRequest:
+    uuid = running.runtime.list_devices()[0].gpu.uuid
+    return ContainerAllocationRequest("pod-uid-1", "team-a", "trainer", container,
+                                      (PlannedGpu(0, uuid, core_milli=core, memory_bytes=4 * GiB),))
+
+
+def test_every_rpc_round_trips(running: Running) -> None:
+    info = running.runtime.get_version()
+    assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.0.0", "simulated")
+    devices = running.runtime.list_devices()
+    assert [(d.gpu.index, d.gpu.model, d.gpu.memory_bytes) for d in devices] == [(0, "A100", 16 * GiB),
+                                                                                 (1, "A100", 16 * GiB)]
+    stream = running.runtime.watch_health()
+    assert [next(stream).uuid for _ in devices] == [d.gpu.uuid for d in devices]
+    stream.close()
+    assert list(stream) == []
+    response = running.runtime.allocate(allocation(running))
+    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == devices[0].gpu.uuid
+    assert response.envs["CUDA_DEVICE_SM_LIMIT"] == "50"
+    data = running.runtime.exporter_data()
+    assert data.gpus[0].sample.utilization_percent == 40.0  # simulated: 50 % × 0.8
+    assert data.gpus[0].sample.memory_used_bytes == 2 * GiB
+    assert data.gpus[1].sample.utilization_percent == 0.0
+    [row] = data.containers
+    assert (row.gpus[0].memory_limit_bytes, row.gpus[0].memory_used_bytes) == (4 * GiB, 2 * GiB)
+    assert running.config.disable("test").state is RuntimeState.DISABLED
+    assert running.config.enable("test").state is RuntimeState.ENABLED
+    assert running.config.status().active_allocations == 1
+    assert running.runtime.release("pod-uid-1") == 1
+
+
+def test_allocate_is_idempotent_and_release_forgets(running: Running) -> None:
+    first = running.runtime.allocate(allocation(running))
+    assert running.runtime.allocate(allocation(running)) == first
+    assert len(running.runtime.exporter_data().containers) == 1
+    assert running.runtime.release("pod-uid-1", "main") == 1
+    assert running.runtime.exporter_data().containers == ()
+    assert running.runtime.release("pod-uid-1", "main") == 0
+
+
+def test_restart_keeps_config_state_and_allocations(sock_dir: Path) -> None:
+    node = start(sock_dir)
+    try:
+        first = node.runtime.allocate(allocation(node))
+        node.config.disable("maintenance")
+    finally:
+        node.stop()
+    files = sorted(p.name for p in (sock_dir / "state").iterdir())
+    assert files == ["runtime-state.json"]  # written atomically: no temporary file left behind
+    assert json.loads((sock_dir / "state" / "runtime-state.json").read_text())["version"] == 1
+    node = start(sock_dir)
+    try:
+        status = node.config.status()
+        assert (status.state, status.reason, status.active_allocations) == (RuntimeState.DISABLED, "maintenance", 1)
+        [row] = node.runtime.exporter_data().containers
+        assert (row.pod_uid, row.container) == ("pod-uid-1", "main")
+        assert node.runtime.allocate(allocation(node)) == first  # same UUIDs (seeded), same answer
+        with pytest.raises(RuntimeDisabledError):
+            node.runtime.allocate(allocation(node, "second"))
+        node.config.enable("done")
+        node.runtime.allocate(allocation(node, "second"))
+    finally:
+        node.stop()
+
+
+def test_capability_check_refuses_a_missing_feature(running: Running) -> None:
+    info = running.runtime.get_version()
+    info.require("allocate", "health-watch", "exporter-data", "config-service", "hami-core-env")
+    with pytest.raises(UnsupportedFeatureError) as caught:
+        info.require("mig-partitions")
+    assert str(caught.value).startswith("node Runtime 1.0.0 lacks feature 'mig-partitions'")
+    assert "needs Runtime >= 1.1.0" in str(caught.value)
+
+
+def test_watch_health_sees_an_injected_change_within_1s(running: Running) -> None:
+    stream = running.runtime.watch_health()
+    received: queue.Queue[HealthChange] = queue.Queue()
+    reader = threading.Thread(target=lambda: [received.put(c) for c in stream], daemon=True)
+    reader.start()
+    try:
+        initial = [received.get(timeout=5) for _ in range(2)]
+        uuid = initial[1].uuid
+        started = time.monotonic()
+        running.backend.inject_xid(uuid, 79)
+        change = received.get(timeout=1)
+        latency = time.monotonic() - started
+        assert latency < 1.0
+        assert (change.uuid, change.health, change.xid, change.reason) == (uuid, Health.UNHEALTHY, 79, "XID 79")
+        running.backend.inject_health(uuid, Health.HEALTHY, "reset")
+        assert received.get(timeout=1).health is Health.HEALTHY
+    finally:
+        stream.close()
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+
+
+# ----------------------------------------------------------------------------------------------- command
+LJRK = [sys.executable, "-c", "import sys; from entrypoints.cli import main; sys.exit(main())"]
+"""The ``ljrk`` console script's entry point, run with this interpreter (no dependency on PATH)."""
+
+
+def test_command_serves_until_sigterm(sock_dir: Path) -> None:
+    socket_path = sock_dir / "r.sock"
+    command = [*LJRK, "runtime", "--backend", "simulated", "--simulated-gpus", SPEC, "--socket", str(socket_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONWARNINGS": "error"})
+    try:
+        with GrpcNodeRuntime.connect(socket_path, timeout_s=5) as client:
+            deadline = time.monotonic() + 15
+            while not socket_path.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            client.wait_ready(10)
+            assert client.get_version().backend == "simulated"
+            assert len(client.list_devices()) == 2
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    assert not socket_path.exists()
+    assert (sock_dir / "runtime-state.json").exists() is False  # nothing changed, nothing saved
+    messages = [json.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
+    assert any(m.startswith("GPU backend: simulated, 2 GPU(s)") for m in messages)
+    assert "node Runtime stopped" in messages
+
+
+def test_nvml_backend_without_nvml_fails_clearly(sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML is present on this machine")
+    assert main(["--backend", "nvml", "--socket", str(sock_dir / "r.sock")]) == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("ljrk runtime: error: --backend nvml: NVML is unavailable on this node")
+    assert error.endswith("use --backend simulated or auto")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--simulated-gpus", "2x:"], "expected [COUNTx]MEMORY[:MODEL]"),
+        (["--socket-too-long"], "at most 107 bytes"),
+        (["--backend", "nvml", "--simulated-gpus", SPEC], "need --backend simulated or auto"),
+        (["--recovery-quiet-period", "-3"], "must be >= 0"),
+    ],
+)
+def test_usage_errors_exit_2(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    socket_path = sock_dir / "r.sock"
+    if args == ["--socket-too-long"]:
+        args, socket_path = [], sock_dir / ("x" * 120) / "r.sock"
+    assert main([*args, "--socket", str(socket_path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_corrupt_state_exits_1(sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (sock_dir / "runtime-state.json").write_text('{"version": 1, "snapshot": {"state": "maybe"}}')
+    stop = threading.Event()
+    stop.set()
+    assert main(["--backend", "simulated", "--socket", str(sock_dir / "r.sock")], stop=stop) == 1
+    assert "malformed Runtime state" in capsys.readouterr().err
+
+
+def test_yaml_inventory_is_served(sock_dir: Path) -> None:
+    gpus = sock_dir / "gpus.yaml"
+    gpus.write_text("gpus:\n  - {model: H100, memory: 80Gi, uuid: GPU-yaml-0}\n")
+    stop = threading.Event()
+    result: list[int] = []
+    server = threading.Thread(target=lambda: result.append(main(
+        ["--backend", "simulated", "--simulated-gpus-file", str(gpus), "--socket", str(sock_dir / "r.sock")],
+        stop=stop)))
+    server.start()
+    try:
+        with GrpcNodeRuntime.connect(sock_dir / "r.sock") as client:
+            client.wait_ready(10)
+            [device] = client.list_devices()
+            assert (device.gpu.uuid, device.gpu.model, device.gpu.memory_bytes) == ("GPU-yaml-0", "H100", 80 * GiB)
+    finally:
+        stop.set()
+        server.join(timeout=10)
+    assert result == [0]

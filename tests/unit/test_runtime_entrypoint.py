@@ -1,0 +1,154 @@
+"""``ljrk runtime`` wiring and the reference Runtime service, without sockets.
+
+Behaviours covered:
+- the container's dependencies are complete and every provider resolves (memory/simulated overrides);
+- settings: the state directory defaults to the socket's directory; flag conflicts are refused;
+- backend selection: ``simulated`` as asked; ``auto`` falls back to simulated GPUs when NVML is absent and logs
+  why; ``nvml`` without NVML raises GpuBackendUnavailableError;
+- the service saves after every change and restores at start; a failed save rolls the change back (allocation,
+  release, disable) and raises, so the Runtime never claims what it could lose; records naming GPUs the node no
+  longer has are kept and logged; the health pump publishes backend changes and survives a failing poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.memory.runtime import InMemoryRuntimeStateStore
+from adapters.simulated import SimulatedGpuBackend
+from domain.gpu import Gpu, GpuUuid, Health
+from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, RuntimeSnapshot, RuntimeState
+from domain.units import GiB
+from entrypoints.runtime.app import RuntimeApp, RuntimeSettings, SettingsError, select_backend
+from entrypoints.runtime.containers import RuntimeContainer
+from entrypoints.runtime.service import RuntimeService
+from ports.gpu_backend import GpuBackendUnavailableError
+from ports.runtime_state import StateStoreError
+
+A = GpuUuid("GPU-aaaa")
+GPUS = (Gpu(0, A, "A100", 16 * GiB),)
+
+
+def _nvml_present() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+def plan(container: str = "main") -> ContainerAllocationRequest:
+    return ContainerAllocationRequest("uid", "ns", "pod", container, (PlannedGpu(0, A, core_milli=100),))
+
+
+def test_container_resolves_every_provider(tmp_path: Path) -> None:
+    settings = RuntimeSettings(socket=tmp_path / "r.sock", backend="simulated", seed="s")
+    container = RuntimeContainer(settings=settings)
+    container.check_dependencies()
+    container.backend.override(SimulatedGpuBackend(GPUS))
+    container.store.override(InMemoryRuntimeStateStore())
+    assert container.runtime() is container.service()
+    assert container.config() is container.service()
+    assert container.server().socket_path == tmp_path / "r.sock"
+    assert isinstance(container.app(), RuntimeApp)
+    assert container.store.overridden
+
+
+def test_settings_defaults_and_conflicts(tmp_path: Path) -> None:
+    assert RuntimeSettings(socket=tmp_path / "r.sock").state_directory == tmp_path
+    assert RuntimeSettings(socket=tmp_path / "r.sock", state_dir=tmp_path / "s").state_directory == tmp_path / "s"
+    with pytest.raises(SettingsError, match="mutually exclusive"):
+        RuntimeSettings(socket=tmp_path / "r.sock", simulated_gpus="1x16Gi", simulated_gpus_file=tmp_path / "g.yaml")
+    with pytest.raises(SettingsError, match="choose one of"):
+        RuntimeSettings(socket=tmp_path / "r.sock", backend="rocm")
+
+
+def test_simulated_backend_as_asked(tmp_path: Path) -> None:
+    backend = select_backend(RuntimeSettings(socket=tmp_path / "r.sock", backend="simulated",
+                                             simulated_gpus="3x8Gi:T4", seed="s"))
+    assert [d.gpu.model for d in backend.devices()] == ["T4"] * 3
+
+
+def test_auto_falls_back_to_simulated_without_nvml(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    if _nvml_present():
+        pytest.skip("NVML is present on this machine")
+    with caplog.at_level(logging.WARNING):
+        backend = select_backend(RuntimeSettings(socket=tmp_path / "r.sock", seed="s"))
+    assert backend.name == "simulated"
+    assert "GPU backend: simulated, 1 GPU(s) (auto: NVML is unavailable" in caplog.text
+    with pytest.raises(GpuBackendUnavailableError):
+        select_backend(RuntimeSettings(socket=tmp_path / "r.sock", backend="nvml"))
+
+
+class FailingStore(InMemoryRuntimeStateStore):
+    fail = False
+
+    def save(self, snapshot: RuntimeSnapshot) -> None:
+        if self.fail:
+            raise StateStoreError("disk full")
+        super().save(snapshot)
+
+
+def test_failed_save_rolls_back() -> None:
+    store = FailingStore()
+    service = RuntimeService(SimulatedGpuBackend(GPUS), store)
+    service.allocate(plan("kept"))
+    store.fail = True
+    with pytest.raises(StateStoreError):
+        service.allocate(plan("lost"))
+    with pytest.raises(StateStoreError):
+        service.release("uid", "kept")
+    with pytest.raises(StateStoreError):
+        service.disable("maintenance")
+    status = service.status()
+    assert (status.state, status.active_allocations) == (RuntimeState.ENABLED, 1)
+    assert [c.container for c in service.exporter_data().containers] == ["kept"]
+
+
+def test_state_is_restored_and_unknown_gpus_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    store = InMemoryRuntimeStateStore()
+    first = RuntimeService(SimulatedGpuBackend(GPUS), store, initial_state=RuntimeState.DISABLED)
+    assert first.status().state is RuntimeState.DISABLED
+    first.enable("go")
+    response = first.allocate(plan())
+    assert store.saves == 2
+    other_gpu = (Gpu(0, GpuUuid("GPU-other"), "A100", 16 * GiB),)
+    with caplog.at_level(logging.WARNING):
+        second = RuntimeService(SimulatedGpuBackend(other_gpu), store, initial_state=RuntimeState.DISABLED)
+    assert second.status().state is RuntimeState.ENABLED  # the saved state wins over the initial one
+    assert second.status().active_allocations == 1
+    assert "names GPUs not on this node" in caplog.text
+    assert RuntimeService(SimulatedGpuBackend(GPUS), store).allocate(plan()) == response
+
+
+class FlakyBackend(SimulatedGpuBackend):
+    polls = 0
+
+    def poll_health(self, timeout_s: float) -> tuple:  # type: ignore[type-arg]
+        self.polls += 1
+        if self.polls == 1:
+            raise RuntimeError("transient")
+        return super().poll_health(timeout_s)
+
+
+def test_health_pump_survives_a_failing_poll(caplog: pytest.LogCaptureFixture) -> None:
+    backend = FlakyBackend(GPUS)
+    service = RuntimeService(backend, InMemoryRuntimeStateStore(), health_poll_s=0.02)
+    stream = service.watch_health()
+    assert next(stream).initial
+    with caplog.at_level(logging.ERROR):
+        service.start()
+        time.sleep(0.1)
+        backend.inject_health(A, Health.UNHEALTHY, "XID 79")
+        change = next(stream)
+    service.close()
+    assert change.health is Health.UNHEALTHY
+    assert "health poll failed" in caplog.text
+    assert list(stream) == []

@@ -1,0 +1,165 @@
+"""Simulated GPUs (``adapters.simulated``).
+
+Behaviours covered:
+- spec grammar ``[COUNTx]MEMORY[:MODEL]`` (several items, default model, default count) and its errors;
+- YAML inventories: counts, fixed UUIDs, health and MIG mode; unknown keys, a fixed UUID with count > 1, missing
+  memory, unreadable files are refused with the file and item named;
+- UUIDs are stable for one seed and differ between seeds (two simulated nodes never share one); indexes dense;
+- the deterministic usage model (container and GPU utilization, memory, temperature, power, caps);
+- injected health changes reach ``poll_health`` at once; application XIDs are counted and harmless; timed
+  recovery with a quiet period; an unknown UUID is a KeyError; ``close`` wakes a poller.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.simulated import SimulatedGpuBackend, SpecError, build_inventory, load_file, parse_spec
+from domain.gpu import GpuUuid, Health, MigMode
+from domain.runtime.book import AllocationBook
+from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from domain.units import GiB
+
+
+def test_spec_parses_counts_memory_and_models() -> None:
+    groups = parse_spec("2x16Gi:A100, 80Gi:H100,1X24000Mi")
+    assert [(g.count, g.memory_bytes, g.model) for g in groups] == [
+        (2, 16 * GiB, "A100"), (1, 80 * GiB, "H100"), (1, 24000 * 2**20, "Simulated-GPU")
+    ]
+    gpus = build_inventory(groups, seed="node-a")
+    assert [g.index for g in gpus] == [0, 1, 2, 3]
+    assert all(g.uuid.startswith("GPU-") for g in gpus)
+
+
+@pytest.mark.parametrize("spec", ["", "2x", "x16Gi", "0x16Gi", "2x0", "2x16GiB", "2x1.5Gi", "2x16Gi:"])
+def test_spec_errors_name_the_item(spec: str) -> None:
+    with pytest.raises(SpecError, match="simulated GPUs"):
+        parse_spec(spec)
+
+
+def test_uuids_are_stable_per_seed_and_distinct_across_seeds() -> None:
+    groups = parse_spec("2x16Gi:A100")
+    assert build_inventory(groups, seed="a") == build_inventory(groups, seed="a")
+    assert {g.uuid for g in build_inventory(groups, seed="a")}.isdisjoint(
+        g.uuid for g in build_inventory(groups, seed="b")
+    )
+
+
+def test_yaml_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text(
+        "gpus:\n"
+        "  - {model: A100, memory: 16Gi, count: 2}\n"
+        "  - {model: H100, memory: 80Gi, uuid: GPU-fixed, health: Unhealthy, migMode: enabled}\n"
+    )
+    gpus = build_inventory(load_file(path), seed="s")
+    assert [(g.index, g.model, g.memory_bytes) for g in gpus] == [(0, "A100", 16 * GiB), (1, "A100", 16 * GiB),
+                                                                   (2, "H100", 80 * GiB)]
+    assert gpus[2].uuid == "GPU-fixed"
+    assert gpus[2].health is Health.UNHEALTHY
+    assert gpus[2].mig_mode is MigMode.ENABLED
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("gpus:\n  - {memory: 16Gi, colour: red}\n", "only"),
+        ("gpus:\n  - {memory: 16Gi, count: 2, uuid: GPU-x}\n", "needs count 1"),
+        ("gpus:\n  - {model: A100}\n", "'memory'"),
+        ("gpus: []\n", "non-empty"),
+        ("nodes: 1\n", "one key 'gpus'"),
+        ("gpus:\n  - {memory: 16Gi, health: Sick}\n", "Sick"),
+        ("gpus: [\n", "gpus.yaml"),
+    ],
+)
+def test_yaml_errors_name_the_file(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=match):
+        load_file(path)
+
+
+def test_missing_file_is_a_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"missing\.yaml"):
+        SimulatedGpuBackend.from_file(tmp_path / "missing.yaml")
+
+
+def test_usage_model_is_deterministic() -> None:
+    backend = SimulatedGpuBackend.from_spec("2x16Gi:A100", clock=lambda: 42.0)
+    a, b = (d.gpu for d in backend.devices())
+    book = AllocationBook()
+    for name, core, memory in (("x", 500, 4 * GiB), ("y", 700, 8 * GiB)):
+        book.allocate(
+            ContainerAllocationRequest("uid", "ns", "p", name, (PlannedGpu(0, a.uuid, core, memory),)), [a, b], now=0
+        )
+    sample = backend.sample(book.records())
+    assert sample.at == 42.0
+    gpu_a, gpu_b = sample.gpus
+    assert gpu_a.utilization_percent == 96.0  # (50 + 70) % × 0.8
+    assert gpu_a.memory_used_bytes == 6 * GiB  # (4 + 8) GiB × 0.5
+    assert gpu_a.temperature_celsius == pytest.approx(30 + 0.4 * 96)
+    assert gpu_a.power_watts == pytest.approx(50 + 250 * 0.96)
+    assert (gpu_b.utilization_percent, gpu_b.memory_used_bytes, gpu_b.power_watts) == (0.0, 0, 50.0)
+    usage = {u.container: (u.utilization_percent, u.memory_used_bytes) for u in sample.containers}
+    assert usage == {"x": (40.0, 2 * GiB), "y": (56.0, 4 * GiB)}
+
+
+def test_utilization_is_capped_at_100_percent() -> None:
+    [gpu] = build_inventory(parse_spec("16Gi"), seed="s")
+    backend = SimulatedGpuBackend([gpu], utilization_factor=2.0)
+    book = AllocationBook()
+    book.allocate(ContainerAllocationRequest("u", "ns", "p", "c", (PlannedGpu(0, gpu.uuid, 800),)), [gpu], now=0)
+    assert backend.sample(book.records()).gpus[0].utilization_percent == 100.0
+
+
+def test_injected_health_reaches_poll_health_at_once() -> None:
+    backend = SimulatedGpuBackend.from_spec("2x16Gi")
+    uuid = backend.devices()[1].gpu.uuid
+    [change] = backend.inject_health(uuid, Health.UNHEALTHY, "test fault")
+    assert backend.inject_health(uuid, Health.UNHEALTHY) == ()  # unchanged: no event
+    started = time.monotonic()
+    assert backend.poll_health(5.0) == (change,)
+    assert time.monotonic() - started < 1.0
+    assert backend.devices()[1].gpu.health is Health.UNHEALTHY
+    assert backend.devices()[1].health_reason == "test fault"
+    assert backend.poll_health(0.01) == ()
+    backend.inject_health(uuid, Health.HEALTHY, "repaired")
+    assert backend.poll_health(0.01)[0].health is Health.HEALTHY
+
+
+def test_xids_are_classified_like_nvml() -> None:
+    backend = SimulatedGpuBackend.from_spec("2x16Gi")
+    uuid = backend.devices()[0].gpu.uuid
+    assert backend.inject_xid(uuid, 13) == ()
+    assert [c.uuid for c in backend.inject_xid(None, 79)] == [d.gpu.uuid for d in backend.devices()]
+    assert backend.sample([]).gpus[0].xid_counts == {13: 1, 79: 1}
+
+
+def test_quiet_period_recovery() -> None:
+    now = [0.0]
+    backend = SimulatedGpuBackend.from_spec("16Gi", clock=lambda: now[0], quiet_period_s=30)
+    uuid = backend.devices()[0].gpu.uuid
+    backend.inject_xid(uuid, 79)
+    backend.poll_health(0)
+    now[0] = 31.0
+    [recovered] = backend.poll_health(0)
+    assert recovered.health is Health.HEALTHY
+
+
+def test_unknown_uuid_and_close() -> None:
+    backend = SimulatedGpuBackend.from_spec("16Gi")
+    with pytest.raises(KeyError, match="no simulated GPU"):
+        backend.inject_health(GpuUuid("GPU-nope"), Health.UNHEALTHY)
+    results: list[object] = []
+    poller = threading.Thread(target=lambda: results.append(backend.poll_health(10.0)))
+    poller.start()
+    time.sleep(0.05)
+    backend.close()
+    poller.join(timeout=2)
+    assert results == [()]
+    with pytest.raises(ValueError, match="at least one GPU"):
+        SimulatedGpuBackend([])
