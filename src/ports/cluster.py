@@ -7,7 +7,11 @@ adapter and a real kube-apiserver):
   resourceVersion the server no longer has raises :class:`GoneError` (HTTP 410) — the caller relists;
 * writes that carry a ``resource_version`` fail with :class:`ConflictError` (HTTP 409) when it is stale;
 * binding an already bound pod raises :class:`ConflictError`; a missing object raises :class:`NotFoundError`;
-* patch maps set keys to a string or delete them with ``None``.
+* patch maps set keys to a string or delete them with ``None``;
+* every failure to reach the server or to get its answer — connection refused or reset, DNS, TLS, a request
+  or socket timeout, a broken stream — raises :class:`UnavailableError` (``status`` 0), chained to the
+  transport's exception: callers handle :class:`ClusterError` and never see a raw socket or HTTP-library
+  error. A write that fails this way may or may not have been applied (the answer was lost): re-read to know.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ class GoneError(ClusterError):
     """The watch's resourceVersion is too old (410); relist."""
 
     status = 410
+
+
+class UnavailableError(ClusterError):
+    """The API server could not be reached or did not answer in time (no HTTP status: ``status`` is 0); the
+    transport's exception is the ``__cause__``. The request may have been applied anyway."""
+
+    status = 0
 
 
 class ClusterApi(Protocol):

@@ -27,12 +27,17 @@ Behaviours covered:
 - create_event accepts pod and node events;
 - NotFoundError for every read or write of a missing pod, node or lease.
 Memory-only extras: finalize_deletions, the bounded history window, a watcher behind the window, RV "0".
-Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server).
+Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server);
+transport failures — connection refused, a server that never answers (timeout) — surface as UnavailableError
+(status 0, chained to the urllib3/socket error) from every call and from a watch iterator, never as a raw
+exception; ``with_request_timeout`` gives a view with its own timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,7 +62,7 @@ from domain.kube.objects import (
     Toleration,
     WatchEvent,
 )
-from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
 from .conftest import ClusterUnderTest, compact_etcd
 
@@ -635,3 +640,76 @@ def test_kubernetes_lease_times_always_carry_microseconds() -> None:
         assert wire["spec"]["acquireTime"] == "2023-11-14T22:13:20.000000+00:00"
         assert wire["spec"]["renewTime"] == "1970-01-01T00:00:01.500000+00:00"
         assert lease_from_v1(api_client.deserialize(json.dumps(wire), "V1Lease", "application/json")) == lease
+
+
+@contextlib.contextmanager
+def _silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections (kernel backlog) and never answers."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _unreachable(port: int, timeout: float) -> Any:
+    from kubernetes import client
+
+    from adapters.kubernetes import KubernetesCluster
+
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    return KubernetesCluster(client.ApiClient(configuration), request_timeout=timeout)
+
+
+def _transport_calls(api: Any) -> dict[str, Callable[[], object]]:
+    return {
+        "list_nodes": api.list_nodes,
+        "get_pod": lambda: api.get_pod("default", "p"),
+        "patch_pod_annotations": lambda: api.patch_pod_annotations("default", "p", {"k": "v"}, resource_version="1"),
+        "bind_pod": lambda: api.bind_pod("default", "p", uid="u", node="n"),
+        "get_lease": lambda: api.get_lease("kube-system", "l"),
+        "create_event": lambda: api.create_event(ClusterEvent("Pod", "p", "Scheduled", "m")),
+        "watch_pods": lambda: next(iter(api.watch_pods(resource_version="1", timeout_seconds=1))),
+    }
+
+
+@pytest.mark.parametrize("fault", ["refused", "timeout"])
+def test_kubernetes_transport_failures_surface_as_unavailable(fault: str) -> None:
+    from urllib3.exceptions import HTTPError
+
+    with contextlib.ExitStack() as stack:
+        port = _closed_port() if fault == "refused" else stack.enter_context(_silent_server())
+        api = _unreachable(port, 0.2)
+        stack.callback(api._api_client.close)
+        calls = _transport_calls(api)
+        if fault == "timeout":  # the watch's socket timeout is its server timeout + slack: too slow for a test
+            del calls["watch_pods"]
+        for what, call in calls.items():
+            with pytest.raises(UnavailableError) as caught:
+                call()
+            assert caught.value.status == 0, what
+            assert isinstance(caught.value, ClusterError)
+            assert isinstance(caught.value.__cause__, HTTPError | OSError), (what, caught.value.__cause__)
+            assert "unavailable" in str(caught.value)
+
+
+def test_kubernetes_with_request_timeout_is_a_view_with_its_own_timeout() -> None:
+    with _silent_server() as port:
+        api = _unreachable(port, 30.0)
+        try:
+            quick = api.with_request_timeout(0.2)
+            assert (api.request_timeout, quick.request_timeout) == (30.0, 0.2)
+            started = time.monotonic()
+            with pytest.raises(UnavailableError):
+                quick.bind_pod("default", "p", uid="u", node="n")  # POST: urllib3 does not retry reads
+            assert time.monotonic() - started < 5
+            with pytest.raises(ValueError, match="> 0"):
+                api.with_request_timeout(0)
+        finally:
+            api._api_client.close()

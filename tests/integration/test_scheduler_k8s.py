@@ -166,12 +166,13 @@ def share_pod(name: str, core_percent: int, mem_gib: int, *, scheduler: str = "d
 
 
 def prefill(cluster: KubernetesCluster, node: str, gpu: int, core_percent: int, mem_gib: int) -> None:
-    """A bound pod of another scheduler holding ``core_percent``/``mem_gib`` of GPU ``gpu`` (plan written)."""
+    """A bound pod of another scheduler holding ``core_percent``/``mem_gib`` of GPU ``gpu``, with a plan naming
+    the pod's own UID (written once the server assigned it, before the binding)."""
     grant = ContainerGrant("main", (GpuGrant(gpu, core_percent * 10, mem_gib * GiB),))
-    plan = encode_plan(PodAllocation("x", node, (grant,)), gpus(node))
     name = f"fill-{uuid.uuid4().hex[:8]}"
-    pod = cluster.create_pod(share_pod(name, core_percent, mem_gib, scheduler=NOBODY,
-                                       annotations={KEYS.pod_plan: plan}))
+    pod = cluster.create_pod(share_pod(name, core_percent, mem_gib, scheduler=NOBODY))
+    plan = encode_plan(PodAllocation(pod.uid, node, (grant,)), gpus(node), writer=NOBODY)
+    cluster.patch_pod_annotations("default", name, {KEYS.pod_plan: plan})
     cluster.bind_pod("default", name, uid=pod.uid, node=node)
 
 

@@ -6,6 +6,8 @@ Not a test module.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import attrs
 from kube_builders import GPU16, KEYS, NOW, PROTOCOL, Clock, make_gpus, make_node, make_pod
 
@@ -13,25 +15,56 @@ from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import decode_plan, encode_plan
-from domain.kube.objects import PodObject, PodPhase
+from domain.kube.objects import Listing, PodObject, PodPhase
 from domain.units import GiB
 from entrypoints.scheduler.service import SchedulerService, ServiceConfig
-from ports.cluster import ClusterError
 
 NONE_SCHEDULER = "nobody"
 
 
 class FlakyCluster(InMemoryCluster):
-    """Fails the next ``bind_failures`` binds with the given errors (without binding)."""
+    """An in-memory cluster whose calls can be made to fail, in order:
+
+    ``bind_failures`` — the next binds raise these (without binding); ``lost_binds`` — the next binds bind, then
+    raise these (the answer was lost); ``patch_failures`` — the next pod annotation patches raise ``error``,
+    after applying the patch when ``applied``; ``before_patch`` — called before every pod annotation patch;
+    ``list_failures`` — the next pod listings raise these; ``on_list`` — called inside every pod listing.
+    """
 
     def __init__(self) -> None:
         super().__init__(clock=Clock())
-        self.bind_failures: list[ClusterError] = []
+        self.bind_failures: list[Exception] = []
+        self.lost_binds: list[Exception] = []
+        self.patch_failures: list[tuple[Exception, bool]] = []
+        self.before_patch: Callable[[], None] | None = None
+        self.list_failures: list[Exception] = []
+        self.on_list: Callable[[], None] | None = None
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         if self.bind_failures:
             raise self.bind_failures.pop(0)
         super().bind_pod(namespace, name, uid=uid, node=node)
+        if self.lost_binds:
+            raise self.lost_binds.pop(0)
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, changes: Mapping[str, str | None], *, resource_version: str | None = None
+    ) -> PodObject:
+        if self.before_patch is not None:
+            self.before_patch()
+        if self.patch_failures:
+            error, applied = self.patch_failures.pop(0)
+            if applied:
+                super().patch_pod_annotations(namespace, name, changes, resource_version=resource_version)
+            raise error
+        return super().patch_pod_annotations(namespace, name, changes, resource_version=resource_version)
+
+    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
+        if self.on_list is not None:
+            self.on_list()
+        if self.list_failures:
+            raise self.list_failures.pop(0)
+        return super().list_pods(field_selector=field_selector)
 
 
 @attrs.define
@@ -69,7 +102,7 @@ class World:
             else:
                 assert grants is not None
                 container = ContainerGrant("main", tuple(GpuGrant(i, c * 10, m * GiB) for i, (c, m) in grants.items()))
-            plan = encode_plan(PodAllocation(pod.uid, node, (container,)), gpus)
+            plan = encode_plan(PodAllocation(pod.uid, node, (container,)), gpus, writer=scheduler)
             self.cluster.patch_pod_annotations("default", name, {KEYS.pod_plan: plan})
         self.cluster.bind_pod("default", name, uid=pod.uid, node=node)
         bound = self.cluster.set_pod_phase("default", name, PodPhase.RUNNING)

@@ -1,8 +1,9 @@
 """The list+watch informer (entrypoints._shared.informer) on the in-memory cluster.
 
 Covers: initial list delivers every object; watch events update the cache in order; a 410 Gone (compaction)
-relists and delivers deletions for objects that vanished meanwhile (tombstones); the loop survives errors and
-stops when asked.
+relists and delivers deletions for objects that vanished meanwhile (tombstones); an object deleted and re-created
+under the same name (new UID) while the watch was down is delivered as a delete of the old object, then an add —
+on a relist and on a watch event alike; the loop survives errors and stops when asked.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import threading
 import time
 
+import attrs
+
 from adapters.memory.cluster import InMemoryCluster
-from domain.kube.objects import ContainerSpec, PodObject
+from domain.kube.objects import ContainerSpec, EventType, PodObject, WatchEvent
 from entrypoints._shared.informer import Informer
 
 
@@ -19,14 +22,21 @@ def pod(name: str) -> PodObject:
     return PodObject(uid="", namespace="default", name=name, containers=(ContainerSpec("main"),))
 
 
-def pod_informer(cluster: InMemoryCluster, upserts: list[str], deletes: list[str]) -> Informer[PodObject]:
+def pod_informer(cluster: InMemoryCluster, upserts: list[str], deletes: list[str],
+                 uids: list[str] | None = None) -> Informer[PodObject]:
+    def delete(p: PodObject) -> None:
+        deletes.append(p.name)
+        if uids is not None:
+            uids.append(p.uid)
+
     return Informer(
         name="pods",
         list_fn=cluster.list_pods,
         watch_fn=lambda rv, timeout: cluster.watch_pods(resource_version=rv, timeout_seconds=timeout),
         key=lambda p: p.key,
+        uid=lambda p: p.uid,
         on_upsert=lambda p: upserts.append(p.name),
-        on_delete=lambda p: deletes.append(p.name),
+        on_delete=delete,
         watch_timeout=0.2,
     )
 
@@ -113,3 +123,40 @@ def test_the_loop_survives_a_failing_list_and_retries() -> None:
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_a_relist_with_the_same_key_and_a_new_uid_deletes_the_old_object_first() -> None:
+    cluster = InMemoryCluster()
+    old = cluster.create_pod(pod("a"))
+    upserts: list[str] = []
+    deletes: list[str] = []
+    uids: list[str] = []
+    informer = pod_informer(cluster, upserts, deletes, uids)
+    informer.relist()
+    cluster.delete_pod("default", "a", grace_period_seconds=0)  # both happen while the watch is down
+    new = cluster.create_pod(pod("a"))
+    informer.relist()
+    assert uids == [old.uid]
+    assert upserts == ["a", "a"]
+    assert informer.cache["default/a"].uid == new.uid
+    informer.relist()  # same UID again: a plain update
+    assert uids == [old.uid]
+
+
+def test_a_watch_event_with_a_new_uid_under_a_cached_key_deletes_the_old_object_first() -> None:
+    cluster = InMemoryCluster()
+    old = cluster.create_pod(pod("a"))
+    upserts: list[str] = []
+    deletes: list[str] = []
+    uids: list[str] = []
+    informer = pod_informer(cluster, upserts, deletes, uids)
+    informer.relist()
+    cluster.delete_pod("default", "a", grace_period_seconds=0)
+    new = cluster.create_pod(pod("a"))
+    informer.apply(WatchEvent(EventType.MODIFIED, new, new.resource_version))  # the DELETED event was lost
+    assert uids == [old.uid]
+    assert informer.cache["default/a"] == new
+    gone = attrs.evolve(new, uid="third")  # a delete of yet another object under the key
+    informer.apply(WatchEvent(EventType.DELETED, gone, "999"))
+    assert uids == [old.uid, new.uid, "third"]
+    assert informer.cache == {}

@@ -10,13 +10,16 @@ Behaviours covered:
   authoritative (an index that disagrees with the inventory is corrected, an unknown UUID is refused); a plan
   for another node, an unknown version, corePercent disagreeing with coreMilli, out-of-range core, whole
   grants below 1000 milli-GPU, empty or duplicate GPU lists are refused naming key and field; encoding a grant
-  for a GPU the node lacks is refused; ``plan_node`` reads only the node.
+  for a GPU the node lacks is refused; ``plan_node`` reads only the node; a plan names its pod (``podUID``) and
+  writer: a plan of another pod object (same name, new UID) and a version 1 plan (no podUID) are not trusted;
+  ``plan_owner`` reads the pod UID and the writer; encoding needs a pod UID and a writer.
 """
 
 from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from kube_builders import GPU16, KEYS, NOW, PROTOCOL, make_gpus
 
@@ -30,6 +33,7 @@ from domain.kube.annotations import (
     encode_inventory,
     encode_plan,
     plan_node,
+    plan_owner,
 )
 from domain.units import GiB
 
@@ -147,7 +151,10 @@ def test_plan_round_trip_equals_the_allocation_in_container_order() -> None:
 
 def test_plan_json_shape_is_the_documented_one() -> None:
     data = plan_json()
-    assert data["version"] == 1
+    assert list(data)[:4] == ["version", "podUID", "writer", "node"]
+    assert data["version"] == 2
+    assert data["podUID"] == "uid-1"
+    assert data["writer"] == "lj-runtimekit-scheduler"
     assert data["node"] == "n1"
     assert data["containers"]["setup"] == {
         "init": True, "whole": False,
@@ -190,6 +197,10 @@ G0 = ("containers", "zeta", "gpus", 0)
     ("path", "value", "field", "why"),
     [
         (("version",), 7, f"{PLAN}.version", "unsupported version"),
+        (("version",), 1, f"{PLAN}.version", "carry no podUID"),
+        (("podUID",), "uid-0", f"{PLAN}.podUID", "another pod object"),
+        (("podUID",), "", f"{PLAN}.podUID", "non-empty string"),
+        (("writer",), 7, f"{PLAN}.writer", "non-empty string"),
         (("node",), "n2", f"{PLAN}.node", "on node 'n1'"),
         (("node",), 3, f"{PLAN}.node", "non-empty string"),
         (("containers",), [], f"{PLAN}.containers", "JSON object"),
@@ -248,3 +259,19 @@ def test_plan_node_reads_the_node_only() -> None:
     assert plan_node(encode_plan(allocation(), GPUS), key=PLAN) == "n1"
     with pytest.raises(InvalidRequestError, match="unsupported version"):
         plan_node('{"version": 0, "node": "n1"}', key=PLAN)
+
+
+def test_a_plan_belongs_to_one_pod_object_and_names_its_writer() -> None:
+    text = encode_plan(allocation(), GPUS, writer="other-scheduler")
+    assert plan_owner(text, key=PLAN) == ("uid-1", "other-scheduler")
+    with pytest.raises(InvalidRequestError, match="another pod object"):
+        decode(text, pod_uid="uid-2")  # deleted and re-created under the same name: the old plan is not its own
+    version1 = {k: v for k, v in plan_json().items() if k not in ("podUID", "writer")} | {"version": 1}
+    with pytest.raises(InvalidRequestError, match="not trusted"):
+        decode(json.dumps(version1))
+    with pytest.raises(InvalidRequestError, match="not trusted"):
+        plan_owner(json.dumps(version1), key=PLAN)
+    with pytest.raises(InvalidRequestError, match="pod's UID"):
+        encode_plan(attrs.evolve(allocation(), pod_uid=""), GPUS)
+    with pytest.raises(InvalidRequestError, match="writer"):
+        encode_plan(allocation(), GPUS, writer="")

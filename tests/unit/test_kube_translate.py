@@ -52,6 +52,7 @@ from domain.kube.protocol import ProtocolConstants, ResourceNames
 from domain.kube.quantity import parse_bytes, parse_cpu_milli, parse_decimal_quantity
 from domain.kube.translate import (
     AllocationSource,
+    inventory_reason,
     node_inventory,
     node_requests,
     pod_allocation,
@@ -296,6 +297,7 @@ def test_fresh_inventory_is_usable_with_allocatable() -> None:
             make_gpus("n", 1), heartbeat=NOW, protocol=PROTOCOL.fingerprint()).replace(str(GPU16), "0")),
          "memory > 0", 0),
         (make_node("n", heartbeat=NOW - 61), "stale GPU inventory", 2),
+        (make_node("n", heartbeat=NOW + 61), "61 s in the future", 2),
         (make_node("n", fingerprint="0000000000000000"), "protocol mismatch", 2),
         (make_node("n", allocatable={"cpu": "lots", "memory": "1Gi", "pods": "10"}), "allocatable.cpu", 2),
     ],
@@ -310,6 +312,18 @@ def test_unusable_inventory_has_a_reason(node: object, why: str, gpus_counted: i
 
 def test_heartbeat_exactly_at_the_limit_is_fresh() -> None:
     assert read_node(make_node("n", heartbeat=NOW - 60), PROTOCOL, now=NOW).reason == ""
+    assert read_node(make_node("n", heartbeat=NOW + 60), PROTOCOL, now=NOW).reason == ""
+
+
+def test_the_reason_at_a_later_time_needs_no_second_decode() -> None:
+    node = make_node("n", fingerprint="0000000000000000")
+    reading = read_node(node, PROTOCOL, now=NOW)
+    assert "protocol mismatch" in reading.steady_reason
+    assert "stale" not in reading.reason
+    later = inventory_reason(reading.heartbeat, reading.steady_reason, PROTOCOL, now=NOW + 300)
+    assert later == read_node(node, PROTOCOL, now=NOW + 300).reason
+    assert later.startswith("stale GPU inventory: heartbeat 300 s old")
+    assert inventory_reason(None, "", PROTOCOL, now=NOW) == ""
 
 
 # ---------------------------------------------------------------------------------------------- allocations

@@ -3,19 +3,22 @@
 Covers: first candidate creates the Lease and leads; a second candidate stays standby while the holder renews;
 takeover only after the record stayed unchanged for lease_duration on the standby's own clock; a leader that
 cannot renew within renew_deadline steps down; release hands over at once; a lost write race (409) is not
-leadership; bad timings are rejected; run() calls the start/stop callbacks and releases on stop.
+leadership; bad timings are rejected; run() calls the start/stop callbacks and releases on stop; any exception
+of an attempt — a transport error (UnavailableError), a raw OSError, a bug — is a failed attempt (never raised;
+the leader steps down after renew_deadline), and run() outlives failing attempts and failing callbacks.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from adapters.memory.cluster import InMemoryCluster
 from domain.errors import InvalidRequestError
 from entrypoints._shared.leader import LeaderConfig, LeaderElector
-from ports.cluster import ConflictError
+from ports.cluster import ConflictError, UnavailableError
 
 
 class Clock:
@@ -116,4 +119,70 @@ def test_run_calls_callbacks_and_releases_on_stop() -> None:
     thread.join(5)
     assert not thread.is_alive()
     assert stopped.is_set()
+    assert cluster.get_lease("kube-system", "l").holder == ""
+
+
+class Failing(InMemoryCluster):
+    """Lease calls raise ``errors`` (in turn) while ``failing`` is set."""
+
+    def __init__(self, *errors: Exception) -> None:
+        super().__init__()
+        self.errors = list(errors)
+        self.failing = True
+        self.calls = 0
+
+    def get_lease(self, namespace: str, name: str):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.failing:
+            raise self.errors[self.calls % len(self.errors)]
+        return super().get_lease(namespace, name)
+
+
+ERRORS = (UnavailableError("get lease: API server unavailable"), OSError("connection reset"), RuntimeError("bug"))
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=["unavailable", "raw-oserror", "bug"])
+def test_any_exception_of_an_attempt_is_a_failed_attempt(error: Exception) -> None:
+    cluster, clock = Failing(error), Clock()
+    a = elector(cluster, "a", clock)
+    cluster.failing = False
+    assert a.step() is True
+    cluster.failing = True
+    clock.now += 2
+    assert a.step() is True  # one failed renewal: still within renew_deadline
+    clock.now += 9
+    assert a.step() is False  # no renewal for 11 s > renew_deadline: stepped down
+    assert a.is_leader is False
+    a.release()  # best effort, never raises
+
+
+def test_run_outlives_failing_attempts_and_failing_callbacks() -> None:
+    cluster = Failing(*ERRORS)
+    config = LeaderConfig("kube-system", "l", "a", lease_duration=3, renew_deadline=2, retry_period=0.01)
+    started, stop = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def on_started() -> None:
+        calls.append("started")
+        started.set()
+        raise RuntimeError("a callback bug")
+
+    thread = threading.Thread(target=LeaderElector(cluster, config).run, args=(stop,),
+                              kwargs={"on_started": on_started})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while cluster.calls < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cluster.calls >= 6  # every kind of error, twice: the loop went on
+        assert thread.is_alive()
+        cluster.failing = False
+        assert started.wait(5)
+        time.sleep(0.05)
+        assert thread.is_alive()
+        assert calls == ["started"]
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
     assert cluster.get_lease("kube-system", "l").holder == ""

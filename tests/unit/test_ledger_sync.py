@@ -3,10 +3,13 @@
 Behaviours covered:
 
 * nodes: added, updated without resetting usage, gated when the inventory is missing, stale (also found by
-  ``tick`` when heartbeats stop), foreign-protocol or malformed, ungated when fresh again; stale nodes keep
-  their pods counted; deleting a node forgets its books and a re-added node counts its pods again; a pod bound
+  ``tick`` when heartbeats stop, without decoding annotations again), dated in the future beyond the limit,
+  foreign-protocol or malformed, ungated when fresh again; stale nodes keep their pods counted; a missing or
+  malformed inventory keeps the last good GPU list (rebuild and resync agree), a node re-added without one has
+  no GPUs; deleting a node forgets its books and a re-added node counts its pods again; a pod bound
   to a node not seen yet is counted when the node arrives; a GPU identity change re-derives pods by UUID;
 * pods: CPU-only bound pods count node resources; terminal phases release; repeated events are idempotent;
+  a new UID under a known ``namespace/name`` releases the old UID;
 * B01 — a delete delivered as a tombstone (with the last state, or with the key only) releases the pod before
   the next pod is filtered; resync variant: a listing without the pod releases it and reports it as extra;
 * B03 — a rebuild counts a terminating pod; B does not fit until A is deleted, then fits;
@@ -130,6 +133,70 @@ def test_stale_node_keeps_its_pods_counted() -> None:
     sync.on_node(make_node("n1", heartbeat=NOW - 3600))
     assert "n1" in sync.gates
     assert used(sync, "n1")[0] == (1000, GPU16)
+
+
+def test_missing_inventory_keeps_the_last_good_gpu_list_while_gated() -> None:
+    sync = make_sync(make_node("n1"))
+    a = with_plan(make_pod("a", core="40", mem="4"), share("a", "n1", 1, 400, 4), make_gpus("n1", 2))
+    sync.on_pod(a)
+    for broken in (make_node("n1", annotation=None), make_node("n1", annotation="{oops")):
+        sync.on_node(broken)
+        assert "the 2 GPUs it last published" in sync.gates["n1"]
+        assert used(sync, "n1") == [(0, 0), (400, 4 * GiB)]  # still counted where its plan put it
+        assert sync.sources["a"] is AllocationSource.PLAN
+        assert sync.rebuild([broken], [a]).ledger.books() == sync.ledger.books()
+        sync.tick()
+        assert "the 2 GPUs it last published" in sync.gates["n1"]
+    assert sync.resync([make_node("n1", annotation=None)], [a]).clean
+    sync.on_node(make_node("n1"))
+    assert sync.gates == {}
+    sync.on_node_deleted("n1")
+    sync.on_node(make_node("n1", annotation=None))  # no readable inventory since it came back: no GPUs
+    assert sync.ledger.inventory("n1").gpus == ()
+    assert sync.sources["a"] is AllocationSource.INFERRED
+
+
+def test_heartbeat_in_the_future_beyond_the_limit_gates_the_node() -> None:
+    clock = Clock()
+    sync = make_sync(make_node("n1", heartbeat=NOW + 61), clock=clock)
+    assert "61 s in the future" in sync.gates["n1"]
+    clock.now = NOW + 1
+    sync.tick()
+    assert sync.gates == {}
+
+
+def test_tick_reuses_the_last_reading_and_decodes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import domain.kube.annotations as codecs
+    import domain.kube.translate as translate
+
+    clock = Clock()
+    sync = make_sync(make_node("n1"), make_node("n2", fingerprint="ffffffffffffffff"), clock=clock)
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tick decoded an annotation")
+
+    monkeypatch.setattr(translate, "decode_inventory", forbidden)
+    monkeypatch.setattr(codecs, "decode_inventory", forbidden)
+    monkeypatch.setattr(translate, "read_node", forbidden)
+    clock.now = NOW + 61
+    sync.tick()
+    assert "stale GPU inventory" in sync.gates["n1"]
+    assert "stale GPU inventory" in sync.gates["n2"]
+    assert "protocol mismatch" in sync.gates["n2"]
+
+
+def test_a_new_uid_under_a_known_name_releases_the_old_one() -> None:
+    sync = make_sync(make_node("n1", 1))
+    old = with_plan(make_pod("old", gpu="1"), whole("old", "n1", 0), make_gpus("n1", 1))
+    sync.on_pod(old)
+    assert used(sync, "n1") == [(1000, GPU16)]
+    new = attrs.evolve(make_pod("new", gpu="1"), name=old.name)  # deleted and re-created; the delete was missed
+    assert new.key == old.key
+    sync.on_pod(new)
+    assert "old" not in sync.ledger
+    assert used(sync, "n1") == [(0, 0)]
+    sync.on_pod_deleted(Tombstone(new.key))  # a key-only delete now names the new pod
+    assert "new" not in sync.assumed
 
 
 def test_gpu_identity_change_rederives_pods_by_uuid() -> None:

@@ -2,7 +2,8 @@
 
 Covers: ``--help`` exits 0; unknown policy, bad ``--listen``, missing ``--mode`` and an invalid protocol file exit 2
 with one ``error:`` line before anything starts; the container resolves every provider with the in-memory
-cluster (check_dependencies); ``main`` runs with ``--in-memory`` and returns 0 once stopped; ``parse_listen``.
+cluster (check_dependencies); ``main`` runs with ``--in-memory`` and returns 0 once stopped; ``parse_listen``;
+commits over the API server use a request timeout below ``lease_duration − renew_deadline``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.memory.cluster import InMemoryCluster
 from entrypoints import cli
 from entrypoints.scheduler.__main__ import main, parse_listen
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings, SettingsError
@@ -82,12 +84,47 @@ def test_container_resolves_every_provider_in_memory() -> None:
         container.shutdown_resources()
 
 
-def test_main_runs_in_memory_and_stops_cleanly() -> None:
+def test_main_runs_in_memory_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    apps: list[SchedulerApp] = []
+    start = SchedulerApp.start
+
+    def spy(self: SchedulerApp) -> None:
+        apps.append(self)
+        start(self)
+
+    monkeypatch.setattr(SchedulerApp, "start", spy)
     stop = threading.Event()
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(main(BASE, stop=stop)))
     thread.start()
-    time.sleep(0.5)
-    stop.set()
-    thread.join(10)
+    try:
+        deadline = time.monotonic() + 10
+        while not (apps and apps[0].ready()[0] and apps[0].service.serving) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert apps
+        assert apps[0].ready() == (True, "ok")
+        assert apps[0].service.serving
+        assert apps[0].health() == (True, "ok")
+    finally:
+        stop.set()
+        thread.join(10)
     assert codes == [0]
+
+
+def test_commits_over_the_api_server_time_out_before_a_successor_can_lead() -> None:
+    from kubernetes import client
+
+    from adapters.kubernetes import KubernetesCluster
+    from entrypoints.scheduler.containers import commit_cluster, commit_timeout
+
+    settings = SchedulerSettings(lease_duration=15, renew_deadline=10, retry_period=2)
+    assert commit_timeout(settings) == pytest.approx(4.0)
+    with client.ApiClient() as api_client:
+        cluster = KubernetesCluster(api_client)
+        view = commit_cluster(cluster, settings)
+        assert isinstance(view, KubernetesCluster)
+        assert view.request_timeout == pytest.approx(4.0)
+        assert view.request_timeout < settings.lease_duration - settings.renew_deadline
+        assert cluster.request_timeout == 30.0  # listings keep their own, longer timeout
+    memory = InMemoryCluster()
+    assert commit_cluster(memory, settings) is memory

@@ -13,17 +13,39 @@ default and its typical pods blend observed and synthetic pods.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
 import pytest
 from kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
-from scheduler_world import new_pod, plan_of, schedule_and_commit, world
+from scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
+from domain.kube.objects import PodObject, Taint, TaintEffect
 from domain.scheduling.sync import Tombstone
 from domain.units import GiB
-from entrypoints.scheduler.service import CommitError, NotLeaderError, SchedulerService, ServiceConfig
-from ports.cluster import ClusterError, ConflictError
+from entrypoints.scheduler.service import (
+    CommitError,
+    NotLeaderError,
+    SchedulerService,
+    ServiceConfig,
+    StaleListingError,
+    drift_count,
+)
+from ports.cluster import ClusterError, ConflictError, UnavailableError
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------- the scenario
@@ -266,8 +288,22 @@ def test_resync_repairs_drift_and_counts_it() -> None:
     report = w.service.resync()
     assert len(report.extra) == 1
     assert len(report.missing) == 1
-    assert w.sample("lj_runtimekit_scheduler_drift_repairs_total") == 2
+    assert list(report.totals) == ["n1"]
+    assert w.sample("lj_runtimekit_scheduler_drift_repairs_total") == 3  # two pods and n1's totals
     assert w.service.resync().clean
+
+
+def test_corrupted_totals_alone_count_as_drift() -> None:
+    w = world()
+    w.node("n1", 2)
+    w.running("a", "n1", {0: (30, 4)})
+    ledger = w.service.sync.ledger
+    ledger.core_used[ledger.slot("n1"), 1] += 300  # a bug elsewhere corrupts a running total; records agree
+    report = w.service.resync()
+    assert (report.missing, report.extra, report.changed) == ((), (), ())
+    assert drift_count(report) == 1
+    assert w.sample("lj_runtimekit_scheduler_drift_repairs_total") == 1
+    assert w.used("n1") == [(300, 4), (0, 0)]
 
 
 # ---------------------------------------------------------------------------------------------- policies and selectors
@@ -304,3 +340,193 @@ def test_invalid_request_is_unschedulable_with_the_field_named() -> None:
     assert result.allocation is None
     assert "gpu-core.percentage" in result.reason
     assert w.sample("lj_runtimekit_scheduler_failures_total", reason="invalid-request") == 1
+
+
+# ---------------------------------------------------------------------------------------------- terms and rebuilds
+QUICK = (0.01, 0.02)
+
+
+def test_a_failed_rebuild_on_gaining_leadership_never_serves_and_is_retried() -> None:
+    w = world()
+    w.node("n1", 1)
+    w.cluster.list_failures.extend([UnavailableError("list pods: API server unavailable")] * 2)
+    states: list[bool] = []
+    w.cluster.on_list = lambda: states.append(w.service.serving)
+    assert w.service.start_leading(backoff=QUICK) is True
+    assert states == [False, False, False]  # two failed rebuilds, then the one that worked
+    assert w.service.serving
+    assert w.sample("lj_runtimekit_scheduler_leader") == 1
+
+
+def test_the_rebuild_waits_for_both_informers_and_stops_with_its_term() -> None:
+    w = world()
+    w.node("n1", 1)
+    checks = {"n": 0}
+
+    def ready() -> bool:
+        checks["n"] += 1
+        return checks["n"] > 3
+
+    assert w.service.start_leading(ready=ready, backoff=QUICK)
+    assert checks["n"] == 4
+    term = w.service.begin_leading()
+    w.cluster.on_list = w.service.stop_leading  # leadership ends while the new term lists
+    assert w.service.rebuild_ledger(term, backoff=QUICK) is False
+    assert not w.service.serving
+    assert w.sample("lj_runtimekit_scheduler_leader") == 0
+    stale = w.service.begin_leading()
+    w.cluster.on_list = None
+    newer = w.service.begin_leading()
+    assert w.service.rebuild_ledger(stale) is False  # a late rebuild of an old term serves nothing
+    assert not w.service.serving
+    assert w.service.rebuild_ledger(newer) is True
+    assert w.service.serving
+
+
+def test_a_rebuild_thread_of_an_old_term_gives_up_while_failing() -> None:
+    w = world()
+    w.cluster.list_failures.extend([UnavailableError("unreachable")] * 1000)
+    stop = threading.Event()
+    term = w.service.begin_leading()
+    done: list[bool] = []
+    thread = threading.Thread(target=lambda: done.append(w.service.rebuild_ledger(term, stop=stop, backoff=QUICK)))
+    thread.start()
+    try:
+        assert wait_for(lambda: len(w.cluster.list_failures) < 995)
+        assert not w.service.serving
+        w.service.stop_leading()
+        thread.join(5)
+        assert done == [False]
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+# ---------------------------------------------------------------------------------------------- resync off the lock
+def test_resync_lists_and_rebuilds_without_holding_the_lock() -> None:
+    w = world()
+    w.node("n1", 1)
+    free: list[bool] = []
+
+    def probe() -> None:  # another thread (an informer, a cycle) must get the lock while we list
+        got: list[bool] = []
+
+        def grab() -> None:
+            if w.service.lock.acquire(timeout=1):
+                w.service.lock.release()
+                got.append(True)
+
+        thread = threading.Thread(target=grab)
+        thread.start()
+        thread.join(5)
+        free.append(got == [True])
+
+    w.cluster.on_list = probe
+    w.service.resync()
+    assert free == [True]
+
+
+def test_resync_adopts_only_a_listing_at_least_as_new_as_the_informers() -> None:
+    w = world()
+    w.node("n1", 1)
+    schedule_and_commit(w, w.pending("a", core="100", mem="16"))
+    applied = {"pods": "0"}
+    w.service.watermarks = lambda: ("0", applied["pods"])
+
+    def informer_overtakes() -> None:  # the pod is deleted, and its delete applied, after this listing
+        w.cluster.on_list = None
+        gone = w.cluster.get_pod("default", "a")
+        w.cluster.delete_pod("default", "a", grace_period_seconds=0)
+        applied["pods"] = w.cluster.resource_version
+        w.service.on_pod_deleted(gone)
+
+    listed = w.cluster.list_pods
+    versions: list[str] = []
+
+    def spying_list(*, field_selector: str = "") -> object:
+        listing = listed(field_selector=field_selector)
+        versions.append(listing.resource_version)
+        informer_overtakes() if len(versions) == 1 else None
+        return listing
+
+    w.cluster.list_pods = spying_list  # type: ignore[method-assign,assignment]
+    report = w.service.resync()
+    assert len(versions) == 2  # the first listing still had the deleted pod: not adopted
+    assert report.clean
+    assert w.used("n1") == [(0, 0)]
+    applied["pods"] = str(10**9)
+    with pytest.raises(StaleListingError):
+        w.service.resync()
+    assert w.used("n1") == [(0, 0)]
+
+
+def test_events_already_in_the_adopted_listing_are_not_reapplied() -> None:
+    w = world()
+    w.node("n1", 1)
+    schedule_and_commit(w, w.pending("a", core="100", mem="16"))
+    pending_copy = w.cluster.get_pod("default", "a")
+    w.service.resync()
+    stale = attrs.evolve(pending_copy, node_name="", resource_version=str(int(pending_copy.resource_version) - 1))
+    w.service.on_pod(stale)  # a late watch event older than the listing: the books already hold the newer state
+    assert w.used("n1") == [(1000, 16)]
+
+
+# ---------------------------------------------------------------------------------------------- identity
+def test_a_pod_recreated_under_the_same_name_releases_the_old_uid() -> None:
+    w = world()
+    w.node("n1", 1)
+    schedule_and_commit(w, w.pending("a", core="100", mem="16"))
+    old = w.cluster.get_pod("default", "a")
+    w.cluster.delete_pod("default", "a", grace_period_seconds=0)  # the delete never reaches the service
+    again = w.pending("a", core="100", mem="16")
+    assert again.uid != old.uid
+    assert w.used("n1") == [(0, 0)]
+    assert w.service.schedule_pod(again).allocation is not None
+
+
+# ---------------------------------------------------------------------------------------------- held reservations
+def held_on_n1(w: World, **annotations: str) -> tuple[PodObject, PodAllocation]:
+    w.node("n1", 2)
+    w.node("n2", 2)
+    pod = w.pending("a", core="30", mem="4", annotations=annotations or None)
+    result = w.service.schedule_pod(pod, candidates=["n1"])
+    assert result.allocation is not None
+    assert result.allocation.node == "n1"
+    return pod, result.allocation
+
+
+def test_a_valid_held_reservation_is_kept() -> None:
+    w = world()
+    pod, allocation = held_on_n1(w)
+    again = w.service.schedule_pod(pod, candidates=["n1", "n2"])
+    assert again.reason == "already reserved"
+    assert again.allocation == allocation
+
+
+@pytest.mark.parametrize("change", ["stale-inventory", "cordoned", "tainted", "selector", "gpu-excluded",
+                                    "unhealthy-gpu"])
+def test_a_held_reservation_that_no_longer_passes_is_redone(change: str) -> None:
+    w = world()
+    pod, allocation = held_on_n1(w)
+    gpu = allocation.containers[0].grants[0].gpu_index
+    if change == "stale-inventory":
+        w.clock.now += PROTOCOL.inventory_stale_seconds + 1
+        w.service.sync.tick()  # staleness only: the service's tick would also expire the reservation (TTL 60 s)
+        w.service.on_node(make_node("n2", 2, heartbeat=w.clock.now))
+    elif change in ("cordoned", "tainted", "unhealthy-gpu"):
+        node = make_node("n1", 2, unschedulable=change == "cordoned", unhealthy=(gpu,) if change == "unhealthy-gpu"
+                         else (), taints=(Taint("dedicated", TaintEffect.NO_SCHEDULE),) if change == "tainted" else ())
+        w.cluster.patch_node_metadata("n1", annotations=dict(node.annotations))
+        w.service.on_node(node)
+    elif change == "selector":
+        pod = attrs.evolve(pod, node_selector={"pool": "b"})
+        w.service.on_node(make_node("n2", 2, labels={"pool": "b"}))
+    else:
+        pod = attrs.evolve(pod, annotations={KEYS.pod_gpu_uuids_exclude: f"GPU-n1-{gpu}"})
+    assert w.service.reservation(pod.uid) == allocation
+    again = w.service.schedule_pod(pod, candidates=["n1", "n2"])
+    assert again.reason != "already reserved"
+    assert again.allocation is not None
+    placed = (again.allocation.node, again.allocation.containers[0].grants[0].gpu_index)
+    assert placed != ("n1", gpu)
+    assert w.service.reservation(pod.uid) == again.allocation

@@ -3,18 +3,25 @@
 Covers: only pending pods with our schedulerName are queued, FIFO, and leave the queue once bound or deleted;
 a successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with
 the cycle's reason and backs off 1 s doubling to 60 s; a node addition or pod deletion moves backed-off pods
-back (rate-limited); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes.
+back (rate-limited); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes; an Event
+that cannot be written (transport error, raw OSError, bug) changes nothing; the worker survives exceptions in
+any part of a round (the cycle, the commit, the Event after them, the leadership check) and goes on binding.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
+import pytest
 from kube_builders import KEYS
 from scheduler_world import new_pod, world
 
 from domain.kube.objects import PodObject, Taint, TaintEffect
+from entrypoints.scheduler import standalone
 from entrypoints.scheduler.standalone import StandaloneLoop
+from ports.cluster import UnavailableError
 
 
 class Monotonic:
@@ -101,3 +108,74 @@ def test_a_standby_loop_attempts_nothing_and_writes_nothing() -> None:
     assert loop.attempts == 0
     assert w.cluster.events == []
     assert loop.pending() == ["default/a"]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+ERRORS = [UnavailableError("create event: API server unavailable"), OSError("connection reset"), RuntimeError("bug")]
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=["unavailable", "raw-oserror", "bug"])
+def test_an_event_that_cannot_be_written_changes_nothing(error: Exception) -> None:
+    w = world()
+    w.node("n1", 1)
+    loop = StandaloneLoop(w.service)
+
+    def broken(event: object) -> None:
+        raise error
+
+    w.cluster.create_event = broken  # type: ignore[method-assign,assignment]
+    assert loop.attempt(w.pending("a", core="30", mem="4")) is True
+    assert w.deliver("a").node_name == "n1"
+    assert loop.attempt(w.pending("b", core="90", mem="4")) is False  # FailedScheduling not recorded either
+    assert loop.delay("default/b") == 1
+
+
+def test_the_worker_survives_exceptions_anywhere_in_a_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(standalone, "ERROR_BACKOFF", 0.01)
+    w = world()
+    w.service.start_leading()
+    loop = StandaloneLoop(w.service, initial_backoff=0.01, max_backoff=0.02, min_wake_interval=0)
+    failures = {"serving": 2, "schedule": 2}
+    serving = type(w.service).serving
+
+    def flaky_serving(self: object) -> bool:
+        if failures["serving"]:
+            failures["serving"] -= 1
+            raise OSError("leadership check blew up")
+        return bool(serving.fget(self))  # type: ignore[attr-defined]
+
+    schedule = w.service.schedule_pod
+
+    def flaky_schedule(pod: PodObject, **kwargs: object) -> object:
+        if failures["schedule"]:
+            failures["schedule"] -= 1
+            raise RuntimeError("a bug in the cycle")
+        return schedule(pod, **kwargs)  # type: ignore[arg-type]
+
+    def broken(event: object) -> None:
+        raise OSError("events are down")
+
+    monkeypatch.setattr(type(w.service), "serving", property(flaky_serving))
+    w.service.schedule_pod = flaky_schedule  # type: ignore[method-assign,assignment]
+    w.cluster.create_event = broken  # type: ignore[method-assign,assignment]
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), kwargs={"poll": 0.05})
+    thread.start()
+    try:
+        w.pending("a", core="30", mem="4")
+        assert wait_for(lambda: failures == {"serving": 0, "schedule": 0})
+        w.node("n1", 1)
+        assert wait_for(lambda: w.cluster.get_pod("default", "a").node_name == "n1")
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()

@@ -12,7 +12,14 @@ kube-apiserver 1.20):
   retries) and ``_request_timeout`` (client socket) a little longer. Too-old RVs come back as HTTP 410 or as an
   ``ERROR`` event with code 410, which the client raises as ``ApiException(410)``: both become :class:`GoneError`.
 * **errors** — ``ApiException`` 404/409/410 become NotFound/Conflict/GoneError, any other HTTP status a
-  :class:`ClusterError` with that status, chained with ``raise … from``; socket errors pass through.
+  :class:`ClusterError` with that status; transport failures (``urllib3.exceptions.HTTPError`` — connect and
+  read timeouts, ``MaxRetryError``, protocol errors of a broken stream — and ``OSError``, ``TimeoutError``
+  included) become :class:`UnavailableError`. All chained with ``raise … from``; nothing else escapes a call
+  or a watch iterator.
+* **timeouts** — ``request_timeout`` is the client's total timeout of one non-watch request (connect + read,
+  urllib3 ``Timeout(total=…)``); :meth:`KubernetesCluster.with_request_timeout` gives a view with another one
+  over the same ``ApiClient`` (the scheduler caps its commit calls with it). It is a client-side bound: a
+  request the server already received may still be applied after the client gave up.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any, TypeVar
 import attrs
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from domain.kube.objects import (
     ClusterEvent,
@@ -37,6 +45,7 @@ from domain.kube.objects import (
     PodPhase,
     WatchEvent,
 )
+from ports.cluster import UnavailableError
 
 from .translate import (
     cluster_error,
@@ -70,6 +79,8 @@ def _api_errors(what: str) -> Iterator[None]:
         yield
     except ApiException as exc:
         raise cluster_error(exc, what) from exc
+    except (TransportError, OSError) as exc:  # TimeoutError and socket errors are OSErrors
+        raise UnavailableError(f"{what}: API server unavailable: {type(exc).__name__}: {str(exc)[:300]}") from exc
 
 
 def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
@@ -87,7 +98,7 @@ class KubernetesCluster:
     """:class:`~ports.cluster.ClusterApi` over a configured ``kubernetes.client.ApiClient`` (module docstring).
 
     ``pod_image`` — image used by :meth:`create_pod`; ``component`` — ``source.component`` of Events;
-    ``request_timeout`` — client socket timeout (s) of non-watch calls. The caller owns and closes ``api_client``.
+    ``request_timeout`` — client timeout (s) of one non-watch call. The caller owns and closes ``api_client``.
     """
 
     def __init__(
@@ -98,11 +109,25 @@ class KubernetesCluster:
         component: str = "lj-runtimekit",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
+        self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
         self._pod_image = pod_image
         self._component = component
         self._timeout = request_timeout
+
+    @property
+    def request_timeout(self) -> float:
+        """Client timeout (s) of one non-watch call."""
+        return self._timeout
+
+    def with_request_timeout(self, seconds: float) -> KubernetesCluster:
+        """A view over the same ``ApiClient`` (same connection pool) whose non-watch calls time out after
+        ``seconds``. Raises ValueError unless ``seconds`` > 0."""
+        if not seconds > 0:
+            raise ValueError(f"request timeout must be > 0 s, not {seconds!r}")
+        return KubernetesCluster(self._api_client, pod_image=self._pod_image, component=self._component,
+                                 request_timeout=seconds)
 
     # ------------------------------------------------------------------ nodes
     def list_nodes(self) -> Listing[NodeObject]:
@@ -226,10 +251,10 @@ class KubernetesCluster:
             response: Any = self._core.create_namespaced_pod_binding(
                 name, namespace, body, _preload_content=False, _request_timeout=self._timeout
             )
-        try:
-            response.read()
-        finally:
-            response.release_conn()
+            try:
+                response.read()
+            finally:
+                response.release_conn()
 
     # ------------------------------------------------------------------ events and leases
     def create_event(self, event: ClusterEvent) -> None:

@@ -29,7 +29,7 @@ from domain.kube.objects import (
     TaintEffect,
     Toleration,
 )
-from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
 MAX_ERROR_DETAIL = 300
 """Characters of a server message kept in an error (server messages can echo whole objects)."""
@@ -61,8 +61,9 @@ def to_microtime(epoch: float | None) -> MicroTime | None:
 
 
 def cluster_error(exc: ApiException, what: str) -> ClusterError:
-    """The port error for an :class:`ApiException`: 404/409/410 → NotFound/Conflict/Gone, anything else a
-    :class:`ClusterError` carrying the HTTP status. The server's message is truncated to
+    """The port error for an :class:`ApiException`: 404/409/410 → NotFound/Conflict/Gone, status 0 (the
+    client's own TLS failures: no HTTP answer) → UnavailableError, anything else a :class:`ClusterError`
+    carrying the HTTP status. The server's message is truncated to
     :data:`MAX_ERROR_DETAIL` characters."""
     status = int(exc.status or 0)
     detail = str(exc.reason or "")
@@ -72,6 +73,8 @@ def cluster_error(exc: ApiException, what: str) -> ClusterError:
             detail = str(body.get("message", detail)) if isinstance(body, dict) else detail
         except ValueError:
             detail = str(exc.body)
+    if status == 0:
+        return UnavailableError(f"{what}: API server unavailable: {detail[:MAX_ERROR_DETAIL]}")
     error = _ERRORS.get(status, ClusterError)(f"{what}: HTTP {status}: {detail[:MAX_ERROR_DETAIL]}")
     error.status = status
     return error

@@ -8,11 +8,15 @@
 
 * **Pod GPU plan** (key ``protocol.annotations.pod_plan``), written by the scheduler before it binds::
 
-      {"version": 1, "node": "n1",
+      {"version": 2, "podUID": "<uid of the pod>", "writer": "lj-runtimekit-scheduler", "node": "n1",
        "containers": {"main": {"init": false, "whole": false,
                                "gpus": [{"index": 0, "uuid": "GPU-…", "corePercent": 60, "coreMilli": 600,
                                          "memoryBytes": 8589934592}]}}}
 
+  ``podUID`` ties the plan to one pod object: a pod deleted and re-created under the same name (new UID) never
+  inherits the old pod's plan. ``writer`` names the scheduler that wrote it, so a scheduler recognises its own
+  leftover plan on a pod it is binding again (:func:`plan_owner`). Version 1 plans (no ``podUID``) are refused:
+  they cannot be tied to a pod object, so they are never trusted (the pod is counted by inference instead).
   ``coreMilli`` is authoritative; ``corePercent`` is ``ceil(coreMilli / 10)``, for people and tools that read
   percent, and must agree. Container order is preserved (JSON objects keep insertion order), so a decoded plan
   equals the :class:`PodAllocation` it was encoded from (failure case B04 relies on that equality).
@@ -45,8 +49,11 @@ from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
 INVENTORY_VERSION = 1
 """Schema version of the node inventory annotation."""
 
-PLAN_VERSION = 1
-"""Schema version of the pod plan annotation."""
+PLAN_VERSION = 2
+"""Schema version of the pod plan annotation (2 added ``podUID`` and ``writer``; 1 is refused)."""
+
+PLAN_WRITER = "lj-runtimekit-scheduler"
+"""Default ``writer`` of :func:`encode_plan` (the scheduler's name in the default protocol)."""
 
 MAX_ANNOTATION_BYTES = 256 * 1024
 """Kubernetes caps all annotations of an object at 256 KiB together; anything longer is not ours."""
@@ -119,6 +126,14 @@ def _version(key: str, data: Mapping[str, object], supported: int) -> None:
     version = _int(key, data, "version")
     if version != supported:
         raise InvalidRequestError(f"{key}.version", version, f"unsupported version; this build reads {supported}")
+
+
+def _plan_version(key: str, data: Mapping[str, object]) -> None:
+    version = _int(key, data, "version")
+    if version == 1:
+        raise InvalidRequestError(f"{key}.version", version, "version 1 plans carry no podUID and are not trusted; "
+                                  f"this build reads {PLAN_VERSION}")
+    _version(key, data, PLAN_VERSION)
 
 
 def _dump(data: object) -> str:
@@ -200,11 +215,17 @@ def core_percent(core_milli: int) -> int:
     return -(-core_milli // MILLI_PER_PERCENT)
 
 
-def encode_plan(allocation: PodAllocation, node_gpus: Sequence[Gpu]) -> str:
-    """Render the pod plan annotation (module docstring) of ``allocation`` on a node with ``node_gpus``.
+def encode_plan(allocation: PodAllocation, node_gpus: Sequence[Gpu], *, writer: str = PLAN_WRITER) -> str:
+    """Render the pod plan annotation (module docstring) of ``allocation`` on a node with ``node_gpus``, for the
+    pod ``allocation.pod_uid``, signed ``writer`` (the scheduler's name).
 
-    Raises :class:`InvalidRequestError` when a grant names a GPU index the node does not have.
+    Raises :class:`InvalidRequestError` when a grant names a GPU index the node does not have, or when the
+    allocation has no pod UID or ``writer`` is empty.
     """
+    if not allocation.pod_uid:
+        raise InvalidRequestError("podUID", allocation.pod_uid, "a plan must name the pod's UID")
+    if not writer:
+        raise InvalidRequestError("writer", writer, "must be a non-empty string")
     by_index = {g.index: g for g in node_gpus}
     containers: dict[str, object] = {}
     for container in allocation.containers:
@@ -220,15 +241,24 @@ def encode_plan(allocation: PodAllocation, node_gpus: Sequence[Gpu]) -> str:
             gpus.append({"index": grant.gpu_index, "uuid": gpu.uuid, "corePercent": core_percent(grant.core_milli),
                          "coreMilli": grant.core_milli, "memoryBytes": grant.memory_bytes})
         containers[container.container] = {"init": container.init, "whole": container.whole, "gpus": gpus}
-    return _dump({"version": PLAN_VERSION, "node": allocation.node, "containers": containers})
+    return _dump({"version": PLAN_VERSION, "podUID": allocation.pod_uid, "writer": writer, "node": allocation.node,
+                  "containers": containers})
 
 
 def plan_node(text: object, *, key: str) -> str:
     """The node a plan annotation names (cheap pre-check before a full decode). Raises
     :class:`InvalidRequestError` like :func:`decode_plan`."""
     data = _load(key, text)
-    _version(key, data, PLAN_VERSION)
+    _plan_version(key, data)
     return _str(key, data, "node")
+
+
+def plan_owner(text: object, *, key: str) -> tuple[str, str]:
+    """``(podUID, writer)`` of a plan annotation: which pod object it was written for, and by whom. Raises
+    :class:`InvalidRequestError` like :func:`decode_plan` (version 1 plans have no owner)."""
+    data = _load(key, text)
+    _plan_version(key, data)
+    return _str(key, data, "podUID"), _str(key, data, "writer")
 
 
 def _grant(field: str, entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool) -> GpuGrant:
@@ -266,15 +296,23 @@ def decode_plan(
 ) -> PodAllocation:
     """Parse the plan annotation stored under ``key`` of pod ``pod_uid`` into a :class:`PodAllocation`.
 
-    ``node``/``node_gpus``: the node the caller believes the pod is on and that node's current GPUs; the plan
-    must name the same node and each grant's UUID must be one of ``node_gpus`` (its index is taken from the
-    inventory). ``cpu_milli``/``memory_bytes`` (milli-cores, bytes) come from the pod's requests: the plan does
-    not carry them. Raises :class:`InvalidRequestError` naming ``key`` and the field for an unknown version,
-    malformed JSON, a missing field, a wrong type, another node, an unknown UUID, a grant out of range, or two
-    grants of one container on the same GPU. See the module docstring for when a plan may be trusted at all.
+    ``pod_uid``: the plan's ``podUID`` must equal it (a plan written for another pod object — one deleted and
+    re-created under the same name — is refused). ``node``/``node_gpus``: the node the caller believes the pod
+    is on and that node's current GPUs; the plan must name the same node and each grant's UUID must be one of
+    ``node_gpus`` (its index is taken from the inventory). ``cpu_milli``/``memory_bytes`` (milli-cores, bytes)
+    come from the pod's requests: the plan does not carry them. Raises :class:`InvalidRequestError` naming
+    ``key`` and the field for an unknown version (version 1 included: it carries no ``podUID``), malformed
+    JSON, a missing field, a wrong type, another pod's UID, another node, an unknown UUID, a grant out of range,
+    or two grants of one container on the same GPU. See the module docstring for when a plan may be trusted at
+    all.
     """
     data = _load(key, text)
-    _version(key, data, PLAN_VERSION)
+    _plan_version(key, data)
+    owner = _str(key, data, "podUID")
+    if owner != pod_uid:
+        raise InvalidRequestError(f"{key}.podUID", owner, f"the plan was written for another pod object (this pod's "
+                                  f"UID is {pod_uid!r})")
+    _str(key, data, "writer")
     named = _str(key, data, "node")
     if named != node:
         raise InvalidRequestError(f"{key}.node", named, f"the pod is on node {node!r}")

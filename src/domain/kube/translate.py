@@ -8,7 +8,8 @@
   rule of :mod:`domain.request`). Bad values raise :class:`InvalidRequestError` naming the pod, the container,
   the resource and the value (failure case B12).
 * :func:`read_node` / :func:`node_inventory` read a Node's inventory annotation and allocatable quantities,
-  and say why a node must not take GPU pods (missing, malformed, stale or foreign-protocol inventory).
+  and say why a node must not take GPU pods (missing, malformed, stale, future-dated or foreign-protocol
+  inventory); :func:`inventory_reason` re-evaluates that reason at a later time without decoding again.
 * :func:`read_allocation` / :func:`pod_allocation` give the ledger record of a pod that exists in the cluster:
   its plan when the pod is bound (never for a pending pod: failure case B07), the caller's own reservation
   while it is being bound, or an inferred placement for a pod bound by another scheduler (failure case B08,
@@ -149,14 +150,19 @@ class InventoryReading:
     """What a Node says about itself.
 
     ``counted``: the inventory the ledger books against — the annotation's GPUs whenever it decodes (even when
-    stale or from another protocol, so running pods stay counted), no GPUs when it is missing or malformed, and
+    stale or from another protocol, so running pods stay counted), no GPUs when it is missing or malformed (the
+    ledger may keep the GPUs the node last published instead: :class:`~domain.scheduling.sync.LedgerSync`), and
     always the node's allocatable CPU (milli-cores), memory (bytes) and pods. ``reason``: empty when the node
-    may take new GPU pods, else why not. ``heartbeat``: the annotation's epoch seconds, when it decodes.
+    may take new GPU pods, else why not. ``heartbeat``: the annotation's epoch seconds, when it decodes (None
+    means missing or malformed). ``steady_reason``: the part of ``reason`` that does not depend on the time
+    (everything but the heartbeat's age), so the reason at a later time is :func:`inventory_reason` of
+    ``heartbeat`` and ``steady_reason`` without decoding the annotation again.
     """
 
     counted: NodeInventory
     reason: str = ""
     heartbeat: float | None = None
+    steady_reason: str = ""
 
     @property
     def inventory(self) -> NodeInventory | None:
@@ -177,12 +183,32 @@ def _allocatable(node: NodeObject) -> tuple[tuple[int, int, int], list[str]]:
     return (cpu, memory, pods), problems
 
 
+def heartbeat_problem(heartbeat: float | None, protocol: ProtocolConstants, *, now: float) -> str:
+    """Why an inventory heartbeat (epoch seconds; None = no readable inventory) is not fresh at ``now``: older
+    than ``protocol.inventory_stale_seconds``, or that far in the *future* (a device plugin whose clock runs
+    ahead would otherwise stay fresh long after it stopped); empty when fresh."""
+    if heartbeat is None:
+        return ""
+    age, limit = now - heartbeat, protocol.inventory_stale_seconds
+    if age > limit:
+        return f"stale GPU inventory: heartbeat {age:.0f} s old (limit {limit} s)"
+    if -age > limit:
+        return f"GPU inventory heartbeat {-age:.0f} s in the future (clock skew beyond the {limit} s limit)"
+    return ""
+
+
+def inventory_reason(heartbeat: float | None, steady_reason: str, protocol: ProtocolConstants, *, now: float) -> str:
+    """The gate reason at ``now`` of a node read earlier (:class:`InventoryReading` fields): the heartbeat's
+    problem first, then the steady part."""
+    return "; ".join(p for p in (heartbeat_problem(heartbeat, protocol, now=now), steady_reason) if p)
+
+
 def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> InventoryReading:
     """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds).
 
-    The reason is set when the annotation is missing or malformed, older than
-    ``protocol.inventory_stale_seconds``, stamped with another protocol fingerprint, or when allocatable cannot
-    be parsed. Never raises for bad node content.
+    The reason is set when the annotation is missing or malformed, its heartbeat is more than
+    ``protocol.inventory_stale_seconds`` old or in the future, it is stamped with another protocol fingerprint,
+    or when allocatable cannot be parsed. Never raises for bad node content.
     """
     (cpu, memory, pods), problems = _allocatable(node)
     key = protocol.annotations.node_inventory
@@ -201,12 +227,9 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
             if record.protocol != protocol.fingerprint():
                 problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
                                    f"scheduler {protocol.fingerprint()}")
-            age = now - record.heartbeat
-            if age > protocol.inventory_stale_seconds:
-                problems.insert(0, f"stale GPU inventory: heartbeat {age:.0f} s old "
-                                   f"(limit {protocol.inventory_stale_seconds} s)")
     counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods)
-    return InventoryReading(counted, "; ".join(problems), heartbeat)
+    steady = "; ".join(problems)
+    return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady)
 
 
 def node_inventory(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> NodeInventory | None:

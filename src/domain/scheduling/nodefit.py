@@ -325,6 +325,18 @@ class NodeGate:
         return passed
 
 
+def node_fit_reason(constraints: PodConstraints, node: NodeObject) -> str:
+    """Why a pod with ``constraints`` may not run on ``node`` under the four node-fit plugins above
+    (``"<plugin>: <reason>"``, the first that refuses), or empty when it may. For one node, without masks."""
+    nowhere = NodeTable()
+    for plugin in (NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration):
+        check = plugin(nowhere, {})
+        key = check.key(constraints)
+        if key is not None and not check.admits(key, node):
+            return f"{check.name}: {check.reason}"
+    return ""
+
+
 def node_filters(
     nodes: NodeTable, constraints: Mapping[str, PodConstraints], *gates: Mapping[str, str]
 ) -> tuple[FilterPlugin, ...]:

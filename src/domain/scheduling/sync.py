@@ -16,11 +16,21 @@ covers:
   only the key (B01); a periodic :meth:`LedgerSync.resync` catches deletes that never arrived;
 * node updates never reset usage (B14): the inventory is replaced, the usage kept; only a change of GPU
   identity (UUIDs, indexes, sizes) re-derives the node's pods from their objects; a node whose inventory is
-  missing, malformed, stale or from another protocol is gated for GPU pods (:attr:`LedgerSync.gates`, read by
-  :class:`~domain.scheduling.nodefit.NodeGate`) while its pods stay counted on the GPUs it last published;
+  missing, malformed, stale, dated in the future or from another protocol is gated for GPU pods
+  (:attr:`LedgerSync.gates`, read by :class:`~domain.scheduling.nodefit.NodeGate`) while its pods stay counted:
+  a stale, future or foreign inventory still decodes, so its GPUs are used as published; a missing or malformed
+  one has no GPUs, so the node keeps the GPU list of the last inventory that decoded (its "last good" list,
+  kept until the node is deleted; a rebuild is given it too). A node never seen with a readable inventory (for
+  example after a restart) has no GPUs: its GPU pods count node resources only until an inventory arrives;
+  :meth:`LedgerSync.tick` re-evaluates heartbeats from the last reading, without decoding annotations again;
+* a pod re-created under the same ``namespace/name`` (new UID) while the old one's delete was missed releases
+  the old UID first;
 * plan-less pods of a node are re-inferred, in UID order, whenever the node's other pods change, so the live
-  books are a function of the objects alone: :meth:`LedgerSync.rebuild` from a full listing gives the same
-  books whatever order the events came in (property-tested).
+  books are a function of the objects (and the last good GPU lists) alone: :meth:`LedgerSync.rebuild` from a
+  full listing gives the same books whatever order the events came in (property-tested);
+* a resync is split for callers that must not hold their lock while listing and rebuilding: :meth:`rebuild`
+  (reads only this instance's immutable settings when given ``last_good``) and :meth:`adopt` (quick: carries
+  the current reservations over and repairs the live books in place).
 
 Not thread-safe: the caller serialises events and scheduling cycles. Time comes from the injected ``clock``
 (epoch seconds); the domain reads no clock itself.
@@ -28,17 +38,17 @@ Not thread-safe: the caller serialises events and scheduling cycles. Time comes 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
 from domain.allocation import PodAllocation
 from domain.errors import InvalidRequestError
-from domain.gpu import NodeInventory
+from domain.gpu import Gpu, NodeInventory
 from domain.kube.inference import infer_allocation
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import AllocationSource, pod_request, read_allocation, read_node
+from domain.kube.translate import AllocationSource, inventory_reason, pod_request, read_allocation, read_node
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.drift import DriftReport, compare_books
@@ -89,6 +99,9 @@ class LedgerSync:
         self.sources: dict[str, AllocationSource] = {}
         self._node_objects: dict[str, NodeObject] = {}
         self._counted: dict[str, NodeInventory] = {}
+        self._last_good: dict[str, tuple[Gpu, ...]] = {}
+        self._readings: dict[str, tuple[float | None, str]] = {}  # node → (heartbeat, steady reason)
+        self._listed: dict[str, PodObject] = {}  # rebuilds only: the listing's pods by UID, until adopted
         self._pods: dict[str, PodObject] = {}
         self._uid_by_key: dict[str, str] = {}
         self._on_node: dict[str, set[str]] = {}
@@ -97,21 +110,31 @@ class LedgerSync:
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, node: NodeObject) -> None:
-        """Node added or updated: book its inventory (usage kept, B14), refresh its gate, count waiting pods."""
-        reading = read_node(node, self.protocol, now=self.clock())
+        """Node added or updated: book its inventory (usage kept, B14; a missing or malformed inventory keeps
+        the last good GPU list), refresh its gate, count waiting pods."""
+        now = self.clock()
+        reading = read_node(node, self.protocol, now=now)
+        counted, steady = reading.counted, reading.steady_reason
+        kept = self._last_good.get(node.name) if reading.heartbeat is None else None
+        if reading.heartbeat is not None:
+            self._last_good[node.name] = counted.gpus
+        elif kept:
+            counted = attrs.evolve(counted, gpus=kept)
+            steady = f"{steady}; its pods stay counted on the {len(kept)} GPUs it last published"
         previous = self._counted.get(node.name)
-        regroup = previous is None or _identity(previous) != _identity(reading.counted)
+        regroup = previous is None or _identity(previous) != _identity(counted)
         if regroup and previous is not None:
             for uid in self.ledger.pods_on(node.name):
                 self.ledger.release(uid)  # GPU indexes may now name other GPUs: re-derive below
-        slot = self.ledger.upsert_node(reading.counted)
-        self._counted[node.name] = reading.counted
+        slot = self.ledger.upsert_node(counted)
+        self._counted[node.name] = counted
         self._node_objects[node.name] = node
+        self._readings[node.name] = (reading.heartbeat, steady)
         self.nodes.put(slot, node)
-        self._gate(node.name, reading.reason)
+        self._gate(node.name, inventory_reason(reading.heartbeat, steady, self.protocol, now=now))
         if regroup:
             self._recount_node(node.name)
-        elif previous != reading.counted:
+        elif previous != counted:
             self._reinfer(node.name)  # health decides which GPUs inference prefers
 
     def on_node_deleted(self, name: str) -> None:
@@ -125,6 +148,8 @@ class LedgerSync:
         self.nodes.drop(slot)
         del self._counted[name]
         self._node_objects.pop(name, None)
+        self._last_good.pop(name, None)
+        self._readings.pop(name, None)
         self.gates.pop(name, None)
         self._inferred.pop(name, None)
         for uid, (allocation, _) in list(self._assumed.items()):
@@ -133,10 +158,16 @@ class LedgerSync:
 
     def tick(self) -> None:
         """Re-evaluate every node's gate at the clock's time (a device plugin that stops heartbeating sends no
-        node event, so staleness must be polled)."""
+        node event, so staleness must be polled). Cheap: it uses each node's last heartbeat and the rest of its
+        last reading, never decoding an annotation."""
         now = self.clock()
-        for name, node in self._node_objects.items():
-            self._gate(name, read_node(node, self.protocol, now=now).reason)
+        protocol = self.protocol
+        for name, (heartbeat, steady) in self._readings.items():
+            self._gate(name, inventory_reason(heartbeat, steady, protocol, now=now))
+
+    def last_good(self) -> dict[str, tuple[Gpu, ...]]:
+        """Per node, the GPUs of the last inventory that decoded (a copy; for :meth:`rebuild`)."""
+        return dict(self._last_good)
 
     def _gate(self, name: str, reason: str) -> None:
         if reason:
@@ -146,8 +177,12 @@ class LedgerSync:
 
     # ------------------------------------------------------------------ pods
     def on_pod(self, pod: PodObject) -> None:
-        """Pod added or updated (module docstring); idempotent."""
+        """Pod added or updated (module docstring); idempotent. A new UID under a known ``namespace/name``
+        first releases the old UID (the old pod's delete was missed)."""
         uid = pod.uid
+        previous = self._uid_by_key.get(pod.key)
+        if previous is not None and previous != uid:
+            self._drop(previous)
         self._uid_by_key[pod.key] = uid
         if pod.phase.terminal:
             self._drop(uid)
@@ -168,6 +203,10 @@ class LedgerSync:
             return
         if self._count(uid):
             self._reinfer(pod.node_name)
+
+    def uid_of(self, key: str) -> str | None:
+        """The UID last seen under ``namespace/name``, if any."""
+        return self._uid_by_key.get(key)
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> bool:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); returns True when something was forgotten."""
@@ -326,58 +365,98 @@ class LedgerSync:
 
     # ------------------------------------------------------------------ rebuild and resync
     def rebuild(
-        self, nodes: Iterable[NodeObject], pods: Iterable[PodObject], *, keep_assumed: bool = False
+        self,
+        nodes: Iterable[NodeObject],
+        pods: Iterable[PodObject],
+        *,
+        keep_assumed: bool = False,
+        last_good: Mapping[str, tuple[Gpu, ...]] | None = None,
     ) -> LedgerSync:
         """A new :class:`LedgerSync` on a fresh ledger, built from API objects only (same protocol and clock).
 
-        With ``keep_assumed``, this instance's reservations are carried over unless their pod is listed in a
-        terminal phase, or is absent from the listing and was reserved more than ``assumed_ttl_seconds`` ago.
+        ``last_good``: per node, the GPU list a node with a missing or malformed inventory is counted on (default:
+        this instance's, :meth:`last_good`). Given explicitly and with ``keep_assumed`` False, this reads nothing
+        of this instance that changes, so a caller may run it without its lock and :meth:`adopt` the result under
+        it. With ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
         """
         fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
                            assumed_ttl_seconds=self.assumed_ttl_seconds)
+        fresh._last_good = dict(self._last_good if last_good is None else last_good)
         for node in nodes:
             fresh.on_node(node)
+        fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
         pods = list(pods)
-        if keep_assumed:
-            listed = {p.uid: p for p in pods}
-            now = self.clock()
-            for uid, (allocation, since) in self._assumed.items():
-                pod = listed.get(uid)
-                expired = pod is None and now - since > self.assumed_ttl_seconds
-                if expired or (pod is not None and pod.phase.terminal) or allocation.node not in fresh._counted:
-                    continue
-                if pod is None or not pod.node_name:
-                    try:
-                        fresh.ledger.observe(allocation)
-                    except InvalidRequestError:
-                        continue  # names a GPU the node no longer has: dropped
-                    fresh.sources[uid] = AllocationSource.ASSUMED
-                fresh._assumed[uid] = (allocation, since)
+        fresh._listed = {p.uid: p for p in pods}
         for pod in pods:
             fresh.on_pod(pod)
-        fresh.constraints.update({k: v for k, v in self.constraints.items() if k not in fresh._pods})
+        if keep_assumed:
+            fresh._carry(self._assumed, self.constraints)
         return fresh
 
-    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
-        """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
-        in place (the scheduler and its plugins keep their reference), and report the drift."""
-        fresh = self.rebuild(nodes, pods, keep_assumed=True)
+    def _carry(self, assumed: Mapping[str, tuple[PodAllocation, float]],
+               constraints: Mapping[str, PodConstraints]) -> None:
+        """Book ``assumed`` (another instance's reservations) here, unless their pod is listed in a terminal
+        phase, or is absent from the listing and was reserved more than ``assumed_ttl_seconds`` ago, or their
+        node is gone; take over the constraints of pods not seen bound."""
+        now = self.clock()
+        for uid, (allocation, since) in assumed.items():
+            pod = self._listed.get(uid)
+            expired = pod is None and now - since > self.assumed_ttl_seconds
+            if expired or (pod is not None and pod.phase.terminal) or allocation.node not in self._counted:
+                continue
+            stored = self._pods.get(uid)
+            if stored is not None:  # bound: its object speaks; the reservation only stands in for a missing plan
+                self._assumed[uid] = (allocation, since)
+                if stored.node_name in self._counted and self._count(uid):
+                    self._reinfer(stored.node_name)
+                continue
+            try:
+                self.ledger.observe(allocation)
+            except InvalidRequestError:
+                continue  # names a GPU the node no longer has: dropped
+            self.sources[uid] = AllocationSource.ASSUMED
+            self._assumed[uid] = (allocation, since)
+            self._reinfer(allocation.node)  # plan-less pods go on top of the reservation
+        self._listed = {}
+        self.constraints.update({k: v for k, v in constraints.items() if k not in self._pods})
+
+    def adopt(self, fresh: LedgerSync) -> DriftReport:
+        """Make the live books equal ``fresh`` (a :meth:`rebuild` from a listing, without reservations) plus this
+        instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
+        their reference), and report the drift. The caller holds its lock; cost: the reservations and the
+        differences, not the cluster."""
+        fresh._carry(self._assumed, self.constraints)
         report = compare_books(self.ledger, fresh.ledger)
         self._adopt(fresh, report)
         return report
 
+    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
+        """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
+        in place (the scheduler and its plugins keep their reference), and report the drift."""
+        return self.adopt(self.rebuild(nodes, pods))
+
     def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
+        """Repair the live ledger in place; cost: the differences (and one pass over the node table), so the
+        caller's lock is held briefly. Only nodes whose books may be off are verified: those with differing
+        totals, those the record repairs touched, new ones and quarantined ones (any other node's totals equal
+        the rebuild's, which are derived from the same records)."""
         ledger, records = self.ledger, fresh.ledger.records()
+        suspect = {*report.totals, *report.nodes_missing, *ledger.quarantine}
         for uid in (*report.extra, *report.changed):
-            ledger.release(uid)
+            released = ledger.release(uid)
+            if released is not None:
+                suspect.add(released.node)
         for name in report.nodes_extra:
             self.nodes.drop(ledger.slot(name))
             ledger.remove_node(name)
         for name, inventory in fresh._counted.items():
-            self.nodes.put(ledger.upsert_node(inventory), fresh._node_objects[name])
+            same = self._counted.get(name) == inventory and name not in report.nodes_missing
+            slot = ledger.slot(name) if same else ledger.upsert_node(inventory)
+            self.nodes.put(slot, fresh._node_objects[name])
         for uid in (*report.missing, *report.changed):
             ledger.observe(records[uid])
-        for name in ledger.node_names():
+            suspect.add(records[uid].node)
+        for name in sorted(suspect & set(fresh._counted)):
             if ledger.verify_node(name) or name in ledger.quarantine:
                 ledger.repair(name)
         self.gates.clear()  # the node filters hold these very mappings: refill them in place
@@ -386,5 +465,6 @@ class LedgerSync:
         self.constraints.update(fresh.constraints)
         self.problems, self.sources = fresh.problems, fresh.sources
         self._node_objects, self._counted, self._pods = fresh._node_objects, fresh._counted, fresh._pods
+        self._last_good, self._readings = fresh._last_good, fresh._readings
         self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
         self._assumed = fresh._assumed

@@ -6,6 +6,10 @@ it and apply ADDED/MODIFIED (upsert) and DELETED (remove), advancing the resourc
 *diffs* the new list against the cache, delivering deletions for vanished objects (their last known state, the
 "tombstone" of client-go); other errors back off (0.5 s doubling to 30 s) and retry. Handlers run on the
 informer's thread and must be quick.
+
+Identity: with ``uid`` given, an object whose key is cached under another UID (deleted and re-created under the
+same name while the watch was down, or a missed DELETED) first gets ``on_delete(cached)``, then
+``on_upsert(new)`` — in a relist and in a watch event alike — so the old object's resources are released.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ T = TypeVar("T")
 
 
 class Informer(Generic[T]):
-    """List+watch of one object kind. ``key`` names an object (``namespace/name`` or node name);
-    ``on_upsert(obj)`` runs for adds and updates, ``on_delete(last_known)`` for deletions."""
+    """List+watch of one object kind. ``key`` names an object (``namespace/name`` or node name); ``uid``
+    (optional) gives its UID (module docstring); ``on_upsert(obj)`` runs for adds and updates,
+    ``on_delete(last_known)`` for deletions. ``watch_timeout``: seconds one watch request lasts before it is
+    resumed (the server's ``timeoutSeconds``)."""
 
     def __init__(
         self,
@@ -37,6 +43,7 @@ class Informer(Generic[T]):
         on_upsert: Callable[[T], None],
         on_delete: Callable[[T], None],
         watch_timeout: float = 300.0,
+        uid: Callable[[T], str] | None = None,
     ) -> None:
         self.name = name
         self._list = list_fn
@@ -44,6 +51,7 @@ class Informer(Generic[T]):
         self._key = key
         self._on_upsert = on_upsert
         self._on_delete = on_delete
+        self._uid = uid
         self.watch_timeout = watch_timeout
         self.cache: dict[str, T] = {}
         self.resource_version = ""
@@ -57,7 +65,7 @@ class Informer(Generic[T]):
         for key in [k for k in self.cache if k not in fresh]:
             self._on_delete(self.cache.pop(key))
         for key, item in fresh.items():
-            self.cache[key] = item
+            self._replace(key, item)
             self._on_upsert(item)
         self.resource_version = listing.resource_version
         self.relists += 1
@@ -71,11 +79,24 @@ class Informer(Generic[T]):
             return
         key = self._key(event.object)
         if event.type is EventType.DELETED:
-            last = self.cache.pop(key, event.object)
-            self._on_delete(event.object if event.object is not None else last)
+            last = self.cache.pop(key, None)
+            if last is not None and self._other(last, event.object):
+                self._on_delete(last)  # an older object under the same key whose delete we never saw
+            self._on_delete(event.object)
         else:
-            self.cache[key] = event.object
+            self._replace(key, event.object)
             self._on_upsert(event.object)
+
+    def _other(self, cached: T, new: T) -> bool:
+        return self._uid is not None and self._uid(cached) != self._uid(new)
+
+    def _replace(self, key: str, item: T) -> None:
+        """Cache ``item`` under ``key``; a cached object with another UID is deleted first."""
+        cached = self.cache.get(key)
+        if cached is not None and self._other(cached, item):
+            del self.cache[key]
+            self._on_delete(cached)
+        self.cache[key] = item
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set (module docstring)."""

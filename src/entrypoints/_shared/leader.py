@@ -92,7 +92,9 @@ class LeaderElector:
         )
 
     def step(self) -> bool:
-        """Try to acquire or renew once; returns :attr:`is_leader`. API errors count as a failed attempt."""
+        """Try to acquire or renew once; returns :attr:`is_leader`. Never raises: any exception (API and
+        transport errors, or a bug) is logged and counts as a failed attempt, so leadership lapses after
+        ``renew_deadline`` of failures."""
         config = self.config
         now = self.clock()
         try:
@@ -120,6 +122,8 @@ class LeaderElector:
             log.info("lease %s/%s: lost a write race", config.namespace, config.name)
         except ClusterError as error:
             log.warning("lease %s/%s: %s", config.namespace, config.name, error)
+        except Exception:  # the election loop must outlive anything one attempt raises
+            log.exception("lease %s/%s: attempt failed", config.namespace, config.name)
         return self.is_leader
 
     def _won(self, now: float) -> None:
@@ -130,7 +134,8 @@ class LeaderElector:
         self._last_renew = now
 
     def release(self) -> None:
-        """Give the Lease up (empty holder) if held, so a standby takes over without waiting; best effort."""
+        """Give the Lease up (empty holder) if held, so a standby takes over without waiting; best effort (never
+        raises)."""
         if not self._leader:
             return
         self._leader = False
@@ -138,7 +143,7 @@ class LeaderElector:
             lease = self.cluster.get_lease(self.config.namespace, self.config.name)
             if lease.holder == self.config.identity:
                 self.cluster.update_lease(attrs.evolve(lease, holder="", renew_time=self.wall_clock()))
-        except ClusterError as error:
+        except Exception as error:  # best effort on the way out
             log.warning("lease release failed: %s", error)
 
     def run(
@@ -149,18 +154,24 @@ class LeaderElector:
         on_stopped: Callable[[], None] = lambda: None,
     ) -> None:
         """Loop every ``retry_period`` until ``stop`` is set; call ``on_started``/``on_stopped`` on each change
-        of leadership, and release the Lease on exit."""
+        of leadership, and release the Lease on exit. A callback that raises is logged; the loop goes on."""
         leading = False
         try:
             while not stop.is_set():
                 now_leading = self.step()
                 if now_leading and not leading:
-                    on_started()
+                    self._call(on_started, "on_started")
                 elif leading and not now_leading:
-                    on_stopped()
+                    self._call(on_stopped, "on_stopped")
                 leading = now_leading
                 stop.wait(self.config.retry_period)
         finally:
             if leading:
-                on_stopped()
+                self._call(on_stopped, "on_stopped")
             self.release()
+
+    def _call(self, callback: Callable[[], None], what: str) -> None:
+        try:
+            callback()
+        except Exception:  # a callback's bug must not end the election loop
+            log.exception("lease %s/%s: %s failed", self.config.namespace, self.config.name, what)

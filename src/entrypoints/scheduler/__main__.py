@@ -79,6 +79,9 @@ def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
     parser.add_argument("--lease-namespace", default="kube-system", help="namespace of the leader Lease")
     parser.add_argument("--lease-name", default="lj-runtimekit-scheduler", help="name of the leader Lease")
     parser.add_argument("--identity", default=None, help="this replica's Lease identity (default: hostname-pid)")
+    parser.add_argument("--rank-all-pods", action="store_true",
+                        help="extender mode: also choose the node of pods without GPU requests (use with a "
+                             "scheduler configuration without managedResources)")
     parser.add_argument("--in-memory", action="store_true", help=hidden)
     for name, default in (("resync-seconds", 300.0), ("tick-seconds", 5.0), ("assumed-ttl-seconds", 60.0),
                           ("watch-timeout-seconds", 30.0), ("lease-duration", 15.0), ("renew-deadline", 10.0),
@@ -99,7 +102,7 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
         lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
         resync_seconds=args.resync_seconds, tick_seconds=args.tick_seconds,
         assumed_ttl_seconds=args.assumed_ttl_seconds, watch_timeout_seconds=args.watch_timeout_seconds,
-        log_level=args.log_level,
+        log_level=args.log_level, rank_all_pods=args.rank_all_pods,
     )
 
 

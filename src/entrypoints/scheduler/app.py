@@ -1,12 +1,15 @@
 """The ``scheduler`` use case: settings, and the threads that keep one replica running.
 
-:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service), the HTTP
-listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender mode), the leader elector
-(on gaining leadership the ledger is rebuilt from a full listing, on a thread of its own so the Lease keeps being
-renewed, before the replica schedules: ``SchedulerService.serving``), the
-maintenance thread (inventory staleness and reservation expiry every ``tick_seconds``, full resync every
-``resync_seconds``) and, in standalone mode, the scheduling loop. :meth:`SchedulerApp.stop` reverses it: the
-Lease is released first so a standby takes over at once, then the loop, the listener and the informers stop.
+:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or
+node re-created under a known name is released by UID first; their resourceVersions are the service's resync
+watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender
+mode), the leader elector (on gaining leadership a new term opens at once on the elector's thread, and the ledger
+is rebuilt from a full listing on a thread of its own — so the Lease keeps being renewed — once both informers
+have listed, retried with backoff until it succeeds or the term ends; only then does the replica schedule:
+``SchedulerService.serving``), the maintenance thread (inventory staleness and reservation expiry every
+``tick_seconds``, full resync every ``resync_seconds``) and, in standalone mode, the scheduling loop. Every
+thread logs and survives any exception. :meth:`SchedulerApp.stop` reverses it: the Lease is released first so
+a standby takes over at once, then the loop, the listener and the informers stop.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class SchedulerSettings:
     ``in_memory``: use an empty in-memory cluster (development); ``lease_namespace``/``lease_name``/
     ``identity``: leader election; ``lease_duration``/``renew_deadline``/``retry_period`` (s);
     ``resync_seconds``, ``tick_seconds``, ``assumed_ttl_seconds``, ``watch_timeout_seconds`` (s);
-    ``log_level``: a logging level name.
+    ``log_level``: a logging level name; ``rank_all_pods``: the extender also chooses the node of pods without
+    GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
@@ -84,6 +88,7 @@ class SchedulerSettings:
     assumed_ttl_seconds: float = 60.0
     watch_timeout_seconds: float = 30.0
     log_level: str = "INFO"
+    rank_all_pods: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -120,18 +125,20 @@ class SchedulerApp:
         self.service = service
         self.elector = elector
         self.loop = StandaloneLoop(service) if settings.mode == "standalone" else None
-        self.extender = Extender(service) if settings.mode == "extender" else None
+        self.extender = (Extender(service, rank_all_pods=settings.rank_all_pods) if settings.mode == "extender"
+                         else None)
         timeout = settings.watch_timeout_seconds
         self.nodes: Informer[NodeObject] = Informer(
             name="nodes", list_fn=cluster.list_nodes,
             watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
-            key=lambda n: n.name, on_upsert=service.on_node, on_delete=service.on_node_deleted,
-            watch_timeout=timeout)
+            key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=service.on_node,
+            on_delete=service.on_node_deleted, watch_timeout=timeout)
         self.pods: Informer[PodObject] = Informer(
             name="pods", list_fn=cluster.list_pods,
             watch_fn=lambda rv, t: cluster.watch_pods(resource_version=rv, timeout_seconds=t),
-            key=lambda p: p.key, on_upsert=service.on_pod, on_delete=service.on_pod_deleted,
-            watch_timeout=timeout)
+            key=lambda p: p.key, uid=lambda p: p.uid, on_upsert=service.on_pod,
+            on_delete=service.on_pod_deleted, watch_timeout=timeout)
+        service.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
         verbs = {} if self.extender is None else {
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
@@ -185,15 +192,18 @@ class SchedulerApp:
                                                    identity=self.settings.identity))
 
     def _on_started(self) -> None:
-        """Leadership gained: rebuild on a thread of its own, so the elector keeps renewing the Lease meanwhile."""
+        """Leadership gained: open the term now (on the caller's thread), rebuild on a thread of its own, so the
+        elector keeps renewing the Lease meanwhile; the rebuild waits for both informers and ends with the
+        term."""
+        term = self.service.begin_leading()
 
         def rebuild() -> None:
-            self.nodes.synced.wait(self.settings.watch_timeout_seconds)
-            self.pods.synced.wait(self.settings.watch_timeout_seconds)
-            if not self._stop.is_set():
-                self.service.start_leading()
+            try:
+                self.service.rebuild_ledger(term, ready=lambda: self.synced, stop=self._stop)
+            except Exception:  # rebuild_ledger retries what it expects; never let a bug pass silently
+                log.exception("ledger rebuild thread failed", extra=fields(term=term))
 
-        thread = threading.Thread(target=rebuild, name="rebuild-on-leadership", daemon=True)
+        thread = threading.Thread(target=rebuild, name=f"rebuild-term-{term}", daemon=True)
         thread.start()
         self._rebuilds = [t for t in self._rebuilds if t.is_alive()] + [thread]
 

@@ -5,6 +5,12 @@ Settings enter as a validated object (a ``Dependency``). Resources with a shutdo
 the Kubernetes API client — are ``Resource`` providers: ``init_resources()`` opens them,
 ``shutdown_resources()`` closes them. ``--in-memory`` swaps the API server for an empty
 :class:`~adapters.memory.cluster.InMemoryCluster` (development only).
+
+The service's commits (plan write, binding, their re-reads) go through :func:`commit_cluster`: over the API
+server, the same client with a request timeout of :data:`COMMIT_TIMEOUT_SHARE` × (``lease_duration`` −
+``renew_deadline``), so a binding sent while this replica still leads is answered (or abandoned) before a
+standby can take over. The bound is client-side: a request the server already received may still be applied
+after the client gave up — the residual window is the server's own processing time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from .service import SchedulerService, ServiceConfig
 COMPONENT = "lj-runtimekit-scheduler"
 """``source.component`` of the Events the scheduler writes."""
 
+COMMIT_TIMEOUT_SHARE = 0.8
+"""Share of ``lease_duration − renew_deadline`` one commit request may take (module docstring)."""
+
 
 def open_cluster(settings: SchedulerSettings) -> Iterator[ClusterApi]:
     """The cluster port for ``settings``: in memory, or the API server from the kubeconfig (None = in-cluster
@@ -41,6 +50,19 @@ def open_cluster(settings: SchedulerSettings) -> Iterator[ClusterApi]:
     api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
     with contextlib.closing(api_client):
         yield KubernetesCluster(api_client, component=COMPONENT)
+
+
+def commit_timeout(settings: SchedulerSettings) -> float:
+    """Request timeout (s) of the commit's API calls: below ``lease_duration − renew_deadline``."""
+    return COMMIT_TIMEOUT_SHARE * (settings.lease_duration - settings.renew_deadline)
+
+
+def commit_cluster(cluster: ClusterApi, settings: SchedulerSettings) -> ClusterApi:
+    """The port the service commits through: ``cluster`` itself in memory (no network), else a view of it
+    whose requests time out after :func:`commit_timeout` (when shorter than its own)."""
+    if isinstance(cluster, KubernetesCluster):
+        return cluster.with_request_timeout(min(cluster.request_timeout, commit_timeout(settings)))
+    return cluster
 
 
 def leader_config(settings: SchedulerSettings) -> LeaderConfig:
@@ -84,7 +106,8 @@ class SchedulerContainer(containers.DeclarativeContainer):
         LeaderElector, cluster, providers.Callable(leader_config, settings))
     service: providers.Provider[SchedulerService] = providers.Singleton(
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
-        clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector))
+        clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
+        commit_cluster=providers.Callable(commit_cluster, cluster, settings))
     app: providers.Provider[SchedulerApp] = providers.Singleton(
         SchedulerApp, settings=settings, cluster=cluster, service=service, elector=elector,
         metrics_text=metrics_text)

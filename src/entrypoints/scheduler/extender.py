@@ -22,9 +22,17 @@ On clusters of 100+ nodes kube-scheduler otherwise stops its own filtering once 
 sample rather than of the cluster.
 
 Pods that ask for none of our resources pass untouched (``managedResources`` in the scheduler configuration
-already keeps them away). A standby replica (or a leader still rebuilding its ledger) answers ``filter`` and
-``bind`` with ``Error`` (only the leader reserves and writes); put the extender Service behind the ``/readyz``
-probe so only the serving leader receives calls.
+already keeps them away), unless the extender ranks all pods (``rank_all_pods``; setting ``rank_all_pods``, CLI
+``--rank-all-pods``): then the scheduler configuration drops ``managedResources``, kube-scheduler calls the
+extender for every pod, and pods without GPU requests get our policy's one node too. That is what keeps the
+policy's result on GPU nodes shared with CPU-only pods: on the trace replay, CPU-only pods left to kube-scheduler's
+default scoring (LeastAllocated + BalancedAllocation spread them over every node) cost FGD about 5 pp and
+best-fit about 7.5 pp of GPU allocation, while ranking them here reproduces the in-process replay exactly
+(``bench/trace_replay.py --driver extender --cpu-pods extender|kube``).
+
+A standby replica (or a leader still rebuilding its ledger) answers ``filter`` and ``bind`` with ``Error`` (only
+the leader reserves and writes); put the extender Service behind the ``/readyz`` probe so only the serving leader
+receives calls.
 """
 
 from __future__ import annotations
@@ -94,8 +102,9 @@ class Extender:
     """The three verbs over a :class:`SchedulerService` (module docstring). Each takes the decoded JSON body and
     returns the JSON reply; :class:`ExtenderArgsError` means a malformed body."""
 
-    def __init__(self, service: SchedulerService) -> None:
+    def __init__(self, service: SchedulerService, *, rank_all_pods: bool = False) -> None:
         self.service = service
+        self.rank_all_pods = rank_all_pods
         self._pods: collections.OrderedDict[str, PodObject] = collections.OrderedDict()
 
     def _pod(self, args: Mapping[str, object]) -> PodObject:
@@ -129,10 +138,11 @@ class Extender:
             except InvalidRequestError as error:
                 service.metrics.decision(scheduled=False, reason="invalid-request")
                 return [], dict.fromkeys(names, f"invalid request: {error}"), ""
-            if not request.wants_gpu:
+            if not request.wants_gpu and not self.rank_all_pods:
                 return names, {}, ""
             known = [n for n in names if service.knows_node(n)]
-            failed = {n: UNKNOWN_NODE for n in names if n not in set(known)}
+            known_set = set(known)
+            failed = {n: UNKNOWN_NODE for n in names if n not in known_set}
             if not known:
                 return [], failed, ""
             result = service.schedule_pod(pod, candidates=known)

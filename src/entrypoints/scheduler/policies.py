@@ -51,6 +51,11 @@ class ServiceConfig:
     ``min_observed_pods`` (observed pods before FGD stops adding the synthetic workload), ``synthetic_scale``
     (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`).
 
+    Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
+    decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
+    never blended with the observed pods); ``rng`` is the generator that draws the tie order (and feeds random
+    policies), instead of a fresh ``default_rng(seed)`` per policy.
+
     Raises :class:`UnknownPolicyError` for an unknown policy or tie rule and :class:`InvalidRequestError` for a
     TTL ≤ 0, a negative ``min_observed_pods`` or a scale ≤ 0.
     """
@@ -61,6 +66,8 @@ class ServiceConfig:
     assumed_ttl_seconds: float = 60.0
     min_observed_pods: int = 200
     synthetic_scale: float = 0.1
+    typical_pods: TypicalPods | None = attrs.field(default=None, eq=False)
+    rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         get_policy(self.policy)
@@ -109,7 +116,7 @@ class SchedulerSet:
         if found is not None:
             return found
         sync, ledger = self.sync, self.sync.ledger
-        rng = np.random.default_rng(self.config.seed)
+        rng = self.config.rng if self.config.rng is not None else np.random.default_rng(self.config.seed)
         if self._tie is None:
             self._tie = make_tie_breaker(self.config.tie_break, ledger, rng)
         typical = self.typical_pods() if get_policy(policy).needs_typical_pods else None
@@ -148,7 +155,9 @@ class SchedulerSet:
                 del self._schedulers[name]
 
     def typical_pods(self) -> TypicalPods:
-        """FGD's typical pods (module docstring); computed once per resync."""
+        """FGD's typical pods (module docstring); computed once per resync, unless pinned by the config."""
+        if self.config.typical_pods is not None:
+            return self.config.typical_pods
         if self._typical is None:
             self._typical = blend_typical(self._observed.values(), _synthetic_classes(self.config.synthetic_scale),
                                           min_observed=self.config.min_observed_pods)

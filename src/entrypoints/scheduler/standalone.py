@@ -13,7 +13,9 @@ active and backoff queues, research/k8s-protocols.md §3.1):
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
 * a standby replica keeps its queue but attempts nothing; only the leader, once its ledger is rebuilt
-  (``SchedulerService.serving``), schedules and writes Events.
+  (``SchedulerService.serving``), schedules and writes Events;
+* the worker never dies: Events are best effort (any error is logged), and any exception in a round is logged
+  and followed by a pause (:data:`ERROR_BACKOFF` doubling to :data:`MAX_ERROR_BACKOFF`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from collections.abc import Callable
 from domain.kube.objects import ClusterEvent, PodObject
 from domain.scheduling.sync import Tombstone
 from entrypoints._shared.logs import fields
-from ports.cluster import ClusterError
 
 from .commit import CommitError
 from .service import NotLeaderError, SchedulerService
@@ -40,6 +41,10 @@ MAX_BACKOFF = 60.0
 """Longest wait between attempts, seconds."""
 STANDBY_POLL = 0.5
 """Seconds a standby sleeps between leadership checks."""
+ERROR_BACKOFF = 0.5
+"""Seconds the worker pauses after an unexpected error (doubling while errors repeat)."""
+MAX_ERROR_BACKOFF = 30.0
+"""Longest pause after repeated unexpected errors, seconds."""
 
 
 class StandaloneLoop:
@@ -154,10 +159,11 @@ class StandaloneLoop:
         log.info("pod unschedulable", extra=fields(pod=pod.key, reason=reason, retry_in=delay))
 
     def _event(self, pod: PodObject, reason: str, message: str, kind: str) -> None:
+        """Record an Event; best effort: any failure (API, transport, anything) is logged, never raised."""
         try:
             self.service.cluster.create_event(ClusterEvent("Pod", pod.name, reason, message[:1000],
                                                            namespace=pod.namespace, type=kind))
-        except ClusterError as error:
+        except Exception as error:  # an Event is never worth a scheduling failure
             log.warning("event not recorded", extra=fields(pod=pod.key, reason=reason, error=str(error)))
 
     # ------------------------------------------------------------------ worker
@@ -188,16 +194,28 @@ class StandaloneLoop:
         return True
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
-        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring)."""
+        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring). ``poll``:
+        longest wait, in seconds, for a pod to become due before leadership is checked again. Survives any
+        exception: logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
+        pause = ERROR_BACKOFF
         while not stop.is_set():
-            if not self.service.serving:
-                stop.wait(STANDBY_POLL)
-                continue
-            pod = self._next(stop, poll)
-            if pod is None:
-                continue
             try:
-                self.attempt(pod)
-            except Exception as error:  # never let one pod kill the loop
-                log.exception("scheduling attempt failed", extra=fields(pod=pod.key))
-                self._fail(pod, f"internal error: {error}")
+                self._round(stop, poll)
+                pause = ERROR_BACKOFF
+            except Exception:  # the worker must outlive anything one round raises
+                log.exception("standalone loop round failed", extra=fields(retry_in=pause))
+                stop.wait(pause)
+                pause = min(pause * 2, MAX_ERROR_BACKOFF)
+
+    def _round(self, stop: threading.Event, poll: float) -> None:
+        if not self.service.serving:
+            stop.wait(STANDBY_POLL)
+            return
+        pod = self._next(stop, poll)
+        if pod is None:
+            return
+        try:
+            self.attempt(pod)
+        except Exception as error:  # one pod's failure is that pod's: back it off and go on
+            log.exception("scheduling attempt failed", extra=fields(pod=pod.key))
+            self._fail(pod, f"internal error: {error}")
