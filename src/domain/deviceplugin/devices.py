@@ -1,0 +1,121 @@
+"""Kubelet device IDs for the three extended resources, and the device lists ListAndWatch advertises.
+
+A device ID is a token ``<gpu uuid>::<kind>::<n>`` (``kind`` = ``gpu``, ``core`` or ``memory``; ``n`` counts from
+0 per GPU). Embedding the UUID lets pod-resources attribution name the physical GPU, but IDs never decide
+placement: the scheduler's plan does (failure case B17). Counts per GPU: ``gpu`` 1; ``core`` 100 (one ID per
+percent of compute); ``memory`` ``memory_bytes // memory_unit_bytes`` (floored, so the node never advertises
+memory it lacks), or 100 in percent mode (one ID per percent of the GPU's memory).
+
+Health: every ID of a GPU carries that GPU's health (``Healthy``/``Unhealthy``, the v1beta1 constants), so an
+unhealthy GPU drops all of its IDs from kubelet's allocatable at once (B14).
+
+Source: research/k8s-protocols.md §1.2 (``Device``: ID ≤ 63 characters, health string), §1.3 (constants).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu, GpuUuid, Health
+from domain.units import PERCENT_PER_GPU
+
+ID_SEPARATOR = "::"
+MAX_DEVICE_ID_LENGTH = 63
+"""The device plugin API documents device IDs of at most 63 characters."""
+
+
+class ResourceKind(enum.Enum):
+    """Which of our extended resources a plugin server serves; the value is the ``<kind>`` part of its IDs."""
+
+    GPU = "gpu"
+    CORE = "core"
+    MEMORY = "memory"
+
+
+@attrs.frozen
+class PluginDevice:
+    """One advertised device: ``id`` (``<uuid>::<kind>::<n>``) and ``health``."""
+
+    id: str
+    health: Health
+
+
+@attrs.frozen
+class DeviceId:
+    """A decoded device ID: the GPU ``uuid``, the resource ``kind`` and the replica number ``n`` (≥ 0)."""
+
+    uuid: GpuUuid
+    kind: ResourceKind
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.uuid}{ID_SEPARATOR}{self.kind.value}{ID_SEPARATOR}{self.n}"
+
+
+def parse_device_id(text: str) -> DeviceId:
+    """Decode ``<uuid>::<kind>::<n>``. Raises :class:`InvalidRequestError` (field ``device_id``) when malformed."""
+    parts = text.rsplit(ID_SEPARATOR, 2)
+    if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
+        raise InvalidRequestError("device_id", text, "must look like <gpu uuid>::<kind>::<n>")
+    try:
+        kind = ResourceKind(parts[1])
+    except ValueError:
+        raise InvalidRequestError("device_id", text, "kind must be gpu, core or memory") from None
+    return DeviceId(GpuUuid(parts[0]), kind, int(parts[2]))
+
+
+def units_per_gpu(kind: ResourceKind, gpu: Gpu, *, memory_unit_bytes: int | None) -> int:
+    """How many IDs of ``kind`` one GPU advertises (module docstring); ``memory_unit_bytes`` None = percent mode.
+    Raises :class:`InvalidRequestError` for a memory unit ≤ 0."""
+    if kind is ResourceKind.GPU:
+        return 1
+    if kind is ResourceKind.CORE or memory_unit_bytes is None:
+        return PERCENT_PER_GPU
+    if memory_unit_bytes <= 0:
+        raise InvalidRequestError("memory_unit", memory_unit_bytes, "must be > 0 bytes")
+    return gpu.memory_bytes // memory_unit_bytes
+
+
+def device_list(kind: ResourceKind, gpus: Iterable[Gpu], *, memory_unit_bytes: int | None) -> tuple[PluginDevice, ...]:
+    """The complete list ListAndWatch sends for ``kind`` over ``gpus`` (index order), each ID with its GPU's
+    health. Raises :class:`InvalidRequestError` when an ID would exceed 63 characters (an absurd UUID)."""
+    devices: list[PluginDevice] = []
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        for n in range(units_per_gpu(kind, gpu, memory_unit_bytes=memory_unit_bytes)):
+            ident = str(DeviceId(gpu.uuid, kind, n))
+            if len(ident) > MAX_DEVICE_ID_LENGTH:
+                raise InvalidRequestError("device_id", ident, f"longer than {MAX_DEVICE_ID_LENGTH} characters")
+            devices.append(PluginDevice(ident, gpu.health))
+    return tuple(devices)
+
+
+def preferred_ids(
+    available: Sequence[str], must_include: Sequence[str], size: int, planned: Sequence[GpuUuid]
+) -> tuple[str, ...]:
+    """GetPreferredAllocation's answer: ``must_include`` first, then available IDs of the ``planned`` GPUs (in plan
+    order, at most one per GPU while several GPUs are planned, as for whole GPUs), then any other available IDs,
+    ``size`` in all (fewer when kubelet offered fewer). Malformed IDs are skipped as preferences, never raised."""
+    chosen = list(dict.fromkeys(must_include))
+    offered = [a for a in dict.fromkeys(available) if a not in chosen]
+    by_uuid: dict[str, list[str]] = {}
+    for ident in offered:
+        try:
+            by_uuid.setdefault(parse_device_id(ident).uuid, []).append(ident)
+        except InvalidRequestError:
+            continue
+    plan = list(dict.fromkeys(planned))
+    while len(chosen) < size and any(by_uuid.get(u) for u in plan):
+        for uuid in plan:
+            ids = by_uuid.get(uuid)
+            if ids and len(chosen) < size:
+                chosen.append(ids.pop(0))
+    for ident in offered:
+        if len(chosen) >= size:
+            break
+        if ident not in chosen:
+            chosen.append(ident)
+    return tuple(chosen[:max(size, len(must_include))])

@@ -1,0 +1,140 @@
+"""Which pod container a kubelet Allocate call is for, decided from the scheduler's plans, never from device IDs.
+
+Kubelet's Allocate carries only device IDs (one ``ContainerAllocateRequest`` per call, one call per container per
+resource; research/k8s-protocols.md §1.4). IDs are fungible tokens kubelet may pick freely (failure case B17), so
+the plugin must find the container another way. **Matching rule** (:func:`select_container`), for a call on
+resource ``kind`` with ``count`` IDs:
+
+1. Candidates are the containers of pods bound to this node (``spec.nodeName``, which only a scheduler can set),
+   still ``Pending`` (kubelet allocates every container of a pod during admission, before any runs) and not
+   being deleted, whose request (limit, else request) for ``kind`` equals ``count``, and for which this plugin
+   has not yet served ``kind``. Pods asking for our resources without a trusted plan are candidates too, so they
+   make a match ambiguous instead of letting another pod's plan be used for them.
+2. A container already served for another resource but not this one is the one kubelet is admitting (it
+   allocates all resources of one container back to back under one lock): if exactly one such container
+   matches, it is the answer.
+3. Otherwise each pod contributes its first matching container in kubelet's order (init containers in spec
+   order, then app containers in spec order). A pod whose admission has started (some container served) is
+   preferred; if exactly one pod remains, its container is the answer.
+4. Anything else — no candidate, or two pods that could both be meant — raises; the plugin never guesses.
+
+**Limits.** Two pods pending on the node at once with identical amounts on the first resource kubelet asks for
+are ambiguous and fail admission (kubelet reports ``UnexpectedAdmissionError``; their controller recreates
+them). The served set lives in the plugin's memory: a plugin restarted in the middle of one pod's admission
+treats that pod as not started (rule 3 still identifies it when it is the only match). Trust: the plan is the
+scheduler's annotation, read only on bound pods, bound to the pod object by its ``podUID`` and checked against the
+pod's own requests and the node's inventory (``domain.kube.translate.read_allocation``); nothing else the pod
+carries (other annotations, labels, the device IDs kubelet chose) is used.
+
+Errors: :class:`NoMatchingContainerError`, :class:`AmbiguousContainerError`, :class:`UntrustedPlanError`,
+:class:`UnhealthyPlanError` (all :class:`DevicePluginError`, a :class:`domain.errors.DomainError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+
+import attrs
+
+from domain.allocation import ContainerGrant
+from domain.deviceplugin.devices import ResourceKind
+from domain.errors import DomainError
+
+
+class DevicePluginError(DomainError):
+    """Base of the device plugin's Allocate errors; the message is the whole explanation."""
+
+
+class NoMatchingContainerError(DevicePluginError):
+    """No pending pod container on this node asks for this amount of this resource."""
+
+
+class AmbiguousContainerError(DevicePluginError):
+    """Several pod containers could be meant; the plugin refuses to guess (module docstring, rule 4)."""
+
+
+class UntrustedPlanError(DevicePluginError):
+    """The container was identified but its pod has no plan the plugin may trust (missing, malformed, or not
+    matching the pod's requests)."""
+
+
+class UnhealthyPlanError(DevicePluginError):
+    """The plan names a GPU that is unhealthy now (failure case B14): allocating it would start work on a faulty
+    GPU, so admission fails and the pod is rescheduled."""
+
+
+ContainerKey = tuple[str, str]
+"""``(pod UID, container name)``."""
+
+
+@attrs.frozen
+class Candidate:
+    """One pod container that may be the subject of an Allocate call.
+
+    ``order``: position in kubelet's allocation order within the pod (init containers first). ``amounts``: the
+    container's request per resource kind (integers, resource units). ``grant``: its entry of the trusted plan,
+    or None when the pod has no trusted plan (``problem`` says why).
+    """
+
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    container: str
+    order: int
+    amounts: Mapping[ResourceKind, int]
+    grant: ContainerGrant | None
+    init: bool = False
+    problem: str = ""
+
+    @property
+    def key(self) -> ContainerKey:
+        """``(pod UID, container)``."""
+        return (self.pod_uid, self.container)
+
+    @property
+    def label(self) -> str:
+        """``namespace/name:container`` for messages."""
+        return f"{self.namespace}/{self.pod_name}:{self.container}"
+
+
+def _names(candidates: Sequence[Candidate]) -> str:
+    return ", ".join(sorted(c.label for c in candidates))
+
+
+def select_container(
+    kind: ResourceKind,
+    count: int,
+    candidates: Sequence[Candidate],
+    served: Mapping[ContainerKey, Set[ResourceKind]],
+) -> Candidate:
+    """The container an Allocate call of ``count`` IDs of ``kind`` is for (module docstring, rules 1-4).
+
+    ``candidates``: every container of a bound, pending, non-deleting pod on this node that asks for any of our
+    resources; ``served``: the kinds already served per container. Raises :class:`NoMatchingContainerError`,
+    :class:`AmbiguousContainerError`, or :class:`UntrustedPlanError` when the one match has no trusted plan.
+    """
+    matches = [c for c in candidates if c.amounts.get(kind, 0) == count and kind not in served.get(c.key, ())]
+    what = f"{count} x {kind.value}"
+    if not matches:
+        raise NoMatchingContainerError(
+            f"no pending pod container on this node asks for {what} (or it was already allocated)")
+    in_progress = [c for c in matches if served.get(c.key)]
+    if len(in_progress) > 1:
+        raise AmbiguousContainerError(f"{what}: several containers are part-way through allocation: "
+                                      f"{_names(in_progress)}")
+    if in_progress:
+        chosen = in_progress[0]
+    else:
+        firsts: dict[str, Candidate] = {}
+        for c in sorted(matches, key=lambda c: c.order):
+            firsts.setdefault(c.pod_uid, c)
+        started_pods = {uid for uid, _ in served if served[(uid, _)]}
+        pool = [c for c in firsts.values() if c.pod_uid in started_pods] or list(firsts.values())
+        if len(pool) > 1:
+            raise AmbiguousContainerError(
+                f"{what} could be for any of {_names(pool)}; refusing to guess (pods with identical requests "
+                "pending on one node at the same time cannot be told apart from kubelet's Allocate call)")
+        chosen = pool[0]
+    if chosen.grant is None:
+        raise UntrustedPlanError(f"{chosen.label} asks for {what} but has no trusted plan: {chosen.problem}")
+    return chosen

@@ -1,0 +1,114 @@
+"""``ljrk device-plugin`` (also ``python -m entrypoints.device_plugin``): the kubelet device plugin.
+
+``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
+[--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
+[--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests and demos).
+
+Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable, kubeconfig
+unreadable, socket cannot be bound); 2 bad command line, protocol file or memory unit. Errors are one line
+``ljrk device-plugin: error: …`` on stderr; logs are JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from adapters.grpc import DEFAULT_PLUGIN_DIR
+from adapters.protocolfile import ProtocolFileError
+from domain.errors import InvalidRequestError
+from ports.runtime import NodeRuntimeError
+
+from .app import DevicePluginSettings, SettingsError
+from .containers import DevicePluginContainer
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
+    """The ``device-plugin`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="Kubelet device plugin: advertises whole GPUs, GPU core percent and "
+                     "GPU memory units, and allocates containers from the scheduler's plan via the node Runtime.")
+    parser.add_argument("--node-name", required=True, metavar="NAME", help="this node's Kubernetes name")
+    parser.add_argument("--runtime-socket", type=Path, required=True, metavar="PATH", help="node Runtime socket")
+    parser.add_argument("--device-plugin-dir", type=Path, default=DEFAULT_PLUGIN_DIR, metavar="DIR",
+                        help=f"kubelet's device-plugin directory (default: {DEFAULT_PLUGIN_DIR})")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: built-in constants)")
+    parser.add_argument("--memory-unit", metavar="QUANTITY",
+                        help="bytes per gpu-memory unit, e.g. 1Gi, or 1%% (default: the protocol's)")
+    parser.add_argument("--heartbeat", type=float, default=10.0, metavar="SECONDS",
+                        help="inventory annotation refresh period (default: 10)")
+    parser.add_argument("--runtime-wait", type=float, default=30.0, metavar="SECONDS",
+                        help="how long to wait for the node Runtime at start (default: 30)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
+    """Validated settings. Raises :class:`SettingsError`."""
+    return DevicePluginSettings(
+        node_name=args.node_name, runtime_socket=args.runtime_socket, device_plugin_dir=args.device_plugin_dir,
+        kubeconfig=args.kubeconfig, protocol_file=args.protocol, memory_unit=args.memory_unit,
+        in_memory=args.in_memory, heartbeat_s=args.heartbeat, runtime_wait_s=args.runtime_wait,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
+         stop: threading.Event | None = None) -> int:
+    """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+
+    def fail(message: object, code: int) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        settings = settings_from_args(build_parser(prog).parse_args(argv))
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError) as error:
+        return fail(error, EXIT_USAGE)
+    container = DevicePluginContainer(settings=settings)
+    container.init_resources()
+    try:
+        try:
+            container.protocol()
+        except (ProtocolFileError, InvalidRequestError) as error:
+            return fail(error, EXIT_USAGE)
+        try:
+            app = container.app()
+        except NodeRuntimeError as error:
+            return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
+        except Exception as error:  # kubeconfig / in-cluster config problems come from the client library
+            return fail(error, EXIT_FAILED)
+        event = stop or threading.Event()
+        if stop is None and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: event.set())
+        try:
+            app.run(event)
+        except OSError as error:
+            return fail(error, EXIT_FAILED)
+        return EXIT_OK
+    finally:
+        container.shutdown_resources()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

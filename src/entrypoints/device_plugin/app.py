@@ -1,0 +1,182 @@
+"""``ljrk device-plugin`` settings and the serving loop: per-resource plugin servers, kubelet (re-)registration,
+the health follower and the inventory heartbeat.
+
+Registration (research/k8s-protocols.md §1.4): each resource's server is started on
+``<device-plugin-dir>/ljrk-<kind>.sock`` *before* its Register call, because kubelet dials back before it
+answers. Kubelet restarts are detected by polling every ``poll_s`` seconds (failure case B18): when
+``kubelet.sock`` has a new inode, one of our sockets is gone or kubelet ended a ListAndWatch stream, every
+resource is stopped (its worker threads joined, its socket removed), served again and re-registered; a failed
+registration is retried at the next poll.
+Until ``kubelet.sock`` exists nothing is served (kubelet would delete our sockets when it starts anyway).
+
+Inventory: published at start, every ``heartbeat_s`` seconds and right after every health change, so the
+scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+import threading
+from pathlib import Path
+
+import attrs
+
+from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
+from domain.deviceplugin.devices import ResourceKind
+from domain.deviceplugin.pods import resource_names
+from ports.cluster import ClusterError
+
+from .service import DevicePluginService
+
+log = logging.getLogger(__name__)
+
+
+class SettingsError(ValueError):
+    """Inconsistent settings; the message names the flag."""
+
+
+@attrs.frozen
+class DevicePluginSettings:
+    """Validated settings of ``ljrk device-plugin`` (flags in ``__main__``). Times in seconds. Raises
+    :class:`SettingsError` for an empty node name or non-positive intervals."""
+
+    node_name: str
+    runtime_socket: Path
+    device_plugin_dir: Path = DEFAULT_PLUGIN_DIR
+    kubeconfig: Path | None = None
+    protocol_file: Path | None = None
+    memory_unit: str | None = None
+    in_memory: bool = False
+    heartbeat_s: float = 10.0
+    poll_s: float = 0.5
+    runtime_wait_s: float = 30.0
+    log_level: str = "INFO"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.node_name:
+            raise SettingsError("--node-name must not be empty")
+        for name in ("heartbeat_s", "poll_s", "runtime_wait_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0")
+
+
+def socket_name(kind: ResourceKind) -> str:
+    """The plugin socket's file name for ``kind`` (the RegisterRequest endpoint)."""
+    return f"ljrk-{kind.value}.sock"
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino if stat.S_ISSOCK(info.st_mode) else None
+
+
+class DevicePluginApp:
+    """Serves every resource of ``service`` to kubelet in ``plugin_dir`` (module docstring).
+
+    ``registrations`` counts successful Register calls and ``reregistrations`` completed re-serve rounds (for
+    tests and logs).
+    """
+
+    def __init__(
+        self, service: DevicePluginService, *, plugin_dir: Path, names: dict[ResourceKind, str],
+        heartbeat_s: float = 10.0, poll_s: float = 0.5, register_timeout_s: float = 5.0,
+    ) -> None:
+        self.service = service
+        self.plugin_dir = plugin_dir
+        self._names = names
+        self._heartbeat_s = heartbeat_s
+        self._poll_s = poll_s
+        self._register_timeout_s = register_timeout_s
+        self._servers: dict[ResourceKind, KubeletPluginServer] = {}
+        self._registered_inode: int | None = None
+        self._publish_now = threading.Event()
+        self._stream_lost = threading.Event()
+        self.registrations = 0
+        self.reregistrations = 0
+
+    @classmethod
+    def from_service(cls, service: DevicePluginService, settings: DevicePluginSettings) -> DevicePluginApp:
+        """The app for ``settings`` (resource names from the service's protocol)."""
+        return cls(service, plugin_dir=settings.device_plugin_dir, names=resource_names(service.protocol),
+                   heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s)
+
+    @property
+    def kubelet_socket(self) -> Path:
+        """``<plugin_dir>/kubelet.sock``."""
+        return self.plugin_dir / KUBELET_SOCKET
+
+    def _sockets_present(self) -> bool:
+        return bool(self._servers) and all(_inode(s.socket_path) is not None for s in self._servers.values())
+
+    def stop_servers(self) -> None:
+        """Stop every plugin server (threads joined, sockets removed)."""
+        servers, self._servers = self._servers, {}
+        for server in servers.values():
+            server.stop()
+        self._registered_inode = None
+
+    def ensure_registered(self) -> bool:
+        """One poll (module docstring): re-serve and re-register when kubelet restarted or a socket vanished.
+        Returns True when every resource is registered with the current kubelet. Raises OSError when a socket
+        cannot be bound."""
+        inode = _inode(self.kubelet_socket)
+        if inode is None:
+            return False
+        if inode == self._registered_inode and self._sockets_present() and not self._stream_lost.is_set():
+            return True
+        self._stream_lost.clear()
+        first = not self._servers and self.registrations == 0
+        self.stop_servers()
+        for kind in ResourceKind:
+            server = KubeletPluginServer(self.plugin_dir / socket_name(kind), self.service, kind,
+                                         on_stream_lost=lambda _: self._stream_lost.set())
+            server.start()
+            self._servers[kind] = server
+        try:
+            for kind, server in self._servers.items():
+                register(self.kubelet_socket, endpoint=server.socket_path.name, resource_name=self._names[kind],
+                         timeout_s=self._register_timeout_s)
+                self.registrations += 1
+        except KubeletRegistrationError as error:
+            log.warning("kubelet registration failed: %s; retrying", error)
+            return False
+        self._registered_inode = inode
+        if not first:
+            self.reregistrations += 1
+        log.info("registered %s with kubelet (%s)", ", ".join(self._names.values()), self.kubelet_socket)
+        return True
+
+    def _publish_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._publish_now.clear()
+            try:
+                self.service.publish_inventory()
+            except ClusterError as error:
+                log.warning("cannot publish the GPU inventory of node %s: %s", self.service.node, error)
+            self._publish_now.wait(self._heartbeat_s)
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set, then stop every thread and server. Raises OSError when a socket cannot
+        be bound."""
+        threads = [
+            threading.Thread(target=self.service.follow_health, args=(stop, self._publish_now.set),
+                             name="ljrk-dp-health", daemon=True),
+            threading.Thread(target=self._publish_loop, args=(stop,), name="ljrk-dp-inventory", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while not stop.is_set():
+                self.ensure_registered()
+                stop.wait(self._poll_s)
+        finally:
+            stop.set()
+            self._publish_now.set()
+            self.service.close_health()
+            self.stop_servers()
+            for thread in threads:
+                thread.join(timeout=5)

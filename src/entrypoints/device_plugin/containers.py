@@ -1,0 +1,71 @@
+"""Composition root of ``ljrk device-plugin``: which adapter implements each port.
+
+Providers are annotated with their port types so mypy checks conformance. The cluster is the Kubernetes API
+(``--kubeconfig``, else in-cluster) or, with the hidden ``--in-memory`` flag (tests, demos), an
+:class:`~adapters.memory.cluster.InMemoryCluster` holding just this node. The Runtime is always the gRPC client
+on ``--runtime-socket``. ``logging`` is a Resource.
+"""
+
+from __future__ import annotations
+
+import attrs
+from dependency_injector import containers, providers
+
+from adapters.grpc import GrpcNodeRuntime
+from adapters.kubernetes import KubernetesCluster, from_kubeconfig
+from adapters.memory.cluster import InMemoryCluster
+from adapters.protocolfile import load_protocol
+from domain.kube.objects import NodeObject
+from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.logs import configure_logging
+from ports.cluster import ClusterApi
+from ports.runtime import NodeRuntime
+
+from .app import DevicePluginApp, DevicePluginSettings
+from .service import DevicePluginService
+
+
+def make_protocol(settings: DevicePluginSettings) -> ProtocolConstants:
+    """``--protocol`` (default constants) with ``--memory-unit`` applied. Raises ProtocolFileError or
+    ``domain.errors.InvalidRequestError`` for a bad file or unit."""
+    protocol = load_protocol(settings.protocol_file)
+    if settings.memory_unit is not None:
+        protocol = attrs.evolve(protocol, memory_unit=settings.memory_unit)
+    return protocol
+
+
+def make_cluster(settings: DevicePluginSettings) -> ClusterApi:
+    """The cluster adapter (module docstring). Raises the kubernetes client's ConfigException for a bad
+    kubeconfig."""
+    if settings.in_memory:
+        cluster = InMemoryCluster()
+        cluster.create_node(NodeObject(settings.node_name))
+        return cluster
+    path = None if settings.kubeconfig is None else str(settings.kubeconfig)
+    return KubernetesCluster(from_kubeconfig(path), component="ljrk-device-plugin")
+
+
+def connect_runtime(settings: DevicePluginSettings) -> NodeRuntime:
+    """A Runtime client on ``--runtime-socket``, waited for up to ``runtime_wait_s`` seconds. Raises
+    ``ports.runtime.RuntimeUnavailableError``."""
+    runtime = GrpcNodeRuntime.connect(settings.runtime_socket)
+    try:
+        runtime.wait_ready(settings.runtime_wait_s)
+    except Exception:
+        runtime.close()
+        raise
+    return runtime
+
+
+class DevicePluginContainer(containers.DeclarativeContainer):
+    """``settings`` (required) → protocol, cluster, runtime, service, app."""
+
+    settings: providers.Dependency[DevicePluginSettings] = providers.Dependency(instance_of=DevicePluginSettings)
+    logging = providers.Resource(configure_logging, level=settings.provided.log_level)
+    protocol: providers.Provider[ProtocolConstants] = providers.Singleton(make_protocol, settings=settings)
+    cluster: providers.Provider[ClusterApi] = providers.Singleton(make_cluster, settings=settings)
+    runtime: providers.Provider[NodeRuntime] = providers.Singleton(connect_runtime, settings=settings)
+    service: providers.Provider[DevicePluginService] = providers.Singleton(
+        DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol
+    )
+    app: providers.Provider[DevicePluginApp] = providers.Singleton(DevicePluginApp.from_service, service, settings)

@@ -1,0 +1,161 @@
+"""Test world of the device plugin: GPUs, an in-memory Runtime behind a real gRPC unix socket, an in-memory
+cluster with pods carrying scheduler plans, the plugin app and a fake kubelet (``fake_kubelet.py``)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+from fake_kubelet import FakeKubelet
+
+from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
+from adapters.memory.cluster import InMemoryCluster
+from adapters.memory.runtime import InMemoryNodeRuntime
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.deviceplugin.pods import resource_names
+from domain.gpu import Gpu, GpuUuid
+from domain.kube.annotations import encode_plan
+from domain.kube.objects import ContainerSpec, NodeObject, PodObject
+from domain.kube.protocol import ProtocolConstants
+from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
+from entrypoints.device_plugin.app import DevicePluginApp
+from entrypoints.device_plugin.service import DevicePluginService
+from ports.runtime import NodeRuntime
+
+GIB = 2**30
+NODE = "n1"
+PROTOCOL = ProtocolConstants()
+NAMES = resource_names(PROTOCOL)
+
+
+def gpus(count: int, memory_gib: int = 16) -> list[Gpu]:
+    """``count`` GPUs with distinct UUIDs."""
+    return [Gpu(i, GpuUuid(f"GPU-{i:08d}-1111-2222-3333-444444444444"), "A100", memory_gib * GIB) for i in range(count)]
+
+
+class RecordingRuntime:
+    """A NodeRuntime that records every Allocate request before delegating (the interaction is the contract)."""
+
+    def __init__(self, inner: NodeRuntime) -> None:
+        self.inner = inner
+        self.requests: list[ContainerAllocationRequest] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
+        """Record, then delegate."""
+        self.requests.append(request)
+        return self.inner.allocate(request)
+
+
+@attrs.define
+class World:
+    """Everything one test needs; :meth:`close` tears it all down."""
+
+    root: Path
+    gpus: list[Gpu]
+    memory_runtime: InMemoryNodeRuntime
+    runtime_server: GrpcRuntimeServer
+    client: GrpcNodeRuntime
+    runtime: RecordingRuntime
+    cluster: InMemoryCluster
+    service: DevicePluginService
+    app: DevicePluginApp
+    kubelet: FakeKubelet
+    stop: threading.Event
+    thread: threading.Thread
+
+    @property
+    def plugin_dir(self) -> Path:
+        """The device-plugin directory."""
+        return self.root / "dp"
+
+    def wait_registered(self, timeout: float = 5.0) -> bool:
+        """All three resources registered and listed."""
+        return self.kubelet.wait_for(lambda: all(n in self.kubelet.devices for n in NAMES.values()), timeout)
+
+    def pod(self, name: str, containers: Sequence[ContainerSpec], plan: Sequence[ContainerGrant] | None) -> PodObject:
+        """Create, annotate with ``plan`` (when given) and bind a pod on the node; returns it."""
+        created = self.cluster.create_pod(PodObject("", "default", name, tuple(containers)))
+        if plan is not None:
+            text = encode_plan(PodAllocation(created.uid, NODE, tuple(plan)), self.gpus)
+            self.cluster.patch_pod_annotations("default", name, {PROTOCOL.annotations.pod_plan: text})
+        self.cluster.bind_pod("default", name, uid=created.uid, node=NODE)
+        return self.cluster.get_pod("default", name)
+
+    def close(self) -> None:
+        """Stop everything."""
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.kubelet.stop()
+        self.client.close()
+        self.runtime_server.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def share(name: str, *, core: int | None = None, memory: int | None = None, init: bool = False) -> ContainerSpec:
+    """A container asking for ``core`` percent and ``memory`` GiB units."""
+    limits = {}
+    if core is not None:
+        limits[NAMES_CORE] = str(core)
+    if memory is not None:
+        limits[NAMES_MEMORY] = str(memory)
+    return ContainerSpec(name, limits=limits, init=init)
+
+
+def whole(name: str, count: int) -> ContainerSpec:
+    """A container asking for ``count`` whole GPUs."""
+    return ContainerSpec(name, limits={PROTOCOL.resources.gpu: str(count)})
+
+
+NAMES_CORE = PROTOCOL.resources.core
+NAMES_MEMORY = PROTOCOL.resources.memory
+
+
+def share_plan(name: str, gpu: int, *, core: int, memory_gib: int, init: bool = False) -> ContainerGrant:
+    """A plan entry: ``core`` percent and ``memory_gib`` GiB on GPU ``gpu``."""
+    return ContainerGrant(name, (GpuGrant(gpu, core * 10, memory_gib * GIB),), init=init)
+
+
+def whole_plan(name: str, indexes: Sequence[int], memory_gib: int = 16) -> ContainerGrant:
+    """A whole-GPU plan entry on ``indexes``."""
+    return ContainerGrant(name, tuple(GpuGrant(i, 1000, memory_gib * GIB) for i in indexes), whole=True)
+
+
+def make_world(gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05) -> World:
+    """Build and start a world (module docstring)."""
+    root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
+    inventory = gpus(gpu_count)
+    memory_runtime = InMemoryNodeRuntime(inventory)
+    server = GrpcRuntimeServer(root / "rt.sock", memory_runtime)
+    server.start()
+    client = GrpcNodeRuntime.connect(root / "rt.sock")
+    client.wait_ready(5)
+    runtime = RecordingRuntime(client)
+    cluster = InMemoryCluster()
+    cluster.create_node(NodeObject(NODE))
+    service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL)
+    app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s)
+    kubelet = FakeKubelet(root / "dp")
+    if start_kubelet:
+        kubelet.start()
+    stop = threading.Event()
+    thread = threading.Thread(target=app.run, args=(stop,), daemon=True)
+    thread.start()
+    return World(root, inventory, memory_runtime, server, client, runtime, cluster, service, app, kubelet, stop,
+                 thread)
+
+
+def world_fixture(gpu_count: int = 2) -> Iterator[World]:
+    """Generator body for pytest fixtures."""
+    world = make_world(gpu_count)
+    try:
+        assert world.wait_registered(), "plugin did not register all three resources"
+        yield world
+    finally:
+        world.close()

@@ -1,0 +1,146 @@
+"""The device plugin against a fake kubelet over real unix sockets, with the in-memory Runtime behind gRPC.
+
+Covers: serve-before-register and registration of all three resources (version, endpoint, options); device
+counts and ID format; an unhealthy GPU marking all its IDs Unhealthy and recovery; B18 (plugin socket deleted and
+kubelet restarted 10 times → all three re-register within seconds, no thread or socket leak; a cut ListAndWatch
+stream → re-registration with the full list); the inventory annotation heartbeat; GetPreferredAllocation steering.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan, world_fixture
+
+from domain.deviceplugin.devices import parse_device_id
+from domain.gpu import Health
+from domain.kube.annotations import decode_inventory
+
+GPU, CORE, MEM = NAMES.values()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    yield from world_fixture(2)
+
+
+def test_registers_all_three_resources_serving_first(world: World) -> None:
+    assert sorted(world.kubelet.registrations) == sorted(NAMES.values())
+    for name in NAMES.values():
+        endpoint = world.kubelet.endpoint(name)
+        assert endpoint.path.parent == world.plugin_dir
+        assert endpoint.options.get_preferred_allocation_available
+        assert not endpoint.options.pre_start_required
+
+
+def test_device_counts_and_ids_embed_the_uuid(world: World) -> None:
+    devices = world.kubelet.devices
+    assert len(devices[GPU]) == 2
+    assert len(devices[CORE]) == 200
+    assert len(devices[MEM]) == 32  # 2 x 16 GiB / 1 GiB
+    for name, kind in ((GPU, "gpu"), (CORE, "core"), (MEM, "memory")):
+        for ident, health in devices[name].items():
+            parsed = parse_device_id(ident)
+            assert parsed.kind.value == kind
+            assert parsed.uuid in {g.uuid for g in world.gpus}
+            assert health == "Healthy"
+            assert len(ident) <= 63
+
+
+def test_unhealthy_gpu_marks_all_its_ids_then_recovers(world: World) -> None:
+    bad = world.gpus[1].uuid
+    world.memory_runtime.set_health(bad, Health.UNHEALTHY, "XID 79")
+
+    def all_marked(state: str) -> bool:
+        return all(
+            (h == state) if ident.startswith(bad) else h == "Healthy"
+            for name in NAMES.values() for ident, h in world.kubelet.devices[name].items()
+        )
+
+    assert world.kubelet.wait_for(lambda: all_marked("Unhealthy"), 3)
+    assert len(world.kubelet.devices[CORE]) == 200  # full list every time
+    world.memory_runtime.set_health(bad, Health.HEALTHY)
+    assert world.kubelet.wait_for(lambda: all_marked("Healthy"), 3)
+
+
+def _threads() -> int:
+    return threading.active_count()
+
+
+def test_b18_ten_kubelet_restarts_reregister_without_leaks(world: World) -> None:
+    time.sleep(0.3)
+    threads_before = _threads()
+    for round_ in range(10):
+        for path in world.plugin_dir.glob("ljrk-*.sock"):
+            path.unlink()
+        world.kubelet.restart()
+        started = time.monotonic()
+        assert world.wait_registered(5), f"round {round_}: not re-registered"
+        assert time.monotonic() - started < 3
+        assert len(world.kubelet.devices[CORE]) == 200
+    time.sleep(0.5)
+    assert world.app.reregistrations >= 10
+    sockets = sorted(p.name for p in world.plugin_dir.iterdir())
+    assert sockets == ["kubelet.sock", "ljrk-core.sock", "ljrk-gpu.sock", "ljrk-memory.sock"]
+    assert _threads() <= threads_before + 3, [t.name for t in threading.enumerate()]
+
+
+def test_b18_plugin_socket_deleted_alone_reserves(world: World) -> None:
+    count = len(world.kubelet.registrations)
+    (world.plugin_dir / "ljrk-memory.sock").unlink()
+    assert world.kubelet.wait_for(lambda: len(world.kubelet.registrations) >= count + 3, 5)
+    assert (world.plugin_dir / "ljrk-memory.sock").exists()
+
+
+def test_b18_cut_list_and_watch_stream_reregisters(world: World) -> None:
+    count = len(world.kubelet.registrations)
+    world.kubelet.cut_stream(CORE)
+    assert world.kubelet.wait_for(lambda: len(world.kubelet.registrations) >= count + 3, 5)
+    assert world.kubelet.wait_for(lambda: len(world.kubelet.healthy(CORE)) == 200, 5)
+
+
+def test_plugin_started_before_kubelet_registers_when_it_appears() -> None:
+    world = make_world(1, start_kubelet=False)
+    try:
+        time.sleep(0.3)
+        assert not world.kubelet.registrations
+        world.kubelet.start()
+        assert world.wait_registered(5)
+        assert len(world.kubelet.devices[MEM]) == 16
+    finally:
+        world.close()
+
+
+def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> None:
+    key = PROTOCOL.annotations.node_inventory
+    deadline = time.monotonic() + 3
+    while key not in world.cluster.get_node(NODE).annotations and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    assert [g.uuid for g in first.gpus] == [g.uuid for g in world.gpus]
+    assert first.protocol == PROTOCOL.fingerprint()
+    assert world.cluster.get_node(NODE).annotations[PROTOCOL.annotations.node_protocol] == PROTOCOL.fingerprint()
+    time.sleep(0.5)
+    second = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    assert second.heartbeat > first.heartbeat
+    world.memory_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+        if record.gpus[0].health is Health.UNHEALTHY:
+            break
+        time.sleep(0.02)
+    assert record.gpus[0].health is Health.UNHEALTHY
+
+
+def test_preferred_allocation_steers_to_the_planned_gpu(world: World) -> None:
+    world.pod("a", [share("main", core=60, memory=8)], [share_plan("main", 1, core=60, memory_gib=8)])
+    free = world.kubelet.healthy(CORE)
+    chosen = world.kubelet.preferred(CORE, free, [], 60)
+    assert len(chosen) == 60
+    assert {parse_device_id(i).uuid for i in chosen} == {world.gpus[1].uuid}
+    ids, _ = world.kubelet.admit(CORE, 60)
+    assert {parse_device_id(i).uuid for i in ids} == {world.gpus[1].uuid}

@@ -1,0 +1,40 @@
+"""Composition smoke test of ``ljrk device-plugin``: the container's dependencies are declared and every provider
+resolves with in-memory overrides (no sockets, no cluster); ``--memory-unit`` overrides the protocol's unit and
+settings reject bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dependency_injector import providers
+
+from adapters.memory.cluster import InMemoryCluster
+from adapters.memory.runtime import InMemoryNodeRuntime
+from domain.deviceplugin.devices import ResourceKind
+from domain.gpu import Gpu, GpuUuid
+from domain.kube.objects import NodeObject
+from entrypoints.device_plugin.app import DevicePluginApp, DevicePluginSettings, SettingsError
+from entrypoints.device_plugin.containers import DevicePluginContainer
+
+
+def test_container_resolves_with_memory_overrides(tmp_path: Path) -> None:
+    settings = DevicePluginSettings(node_name="n1", runtime_socket=tmp_path / "rt.sock",
+                                    device_plugin_dir=tmp_path, memory_unit="4Gi")
+    container = DevicePluginContainer(settings=settings)
+    container.check_dependencies()
+    cluster = InMemoryCluster()
+    cluster.create_node(NodeObject("n1"))
+    runtime = InMemoryNodeRuntime([Gpu(0, GpuUuid("GPU-a"), "A100", 16 * 2**30)])
+    with container.cluster.override(providers.Object(cluster)), container.runtime.override(providers.Object(runtime)):
+        app = container.app()
+        assert isinstance(app, DevicePluginApp)
+        assert len(container.service().devices(ResourceKind.MEMORY)[1]) == 4
+        assert container.protocol().memory_unit == "4Gi"
+
+
+def test_settings_validation(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError):
+        DevicePluginSettings(node_name="", runtime_socket=tmp_path)
+    with pytest.raises(SettingsError):
+        DevicePluginSettings(node_name="n", runtime_socket=tmp_path, heartbeat_s=0)
