@@ -9,7 +9,13 @@ Behaviours covered:
 * mean/min/max ignoring NaN, number formatting with ``n/a``, the plain-text table layout, the per-policy summary
   rows (mean, min–max, published value, difference in pp), the curve-shape rows and the closing ``key=value``
   lines (``fgd_wall_seconds_max``, ``peak_rss_mib_max``);
-* ``run_one`` on a two-node CSV trace written to a temporary folder returns the figures the summary needs.
+* ``run_one`` on a two-node CSV trace written to a temporary folder returns the figures the summary needs;
+* the extender driver (``--driver extender``): the emulated kube-scheduler's NodeResourcesFit (cpu, memory, pod
+  slots, summed extended resources), its LeastAllocated (or MostAllocated) + BalancedAllocation scores on
+  hand-computed values and its uniform tie-break; on a tiny CSV trace (3 nodes, 10 pods: shares, whole GPUs, a
+  model allow-list, CPU-only pods) the replay through the real extender HTTP verbs gives exactly the in-process
+  replay's series, with CPU-only pods ranked by the extender or placed by the emulated kube-scheduler; the naive
+  extender runs through prioritize; the comparison table and closing lines.
 """
 
 from __future__ import annotations
@@ -127,3 +133,100 @@ def test_run_one_on_a_tiny_csv_trace(bench: ModuleType, tmp_path: Path) -> None:
     assert math.isnan(run["alloc130"])
     assert run["rss_mib"] > 0
     assert set(run["curve"]) == {"50", "80", "90", "95", "98"}
+
+
+TINY_NODES = "sn,cpu_milli,memory_mib,gpu,model\nn-0,16000,65536,2,G2\nn-1,16000,65536,4,T4\nn-2,32000,131072,1,G2\n"
+TINY_PODS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    "p0,1000,1024,1,500,\np1,1000,1024,1,1000,T4\np2,100,512,0,0,\np3,2000,1024,2,1000,G2|T4\n"
+    "p4,1000,1024,1,250,\np5,1000,2048,1,470,\np6,100,256,0,0,\np7,4000,4096,1,810,G2\n"
+    "p8,1000,1024,4,1000,\np9,1000,1024,1,320,\n"
+)
+"""3 nodes (7 GPUs) and 10 pods: shares, whole GPUs (1, 2 and 4), model allow-lists and two small CPU-only pods
+(the CPU-only pods are too small to change any node's fit or FGD score, so kube-scheduler's placement of them cannot
+change the GPU outcome on this input)."""
+
+
+def tiny_trace(tmp_path: Path) -> tuple[str, str]:
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text(TINY_NODES)
+    pods.write_text(TINY_PODS)
+    return str(nodes), str(pods)
+
+
+def test_kube_scheduler_emulator_fit_scores_and_ties(bench: ModuleType) -> None:
+    import numpy as np
+
+    from domain.simulation.workload import TraceNode, TracePod
+
+    nodes = [TraceNode("n-b", 8000, 8192, 0, "G2"), TraceNode("n-a", 4000, 8192, 1, "G2")]
+    kube = bench.KubeSchedulerEmulator(nodes, np.random.default_rng(0))
+    assert kube.names == ["n-a", "n-b"]
+    small = kube.request(TracePod("s", 1000, 2048, 0, 0))
+    assert small == (1000, 2048 * 1024 * 1024, 0, 0)
+    idx = kube.feasible(small)
+    assert idx.tolist() == [0, 1]
+    # n-a: LeastAllocated (75 + 75) / 2 = 75, Balanced (1 − |0.25 − 0.25|)·100 = 100 → 175;
+    # n-b: LeastAllocated (87 + 75) / 2 = 81, Balanced (1 − |0.125 − 0.25|)·100 = 87 → 168.
+    assert kube.plugin_scores(small, idx).tolist() == [175, 168]
+    # MostAllocated instead: n-a (25 + 25) / 2 = 25 → 125; n-b (12 + 25) / 2 = 18 → 105.
+    packing = bench.KubeSchedulerEmulator(nodes, np.random.default_rng(0), most_allocated=True)
+    assert packing.plugin_scores(small, idx).tolist() == [125, 105]
+    assert kube.feasible(kube.request(TracePod("big", 5000, 1024, 0, 0))).tolist() == [1]
+    assert kube.feasible(kube.request(TracePod("gpu", 100, 1024, 1, 1000))).tolist() == [0]
+    assert kube.feasible(kube.request(TracePod("two", 100, 1024, 2, 1000))).tolist() == []
+    share = kube.request(TracePod("share", 100, 1024, 1, 470))
+    assert share[3] == 47
+    kube.assume("n-a", share)
+    kube.assume("n-a", share)
+    assert kube.feasible(share).tolist() == []  # 94 % of the one GPU's 100 % summed: no room for 47 more
+    assert (kube.pods.tolist(), kube.core_req.tolist()) == ([2, 0], [94, 0])
+    picks = {kube.select(np.array([0, 1]), np.array([5, 5])) for _ in range(64)}
+    assert picks == {0, 1}
+    assert kube.select(np.array([0, 1]), np.array([5, 6])) == 1
+
+
+@pytest.mark.parametrize("cpu_pods", ["extender", "kube"])
+def test_extender_driver_matches_the_in_process_replay_on_a_tiny_trace(
+    bench: ModuleType, tmp_path: Path, cpu_pods: str
+) -> None:
+    nodes, pods = tiny_trace(tmp_path)
+    for policy in ("fgd", "best-fit"):
+        run = bench.run_one_both(nodes, pods, policy, 42, 2.0, "fixed-order", cpu_pods, False, True, None)
+        ref, ext = run["inprocess"], run["extender"]
+        assert run["arrivals"] > 10  # tune 2.0: the 10 pods, then samples up to twice the 7000 milli of GPUs
+        assert run["first_divergence"] is None, (policy, cpu_pods)
+        assert ext["alloc_end"] == ref["alloc_end"]
+        assert ext["failed"] == ref["failed"] > 0
+        assert (ext["counts"]["cpu_only"] > 0) == (cpu_pods == "kube")
+        assert ext["counts"]["prioritize_calls"] == 0  # our filter leaves one node: kube-scheduler takes it
+        assert ext["assumed_left"] == 0
+        assert set(ext["latency_ms"]) == {"filter", "bind"}
+
+
+def test_naive_extender_goes_through_prioritize(bench: ModuleType, tmp_path: Path) -> None:
+    nodes, pods = tiny_trace(tmp_path)
+    run = bench.run_one_both(nodes, pods, "fgd", 42, 2.0, "fixed-order", "extender", True, False, 6)
+    ext = run["extender"]
+    assert run["arrivals"] == 6
+    assert ext["counts"]["prioritize_calls"] >= 1
+    assert "prioritize" in ext["latency_ms"]
+    assert 0 < ext["alloc_end"] <= 100
+
+
+def test_comparison_rows_and_closing_lines(bench: ModuleType) -> None:
+    def both(policy: str, seed: int, ref: float, ext: float) -> dict[str, object]:
+        side = {"alloc100": ref - 0.1, "alloc130": ref, "frag80": 30.0, "alloc_end": ref, "wall_seconds": 5.0}
+        return {"policy": policy, "seed": seed, "arrivals": 1000, "first_divergence": None if ref == ext else 7,
+                "inprocess": side, "extender": {**side, "alloc100": ext - 0.1, "alloc130": ext, "alloc_end": ext,
+                                                "wall_seconds": 50.0, "loop_seconds": 10.0}}
+
+    runs = [both("fgd", 42, 95.0, 95.0), both("fgd", 43, 95.5, 95.3), both("best-fit", 42, 93.0, 92.5)]
+    rows = bench.comparison_rows(runs, ["fgd", "best-fit"])
+    assert rows[0][:8] == ["fgd", "42,43", "95.15", "95.05", "-0.10", "95.25", "95.15", "-0.10"]
+    assert rows[0][11:] == ["-0.10", "1/2", "5.0", "50.0", "100"]
+    assert len(rows[0]) == len(bench.COMPARISON_HEADER)
+    lines = bench.comparison_closing_lines(runs, ["fgd", "best-fit"])
+    assert "fgd_extender_alloc130_diff_pp=-0.100" in lines
+    assert "best-fit_extender_alloc130_diff_pp=-0.500" in lines
+    assert "extender_alloc130_max_abs_diff_pp=0.500" in lines

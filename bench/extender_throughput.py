@@ -1,0 +1,255 @@
+"""End-to-end scheduling throughput through the extender, against a real API server and a real kube-scheduler.
+
+Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, k8s-protocols.md §3.5):
+
+1. start etcd + kube-apiserver + kube-scheduler 1.20 on 127.0.0.1 (``tests/integration/k8s_harness.py``; binaries
+   from ``$LJRK_K8S_BIN`` or ``scripts/k8s-control-plane.sh bin-dir``), kube-scheduler configured with our extender
+   exactly as in ``tests/integration/test_scheduler_k8s.py``: filter, prioritize and bind verbs, ``nodeCacheCapable``,
+   ``managedResources`` = our three resources, weight 1, ``percentageOfNodesToScore: 100``; its client keeps the
+   1.20 defaults (QPS 50, burst 100);
+2. run one scheduler replica in extender mode in this process (``SchedulerApp`` + ``SchedulerService`` over
+   ``KubernetesCluster``, no leader election: it leads), listening where kube-scheduler calls it;
+3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written as the device
+   plugin would, allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
+4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
+   memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
+5. a watch records when each pod is first seen bound; the bound count is sampled every second.
+
+Printed: setup times, the average throughput (pods ÷ seconds from the first create request to the last binding
+seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them), per-pod create→bound latency
+percentiles (from just before the create request to the watch event showing ``spec.nodeName``), and our extender's
+verb latencies. The last lines are ``pods_per_second=<float>`` and ``p99_ms=<float>`` (create→bound p99).
+
+Without control-plane binaries the script says so and exits 0 (nothing measured). Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+INSTALL_SCRIPT = REPO / "scripts" / "k8s-control-plane.sh"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NAMESPACE = "default"
+SHARES = ((10, 1), (20, 2), (25, 2), (30, 3), (50, 4))
+"""(core %, GPU memory GiB) of the measured pods, in rotation."""
+
+
+def bin_dir() -> Path | None:
+    """The control-plane binaries (``$LJRK_K8S_BIN`` or the install script's cache), or None when not built."""
+    env = os.environ.get("LJRK_K8S_BIN")
+    if env:
+        return Path(env) if (Path(env) / "kube-apiserver").is_file() else None
+    try:
+        result = subprocess.run(["bash", str(INSTALL_SCRIPT), "bin-dir"], capture_output=True, text=True,
+                                timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = Path(result.stdout.strip()) if result.returncode == 0 and result.stdout.strip() else None
+    return path if path is not None and (path / "kube-apiserver").is_file() else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank ``q``-th percentile (NaN for no values)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(max(1, math.ceil(q / 100 * len(ordered))), len(ordered)) - 1]
+
+
+def timed(verb: Callable[[object], object], sink: list[float]) -> Callable[[object], object]:
+    """``verb`` recording its duration (s) in ``sink``."""
+
+    def call(body: object) -> object:
+        started = time.perf_counter()
+        try:
+            return verb(body)
+        finally:
+            sink.append(time.perf_counter() - started)
+
+    return call
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=50, help="nodes (default: %(default)s)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="16 GiB GPUs per node (default: %(default)s)")
+    parser.add_argument("--pods", type=int, default=500, help="measured pods (default: %(default)s)")
+    parser.add_argument("--policy", default="fgd", help="the extender's policy (default: %(default)s)")
+    parser.add_argument("--create-workers", type=int, default=4, help="threads creating pods (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many s (default: 600)")
+    args = parser.parse_args(argv)
+    if min(args.nodes, args.gpus_per_node, args.pods, args.create_workers) < 1:
+        parser.error("--nodes, --gpus-per-node, --pods and --create-workers must be >= 1")
+    binaries = bin_dir()
+    if binaries is None:
+        print("SKIPPED: no Kubernetes control-plane binaries (etcd, kube-apiserver, kube-scheduler); build them with: "
+              f"bash {INSTALL_SCRIPT.relative_to(REPO)} install   (or set LJRK_K8S_BIN)")
+        return 0
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # "pool is full": concurrent binds
+    return run(binaries, args)
+
+
+def run(binaries: Path, args: argparse.Namespace) -> int:
+    from k8s_harness import control_plane, free_ports
+    from kubernetes import client, watch
+
+    from adapters.kubernetes import KubernetesCluster
+    from adapters.prometheus import PrometheusSchedulerMetrics
+    from domain.gpu import Gpu, GpuUuid
+    from domain.kube.annotations import encode_inventory
+    from domain.kube.objects import ContainerSpec, PodObject
+    from domain.kube.protocol import ProtocolConstants
+    from domain.units import GiB
+    from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
+    from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+
+    protocol = ProtocolConstants()
+    res, keys = protocol.resources, protocol.annotations
+    port = free_ports(1)[0]
+    extender = {
+        "urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+        "bindVerb": "bind", "weight": 1, "enableHTTPS": False, "nodeCacheCapable": True,
+        "managedResources": [{"name": name, "ignoredByScheduler": False} for name in (res.gpu, res.core, res.memory)],
+    }
+    run_id = uuid.uuid4().hex[:6]
+    print(f"extender throughput: nodes={args.nodes} gpus_per_node={args.gpus_per_node} pods={args.pods} "
+          f"policy={args.policy} create_workers={args.create_workers} binaries={binaries}", flush=True)
+    started = time.perf_counter()
+    with control_plane(binaries, scheduler=True,
+                       scheduler_config={"extenders": [extender], "percentageOfNodesToScore": 100}) as plane:
+        print(f"control plane up in {time.perf_counter() - started:.1f} s", flush=True)
+        api, load_api = plane.api_client(), plane.api_client()  # the scheduler's client; the load's client
+        core = client.CoreV1Api(load_api)
+        cluster = KubernetesCluster(api)
+        load = KubernetesCluster(load_api)
+        metrics = PrometheusSchedulerMetrics()
+        service = SchedulerService(cluster, protocol, metrics, config=ServiceConfig(policy=args.policy))
+        settings = SchedulerSettings(mode="extender", host="127.0.0.1", port=port, policy=args.policy,
+                                     identity="throughput-bench", watch_timeout_seconds=1)
+        app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None,
+                           metrics_text=metrics.exposition)
+        verb_latency: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+        app.http.verbs = {name: timed(verb, verb_latency[name]) for name, verb in app.http.verbs.items()}
+        app.start()
+        try:
+            nodes_started = time.perf_counter()
+            names = [f"bench-{run_id}-{i:04d}" for i in range(args.nodes)]
+            allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110", res.gpu: str(args.gpus_per_node),
+                           res.core: str(100 * args.gpus_per_node), res.memory: str(16 * args.gpus_per_node)}
+            for name in names:
+                gpus = tuple(Gpu(i, GpuUuid(f"GPU-{name}-{i}"), "A100", 16 * GiB) for i in range(args.gpus_per_node))
+                inventory = encode_inventory(gpus, heartbeat=time.time(), protocol=protocol.fingerprint())
+                core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+                    name=name, annotations={keys.node_inventory: inventory})))
+                core.patch_node_status(name, {"status": {"capacity": allocatable, "allocatable": allocatable}})
+                taints = core.read_node(name).spec.taints or []
+                kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
+                core.patch_node(name, {"spec": {"taints": kept or None}})
+            deadline = time.monotonic() + 60
+            while not (service.serving and all(service.knows_node(n) for n in names)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the extender never saw every node")
+                time.sleep(0.05)
+            print(f"{args.nodes} nodes ready in {time.perf_counter() - nodes_started:.1f} s", flush=True)
+
+            label = {"ljrk-bench": run_id}
+            created: dict[str, float] = {}
+            bound: dict[str, float] = {}
+            lock = threading.Lock()
+            done = threading.Event()
+            listing = core.list_namespaced_pod(NAMESPACE, label_selector=f"ljrk-bench={run_id}")
+
+            def watch_bindings() -> None:
+                rv = listing.metadata.resource_version
+                stream = watch.Watch()
+                while not done.is_set():
+                    for event in stream.stream(core.list_namespaced_pod, NAMESPACE, resource_version=rv,
+                                               label_selector=f"ljrk-bench={run_id}", timeout_seconds=5):
+                        obj = event["object"]
+                        rv = obj.metadata.resource_version
+                        if obj.spec.node_name:
+                            with lock:
+                                bound.setdefault(obj.metadata.name, time.monotonic())
+                                if len(bound) >= args.pods:
+                                    done.set()
+                        if done.is_set():
+                            stream.stop()
+                            break
+
+            pods = [f"p-{run_id}-{i:05d}" for i in range(args.pods)]
+
+            def create(worker: int) -> None:
+                for i in range(worker, args.pods, args.create_workers):
+                    core_pct, mem = SHARES[i % len(SHARES)]
+                    resources = {"cpu": "100m", "memory": "128Mi", res.core: str(core_pct), res.memory: str(mem)}
+                    pod = PodObject("", NAMESPACE, pods[i], labels=label, containers=(
+                        ContainerSpec("main", requests=dict(resources), limits=dict(resources)),))
+                    with lock:
+                        created[pods[i]] = time.monotonic()
+                    load.create_pod(pod)
+
+            watcher = threading.Thread(target=watch_bindings, name="bound-watch", daemon=True)
+            watcher.start()
+            samples: list[int] = []
+            creators = [threading.Thread(target=create, args=(w,), daemon=True) for w in range(args.create_workers)]
+            measure_started = time.monotonic()
+            for thread in creators:
+                thread.start()
+            give_up = measure_started + args.timeout
+            while not done.wait(1.0):
+                with lock:
+                    samples.append(len(bound))
+                if time.monotonic() > give_up:
+                    break
+            with lock:
+                samples.append(len(bound))
+                bound_at, created_at = dict(bound), dict(created)
+            for thread in creators:
+                thread.join(10)
+            done.set()
+        finally:
+            app.stop(join_seconds=5)
+            api.close()
+            load_api.close()
+    if len(bound_at) < args.pods:
+        print(f"FAILED: only {len(bound_at)} of {args.pods} pods bound within {args.timeout:.0f} s")
+        return 1
+    first_create, last_bound = min(created_at.values()), max(bound_at.values())
+    average = args.pods / (last_bound - first_create)
+    latencies = [1000 * (bound_at[n] - created_at[n]) for n in bound_at]
+    per_second = [b - a for a, b in zip([0, *samples], samples, strict=False)]
+    full_seconds = per_second[:-1] if len(per_second) > 1 else per_second
+    print()
+    print(f"pods bound: {len(bound_at)}/{args.pods} in {last_bound - first_create:.2f} s "
+          f"(creation took {max(created_at.values()) - first_create:.2f} s)")
+    print(f"throughput: average {average:.1f} pods/s; 1 s samples ({len(full_seconds)}): "
+          f"p50 {percentile(full_seconds, 50):.0f}, p90 {percentile(full_seconds, 90):.0f}, "
+          f"p99 {percentile(full_seconds, 99):.0f}, max {max(full_seconds, default=0):.0f} pods/s")
+    print(f"create→bound latency: p50 {percentile(latencies, 50):.0f} ms, p90 {percentile(latencies, 90):.0f} ms, "
+          f"p99 {percentile(latencies, 99):.0f} ms, max {max(latencies):.0f} ms")
+    for verb, values in verb_latency.items():
+        if values:
+            ms = [1000 * v for v in values]
+            print(f"extender {verb}: {len(ms)} calls, mean {statistics.fmean(ms):.1f} ms, "
+                  f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms")
+    print(f"pods_per_second={average:.3f}")
+    print(f"p99_ms={percentile(latencies, 99):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
