@@ -12,7 +12,6 @@ unreadable, socket cannot be bound); 2 bad command line, protocol file or memory
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import NoReturn
 from adapters.grpc import DEFAULT_PLUGIN_DIR
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
+from entrypoints._shared.signals import stop_on_signals
 from ports.runtime import NodeRuntimeError
 
 from .app import DevicePluginSettings, SettingsError
@@ -97,12 +97,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
             return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
         except Exception as error:  # kubeconfig / in-cluster config problems come from the client library
             return fail(error, EXIT_FAILED)
-        event = stop or threading.Event()
-        if stop is None and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: event.set())
         try:
-            app.run(event)
+            with stop_on_signals(stop) as event:
+                app.run(event)
         except OSError as error:
             return fail(error, EXIT_FAILED)
         return EXIT_OK

@@ -13,7 +13,6 @@ the saved state is unreadable; 2 bad command line or simulated-GPU spec. Errors 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import NoReturn
 
 from adapters.simulated import SpecError
 from domain.runtime.types import RuntimeState
+from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
 
@@ -111,12 +111,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop:
         except StateStoreError as error:
             container.backend().close()
             return fail(error, EXIT_FAILED)
-        event = stop or threading.Event()
-        if stop is None and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: event.set())
         try:
-            app.run(event)
+            with stop_on_signals(stop) as event:
+                app.run(event)
         except OSError as error:
             return fail(error, EXIT_FAILED)
         return EXIT_OK

@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
+from entrypoints._shared.signals import stop_on_signals
 
 from .app import MODES, SchedulerSettings, SettingsError
 from .containers import SchedulerContainer
@@ -132,32 +131,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk scheduler", sto
     except Exception as error:  # kubeconfig/in-cluster config errors, address in use, …
         container.shutdown_resources()
         return fail(f"cannot start: {error}", EXIT_FAILED)
-    stop = stop or threading.Event()
-    previous = _install_signals(stop)
     try:
-        app.run(stop)
+        with stop_on_signals(stop) as event:
+            app.run(event)
     finally:
-        _restore_signals(previous)
         container.shutdown_resources()
     return EXIT_OK
-
-
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _install_signals(stop: threading.Event) -> dict[int, object]:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    return {int(s): signal.signal(s, handler) for s in _SIGNALS}
-
-
-def _restore_signals(previous: dict[int, object]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)  # type: ignore[arg-type]  # getsignal's union round-trips
 
 
 if __name__ == "__main__":
