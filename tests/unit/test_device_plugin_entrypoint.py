@@ -38,3 +38,23 @@ def test_settings_validation(tmp_path: Path) -> None:
         DevicePluginSettings(node_name="", runtime_socket=tmp_path)
     with pytest.raises(SettingsError):
         DevicePluginSettings(node_name="n", runtime_socket=tmp_path, heartbeat_s=0)
+
+
+def test_a_runtime_lacking_a_required_feature_is_refused_at_start() -> None:
+    """Issue 4: components check GetVersion at start and refuse a feature the Runtime lacks, clearly."""
+    from adapters.memory.cluster import InMemoryCluster
+    from adapters.memory.runtime import InMemoryNodeRuntime
+    from domain.gpu import Gpu, GpuUuid
+    from domain.kube.protocol import ProtocolConstants
+    from domain.runtime.errors import UnsupportedFeatureError
+    from domain.units import GiB
+    from entrypoints.device_plugin.service import REQUIRED_FEATURES, DevicePluginService
+
+    gpus = [Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB)]
+    old = InMemoryNodeRuntime(gpus, capabilities={"inventory", "allocate"})
+    with pytest.raises(UnsupportedFeatureError, match="health-watch"):
+        DevicePluginService(node="n1", runtime=old, cluster=InMemoryCluster(), protocol=ProtocolConstants())
+    full = InMemoryNodeRuntime(gpus)
+    service = DevicePluginService(node="n1", runtime=full, cluster=InMemoryCluster(), protocol=ProtocolConstants())
+    assert [g.uuid for g in service.gpus()] == ["GPU-0"]
+    assert set(REQUIRED_FEATURES) <= set(full.get_version().capabilities)

@@ -21,6 +21,7 @@ from typing import NoReturn
 from adapters.grpc import DEFAULT_PLUGIN_DIR
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
+from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.signals import stop_on_signals
 from ports.runtime import NodeRuntimeError
 
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
             return fail(error, EXIT_USAGE)
         try:
             app = container.app()
-        except NodeRuntimeError as error:
+        except (NodeRuntimeError, UnsupportedFeatureError) as error:
             return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
         except Exception as error:  # kubeconfig / in-cluster config problems come from the client library
             return fail(error, EXIT_FAILED)

@@ -46,6 +46,10 @@ HEALTH_RETRY_S = 1.0
 """Pause before re-opening a failed WatchHealth stream, s."""
 
 
+REQUIRED_FEATURES = ("inventory", "health-watch", "allocate")
+"""Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the device plugin uses; checked at start."""
+
+
 class DevicePluginService:
     """Implements ``ports.device_plugin.DevicePluginHandler`` for node ``node`` (module docstring).
 
@@ -66,6 +70,7 @@ class DevicePluginService:
         self._clock = clock
         self._changed = threading.Condition()
         self._generation = 0
+        runtime.get_version().require(*REQUIRED_FEATURES)  # refuse a Runtime too old for what we call
         self._gpus: dict[GpuUuid, Gpu] = {d.gpu.uuid: d.gpu for d in runtime.list_devices()}
         self._health_stream: HealthStream | None = None
         self._alloc_lock = threading.Lock()
