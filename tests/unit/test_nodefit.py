@@ -262,3 +262,38 @@ def test_reasons_reach_the_schedule_result() -> None:
     fits = sync.schedule(scheduler, make_pod("q", core="10", tolerations=(Toleration("gpu", "Exists"),)))
     assert fits.allocation is not None
     assert fits.allocation.node in ("tainted", "elsewhere")
+
+
+# ---------------------------------------------------------------------------------------------- extended resources
+def test_extended_resources_other_than_ours_must_fit_the_node() -> None:
+    """Standalone node fit for extended resources: allocatable minus bound pods' requests (effective rule)."""
+    from domain.kube.objects import ContainerSpec, PodObject, PodPhase
+    from domain.scheduling.nodefit import ExtendedResourceFit, extended_requests
+
+    base = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+    sync: LedgerSync = make_sync(
+        make_node("a", allocatable={**base, "example.com/fpga": "1"}),
+        make_node("b", allocatable={**base, "example.com/fpga": "2"}),
+        make_node("c"),
+    )
+    holder = PodObject("h", "default", "h", containers=(ContainerSpec("m", requests={"example.com/fpga": "1"}),),
+                       node_name="b", phase=PodPhase.RUNNING)
+    sync.on_pod(holder)
+    assert sync.extended_usage("b") == {"example.com/fpga": 1}
+    wanting = PodObject("w", "default", "w", containers=(
+        ContainerSpec("init", requests={"example.com/fpga": "2"}, init=True),
+        ContainerSpec("app", limits={"example.com/fpga": "1", "cpu": "1"}),
+    ))
+    assert extended_requests(wanting) == (("example.com/fpga", 2),)  # max(Σ app = 1, max init = 2)
+    one = PodObject("o", "default", "o", containers=(ContainerSpec("app", limits={"example.com/fpga": "1"}),))
+    plugin = ExtendedResourceFit(sync.nodes, {p.uid: PodConstraints.of(p) for p in (wanting, one)},
+                                 sync.extended_usage)
+    names, reason = filtered(plugin, sync, attrs.evolve(GPU_POD, uid="w"))
+    assert names == []
+    assert reason == "insufficient example.com/fpga"
+    names, _ = filtered(plugin, sync, attrs.evolve(GPU_POD, uid="o"))
+    assert names == ["a", "b"]
+    # our own GPU resources are the ledger's business, not this filter's
+    ours = frozenset({"alibabacloud.com/gpu", "alibabacloud.com/gpu-core.percentage", "alibabacloud.com/gpu-memory"})
+    gpu_pod = PodObject("g", "default", "g", containers=(ContainerSpec("m", limits={"alibabacloud.com/gpu": "1"}),))
+    assert extended_requests(gpu_pod, ignore=ours) == ()

@@ -14,6 +14,9 @@ A pod whose constraints are missing from the mapping fits no node — fail close
 * ``RequiredNodeAffinity``: terms ORed, requirements in a term ANDed; operators In, NotIn, Exists,
   DoesNotExist, Gt, Lt (integers); ``matchFields`` supports ``metadata.name`` with In/NotIn; an empty term or
   an unknown operator matches nothing (the API server refuses those anyway);
+* ``ExtendedResourceFit``: extended resources other than ours (names with a ``/``, e.g. ``example.com/fpga``):
+  node allocatable minus what the pods bound there request must cover the pod's effective request
+  (``max(Σ app, max init)``, Kubernetes' rule); our GPU resources are the ledger's business;
 * ``NodeGate``: nodes the caller marks as not taking GPU pods (stale or foreign-protocol inventory, runtime
   toggle in transition), each with a reason; CPU-only pods pass.
 
@@ -34,6 +37,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 import attrs
 import numpy as np
 
+from domain.errors import InvalidRequestError
 from domain.kube.objects import (
     NodeObject,
     NodeSelectorRequirement,
@@ -43,6 +47,7 @@ from domain.kube.objects import (
     TaintEffect,
     Toleration,
 )
+from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.framework import BoolArray, CycleState, FilterPlugin
@@ -68,11 +73,35 @@ class PodConstraints:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     affinity: tuple[NodeSelectorTerm, ...] = ()
+    extended: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def of(cls, pod: PodObject) -> PodConstraints:
-        """The constraints of ``pod``."""
-        return cls(tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_node_affinity)
+    def of(cls, pod: PodObject, *, ignore: frozenset[str] = frozenset()) -> PodConstraints:
+        """The constraints of ``pod``; ``extended`` holds its extended-resource requests except ``ignore``."""
+        return cls(
+            tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_node_affinity,
+            extended_requests(pod, ignore=ignore),
+        )
+
+
+def extended_requests(pod: PodObject, *, ignore: frozenset[str] = frozenset()) -> tuple[tuple[str, int], ...]:
+    """Effective requests (``max(Σ app, max init)``, counts) of the pod's extended resources — names containing
+    ``/`` that are not in ``ignore`` — sorted by name. Requests fall back to limits, as the API defaults them.
+    Raises :class:`InvalidRequestError` (from the quantity parser) for a malformed quantity."""
+    app: dict[str, int] = {}
+    init: dict[str, int] = {}
+    for container in pod.containers:
+        values = {**container.limits, **container.requests}
+        for name, text in values.items():
+            if "/" not in name or name in ignore:
+                continue
+            amount = parse_count(f"container[{container.name}].resources[{name}]", text)
+            if container.init:
+                init[name] = max(init.get(name, 0), amount)
+            else:
+                app[name] = app.get(name, 0) + amount
+    names = sorted(set(app) | set(init))
+    return tuple((n, max(app.get(n, 0), init.get(n, 0))) for n in names if max(app.get(n, 0), init.get(n, 0)))
 
 
 def _relevant(node: NodeObject) -> tuple[object, ...]:
@@ -337,11 +366,58 @@ def node_fit_reason(constraints: PodConstraints, node: NodeObject) -> str:
     return ""
 
 
+class ExtendedResourceFit:
+    """Kubernetes' NodeResourcesFit for extended resources other than ours (module docstring).
+
+    ``usage(node_name)`` returns what the pods bound to that node request of each extended resource (counts).
+    Pods that ask for none pass untouched, so the common case costs nothing.
+    """
+
+    name = "ExtendedResourceFit"
+    reason = "insufficient extended resources"
+
+    def __init__(
+        self, nodes: NodeTable, constraints: Mapping[str, PodConstraints], usage: Callable[[str], Mapping[str, int]]
+    ) -> None:
+        self.nodes = nodes
+        self.constraints = constraints
+        self.usage = usage
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus nodes whose free extended resources do not cover the pod's requests."""
+        constraints = self.constraints.get(pod.uid)
+        if constraints is None or not constraints.extended:
+            return candidates
+        passed = candidates.copy()
+        short: set[str] = set()
+        for slot in np.flatnonzero(candidates):
+            node = self.nodes.get(int(slot))
+            used = self.usage(node.name) if node is not None else {}
+            for name, amount in constraints.extended:
+                allocatable = node.allocatable.get(name) if node is not None else None
+                try:
+                    capacity = parse_count(f"node.allocatable[{name}]", allocatable) if allocatable else 0
+                except InvalidRequestError:
+                    capacity = 0
+                if used.get(name, 0) + amount > capacity:
+                    passed[slot] = False
+                    short.add(name)
+                    break
+        if short:
+            state.reasons[self.name] = f"insufficient {', '.join(sorted(short))}"
+        return passed
+
+
 def node_filters(
-    nodes: NodeTable, constraints: Mapping[str, PodConstraints], *gates: Mapping[str, str]
+    nodes: NodeTable,
+    constraints: Mapping[str, PodConstraints],
+    *gates: Mapping[str, str],
+    usage: Callable[[str], Mapping[str, int]] | None = None,
 ) -> tuple[FilterPlugin, ...]:
-    """The standalone loop's node filters, in kube-scheduler's order, then :class:`NodeGate`."""
+    """The standalone loop's node filters, in kube-scheduler's order, then :class:`NodeGate`; with ``usage``
+    (bound pods' extended-resource requests per node) also :class:`ExtendedResourceFit`."""
     plugins: list[Callable[[NodeTable, Mapping[str, PodConstraints]], FilterPlugin]] = [
         NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration,
     ]
-    return (*(make(nodes, constraints) for make in plugins), NodeGate(*gates))
+    fit: tuple[FilterPlugin, ...] = () if usage is None else (ExtendedResourceFit(nodes, constraints, usage),)
+    return (*(make(nodes, constraints) for make in plugins), *fit, NodeGate(*gates))

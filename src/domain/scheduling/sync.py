@@ -53,7 +53,7 @@ from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.drift import DriftReport, compare_books
 from domain.scheduling.framework import Scheduler, ScheduleResult
-from domain.scheduling.nodefit import NodeTable, PodConstraints
+from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
 
 
 @attrs.frozen
@@ -107,6 +107,8 @@ class LedgerSync:
         self._on_node: dict[str, set[str]] = {}
         self._inferred: dict[str, set[str]] = {}
         self._assumed: dict[str, tuple[PodAllocation, float]] = {}
+        names = protocol.resources
+        self._our_resources = frozenset({names.gpu, names.core, names.memory})
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, node: NodeObject) -> None:
@@ -176,6 +178,22 @@ class LedgerSync:
             self.gates.pop(name, None)
 
     # ------------------------------------------------------------------ pods
+    def extended_usage(self, node: str) -> dict[str, int]:
+        """What the pods bound to ``node`` request of extended resources other than ours (counts; for
+        :class:`~domain.scheduling.nodefit.ExtendedResourceFit`). Pods with malformed quantities count 0."""
+        used: dict[str, int] = {}
+        for uid in self._on_node.get(node, ()):
+            pod = self._pods.get(uid)
+            if pod is None:
+                continue
+            try:
+                requests = extended_requests(pod, ignore=self._our_resources)
+            except InvalidRequestError:
+                continue
+            for name, amount in requests:
+                used[name] = used.get(name, 0) + amount
+        return used
+
     def on_pod(self, pod: PodObject) -> None:
         """Pod added or updated (module docstring); idempotent. A new UID under a known ``namespace/name``
         first releases the old UID (the old pod's delete was missed)."""
@@ -357,7 +375,7 @@ class LedgerSync:
             request = pod_request(pod, self.protocol)
         except InvalidRequestError as error:
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
-        self.constraints[pod.uid] = PodConstraints.of(pod)
+        self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
         result = scheduler.schedule(request)
         if result.allocation is not None:
             self.assume(result.allocation)

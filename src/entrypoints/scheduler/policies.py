@@ -121,8 +121,8 @@ class SchedulerSet:
             self._tie = make_tie_breaker(self.config.tie_break, ledger, rng)
         typical = self.typical_pods() if get_policy(policy).needs_typical_pods else None
         profile = build_profile(policy, ledger, rng=rng, typical=typical)
-        filters = (CandidateNodes(self.candidates), *node_filters(sync.nodes, sync.constraints, sync.gates),
-                   *profile.filters)
+        nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage)
+        filters = (CandidateNodes(self.candidates), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)
         self._schedulers[policy] = scheduler
