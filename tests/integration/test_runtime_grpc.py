@@ -283,3 +283,28 @@ def test_yaml_inventory_is_served(sock_dir: Path) -> None:
         stop.set()
         server.join(timeout=10)
     assert result == [0]
+
+
+def test_a_second_runtime_refuses_a_socket_that_is_still_served(running: Running, sock_dir: Path) -> None:
+    """A live socket is never taken over (that would strand the first Runtime); a stale one is replaced."""
+    settings = RuntimeSettings(socket=sock_dir / "runtime.sock", backend="simulated", simulated_gpus=SPEC,
+                               state_dir=sock_dir / "state2", seed="node-1")
+    second = RuntimeContainer(settings=settings).app()
+    with pytest.raises(OSError, match="served by another process"):
+        second.start()
+    assert running.runtime.list_devices()  # the first one is still reachable
+    stale = sock_dir / "stale.sock"
+    import socket as socketlib
+
+    listener = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    listener.bind(str(stale))
+    listener.close()  # leaves a socket file nobody serves, as after SIGKILL
+    third = RuntimeContainer(settings=attrs.evolve(settings, socket=stale, state_dir=sock_dir / "state3")).app()
+    third.start()
+    try:
+        client = GrpcNodeRuntime.connect(stale, timeout_s=5)
+        client.wait_ready(5)
+        assert client.list_devices()
+        client.close()
+    finally:
+        third.stop(0.5)

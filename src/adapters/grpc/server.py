@@ -8,6 +8,7 @@ when the client goes away (RPC termination callback) or the server stops.
 from __future__ import annotations
 
 import logging
+import socket
 import stat
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -43,6 +44,19 @@ def _call(context: grpc.ServicerContext, rpc: str, body: Callable[[], _T]) -> _T
         return body()
     except Exception as error:  # every failure becomes a status, never a bare "Exception calling application"
         _abort(context, rpc, error)
+
+
+def _answers(path: Path) -> bool:
+    """True when a process accepts connections on the unix socket ``path`` (a live server, not a stale file)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class RuntimeServicer(pb_grpc.RuntimeServicer):
@@ -136,7 +150,9 @@ class GrpcRuntimeServer:
         if self.socket_path.exists() or self.socket_path.is_symlink():
             if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
                 raise OSError(f"{self.socket_path} exists and is not a socket; refusing to replace it")
-            self.socket_path.unlink()
+            if _answers(self.socket_path):
+                raise OSError(f"{self.socket_path} is served by another process (a Runtime already running?)")
+            self.socket_path.unlink()  # a stale socket left by a killed process
         if self._server.add_insecure_port(unix_target(self.socket_path)) == 0:
             raise OSError(f"cannot bind gRPC server to unix socket {self.socket_path}")
         self._server.start()
