@@ -85,10 +85,16 @@ def _api_errors(what: str) -> Iterator[None]:
 
 def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """An ``ApiClient`` from the kubeconfig at ``path`` (``context`` or its current one), or from the pod's
-    in-cluster service account when ``path`` is None. Raises ``kubernetes.config.ConfigException``."""
+    in-cluster service account when ``path`` is None. Raises ``kubernetes.config.ConfigException`` (outside a
+    cluster with no ``path``: a message saying to pass ``--kubeconfig``)."""
     configuration = client.Configuration()
     if path is None:
-        config.load_incluster_config(client_configuration=configuration)
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as error:
+            raise config.ConfigException(
+                f"no --kubeconfig given and not running in a cluster ({error}); pass --kubeconfig FILE"
+            ) from error
     else:
         config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
     return client.ApiClient(configuration)
