@@ -51,12 +51,20 @@ def _device_plugin(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _exporter(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.exporter.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
     "runtime": Command("reference node Runtime: the Runtime gRPC contract over NVML or simulated GPUs", _runtime),
     "device-plugin": Command("kubelet device plugin: GPU, core and memory resources allocated from the plan",
                              _device_plugin),
+    "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
+                        _exporter),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -1,0 +1,148 @@
+"""``ljrk exporter`` settings, the HTTP listener (``/metrics``, ``/healthz``) and the serving loop.
+
+Stdlib ``http.server.ThreadingHTTPServer`` on ``--listen``: ``GET /metrics`` renders the collector's current
+snapshot (never waits on the Runtime, B23); ``GET /healthz`` is 200 ``ok`` while the collector thread runs (a
+Runtime outage is reported by ``lj_runtimekit_exporter_runtime_up``, not by restarting the exporter), else 500.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from .collector import SnapshotCollector
+
+log = logging.getLogger(__name__)
+
+REQUIRED_FEATURES = ("exporter-data",)
+"""Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the exporter uses; checked at start."""
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""Content type of the Prometheus text format."""
+
+
+class SettingsError(ValueError):
+    """Inconsistent settings; the message names the flag."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6) → ``(host, port)``. Raises :class:`SettingsError`."""
+    host, separator, port = text.rpartition(":")
+    if not separator or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"--listen {text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@attrs.frozen
+class ExporterSettings:
+    """Validated settings of ``ljrk exporter`` (flags in ``__main__``). Times in seconds. Raises
+    :class:`SettingsError` for an empty node name, a bad ``--listen`` or non-positive times."""
+
+    node_name: str
+    runtime_socket: Path
+    listen: str = "0.0.0.0:9400"
+    pod_resources_socket: Path | None = None
+    interval_s: float = 10.0
+    deadline_s: float = 5.0
+    runtime_wait_s: float = 30.0
+    log_level: str = "INFO"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.node_name:
+            raise SettingsError("--node-name must not be empty")
+        parse_listen(self.listen)
+        for name in ("interval_s", "deadline_s", "runtime_wait_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be > 0")
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    app: ExporterApp
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    timeout = 30.0
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("http " + format, *args)
+
+    def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        app = self.server.app
+        if path == "/metrics":
+            self._reply(200, app.exposition(), METRICS_CONTENT_TYPE)
+        elif path == "/healthz":
+            ok, text = app.health()
+            self._reply(200 if ok else 500, text.encode())
+        else:
+            self._reply(404, b"not found\n")
+
+
+class ExporterApp:
+    """Runs ``collector`` in the background and serves ``exposition`` on ``host``:``port``. ``port`` 0 picks a
+    free port (read :attr:`port` after :meth:`start`)."""
+
+    def __init__(self, collector: SnapshotCollector, exposition: Callable[[], bytes], *, host: str, port: int) -> None:
+        self.collector = collector
+        self.exposition = exposition
+        self._address = (host, port)
+        self._server: _Server | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        assert self._server is not None, "start() first"
+        return int(self._server.server_address[1])
+
+    def health(self) -> tuple[bool, str]:
+        """``(ok, text)`` for ``/healthz``."""
+        alive = bool(self._threads) and self._threads[0].is_alive()
+        return (True, "ok\n") if alive else (False, "collector not running\n")
+
+    def start(self) -> None:
+        """Bind the listener and start the collector and HTTP threads. Raises OSError when it cannot bind."""
+        self._server = _Server(self._address, _Handler)
+        self._server.app = self
+        self._threads = [
+            threading.Thread(target=self.collector.run, args=(self._stop,), name="ljrk-exp-collector", daemon=True),
+            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="ljrk-exp-http",
+                             daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        log.info("exporter serving /metrics on %s:%d", self._address[0], self.port)
+
+    def stop(self) -> None:
+        """Stop the threads and close the listener; idempotent."""
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.collector.close()
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set. Raises OSError when the listener cannot bind."""
+        self.start()
+        try:
+            stop.wait()
+        finally:
+            self.stop()
