@@ -38,6 +38,7 @@ from ._pb.kubelet.deviceplugin.v1beta1 import api_pb2 as dp
 from ._pb.kubelet.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from .client import unix_channel, unix_target
 from .errors import status_for, truncate
+from .sockets import prepare_socket_path
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +164,7 @@ class KubeletPluginServer:
 
     def start(self) -> None:
         """Bind and serve (class docstring)."""
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
-                raise OSError(f"{self.socket_path} exists and is not a socket; refusing to replace it")
-            self.socket_path.unlink()
+        prepare_socket_path(self.socket_path, refuse_live=False)  # kubelet restarts leave our sockets behind
         if self._server.add_insecure_port(unix_target(self.socket_path)) == 0:
             raise OSError(f"cannot bind device plugin server to unix socket {self.socket_path}")
         self._server.start()

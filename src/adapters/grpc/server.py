@@ -8,8 +8,6 @@ when the client goes away (RPC termination callback) or the server stops.
 from __future__ import annotations
 
 import logging
-import socket
-import stat
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -27,6 +25,7 @@ from ._pb.ljrk.runtime.v1 import runtime_pb2 as pb
 from ._pb.ljrk.runtime.v1 import runtime_pb2_grpc as pb_grpc
 from .client import unix_target
 from .errors import status_for
+from .sockets import prepare_socket_path
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -44,19 +43,6 @@ def _call(context: grpc.ServicerContext, rpc: str, body: Callable[[], _T]) -> _T
         return body()
     except Exception as error:  # every failure becomes a status, never a bare "Exception calling application"
         _abort(context, rpc, error)
-
-
-def _answers(path: Path) -> bool:
-    """True when a process accepts connections on the unix socket ``path`` (a live server, not a stale file)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 class RuntimeServicer(pb_grpc.RuntimeServicer):
@@ -146,13 +132,9 @@ class GrpcRuntimeServer:
 
     def start(self) -> None:
         """Bind and serve (module docstring)."""
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            if not stat.S_ISSOCK(self.socket_path.lstat().st_mode):
-                raise OSError(f"{self.socket_path} exists and is not a socket; refusing to replace it")
-            if _answers(self.socket_path):
-                raise OSError(f"{self.socket_path} is served by another process (a Runtime already running?)")
-            self.socket_path.unlink()  # a stale socket left by a killed process
+        prepare_socket_path(
+            self.socket_path, refuse_live=True, owner="another process (a Runtime already running?)"
+        )
         if self._server.add_insecure_port(unix_target(self.socket_path)) == 0:
             raise OSError(f"cannot bind gRPC server to unix socket {self.socket_path}")
         self._server.start()
