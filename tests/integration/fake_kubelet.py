@@ -180,7 +180,7 @@ class FakeKubelet(dp_grpc.RegistrationServicer):
         """Allocate with one ContainerAllocateRequest holding ``ids``; returns element [0] as kubelet does.
         Raises grpc.RpcError when the plugin refuses."""
         reply = self.endpoint(resource).stub.Allocate(
-            dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=list(ids))]), timeout=5)
+            dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devicesIDs=list(ids))]), timeout=5)
         assert len(reply.container_responses) >= 1
         return reply.container_responses[0]
 

@@ -26,9 +26,12 @@ if _version_not_supported:
 
 
 class RegistrationStub:
-    """Registration is the service advertised by the Kubelet. A device plugin may serve only after Kubelet
-    answered its Register request with success. Registration fails when the plugin's API version is not
-    supported or the resource name is already taken by another active plugin.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     def __init__(self, channel):
@@ -45,9 +48,12 @@ class RegistrationStub:
 
 
 class RegistrationServicer:
-    """Registration is the service advertised by the Kubelet. A device plugin may serve only after Kubelet
-    answered its Register request with success. Registration fails when the plugin's API version is not
-    supported or the resource name is already taken by another active plugin.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     def Register(self, request, context):
@@ -73,9 +79,12 @@ def add_RegistrationServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Registration:
-    """Registration is the service advertised by the Kubelet. A device plugin may serve only after Kubelet
-    answered its Register request with success. Registration fails when the plugin's API version is not
-    supported or the resource name is already taken by another active plugin.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     @staticmethod
@@ -107,7 +116,7 @@ class Registration:
 
 
 class DevicePluginStub:
-    """DevicePlugin is the service advertised by device plugins.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     def __init__(self, channel):
@@ -144,43 +153,50 @@ class DevicePluginStub:
 
 
 class DevicePluginServicer:
-    """DevicePlugin is the service advertised by device plugins.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     def GetDevicePluginOptions(self, request, context):
-        """GetDevicePluginOptions returns options for the device manager.
+        """GetDevicePluginOptions returns options to be communicated with Device
+        Manager
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAndWatch(self, request, context):
-        """ListAndWatch returns a stream of device lists; a new complete list is sent whenever a device changes
-        state or disappears.
+        """ListAndWatch returns a stream of List of Devices
+        Whenever a Device state change or a Device disappears, ListAndWatch
+        returns the new list
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPreferredAllocation(self, request, context):
-        """GetPreferredAllocation returns a preferred set of devices to allocate from the available ones. It is a
-        hint; the device manager may allocate differently.
+        """GetPreferredAllocation returns a preferred set of devices to allocate
+        from a list of available ones. The resulting preferred allocation is not
+        guaranteed to be the allocation ultimately performed by the
+        devicemanager. It is only designed to help the devicemanager make a more
+        informed allocation decision when possible.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Allocate(self, request, context):
-        """Allocate is called during container creation so that the plugin can run device-specific operations and
-        tell Kubelet how to make the devices available in the container.
+        """Allocate is called during container creation so that the Device
+        Plugin can run device specific operations and instruct Kubelet
+        of the steps to make the Device available in the container
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreStartContainer(self, request, context):
-        """PreStartContainer is called before each container start when the plugin asked for it at registration,
-        e.g. to reset a device before it is handed to the container.
+        """PreStartContainer is called, if indicated by Device Plugin during registeration phase,
+        before each container start. Device plugin can run device specific operations
+        such as resetting the device before making devices available to the container
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -223,7 +239,7 @@ def add_DevicePluginServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DevicePlugin:
-    """DevicePlugin is the service advertised by device plugins.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     @staticmethod
