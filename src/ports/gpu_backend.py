@@ -7,9 +7,10 @@ MIG instances come later (issue 8). Speaks domain types only; no NVML handle eve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from domain.gpu import GpuUuid
 from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, UsageSample
 
 
@@ -31,6 +32,11 @@ class GpuBackend(Protocol):
 
     def devices(self) -> tuple[DeviceInfo, ...]:
         """Every GPU in index order with current health. Raises :class:`GpuBackendError`."""
+        ...
+
+    def device_minors(self) -> Mapping[GpuUuid, int]:
+        """Device minor number (``/dev/nvidia<minor>``) per GPU UUID; GPUs whose number is unknown are absent.
+        Runtime-internal (not part of the gRPC contract); used for Allocate's device specs."""
         ...
 
     def sample(self, allocations: Sequence[ContainerAllocation]) -> UsageSample:

@@ -21,6 +21,7 @@ from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
+from domain.runtime.edits import ContainerEdits
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 from entrypoints.device_plugin.app import DevicePluginApp
 from entrypoints.device_plugin.service import DevicePluginService
@@ -127,11 +128,13 @@ def whole_plan(name: str, indexes: Sequence[int], memory_gib: int = 16) -> Conta
     return ContainerGrant(name, tuple(GpuGrant(i, 1000, memory_gib * GIB) for i in indexes), whole=True)
 
 
-def make_world(gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05) -> World:
-    """Build and start a world (module docstring)."""
+def make_world(
+    gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None
+) -> World:
+    """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = gpus(gpu_count)
-    memory_runtime = InMemoryNodeRuntime(inventory)
+    memory_runtime = InMemoryNodeRuntime(inventory, edits=edits)
     server = GrpcRuntimeServer(root / "rt.sock", memory_runtime)
     server.start()
     client = GrpcNodeRuntime.connect(root / "rt.sock")
@@ -151,9 +154,9 @@ def make_world(gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float 
                  thread)
 
 
-def world_fixture(gpu_count: int = 2) -> Iterator[World]:
+def world_fixture(gpu_count: int = 2, *, edits: ContainerEdits | None = None) -> Iterator[World]:
     """Generator body for pytest fixtures."""
-    world = make_world(gpu_count)
+    world = make_world(gpu_count, edits=edits)
     try:
         assert world.wait_registered(), "plugin did not register all three resources"
         yield world

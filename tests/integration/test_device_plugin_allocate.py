@@ -16,6 +16,7 @@ import pytest
 from dp_world import NAMES, World, share, share_plan, whole, whole_plan, world_fixture
 
 from domain.gpu import Health
+from domain.runtime.edits import ContainerEdits
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -68,6 +69,20 @@ def test_one_idempotent_runtime_allocate_per_container(world: World) -> None:
     assert len(world.runtime.requests) == 1
     assert dict(first.envs) == dict(second.envs)
     assert len(world.memory_runtime.exporter_data().containers) == 1
+
+
+def test_device_specs_and_mounts_reach_the_kubelet() -> None:
+    edits = ContainerEdits(device_nodes=True, control_devices=("nvidiactl",), hami_library="/opt/libvgpu.so",
+                           preload_file="/var/lib/ljrk/ld.so.preload")
+    for world in world_fixture(2, edits=edits):
+        world.pod("a", [share("main", core=50, memory=4)], [share_plan("main", 1, core=50, memory_gib=4)])
+        _, response = world.kubelet.admit(CORE, 50)
+        assert [(d.container_path, d.host_path, d.permissions) for d in response.devices] == [
+            ("/dev/nvidia1", "/dev/nvidia1", "rw"), ("/dev/nvidiactl", "/dev/nvidiactl", "rw")]
+        assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+            ("/usr/local/vgpu/libvgpu.so", "/opt/libvgpu.so", True),
+            ("/etc/ld.so.preload", "/var/lib/ljrk/ld.so.preload", True)]
+        assert response.envs["NVIDIA_VISIBLE_DEVICES"] == world.gpus[1].uuid
 
 
 def test_several_pending_pods_and_multi_container_pods(world: World) -> None:

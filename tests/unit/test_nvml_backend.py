@@ -103,6 +103,10 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: Handle) -> str:  # noqa: N802
         return str(self.gpus[handle.index]["name"])
 
+    def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:  # noqa: N802
+        self._check("minor", handle)
+        return int(self.gpus[handle.index].get("minor", handle.index))
+
     def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> types.SimpleNamespace:  # noqa: N802
         self._check("memory", handle)
         gpu = self.gpus[handle.index]
@@ -219,6 +223,14 @@ def test_inventory() -> None:
     assert second.mig_mode is MigMode.ENABLED
     assert backend.name == "nvml"
     assert fake.calls[:3] == ["init", f"register 0 {XID | RECOVERY:#x}", f"register 1 {XID | RECOVERY:#x}"]
+
+
+def test_device_minor_numbers_come_from_nvml_and_a_failure_leaves_none() -> None:
+    gpus = two_gpus()
+    gpus[0]["minor"] = 4
+    fake = FakeNvml(gpus)
+    fake.errors[("minor", 1)] = 3
+    assert make(fake).device_minors() == {"GPU-0000": 4}
 
 
 def test_critical_xid_marks_the_gpu_and_application_xids_do_not() -> None:

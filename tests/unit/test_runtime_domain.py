@@ -27,6 +27,7 @@ from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.request import resolve_share
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast
+from domain.runtime.edits import ContainerEdits
 from domain.runtime.errors import (
     AllocationConflictError,
     InvalidAllocationError,
@@ -42,8 +43,10 @@ from domain.runtime.types import (
     ContainerAllocationRequest,
     ContainerUsage,
     DeviceInfo,
+    DeviceSpec,
     GpuSample,
     HealthChange,
+    Mount,
     PlannedGpu,
     UsageSample,
 )
@@ -160,6 +163,54 @@ def test_allocate_returns_visible_devices_and_limits() -> None:
     assert envs["LJRK_CONTAINER_NAME"] == "main"
     assert record.response.annotations == {"lj-runtimekit.io/runtime-allocation": "uid-1/main"}
     assert record.allocated_at == 10.0
+
+
+def test_default_edits_add_no_device_nodes_and_no_mounts() -> None:
+    record, _ = AllocationBook().allocate(request(), GPUS, now=1.0)
+    assert (record.response.mounts, record.response.devices) == ((), ())
+
+
+def test_device_specs_name_each_granted_gpu_then_the_control_nodes() -> None:
+    edits = ContainerEdits(device_nodes=True, dev_root="/host/dev", control_devices=("nvidiactl", "nvidia-uvm"))
+    book = AllocationBook(edits=edits)
+    plan = request("main", PlannedGpu(1, B, core_milli=300), PlannedGpu(0, A, core_milli=200))
+    record, _ = book.allocate(plan, GPUS, now=1.0, minors={A: 3, B: 7})
+    assert record.response.devices == (
+        DeviceSpec("/dev/nvidia7", "/host/dev/nvidia7", "rw"), DeviceSpec("/dev/nvidia3", "/host/dev/nvidia3", "rw"),
+        DeviceSpec("/dev/nvidiactl", "/host/dev/nvidiactl", "rw"),
+        DeviceSpec("/dev/nvidia-uvm", "/host/dev/nvidia-uvm", "rw"),
+    )
+    assert record.response.mounts == ()
+
+
+def test_a_gpu_without_a_minor_number_is_refused_and_nothing_is_recorded() -> None:
+    book = AllocationBook(edits=ContainerEdits(device_nodes=True))
+    with pytest.raises(InvalidAllocationError, match=f"ns/pod:main: GPU {A}: device minor number unknown"):
+        book.allocate(request(), GPUS, now=1.0, minors={B: 1})
+    assert len(book) == 0
+
+
+def test_hami_core_edits_mount_the_library_and_the_preload_list_read_only() -> None:
+    edits = ContainerEdits(hami_library="/usr/lib/libvgpu.so", preload_file="/var/lib/ljrk/ld.so.preload")
+    record, _ = AllocationBook(edits=edits).allocate(request(), GPUS, now=1.0)
+    assert record.response.mounts == (
+        Mount("/usr/local/vgpu/libvgpu.so", "/usr/lib/libvgpu.so", read_only=True),
+        Mount("/etc/ld.so.preload", "/var/lib/ljrk/ld.so.preload", read_only=True),
+    )
+    assert record.response.devices == ()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dev_root": "dev"}, "dev_root='dev': must be an absolute host path"),
+        ({"hami_library": "lib.so", "preload_file": "/p"}, "hami_library='lib.so'"),
+        ({"hami_library": "/lib.so"}, "needs preload_file"),
+    ],
+)
+def test_container_edits_reject_bad_paths(kwargs: dict[str, str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ContainerEdits(**kwargs)  # type: ignore[arg-type]
 
 
 def test_limits_are_never_zero() -> None:

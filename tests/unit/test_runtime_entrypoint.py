@@ -61,6 +61,34 @@ def test_container_resolves_every_provider(tmp_path: Path) -> None:
     assert container.store.overridden
 
 
+def test_edits_flags_reach_allocate(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidiactl").touch()  # nvidia-uvm and nvidia-uvm-tools absent on this "host"
+    library = tmp_path / "libvgpu.so"
+    library.touch()
+    settings = RuntimeSettings(socket=tmp_path / "r.sock", backend="simulated", seed="s", device_specs=True,
+                               dev_root=dev, hami_core_library=library)
+    container = RuntimeContainer(settings=settings)
+    container.backend.override(SimulatedGpuBackend(GPUS))
+    container.store.override(InMemoryRuntimeStateStore())
+    response = container.service().allocate(plan())
+    assert [(d.container_path, d.host_path) for d in response.devices] == [
+        ("/dev/nvidia0", f"{dev}/nvidia0"), ("/dev/nvidiactl", f"{dev}/nvidiactl")]
+    preload = tmp_path / "ld.so.preload"
+    assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+        ("/usr/local/vgpu/libvgpu.so", str(library), True), ("/etc/ld.so.preload", str(preload), True)]
+    assert preload.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+
+
+def test_missing_hami_library_is_a_settings_error(tmp_path: Path) -> None:
+    settings = RuntimeSettings(socket=tmp_path / "r.sock", backend="simulated", hami_core_library=tmp_path / "no.so")
+    with pytest.raises(SettingsError, match=r"--hami-core-library .*no\.so: no such file on this host"):
+        RuntimeContainer(settings=settings).edits()
+    with pytest.raises(SettingsError, match="must be an absolute host path"):
+        RuntimeSettings(socket=tmp_path / "r.sock", hami_core_library=Path("lib.so"))
+
+
 def test_settings_defaults_and_conflicts(tmp_path: Path) -> None:
     assert RuntimeSettings(socket=tmp_path / "r.sock").state_directory == tmp_path
     assert RuntimeSettings(socket=tmp_path / "r.sock", state_dir=tmp_path / "s").state_directory == tmp_path / "s"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
+from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
 from domain.runtime.features import RuntimeInfo, SemVer, features_at
 from domain.runtime.types import (
@@ -44,6 +45,7 @@ class InMemoryNodeRuntime:
         capabilities: Iterable[str] | None = None,
         state: RuntimeState = RuntimeState.ENABLED,
         clock: Callable[[], float] = time.time,
+        edits: ContainerEdits | None = None,
     ) -> None:
         self._devices = {g.uuid: DeviceInfo(g) for g in gpus}
         self._info = RuntimeInfo(
@@ -54,7 +56,7 @@ class InMemoryNodeRuntime:
         )
         self._clock = clock
         self._lock = threading.Lock()
-        self._book = AllocationBook()
+        self._book = AllocationBook(edits=edits or ContainerEdits())
         self._state = ConfigStatus(state)
         self._broadcast = HealthBroadcast()
 
@@ -96,7 +98,8 @@ class InMemoryNodeRuntime:
         with self._lock:
             gpus = [d.gpu for d in self._devices.values()]
             enabled = self._state.state is RuntimeState.ENABLED
-            record, _ = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled)
+            minors = {uuid: d.gpu.index for uuid, d in self._devices.items()}  # as on a node without gaps
+            record, _ = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors)
             return record.response
 
     def release(self, pod_uid: str, container: str | None = None) -> int:

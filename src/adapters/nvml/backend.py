@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -80,6 +80,7 @@ class NvmlGpuBackend:
         self._lock = threading.Lock()
         self._pending: list[HealthChange] = []
         self._closed = False
+        self._minors: dict[GpuUuid, int] = {}
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as error:
@@ -124,6 +125,10 @@ class NvmlGpuBackend:
             memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
             gpus.append(Gpu(index, uuid, _text(nvml.nvmlDeviceGetName(handle)), memory, Health.HEALTHY, mig))
             handles[uuid] = handle
+            try:
+                self._minors[uuid] = int(nvml.nvmlDeviceGetMinorNumber(handle))
+            except (nvml.NVMLError, AttributeError) as error:
+                log.warning("GPU %s: no device minor number (%s); device specs unavailable for it", uuid, error)
         return handles, tuple(gpus)
 
     def _register_events(self) -> object | None:
@@ -156,6 +161,10 @@ class NvmlGpuBackend:
                 DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason)
                 for g, health, reason in self._tracker.current()
             )
+
+    def device_minors(self) -> Mapping[GpuUuid, int]:
+        """``nvmlDeviceGetMinorNumber`` per GPU, read at discovery (GPUs where it failed are absent)."""
+        return dict(self._minors)
 
     def reset_health(self, uuid: str | None, reason: str = "reset by operator") -> tuple[HealthChange, ...]:
         """Explicit recovery of one GPU (None: all); the changes also reach the next :meth:`poll_health`."""

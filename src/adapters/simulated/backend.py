@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from domain.gpu import Gpu, GpuUuid, Health
@@ -80,6 +80,11 @@ class SimulatedGpuBackend:
     ) -> SimulatedGpuBackend:
         """GPUs from a YAML file (``adapters.simulated.spec``). Raises SpecError."""
         return cls(build_inventory(load_file(path), seed=seed), quiet_period_s=quiet_period_s, clock=clock)
+
+    def device_minors(self) -> Mapping[GpuUuid, int]:
+        """The index of each GPU (what a real node without gaps in its minor numbers has)."""
+        with self._changed:
+            return {g.uuid: g.index for g, _, _ in self._tracker.current()}
 
     def devices(self) -> tuple[DeviceInfo, ...]:
         """Every GPU with its current health."""

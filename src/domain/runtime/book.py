@@ -9,6 +9,8 @@ Rules (issue 4 §2 and the device plugin's "up to three per-resource Allocate ca
   A GPU in MIG mode takes no time-sharing allocation.
 * Core and memory follow the ledger's default rule, :func:`domain.request.resolve_share` on the GPU's real
   memory (failure case B09: never "0 = unlimited"); a resolved memory above the GPU's memory is refused.
+* Device specs and mounts come from the node's :class:`ContainerEdits` (``domain.runtime.edits``; none by
+  default), built when the record is created, so a repeat answers what the first call answered.
 * While the Runtime is disabled, identical repeats still succeed (a restarting container keeps its GPUs) but a
   new key raises :class:`RuntimeDisabledError`.
 """
@@ -23,12 +25,14 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.request import resolve_share
+from domain.runtime.edits import ContainerEdits
 from domain.runtime.errors import AllocationConflictError, InvalidAllocationError, RuntimeDisabledError
 from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs
 from domain.runtime.types import (
     ContainerAllocation,
     ContainerAllocationRequest,
     ContainerAllocationResponse,
+    DeviceSpec,
     GrantedGpu,
     PlannedGpu,
 )
@@ -57,16 +61,26 @@ def resolve_grant(planned: PlannedGpu, gpu: Gpu, *, label: str) -> GrantedGpu:
 
 @attrs.define
 class AllocationBook:
-    """Allocation records keyed by (pod UID, container); not thread-safe (callers hold a lock)."""
+    """Allocation records keyed by (pod UID, container), answered with the node's ``edits`` (device specs and
+    mounts; none by default); not thread-safe (callers hold a lock)."""
 
+    edits: ContainerEdits = attrs.field(factory=ContainerEdits)
     _records: dict[tuple[str, str], ContainerAllocation] = attrs.field(factory=dict)
 
     def allocate(
-        self, request: ContainerAllocationRequest, gpus: Iterable[Gpu], *, now: float, enabled: bool = True
+        self,
+        request: ContainerAllocationRequest,
+        gpus: Iterable[Gpu],
+        *,
+        now: float,
+        enabled: bool = True,
+        minors: Mapping[GpuUuid, int] | None = None,
     ) -> tuple[ContainerAllocation, bool]:
         """Record ``request`` against the node's ``gpus``; returns ``(record, created)`` where ``created`` is False
-        for an identical repeat. Raises :class:`InvalidAllocationError`, :class:`AllocationConflictError` or,
-        when ``enabled`` is False and the key is new, :class:`RuntimeDisabledError`."""
+        for an identical repeat. ``minors``: device minor number per GPU UUID (needed only when ``edits`` adds
+        device nodes). Raises :class:`InvalidAllocationError` (also for a missing minor number),
+        :class:`AllocationConflictError` or, when ``enabled`` is False and the key is new,
+        :class:`RuntimeDisabledError`."""
         existing = self._records.get(request.key)
         if existing is not None:
             if existing.request == request:
@@ -90,11 +104,21 @@ class AllocationBook:
             grants.append(resolve_grant(planned, gpu, label=request.label))
         response = ContainerAllocationResponse(
             envs=limit_envs(pod_uid=request.pod_uid, container=request.container, grants=grants),
+            mounts=self.edits.mounts(),
+            devices=self._devices(request, grants, minors or {}),
             annotations={ALLOCATION_ANNOTATION: f"{request.pod_uid}/{request.container}"},
         )
         record = ContainerAllocation(request=request, grants=tuple(grants), response=response, allocated_at=now)
         self._records[request.key] = record
         return record, True
+
+    def _devices(
+        self, request: ContainerAllocationRequest, grants: list[GrantedGpu], minors: Mapping[GpuUuid, int]
+    ) -> tuple[DeviceSpec, ...]:
+        try:
+            return self.edits.devices(grants, minors)
+        except InvalidAllocationError as error:
+            raise InvalidAllocationError(f"{request.label}: {error}") from error
 
     def release(self, pod_uid: str, container: str | None = None) -> tuple[ContainerAllocation, ...]:
         """Remove the pod's records (one container's when ``container`` is given); returns what was removed."""

@@ -2,12 +2,13 @@
 
 ``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
 --simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
-[--recovery-quiet-period SECONDS] [--log-level LEVEL]``
+[--recovery-quiet-period SECONDS] [--device-specs [--dev-root DIR]] [--hami-core-library PATH]
+[--log-level LEVEL]``
 
 Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
 Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound,
-the saved state is unreadable; 2 bad command line or simulated-GPU spec. Errors are one line
-``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
+the saved state is unreadable; 2 bad command line, simulated-GPU spec or a missing ``--hami-core-library``.
+Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
     parser.add_argument("--recovery-quiet-period", type=_seconds, default=300.0, metavar="SECONDS",
                         help="an unhealthy GPU turns healthy after this long without a fault; 'never' = only on "
                         "an explicit reset (default: 300)")
+    parser.add_argument("--device-specs", action="store_true",
+                        help="answer Allocate with /dev/nvidia<minor> of each GPU and the control device nodes "
+                        "(for nodes without the NVIDIA container toolkit; default: off, NVIDIA_VISIBLE_DEVICES only)")
+    parser.add_argument("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
+                        help="host device directory for --device-specs (default: /dev)")
+    parser.add_argument("--hami-core-library", type=Path, metavar="PATH",
+                        help="host path of HAMi-core's libvgpu.so: mounted into every allocated container with an "
+                        "ld.so.preload, so the CUDA_DEVICE_*_LIMIT envs are enforced (default: not mounted)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -82,6 +91,7 @@ def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
         socket=args.socket, backend=args.backend, simulated_gpus=args.simulated_gpus,
         simulated_gpus_file=args.simulated_gpus_file, state_dir=args.state_dir,
         initial_state=RuntimeState(args.initial_state), recovery_quiet_period_s=args.recovery_quiet_period,
+        device_specs=args.device_specs, dev_root=args.dev_root, hami_core_library=args.hami_core_library,
         log_level=args.log_level,
     )
 
@@ -104,7 +114,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop:
     try:
         try:
             app = container.app()
-        except SpecError as error:
+        except (SpecError, SettingsError) as error:
             return fail(error, EXIT_USAGE)
         except GpuBackendError as error:
             return fail(f"--backend {settings.backend}: {error}; use --backend simulated or auto", EXIT_FAILED)

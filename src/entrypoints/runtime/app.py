@@ -6,6 +6,10 @@ otherwise simulated GPUs, and logs which it took and why (issue 4: simulated is 
 
 State (config state and allocation records) is kept in ``--state-dir`` (default: the socket's directory, which
 deployments mount from the host anyway) as ``runtime-state.json``.
+
+Container edits (``domain.runtime.edits``): ``--device-specs`` adds ``/dev/nvidia<minor>`` of each granted GPU and
+the control nodes that exist under ``--dev-root`` to every Allocate response; ``--hami-core-library PATH`` mounts
+that host library and an ``ld.so.preload`` listing it, which the Runtime writes into the state directory at start.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import attrs
 from adapters.grpc import GrpcRuntimeServer
 from adapters.nvml import NvmlGpuBackend
 from adapters.simulated import SimulatedGpuBackend
+from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
 from domain.runtime.types import RuntimeState
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
 
@@ -48,6 +53,9 @@ class RuntimeSettings:
     state_dir: Path | None = None
     initial_state: RuntimeState = RuntimeState.ENABLED
     recovery_quiet_period_s: float | None = 300.0
+    device_specs: bool = False
+    dev_root: Path = Path("/dev")
+    hami_core_library: Path | None = None
     log_level: str = "INFO"
     # Seeds simulated GPU UUIDs, so two simulated nodes never share one (default: the host name).
     seed: str = attrs.field(factory=gethostname)
@@ -63,11 +71,44 @@ class RuntimeSettings:
             raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
         if self.recovery_quiet_period_s is not None and self.recovery_quiet_period_s < 0:
             raise SettingsError(f"--recovery-quiet-period {self.recovery_quiet_period_s}: must be >= 0")
+        if self.hami_core_library is not None and not self.hami_core_library.is_absolute():
+            raise SettingsError(f"--hami-core-library {self.hami_core_library}: must be an absolute host path")
+        if not self.dev_root.is_absolute():
+            raise SettingsError(f"--dev-root {self.dev_root}: must be an absolute path")
 
     @property
     def state_directory(self) -> Path:
         """``state_dir``, or the socket's directory."""
         return self.state_dir if self.state_dir is not None else self.socket.absolute().parent
+
+
+PRELOAD_FILE = "ld.so.preload"
+"""Name of the preload list the Runtime writes into its state directory for ``--hami-core-library``."""
+
+
+def build_edits(settings: RuntimeSettings) -> ContainerEdits:
+    """The node's :class:`ContainerEdits` from ``settings``: keeps the control device nodes that exist under
+    ``--dev-root`` and, with ``--hami-core-library``, writes ``<state dir>/ld.so.preload`` (one line, the
+    in-container library path). Raises :class:`SettingsError` when the library is missing or the preload file
+    cannot be written."""
+    preload: Path | None = None
+    library = settings.hami_core_library
+    if library is not None:
+        if not library.is_file():
+            raise SettingsError(f"--hami-core-library {library}: no such file on this host")
+        preload = settings.state_directory / PRELOAD_FILE
+        try:
+            preload.parent.mkdir(parents=True, exist_ok=True)
+            preload.write_text(HAMI_LIBRARY_PATH + "\n")
+        except OSError as error:
+            raise SettingsError(f"--hami-core-library: cannot write {preload}: {error}") from error
+    control = tuple(name for name in CONTROL_DEVICES if (settings.dev_root / name).exists())
+    if settings.device_specs:
+        log.info("device specs on: /dev/nvidia<minor> per GPU plus %s", ", ".join(control) or "no control nodes")
+    return ContainerEdits(
+        device_nodes=settings.device_specs, dev_root=str(settings.dev_root), control_devices=control,
+        hami_library=None if library is None else str(library), preload_file=None if preload is None else str(preload),
+    )
 
 
 def _simulated(settings: RuntimeSettings) -> SimulatedGpuBackend:

@@ -13,13 +13,14 @@ from dependency_injector import containers, providers
 
 from adapters.grpc import GrpcRuntimeServer
 from adapters.statefile import JsonRuntimeStateStore
+from domain.runtime.edits import ContainerEdits
 from entrypoints._shared.logs import configure_logging
 from ports.gpu_backend import GpuBackend
 from ports.node_config import NodeConfig
 from ports.runtime import NodeRuntime
 from ports.runtime_state import RuntimeStateStore
 
-from .app import RuntimeApp, RuntimeSettings, select_backend
+from .app import RuntimeApp, RuntimeSettings, build_edits, select_backend
 from .service import RuntimeService
 
 
@@ -40,8 +41,9 @@ class RuntimeContainer(containers.DeclarativeContainer):
     store: providers.Provider[RuntimeStateStore] = providers.Singleton(
         JsonRuntimeStateStore.in_dir, settings.provided.state_directory
     )
+    edits: providers.Provider[ContainerEdits] = providers.Singleton(build_edits, settings=settings)
     service: providers.Provider[RuntimeService] = providers.Singleton(
-        RuntimeService, backend=backend, store=store, initial_state=settings.provided.initial_state
+        RuntimeService, backend=backend, store=store, initial_state=settings.provided.initial_state, edits=edits
     )
     runtime: providers.Provider[NodeRuntime] = providers.Callable(_as_runtime, service)
     config: providers.Provider[NodeConfig] = providers.Callable(_as_config, service)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from domain.gpu import GpuUuid
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
+from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
 from domain.runtime.features import RuntimeInfo, SemVer, features_at
 from domain.runtime.types import (
@@ -58,13 +59,14 @@ class RuntimeService:
         initial_state: RuntimeState = RuntimeState.ENABLED,
         clock: Callable[[], float] = time.time,
         health_poll_s: float = HEALTH_POLL_S,
+        edits: ContainerEdits | None = None,
     ) -> None:
         self._backend = backend
         self._store = store
         self._clock = clock
         self._health_poll_s = health_poll_s
         self._lock = threading.Lock()
-        self._book = AllocationBook()
+        self._book = AllocationBook(edits=edits or ContainerEdits())
         self._broadcast = HealthBroadcast()
         self._stop = threading.Event()
         self._pump: threading.Thread | None = None
@@ -135,9 +137,10 @@ class RuntimeService:
     def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
         """Record and answer (``domain.runtime.book`` rules); saved before it returns."""
         gpus = [d.gpu for d in self._backend.devices()]
+        minors = self._backend.device_minors()
         with self._lock:
             enabled = self._status.state is RuntimeState.ENABLED
-            record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled)
+            record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors)
             if created:
                 try:
                     self._save(self._status)
