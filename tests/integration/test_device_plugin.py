@@ -3,7 +3,8 @@
 Covers: serve-before-register and registration of all three resources (version, endpoint, options); device
 counts and ID format; an unhealthy GPU marking all its IDs Unhealthy and recovery; B18 (plugin socket deleted and
 kubelet restarted 10 times → all three re-register within seconds, no thread or socket leak; a cut ListAndWatch
-stream → re-registration with the full list); the inventory annotation heartbeat; GetPreferredAllocation steering.
+stream → re-registration with the full list); a Runtime restarted with other GPUs → new device lists; the
+inventory annotation heartbeat; GetPreferredAllocation steering.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Iterator
 import pytest
 from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan, world_fixture
 
+from adapters.grpc import GrpcRuntimeServer
+from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.deviceplugin.devices import parse_device_id
-from domain.gpu import Health
+from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import decode_inventory
+from domain.units import GiB
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -64,6 +68,31 @@ def test_unhealthy_gpu_marks_all_its_ids_then_recovers(world: World) -> None:
     assert len(world.kubelet.devices[CORE]) == 200  # full list every time
     world.memory_runtime.set_health(bad, Health.HEALTHY)
     assert world.kubelet.wait_for(lambda: all_marked("Healthy"), 3)
+
+
+def test_runtime_restarted_with_other_gpus_changes_the_device_lists(world: World) -> None:
+    """A GPU replaced while the Runtime was down: the device plugin adopts the new inventory when the health
+    stream re-opens and ListAndWatch sends lists without the old GPU's IDs and with the new ones."""
+    kept, replaced = world.gpus
+    newcomer = Gpu(1, GpuUuid("GPU-99999999-1111-2222-3333-444444444444"), "A100", 16 * GiB)
+    extra = Gpu(2, GpuUuid("GPU-88888888-1111-2222-3333-444444444444"), "A100", 16 * GiB)
+    world.runtime_server.stop()
+    world.memory_runtime = InMemoryNodeRuntime([kept, newcomer, extra])
+    world.runtime_server = GrpcRuntimeServer(world.root / "rt.sock", world.memory_runtime)
+    world.runtime_server.start()
+
+    def uuids(name: str) -> set[str]:
+        return {str(parse_device_id(i).uuid) for i in world.kubelet.devices[name]}
+
+    wanted = {kept.uuid, newcomer.uuid, extra.uuid}
+    assert world.kubelet.wait_for(lambda: all(uuids(n) == wanted for n in NAMES.values()), 10)
+    assert replaced.uuid not in uuids(CORE)
+    assert len(world.kubelet.devices[GPU]) == 3
+    assert len(world.kubelet.devices[CORE]) == 300
+    key = PROTOCOL.annotations.node_inventory
+    assert world.kubelet.wait_for(
+        lambda: {g.uuid for g in decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key).gpus}
+        == wanted, 5)
 
 
 def _threads() -> int:

@@ -3,6 +3,9 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
 
 * Health: :meth:`DevicePluginService.follow_health` applies the Runtime's WatchHealth stream (snapshot, then
   changes; reconnecting after a failure), bumping a generation that ListAndWatch streams wait on.
+* Inventory changes: each time the stream (re)opens — a Runtime restart, say after a GPU was replaced — and
+  whenever it names a GPU we do not know, :meth:`DevicePluginService.resync_inventory` re-reads ListDevices;
+  added GPUs get device IDs, removed ones lose theirs, and ListAndWatch sends the new full list.
 * Allocate: lists the node's pods (``spec.nodeName=<node>``), builds candidates
   (:mod:`domain.deviceplugin.pods`) and picks the container by the rule of :mod:`domain.deviceplugin.matching`
   — device IDs only give the count, never the placement (B17). The first resource call of a container makes the
@@ -109,10 +112,30 @@ class DevicePluginService:
         log.info("GPU %s is now %s", uuid, health.value)
         return True
 
+    def resync_inventory(self) -> bool:
+        """Re-read the Runtime's ListDevices and adopt it when the set of GPUs or any GPU's index, model, memory
+        or MIG mode changed (health alone is the stream's business); True (and a new generation) when adopted.
+        Raises ``ports.runtime.NodeRuntimeError`` when the Runtime cannot be read."""
+        fresh = {d.gpu.uuid: d.gpu for d in self._runtime.list_devices()}
+
+        def shape(gpus: dict[GpuUuid, Gpu]) -> set[tuple[object, ...]]:
+            return {(g.uuid, g.index, g.model, g.memory_bytes, g.mig_mode) for g in gpus.values()}
+
+        with self._changed:
+            if shape(fresh) == shape(self._gpus):
+                return False
+            added, removed = sorted(fresh.keys() - self._gpus), sorted(self._gpus.keys() - fresh)
+            self._gpus = fresh
+            self._generation += 1
+            self._changed.notify_all()
+        log.warning("GPU inventory changed: added %s, removed %s; device lists re-sent", added or "none",
+                    removed or "none")
+        return True
+
     def follow_health(self, stop: threading.Event, on_change: Callable[[], None] = lambda: None) -> None:
         """Apply the Runtime's health stream until ``stop`` is set and :meth:`close_health` is called, re-opening
-        it after failures (the snapshot on each re-open resynchronises). ``on_change`` runs after each effective
-        change. Never raises."""
+        it after failures (the snapshot on each re-open resynchronises health, and :meth:`resync_inventory` the
+        GPU set). ``on_change`` runs after each effective change. Never raises."""
         while not stop.is_set():
             try:
                 stream = self._runtime.watch_health()
@@ -120,8 +143,12 @@ class DevicePluginService:
                     self._health_stream = stream
                 if stop.is_set():
                     break
+                if self.resync_inventory():
+                    on_change()
                 for change in stream:
-                    if self.set_health(change.uuid, change.health):
+                    with self._changed:
+                        unknown = change.uuid not in self._gpus
+                    if (unknown and self.resync_inventory()) or self.set_health(change.uuid, change.health):
                         on_change()
             except NodeRuntimeError as error:
                 log.warning("Runtime health stream failed: %s; retrying in %.0f s", error, HEALTH_RETRY_S)
