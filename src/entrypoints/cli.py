@@ -57,6 +57,12 @@ def _exporter(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _job_agent(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.job_agent.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
@@ -65,6 +71,7 @@ COMMANDS: dict[str, Command] = {
                              _device_plugin),
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
                         _exporter),
+    "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus", _job_agent),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -1,0 +1,142 @@
+"""``ljrk job-agent`` (also ``python -m entrypoints.job_agent``): enable or disable the node Runtime, verified.
+
+``ljrk job-agent --action enable|disable --config-daemon-socket PATH [--timeout SECONDS] [--operation NAME]
+[--call-timeout SECONDS] [--reason TEXT] [--log-level LEVEL]``
+
+Runs once in the pod of a Job pinned to the node (the node controller creates it): calls Enable or Disable on the
+node config daemon (``--operation grpc``, the default: ``ljrk.config.v1.ConfigService`` as served by
+``ljrk runtime``), then GetStatus, whose state must equal the requested one. Transient errors (UNAVAILABLE,
+DEADLINE_EXCEEDED, socket not there yet) are retried with capped backoff until ``--timeout`` (default 60 s, waiting
+for the socket included) is spent. How to plug in another node operation: ``entrypoints.job_agent.containers``.
+
+Exit codes:
+
+- 0 the requested state is set and verified;
+- 1 the operation failed (a non-transient error), or GetStatus reports another state than requested;
+- 2 bad command line;
+- 3 timed out: the daemon stayed unreachable (socket missing, not serving) or kept failing transiently;
+- 4 stopped by SIGTERM/SIGINT before the result was verified.
+
+Errors are one line on stderr, ``ljrk job-agent: error: ACTION via SOCKET: CAUSE``; logs are JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from entrypoints._shared.signals import stop_on_signals
+
+from .app import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    Action,
+    AgentStoppedError,
+    AgentTimeoutError,
+    JobAgentSettings,
+    OperationFailedError,
+    SettingsError,
+)
+from .containers import OPERATIONS, JobAgentContainer
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_STOPPED = 0, 1, 2, 3, 4
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def build_parser(prog: str = "ljrk job-agent") -> argparse.ArgumentParser:
+    """The ``job-agent`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="Enable or disable GPU sharing on this node through the node config "
+                     "daemon, verify the result with GetStatus, and exit 0 only when it holds.")
+    parser.add_argument("--action", required=True, choices=[a.value for a in Action], help="what to do")
+    parser.add_argument("--config-daemon-socket", type=Path, required=True, metavar="PATH",
+                        help="unix socket of the node config daemon (ljrk runtime's --socket)")
+    parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="give up after this long, waiting for the socket included "
+                        f"(default: {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--operation", choices=sorted(OPERATIONS), default="grpc",
+                        help="node operation adapter (default: grpc, the ljrk.config.v1 config service)")
+    parser.add_argument("--call-timeout", type=_seconds, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
+                        help=f"deadline of one call (default: {DEFAULT_CALL_TIMEOUT_S:g})")
+    parser.add_argument("--reason", default="ljrk job-agent", metavar="TEXT",
+                        help="recorded with the change (who, why; e.g. the Job's name)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> JobAgentSettings:
+    """Validated settings. Raises :class:`SettingsError`."""
+    return JobAgentSettings(
+        action=Action(args.action), config_daemon_socket=args.config_daemon_socket, timeout_s=args.timeout,
+        operation=args.operation, call_timeout_s=args.call_timeout, reason=args.reason, log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
+         stop: threading.Event | None = None, container: JobAgentContainer | None = None) -> int:
+    """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers and ``container``
+    (settings still taken from ``argv``) lets tests override the operation."""
+
+    def fail(message: object, code: int) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        settings = settings_from_args(build_parser(prog).parse_args(argv))
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError) as error:
+        return fail(error, EXIT_USAGE)
+    if container is None:
+        container = JobAgentContainer()
+    container.settings.override(settings)
+    where = f"{settings.action.value} via {settings.config_daemon_socket}"
+    container.init_resources()
+    try:
+        try:
+            agent = container.agent()
+        except SettingsError as error:
+            return fail(error, EXIT_USAGE)
+        log.info("%s (operation %s, timeout %g s)", where, settings.operation, settings.timeout_s)
+        try:
+            with stop_on_signals(stop) as event:
+                status = agent.run(settings.action, timeout_s=settings.timeout_s, reason=settings.reason, stop=event)
+        except OperationFailedError as error:
+            return fail(f"{where}: {error}", EXIT_FAILED)
+        except AgentTimeoutError as error:
+            return fail(f"{where}: {error}", EXIT_TIMEOUT)
+        except AgentStoppedError as error:
+            return fail(f"{where}: {error}", EXIT_STOPPED)
+        log.info("%s: verified %s after %d attempt(s) (%d allocation record(s))", where, status.state.value,
+                 agent.attempts, status.active_allocations)
+        return EXIT_OK
+    finally:
+        container.shutdown_resources()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
