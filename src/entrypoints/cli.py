@@ -63,6 +63,12 @@ def _job_agent(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _protocol(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.protocol.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
@@ -72,6 +78,7 @@ COMMANDS: dict[str, Command] = {
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
                         _exporter),
     "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus", _job_agent),
+    "protocol": Command("check that protocol ConfigMaps (or rendered manifests) agree; show a protocol", _protocol),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -18,7 +18,10 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from domain.errors import InvalidRequestError
 from domain.kube.protocol import AnnotationKeys, ProtocolConstants, ResourceNames
 
-__all__ = ["ProtocolFileError", "dump_protocol", "load_protocol", "parse_protocol"]
+__all__ = [
+    "PROTOCOL_DATA_KEY", "ProtocolFileError", "dump_protocol", "find_protocols", "load_protocol", "parse_protocol",
+    "protocol_items",
+]
 
 
 class ProtocolFileError(ValueError):
@@ -81,3 +84,56 @@ def load_protocol(path: Path | None) -> ProtocolConstants:
 def dump_protocol(protocol: ProtocolConstants) -> str:
     """The YAML text of ``protocol`` (kebab-case keys, every key written)."""
     return yaml.safe_dump(_CONVERTER.unstructure(protocol), sort_keys=False)
+
+
+PROTOCOL_DATA_KEY = "protocol.yaml"
+"""The ConfigMap data key holding the protocol (``deploy/<component>/02-configmap.yaml``)."""
+
+
+def find_protocols(text: str, *, source: str) -> list[tuple[str, ProtocolConstants]]:
+    """Every protocol in YAML ``text``: a bare ``protocol.yaml`` (one mapping with protocol keys), or any number
+    of ConfigMaps (``kind: ConfigMap``) among multi-document manifests (``kubectl kustomize`` output, ``List``
+    items included) whose ``data`` has :data:`PROTOCOL_DATA_KEY`. Returns ``[(location, constants)]`` in document
+    order; a location is ``source`` or ``source: ConfigMap NAMESPACE/NAME``. Raises :class:`ProtocolFileError`
+    for invalid YAML or an invalid protocol (naming the location and the key)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        raise ProtocolFileError(f"{source}: not valid YAML: {error}") from error
+    found: list[tuple[str, ProtocolConstants]] = []
+
+    def visit(document: Any) -> None:
+        if not isinstance(document, dict):
+            return
+        if document.get("kind") == "List" and isinstance(document.get("items"), list):
+            for item in document["items"]:
+                visit(item)
+            return
+        if document.get("kind") == "ConfigMap":
+            data = document.get("data") or {}
+            if isinstance(data, dict) and PROTOCOL_DATA_KEY in data:
+                metadata = document.get("metadata") or {}
+                where = f"{source}: ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
+                found.append((where, parse_protocol(str(data[PROTOCOL_DATA_KEY]), source=where)))
+
+    for document in documents:
+        visit(document)
+    if not found and len(documents) == 1 and isinstance(documents[0], dict) and "kind" not in documents[0]:
+        found.append((source, parse_protocol(text, source=source)))
+    return found
+
+
+def protocol_items(protocol: ProtocolConstants) -> dict[str, object]:
+    """Every constant of ``protocol`` as ``{dotted kebab-case key: value}`` (``resources.gpu``, ``memory-unit``),
+    the keys of ``protocol.yaml``."""
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        else:
+            flat[prefix] = value
+
+    walk("", _CONVERTER.unstructure(protocol))
+    return flat

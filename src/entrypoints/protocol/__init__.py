@@ -1,0 +1,1 @@
+"""``ljrk protocol``: inspect and compare protocol ConfigMaps."""
