@@ -208,3 +208,71 @@ def test_process_exits_0_on_sigterm(world: World) -> None:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+# ---------------------------------------------------------------- Events on the node (--kubeconfig)
+
+
+def _run_exporter(world: World, port: int, stop: threading.Event, codes: dict[str, int],
+                  *extra: str, node: str = "node-a") -> threading.Thread:
+    thread = threading.Thread(target=lambda: codes.setdefault("rc", exporter_main(
+        ["--node-name", node, "--runtime-socket", str(world.runtime_server.socket_path),
+         "--listen", f"127.0.0.1:{port}", "--interval", "0.1", "--deadline", "2", *extra], stop=stop)))
+    thread.start()
+    return thread
+
+
+def test_unloadable_kubeconfig_serves_metrics_without_events(
+    world: World, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port, stop, codes = _free_port(), threading.Event(), {}
+    thread = _run_exporter(world, port, stop, codes, "--kubeconfig", str(root / "missing.yaml"))
+    try:
+        _wait(lambda: "lj_runtimekit_gpu_healthy" in _scrape(port))
+        assert "lj_runtimekit_exporter_events_total" not in _scrape(port)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert codes == {"rc": 0}
+    disabled = [line for line in capsys.readouterr().err.splitlines() if "Events on node" in line]
+    assert len(disabled) == 1
+    assert "disabled" in disabled[0]
+
+
+@pytest.mark.k8s
+def test_detector_writes_node_events_to_a_real_api_server(world: World, k8s_bin_dir: Path) -> None:
+    from k8s_harness import control_plane
+    from kubernetes import client
+
+    from domain.gpu import Health
+
+    with control_plane(k8s_bin_dir) as plane:
+        api = plane.api_client()
+        core = client.CoreV1Api(api)
+        name = "exporter-node-1"
+        uid = core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name))).metadata.uid
+        selector = f"involvedObject.kind=Node,involvedObject.name={name},involvedObject.uid={uid}"
+
+        def reasons() -> list[str]:
+            return [e.reason for e in core.list_namespaced_event("default", field_selector=selector).items]
+
+        port, stop, codes = _free_port(), threading.Event(), {}
+        thread = _run_exporter(world, port, stop, codes, "--kubeconfig", str(plane.kubeconfig), node=name)
+        try:
+            _wait(lambda: "lj_runtimekit_exporter_event_errors_total" in _scrape(port))
+            world.runtime.set_health("GPU-2", Health.UNHEALTHY, "XID 79")
+            _wait(lambda: reasons() == ["GpuUnhealthy"])
+            time.sleep(1.0)  # ten more refreshes: still one Event
+            [event] = core.list_namespaced_event("default", field_selector=selector).items
+            assert (event.type, event.source.component, event.involved_object.namespace) == (
+                "Warning", "lj-runtimekit-exporter", None)
+            assert event.message == "GPU 2 (GPU-2) became unhealthy: XID 79"
+            world.runtime.set_health("GPU-2", Health.HEALTHY)
+            _wait(lambda: sorted(reasons()) == ["GpuRecovered", "GpuUnhealthy"])
+            sent = {labels["reason"]: v for labels, v in _scrape(port)["lj_runtimekit_exporter_events_total"]}
+            assert sent == {"GpuUnhealthy": 1.0, "GpuRecovered": 1.0}
+        finally:
+            stop.set()
+            thread.join(10)
+            api.close()
+    assert codes == {"rc": 0}

@@ -16,12 +16,18 @@ Behaviours covered:
   model allow-list, CPU-only pods) the replay through the real extender HTTP verbs gives exactly the in-process
   replay's series, with CPU-only pods ranked by the extender or placed by the emulated kube-scheduler; the naive
   extender runs through prioritize; the comparison table and closing lines.
+* ``bench/exporter_scrape.py`` end to end in a tiny configuration (2 GPUs × 3 pods, 20 churn cycles; the Runtime
+  and the exporter as ``ljrk`` processes): exit 0, every closing ``key=value`` figure printed, the series set and
+  count the same before and after the churn, and the readable summary lines.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -230,3 +236,32 @@ def test_comparison_rows_and_closing_lines(bench: ModuleType) -> None:
     assert "fgd_extender_alloc130_diff_pp=-0.100" in lines
     assert "best-fit_extender_alloc130_diff_pp=-0.500" in lines
     assert "extender_alloc130_max_abs_diff_pp=0.500" in lines
+
+
+EXPORTER_BENCH = BENCH.parent / "exporter_scrape.py"
+EXPORTER_FIGURES = {
+    "scrape_p50_ms", "scrape_p95_ms", "scrape_p99_ms", "scrape_max_ms", "churn_scrape_p99_ms", "body_bytes", "series",
+    "series_before_churn", "series_after_churn", "series_flat", "rss_start_mib", "rss_warm_mib", "rss_end_mib",
+    "rss_growth_after_warmup_mib", "cycles", "total_wall_seconds",
+}
+
+
+def test_exporter_scrape_bench_in_a_tiny_configuration() -> None:
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1] / "src")}
+    run = subprocess.run(
+        [sys.executable, str(EXPORTER_BENCH), "--gpus", "2", "--containers-per-gpu", "3", "--scrapes", "10",
+         "--interval", "0.05", "--cycles", "20", "--warmup-cycles", "5", "--churn-interval", "0.05"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    figures = dict(line.split("=", 1) for line in run.stdout.splitlines() if re.fullmatch(r"[a-z0-9_]+=\S+", line))
+    assert set(figures) == EXPORTER_FIGURES
+    assert figures["series_flat"] == "yes"
+    assert int(figures["series_before_churn"]) == int(figures["series_after_churn"]) == int(figures["series"]) > 0
+    assert figures["cycles"] == "20"
+    assert int(figures["body_bytes"]) > 0
+    for key in ("scrape_p50_ms", "scrape_p99_ms", "churn_scrape_p99_ms", "rss_start_mib", "rss_end_mib"):
+        assert float(figures[key]) > 0, key
+    assert float(figures["scrape_p50_ms"]) <= float(figures["scrape_p99_ms"]) <= float(figures["scrape_max_ms"])
+    for text in ("scrape, steady back-to-back", "scrape, during churn", "identical set", "exporter RSS: start"):
+        assert text in run.stdout, text

@@ -322,7 +322,8 @@ def event_to_v1(event: ClusterEvent, *, component: str, now: float) -> client.Co
         kind="Event",
         metadata=client.V1ObjectMeta(generate_name=f"{event.name}.", namespace=event.namespace),
         involved_object=client.V1ObjectReference(
-            kind=event.kind, name=event.name, namespace=event.namespace if namespaced else None
+            kind=event.kind, name=event.name, namespace=event.namespace if namespaced else None,
+            uid=event.uid or None,
         ),
         reason=event.reason,
         message=event.message,

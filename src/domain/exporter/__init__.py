@@ -1,2 +1,3 @@
-"""The exporter's domain: pod attribution (``attribution``), the scrape snapshot (``snapshot``) and the table of
-metric specs (``metrics``) every Prometheus series is built from."""
+"""The exporter's domain: pod attribution with its GPU cross-check (``attribution``), the scrape snapshot
+(``snapshot``), the table of metric specs (``metrics``) every Prometheus series is built from, and the detector's
+transitions that become Kubernetes Events on the node (``detector``)."""

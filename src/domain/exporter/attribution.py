@@ -7,6 +7,13 @@ still reports it (failure case B20). GPU rows are never filtered: every GPU is r
 
 Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``domain.deviceplugin.devices``);
 :func:`device_uuid` reads it back, and :class:`PodContainerDevices` keeps the UUIDs it names.
+
+GPU cross-check: when pod-resources lists device IDs of ours for a container, every GPU of the Runtime's row for
+that container must be among the UUIDs those IDs embed. A row that fails the check (the Runtime and kubelet
+disagree on which GPU the container holds, e.g. the device plugin was handed IDs of another GPU) is not served —
+neither source is guessed right — and is reported as an :class:`AttributionMismatch` instead. A container whose
+listed device IDs are all foreign (another vendor's resource) or that lists none is kept by name alone: kubelet
+then says nothing about our GPUs.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from domain.gpu import GpuUuid
-from domain.runtime.types import ExporterData
+from domain.runtime.types import ContainerData, ExporterData
 
 DEVICE_ID_SEPARATOR = "::"
 """Separator of the fields of our device IDs (``<uuid>::<kind>::<n>``)."""
@@ -53,11 +60,65 @@ class PodContainerDevices:
         return frozenset(u for u in map(device_uuid, self.device_ids) if u is not None)
 
 
-def attribute(data: ExporterData, listed: Sequence[PodContainerDevices] | None) -> ExporterData:
-    """``data`` with only the container rows pod-resources lists (module docstring); ``listed=None`` (no
-    pod-resources socket configured) keeps every row."""
+@attrs.frozen
+class AttributionMismatch:
+    """A Runtime container row whose GPUs pod-resources contradicts: ``namespace``, ``pod``, ``container``,
+    ``runtime_uuids`` (the GPUs of the Runtime's row) and ``listed_uuids`` (the GPUs its listed device IDs
+    embed), both sorted."""
+
+    namespace: str
+    pod: str
+    container: str
+    runtime_uuids: tuple[GpuUuid, ...]
+    listed_uuids: tuple[GpuUuid, ...]
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(namespace, pod, container)``."""
+        return (self.namespace, self.pod, self.container)
+
+    def describe(self) -> str:
+        """One line for a log: the container and both GPU sets."""
+        return (f"{self.namespace}/{self.pod}/{self.container}: the Runtime records GPU(s) "
+                f"{', '.join(self.runtime_uuids) or '-'}, kubelet lists device IDs of {', '.join(self.listed_uuids)}")
+
+
+@attrs.frozen
+class Attribution:
+    """The result of :func:`attribute_checked`: the filtered ``data`` and the rows dropped by the GPU
+    cross-check (``mismatches``, in Runtime row order)."""
+
+    data: ExporterData
+    mismatches: tuple[AttributionMismatch, ...] = ()
+
+
+def attribute_checked(data: ExporterData, listed: Sequence[PodContainerDevices] | None) -> Attribution:
+    """``data`` with only the container rows pod-resources lists and confirms (module docstring), plus the rows
+    the GPU cross-check rejected. ``listed=None`` (no pod-resources socket configured) keeps every row. A
+    container listed twice counts the GPUs of both entries. Never raises."""
     if listed is None:
-        return data
-    live = {entry.key for entry in listed}
-    kept = tuple(c for c in data.containers if (c.namespace, c.pod_name, c.container) in live)
-    return data if len(kept) == len(data.containers) else attrs.evolve(data, containers=kept)
+        return Attribution(data)
+    live: dict[tuple[str, str, str], frozenset[GpuUuid]] = {}
+    for entry in listed:
+        live[entry.key] = live.get(entry.key, frozenset()) | entry.gpu_uuids
+    kept: list[ContainerData] = []
+    mismatches: list[AttributionMismatch] = []
+    for row in data.containers:
+        key = (row.namespace, row.pod_name, row.container)
+        if key not in live:
+            continue
+        ours = live[key]
+        runtime_uuids = frozenset(g.uuid for g in row.gpus)
+        if ours and not runtime_uuids <= ours:
+            mismatches.append(AttributionMismatch(*key, tuple(sorted(runtime_uuids)), tuple(sorted(ours))))
+            continue
+        kept.append(row)
+    if len(kept) == len(data.containers):
+        return Attribution(data)
+    return Attribution(attrs.evolve(data, containers=tuple(kept)), tuple(mismatches))
+
+
+def attribute(data: ExporterData, listed: Sequence[PodContainerDevices] | None) -> ExporterData:
+    """``data`` with only the container rows pod-resources lists and confirms: :func:`attribute_checked`
+    without the mismatch report. ``listed=None`` keeps every row."""
+    return attribute_checked(data, listed).data

@@ -175,6 +175,15 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
     age = snapshot.age_s(now)
     if age is not None:
         yield one("exporter_data_age_seconds", "Seconds since the served data was pulled", age)
+    yield one("exporter_attribution_mismatched_containers",
+              "Runtime container rows not served because kubelet's pod-resources lists other GPUs for the container",
+              float(snapshot.attribution_mismatches))
+    if snapshot.events is not None:
+        yield Family(PREFIX + "exporter_events", "Kubernetes Events the exporter created on the node, by reason",
+                     "counter", (*NODE_LABELS, "reason"),
+                     tuple(((node, reason), float(count)) for reason, count in snapshot.events.sent))
+        yield one("exporter_event_errors", "Kubernetes Events the exporter could not create (logged)",
+                  float(snapshot.events.errors), "counter")
 
 
 def build_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:

@@ -12,11 +12,21 @@ from domain.runtime.types import ExporterData
 
 
 @attrs.frozen
+class EventCounts:
+    """Kubernetes Events on the node since start: ``sent`` (reason → Events the API server accepted, sorted by
+    reason) and ``errors`` (Events lost: refused, unreachable API server, or dropped from a full queue)."""
+
+    sent: tuple[tuple[str, int], ...] = ()
+    errors: int = 0
+
+
+@attrs.frozen
 class Snapshot:
     """``data`` (the last good pull, attributed; empty before the first), ``pulled_at`` (epoch s of that pull,
     0 = never), ``runtime_up`` (the latest pull succeeded), ``pod_resources_up`` (the latest pod-resources
-    List succeeded, or none is configured), error counters since start and ``last_error`` (empty when the
-    latest pull succeeded)."""
+    List succeeded, or none is configured), error counters since start, ``last_error`` (empty when the
+    latest pull succeeded), ``attribution_mismatches`` (container rows of the last good pull dropped by the GPU
+    cross-check, ``domain.exporter.attribution``) and ``events`` (None = Events disabled)."""
 
     data: ExporterData = attrs.field(factory=ExporterData)
     pulled_at: float = 0.0
@@ -25,6 +35,8 @@ class Snapshot:
     runtime_errors: int = 0
     pod_resources_errors: int = 0
     last_error: str = ""
+    attribution_mismatches: int = 0
+    events: EventCounts | None = None
 
     @property
     def stale(self) -> bool:

@@ -185,7 +185,7 @@ class LeaseRecord:
 @attrs.frozen
 class ClusterEvent:
     """A core/v1 Event about an object: ``kind``/``namespace``/``name`` of the object, ``reason``, ``message``,
-    ``type`` (Normal or Warning)."""
+    ``type`` (Normal or Warning) and the object's ``uid`` (empty = unknown, not sent)."""
 
     kind: str
     name: str
@@ -193,3 +193,108 @@ class ClusterEvent:
     message: str
     namespace: str = "default"
     type: str = "Normal"
+    uid: str = ""
+
+
+@attrs.frozen
+class OwnerReference:
+    """``metadata.ownerReferences[]`` (meta/v1): the owner's ``api_version``, ``kind``, ``name`` and ``uid``;
+    ``controller`` marks the managing owner. Namespaced objects may name a cluster-scoped owner such as a Node;
+    the garbage collector deletes the dependent once no owner with that UID exists."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+@attrs.frozen
+class HostPathMount:
+    """A ``hostPath`` volume mounted into the Job's container: ``name`` (volume name), ``host_path`` on the node,
+    ``mount_path`` in the container, ``type`` (core/v1 ``HostPathType``: ``DirectoryOrCreate``, ``Directory``…)."""
+
+    name: str
+    host_path: str
+    mount_path: str
+    type: str = "DirectoryOrCreate"
+
+
+class JobPhase(enum.Enum):
+    """Where a batch/v1 Job stands: ``ACTIVE`` until a ``Complete`` (→ ``SUCCEEDED``) or ``Failed``
+    (→ ``FAILED``) condition with status ``True`` appears (``IsJobFinished`` in kube-controller-manager)."""
+
+    ACTIVE = "Active"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or Failed: the Job runs no pod any more and will not start another."""
+        return self is not JobPhase.ACTIVE
+
+
+@attrs.frozen
+class JobStatus:
+    """``status`` of a batch/v1 Job: ``phase`` (from its conditions), pod counts ``active``/``succeeded``/
+    ``failed``, ``finished_at`` (epoch s: ``completionTime``, or the ``Failed`` condition's transition time),
+    ``reason``/``message`` of the finishing condition (``BackoffLimitExceeded``, ``DeadlineExceeded``…)."""
+
+    phase: JobPhase = JobPhase.ACTIVE
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    finished_at: float | None = None
+    reason: str = ""
+    message: str = ""
+
+
+@attrs.frozen
+class JobObject:
+    """The parts of a batch/v1 Job the stack uses: one container run once on one node.
+
+    Metadata: ``namespace``, ``name``, ``uid``, ``resource_version``, ``labels``, ``annotations``, ``owner``
+    (the controlling owner reference, or None), ``created_at`` (epoch s, server-set), ``deletion_timestamp``.
+    Pod template: ``node_name`` (``spec.nodeName``: the pod bypasses the scheduler and is pinned to that node),
+    ``image``, ``command`` (argv), ``tolerations``, ``host_paths``, ``service_account`` (empty = the
+    namespace's default). Job spec: ``backoff_limit`` (pod retries by the Job controller; 0 = none),
+    ``active_deadline_seconds`` (s; the Job fails with ``DeadlineExceeded`` after it),
+    ``ttl_seconds_after_finished`` (s; the TTL controller deletes the finished Job after it; None = never).
+    ``status``: see :class:`JobStatus`. Restart policy is always ``Never``. Source: batch/v1 and core/v1 API
+    reference (Job, PodTemplateSpec).
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
+    owner: OwnerReference | None = None
+    node_name: str = ""
+    image: str = ""
+    command: tuple[str, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    host_paths: tuple[HostPathMount, ...] = ()
+    service_account: str = ""
+    backoff_limit: int = 0
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    created_at: float | None = None
+    deletion_timestamp: float | None = None
+    status: JobStatus = JobStatus()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+class Propagation(enum.Enum):
+    """``propagationPolicy`` of a delete (meta/v1 DeleteOptions): ``BACKGROUND`` removes the object at once and
+    lets the garbage collector delete its dependents (a Job's pods); ``FOREGROUND`` deletes dependents first;
+    ``ORPHAN`` leaves them. batch/v1 Jobs default to orphaning their pods, so callers say which they want."""
+
+    BACKGROUND = "Background"
+    FOREGROUND = "Foreground"
+    ORPHAN = "Orphan"

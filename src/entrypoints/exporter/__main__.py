@@ -1,7 +1,11 @@
 """``ljrk exporter`` (also ``python -m entrypoints.exporter``): Runtime data to Prometheus metrics.
 
 ``ljrk exporter --node-name NAME --runtime-socket PATH --listen HOST:PORT [--pod-resources-socket PATH]
-[--interval SECONDS] [--deadline SECONDS] [--runtime-wait SECONDS] [--log-level LEVEL]``
+[--kubeconfig FILE] [--interval SECONDS] [--deadline SECONDS] [--runtime-wait SECONDS] [--log-level LEVEL]``
+
+``--kubeconfig`` (else the pod's in-cluster config) lets the detector write Kubernetes Events on the node
+(``domain.exporter.detector``); when neither config can be loaded, Events are off (one log line) and the
+exporter serves metrics as before.
 
 Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable or without
 the ``exporter-data`` feature, listener cannot bind); 2 bad command line. Errors are one line
@@ -46,6 +50,8 @@ def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:
     parser.add_argument("--pod-resources-socket", type=Path, metavar="PATH",
                         help="kubelet pod-resources socket, e.g. /var/lib/kubelet/pod-resources/kubelet.sock "
                         "(default: none, every Runtime record is reported)")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help="kubeconfig for Events on the node (default: in-cluster config; none: no Events)")
     parser.add_argument("--interval", type=float, default=10.0, metavar="SECONDS",
                         help="how often the Runtime is pulled (default: 10)")
     parser.add_argument("--deadline", type=float, default=5.0, metavar="SECONDS",
@@ -61,7 +67,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
     return ExporterSettings(
         node_name=args.node_name, runtime_socket=args.runtime_socket, listen=args.listen,
         pod_resources_socket=args.pod_resources_socket, interval_s=args.interval, deadline_s=args.deadline,
-        runtime_wait_s=args.runtime_wait, log_level=args.log_level,
+        runtime_wait_s=args.runtime_wait, log_level=args.log_level, kubeconfig=args.kubeconfig,
     )
 
 

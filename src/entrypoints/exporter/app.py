@@ -40,8 +40,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 @attrs.frozen
 class ExporterSettings:
-    """Validated settings of ``ljrk exporter`` (flags in ``__main__``). Times in seconds. Raises
-    :class:`SettingsError` for an empty node name, a bad ``--listen`` or non-positive times."""
+    """Validated settings of ``ljrk exporter`` (flags in ``__main__``). Times in seconds. ``kubeconfig`` None =
+    the pod's in-cluster config for Events (none either: Events disabled). Raises :class:`SettingsError` for an
+    empty node name, a bad ``--listen`` or non-positive times."""
 
     node_name: str
     runtime_socket: Path
@@ -51,6 +52,7 @@ class ExporterSettings:
     deadline_s: float = 5.0
     runtime_wait_s: float = 30.0
     log_level: str = "INFO"
+    kubeconfig: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:

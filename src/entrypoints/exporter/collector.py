@@ -6,7 +6,11 @@ the last good data in place, marked stale, increments the error counter and sets
 hung pull is still running no second one is started (each interval counts one more error), so a wedged Runtime
 cannot pile up threads. Kubelet's pod-resources list is read on the same worker right after the Runtime data; when
 it fails, the last good list is used (so a pod kubelet no longer runs is never resurrected) and its own error
-counter grows.
+counter grows. Container rows whose GPUs kubelet contradicts (``domain.exporter.attribution``) are not served;
+their number is in the snapshot and each such container is logged once, when its mismatch starts.
+
+With an event recorder, every refresh ends by comparing the detector's state with the previous refresh's
+(``domain.exporter.detector``) and queueing an Event per transition — transitions only, never one per refresh.
 """
 
 from __future__ import annotations
@@ -19,22 +23,38 @@ from collections.abc import Callable
 
 import attrs
 
-from domain.exporter.attribution import PodContainerDevices, attribute
+from domain.exporter.attribution import AttributionMismatch, PodContainerDevices, attribute_checked
+from domain.exporter.detector import DetectorState, detector_state, transitions
 from domain.exporter.snapshot import Snapshot
 from domain.runtime.types import ExporterData
 from ports.pod_resources import PodResourcesError, PodResourcesLister
 from ports.runtime import NodeRuntime, NodeRuntimeError
 
+from .events import NodeEventRecorder
+
 log = logging.getLogger(__name__)
+
+STALE_AFTER_INTERVALS = 3
+"""Default staleness threshold of the detector, in refresh intervals: three missed pulls."""
+
+
+@attrs.frozen
+class _Pulled:
+    data: ExporterData
+    pods_ok: bool
+    mismatches: int
 
 
 class SnapshotCollector:
     """Pulls from ``runtime`` (and ``pod_resources``, None = no attribution filter) every ``interval_s`` seconds,
-    each pull bounded by ``deadline_s`` (module docstring). ``clock`` gives epoch seconds. Thread-safe."""
+    each pull bounded by ``deadline_s`` (module docstring). ``events`` (None = no Events) receives the detector's
+    transitions; the data counts as stale after ``stale_after_s`` seconds (default
+    :data:`STALE_AFTER_INTERVALS` × ``interval_s``). ``clock`` gives epoch seconds. Thread-safe."""
 
     def __init__(
         self, runtime: NodeRuntime, pod_resources: PodResourcesLister | None = None, *,
         interval_s: float = 10.0, deadline_s: float = 5.0, clock: Callable[[], float] = time.time,
+        events: NodeEventRecorder | None = None, stale_after_s: float | None = None,
     ) -> None:
         self._runtime = runtime
         self._pod_resources = pod_resources
@@ -45,14 +65,31 @@ class SnapshotCollector:
         self._snapshot = Snapshot(pod_resources_up=pod_resources is not None)
         self._listed: tuple[PodContainerDevices, ...] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ljrk-exp-pull")
-        self._inflight: concurrent.futures.Future[tuple[ExporterData, bool]] | None = None
+        self._inflight: concurrent.futures.Future[_Pulled] | None = None
+        self._mismatched: frozenset[tuple[str, str, str]] = frozenset()
+        self._events = events
+        self._stale_after_s = STALE_AFTER_INTERVALS * interval_s if stale_after_s is None else stale_after_s
+        self._detected: DetectorState | None = None
+
+    @property
+    def events(self) -> NodeEventRecorder | None:
+        """The event recorder (None = Events disabled)."""
+        return self._events
 
     def snapshot(self) -> Snapshot:
-        """The current snapshot; never blocks on the Runtime."""
+        """The current snapshot, with the Event counts of now; never blocks on the Runtime."""
         with self._lock:
-            return self._snapshot
+            snapshot = self._snapshot
+        return snapshot if self._events is None else attrs.evolve(snapshot, events=self._events.counts())
 
-    def _pull(self) -> tuple[ExporterData, bool]:
+    def _log_mismatches(self, mismatches: tuple[AttributionMismatch, ...]) -> None:
+        keys = frozenset(m.key for m in mismatches)
+        for mismatch in mismatches:
+            if mismatch.key not in self._mismatched:
+                log.warning("container not attributed, GPU mismatch: %s", mismatch.describe())
+        self._mismatched = keys  # only current mismatches: a container that mismatches again is logged again
+
+    def _pull(self) -> _Pulled:
         data = self._runtime.exporter_data()
         pods_ok = True
         if self._pod_resources is not None:
@@ -63,8 +100,10 @@ class SnapshotCollector:
                 pods_ok = False
             if self._listed is None:
                 # never listed yet: show no container rather than guess which pods still exist
-                return attrs.evolve(data, containers=()), pods_ok
-        return attribute(data, self._listed), pods_ok
+                return _Pulled(attrs.evolve(data, containers=()), pods_ok, 0)
+        attributed = attribute_checked(data, self._listed)
+        self._log_mismatches(attributed.mismatches)
+        return _Pulled(attributed.data, pods_ok, len(attributed.mismatches))
 
     def refresh(self) -> bool:
         """One pull (module docstring); returns True when the Runtime answered within the deadline."""
@@ -72,7 +111,7 @@ class SnapshotCollector:
             return self._failed("the previous pull is still running (Runtime hung?)")
         self._inflight = future = self._executor.submit(self._pull)
         try:
-            data, pods_ok = future.result(timeout=self._deadline_s)
+            pulled = future.result(timeout=self._deadline_s)
         except concurrent.futures.TimeoutError:
             return self._failed(f"no answer within {self._deadline_s:g} s")
         except NodeRuntimeError as error:
@@ -83,10 +122,12 @@ class SnapshotCollector:
         with self._lock:
             old = self._snapshot
             self._snapshot = Snapshot(
-                data=data, pulled_at=self._clock(), runtime_up=True, pod_resources_up=pods_ok,
+                data=pulled.data, pulled_at=self._clock(), runtime_up=True, pod_resources_up=pulled.pods_ok,
                 runtime_errors=old.runtime_errors,
-                pod_resources_errors=old.pod_resources_errors + (0 if pods_ok else 1),
+                pod_resources_errors=old.pod_resources_errors + (0 if pulled.pods_ok else 1),
+                attribution_mismatches=pulled.mismatches,
             )
+        self._detect()
         return True
 
     def _failed(self, reason: str) -> bool:
@@ -95,7 +136,19 @@ class SnapshotCollector:
             old = self._snapshot
             self._snapshot = attrs.evolve(old, runtime_up=False, runtime_errors=old.runtime_errors + 1,
                                           last_error=reason)
+        self._detect()
         return False
+
+    def _detect(self) -> None:
+        if self._events is None:
+            return
+        with self._lock:
+            snapshot = self._snapshot
+        current = detector_state(snapshot, now=self._clock(), stale_after_s=self._stale_after_s)
+        changes = transitions(self._detected, current)
+        self._detected = current
+        if changes:
+            self._events.submit(changes)
 
     def run(self, stop: threading.Event) -> None:
         """Refresh now and then every ``interval_s`` seconds until ``stop`` is set."""
@@ -104,5 +157,7 @@ class SnapshotCollector:
             stop.wait(self._interval_s)
 
     def close(self) -> None:
-        """Stop the worker without waiting for a hung pull."""
+        """Stop the worker without waiting for a hung pull, and the event recorder."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._events is not None:
+            self._events.close()

@@ -3,22 +3,40 @@
 Providers are annotated with their port types so mypy checks conformance. The Runtime is the gRPC client on
 ``--runtime-socket`` whose per-call deadline is the pull deadline, checked at start for the ``exporter-data``
 feature; pod-resources is kubelet's API on ``--pod-resources-socket`` when given (else no attribution filter);
-metrics are the prometheus-client adapter over the collector's snapshot. ``logging`` is a Resource.
+metrics are the prometheus-client adapter over the collector's snapshot. The cluster port (Events on the node) is
+the Kubernetes API from ``--kubeconfig`` or the in-cluster config, through the same ``from_kubeconfig`` helper as
+the other components; when no config loads it is None and Events are off. ``logging`` and ``cluster`` are
+Resources (the API client is closed at shutdown).
 """
 
 from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
 
 from dependency_injector import containers, providers
 
 from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.podresources import GrpcPodResourcesLister
+from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from entrypoints._shared.logs import configure_logging
+from ports.cluster import ClusterApi
 from ports.pod_resources import PodResourcesLister
 from ports.runtime import NodeRuntime
 
 from .app import REQUIRED_FEATURES, ExporterApp, ExporterSettings, parse_listen
 from .collector import SnapshotCollector
+from .events import NodeEventRecorder
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "lj-runtimekit-exporter"
+"""``source.component`` of the Events the exporter writes."""
+
+EVENT_REQUEST_TIMEOUT = 10.0
+"""Client timeout (s) of one Event write (they run on the recorder's own thread)."""
 
 
 def connect_runtime(settings: ExporterSettings) -> NodeRuntime:
@@ -41,6 +59,26 @@ def make_pod_resources(settings: ExporterSettings) -> PodResourcesLister | None:
     return GrpcPodResourcesLister.connect(settings.pod_resources_socket, timeout_s=settings.deadline_s)
 
 
+def open_cluster(settings: ExporterSettings, _logging: object = None) -> Iterator[ClusterApi | None]:
+    """The Kubernetes API from ``--kubeconfig`` (None: the in-cluster config), or None — Events disabled, one
+    warning logged — when that config cannot be loaded; the API client is closed on shutdown. Never raises.
+    ``_logging`` only orders this Resource after the logging one, so that warning is a JSON line."""
+    path = None if settings.kubeconfig is None else str(settings.kubeconfig)
+    try:
+        api_client = from_kubeconfig(path)
+    except Exception as error:  # the client's ConfigException, an unreadable file, bad YAML: all mean "no config"
+        log.warning("Kubernetes Events on node %s disabled: %s", settings.node_name, error)
+        yield None
+        return
+    with contextlib.closing(api_client):
+        yield KubernetesCluster(api_client, component=COMPONENT, request_timeout=EVENT_REQUEST_TIMEOUT)
+
+
+def make_events(cluster: ClusterApi | None, settings: ExporterSettings) -> NodeEventRecorder | None:
+    """The Event recorder on Node ``--node-name``, or None without a cluster."""
+    return None if cluster is None else NodeEventRecorder(cluster, node=settings.node_name)
+
+
 def make_metrics(collector: SnapshotCollector, settings: ExporterSettings) -> PrometheusExporterMetrics:
     """The Prometheus collector over ``collector``'s snapshot."""
     return PrometheusExporterMetrics(collector.snapshot, node=settings.node_name)
@@ -55,15 +93,17 @@ def make_app(
 
 
 class ExporterContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → runtime, pod_resources, collector, metrics, app."""
+    """``settings`` (required) → runtime, pod_resources, cluster, events, collector, metrics, app."""
 
     settings: providers.Dependency[ExporterSettings] = providers.Dependency(instance_of=ExporterSettings)
     logging = providers.Resource(configure_logging, level=settings.provided.log_level)
     runtime: providers.Provider[NodeRuntime] = providers.Singleton(connect_runtime, settings=settings)
     pod_resources: providers.Provider[PodResourcesLister | None] = providers.Singleton(make_pod_resources, settings)
+    cluster: providers.Provider[ClusterApi | None] = providers.Resource(open_cluster, settings, logging)
+    events: providers.Provider[NodeEventRecorder | None] = providers.Singleton(make_events, cluster, settings)
     collector: providers.Provider[SnapshotCollector] = providers.Singleton(
         SnapshotCollector, runtime, pod_resources, interval_s=settings.provided.interval_s,
-        deadline_s=settings.provided.deadline_s,
+        deadline_s=settings.provided.deadline_s, events=events,
     )
     metrics: providers.Provider[PrometheusExporterMetrics] = providers.Singleton(make_metrics, collector, settings)
     app: providers.Provider[ExporterApp] = providers.Singleton(make_app, collector, metrics, settings)

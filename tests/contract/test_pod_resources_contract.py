@@ -1,0 +1,232 @@
+"""Contract of the kubelet pod-resources port (``ports.pod_resources.PodResourcesLister``).
+
+Every case runs twice: ``[memory]`` on :class:`~adapters.memory.podresources.InMemoryPodResources`, and ``[grpc]``
+on :class:`~adapters.grpc.podresources.GrpcPodResourcesLister` talking over a unix socket to a fake kubelet
+pod-resources server (``v1.PodResourcesLister/List``, in this module), so the wire adds and loses nothing. Both
+are driven from the same description of what kubelet runs (:class:`KubeletPod`).
+
+Behaviours covered:
+- nothing running: an empty tuple;
+- a pod with several containers: one row per container, with its namespace, pod and container names; a container
+  holding no device is listed with no device IDs; a pod without containers adds no row;
+- devices across resources: a container's row holds the device IDs of every resource it holds (ours and foreign),
+  and ``gpu_uuids`` names only the GPUs our IDs embed;
+- removal: a pod kubelet stops running is gone from the next list, the others stay;
+- unreachable kubelet: ``list_containers`` raises :class:`~ports.pod_resources.PodResourcesError` (within the
+  client's deadline over gRPC), and the next list after kubelet is back succeeds again;
+- ``[grpc]`` only: a client on a socket path nothing serves raises the same error within its deadline.
+
+Row order is not part of the contract (kubelet lists pods in map order), nor is the order of device IDs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import attrs
+import grpc
+import pytest
+
+from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
+from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
+from adapters.grpc.client import unix_target
+from adapters.grpc.podresources import GrpcPodResourcesLister
+from adapters.memory.podresources import InMemoryPodResources
+from domain.exporter.attribution import PodContainerDevices
+from ports.pod_resources import PodResourcesError, PodResourcesLister
+
+CLIENT_TIMEOUT_S = 1.0
+
+Resources = tuple[tuple[str, tuple[str, ...]], ...]
+"""``((resource name, device IDs), ...)`` one container holds."""
+
+
+@attrs.frozen
+class KubeletPod:
+    """A pod as kubelet runs it: ``namespace``, ``name`` and ``containers`` as ``(container name, resources)``."""
+
+    namespace: str
+    name: str
+    containers: tuple[tuple[str, Resources], ...] = ()
+
+    def rows(self) -> list[PodContainerDevices]:
+        """The domain rows the port must give for this pod."""
+        return [PodContainerDevices(self.namespace, self.name, container, [i for _, ids in resources for i in ids])
+                for container, resources in self.containers]
+
+    def to_pb(self) -> pr.PodResources:
+        """The pod in kubelet's ``List`` reply."""
+        return pr.PodResources(name=self.name, namespace=self.namespace, containers=[
+            pr.ContainerResources(name=container, devices=[
+                pr.ContainerDevices(resource_name=resource, device_ids=list(ids)) for resource, ids in resources
+            ]) for container, resources in self.containers
+        ])
+
+
+class FakeKubeletPodResources(pr_grpc.PodResourcesListerServicer):
+    """Kubelet's pod-resources ``List`` over a settable pod list."""
+
+    def __init__(self) -> None:
+        self.pods: list[pr.PodResources] = []
+
+    def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
+        return pr.ListPodResourcesResponse(pod_resources=list(self.pods))
+
+
+class GrpcKubelet:
+    """A fake kubelet serving pod-resources on ``socket``; :meth:`stop` and :meth:`start` take it down and up."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.servicer = FakeKubeletPodResources()
+        self._server: grpc.Server | None = None
+
+    def start(self) -> None:
+        self.socket.unlink(missing_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)
+        server.add_insecure_port(unix_target(self.socket))
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait()
+            self._server = None
+
+
+@attrs.define
+class PodResourcesUnderTest:
+    """The port under test plus the levers a test pulls: ``run`` (what kubelet runs), ``down``/``up``."""
+
+    kind: str
+    lister: PodResourcesLister
+    run: Callable[[Sequence[KubeletPod]], None]
+    down: Callable[[], None]
+    up: Callable[[], None]
+
+
+def _memory() -> Iterator[PodResourcesUnderTest]:
+    memory = InMemoryPodResources()
+
+    def run(pods: Sequence[KubeletPod]) -> None:
+        memory.set_containers([row for pod in pods for row in pod.rows()])
+
+    yield PodResourcesUnderTest("memory", memory, run, lambda: memory.fail("kubelet is down"), lambda: memory.fail(""))
+
+
+def _grpc() -> Iterator[PodResourcesUnderTest]:
+    directory = Path(tempfile.mkdtemp(prefix="ljrk-pr-", dir="/tmp"))  # unix socket paths are limited to 107 bytes
+    kubelet = GrpcKubelet(directory / "kubelet.sock")
+    kubelet.start()
+    client = GrpcPodResourcesLister.connect(kubelet.socket, timeout_s=CLIENT_TIMEOUT_S)
+
+    def run(pods: Sequence[KubeletPod]) -> None:
+        kubelet.servicer.pods = [pod.to_pb() for pod in pods]
+
+    try:
+        yield PodResourcesUnderTest("grpc", client, run, kubelet.stop, kubelet.start)
+    finally:
+        client.close()
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(params=["memory", "grpc"])
+def under_test(request: pytest.FixtureRequest) -> Iterator[PodResourcesUnderTest]:
+    yield from (_memory() if request.param == "memory" else _grpc())
+
+
+def _normalised(rows: Sequence[PodContainerDevices]) -> dict[tuple[str, str, str], list[str]]:
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for row in rows:
+        assert row.key not in out, f"{row.key} listed twice"
+        out[row.key] = sorted(row.device_ids)
+    return out
+
+
+GPU_A, GPU_B = "GPU-0a0a0a0a-0000-4000-8000-000000000000", "GPU-0b0b0b0b-0000-4000-8000-000000000000"
+TRAINER = KubeletPod("team-a", "trainer", (
+    ("main", (("ljrk.io/gpu-core", (f"{GPU_A}::core::0", f"{GPU_A}::core::1")),
+              ("ljrk.io/gpu-memory", (f"{GPU_A}::memory::0",)))),
+    ("sidecar", ()),
+    ("loader", (("example.com/nic", ("nic0",)),)),
+))
+SERVER = KubeletPod("team-b", "server", (
+    ("main", (("ljrk.io/gpu-core", (f"{GPU_B}::core::4",)), ("example.com/nic", ("nic1",)))),
+))
+EMPTY_POD = KubeletPod("team-b", "no-containers")
+
+
+def test_nothing_running_lists_nothing(under_test: PodResourcesUnderTest) -> None:
+    assert under_test.lister.list_containers() == ()
+
+
+def test_pod_with_several_containers(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([TRAINER, EMPTY_POD])
+    rows = under_test.lister.list_containers()
+    assert isinstance(rows, tuple)
+    assert _normalised(rows) == {
+        ("team-a", "trainer", "main"): sorted([f"{GPU_A}::core::0", f"{GPU_A}::core::1", f"{GPU_A}::memory::0"]),
+        ("team-a", "trainer", "sidecar"): [],
+        ("team-a", "trainer", "loader"): ["nic0"],
+    }
+
+
+def test_devices_across_resources(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([TRAINER, SERVER])
+    rows = {row.key: row for row in under_test.lister.list_containers()}
+    assert sorted(rows[("team-b", "server", "main")].device_ids) == [f"{GPU_B}::core::4", "nic1"]
+    assert rows[("team-b", "server", "main")].gpu_uuids == {GPU_B}
+    assert rows[("team-a", "trainer", "main")].gpu_uuids == {GPU_A}
+    assert rows[("team-a", "trainer", "loader")].gpu_uuids == frozenset()
+    assert rows[("team-a", "trainer", "sidecar")].gpu_uuids == frozenset()
+
+
+def test_removed_pod_is_gone_from_the_next_list(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([TRAINER, SERVER])
+    assert len(under_test.lister.list_containers()) == 4
+    under_test.run([SERVER])
+    assert _normalised(under_test.lister.list_containers()) == {
+        ("team-b", "server", "main"): sorted([f"{GPU_B}::core::4", "nic1"]),
+    }
+    under_test.run([])
+    assert under_test.lister.list_containers() == ()
+
+
+def test_unreachable_kubelet_raises_the_port_error_then_recovers(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([SERVER])
+    under_test.down()
+    started = time.monotonic()
+    with pytest.raises(PodResourcesError):
+        under_test.lister.list_containers()
+    assert time.monotonic() - started < CLIENT_TIMEOUT_S + 2
+    under_test.up()
+    deadline = time.monotonic() + 10  # a gRPC channel backs off before it reconnects
+    while True:
+        try:
+            rows = under_test.lister.list_containers()
+            break
+        except PodResourcesError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert [row.key for row in rows] == [("team-b", "server", "main")]
+
+
+def test_grpc_client_on_a_socket_nothing_serves() -> None:
+    directory = Path(tempfile.mkdtemp(prefix="ljrk-pr-", dir="/tmp"))
+    client = GrpcPodResourcesLister.connect(directory / "nothing.sock", timeout_s=CLIENT_TIMEOUT_S)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PodResourcesError, match="kubelet pod-resources List"):
+            client.list_containers()
+        assert time.monotonic() - started < CLIENT_TIMEOUT_S + 2
+    finally:
+        client.close()
+        shutil.rmtree(directory, ignore_errors=True)
