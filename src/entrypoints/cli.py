@@ -69,6 +69,12 @@ def _protocol(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _controller(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.controller.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 COMMANDS: dict[str, Command] = {
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
@@ -79,6 +85,8 @@ COMMANDS: dict[str, Command] = {
                         _exporter),
     "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus", _job_agent),
     "protocol": Command("check that protocol ConfigMaps (or rendered manifests) agree; show a protocol", _protocol),
+    "controller": Command("node controller: enable/disable the node Runtime through Jobs from a Node label",
+                          _controller),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -8,6 +8,9 @@ adapter and a real kube-apiserver):
 * writes that carry a ``resource_version`` fail with :class:`ConflictError` (HTTP 409) when it is stale;
 * binding an already bound pod raises :class:`ConflictError`; a missing object raises :class:`NotFoundError`;
 * patch maps set keys to a string or delete them with ``None``;
+* label selectors (Jobs) are the API's equality- and existence-based terms, comma-ANDed: ``k=v``, ``k==v``,
+  ``k!=v``, ``k``, ``!k``; a malformed one is a :class:`ClusterError` with status 400;
+* a Job deleted with ``Propagation.BACKGROUND`` leaves the list at once; its pods are garbage-collected later;
 * every failure to reach the server or to get its answer — connection refused or reset, DNS, TLS, a request
   or socket timeout, a broken stream — raises :class:`UnavailableError` (``status`` 0), chained to the
   transport's exception: callers handle :class:`ClusterError` and never see a raw socket or HTTP-library
@@ -21,11 +24,14 @@ from typing import Protocol
 
 from domain.kube.objects import (
     ClusterEvent,
+    JobObject,
+    JobStatus,
     LeaseRecord,
     Listing,
     NodeObject,
     PodObject,
     PodPhase,
+    Propagation,
     WatchEvent,
 )
 
@@ -62,7 +68,7 @@ class UnavailableError(ClusterError):
 
 
 class ClusterApi(Protocol):
-    """Nodes, pods, bindings, events and leases."""
+    """Nodes, pods, bindings, events, leases and Jobs."""
 
     def list_nodes(self) -> Listing[NodeObject]:
         """All nodes and the list's resourceVersion."""
@@ -146,4 +152,36 @@ class ClusterApi(Protocol):
     def update_lease(self, lease: LeaseRecord) -> LeaseRecord:
         """Replace a Lease; ``lease.resource_version`` must be current, else ConflictError (empty: ClusterError
         422). A missing Lease is created: kube-apiserver allows create-on-PUT for Leases."""
+        ...
+
+    def list_jobs(self, namespace: str, *, label_selector: str = "") -> Listing[JobObject]:
+        """batch/v1 Jobs of ``namespace`` matching ``label_selector`` (module docstring), and the list's
+        resourceVersion. Raises ClusterError (400 for a bad selector)."""
+        ...
+
+    def watch_jobs(
+        self, namespace: str, *, resource_version: str, timeout_seconds: float, label_selector: str = ""
+    ) -> Iterator[WatchEvent[JobObject]]:
+        """Job changes in ``namespace`` after ``resource_version`` seen through ``label_selector``, for
+        ``timeout_seconds`` (s). An object that stops matching arrives as DELETED, one that starts matching as
+        ADDED. The iterator raises GoneError."""
+        ...
+
+    def get_job(self, namespace: str, name: str) -> JobObject:
+        """One Job. Raises NotFoundError."""
+        ...
+
+    def create_job(self, job: JobObject) -> JobObject:
+        """Create a Job (restart policy Never); the server assigns uid, resourceVersion and creation time and
+        starts it ACTIVE whatever ``job.status`` says. Raises ConflictError if the name exists, ClusterError
+        (422) if invalid."""
+        ...
+
+    def delete_job(self, namespace: str, name: str, *, propagation: Propagation = Propagation.BACKGROUND) -> None:
+        """Delete a Job with ``propagation`` for its pods (module docstring). Raises NotFoundError."""
+        ...
+
+    def set_job_status(self, namespace: str, name: str, status: JobStatus) -> JobObject:
+        """Write the Job's ``status`` through the status subresource (what the Job controller does; tests and
+        the local cluster). A ``Complete``/``Failed`` condition marks it finished. Raises NotFoundError."""
         ...

@@ -1,4 +1,5 @@
-"""The scheduler's metrics port: counters for decisions and drift, and a live view of the ledger.
+"""Metrics ports: the scheduler's (decisions, drift, a live view of the ledger) and the node controller's
+(toggle transitions, Jobs, failures, API writes, nodes per state).
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
 (milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs.
@@ -6,10 +7,11 @@ Series (names and units are the adapter's business; see ``adapters.prometheus``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from domain.ledger import GpuUsage
+from domain.toggle.states import Action, ToggleState
 
 LedgerView = Callable[[], Iterable[tuple[str, GpuUsage]]]
 """Returns ``(node name, GPU books)`` for every GPU at the time of the call (a scrape)."""
@@ -29,6 +31,44 @@ class SchedulerMetrics(Protocol):
 
     def watch_ledger(self, view: LedgerView) -> None:
         """Read per-GPU allocation from ``view`` at every scrape."""
+        ...
+
+    def set_leader(self, leader: bool) -> None:
+        """Whether this replica currently leads."""
+        ...
+
+
+StateView = Callable[[], Mapping[ToggleState, int]]
+"""Returns how many managed nodes are in each toggle state at the time of the call (a scrape)."""
+
+
+class ControllerMetrics(Protocol):
+    """Where the node controller reports what it does (``ljrk controller``; series in ``adapters.prometheus``)."""
+
+    def transition(self, previous: ToggleState, new: ToggleState) -> None:
+        """Count one toggle state change of one node."""
+        ...
+
+    def job_created(self, action: Action) -> None:
+        """Count one Job created."""
+        ...
+
+    def job_deleted(self, reason: str) -> None:
+        """Count one Job deleted; ``reason`` is one of the bounded set of
+        :class:`domain.toggle.reconcile.DeleteJob` reasons."""
+        ...
+
+    def job_failed(self, action: Action) -> None:
+        """Count one failed try (a Job that failed, got stuck or vanished)."""
+        ...
+
+    def api_write(self, verb: str, *, ok: bool) -> None:
+        """Count one write to the API server: ``verb`` is ``create_job``, ``delete_job``, ``patch_node`` or
+        ``create_event``; ``ok`` False when it raised."""
+        ...
+
+    def watch_states(self, view: StateView) -> None:
+        """Read the number of nodes per state from ``view`` at every scrape."""
         ...
 
     def set_leader(self, leader: bool) -> None:

@@ -25,7 +25,9 @@ Behaviours covered:
 - Leases: create / get (times to the microsecond, whole seconds too) / update with the current RV / stale RV →
   ConflictError / create existing → ConflictError;
 - create_event accepts pod and node events;
-- NotFoundError for every read or write of a missing pod, node or lease.
+- NotFoundError for every read or write of a missing pod, node or lease;
+- Jobs (batch/v1: create/list/watch with label selectors, status, background delete): in
+  ``test_cluster_jobs_contract.py``, on the same ``cluster`` fixture.
 Memory-only extras: finalize_deletions, the bounded history window, a watcher behind the window, RV "0".
 Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server);
 transport failures — connection refused, a server that never answers (timeout) — surface as UnavailableError
@@ -676,6 +678,8 @@ def _transport_calls(api: Any) -> dict[str, Callable[[], object]]:
         "get_lease": lambda: api.get_lease("kube-system", "l"),
         "create_event": lambda: api.create_event(ClusterEvent("Pod", "p", "Scheduled", "m")),
         "watch_pods": lambda: next(iter(api.watch_pods(resource_version="1", timeout_seconds=1))),
+        "list_jobs": lambda: api.list_jobs("default"),
+        "delete_job": lambda: api.delete_job("default", "j"),
     }
 
 

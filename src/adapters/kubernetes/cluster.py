@@ -1,4 +1,5 @@
-"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api and CoordinationV1Api.
+"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api, CoordinationV1Api and (in
+:mod:`.jobs`) BatchV1Api.
 
 Protocol facts this relies on (k8s-protocols.md §3.3, §3.6, §4; checked by ``tests/contract`` against a real
 kube-apiserver 1.20):
@@ -24,7 +25,6 @@ kube-apiserver 1.20):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,8 +32,6 @@ from typing import Any, TypeVar
 
 import attrs
 from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as TransportError
 
 from domain.kube.objects import (
     ClusterEvent,
@@ -45,10 +43,10 @@ from domain.kube.objects import (
     PodPhase,
     WatchEvent,
 )
-from ports.cluster import UnavailableError
 
+from .errors import api_errors as _api_errors
+from .jobs import KubernetesJobs
 from .translate import (
-    cluster_error,
     event_to_v1,
     lease_from_v1,
     lease_to_v1,
@@ -73,16 +71,6 @@ MERGE_PATCH = "application/merge-patch+json"
 _T = TypeVar("_T")
 
 
-@contextlib.contextmanager
-def _api_errors(what: str) -> Iterator[None]:
-    try:
-        yield
-    except ApiException as exc:
-        raise cluster_error(exc, what) from exc
-    except (TransportError, OSError) as exc:  # TimeoutError and socket errors are OSErrors
-        raise UnavailableError(f"{what}: API server unavailable: {type(exc).__name__}: {str(exc)[:300]}") from exc
-
-
 def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """An ``ApiClient`` from the kubeconfig at ``path`` (``context`` or its current one), or from the pod's
     in-cluster service account when ``path`` is None. Raises ``kubernetes.config.ConfigException`` (outside a
@@ -100,7 +88,7 @@ def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> c
     return client.ApiClient(configuration)
 
 
-class KubernetesCluster:
+class KubernetesCluster(KubernetesJobs):
     """:class:`~ports.cluster.ClusterApi` over a configured ``kubernetes.client.ApiClient`` (module docstring).
 
     ``pod_image`` — image used by :meth:`create_pod`; ``component`` — ``source.component`` of Events;
@@ -118,6 +106,7 @@ class KubernetesCluster:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
         self._pod_image = pod_image
         self._component = component
         self._timeout = request_timeout

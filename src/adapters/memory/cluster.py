@@ -28,6 +28,7 @@ It mirrors what kube-apiserver 1.20 does with no kubelet (k8s-protocols.md §3.3
 * **field selectors** (pods): ``metadata.name``, ``metadata.namespace``, ``spec.nodeName``, ``spec.schedulerName``,
   ``status.phase`` with ``=``, ``==`` or ``!=``, comma-ANDed; anything else is a 400 :class:`ClusterError`
   (:mod:`adapters.memory.cluster_watch`).
+* **Jobs** (batch/v1) with label selectors, and no Job controller: :mod:`adapters.memory.cluster_jobs`.
 
 Differences from a real server, by design (no validation or admission): namespaces are implicit (the server
 answers 404 for a missing namespace); objects are not validated (the server answers 422, e.g. for a pod without
@@ -50,15 +51,18 @@ import attrs
 from domain.kube.objects import (
     ClusterEvent,
     EventType,
+    JobObject,
     LeaseRecord,
     Listing,
     NodeObject,
     PodObject,
     PodPhase,
+    Propagation,
     WatchEvent,
 )
 from ports.cluster import ConflictError, GoneError, NotFoundError
 
+from .cluster_jobs import InMemoryJobs
 from .cluster_watch import Change, History, parse_pod_field_selector, status_error, visible_event
 
 DEFAULT_HISTORY_LIMIT = 1000
@@ -69,7 +73,7 @@ DEFAULT_TERMINATION_GRACE_SECONDS = 30
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
-_O = TypeVar("_O", PodObject, NodeObject)
+_O = TypeVar("_O", PodObject, NodeObject, JobObject)
 
 
 def _merge(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
@@ -86,11 +90,13 @@ def _always(_: object) -> bool:
     return True
 
 
-class InMemoryCluster:
-    """Nodes, pods, bindings, events and leases held in memory with kube-apiserver semantics (module docstring).
+class InMemoryCluster(InMemoryJobs):
+    """Nodes, pods, bindings, events, leases and Jobs held in memory with kube-apiserver semantics (module
+    docstring).
 
-    ``history_limit`` — changes kept per resource for watches; ``clock`` — epoch seconds for deletion timestamps.
-    Test helpers beyond the port: :meth:`finalize_deletions`, :meth:`compact`, :attr:`events`.
+    ``history_limit`` — changes kept per resource for watches; ``clock`` — epoch seconds for deletion timestamps
+    and Job creation times. Test helpers beyond the port: :meth:`finalize_deletions`, :meth:`compact`,
+    :attr:`events`, :attr:`job_deletions`.
     """
 
     def __init__(self, *, history_limit: int = DEFAULT_HISTORY_LIMIT, clock: Callable[[], float] = time.time) -> None:
@@ -106,6 +112,9 @@ class InMemoryCluster:
         self._events: list[ClusterEvent] = []
         self._node_history: History[NodeObject] = History(history_limit)
         self._pod_history: History[PodObject] = History(history_limit)
+        self._jobs: dict[tuple[str, str], JobObject] = {}
+        self._job_history: History[JobObject] = History(history_limit)
+        self._job_deletions: list[tuple[str, str, Propagation]] = []
 
     # ------------------------------------------------------------------ test helpers
     @property
@@ -133,6 +142,7 @@ class InMemoryCluster:
         with self._cond:
             self._node_history.compact(self._rv)
             self._pod_history.compact(self._rv)
+            self._job_history.compact(self._rv)
 
     # ------------------------------------------------------------------ nodes
     def list_nodes(self) -> Listing[NodeObject]:
@@ -334,6 +344,9 @@ class InMemoryCluster:
     # ------------------------------------------------------------------ internals (callers hold the lock)
     def _bump(self) -> int:
         self._rv += 1
+        return self._rv
+
+    def _rv_now(self) -> int:
         return self._rv
 
     @staticmethod

@@ -1,25 +1,27 @@
-"""Watch machinery of :class:`~adapters.memory.cluster.InMemoryCluster`: pod field selectors, the bounded
-per-resource change history, and how a filtered watcher sees a change.
+"""Watch machinery of :class:`~adapters.memory.cluster.InMemoryCluster`: pod field selectors, label selectors,
+the bounded per-resource change history, and how a filtered watcher sees a change.
 
 Mirrors kube-apiserver 1.20: field selectors as in apimachinery ``fields.ParseSelector`` over the pod registry's
-``ToSelectableFields``; the history as the watch cache's window (``storage/cacher/watch_cache.go``: a watch from an
-RV older than the window is 410 "too old resource version"); the transition rules as
-``cacheWatcher.convertToWatchEvent`` (``storage/cacher/cacher.go``).
+``ToSelectableFields``; label selectors as in apimachinery ``labels.Parse``; the history as the watch cache's
+window (``storage/cacher/watch_cache.go``: a watch from an RV older than the window is 410 "too old resource
+version"); the transition rules as ``cacheWatcher.convertToWatchEvent`` (``storage/cacher/cacher.go``).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 import attrs
 
-from domain.kube.objects import EventType, NodeObject, PodObject, WatchEvent
+from domain.kube.objects import EventType, JobObject, NodeObject, PodObject, WatchEvent
 from ports.cluster import ClusterError
 
-_O = TypeVar("_O", PodObject, NodeObject)
+_O = TypeVar("_O", PodObject, NodeObject, JobObject)
 PodMatcher = Callable[[PodObject], bool]
+LabelMatcher = Callable[[Mapping[str, str]], bool]
 
 _POD_FIELDS: dict[str, Callable[[PodObject], str]] = {
     "metadata.name": lambda pod: pod.name,
@@ -66,6 +68,74 @@ def parse_pod_field_selector(text: str) -> PodMatcher:
 
     def matches(pod: PodObject) -> bool:
         return all((getter(pod) == value) != negate for getter, value, negate in terms)
+
+    return matches
+
+
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_SET_TERM = re.compile(r"^(\S+)\s+(in|notin)\s*\((.*)\)$")
+
+
+def _split_selector(text: str) -> list[str]:
+    """Comma-separated terms, commas inside ``( … )`` kept (set-based terms)."""
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        if char == "," and depth == 0:
+            terms.append("".join(current))
+            current = []
+            continue
+        depth += (char == "(") - (char == ")")
+        current.append(char)
+    terms.append("".join(current))
+    return [t.strip() for t in terms if t.strip()]
+
+
+def _checked(key: str, values: list[str], text: str) -> tuple[str, list[str]]:
+    if not _LABEL_KEY.match(key) or len(key.rpartition("/")[2]) > 63:
+        raise status_error(400, f"invalid label key {key[:80]!r} in selector {text[:120]!r}")
+    for value in values:
+        if not _LABEL_VALUE.match(value) or len(value) > 63:
+            raise status_error(400, f"invalid label value {value[:80]!r} in selector {text[:120]!r}")
+    return key, values
+
+
+def _label_term(part: str, text: str) -> LabelMatcher:
+    found = _SET_TERM.match(part)
+    if found is not None:
+        key, values = _checked(found.group(1), [v.strip() for v in found.group(3).split(",")], text)
+        allowed = frozenset(values)
+        if found.group(2) == "in":
+            return lambda labels: labels.get(key) in allowed
+        return lambda labels: labels.get(key) not in allowed
+    for operator, negate in (("!=", True), ("==", False), ("=", False)):
+        if operator in part:
+            raw_key, _, raw_value = part.partition(operator)
+            key, (value,) = _checked(raw_key.strip(), [raw_value.strip()], text)
+            if negate:
+                return lambda labels: labels.get(key) != value
+            return lambda labels: labels.get(key) == value
+    if part.startswith("!"):
+        key, _ = _checked(part[1:].strip(), [], text)
+        return lambda labels: key not in labels
+    key, _ = _checked(part, [], text)
+    return lambda labels: key in labels
+
+
+def parse_label_selector(text: str) -> LabelMatcher:
+    """A predicate over a label map for a label selector such as ``app=x,tier!=db,env in (a,b),!legacy``.
+
+    Terms are comma-ANDed: ``k=v``, ``k==v``, ``k!=v`` (true when ``k`` is absent), ``k`` (exists), ``!k``
+    (absent), ``k in (v1,v2)``, ``k notin (v1,v2)``; an empty selector matches everything. Keys and values are
+    checked against the label syntax (value ≤ 63 characters). Raises :class:`ClusterError` with status 400 for
+    anything else, as kube-apiserver does. Source: apimachinery ``labels.Parse``.
+    """
+    terms = [_label_term(part, text) for part in _split_selector(text)]
+
+    def matches(labels: Mapping[str, str]) -> bool:
+        return all(term(labels) for term in terms)
 
     return matches
 

@@ -52,11 +52,18 @@ class ResourceNames:
 
 @attrs.frozen
 class AnnotationKeys:
-    """Annotation keys. ``node_*`` live on Nodes, ``pod_*`` on Pods."""
+    """Annotation keys. ``node_*`` live on Nodes, ``pod_*`` on Pods.
+
+    ``node_state`` holds the node's Runtime toggle state written by the controller (``disabled``, ``enabling``,
+    ``enabled``, ``disabling``, ``failed``; :mod:`domain.toggle`); the scheduler gives GPU pods only to nodes
+    without it or in ``enabled`` with the enable label ``true``. ``node_toggle`` holds the controller's detail
+    for that state (JSON: target, tries, Job generation, last error), so a restarted controller resumes.
+    """
 
     node_inventory: str = "lj-runtimekit.io/gpu-inventory"
     node_protocol: str = "lj-runtimekit.io/protocol-fingerprint"
     node_state: str = "lj-runtimekit.io/runtime-state"
+    node_toggle: str = "lj-runtimekit.io/runtime-toggle"
     pod_plan: str = "lj-runtimekit.io/gpu-plan"
     pod_policy: str = "lj-runtimekit.io/scheduling-policy"
     pod_gpu_models: str = "lj-runtimekit.io/gpu-models"

@@ -17,13 +17,20 @@ A pod whose constraints are missing from the mapping fits no node — fail close
 * ``ExtendedResourceFit``: extended resources other than ours (names with a ``/``, e.g. ``example.com/fpga``):
   node allocatable minus what the pods bound there request must cover the pod's effective request
   (``max(Σ app, max init)``, Kubernetes' rule); our GPU resources are the ledger's business;
-* ``NodeGate``: nodes the caller marks as not taking GPU pods (stale or foreign-protocol inventory, runtime
-  toggle in transition), each with a reason; CPU-only pods pass.
+* ``RuntimeToggle``: for GPU pods, nodes whose Runtime toggle state annotation (written by the node
+  controller, :mod:`domain.toggle`) is present but is not ``enabled`` with the enable label ``true`` — a toggle
+  in transition (``enabling``, ``disabling``), ``disabled``, ``failed``, an unknown value, or ``enabled`` while the
+  label already asks for disable. Nodes without the annotation were never toggled and keep taking GPU pods as
+  before; CPU-only pods pass;
+* ``NodeGate``: nodes the caller marks as not taking GPU pods (stale or foreign-protocol inventory), each with a
+  reason; CPU-only pods pass.
 
 Cost: masks depend only on the node objects and on one part of the pod's constraints, so each plugin caches
 the full-width mask by ``(NodeTable.version, ledger rows, constraint key)``; ``version`` only moves when a
 scheduling-relevant node field changes (labels, taints, unschedulable), not on heartbeats. With 5000 nodes a
-new constraint key costs one Python pass over the nodes; repeats cost one ``&``.
+new constraint key costs one Python pass over the nodes; repeats cost one ``&``. A plugin that reads an
+annotation registers its key with :meth:`NodeTable.watch_annotation`, so ``version`` also moves when that
+annotation's value changes (and only then).
 
 Sources: kube-scheduler's ``nodeunschedulable``, ``tainttoleration``, ``nodeaffinity`` plugins
 (``pkg/scheduler/framework/plugins``) and the core/v1 API reference for ``NodeSelectorRequirement`` and
@@ -47,10 +54,12 @@ from domain.kube.objects import (
     TaintEffect,
     Toleration,
 )
+from domain.kube.protocol import ProtocolConstants
 from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.framework import BoolArray, CycleState, FilterPlugin
+from domain.toggle.states import Action, ToggleState, desired_from_label
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", TaintEffect.NO_SCHEDULE)
 """The taint kube-scheduler's NodeUnschedulable plugin checks tolerations against."""
@@ -60,6 +69,7 @@ GATE_EXAMPLES = 3
 """Gated nodes named in a NodeGate reason; the rest are counted (reasons end up in pod events)."""
 _CACHE_LIMIT = 512
 """Constraint keys kept per plugin before the cache is dropped (bounded memory; misses only cost time)."""
+_DEFAULTS = ProtocolConstants()
 
 
 @attrs.frozen
@@ -104,23 +114,31 @@ def extended_requests(pod: PodObject, *, ignore: frozenset[str] = frozenset()) -
     return tuple((n, max(app.get(n, 0), init.get(n, 0))) for n in names if max(app.get(n, 0), init.get(n, 0)))
 
 
-def _relevant(node: NodeObject) -> tuple[object, ...]:
-    return (node.name, tuple(sorted(node.labels.items())), node.taints, node.unschedulable)
+def _relevant(node: NodeObject, watched: tuple[str, ...] = ()) -> tuple[object, ...]:
+    annotations = tuple(node.annotations.get(key) for key in watched)
+    return (node.name, tuple(sorted(node.labels.items())), node.taints, node.unschedulable, annotations)
 
 
 class NodeTable:
     """Ledger slot → :class:`NodeObject`, with a ``version`` that moves only when a scheduling-relevant field
-    (name, labels, taints, unschedulable) of some node changes."""
+    (name, labels, taints, unschedulable, a watched annotation) of some node changes."""
 
     def __init__(self) -> None:
         self._nodes: dict[int, NodeObject] = {}
         self.version = 0
+        self.watched: tuple[str, ...] = ()
+
+    def watch_annotation(self, key: str) -> None:
+        """Make changes of annotation ``key`` move :attr:`version` (a plugin reads it)."""
+        if key not in self.watched:
+            self.watched = (*self.watched, key)
+            self.version += 1
 
     def put(self, slot: int, node: NodeObject) -> None:
         """Set the object of ``slot``."""
         old = self._nodes.get(slot)
         self._nodes[slot] = node
-        if old is None or _relevant(old) != _relevant(node):
+        if old is None or _relevant(old, self.watched) != _relevant(node, self.watched):
             self.version += 1
 
     def drop(self, slot: int) -> None:
@@ -304,6 +322,50 @@ class RequiredNodeAffinity(_CachedNodeFilter):
 
 
 
+def toggle_admits(node: NodeObject, *, state_annotation: str, enable_label: str) -> bool:
+    """True when ``node`` may take GPU pods as far as the Runtime toggle goes: it has no state annotation at all
+    (never toggled: backward compatible), or the state is ``enabled`` and the enable label asks for enabled."""
+    state = node.annotations.get(state_annotation)
+    if state is None:
+        return True
+    return (state.strip() == ToggleState.ENABLED.value
+            and desired_from_label(node.labels.get(enable_label)) is Action.ENABLE)
+
+
+class RuntimeToggle(_CachedNodeFilter):
+    """GPU pods only on nodes whose Runtime toggle is enabled (:func:`toggle_admits`; module docstring). The
+    mask depends on no pod constraint, so it is computed once per change of the node table."""
+
+    name = "RuntimeToggle"
+    reason = "node's GPU Runtime is not enabled (being toggled, disabled or failed)"
+
+    def __init__(
+        self, nodes: NodeTable, constraints: Mapping[str, PodConstraints], *, state_annotation: str,
+        enable_label: str,
+    ) -> None:
+        super().__init__(nodes, constraints)
+        self.state_annotation = state_annotation
+        self.enable_label = enable_label
+        nodes.watch_annotation(state_annotation)
+
+    def key(self, constraints: PodConstraints) -> Hashable | None:
+        """Always the same key: the mask does not depend on the pod."""
+        return True
+
+    def admits(self, key: Hashable, node: NodeObject) -> bool:
+        """See :func:`toggle_admits`."""
+        return toggle_admits(node, state_annotation=self.state_annotation, enable_label=self.enable_label)
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus nodes whose toggle is not enabled (GPU pods only)."""
+        if not pod.wants_gpu:
+            return candidates
+        passed: BoolArray = candidates & self._mask(True, ledger.rows)
+        if passed.sum() < candidates.sum():
+            state.reasons[self.name] = self.reason
+        return passed
+
+
 class NodeGate:
     """Rejects, for GPU pods, the nodes named in any of ``sources`` (node name → reason).
 
@@ -413,11 +475,16 @@ def node_filters(
     constraints: Mapping[str, PodConstraints],
     *gates: Mapping[str, str],
     usage: Callable[[str], Mapping[str, int]] | None = None,
+    state_annotation: str = _DEFAULTS.annotations.node_state,
+    enable_label: str = _DEFAULTS.node_label,
 ) -> tuple[FilterPlugin, ...]:
-    """The standalone loop's node filters, in kube-scheduler's order, then :class:`NodeGate`; with ``usage``
-    (bound pods' extended-resource requests per node) also :class:`ExtendedResourceFit`."""
+    """The standalone loop's node filters, in kube-scheduler's order; with ``usage`` (bound pods'
+    extended-resource requests per node) also :class:`ExtendedResourceFit`; then :class:`RuntimeToggle` (on
+    ``state_annotation`` and ``enable_label``, by default the protocol's defaults: pass the loaded protocol's
+    ``annotations.node_state`` and ``node_label`` when they are customised) and :class:`NodeGate`."""
     plugins: list[Callable[[NodeTable, Mapping[str, PodConstraints]], FilterPlugin]] = [
         NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration,
     ]
     fit: tuple[FilterPlugin, ...] = () if usage is None else (ExtendedResourceFit(nodes, constraints, usage),)
-    return (*(make(nodes, constraints) for make in plugins), *fit, NodeGate(*gates))
+    toggle = RuntimeToggle(nodes, constraints, state_annotation=state_annotation, enable_label=enable_label)
+    return (*(make(nodes, constraints) for make in plugins), *fit, toggle, NodeGate(*gates))

@@ -121,7 +121,9 @@ class SchedulerSet:
             self._tie = make_tie_breaker(self.config.tie_break, ledger, rng)
         typical = self.typical_pods() if get_policy(policy).needs_typical_pods else None
         profile = build_profile(policy, ledger, rng=rng, typical=typical)
-        nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage)
+        nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
+                             state_annotation=self.protocol.annotations.node_state,
+                             enable_label=self.protocol.node_label)
         filters = (CandidateNodes(self.candidates), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)

@@ -1,0 +1,97 @@
+"""The Job half of :class:`~adapters.kubernetes.cluster.KubernetesCluster` over ``BatchV1Api`` (a mixin sharing
+its client, request timeout and watch loop).
+
+Protocol facts (batch/v1 API reference; k8s-protocols.md §4.4; checked by ``tests/contract``):
+
+* deletes pass ``propagationPolicy`` explicitly: the batch/v1 default orphans the Job's pods;
+* status is written with a JSON merge patch through ``jobs/status`` (:func:`~.translate_jobs.job_status_patch`);
+  a Job whose ``Complete``/``Failed`` condition is ``True`` is left alone by the Job controller from then on;
+* label selectors are passed to the server verbatim (it answers 400 for a malformed one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+from domain.kube.objects import JobObject, JobStatus, Listing, Propagation, WatchEvent
+
+from .errors import api_errors
+from .translate_jobs import job_from_v1, job_status_patch, job_to_v1
+
+MERGE_PATCH = "application/merge-patch+json"
+
+_T = TypeVar("_T")
+
+
+class KubernetesJobs:
+    """The Job methods of :class:`~adapters.kubernetes.cluster.KubernetesCluster` (module docstring)."""
+
+    _batch: client.BatchV1Api
+    _timeout: float
+
+    def _watch(
+        self,
+        list_fn: Callable[..., Any],
+        convert: Callable[[Any], _T],
+        resource_version: str,
+        timeout_seconds: float,
+        what: str,
+        **kwargs: Any,
+    ) -> Iterator[WatchEvent[_T]]:  # provided by the cluster
+        raise NotImplementedError
+
+    def list_jobs(self, namespace: str, *, label_selector: str = "") -> Listing[JobObject]:
+        """Jobs of ``namespace`` matching ``label_selector``. Raises ClusterError (400 for a bad selector)."""
+        with api_errors(f"list jobs in {namespace[:64]}"):
+            jobs = self._batch.list_namespaced_job(
+                namespace, label_selector=label_selector or None, _request_timeout=self._timeout
+            )
+        rv = (jobs.metadata.resource_version or "") if jobs.metadata is not None else ""
+        return Listing(tuple(job_from_v1(j) for j in jobs.items), rv)
+
+    def watch_jobs(
+        self, namespace: str, *, resource_version: str, timeout_seconds: float, label_selector: str = ""
+    ) -> Iterator[WatchEvent[JobObject]]:
+        """Job changes in ``namespace`` after ``resource_version`` through ``label_selector``, for about
+        ``timeout_seconds`` (s, rounded up). The iterator raises GoneError (410) and ClusterError."""
+        return self._watch(
+            self._batch.list_namespaced_job,
+            job_from_v1,
+            resource_version,
+            timeout_seconds,
+            f"watch jobs in {namespace[:64]}",
+            namespace=namespace,
+            label_selector=label_selector or None,
+        )
+
+    def get_job(self, namespace: str, name: str) -> JobObject:
+        """One Job. Raises NotFoundError."""
+        with api_errors(f"get job {namespace[:64]}/{name[:100]}"):
+            return job_from_v1(self._batch.read_namespaced_job(name, namespace, _request_timeout=self._timeout))
+
+    def create_job(self, job: JobObject) -> JobObject:
+        """Create a Job (:func:`~.translate_jobs.job_to_v1`). Raises ConflictError if it exists, NotFoundError if
+        the namespace does not, ClusterError (422) if invalid (for example a name over 63 characters)."""
+        with api_errors(f"create job {job.namespace[:64]}/{job.name[:100]}"):
+            created = self._batch.create_namespaced_job(job.namespace, job_to_v1(job), _request_timeout=self._timeout)
+        return job_from_v1(created)
+
+    def delete_job(self, namespace: str, name: str, *, propagation: Propagation = Propagation.BACKGROUND) -> None:
+        """Delete a Job with ``propagationPolicy`` = ``propagation``. Raises NotFoundError."""
+        with api_errors(f"delete job {namespace[:64]}/{name[:100]}"):
+            self._batch.delete_namespaced_job(
+                name, namespace, propagation_policy=propagation.value, _request_timeout=self._timeout
+            )
+
+    def set_job_status(self, namespace: str, name: str, status: JobStatus) -> JobObject:
+        """Merge-patch ``status`` through the status subresource. Raises NotFoundError."""
+        body = job_status_patch(status, now=time.time())
+        with api_errors(f"set status of job {namespace[:64]}/{name[:100]}"):
+            job = self._batch.patch_namespaced_job_status(
+                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
+            )
+        return job_from_v1(job)

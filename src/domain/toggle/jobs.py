@@ -1,0 +1,171 @@
+"""The Jobs the controller runs on nodes: names, labels, ownership, and the spec built from settings.
+
+A toggle Job runs ``ljrk job-agent --action enable|disable --config-daemon-socket PATH --timeout S`` once
+(``backoffLimit: 0``, restart ``Never``: the controller retries itself, with backoff) in a pod pinned to the node
+with ``spec.nodeName`` (no scheduler involved), tolerating every taint (a node being disabled may carry a
+"GPU off" taint, and NoExecute taints would evict the pod), with the config daemon's socket directory mounted
+from the host. ``activeDeadlineSeconds`` bounds a Job whose pod never runs; ``ttlSecondsAfterFinished`` is a
+safety net for when no controller runs (the controller deletes succeeded Jobs itself at once, failed ones after
+the same TTL).
+
+Ownership (the controller never touches a Job that fails :func:`is_ours`): label
+``app.kubernetes.io/managed-by=lj-runtimekit-controller`` (the list/watch selector) **and** a controlling owner
+reference to the Node (``v1``/``Node``, name, uid; the garbage collector deletes the Job if the Node goes).
+
+Names are deterministic per node, node UID, action and generation (the node's Job counter):
+``ljrk-<action>-<node stem>-<8 hex of sha256(node/uid)>-<generation>``, at most 63 characters (the API server
+copies Job names into a label value). A node re-created under the same name gets other names. Source: batch/v1 Job
+and core/v1 PodSpec API reference; k8s-protocols.md §4.4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+
+import attrs
+
+from domain.errors import InvalidRequestError
+from domain.kube.objects import HostPathMount, JobObject, OwnerReference, Toleration
+
+from .states import Action
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER = "lj-runtimekit-controller"
+NODE_LABEL = "lj-runtimekit.io/node"
+ACTION_LABEL = "lj-runtimekit.io/action"
+GENERATION_LABEL = "lj-runtimekit.io/generation"
+NODE_ANNOTATION = "lj-runtimekit.io/node"
+JOB_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER}"
+"""Label selector of the controller's Job list and watch."""
+
+MAX_NAME = 63
+"""Longest Job name (it becomes the pods' ``job-name`` label value)."""
+MAX_LABEL_VALUE = 63
+SOCKET_VOLUME = "config-daemon"
+DEFAULT_IMAGE = "lj-runtimekit:latest"
+DEFAULT_SOCKET = "/run/ljrk/runtime.sock"
+ALL_TAINTS = Toleration(operator="Exists")
+"""Empty key with ``Exists``: tolerates every taint, every effect."""
+
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def _digest(node: str, node_uid: str) -> str:
+    return hashlib.sha256(f"{node}/{node_uid}".encode()).hexdigest()[:8]
+
+
+def job_name(node: str, node_uid: str, action: Action, generation: int) -> str:
+    """The Job name for ``node`` (with ``node_uid``), ``action`` and ``generation`` (module docstring): a DNS
+    label of at most :data:`MAX_NAME` characters. Raises :class:`InvalidRequestError` for a negative generation."""
+    if generation < 0:
+        raise InvalidRequestError("generation", generation, "must be >= 0")
+    head = f"ljrk-{action.value}-"
+    tail = f"-{_digest(node, node_uid)}-{generation}"
+    stem = _NOT_NAME.sub("-", node.lower()).strip("-")[: max(0, MAX_NAME - len(head) - len(tail))].strip("-")
+    return f"{head}{stem or 'node'}{tail}"
+
+
+def node_label_value(node: str) -> str:
+    """``node`` as a label value: itself when it fits :data:`MAX_LABEL_VALUE`, else a prefix plus a digest (node
+    names are DNS subdomains, so their characters are valid in label values)."""
+    if len(node) <= MAX_LABEL_VALUE:
+        return node
+    return f"{node[: MAX_LABEL_VALUE - 9]}-{_digest(node, '')}"
+
+
+def is_ours(job: JobObject) -> bool:
+    """True for a Job this controller manages: our ``managed-by`` label, a known action label, and a controlling
+    ``v1``/``Node`` owner reference (module docstring)."""
+    owner = job.owner
+    return (
+        job.labels.get(MANAGED_BY_LABEL) == MANAGER
+        and job_action(job) is not None
+        and owner is not None
+        and owner.kind == "Node"
+        and owner.api_version == "v1"
+        and bool(owner.name)
+    )
+
+
+def job_node(job: JobObject) -> str:
+    """The node a Job of ours is for: its Node owner's name (empty for a Job without one)."""
+    owner = job.owner
+    return owner.name if owner is not None and owner.kind == "Node" else ""
+
+
+def job_action(job: JobObject) -> Action | None:
+    """The action label of a Job, or None when missing or unknown."""
+    try:
+        return Action(job.labels.get(ACTION_LABEL, ""))
+    except ValueError:
+        return None
+
+
+def job_generation(job: JobObject) -> int:
+    """The generation label of a Job (0 when missing or malformed)."""
+    text = job.labels.get(GENERATION_LABEL, "")
+    return int(text) if text.isdigit() else 0
+
+
+@attrs.frozen
+class JobTemplate:
+    """Settings of the Jobs: ``namespace``; ``image`` with ``ljrk`` on its PATH; ``config_daemon_socket`` (the
+    node config daemon's unix socket on the host; its directory is mounted at the same path); ``agent_timeout``
+    (s, the agent's ``--timeout``); ``deadline`` (s, ``activeDeadlineSeconds``); ``ttl`` (s,
+    ``ttlSecondsAfterFinished``, None = unset); ``service_account`` (empty = the namespace default). Raises
+    :class:`InvalidRequestError` for an empty namespace or image, a relative socket path, or non-positive times.
+    """
+
+    namespace: str = "kube-system"
+    image: str = DEFAULT_IMAGE
+    config_daemon_socket: str = DEFAULT_SOCKET
+    agent_timeout: float = 60.0
+    deadline: float = 300.0
+    ttl: float | None = 3600.0
+    service_account: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.namespace:
+            raise InvalidRequestError("namespace", self.namespace, "must not be empty")
+        if not self.image.strip():
+            raise InvalidRequestError("job_image", self.image, "must not be empty")
+        if not posixpath.isabs(self.config_daemon_socket) or self.config_daemon_socket.endswith("/"):
+            raise InvalidRequestError("config_daemon_socket", self.config_daemon_socket,
+                                      "must be an absolute path to a socket file")
+        if not self.agent_timeout > 0 or not self.deadline >= 1:
+            raise InvalidRequestError("agent_timeout", (self.agent_timeout, self.deadline),
+                                      "need agent_timeout > 0 and deadline >= 1 s")
+        if self.ttl is not None and self.ttl < 0:
+            raise InvalidRequestError("ttl", self.ttl, "must be >= 0")
+
+    def command(self, action: Action) -> tuple[str, ...]:
+        """The agent's argv for ``action``."""
+        return ("ljrk", "job-agent", "--action", action.value, "--config-daemon-socket", self.config_daemon_socket,
+                "--timeout", f"{self.agent_timeout:g}")
+
+    def build(self, node: str, node_uid: str, action: Action, generation: int) -> JobObject:
+        """The Job running ``action`` on ``node`` (module docstring)."""
+        directory = posixpath.dirname(self.config_daemon_socket)
+        return JobObject(
+            namespace=self.namespace,
+            name=job_name(node, node_uid, action, generation),
+            labels={
+                MANAGED_BY_LABEL: MANAGER,
+                NODE_LABEL: node_label_value(node),
+                ACTION_LABEL: action.value,
+                GENERATION_LABEL: str(generation),
+            },
+            annotations={NODE_ANNOTATION: node},
+            owner=OwnerReference(api_version="v1", kind="Node", name=node, uid=node_uid, controller=True),
+            node_name=node,
+            image=self.image,
+            command=self.command(action),
+            tolerations=(ALL_TAINTS,),
+            host_paths=(HostPathMount(SOCKET_VOLUME, directory, directory, "DirectoryOrCreate"),),
+            service_account=self.service_account,
+            backoff_limit=0,
+            active_deadline_seconds=max(1, int(self.deadline)),
+            ttl_seconds_after_finished=None if self.ttl is None else int(self.ttl),
+        )

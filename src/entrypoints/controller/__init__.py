@@ -1,0 +1,1 @@
+"""``ljrk controller``: the node controller that enables and disables the node Runtime through Jobs."""
