@@ -37,6 +37,15 @@ class SchedulerMetrics(Protocol):
         """Whether this replica currently leads."""
         ...
 
+    def set_protocol(self, fingerprint: str) -> None:
+        """The fingerprint of the protocol this scheduler loaded (``ProtocolConstants.fingerprint``)."""
+        ...
+
+    def set_protocol_mismatches(self, counts: Mapping[str, int]) -> None:
+        """How many nodes have a node component (``device-plugin``, ``exporter``) publishing another protocol
+        fingerprint than the scheduler's, per component (the full map every time)."""
+        ...
+
 
 StateView = Callable[[], Mapping[ToggleState, int]]
 """Returns how many managed nodes are in each toggle state at the time of the call (a scrape)."""

@@ -344,6 +344,7 @@ def _expected_counts(pods: int) -> dict[str, int]:
         **{PREFIX + spec.name: pods for spec in CONTAINER_METRICS},
         **{PREFIX + spec.name: 1 for spec in NODE_METRICS},
         **{PREFIX + name: 1 for name in (*EXPORTER_GAUGES, *EXPORTER_COUNTERS)},
+        f"{PREFIX}protocol_info": 1,  # component="exporter", the embedded protocol's fingerprint
     }
 
 

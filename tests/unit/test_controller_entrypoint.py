@@ -99,6 +99,9 @@ def test_container_resolves_every_provider(leader_elect: bool, tmp_path: Path) -
         assert controller.enable_label == "gpu_share"
         assert controller.settings.state_key == "example.com/state"
         assert controller.settings.template.namespace == "kube-system"
+        fingerprint = container.protocol().fingerprint()
+        assert (f'lj_runtimekit_protocol_info{{component="controller",fingerprint="{fingerprint}"}} 1.0'
+                in container.metrics_text()().decode())
         app.http.stop()
     finally:
         container.shutdown_resources()

@@ -296,3 +296,37 @@ def test_xid_counts_are_a_counter_by_code() -> None:
     metrics = PrometheusExporterMetrics(lambda: Snapshot(data=data, runtime_up=True), node=NODE)
     parsed = _parse(metrics.exposition())
     assert {labels["xid"]: v for labels, v in parsed[PREFIX + "gpu_xid_errors_total"]} == {"13": 1.0, "79": 2.0}
+
+
+def test_data_part_is_rendered_once_per_pull_and_the_page_equals_a_full_render() -> None:
+    runtime = InMemoryNodeRuntime(_gpus())
+    runtime.allocate(_request("p1", gpu=1))
+    pods = InMemoryPodResources([_listed("p1", gpu=1)])
+    collector = SnapshotCollector(runtime, pods, deadline_s=2)
+    now = [time.time() + 1.0]
+    metrics = PrometheusExporterMetrics(collector.snapshot, node=NODE, clock=lambda: now[0])
+    collector.refresh()
+    first = metrics.exposition()
+    now[0] += 3.0
+    second = metrics.exposition()
+    assert metrics.data_renders == 1  # the second scrape reused the cached GPU/container/node text
+    assert first != second  # ...but the data age moved on
+    collector.refresh()
+    metrics.exposition()
+    assert metrics.data_renders == 2  # a new pull renders again
+    # The cached page is exactly what one uncached render of every family gives.
+    import prometheus_client
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class Everything(prometheus_client.registry.Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            for family in build_families(collector.snapshot(), node=NODE, now=now[0]):
+                cls = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+                metric = cls(family.name, family.help, labels=family.labels)
+                for values, value in family.samples:
+                    metric.add_metric(list(values), value)
+                yield metric
+
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(Everything())
+    assert metrics.exposition() == prometheus_client.generate_latest(registry)

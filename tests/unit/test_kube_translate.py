@@ -57,6 +57,7 @@ from domain.kube.translate import (
     node_requests,
     pod_allocation,
     pod_request,
+    protocol_mismatches,
     read_allocation,
     read_node,
 )
@@ -308,6 +309,23 @@ def test_unusable_inventory_has_a_reason(node: object, why: str, gpus_counted: i
     assert reading.inventory is None
     assert node_inventory(node, PROTOCOL, now=NOW) is None
     assert reading.counted.gpu_count == gpus_counted
+
+
+def test_an_exporter_or_device_plugin_with_another_protocol_gates_the_node() -> None:
+    keys = PROTOCOL.annotations
+    base = make_node("n")
+    exporter = attrs.evolve(base, annotations={**base.annotations, keys.node_exporter_protocol: "e" * 16})
+    assert protocol_mismatches(exporter, PROTOCOL) == {"exporter": "e" * 16}
+    reading = read_node(exporter, PROTOCOL, now=NOW)
+    assert reading.inventory is None
+    assert f"protocol mismatch: exporter speaks {'e' * 16}, scheduler {PROTOCOL.fingerprint()}" in reading.reason
+    agreeing = attrs.evolve(base, annotations={**base.annotations, keys.node_exporter_protocol: PROTOCOL.fingerprint(),
+                                               keys.node_protocol: PROTOCOL.fingerprint()})
+    assert protocol_mismatches(agreeing, PROTOCOL) == {}
+    assert read_node(agreeing, PROTOCOL, now=NOW).reason == ""
+    plugin = attrs.evolve(base, annotations={**base.annotations, keys.node_protocol: "d" * 16})
+    assert protocol_mismatches(plugin, PROTOCOL) == {"device-plugin": "d" * 16}
+    assert "protocol mismatch: device plugin speaks dddd" in read_node(plugin, PROTOCOL, now=NOW).reason
 
 
 def test_heartbeat_exactly_at_the_limit_is_fresh() -> None:

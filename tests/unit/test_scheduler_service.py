@@ -530,3 +530,37 @@ def test_a_held_reservation_that_no_longer_passes_is_redone(change: str) -> None
     placed = (again.allocation.node, again.allocation.containers[0].grants[0].gpu_index)
     assert placed != ("n1", gpu)
     assert w.service.reservation(pod.uid) == again.allocation
+
+
+def test_node_component_with_another_protocol_gets_an_event_a_metric_and_no_gpu_pods() -> None:
+    w = world()
+    w.node("n1")
+    keys = PROTOCOL.annotations
+    ours = PROTOCOL.fingerprint()
+    assert w.sample("lj_runtimekit_protocol_info", component="scheduler", fingerprint=ours) == 1
+    assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="exporter") == 0
+    node = w.cluster.patch_node_metadata("n1", annotations={keys.node_exporter_protocol: "f" * 16})
+    w.service.on_node(node)
+    w.service.on_node(node)  # the same state again: no second Event
+    assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="exporter") == 1
+    [event] = [e for e in w.cluster.events if e.reason == "ProtocolMismatch"]
+    assert (event.kind, event.name, event.type, event.uid) == ("Node", "n1", "Warning", node.uid)
+    assert f"exporter on node n1 runs protocol {'f' * 16}, the scheduler {ours}" in event.message
+    result = w.service.schedule_pod(w.pending("p", core="50", mem="4"))
+    assert not result.scheduled
+    node = w.cluster.patch_node_metadata("n1", annotations={keys.node_exporter_protocol: ours})
+    w.service.on_node(node)
+    assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="exporter") == 0
+    assert w.service.schedule_pod(w.pending("q", core="50", mem="4")).scheduled
+    w.service.on_node_deleted("n1")
+    assert len([e for e in w.cluster.events if e.reason == "ProtocolMismatch"]) == 1
+
+
+def test_a_follower_records_the_mismatch_metric_but_no_event() -> None:
+    w = world()
+    w.leader[0] = False
+    w.node("n1")
+    node = w.cluster.patch_node_metadata("n1", annotations={PROTOCOL.annotations.node_protocol: "0" * 16})
+    w.service.on_node(node)
+    assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="device-plugin") == 1
+    assert not [e for e in w.cluster.events if e.reason == "ProtocolMismatch"]

@@ -17,6 +17,7 @@ import prometheus_client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from adapters.prometheus.protocol import protocol_info_gauge
 from domain.toggle.states import Action, ToggleState
 from ports.metrics import StateView
 
@@ -36,10 +37,15 @@ class _StateCollector(Collector):
 
 
 class PrometheusControllerMetrics:
-    """:class:`ports.metrics.ControllerMetrics` on its own :class:`prometheus_client.CollectorRegistry`."""
+    """:class:`ports.metrics.ControllerMetrics` on its own :class:`prometheus_client.CollectorRegistry`, plus
+    ``lj_runtimekit_protocol_info{component="controller",fingerprint}`` when ``protocol_fingerprint`` is given."""
 
-    def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: prometheus_client.CollectorRegistry | None = None, *, protocol_fingerprint: str | None = None,
+    ) -> None:
         self.registry = registry or prometheus_client.CollectorRegistry()
+        if protocol_fingerprint is not None:
+            protocol_info_gauge(self.registry).labels(component="controller", fingerprint=protocol_fingerprint).set(1)
         self._states = _StateCollector()
         self.registry.register(self._states)
         self._transitions = prometheus_client.Counter(

@@ -4,18 +4,21 @@
 ``lj_runtimekit_scheduler_gpu_memory_{allocatable,allocated}_bytes`` per ``node``/``gpu_index``/``gpu_uuid``/
 ``model`` come from the ledger at scrape time through a custom collector (no stale series after a node or pod
 goes away); ``lj_runtimekit_scheduler_decisions_total{result}``, ``…_failures_total{reason}``,
-``…_drift_repairs_total`` and ``…_leader`` are ordinary instruments.
+``…_drift_repairs_total``, ``…_leader`` and ``…_protocol_mismatch_nodes{component}`` are ordinary instruments;
+``lj_runtimekit_protocol_info{component="scheduler",fingerprint}`` is 1 (every component publishes one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import prometheus_client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ports.metrics import LedgerView
+
+from .protocol import protocol_info_gauge
 
 PREFIX = "lj_runtimekit_scheduler"
 
@@ -61,6 +64,11 @@ class PrometheusSchedulerMetrics:
             f"{PREFIX}_drift_repairs", "Ledger entries repaired by a resync", registry=self.registry)
         self._leader = prometheus_client.Gauge(
             f"{PREFIX}_leader", "1 while this replica leads", registry=self.registry)
+        self._protocol = protocol_info_gauge(self.registry)
+        self._mismatch = prometheus_client.Gauge(
+            f"{PREFIX}_protocol_mismatch_nodes",
+            "Nodes whose device plugin or exporter publishes another protocol fingerprint (no GPU pods there)",
+            ["component"], registry=self.registry)
 
     def decision(self, *, scheduled: bool, reason: str = "") -> None:
         """Count a decision (and its failure reason)."""
@@ -80,6 +88,15 @@ class PrometheusSchedulerMetrics:
     def set_leader(self, leader: bool) -> None:
         """1 while leading, else 0."""
         self._leader.set(1 if leader else 0)
+
+    def set_protocol(self, fingerprint: str) -> None:
+        """``lj_runtimekit_protocol_info{component="scheduler",fingerprint}`` = 1."""
+        self._protocol.labels(component="scheduler", fingerprint=fingerprint).set(1)
+
+    def set_protocol_mismatches(self, counts: Mapping[str, int]) -> None:
+        """Mismatching nodes per component."""
+        for component, count in counts.items():
+            self._mismatch.labels(component=component).set(count)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format (for an HTTP handler)."""

@@ -186,11 +186,21 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
                   float(snapshot.events.errors), "counter")
 
 
+def build_data_families(data: ExporterData, *, node: str) -> Iterator[Family]:
+    """The families that depend only on the Runtime's ``data``: GPU, container, then node."""
+    yield from _gpu_families(node, data)
+    yield from _container_families(node, data)
+    for spec in NODE_METRICS:
+        value = spec.value(data)
+        yield Family(PREFIX + spec.name, spec.help, "gauge", NODE_LABELS, () if value is None else (((node,), value),))
+
+
+def build_health_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:
+    """The exporter's own health families at ``now`` (epoch seconds; data age)."""
+    yield from _exporter_families(node, snapshot, now)
+
+
 def build_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:
     """Every family for ``snapshot`` (module docstring): GPU, container, node, then the exporter's own health."""
-    yield from _gpu_families(node, snapshot.data)
-    yield from _container_families(node, snapshot.data)
-    for spec in NODE_METRICS:
-        value = spec.value(snapshot.data)
-        yield Family(PREFIX + spec.name, spec.help, "gauge", NODE_LABELS, () if value is None else (((node,), value),))
-    yield from _exporter_families(node, snapshot, now)
+    yield from build_data_families(snapshot.data, node=node)
+    yield from build_health_families(snapshot, node=node, now=now)

@@ -54,6 +54,8 @@ class ResourceNames:
 class AnnotationKeys:
     """Annotation keys. ``node_*`` live on Nodes, ``pod_*`` on Pods.
 
+    ``node_protocol`` and ``node_exporter_protocol`` hold the :meth:`ProtocolConstants.fingerprint` the node's
+    device plugin and exporter loaded (the scheduler keeps GPU pods off a node where either differs from its own).
     ``node_state`` holds the node's Runtime toggle state written by the controller (``disabled``, ``enabling``,
     ``enabled``, ``disabling``, ``failed``; :mod:`domain.toggle`); the scheduler gives GPU pods only to nodes
     without it or in ``enabled`` with the enable label ``true``. ``node_toggle`` holds the controller's detail
@@ -62,6 +64,7 @@ class AnnotationKeys:
 
     node_inventory: str = "lj-runtimekit.io/gpu-inventory"
     node_protocol: str = "lj-runtimekit.io/protocol-fingerprint"
+    node_exporter_protocol: str = "lj-runtimekit.io/exporter-protocol-fingerprint"
     node_state: str = "lj-runtimekit.io/runtime-state"
     node_toggle: str = "lj-runtimekit.io/runtime-toggle"
     pod_plan: str = "lj-runtimekit.io/gpu-plan"

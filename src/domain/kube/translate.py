@@ -203,11 +203,28 @@ def inventory_reason(heartbeat: float | None, steady_reason: str, protocol: Prot
     return "; ".join(p for p in (heartbeat_problem(heartbeat, protocol, now=now), steady_reason) if p)
 
 
+PROTOCOL_PUBLISHERS = ("device-plugin", "exporter")
+"""Node components that publish the fingerprint of their protocol on the Node (:func:`protocol_mismatches`)."""
+
+
+def protocol_mismatches(node: NodeObject, protocol: ProtocolConstants) -> dict[str, str]:
+    """``{component: fingerprint}`` for each node component (:data:`PROTOCOL_PUBLISHERS`) whose published
+    protocol fingerprint (annotations ``node_protocol`` for the device plugin, ``node_exporter_protocol`` for the
+    exporter) differs from ``protocol``'s. A component that published nothing is not a mismatch (not deployed,
+    or not started yet: the device plugin's missing inventory gates the node anyway)."""
+    keys = protocol.annotations
+    ours = protocol.fingerprint()
+    published = {"device-plugin": node.annotations.get(keys.node_protocol),
+                 "exporter": node.annotations.get(keys.node_exporter_protocol)}
+    return {c: f for c, f in published.items() if f is not None and f != ours}
+
+
 def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> InventoryReading:
     """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds).
 
     The reason is set when the annotation is missing or malformed, its heartbeat is more than
     ``protocol.inventory_stale_seconds`` old or in the future, it is stamped with another protocol fingerprint,
+    the node's device plugin or exporter publishes another protocol fingerprint (:func:`protocol_mismatches`),
     or when allocatable cannot be parsed. Never raises for bad node content.
     """
     (cpu, memory, pods), problems = _allocatable(node)
@@ -227,6 +244,11 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
             if record.protocol != protocol.fingerprint():
                 problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
                                    f"scheduler {protocol.fingerprint()}")
+    known = any(p.startswith("protocol mismatch") for p in problems)  # the inventory's own stamp, above
+    for component, fingerprint in protocol_mismatches(node, protocol).items():
+        if component != "device-plugin" or not known:
+            problems.insert(0, f"protocol mismatch: {component.replace('-', ' ')} speaks {fingerprint}, "
+                               f"scheduler {protocol.fingerprint()}")
     counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods)
     steady = "; ".join(problems)
     return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady)

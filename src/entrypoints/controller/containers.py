@@ -96,7 +96,8 @@ class ControllerContainer(containers.DeclarativeContainer):
         load_protocol, settings.provided.protocol_file)
     toggle: providers.Provider[ToggleSettings] = providers.Singleton(toggle_settings, settings, protocol)
     cluster: providers.Provider[ClusterApi] = providers.Resource(open_cluster, settings)
-    metrics: providers.Provider[ControllerMetrics] = providers.Singleton(PrometheusControllerMetrics)
+    metrics: providers.Provider[ControllerMetrics] = providers.Singleton(
+        PrometheusControllerMetrics, protocol_fingerprint=providers.Callable(ProtocolConstants.fingerprint, protocol))
     metrics_text: providers.Provider[Callable[[], bytes]] = providers.Callable(exposition, metrics)
     elector: providers.Provider[LeaderElector | None] = providers.Singleton(make_elector, cluster, settings)
     controller: providers.Provider[ToggleController] = providers.Singleton(

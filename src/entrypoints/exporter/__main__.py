@@ -1,7 +1,8 @@
 """``ljrk exporter`` (also ``python -m entrypoints.exporter``): Runtime data to Prometheus metrics.
 
 ``ljrk exporter --node-name NAME --runtime-socket PATH --listen HOST:PORT [--pod-resources-socket PATH]
-[--kubeconfig FILE] [--interval SECONDS] [--deadline SECONDS] [--runtime-wait SECONDS] [--log-level LEVEL]``
+[--kubeconfig FILE] [--protocol FILE] [--interval SECONDS] [--deadline SECONDS] [--runtime-wait SECONDS]
+[--log-level LEVEL]``
 
 ``--kubeconfig`` (else the pod's in-cluster config) lets the detector write Kubernetes Events on the node
 (``domain.exporter.detector``); when neither config can be loaded, Events are off (one log line) and the
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.signals import stop_on_signals
 from ports.runtime import NodeRuntimeError
@@ -52,6 +54,8 @@ def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:
                         "(default: none, every Runtime record is reported)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
                         help="kubeconfig for Events on the node (default: in-cluster config; none: no Events)")
+    parser.add_argument("--protocol", type=Path, metavar="FILE",
+                        help="protocol.yaml (default: the embedded one); its fingerprint is published on the node")
     parser.add_argument("--interval", type=float, default=10.0, metavar="SECONDS",
                         help="how often the Runtime is pulled (default: 10)")
     parser.add_argument("--deadline", type=float, default=5.0, metavar="SECONDS",
@@ -68,6 +72,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
         node_name=args.node_name, runtime_socket=args.runtime_socket, listen=args.listen,
         pod_resources_socket=args.pod_resources_socket, interval_s=args.interval, deadline_s=args.deadline,
         runtime_wait_s=args.runtime_wait, log_level=args.log_level, kubeconfig=args.kubeconfig,
+        protocol_file=args.protocol,
     )
 
 
@@ -90,6 +95,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk exporter",
     try:
         try:
             app = container.app()
+        except ProtocolFileError as error:
+            return fail(error, EXIT_USAGE)
         except (NodeRuntimeError, UnsupportedFeatureError) as error:
             return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
         try:

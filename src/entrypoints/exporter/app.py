@@ -10,7 +10,7 @@ from __future__ import annotations
 import http.server
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -53,6 +53,7 @@ class ExporterSettings:
     runtime_wait_s: float = 30.0
     log_level: str = "INFO"
     kubeconfig: Path | None = None
+    protocol_file: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
@@ -96,11 +97,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class ExporterApp:
     """Runs ``collector`` in the background and serves ``exposition`` on ``host``:``port``. ``port`` 0 picks a
-    free port (read :attr:`port` after :meth:`start`)."""
+    free port (read :attr:`port` after :meth:`start`). Each of ``tasks`` runs on its own daemon thread with the
+    stop event (for example publishing the protocol fingerprint on the node)."""
 
-    def __init__(self, collector: SnapshotCollector, exposition: Callable[[], bytes], *, host: str, port: int) -> None:
+    def __init__(
+        self, collector: SnapshotCollector, exposition: Callable[[], bytes], *, host: str, port: int,
+        tasks: Sequence[Callable[[threading.Event], None]] = (),
+    ) -> None:
         self.collector = collector
         self.exposition = exposition
+        self._tasks = tuple(tasks)
         self._address = (host, port)
         self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
@@ -126,6 +132,8 @@ class ExporterApp:
             threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="ljrk-exp-http",
                              daemon=True),
         ]
+        self._threads += [threading.Thread(target=task, args=(self._stop,), name=f"ljrk-exp-task-{i}", daemon=True)
+                          for i, task in enumerate(self._tasks)]
         for thread in self._threads:
             thread.start()
         log.info("exporter serving /metrics on %s:%d", self._address[0], self.port)

@@ -21,6 +21,8 @@ from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.prometheus.exporter import PrometheusExporterMetrics
+from adapters.protocolfile import load_protocol
+from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.logs import configure_logging
 from ports.cluster import ClusterApi
 from ports.pod_resources import PodResourcesLister
@@ -29,6 +31,7 @@ from ports.runtime import NodeRuntime
 from .app import REQUIRED_FEATURES, ExporterApp, ExporterSettings, parse_listen
 from .collector import SnapshotCollector
 from .events import NodeEventRecorder
+from .publish import ProtocolPublisher
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +82,37 @@ def make_events(cluster: ClusterApi | None, settings: ExporterSettings) -> NodeE
     return None if cluster is None else NodeEventRecorder(cluster, node=settings.node_name)
 
 
-def make_metrics(collector: SnapshotCollector, settings: ExporterSettings) -> PrometheusExporterMetrics:
-    """The Prometheus collector over ``collector``'s snapshot."""
-    return PrometheusExporterMetrics(collector.snapshot, node=settings.node_name)
+def make_metrics(
+    collector: SnapshotCollector, settings: ExporterSettings, protocol: ProtocolConstants
+) -> PrometheusExporterMetrics:
+    """The Prometheus collector over ``collector``'s snapshot, with the protocol's fingerprint."""
+    return PrometheusExporterMetrics(collector.snapshot, node=settings.node_name,
+                                     protocol_fingerprint=protocol.fingerprint())
+
+
+def make_publisher(
+    cluster: ClusterApi | None, settings: ExporterSettings, protocol: ProtocolConstants
+) -> ProtocolPublisher | None:
+    """Writes the protocol fingerprint on the node, or None without a cluster."""
+    if cluster is None:
+        return None
+    return ProtocolPublisher(cluster, node=settings.node_name, key=protocol.annotations.node_exporter_protocol,
+                             fingerprint=protocol.fingerprint())
 
 
 def make_app(
-    collector: SnapshotCollector, metrics: PrometheusExporterMetrics, settings: ExporterSettings
+    collector: SnapshotCollector, metrics: PrometheusExporterMetrics, settings: ExporterSettings,
+    publisher: ProtocolPublisher | None,
 ) -> ExporterApp:
-    """The serving app on ``--listen``."""
+    """The serving app on ``--listen`` (publishing the protocol fingerprint in the background)."""
     host, port = parse_listen(settings.listen)
-    return ExporterApp(collector, metrics.exposition, host=host, port=port)
+    return ExporterApp(collector, metrics.exposition, host=host, port=port,
+                       tasks=() if publisher is None else (publisher,))
 
 
 class ExporterContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → runtime, pod_resources, cluster, events, collector, metrics, app."""
+    """``settings`` (required) → runtime, pod_resources, cluster, events, collector, protocol, metrics,
+    publisher, app."""
 
     settings: providers.Dependency[ExporterSettings] = providers.Dependency(instance_of=ExporterSettings)
     logging = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -105,5 +124,10 @@ class ExporterContainer(containers.DeclarativeContainer):
         SnapshotCollector, runtime, pod_resources, interval_s=settings.provided.interval_s,
         deadline_s=settings.provided.deadline_s, events=events,
     )
-    metrics: providers.Provider[PrometheusExporterMetrics] = providers.Singleton(make_metrics, collector, settings)
-    app: providers.Provider[ExporterApp] = providers.Singleton(make_app, collector, metrics, settings)
+    protocol: providers.Provider[ProtocolConstants] = providers.Singleton(
+        load_protocol, settings.provided.protocol_file)
+    metrics: providers.Provider[PrometheusExporterMetrics] = providers.Singleton(
+        make_metrics, collector, settings, protocol)
+    publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
+        make_publisher, cluster, settings, protocol)
+    app: providers.Provider[ExporterApp] = providers.Singleton(make_app, collector, metrics, settings, publisher)

@@ -49,9 +49,9 @@ from collections.abc import Callable, Collection, Iterator
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
-from domain.kube.objects import NodeObject, PodObject
+from domain.kube.objects import ClusterEvent, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import pod_request
+from domain.kube.translate import PROTOCOL_PUBLISHERS, pod_request, protocol_mismatches
 from domain.ledger import ClusterLedger, GpuUsage
 from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
@@ -136,7 +136,10 @@ class SchedulerService:
         self._leading = False  # a term is open (begin_leading … stop_leading)
         self._term = 0  # bumped on every leadership change, so a late rebuild of an old term serves nothing
         self._floor: tuple[int | None, int | None] = (None, None)  # (nodes, pods) RVs of the adopted listing
+        self._mismatched: dict[str, dict[str, str]] = {}  # node → {component: fingerprint} differing from ours
         metrics.watch_ledger(self._ledger_view)
+        metrics.set_protocol(protocol.fingerprint())
+        metrics.set_protocol_mismatches(dict.fromkeys(PROTOCOL_PUBLISHERS, 0))
 
     # ------------------------------------------------------------------ informer events
     def on_node(self, node: NodeObject) -> None:
@@ -148,11 +151,47 @@ class SchedulerService:
                 self.sync.on_node(node)
             if new and self._known(node.name):
                 self._changed()
+            appeared = self._track_protocol(node.name, protocol_mismatches(node, self.protocol))
+        for component, fingerprint in appeared.items():
+            self._node_event(node, "ProtocolMismatch", f"{component} on node {node.name} runs protocol "
+                             f"{fingerprint}, the scheduler {self.protocol.fingerprint()}: no GPU pods are placed "
+                             f"here until they agree (compare the ConfigMaps with `ljrk protocol check`)")
 
     def on_node_deleted(self, node: NodeObject | str) -> None:
         """Node deleted (its object or its name); its reservations are dropped. Never raises."""
         with self.lock:
-            self.sync.on_node_deleted(node if isinstance(node, str) else node.name)
+            name = node if isinstance(node, str) else node.name
+            self.sync.on_node_deleted(name)
+            self._track_protocol(name, {})
+
+    def _track_protocol(self, node: str, mismatches: dict[str, str]) -> dict[str, str]:
+        """Record ``node``'s protocol mismatches, update the per-component node counts; returns the mismatches
+        that are new (a component that started differing, or now differs in another way). Caller holds the
+        lock."""
+        before = self._mismatched.get(node, {})
+        if mismatches == before:
+            return {}
+        if mismatches:
+            self._mismatched[node] = mismatches
+        else:
+            self._mismatched.pop(node, None)
+        counts = dict.fromkeys(PROTOCOL_PUBLISHERS, 0)
+        for found in self._mismatched.values():
+            for component in found:
+                counts[component] += 1
+        self.metrics.set_protocol_mismatches(counts)
+        return {c: f for c, f in mismatches.items() if before.get(c) != f}
+
+    def _node_event(self, node: NodeObject, reason: str, message: str) -> None:
+        """A Warning Event on ``node`` (leader only, so replicas do not repeat it); best effort: failures are
+        logged, never raised."""
+        if not self.is_leader():
+            return
+        try:
+            self.cluster.create_event(ClusterEvent("Node", node.name, reason, message[:1000], type="Warning",
+                                                   uid=node.uid))
+        except Exception as error:  # an Event is never worth an informer failure
+            log.warning("event not recorded", extra=fields(node=node.name, reason=reason, error=str(error)))
 
     def on_pod(self, pod: PodObject) -> None:
         """Pod added or updated: books, observed pod classes, listeners; a finished pod wakes waiting pods. Idempotent
