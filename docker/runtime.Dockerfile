@@ -1,0 +1,34 @@
+# lj-runtimekit/runtime: ljrk runtime: the reference node Runtime (deploy/runtime).
+# Build from the repository root (`make docker` builds every image):
+#   docker build -f docker/runtime.Dockerfile -t lj-runtimekit/runtime:VERSION .
+# (VERSION: pyproject.toml's version, the tag the manifests in deploy/ use.)
+# Stage 1 builds the project's wheel and installs it with its dependencies into a virtual environment without pip;
+# stage 2 copies only that environment onto the slim Python base (no wheel cache, no sources, no build tools).
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src/ src/
+RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+ && python -m venv --without-pip /opt/lj-runtimekit \
+ && python -m pip --python /opt/lj-runtimekit/bin/python install /wheels/*.whl \
+ && /opt/lj-runtimekit/bin/ljrk --version
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="lj-runtimekit/runtime" \
+      org.opencontainers.image.description="LJ RuntimeKit: ljrk runtime" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/lj-runtimekit /opt/lj-runtimekit
+# Read-only root filesystem in the manifests: no bytecode writes at run time; logs unbuffered.
+ENV PATH=/opt/lj-runtimekit/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# Lets the NVIDIA container toolkit inject NVML and the GPUs (deploy/runtime sets them too).
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility
+# Root: it opens the GPUs' device nodes through NVML and serves a socket in a root-owned host
+# directory (deploy/runtime runs it privileged).
+USER 0:0
+ENTRYPOINT ["ljrk", "runtime"]
