@@ -1,0 +1,56 @@
+"""A kubelet emulator for one node, speaking kubelet's real gRPC protocols on unix sockets (for ``ljrk up`` and
+integration tests): device-plugin Registration and the device manager's pod admission
+(:mod:`.devicemanager`), pod-resources ``List`` (:mod:`.podresources`) and the pod lifecycle over the cluster port
+(:mod:`.node`). Behaviour follows research/k8s-protocols.md §1.4 and §2; what is not emulated is listed in
+:mod:`.devicemanager`.
+
+It lives inside ``adapters.grpc`` because only that package may import ``grpc`` and the generated kubelet code
+(import-linter contracts in ``pyproject.toml``).
+"""
+
+from .admission import (
+    UNEXPECTED_ADMISSION_ERROR,
+    AdmissionError,
+    AdmissionResult,
+    ContainerAdmission,
+    PodAdmission,
+    PreferredFn,
+    container_requests,
+    merge_responses,
+    pick_devices,
+)
+from .clock import Clock, ManualClock, SystemClock
+from .devicemanager import RUN_CONTAINER_ERROR, DeviceManager
+from .endpoint import PluginEndpoint, PluginOptions
+from .node import DURATION_ANNOTATION, INVALID_DURATION_REASON, NodeKubelet, Rejection, parse_duration
+from .podresources import PodResourcesServer, list_response
+from .registration import KUBELET_SOCKET_NAME, SUPPORTED_VERSIONS, PluginRegistry
+
+__all__ = [
+    "DURATION_ANNOTATION",
+    "INVALID_DURATION_REASON",
+    "KUBELET_SOCKET_NAME",
+    "RUN_CONTAINER_ERROR",
+    "SUPPORTED_VERSIONS",
+    "UNEXPECTED_ADMISSION_ERROR",
+    "AdmissionError",
+    "AdmissionResult",
+    "Clock",
+    "ContainerAdmission",
+    "DeviceManager",
+    "ManualClock",
+    "NodeKubelet",
+    "PluginEndpoint",
+    "PluginOptions",
+    "PluginRegistry",
+    "PodAdmission",
+    "PodResourcesServer",
+    "PreferredFn",
+    "Rejection",
+    "SystemClock",
+    "container_requests",
+    "list_response",
+    "merge_responses",
+    "parse_duration",
+    "pick_devices",
+]

@@ -1,0 +1,141 @@
+"""Kubelet's pod-resources API v1 ``List`` (research/k8s-protocols.md §2; proto vendored at v1.20.2, which has
+``List`` only) on ``<pod-resources-dir>/kubelet.sock``.
+
+``List`` reports every active pod — admitted and not yet ended — with each app container and, per resource, the
+device IDs kubelet allocated to it (init containers are not listed, as in kubelet; a container without devices is
+listed with none). Topology and CPU IDs are left empty. Like kubelet, the server limits calls to ``qps`` per
+second with bursts of ``burst`` and answers RESOURCE_EXHAUSTED "rejected by rate limit" beyond that.
+"""
+
+from __future__ import annotations
+
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from .._pb.kubelet.podresources.v1 import api_pb2 as pr
+from .._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
+from ..client import unix_target
+from ..sockets import prepare_socket_path
+from .admission import PodAdmission
+
+POD_RESOURCES_SOCKET_NAME = "kubelet.sock"
+"""The socket's file name in the pod-resources directory (``/var/lib/kubelet/pod-resources/kubelet.sock``)."""
+
+DEFAULT_QPS = 100.0
+"""Kubelet's pod-resources rate limit, calls per second (``podresources.DefaultQPS``)."""
+
+DEFAULT_BURST = 10
+"""Kubelet's pod-resources burst (``podresources.DefaultBurstTokens``)."""
+
+
+def list_response(pods: Sequence[PodAdmission]) -> pr.ListPodResourcesResponse:
+    """The ``List`` reply for ``pods`` (module docstring): one PodResources per pod, one ContainerResources per app
+    container, one ContainerDevices per resource it holds."""
+    return pr.ListPodResourcesResponse(pod_resources=[
+        pr.PodResources(name=pod.name, namespace=pod.namespace, containers=[
+            pr.ContainerResources(name=container.name, devices=[
+                pr.ContainerDevices(resource_name=resource, device_ids=list(ids))
+                for resource, ids in container.devices.items()
+            ])
+            for container in pod.app_containers
+        ])
+        for pod in pods
+    ])
+
+
+class _TokenBucket:
+    """``qps`` tokens per second up to ``burst``; thread-safe."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._qps = qps
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._qps)
+            self._at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
+
+
+class _Servicer(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, pods: Callable[[], Sequence[PodAdmission]], limiter: _TokenBucket | None) -> None:
+        self._pods = pods
+        self._limiter = limiter
+
+    def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
+        if self._limiter is not None and not self._limiter.take():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+        return list_response(self._pods())
+
+
+class PodResourcesServer:
+    """Serves pod-resources ``List`` on ``<directory>/kubelet.sock`` over ``pods`` (called per request; e.g.
+    :meth:`DeviceManager.admitted <.devicemanager.DeviceManager.admitted>`). ``qps``/``burst`` set the rate limit
+    (``qps`` None = unlimited).
+
+    :meth:`start` replaces a stale socket and serves (raises OSError when it cannot bind); :meth:`stop` stops,
+    joins the workers and removes the socket (idempotent); :meth:`restart` is a kubelet restart (new inode).
+    """
+
+    def __init__(self, directory: Path, pods: Callable[[], Sequence[PodAdmission]], *,
+                 qps: float | None = DEFAULT_QPS, burst: int = DEFAULT_BURST, max_workers: int = 4) -> None:
+        self.directory = directory
+        self._servicer = _Servicer(pods, None if qps is None else _TokenBucket(qps, burst))
+        self._max_workers = max_workers
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+
+    @property
+    def socket(self) -> Path:
+        """``<directory>/kubelet.sock``."""
+        return self.directory / POD_RESOURCES_SOCKET_NAME
+
+    def start(self) -> None:
+        """Serve (class docstring); a no-op while serving."""
+        with self._lock:
+            if self._server is not None:
+                return
+            prepare_socket_path(self.socket, refuse_live=False)
+            executor = futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="kubelet-emu-pr")
+            server = grpc.server(executor)
+            pr_grpc.add_PodResourcesListerServicer_to_server(self._servicer, server)
+            if server.add_insecure_port(unix_target(self.socket)) == 0:
+                executor.shutdown(wait=False)
+                raise OSError(f"cannot bind pod-resources to {self.socket}")
+            server.start()
+            self._server, self._executor = server, executor
+
+    def stop(self) -> None:
+        """Stop serving (class docstring)."""
+        with self._lock:
+            server, executor = self._server, self._executor
+            self._server = self._executor = None
+        if server is None:
+            return
+        server.stop(0).wait()
+        if executor is not None:
+            executor.shutdown(wait=True)
+        try:
+            if stat.S_ISSOCK(self.socket.lstat().st_mode):
+                self.socket.unlink()
+        except FileNotFoundError:
+            pass
+
+    def restart(self) -> None:
+        """Stop and serve again on a new socket."""
+        self.stop()
+        self.start()
