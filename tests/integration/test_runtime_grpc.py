@@ -142,8 +142,9 @@ def test_restart_keeps_config_state_and_allocations(sock_dir: Path) -> None:
     finally:
         node.stop()
     files = sorted(p.name for p in (sock_dir / "state").iterdir())
-    assert files == ["runtime-state.json"]  # written atomically: no temporary file left behind
-    assert json.loads((sock_dir / "state" / "runtime-state.json").read_text())["version"] == 1
+    # written atomically: no temporary file left behind; changes after the base went to the journal
+    assert files == ["runtime-state.journal", "runtime-state.json"]
+    assert json.loads((sock_dir / "state" / "runtime-state.json").read_text())["version"] == 2
     node = start(sock_dir)
     try:
         status = node.config.status()
