@@ -2,7 +2,11 @@
 
 Implementations: ``adapters.nvml.NvmlGpuBackend`` (real GPUs through NVML) and
 ``adapters.simulated.SimulatedGpuBackend`` (deterministic fake GPUs for tests, demos and the local cluster).
-MIG instances come later (issue 8). Speaks domain types only; no NVML handle ever crosses it.
+Speaks domain types only; no NVML handle ever crosses it.
+
+MIG (issue 8): ``devices`` lists each MIG GPU's instances (unowned: the Runtime adds owners from its records);
+``create_mig_instance`` / ``destroy_mig_instance`` change the layout for the dynamic strategy, each all or nothing
+(a GPU instance whose compute instance cannot be created is destroyed again before the error is raised).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from domain.gpu import GpuUuid
-from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, UsageSample
+from domain.mig.profiles import MigProfile
+from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, MigInstanceInfo, UsageSample
 
 
 class GpuBackendError(Exception):
@@ -31,7 +36,9 @@ class GpuBackend(Protocol):
         ...
 
     def devices(self) -> tuple[DeviceInfo, ...]:
-        """Every GPU in index order with current health. Raises :class:`GpuBackendError`."""
+        """Every GPU in index order with current health; a GPU in MIG mode with its instances (by start, owner
+        None). A MIG listing that fails for one GPU leaves that GPU's instances empty. Raises
+        :class:`GpuBackendError`."""
         ...
 
     def device_minors(self) -> Mapping[GpuUuid, int]:
@@ -40,8 +47,22 @@ class GpuBackend(Protocol):
         ...
 
     def sample(self, allocations: Sequence[ContainerAllocation]) -> UsageSample:
-        """Measure every GPU, and the containers of ``allocations`` where use can be attributed. A metric that
-        cannot be read is None with the reason in ``GpuSample.error``; this never raises for one GPU."""
+        """Measure every GPU, every MIG instance (``UsageSample.mig``), and the containers of ``allocations`` where
+        use can be attributed. A metric that cannot be read is None with the reason in ``GpuSample.error`` /
+        ``MigSample.error``; this never raises for one GPU."""
+        ...
+
+    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+        """Create a GPU instance of ``profile`` at memory slice ``start`` on GPU ``gpu`` and one compute instance
+        spanning it; returns it as listed (ids, ``MIG-…`` UUID, memory in bytes; owner None). All or nothing.
+        Raises :class:`GpuBackendError` naming the GPU, profile and start (not in MIG mode, slices taken, driver
+        refusal)."""
+        ...
+
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
+        """Destroy ``instance``'s compute instance, then its GPU instance. An instance already gone (or a GPU
+        instance at that id now placed elsewhere) is not an error. Raises :class:`GpuBackendError` when the driver
+        refuses (e.g. still in use)."""
         ...
 
     def poll_health(self, timeout_s: float) -> tuple[HealthChange, ...]:

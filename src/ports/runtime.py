@@ -12,6 +12,12 @@ behind gRPC):
 * ``release`` of nothing returns 0, never raises.
 * ``watch_health`` opens with one ``initial`` event per GPU, then delivers every change until ``close()``.
 * ``exporter_data`` lists every GPU (idle ones too) and every allocated container.
+* MIG (Runtime 1.1.0): ``list_devices`` lists each MIG GPU's instances with their owners; ``allocate`` grants the
+  planned instances (``ContainerAllocationRequest.mig``, rules in ``domain.runtime.mig``) and answers
+  ``NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,…``; a Runtime with the dynamic strategy creates planned instances at
+  Allocate and ``release`` destroys them once no record holds them (one that cannot be destroyed keeps its record
+  and raises, so the caller retries); ``exporter_data`` adds a row per MIG instance. Clients that use MIG check
+  the features (``domain.runtime.features.mig_features``) after ``get_version``.
 
 Errors: the contract errors of ``domain.runtime.errors`` above; :class:`RuntimeUnavailableError` when the Runtime
 cannot be reached in time; :class:`NodeRuntimeError` for anything else a remote Runtime reports.

@@ -6,7 +6,8 @@ Every case runs four times: ``[memory]`` on InMemoryNodeRuntime, ``[reference]``
 clients), so the wire adds and loses nothing.
 
 Behaviours covered:
-- GetVersion: version ≥ 1.0.0 with every 1.0 feature advertised; a feature the Runtime lacks is refused clearly;
+- GetVersion: version ≥ 1.1.0 with every 1.0 feature and the MIG features advertised; a feature the Runtime lacks
+  is refused clearly (``mig-dynamic`` on a static Runtime, below);
 - ListDevices returns the inventory;
 - Allocate: the env vars (visible devices, LJRK_* and HAMi-core limits), the ledger's default rule for omitted
   memory; identical repeats give the same response and one record; a different plan conflicts; an unknown GPU or
@@ -15,7 +16,15 @@ Behaviours covered:
   record counts;
 - Release: one container, a whole pod, nothing;
 - ExporterGetDataList: every GPU, idle included, with allocated totals; one row per container with its limits;
-- WatchHealth: one initial event per GPU, then a health change (within 1 s), and close ends the stream.
+- WatchHealth: one initial event per GPU, then a health change (within 1 s), and close ends the stream;
+- MIG (a GPU in MIG mode with two pre-created instances; the Runtime runs the dynamic strategy unless marked
+  static): GetVersion advertises the 1.1 MIG features, and a static Runtime does not advertise ``mig-dynamic`` and
+  refuses to create; ListDevices lists instances with ids, profile, placement, memory, ``MIG-…`` UUID and owner;
+  Allocate hands out an existing instance by start, by MIG UUID or by profile alone, answers
+  NVIDIA_VISIBLE_DEVICES with the MIG UUID, is idempotent, shares an instance only within its pod; a created
+  instance appears with its owner and Release destroys it while a pre-created one turns free; a time-sharing plan
+  on the MIG GPU, a MIG plan on a whole GPU, an unknown profile and an overlapping placement are invalid;
+  ExporterGetDataList has one row per instance with its owner and the container row names its MIG UUIDs.
 """
 
 from __future__ import annotations
@@ -34,9 +43,18 @@ import pytest
 from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime, GrpcRuntimeServer
 from adapters.memory.runtime import InMemoryNodeRuntime, InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
-from domain.gpu import Gpu, GpuUuid, Health
+from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.gpu import MigOwner, PlacementMode
 from domain.runtime.features import RUNTIME_FEATURES, SemVer
-from domain.runtime.types import ContainerAllocationRequest, DeviceInfo, HealthChange, PlannedGpu, RuntimeState
+from domain.runtime.types import (
+    ContainerAllocationRequest,
+    DeviceInfo,
+    HealthChange,
+    MigInstanceInfo,
+    PlannedGpu,
+    PlannedMig,
+    RuntimeState,
+)
 from domain.units import GiB
 from entrypoints.runtime.service import RuntimeService
 from ports.node_config import NodeConfig
@@ -51,8 +69,12 @@ from ports.runtime import (
 
 A = GpuUuid("GPU-0a0a0a0a-0000-4000-8000-000000000000")
 B = GpuUuid("GPU-0b0b0b0b-0000-4000-8000-000000000000")
-GPUS = (Gpu(0, A, "A100", 16 * GiB), Gpu(1, B, "A100", 16 * GiB))
+C = GpuUuid("GPU-0c0c0c0c-0000-4000-8000-000000000000")
+GPUS = (Gpu(0, A, "A100", 16 * GiB), Gpu(1, B, "A100", 16 * GiB),
+        Gpu(2, C, "NVIDIA A100-SXM4-80GB", 80 * GiB, mig_mode=MigMode.ENABLED))
+LAYOUTS = {2: [("3g.40gb", 0), ("1g.10gb", 4)]}
 V1_FEATURES = sorted(name for name, f in RUNTIME_FEATURES.items() if f.minimum == SemVer(1, 0, 0))
+MIG_FEATURES = ["mig-allocate", "mig-dynamic", "mig-exporter-data", "mig-inventory", "mig-partitions"]
 
 
 @attrs.define
@@ -69,14 +91,14 @@ Parts = tuple[NodeRuntime, NodeConfig, Callable[[str, Health, str], None], Calla
 """(runtime, config, set_health, close)."""
 
 
-def _memory() -> Parts:
-    runtime = InMemoryNodeRuntime(GPUS)
+def _memory(mode: PlacementMode) -> Parts:
+    runtime = InMemoryNodeRuntime(GPUS, mig_layouts=LAYOUTS, mig_mode=mode)
     return runtime, runtime, runtime.set_health, runtime.close
 
 
-def _reference() -> Parts:
-    backend = SimulatedGpuBackend(GPUS)
-    service = RuntimeService(backend, InMemoryRuntimeStateStore(), health_poll_s=0.05)
+def _reference(mode: PlacementMode) -> Parts:
+    backend = SimulatedGpuBackend(GPUS, mig_layouts=LAYOUTS)
+    service = RuntimeService(backend, InMemoryRuntimeStateStore(), health_poll_s=0.05, mig_mode=mode)
     service.start()
 
     def inject(uuid: str, health: Health, reason: str) -> None:
@@ -89,10 +111,23 @@ def _reference() -> Parts:
     return service, service, inject, close
 
 
-@pytest.fixture(params=["memory", "memory-grpc", "reference", "reference-grpc"])
+KINDS = ["memory", "memory-grpc", "reference", "reference-grpc"]
+
+
+@pytest.fixture(params=KINDS)
 def rut(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
-    kind: str = request.param
-    runtime, config, inject, close = _memory() if kind.startswith("memory") else _reference()
+    """A Runtime with the dynamic MIG strategy."""
+    yield from _under_test(request.param, PlacementMode.DYNAMIC)
+
+
+@pytest.fixture(params=KINDS)
+def rut_static(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
+    """A Runtime with the static MIG strategy."""
+    yield from _under_test(request.param, PlacementMode.STATIC)
+
+
+def _under_test(kind: str, mode: PlacementMode) -> Iterator[RuntimeUnderTest]:
+    runtime, config, inject, close = _memory(mode) if kind.startswith("memory") else _reference(mode)
     if not kind.endswith("grpc"):
         yield RuntimeUnderTest(kind, runtime, config, inject)
         close()
@@ -122,15 +157,15 @@ def plan(
 
 def test_version_and_capabilities(rut: RuntimeUnderTest) -> None:
     info = rut.runtime.get_version()
-    assert info.version >= SemVer(1, 0, 0)
+    assert info.version >= SemVer(1, 1, 0)
     assert set(V1_FEATURES) <= info.capabilities
-    info.require(*V1_FEATURES)
-    with pytest.raises(UnsupportedFeatureError, match=r"lacks feature 'mig-partitions'.*needs Runtime >= 1\.1\.0"):
-        info.require("mig-partitions")
+    info.require(*V1_FEATURES, *MIG_FEATURES)
 
 
 def test_list_devices(rut: RuntimeUnderTest) -> None:
-    assert rut.runtime.list_devices() == tuple(DeviceInfo(g) for g in GPUS)
+    devices = rut.runtime.list_devices()
+    assert [d.gpu for d in devices] == list(GPUS)
+    assert devices[:2] == tuple(DeviceInfo(g) for g in GPUS[:2])
 
 
 def test_allocate_env_and_limits(rut: RuntimeUnderTest) -> None:
@@ -208,7 +243,7 @@ def test_exporter_data(rut: RuntimeUnderTest) -> None:
     rut.runtime.allocate(plan("main", PlannedGpu(0, A, 300, 4 * GiB)))
     data = rut.runtime.exporter_data()
     assert [row.device.gpu for row in data.gpus] == list(GPUS)
-    busy, idle = data.gpus
+    busy, idle, _ = data.gpus
     assert (busy.allocated_core_milli, busy.allocated_memory_bytes) == (500, 4 * GiB)  # max(init, Σ app)
     assert (idle.allocated_core_milli, idle.allocated_memory_bytes) == (0, 0)
     assert data.sampled_at > 0
@@ -239,8 +274,8 @@ def test_watch_health(rut: RuntimeUnderTest) -> None:
     received, thread = _reader(stream)
     try:
         initial = [received.get(timeout=5) for _ in GPUS]
-        assert [(c.uuid, c.health, c.initial) for c in initial if c] == [(A, Health.HEALTHY, True),
-                                                                          (B, Health.HEALTHY, True)]
+        assert [(c.uuid, c.health, c.initial) for c in initial if c] == [
+            (A, Health.HEALTHY, True), (B, Health.HEALTHY, True), (C, Health.HEALTHY, True)]
         started = time.monotonic()
         rut.set_health(B, Health.UNHEALTHY, "XID 79")
         change = received.get(timeout=1)
@@ -255,3 +290,107 @@ def test_watch_health(rut: RuntimeUnderTest) -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert received.get(timeout=1) is None
+
+
+# ------------------------------------------------------------------------------------------------------ MIG
+def mig_plan(container: str = "main", *planned: PlannedMig, pod: str = "uid-1") -> ContainerAllocationRequest:
+    return ContainerAllocationRequest(pod, "team-a", "trainer", container, (),
+                                      mig=planned or (PlannedMig(2, C, "3g.40gb", 0),))
+
+
+def instances(rut: RuntimeUnderTest) -> dict[int, MigInstanceInfo]:
+    return {i.start: i for i in rut.runtime.list_devices()[2].mig_instances}
+
+
+def test_mig_inventory(rut: RuntimeUnderTest) -> None:
+    listed = instances(rut)
+    assert [(i.profile, i.start, i.size, i.compute_slices, i.memory_bytes) for i in listed.values()] == [
+        ("3g.40gb", 0, 4, 3, 40 * GiB), ("1g.10gb", 4, 1, 1, 10 * GiB)]
+    assert all(i.uuid.startswith("MIG-") and i.usable for i in listed.values())
+    assert all((i.gpu_index, i.gpu_uuid, i.owner, i.created) == (2, C, None, False) for i in listed.values())
+    assert len({i.gpu_instance_id for i in listed.values()}) == 2
+
+
+def test_mig_allocate_hands_out_an_existing_instance(rut: RuntimeUnderTest) -> None:
+    big = instances(rut)[0]
+    response = rut.runtime.allocate(mig_plan())
+    assert response.envs == {
+        "NVIDIA_VISIBLE_DEVICES": big.uuid, "LJRK_POD_UID": "uid-1", "LJRK_CONTAINER_NAME": "main",
+        "LJRK_MIG_UUID_0": big.uuid, "LJRK_MIG_PROFILE_0": "3g.40gb", "LJRK_MIG_GPU_UUID_0": C,
+        "LJRK_MIG_MEMORY_BYTES_0": str(40 * GiB),
+    }
+    assert response.annotations == {"lj-runtimekit.io/runtime-allocation": "uid-1/main"}
+    assert rut.runtime.allocate(mig_plan()) == response
+    assert instances(rut)[0].owner == MigOwner("uid-1", "main")
+    with pytest.raises(InvalidAllocationError, match="held by pod uid-1 container 'main'"):
+        rut.runtime.allocate(mig_plan(pod="uid-2"))
+    shared = rut.runtime.allocate(mig_plan("app", PlannedMig(2, C, mig_uuid=big.uuid)))  # same pod: init → app
+    assert shared.envs["NVIDIA_VISIBLE_DEVICES"] == big.uuid
+    small = rut.runtime.allocate(mig_plan("side", PlannedMig(2, C, "1g.10gb"), pod="uid-2"))
+    assert small.envs["NVIDIA_VISIBLE_DEVICES"] == instances(rut)[4].uuid
+    with pytest.raises(InvalidAllocationError, match=r"no free 1g\.10gb MIG instance"):
+        rut.runtime.allocate(mig_plan("more", PlannedMig(2, C, "1g.10gb"), pod="uid-3"))
+    assert rut.config.status().active_allocations == 3
+    assert rut.runtime.release("uid-1") == 2
+    assert rut.runtime.release("uid-2") == 1
+    assert [(i.start, i.owner) for i in instances(rut).values()] == [(0, None), (4, None)]  # pre-created: kept
+
+
+def test_mig_dynamic_creates_at_allocate_and_destroys_at_release(rut: RuntimeUnderTest) -> None:
+    response = rut.runtime.allocate(mig_plan("main", PlannedMig(2, C, "1g.10gb", 5, create=True),
+                                             PlannedMig(2, C, "1g.10gb", 4, create=True)))
+    listed = instances(rut)
+    assert sorted(listed) == [0, 4, 5]
+    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == f"{listed[5].uuid},{listed[4].uuid}"
+    assert (listed[5].owner, listed[5].created) == (MigOwner("uid-1", "main"), True)
+    assert listed[4].created  # a free instance of the profile at the start is taken over, as the scheduler books it
+    with pytest.raises(InvalidAllocationError, match="overlaps"):
+        rut.runtime.allocate(mig_plan("x", PlannedMig(2, C, "2g.20gb", 4, create=True), pod="uid-2"))
+    with pytest.raises(InvalidAllocationError, match="not a placement"):
+        rut.runtime.allocate(mig_plan("x", PlannedMig(2, C, "4g.40gb", 4, create=True), pod="uid-2"))
+    assert rut.runtime.release("uid-1", "main") == 1
+    assert sorted(instances(rut)) == [0]
+    rut.runtime.allocate(mig_plan("again", PlannedMig(2, C, "3g.40gb", 4, create=True), pod="uid-2"))
+    assert [(i.profile, i.start) for i in instances(rut).values()] == [("3g.40gb", 0), ("3g.40gb", 4)]
+
+
+@pytest.mark.parametrize(
+    ("request_", "match"),
+    [
+        (ContainerAllocationRequest("u", "ns", "p", "c", (PlannedGpu(2, C, 100),)), "MIG mode and takes no time"),
+        (mig_plan("c", PlannedMig(0, A, "1g.10gb")), "not in MIG mode"),
+        (mig_plan("c", PlannedMig(2, C, "1g.5gb")), r"unknown profile.*1g\.5gb.*A100-40GB"),
+        (mig_plan("c", PlannedMig(2, C, mig_uuid="MIG-nope")), "no MIG instance MIG-nope"),
+        (mig_plan("c", PlannedMig(1, C, "3g.40gb", 0)), "index 2"),
+    ],
+)
+def test_mig_plans_the_node_cannot_serve_are_invalid(
+    rut: RuntimeUnderTest, request_: ContainerAllocationRequest, match: str
+) -> None:
+    with pytest.raises(InvalidAllocationError, match=match):
+        rut.runtime.allocate(request_)
+    assert rut.config.status().active_allocations == 0
+    assert [i.owner for i in instances(rut).values()] == [None, None]
+
+
+def test_mig_exporter_rows(rut: RuntimeUnderTest) -> None:
+    rut.runtime.allocate(mig_plan())
+    data = rut.runtime.exporter_data()
+    rows = {row.instance.start: row for row in data.mig}
+    assert sorted(rows) == [0, 4]
+    assert (rows[0].instance.profile, rows[0].instance.owner) == ("3g.40gb", MigOwner("uid-1", "main"))
+    assert rows[4].instance.owner is None
+    [container] = data.containers
+    assert (container.gpus, container.mig_uuids) == ((), (rows[0].instance.uuid,))
+
+
+def test_static_mig_strategy_creates_nothing(rut_static: RuntimeUnderTest) -> None:
+    info = rut_static.runtime.get_version()
+    info.require("mig-inventory", "mig-allocate", "mig-exporter-data")
+    assert "mig-dynamic" not in info.capabilities
+    plan = mig_plan("c", PlannedMig(2, C, "1g.10gb", 5, create=True))
+    with pytest.raises(UnsupportedFeatureError if rut_static.kind.endswith("grpc") else InvalidAllocationError,
+                       match=r"mig-dynamic|static MIG strategy"):
+        rut_static.runtime.allocate(plan)
+    assert sorted(instances(rut_static)) == [0, 4]
+    assert rut_static.runtime.allocate(mig_plan()).envs["LJRK_MIG_PROFILE_0"] == "3g.40gb"

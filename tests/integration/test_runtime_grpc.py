@@ -11,7 +11,12 @@ Behaviours covered:
 - Allocate is idempotent; Release removes records;
 - a restart on the same state directory keeps the Enable/Disable state and the allocation records (and the
   identical repeat still answers while disabled); the state file is JSON written atomically (no temp file left);
-- the GetVersion capability check refuses a feature the Runtime lacks, with a clear message;
+- the GetVersion capability check refuses a feature the Runtime lacks, with a clear message (the static MIG strategy
+  does not advertise ``mig-dynamic``);
+- MIG with ``--mig-strategy dynamic`` over simulated MIG GPUs: an Allocate creates the planned instance and answers
+  its ``MIG-…`` UUID, ListDevices and ExporterGetDataList show it with its owner, a restart keeps the record (state
+  file) and Release afterwards destroys the created instance; a YAML inventory with ``migInstances`` is served by
+  the command and its static instance is handed out;
 - a WatchHealth stream sees an injected health change within 1 s;
 - the command: serves until SIGTERM, exits 0 and removes its socket; ``--backend nvml`` without NVML exits 1 with a
   clear message; a bad ``--simulated-gpus`` and an over-long socket path exit 2; a corrupt state file exits 1; a
@@ -38,8 +43,10 @@ import pytest
 
 from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
 from adapters.simulated import SimulatedGpuBackend
+from adapters.statefile import JsonRuntimeStateStore
 from domain.gpu import Health
-from domain.runtime.types import ContainerAllocationRequest, HealthChange, PlannedGpu, RuntimeState
+from domain.mig.gpu import MigOwner, PlacementMode
+from domain.runtime.types import ContainerAllocationRequest, HealthChange, PlannedGpu, PlannedMig, RuntimeState
 from domain.units import GiB
 from entrypoints.runtime.__main__ import main
 from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
@@ -76,9 +83,9 @@ class Running:
         self.app.stop(0.5)
 
 
-def start(directory: Path) -> Running:
-    settings = RuntimeSettings(socket=directory / "runtime.sock", backend="simulated", simulated_gpus=SPEC,
-                               state_dir=directory / "state", seed="node-1")
+def start(directory: Path, spec: str = SPEC, mig: PlacementMode = PlacementMode.STATIC) -> Running:
+    settings = RuntimeSettings(socket=directory / "runtime.sock", backend="simulated", simulated_gpus=spec,
+                               state_dir=directory / "state", seed="node-1", mig_strategy=mig)
     container = RuntimeContainer(settings=settings)
     app = container.app()
     app.start()
@@ -102,7 +109,7 @@ def allocation(running: Running, container: str = "main", core: int = 500) -> Co
 
 def test_every_rpc_round_trips(running: Running) -> None:
     info = running.runtime.get_version()
-    assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.0.0", "simulated")
+    assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.1.0", "simulated")
     devices = running.runtime.list_devices()
     assert [(d.gpu.index, d.gpu.model, d.gpu.memory_bytes) for d in devices] == [(0, "A100", 16 * GiB),
                                                                                  (1, "A100", 16 * GiB)]
@@ -163,10 +170,55 @@ def test_restart_keeps_config_state_and_allocations(sock_dir: Path) -> None:
 def test_capability_check_refuses_a_missing_feature(running: Running) -> None:
     info = running.runtime.get_version()
     info.require("allocate", "health-watch", "exporter-data", "config-service", "hami-core-env")
+    info.require("mig-inventory", "mig-allocate", "mig-exporter-data", "mig-partitions")
     with pytest.raises(UnsupportedFeatureError) as caught:
-        info.require("mig-partitions")
-    assert str(caught.value).startswith("node Runtime 1.0.0 lacks feature 'mig-partitions'")
-    assert "needs Runtime >= 1.1.0" in str(caught.value)
+        info.require("mig-dynamic")
+    assert str(caught.value).startswith("node Runtime ljrk-reference-runtime 1.1.0 does not advertise feature "
+                                        "'mig-dynamic'")
+    mig = running.runtime.list_devices()[0]
+    with pytest.raises(UnsupportedFeatureError, match="mig-dynamic"):  # refused by the client before sending
+        running.runtime.allocate(ContainerAllocationRequest("p", "ns", "n", "c", (), mig=(
+            PlannedMig(0, mig.gpu.uuid, "1g.10gb", 0, create=True),)))
+
+
+MIG_SPEC = "1x80Gi:A100:mig=3g.40gb@0"
+
+
+def test_dynamic_mig_creates_at_allocate_survives_a_restart_and_destroys_at_release(sock_dir: Path) -> None:
+    node = start(sock_dir, MIG_SPEC, PlacementMode.DYNAMIC)
+    try:
+        node.runtime.require("mig-inventory", "mig-allocate", "mig-dynamic", "mig-exporter-data")
+        [gpu] = node.runtime.list_devices()
+        [static] = gpu.mig_instances
+        assert (static.profile, static.start, static.owner) == ("3g.40gb", 0, None)
+        plan = ContainerAllocationRequest("pod-mig", "team-a", "trainer", "main", (), mig=(
+            PlannedMig(0, gpu.gpu.uuid, "1g.10gb", 4, create=True),))
+        response = node.runtime.allocate(plan)
+        [created] = [i for i in node.runtime.list_devices()[0].mig_instances if i.start == 4]
+        assert response.envs["NVIDIA_VISIBLE_DEVICES"] == created.uuid
+        assert created.uuid.startswith("MIG-")
+        assert (created.owner, created.created) == (MigOwner("pod-mig", "main"), True)
+        data = node.runtime.exporter_data()
+        rows = {row.instance.start: row for row in data.mig}
+        assert rows[4].memory_used_bytes == 5 * GiB  # 10 GiB × 0.5 (simulated usage model)
+        assert rows[0].memory_used_bytes == 0
+        [container] = data.containers
+        assert container.mig_uuids == (created.uuid,)
+    finally:
+        node.stop()
+    saved = JsonRuntimeStateStore.in_dir(sock_dir / "state").load()
+    assert saved is not None
+    assert [(i.start, i.created) for i in saved.allocations[0].mig] == [(4, True)]
+    node = start(sock_dir, MIG_SPEC, PlacementMode.DYNAMIC)
+    try:
+        assert node.config.status().active_allocations == 1
+        node.runtime.allocate(ContainerAllocationRequest("pod-mig", "team-a", "trainer", "side", (), mig=(
+            PlannedMig(0, node.runtime.list_devices()[0].gpu.uuid, "1g.10gb", 4, create=True),)))
+        assert [i.start for i in node.runtime.list_devices()[0].mig_instances] == [0, 4]
+        assert node.runtime.release("pod-mig") == 2
+        assert [i.start for i in node.runtime.list_devices()[0].mig_instances] == [0]
+    finally:
+        node.stop()
 
 
 def test_watch_health_sees_an_injected_change_within_1s(running: Running) -> None:
@@ -280,6 +332,32 @@ def test_yaml_inventory_is_served(sock_dir: Path) -> None:
             client.wait_ready(10)
             [device] = client.list_devices()
             assert (device.gpu.uuid, device.gpu.model, device.gpu.memory_bytes) == ("GPU-yaml-0", "H100", 80 * GiB)
+    finally:
+        stop.set()
+        server.join(timeout=10)
+    assert result == [0]
+
+
+def test_yaml_mig_inventory_is_served_and_its_instances_handed_out(sock_dir: Path) -> None:
+    gpus = sock_dir / "gpus.yaml"
+    gpus.write_text("gpus:\n  - model: NVIDIA H100 80GB HBM3\n    memory: 80Gi\n    migMode: enabled\n"
+                    "    migInstances: [{profile: 3g.40gb, start: 0}, {profile: 3g.40gb, start: 4}]\n")
+    stop = threading.Event()
+    result: list[int] = []
+    server = threading.Thread(target=lambda: result.append(main(
+        ["--backend", "simulated", "--simulated-gpus-file", str(gpus), "--socket", str(sock_dir / "r.sock")],
+        stop=stop)))
+    server.start()
+    try:
+        with GrpcNodeRuntime.connect(sock_dir / "r.sock") as client:
+            client.wait_ready(10)
+            [device] = client.list_devices()
+            placed = [(i.profile, i.start, i.size) for i in device.mig_instances]
+            assert placed == [("3g.40gb", 0, 4), ("3g.40gb", 4, 4)]
+            response = client.allocate(ContainerAllocationRequest("u", "ns", "p", "c", (), mig=(
+                PlannedMig(0, device.gpu.uuid, "3g.40gb"),)))
+            assert response.envs["NVIDIA_VISIBLE_DEVICES"] == device.mig_instances[0].uuid
+            assert response.envs["LJRK_MIG_PROFILE_0"] == "3g.40gb"
     finally:
         stop.set()
         server.join(timeout=10)

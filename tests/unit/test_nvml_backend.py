@@ -13,12 +13,20 @@ Behaviours covered:
   GPU turns unhealthy at the next poll; per-container memory from processes attributed by pod UID (cgroup) and,
   within one pod, by ``LJRK_CONTAINER_NAME``;
 - close frees the event set and shuts NVML down once;
+- MIG: listing GPU instances × compute instances (ids, canonical profile from the NVML name, placement, memory,
+  MIG UUID; a GPU instance without compute instance; a listing error leaves the GPU's instances empty), creation
+  with placement + compute instance, destruction (also of an instance already gone), an NVML error mid-creation
+  (compute instance, or the lookup after it) destroying what was made, overlap and in-use refusals, per-instance
+  memory samples;
 - ``/proc`` parsing for cgroupfs and systemd pod cgroups and the process environment;
-- real NVML, only with ``LJRK_GPU_TESTS=1`` (marker ``gpu``): inventory and one sample.
+- real NVML, only with ``LJRK_GPU_TESTS=1`` (marker ``gpu``): inventory (MIG instances read, never changed) and one
+  sample.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 import types
 from pathlib import Path
@@ -28,18 +36,51 @@ import pytest
 
 from adapters.nvml import NvmlGpuBackend, container_of_pid, pod_uid_of_pid
 from domain.gpu import GpuUuid, Health, MigMode
+from domain.mig.profiles import resolve_profile
 from domain.runtime.book import AllocationBook
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from domain.runtime.types import ContainerAllocationRequest, MigInstanceInfo, PlannedGpu
 from domain.units import GiB, MiB
-from ports.gpu_backend import GpuBackendUnavailableError
+from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
 
 XID, RECOVERY = 0x8, 0x8000
+NOT_SUPPORTED, NOT_FOUND, IN_USE, INSUFFICIENT = 3, 6, 19, 23
 CONSTANTS = {
     "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_DRIVER_NOT_LOADED": 9, "NVML_ERROR_TIMEOUT": 10,
     "NVML_ERROR_LIBRARY_NOT_FOUND": 12, "NVML_ERROR_GPU_IS_LOST": 15, "NVML_TEMPERATURE_GPU": 0,
     "NVML_DEVICE_MIG_ENABLE": 1, "nvmlEventTypeXidCriticalError": XID, "nvmlEventTypeGpuRecoveryAction": RECOVERY,
     "NVML_GPU_RECOVERY_ACTION_NONE": 0,
+    "NVML_ERROR_INVALID_ARGUMENT": 2, "NVML_ERROR_NOT_FOUND": NOT_FOUND, "NVML_ERROR_IN_USE": IN_USE,
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": INSUFFICIENT, "NVML_GPU_INSTANCE_PROFILE_COUNT": 18,
+    "NVML_COMPUTE_INSTANCE_PROFILE_COUNT": 9, "NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED": 0,
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE": 0, "NVML_GPU_INSTANCE_PROFILE_2_SLICE": 1,
+    "NVML_GPU_INSTANCE_PROFILE_3_SLICE": 2, "NVML_GPU_INSTANCE_PROFILE_4_SLICE": 3,
+    "NVML_GPU_INSTANCE_PROFILE_7_SLICE": 4, "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1": 7,
+    "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2": 9, "NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE": 0,
+    "NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE": 1, "NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE": 2,
+    "NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE": 3, "NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE": 4,
 }
+
+# A100-SXM4-40GB GPU instance profiles as NVML reports them (nvidia-smi mig -lgip): profile constant →
+# (name, compute slices, memory MiB, max instances, placement size in memory slices).
+A100_40GB_PROFILES = {
+    0: ("MIG 1g.5gb", 1, 4864, 7, 1), 7: ("MIG 1g.5gb+me", 1, 4864, 1, 1), 9: ("MIG 1g.10gb", 1, 9856, 4, 2),
+    1: ("MIG 2g.10gb", 2, 9856, 3, 2), 2: ("MIG 3g.20gb", 3, 19968, 2, 4), 3: ("MIG 4g.20gb", 4, 19968, 1, 4),
+    4: ("MIG 7g.40gb", 7, 40192, 1, 8),
+}
+CI_PROFILE_OF_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+
+
+class Placement(ctypes.Structure):
+    """Same fields as pynvml's ``c_nvmlGpuInstancePlacement_t``."""
+
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+class MigHandle:
+    """A MIG device handle: parent GPU index, GPU instance id, compute instance id."""
+
+    def __init__(self, index: int, gi: int, ci: int) -> None:
+        self.index, self.gi, self.ci = index, gi, ci
 
 
 class Handle:
@@ -58,6 +99,12 @@ class FakeNvml:
         self.errors: dict[tuple[str, int], int] = {}  # (function, gpu index) → NVML error code
         self.calls: list[str] = []
         self.init_error = init_error
+        # MIG state: gpu index → GI id → {"profile", "start", "size", "cis": {ci id: used bytes}}
+        self.mig: dict[int, dict[int, dict[str, Any]]] = {}
+        self.handles: dict[int, tuple[int, ...]] = {}  # ctypes handle value → (gpu, gi) or (gpu, gi, ci)
+        for index, gpu in enumerate(gpus):
+            for profile, start, *cis in gpu.get("mig_layout", []):
+                self._add_gi(index, profile, start, cis[0] if cis else [0])
 
         class NVMLError(Exception):
             def __init__(self, value: int) -> None:
@@ -73,6 +120,9 @@ class FakeNvml:
         for name, value in CONSTANTS.items():
             setattr(module, name, value)
         module.NVMLError = NVMLError  # type: ignore[attr-defined]
+        module.c_nvmlGpuInstance_t = ctypes.c_void_p  # type: ignore[attr-defined]
+        module.c_nvmlComputeInstance_t = ctypes.c_void_p  # type: ignore[attr-defined]
+        module.c_nvmlGpuInstancePlacement_t = Placement  # type: ignore[attr-defined]
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(module, name, getattr(self, name))
@@ -97,7 +147,9 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:  # noqa: N802
         return Handle(index)
 
-    def nvmlDeviceGetUUID(self, handle: Handle) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: Handle | MigHandle) -> str:  # noqa: N802
+        if isinstance(handle, MigHandle):
+            return f"MIG-{handle.index}{handle.gi:03d}{handle.ci:03d}-0000-4000-8000-000000000000"
         return str(self.gpus[handle.index]["uuid"])
 
     def nvmlDeviceGetName(self, handle: Handle) -> str:  # noqa: N802
@@ -107,7 +159,12 @@ class FakeNvml:
         self._check("minor", handle)
         return int(self.gpus[handle.index].get("minor", handle.index))
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> types.SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: Handle | MigHandle) -> types.SimpleNamespace:  # noqa: N802
+        if isinstance(handle, MigHandle):
+            self._check("mig_memory", Handle(handle.index))
+            gi = self.mig[handle.index][handle.gi]
+            total = A100_40GB_PROFILES[gi["profile"]][2] * MiB
+            return types.SimpleNamespace(total=total, used=gi["cis"][handle.ci], free=total)
         self._check("memory", handle)
         gpu = self.gpus[handle.index]
         return types.SimpleNamespace(total=gpu["memory"], used=gpu.get("used", 0), free=gpu["memory"])
@@ -152,6 +209,142 @@ class FakeNvml:
         processes = self.gpus[handle.index].get("procs", [])
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
 
+    # ------------------------------------------------------------------ MIG
+    def _handle(self, *key: int) -> int:
+        value = 1000 + len(self.handles)
+        self.handles[value] = key
+        return value
+
+    def _add_gi(self, index: int, profile: int, start: int, cis: list[int]) -> int:
+        gis = self.mig.setdefault(index, {})
+        gi = min(set(range(1, 15)) - set(gis))
+        gis[gi] = {"profile": profile, "start": start, "size": A100_40GB_PROFILES[profile][4],
+                   "cis": dict.fromkeys(cis, 0)}
+        return gi
+
+    def _gi(self, handle: int) -> tuple[int, int, dict[str, Any]]:
+        index, gi = self.handles[handle][:2]
+        if gi not in self.mig.get(index, {}):
+            raise self.error(NOT_FOUND)
+        return index, gi, self.mig[index][gi]
+
+    @staticmethod
+    def _set_count(count_ref: Any, value: int) -> None:
+        count_ref._obj.value = value  # ctypes.byref(c_uint()) → the c_uint
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Handle, profile: int) -> types.SimpleNamespace:  # noqa: N802
+        self._check("profiles", handle)
+        if profile not in A100_40GB_PROFILES:
+            raise self.error(NOT_SUPPORTED)
+        name, slices, memory, count, _ = A100_40GB_PROFILES[profile]
+        return types.SimpleNamespace(id=profile, name=name.encode(), sliceCount=slices, memorySizeMB=memory,
+                                     instanceCount=count)
+
+    def nvmlDeviceGetGpuInstances(self, handle: Handle, profile: int, array: Any, count_ref: Any) -> int:  # noqa: N802
+        self._check("list", handle)
+        found = [gi for gi, state in sorted(self.mig.get(handle.index, {}).items()) if state["profile"] == profile]
+        for position, gi in enumerate(found):
+            array[position] = self._handle(handle.index, gi)
+        self._set_count(count_ref, len(found))
+        return 0
+
+    def nvmlGpuInstanceGetInfo(self, gi_handle: int) -> types.SimpleNamespace:  # noqa: N802
+        _, gi, state = self._gi(gi_handle)
+        placement = types.SimpleNamespace(start=state["start"], size=state["size"])
+        return types.SimpleNamespace(id=gi, profileId=state["profile"], placement=placement)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(  # noqa: N802
+        self, gi_handle: int, profile: int, engine: int
+    ) -> types.SimpleNamespace:
+        _, _, state = self._gi(gi_handle)
+        slices = A100_40GB_PROFILES[state["profile"]][1]
+        if profile != CI_PROFILE_OF_SLICES[slices]:  # only the compute instance spanning the GPU instance
+            raise self.error(NOT_SUPPORTED)
+        return types.SimpleNamespace(id=profile, sliceCount=slices, instanceCount=1)
+
+    def nvmlGpuInstanceGetComputeInstances(  # noqa: N802
+        self, gi_handle: int, profile: int, array: Any, count_ref: Any
+    ) -> int:
+        index, gi, state = self._gi(gi_handle)
+        for position, ci in enumerate(sorted(state["cis"])):
+            array[position] = self._handle(index, gi, ci)
+        self._set_count(count_ref, len(state["cis"]))
+        return 0
+
+    def nvmlComputeInstanceGetInfo(self, ci_handle: int) -> types.SimpleNamespace:  # noqa: N802
+        index, _, ci = self.handles[ci_handle]
+        self._check("ci_info", Handle(index))
+        return types.SimpleNamespace(id=ci)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:  # noqa: N802
+        return 7
+
+    def _mig_devices(self, index: int) -> list[MigHandle]:
+        return [MigHandle(index, gi, ci) for gi, state in sorted(self.mig.get(index, {}).items())
+                for ci in sorted(state["cis"])]
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, position: int) -> MigHandle:  # noqa: N802
+        devices = self._mig_devices(handle.index)
+        if position >= len(devices):
+            raise self.error(NOT_FOUND)
+        return devices[position]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: MigHandle) -> int:  # noqa: N802
+        return handle.gi
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: MigHandle) -> int:  # noqa: N802
+        return handle.ci
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(  # noqa: N802
+        self, handle: Handle, profile: int, placement_ref: Any
+    ) -> int:
+        self._check("create_gi", handle)
+        placement = placement_ref._obj  # ctypes.byref(structure) → the structure
+        taken = 0
+        for state in self.mig.get(handle.index, {}).values():
+            taken |= ((1 << state["size"]) - 1) << state["start"]
+        wanted = ((1 << A100_40GB_PROFILES[profile][4]) - 1) << placement.start
+        if taken & wanted or placement.size != A100_40GB_PROFILES[profile][4]:
+            raise self.error(INSUFFICIENT)
+        gi = self._add_gi(handle.index, profile, placement.start, [])
+        self.calls.append(f"create gi {gi}")
+        return self._handle(handle.index, gi)
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi_handle: int, profile: int) -> int:  # noqa: N802
+        index, gi, state = self._gi(gi_handle)
+        self._check("create_ci", Handle(index))
+        ci = min(set(range(8)) - set(state["cis"]))
+        state["cis"][ci] = 0
+        self.calls.append(f"create ci {gi}/{ci}")
+        return self._handle(index, gi, ci)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Handle, gi: int) -> int:  # noqa: N802
+        if gi not in self.mig.get(handle.index, {}):
+            raise self.error(NOT_FOUND)
+        return self._handle(handle.index, gi)
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gi_handle: int, ci: int) -> int:  # noqa: N802
+        index, gi, state = self._gi(gi_handle)
+        if ci not in state["cis"]:
+            raise self.error(NOT_FOUND)
+        return self._handle(index, gi, ci)
+
+    def nvmlComputeInstanceDestroy(self, ci_handle: int) -> int:  # noqa: N802
+        index, gi, ci = self.handles[ci_handle]
+        self._check("destroy_ci", Handle(index))
+        del self.mig[index][gi]["cis"][ci]
+        self.calls.append(f"destroy ci {gi}/{ci}")
+        return 0
+
+    def nvmlGpuInstanceDestroy(self, gi_handle: int) -> int:  # noqa: N802
+        index, gi, state = self._gi(gi_handle)
+        self._check("destroy_gi", Handle(index))
+        if state["cis"]:
+            raise self.error(IN_USE)
+        del self.mig[index][gi]
+        self.calls.append(f"destroy gi {gi}")
+        return 0
+
     def event(self, index: int | None, kind: int, data: int) -> None:
         device = None if index is None else Handle(index)
         self.events.append(types.SimpleNamespace(device=device, eventType=kind, eventData=data))
@@ -187,8 +380,9 @@ def test_fake_matches_the_real_module() -> None:
 
     fake = FakeNvml(two_gpus())
     for name in dir(fake.module):
-        if name.startswith(("nvml", "NVML")):
+        if name.startswith(("nvml", "NVML", "c_nvml")):
             assert hasattr(pynvml, name), name
+    assert [f for f, _ in Placement._fields_] == [f for f, _ in pynvml.c_nvmlGpuInstancePlacement_t._fields_]
     for name, value in CONSTANTS.items():
         assert getattr(pynvml, name) == value, name
 
@@ -374,6 +568,98 @@ def test_proc_attribution(tmp_path: Path) -> None:
     assert container_of_pid(99, proc=tmp_path) is None
 
 
+def mig_gpus() -> list[dict[str, Any]]:
+    """GPU 1 in MIG mode: 3g.20gb at 0 and 1g.5gb at 4 (each with a compute instance), 1g.5gb at 5 without."""
+    gpus = two_gpus()
+    gpus[1]["mig_layout"] = [(2, 0), (0, 4), (0, 5, [])]
+    return gpus
+
+
+def test_mig_instances_are_listed_with_ids_placement_and_uuids() -> None:
+    fake = FakeNvml(mig_gpus())
+    fake.mig[1][1]["cis"][0] = 3 * GiB
+    backend = make(fake)
+    whole, mig = backend.devices()
+    assert whole.mig_instances == ()
+    uuid = GpuUuid("GPU-1111")
+    assert mig.mig_instances == (
+        MigInstanceInfo(1, uuid, 1, 0, "3g.20gb", 0, 4, 3, 19968 * MiB, "MIG-1001000-0000-4000-8000-000000000000"),
+        MigInstanceInfo(1, uuid, 2, 0, "1g.5gb", 4, 1, 1, 4864 * MiB, "MIG-1002000-0000-4000-8000-000000000000"),
+        MigInstanceInfo(1, uuid, 3, None, "1g.5gb", 5, 1, 1, 4864 * MiB, ""),
+    )
+    assert [i.usable for i in mig.mig_instances] == [True, True, False]
+    samples = {m.uuid: m.memory_used_bytes for m in backend.sample([]).mig}
+    assert samples == {"MIG-1001000-0000-4000-8000-000000000000": 3 * GiB,
+                       "MIG-1002000-0000-4000-8000-000000000000": 0}
+
+
+def test_mig_listing_errors_leave_the_gpu_without_instances(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml(mig_gpus())
+    backend = make(fake)
+    fake.errors[("list", 1)] = 999
+    with caplog.at_level(logging.WARNING):
+        assert backend.devices()[1].mig_instances == ()
+    assert "listing MIG instances failed" in caplog.text
+    fake.errors[("mig_memory", 1)] = NOT_SUPPORTED
+    del fake.errors[("list", 1)]
+    assert all(m.memory_used_bytes is None and "memory: Not Supported" in m.error for m in backend.sample([]).mig)
+
+
+def _profile(name: str) -> Any:
+    return resolve_profile("A100-40GB", name)
+
+
+def test_mig_create_places_a_gpu_instance_and_a_compute_instance_then_destroy_removes_both() -> None:
+    fake = FakeNvml(mig_gpus())
+    backend = make(fake)
+    created = backend.create_mig_instance(GpuUuid("GPU-1111"), _profile("1g.5gb"), 6)
+    assert (created.gpu_instance_id, created.compute_instance_id, created.profile, created.start, created.size) == (
+        4, 0, "1g.5gb", 6, 1)
+    assert created.uuid.startswith("MIG-1004000")
+    assert created in backend.devices()[1].mig_instances
+    assert fake.calls[-2:] == ["create gi 4", "create ci 4/0"]
+    backend.destroy_mig_instance(created)
+    assert fake.calls[-2:] == ["destroy ci 4/0", "destroy gi 4"]
+    assert created not in backend.devices()[1].mig_instances
+    backend.destroy_mig_instance(created)  # gone already: fine
+    assert fake.calls[-1] == "destroy gi 4"
+
+
+@pytest.mark.parametrize(("failing", "call"), [("create_ci", "nvmlGpuInstanceCreateComputeInstance"),
+                                               ("ci_info", "nvmlComputeInstanceGetInfo")])
+def test_an_nvml_error_mid_creation_destroys_what_was_made(failing: str, call: str) -> None:
+    fake = FakeNvml(mig_gpus())
+    backend = make(fake)
+    before = backend.devices()[1].mig_instances
+    fake.errors[(failing, 1)] = 999
+    with pytest.raises(GpuBackendError, match=rf"1g\.5gb at start 6: {call} failed.*destroyed again"):
+        backend.create_mig_instance(GpuUuid("GPU-1111"), _profile("1g.5gb"), 6)
+    del fake.errors[(failing, 1)]
+    assert backend.devices()[1].mig_instances == before
+    assert "destroy gi 4" in fake.calls
+
+
+def test_mig_create_refusals_name_the_gpu_profile_and_call() -> None:
+    fake = FakeNvml(mig_gpus())
+    backend = make(fake)
+    with pytest.raises(GpuBackendError, match=r"3g\.20gb at start 4: nvmlDeviceCreateGpuInstanceWithPlacement failed"):
+        backend.create_mig_instance(GpuUuid("GPU-1111"), _profile("3g.20gb"), 4)  # 1g.5gb instances sit there
+    with pytest.raises(GpuBackendError, match="not a GPU in MIG mode"):
+        backend.create_mig_instance(GpuUuid("GPU-0000"), _profile("1g.5gb"), 0)
+    with pytest.raises(GpuBackendError, match="no such GPU instance profile"):
+        backend.create_mig_instance(GpuUuid("GPU-1111"), resolve_profile("H100-80GB", "1g.20gb"), 6)
+
+
+def test_mig_destroy_in_use_raises_and_keeps_the_instance() -> None:
+    fake = FakeNvml(mig_gpus())
+    backend = make(fake)
+    first = backend.devices()[1].mig_instances[0]
+    fake.errors[("destroy_ci", 1)] = IN_USE
+    with pytest.raises(GpuBackendError, match="destroying compute instance failed"):
+        backend.destroy_mig_instance(first)
+    assert first in backend.devices()[1].mig_instances
+
+
 gpu_only = pytest.mark.skipif(os.environ.get("LJRK_GPU_TESTS") != "1", reason="needs LJRK_GPU_TESTS=1 and a GPU")
 
 
@@ -387,6 +673,13 @@ def test_real_nvml_inventory_and_sample() -> None:
         for device in devices:
             assert device.gpu.uuid.startswith(("GPU-", "MIG-"))
             assert device.gpu.memory_bytes > 0
+            if device.gpu.mig_mode is not MigMode.ENABLED:
+                assert device.mig_instances == ()
+            for instance in device.mig_instances:  # read-only: this test never changes the MIG layout
+                assert instance.profile
+                assert instance.size > 0
+                assert instance.memory_bytes > 0
+                assert instance.uuid.startswith("MIG-") or not instance.usable
         sample = backend.sample([])
         assert [s.uuid for s in sample.gpus] == [d.gpu.uuid for d in devices]
         assert all(s.memory_used_bytes is not None for s in sample.gpus)

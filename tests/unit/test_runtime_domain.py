@@ -14,7 +14,21 @@ Behaviours covered:
 - health: application XIDs counted but harmless, critical XIDs, XIDs without a device, repeats, quiet-period
   recovery (a later fault restarts the clock), explicit reset, recovery disabled;
 - the health broadcast: snapshot first, then changes, close from the subscriber and from the broadcast;
-- exporter assembly: idle GPUs, a GPU missing from the sample, measured use joined to the records.
+- exporter assembly: idle GPUs, a GPU missing from the sample, measured use joined to the records;
+- MIG features: 1.1.0 minimum, ``mig_features`` for static, dynamic and exporter use;
+- MIG requests: a plan needs GPUs or MIG instances but not both; planned instances need a profile or a MIG UUID,
+  creating needs profile and start; duplicates refused;
+- the MIG book: an existing instance by start, by MIG UUID or by profile (lowest free start, never a sibling's);
+  envs with the MIG UUID and no HAMi limits; parent device nodes with device specs, a missing minor refusing
+  before anything is created; idempotent repeat, conflicting plan; an instance held by another pod refused,
+  shared within the pod; a GPU not in MIG mode refuses MIG grants; static strategy refuses create; creation
+  through the driver, all or nothing (a failing second creation destroys the first, a failed rollback is noted);
+  geometry refusals (not a placement, overlap with listed or pending instances); a GPU instance without compute
+  instance cannot be handed out; Release's destroy list spares instances still held in the pod;
+- MIG views: owners overlaid on listed devices, the scheduler's ``MigGpu`` view, exporter rows per instance joined
+  with samples by MIG UUID;
+- ``MigLayouts``: deterministic ids and UUIDs, geometry-checked creation, idempotent destruction, layouts only on
+  MIG GPUs.
 """
 
 from __future__ import annotations
@@ -24,6 +38,9 @@ import threading
 import pytest
 
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.errors import MigPlacementError
+from domain.mig.gpu import MigOwner, PlacementMode
+from domain.mig.profiles import MigProfile, resolve_profile
 from domain.request import resolve_share
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast
@@ -36,9 +53,11 @@ from domain.runtime.errors import (
     UnsupportedFeatureError,
 )
 from domain.runtime.exporter import build_exporter_data
-from domain.runtime.features import RUNTIME_FEATURES, RuntimeInfo, SemVer, features_at, require_feature
+from domain.runtime.features import RUNTIME_FEATURES, RuntimeInfo, SemVer, features_at, mig_features, require_feature
 from domain.runtime.health import APPLICATION_XIDS, HealthTracker
 from domain.runtime.limits import hami_memory_limit
+from domain.runtime.mig import MigNode, mig_gpu_of, with_owners
+from domain.runtime.miglayout import MigLayouts, simulated_mig_uuid
 from domain.runtime.types import (
     ContainerAllocationRequest,
     ContainerUsage,
@@ -46,8 +65,11 @@ from domain.runtime.types import (
     DeviceSpec,
     GpuSample,
     HealthChange,
+    MigInstanceInfo,
+    MigSample,
     Mount,
     PlannedGpu,
+    PlannedMig,
     UsageSample,
 )
 from domain.units import GiB, MiB
@@ -388,3 +410,245 @@ def test_exporter_rows_cover_idle_gpus_missing_samples_and_measured_use() -> Non
     assert container.gpus[0].memory_limit_bytes == 4 * GiB
     assert container.gpus[0].memory_used_bytes == GiB
     assert container.gpus[0].utilization_percent == 35.0
+
+
+# ------------------------------------------------------------------------------------------------ MIG
+M = GpuUuid("GPU-mmmm")
+MIG_GPU = Gpu(2, M, "NVIDIA A100-SXM4-80GB", 80 * GiB, mig_mode=MigMode.ENABLED)
+NODE_GPUS = (*GPUS, MIG_GPU)
+
+
+def listed(*placed: tuple[str, int], ci: int | None = 0) -> tuple[MigInstanceInfo, ...]:
+    """Instances of MIG_GPU as a backend lists them (GI id = start + 1)."""
+    profiles = {"3g.40gb": (4, 3, 40), "1g.10gb": (1, 1, 10), "2g.20gb": (2, 2, 20), "7g.80gb": (8, 7, 80)}
+    return tuple(
+        MigInstanceInfo(2, M, start + 1, ci, name, start, profiles[name][0], profiles[name][1],
+                        profiles[name][2] * GiB, f"MIG-{start}" if ci is not None else "")
+        for name, start in placed
+    )
+
+
+class Driver:
+    """Records creations and destructions; ``fail_at`` makes the n-th creation raise."""
+
+    def __init__(self, fail_at: int | None = None, fail_destroy: bool = False) -> None:
+        self.created: list[MigInstanceInfo] = []
+        self.destroyed: list[MigInstanceInfo] = []
+        self.fail_at, self.fail_destroy = fail_at, fail_destroy
+
+    def create(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+        if self.fail_at == len(self.created):
+            raise RuntimeError("NVML: insufficient resources")
+        [instance] = listed((profile.name, start))
+        self.created.append(instance)
+        return instance
+
+    def destroy(self, instance: MigInstanceInfo) -> None:
+        if self.fail_destroy:
+            raise RuntimeError("NVML: in use")
+        self.destroyed.append(instance)
+
+    def node(self, *instances: MigInstanceInfo, mode: PlacementMode = PlacementMode.DYNAMIC) -> MigNode:
+        return MigNode(instances, mode, self.create, self.destroy)
+
+
+def mig_request(container: str = "main", *planned: PlannedMig, pod: str = "uid-1") -> ContainerAllocationRequest:
+    return ContainerAllocationRequest(pod, "ns", "pod", container, (), mig=planned or (PlannedMig(2, M, "3g.40gb", 0),))
+
+
+def test_mig_features_need_runtime_1_1_and_name_what_each_use_requires() -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"lacks feature 'mig-allocate'.*>= 1\.1\.0"):
+        require_feature("1.0.0", "mig-allocate")
+    assert mig_features() == ("mig-inventory", "mig-allocate")
+    assert mig_features(dynamic=True, exporter=True) == ("mig-inventory", "mig-allocate", "mig-dynamic",
+                                                         "mig-exporter-data")
+    assert {"mig-inventory", "mig-dynamic"} <= features_at(SemVer(1, 1, 0))
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: ContainerAllocationRequest("u", "ns", "p", "c", (PlannedGpu(0, A, 10),),
+                                            mig=(PlannedMig(2, M, "1g.10gb"),)), "not both"),
+        (lambda: PlannedMig(2, M), "profile or a MIG UUID"),
+        (lambda: PlannedMig(2, M, "1g.10gb", create=True), "needs a profile and a start"),
+        (lambda: PlannedMig(2, M, "1g.10gb", 0, create=True, mig_uuid="MIG-0"), "needs a profile and a start"),
+        (lambda: PlannedMig(2, M, "1g.10gb", -1), "memory slice"),
+        (lambda: PlannedMig(-1, M, "1g.10gb"), "index"),
+        (lambda: PlannedMig(2, GpuUuid(""), "1g.10gb"), "parent GPU"),
+        (lambda: mig_request("c", PlannedMig(2, M, "1g.10gb", 4), PlannedMig(2, M, "2g.20gb", 4)), "distinct"),
+        (lambda: mig_request("c", PlannedMig(2, M, mig_uuid="MIG-4"), PlannedMig(2, M, mig_uuid="MIG-4")), "distinct"),
+    ],
+)
+def test_malformed_mig_requests_are_refused(build: object, match: str) -> None:
+    with pytest.raises(InvalidAllocationError, match=match):
+        build()  # type: ignore[operator]
+
+
+def test_mig_grant_by_start_uuid_or_profile_answers_the_mig_uuid() -> None:
+    book, driver = AllocationBook(), Driver()
+    node = driver.node(*listed(("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)), mode=PlacementMode.STATIC)
+    record, created = book.allocate(mig_request(), NODE_GPUS, now=1.0, mig=node)
+    assert created
+    assert record.response.envs == {
+        "NVIDIA_VISIBLE_DEVICES": "MIG-0", "LJRK_POD_UID": "uid-1", "LJRK_CONTAINER_NAME": "main",
+        "LJRK_MIG_UUID_0": "MIG-0", "LJRK_MIG_PROFILE_0": "3g.40gb", "LJRK_MIG_GPU_UUID_0": M,
+        "LJRK_MIG_MEMORY_BYTES_0": str(40 * GiB),
+    }
+    assert [(i.owner, i.created) for i in record.mig] == [(MigOwner("uid-1", "main"), False)]
+    assert record.grants == ()
+    assert book.allocate(mig_request(), NODE_GPUS, now=2.0, mig=node) == (record, False)
+    with pytest.raises(AllocationConflictError):
+        book.allocate(mig_request("main", PlannedMig(2, M, "1g.10gb")), NODE_GPUS, now=2.0, mig=node)
+    second, _ = book.allocate(mig_request("b", PlannedMig(2, M, "1G.10GB"), PlannedMig(2, M, mig_uuid="MIG-5"),
+                                          pod="uid-2"), NODE_GPUS, now=3.0, mig=node)
+    assert second.response.envs["NVIDIA_VISIBLE_DEVICES"] == "MIG-4,MIG-5"  # lowest free start, then by UUID
+    assert driver.created == []
+
+
+def test_mig_instances_are_exclusive_to_a_pod_but_shared_within_it() -> None:
+    book, driver = AllocationBook(), Driver()
+    node = driver.node(*listed(("3g.40gb", 0), ("1g.10gb", 4)), mode=PlacementMode.STATIC)
+    book.allocate(mig_request("init"), NODE_GPUS, now=1.0, mig=node)
+    with pytest.raises(InvalidAllocationError, match="held by pod uid-1 container 'init'"):
+        book.allocate(mig_request("x", pod="uid-2"), NODE_GPUS, now=2.0, mig=node)
+    with pytest.raises(InvalidAllocationError, match=r"no free 3g\.40gb"):  # by profile alone: never a sibling's
+        book.allocate(mig_request("app", PlannedMig(2, M, "3g.40gb")), NODE_GPUS, now=2.0, mig=node)
+    app, _ = book.allocate(mig_request("app"), NODE_GPUS, now=2.0, mig=node)  # named by start: shared in the pod
+    assert app.mig[0].uuid == "MIG-0"
+    assert book.mig_holders()[app.mig[0].key].owner == MigOwner("uid-1", "init")
+
+
+@pytest.mark.parametrize(
+    ("planned", "gpus", "match"),
+    [
+        (PlannedMig(0, A, "1g.10gb"), NODE_GPUS, "not in MIG mode and takes no MIG instance"),
+        (PlannedMig(2, GpuUuid("GPU-none"), "1g.10gb"), NODE_GPUS, "not on this node"),
+        (PlannedMig(1, M, "1g.10gb"), NODE_GPUS, "index 2 on this node"),
+        (PlannedMig(2, M, "1g.5gb"), NODE_GPUS, r"unknown profile for A100-80GB.*A100-40GB"),
+        (PlannedMig(2, M, "3g.40gb", 4), NODE_GPUS, "no free 3g.40gb MIG instance at start 4"),
+        (PlannedMig(2, M, mig_uuid="MIG-4", start=5), NODE_GPUS, "starts at 4, the plan says 5"),
+        (PlannedMig(2, M, "2g.20gb", mig_uuid="MIG-4"), NODE_GPUS, "is a 1g.10gb, the plan says 2g.20gb"),
+        (PlannedMig(2, M, "1g.10gb", 6, create=True), NODE_GPUS, "static MIG strategy"),
+    ],
+)
+def test_mig_plans_that_do_not_fit_the_node_are_invalid(planned: PlannedMig, gpus: tuple[Gpu, ...], match: str) -> None:
+    book = AllocationBook()
+    node = Driver().node(*listed(("3g.40gb", 0), ("1g.10gb", 4)), mode=PlacementMode.STATIC)
+    with pytest.raises(InvalidAllocationError, match=match):
+        book.allocate(mig_request("c", planned), gpus, now=1.0, mig=node)
+    assert len(book) == 0
+
+
+def test_a_gpu_instance_without_compute_instance_is_not_handed_out() -> None:
+    node = Driver().node(*listed(("1g.10gb", 4), ci=None))
+    with pytest.raises(InvalidAllocationError, match="has no compute instance"):
+        AllocationBook().allocate(mig_request("c", PlannedMig(2, M, "1g.10gb", 4)), NODE_GPUS, now=1.0, mig=node)
+
+
+def test_dynamic_creation_is_checked_then_made_through_the_driver() -> None:
+    book, driver = AllocationBook(), Driver()
+    node = driver.node(*listed(("3g.40gb", 0), ("1g.10gb", 4)))
+    plan = mig_request("c", PlannedMig(2, M, "1g.10gb", 5, create=True), PlannedMig(2, M, "1g.10gb", 4, create=True))
+    record, _ = book.allocate(plan, NODE_GPUS, now=1.0, mig=node)
+    assert [i.start for i in driver.created] == [5]
+    assert [(i.start, i.created) for i in record.mig] == [(5, True), (4, True)]  # taken over, as the ledger books it
+    for planned, match in [
+        (PlannedMig(2, M, "2g.20gb", 5, create=True), "not a placement"),
+        (PlannedMig(2, M, "2g.20gb", 4, create=True), "overlaps"),
+        (PlannedMig(2, M, "7g.80gb", 0, create=True), "overlaps"),
+    ]:
+        with pytest.raises(InvalidAllocationError, match=match):
+            book.allocate(mig_request("x", planned, pod="uid-2"), NODE_GPUS, now=2.0, mig=node)
+    pending = mig_request("y", PlannedMig(2, M, "1g.10gb", 5, create=True), PlannedMig(2, M, "2g.20gb", 4, create=True),
+                          pod="uid-3")
+    with pytest.raises(InvalidAllocationError, match="overlaps"):  # the first planned creation takes slice 5
+        book.allocate(pending, NODE_GPUS, now=2.0, mig=driver.node(*listed(("3g.40gb", 0))))
+    assert [i.start for i in driver.created] == [5]
+
+
+def test_a_failing_creation_destroys_what_the_request_created_and_records_nothing() -> None:
+    book, driver = AllocationBook(), Driver(fail_at=1)
+    plan = mig_request("c", PlannedMig(2, M, "1g.10gb", 5, create=True), PlannedMig(2, M, "1g.10gb", 6, create=True))
+    with pytest.raises(RuntimeError, match="insufficient resources"):
+        book.allocate(plan, NODE_GPUS, now=1.0, mig=driver.node(*listed(("3g.40gb", 0))))
+    assert [i.start for i in driver.destroyed] == [5]
+    assert len(book) == 0
+    stuck = Driver(fail_at=1, fail_destroy=True)
+    with pytest.raises(RuntimeError) as caught:
+        book.allocate(plan, NODE_GPUS, now=1.0, mig=stuck.node(*listed(("3g.40gb", 0))))
+    assert caught.value.__notes__ == ["rollback: could not destroy MIG instance MIG-5: NVML: in use"]
+
+
+def test_mig_device_specs_name_the_parent_gpu_and_a_missing_minor_creates_nothing() -> None:
+    book, driver = AllocationBook(edits=ContainerEdits(device_nodes=True, control_devices=("nvidiactl",))), Driver()
+    node = driver.node(*listed(("3g.40gb", 0)))
+    plan = mig_request("c", PlannedMig(2, M, "1g.10gb", 5, create=True))
+    with pytest.raises(InvalidAllocationError, match="minor number unknown"):
+        book.allocate(plan, NODE_GPUS, now=1.0, mig=node, minors={})
+    assert driver.created == []
+    record, _ = book.allocate(plan, NODE_GPUS, now=1.0, mig=node, minors={M: 7})
+    assert record.response.devices == (DeviceSpec("/dev/nvidia7", "/dev/nvidia7", "rw"),
+                                       DeviceSpec("/dev/nvidiactl", "/dev/nvidiactl", "rw"))
+    assert record.response.mounts == ()
+
+
+def test_release_destroys_created_instances_only_with_their_last_holder() -> None:
+    book, driver = AllocationBook(), Driver()
+    node = driver.node(*listed(("3g.40gb", 0)))
+    book.allocate(mig_request("init", PlannedMig(2, M, "1g.10gb", 5, create=True)), NODE_GPUS, now=1.0, mig=node)
+    node = driver.node(*listed(("3g.40gb", 0), ("1g.10gb", 5)))
+    book.allocate(mig_request("app", PlannedMig(2, M, "1g.10gb", 5, create=True)), NODE_GPUS, now=2.0, mig=node)
+    book.allocate(mig_request("x", pod="uid-2"), NODE_GPUS, now=3.0, mig=node)
+    assert len(driver.created) == 1
+    assert book.unreferenced(book.release("uid-1", "init")) == ()
+    [doomed] = book.unreferenced(book.release("uid-1", "app"))
+    assert (doomed.start, doomed.created) == (5, True)
+    assert book.unreferenced(book.release("uid-2")) == ()  # pre-created: turns free, never destroyed
+
+
+def test_owners_overlay_and_the_scheduler_view_of_a_listed_gpu() -> None:
+    book, driver = AllocationBook(), Driver()
+    node = driver.node(*listed(("3g.40gb", 0), ("1g.10gb", 4)))
+    book.allocate(mig_request("c", PlannedMig(2, M, "1g.10gb", 4, create=True)), NODE_GPUS, now=1.0, mig=node)
+    [device] = with_owners([DeviceInfo(MIG_GPU, "", listed(("3g.40gb", 0), ("1g.10gb", 4)))], book.mig_holders())
+    assert [(i.owner, i.created) for i in device.mig_instances] == [(None, False), (MigOwner("uid-1", "c"), True)]
+    view = mig_gpu_of(device, mode=PlacementMode.DYNAMIC)
+    assert (view.model.key, [(i.profile.name, i.start, i.owner, i.created) for i in view.instances]) == (
+        "A100-80GB", [("3g.40gb", 0, None, False), ("1g.10gb", 4, MigOwner("uid-1", "c"), True)])
+    assert view.free_starts(resolve_profile("A100-80GB", "1g.10gb")) == (5, 6)
+    assert [i.instance_id for i in view.instances] == ["1", "5"]
+    assert mig_gpu_of(device, mode=PlacementMode.STATIC).instances[1].created is False
+
+
+def test_exporter_rows_per_mig_instance_join_samples_by_mig_uuid() -> None:
+    book = AllocationBook()
+    node = Driver().node(*listed(("3g.40gb", 0), ("1g.10gb", 4)), mode=PlacementMode.STATIC)
+    book.allocate(mig_request(), NODE_GPUS, now=1.0, mig=node)
+    devices = with_owners([DeviceInfo(MIG_GPU, "", [*node.instances, *listed(("1g.10gb", 5), ci=None)])],
+                          book.mig_holders())
+    sample = UsageSample(mig=(MigSample("MIG-0", 3 * GiB, None),))
+    data = build_exporter_data(devices, book.records(), sample, allocated={})
+    assert [(r.instance.start, r.instance.owner, r.memory_used_bytes, r.error) for r in data.mig] == [
+        (0, MigOwner("uid-1", "main"), 3 * GiB, ""), (4, None, None, "no sample for this MIG instance"),
+        (5, None, None, "no compute instance")]
+    assert data.containers[0].mig_uuids == ("MIG-0",)
+
+
+def test_mig_layouts_are_deterministic_and_geometry_checked() -> None:
+    layouts = MigLayouts(NODE_GPUS, {2: [("3g.40gb", 4)]})
+    [first] = layouts.instances(M)
+    assert (first.gpu_instance_id, first.compute_instance_id, first.uuid) == (
+        5, 0, simulated_mig_uuid(M, "3g.40gb", 4))
+    assert MigLayouts(NODE_GPUS, {2: [("3G.40GB", 4)]}).instances(M) == (first,)
+    profile = resolve_profile("A100-80GB", "3g.40gb")
+    created = layouts.create_mig_instance(M, profile, 0)
+    assert [i.start for i in layouts.instances()] == [0, 4]
+    with pytest.raises(MigPlacementError, match="overlaps"):
+        layouts.create_mig_instance(M, resolve_profile("A100-80GB", "1g.10gb"), 4)
+    layouts.destroy_mig_instance(created)
+    layouts.destroy_mig_instance(created)  # gone: fine
+    assert layouts.instances(M) == (first,)
+    assert layouts.instances(A) == ()
+    with pytest.raises(ValueError, match="only a listed GPU in MIG mode"):
+        MigLayouts(NODE_GPUS, {0: [("1g.10gb", 0)]})

@@ -7,7 +7,12 @@ Behaviours covered:
   why; ``nvml`` without NVML raises GpuBackendUnavailableError;
 - the service saves after every change and restores at start; a failed save rolls the change back (allocation,
   release, disable) and raises, so the Runtime never claims what it could lose; records naming GPUs the node no
-  longer has are kept and logged; the health pump publishes backend changes and survives a failing poll.
+  longer has are kept and logged; the health pump publishes backend changes and survives a failing poll;
+- MIG: ``--mig-strategy`` parses (static by default) and reaches the service, which advertises ``mig-dynamic`` only
+  when dynamic; a failed save after a creation destroys the created instance again; Release saves, then destroys,
+  and an instance that cannot be destroyed keeps its record (saved) and raises GpuBackendError; a restarted
+  Runtime, even static, destroys what the saved records say it created (the JSON state file round-trips MIG
+  records); records naming MIG instances the node no longer lists are logged.
 """
 
 from __future__ import annotations
@@ -20,13 +25,23 @@ import pytest
 
 from adapters.memory.runtime import InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
-from domain.gpu import Gpu, GpuUuid, Health
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, RuntimeSnapshot, RuntimeState
+from adapters.statefile import JsonRuntimeStateStore
+from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.gpu import PlacementMode
+from domain.runtime.types import (
+    ContainerAllocationRequest,
+    MigInstanceInfo,
+    PlannedGpu,
+    PlannedMig,
+    RuntimeSnapshot,
+    RuntimeState,
+)
 from domain.units import GiB
+from entrypoints.runtime.__main__ import build_parser, settings_from_args
 from entrypoints.runtime.app import RuntimeApp, RuntimeSettings, SettingsError, select_backend
 from entrypoints.runtime.containers import RuntimeContainer
 from entrypoints.runtime.service import RuntimeService
-from ports.gpu_backend import GpuBackendUnavailableError
+from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
 from ports.runtime_state import StateStoreError
 
 A = GpuUuid("GPU-aaaa")
@@ -180,3 +195,86 @@ def test_health_pump_survives_a_failing_poll(caplog: pytest.LogCaptureFixture) -
     assert change.health is Health.UNHEALTHY
     assert "health poll failed" in caplog.text
     assert list(stream) == []
+
+
+# ------------------------------------------------------------------------------------------------------ MIG
+M = GpuUuid("GPU-mig")
+MIG_GPUS = (*GPUS, Gpu(1, M, "A100-80GB", 80 * GiB, mig_mode=MigMode.ENABLED))
+
+
+def mig_plan(container: str = "main", start: int = 4) -> ContainerAllocationRequest:
+    return ContainerAllocationRequest("uid", "ns", "pod", container, (),
+                                      mig=(PlannedMig(1, M, "1g.10gb", start, create=True),))
+
+
+def starts(service: RuntimeService) -> list[int]:
+    return [i.start for i in service.list_devices()[1].mig_instances]
+
+
+class StuckBackend(SimulatedGpuBackend):
+    """Destruction fails while ``stuck`` (an instance still in use)."""
+
+    stuck = False
+
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
+        if self.stuck:
+            raise GpuBackendError(f"nvmlGpuInstanceDestroy failed: In use by another client ({instance.uuid})")
+        super().destroy_mig_instance(instance)
+
+
+def test_mig_strategy_flag_reaches_the_service(tmp_path: Path) -> None:
+    parse = build_parser().parse_args
+    assert settings_from_args(parse(["--socket", "r.sock"])).mig_strategy is PlacementMode.STATIC
+    settings = settings_from_args(parse(["--socket", str(tmp_path / "r.sock"), "--mig-strategy", "dynamic"]))
+    assert settings.mig_strategy is PlacementMode.DYNAMIC
+    container = RuntimeContainer(settings=settings)
+    container.backend.override(SimulatedGpuBackend(MIG_GPUS))
+    container.store.override(InMemoryRuntimeStateStore())
+    assert "mig-dynamic" in container.service().get_version().capabilities
+    static = RuntimeService(SimulatedGpuBackend(MIG_GPUS), InMemoryRuntimeStateStore())
+    assert "mig-dynamic" not in static.get_version().capabilities
+    assert "mig-allocate" in static.get_version().capabilities
+
+
+def test_failed_save_destroys_the_instance_created_for_it() -> None:
+    store = FailingStore()
+    service = RuntimeService(SimulatedGpuBackend(MIG_GPUS), store, mig_mode=PlacementMode.DYNAMIC)
+    store.fail = True
+    with pytest.raises(StateStoreError):
+        service.allocate(mig_plan())
+    assert starts(service) == []
+    assert service.status().active_allocations == 0
+
+
+def test_an_instance_that_cannot_be_destroyed_keeps_its_record() -> None:
+    store = InMemoryRuntimeStateStore()
+    backend = StuckBackend(MIG_GPUS)
+    service = RuntimeService(backend, store, mig_mode=PlacementMode.DYNAMIC)
+    service.allocate(mig_plan())
+    backend.stuck = True
+    with pytest.raises(GpuBackendError, match=r"In use.*their records are kept"):
+        service.release("uid")
+    assert service.status().active_allocations == 1
+    snapshot = store.load()
+    assert snapshot is not None
+    assert len(snapshot.allocations) == 1  # saved again with the record
+    assert starts(service) == [4]
+    backend.stuck = False
+    assert service.release("uid") == 1
+    assert starts(service) == []
+
+
+def test_a_restarted_runtime_destroys_what_it_created(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = JsonRuntimeStateStore(tmp_path / "state.json")
+    backend = SimulatedGpuBackend(MIG_GPUS)
+    first = RuntimeService(backend, store, mig_mode=PlacementMode.DYNAMIC)
+    response = first.allocate(mig_plan())
+    restarted = RuntimeService(backend, store)  # same driver state (a real node keeps its instances), now static
+    assert restarted.allocate(mig_plan()) == response
+    assert restarted.list_devices()[1].mig_instances[0].created
+    assert restarted.release("uid") == 1
+    assert starts(restarted) == []
+    RuntimeService(backend, store, mig_mode=PlacementMode.DYNAMIC).allocate(mig_plan("again", 5))
+    with caplog.at_level(logging.WARNING):
+        RuntimeService(SimulatedGpuBackend(MIG_GPUS), store)  # a fresh driver (node reboot) lost the instance
+    assert "allocation ns/pod:again names MIG instances not on this node" in caplog.text

@@ -7,7 +7,12 @@ Behaviours covered:
 - UUIDs are stable for one seed and differ between seeds (two simulated nodes never share one); indexes dense;
 - the deterministic usage model (container and GPU utilization, memory, temperature, power, caps);
 - injected health changes reach ``poll_health`` at once; application XIDs are counted and harmless; timed
-  recovery with a quiet period; an unknown UUID is a KeyError; ``close`` wakes a poller.
+  recovery with a quiet period; an unknown UUID is a KeyError; ``close`` wakes a poller;
+- MIG: ``:mig[=PROFILE@START/…]`` in the spec and ``migMode``/``migInstances`` in YAML; instances without MIG mode,
+  malformed entries, models without a MIG table, unknown profiles and overlapping layouts are refused with the
+  item named; instances are listed with deterministic ids and ``MIG-…`` UUIDs (stable across builds); creation and
+  destruction in dynamic use (a placement that does not fit is a GpuBackendError); the per-instance usage model
+  and the MIG GPU's own sample (no utilization, memory summed over instances).
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from adapters.simulated import SimulatedGpuBackend, SpecError, build_inventory, load_file, parse_spec
+from adapters.simulated import SimulatedGpuBackend, SpecError, build_inventory, load_file, mig_layouts, parse_spec
 from domain.gpu import GpuUuid, Health, MigMode
+from domain.mig.gpu import PlacementMode
+from domain.mig.profiles import resolve_profile
 from domain.runtime.book import AllocationBook
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from domain.runtime.mig import MigNode
+from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, PlannedMig
 from domain.units import GiB
+from ports.gpu_backend import GpuBackendError
 
 
 def test_spec_parses_counts_memory_and_models() -> None:
@@ -163,3 +172,107 @@ def test_unknown_uuid_and_close() -> None:
     assert results == [()]
     with pytest.raises(ValueError, match="at least one GPU"):
         SimulatedGpuBackend([])
+
+
+# ------------------------------------------------------------------------------------------------------ MIG
+def test_spec_mig_suffix() -> None:
+    groups = parse_spec("1x16Gi:A100,2x80Gi:A100:mig=3g.40gb@0/1g.10gb@4,1x40Gi:A100-40GB:mig")
+    assert [(g.mig_mode, g.mig_instances) for g in groups] == [
+        (MigMode.DISABLED, ()), (MigMode.ENABLED, (("3g.40gb", 0), ("1g.10gb", 4))), (MigMode.ENABLED, ())]
+    assert mig_layouts(groups) == {1: (("3g.40gb", 0), ("1g.10gb", 4)), 2: (("3g.40gb", 0), ("1g.10gb", 4))}
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("80Gi:A100:mog", "':mig'"),
+        ("80Gi:A100:mig=", "':mig'"),
+        ("80Gi:A100:mig=3g.40gb", "PROFILE@START"),
+        ("80Gi:A100:mig:x", "':mig'"),
+    ],
+)
+def test_spec_mig_errors(spec: str, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        parse_spec(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("16Gi:Simulated-GPU:mig=1g.10gb@0", "no MIG profile table"),
+        ("80Gi:A100:mig=1g.5gb@0", "unknown profile for A100-80GB"),
+        ("80Gi:A100:mig=3g.40gb@0/4g.40gb@0", "overlaps"),
+        ("80Gi:A100:mig=3g.40gb@2", "not a placement"),
+    ],
+)
+def test_mig_layouts_are_checked_when_the_backend_is_built(spec: str, match: str) -> None:
+    with pytest.raises(SpecError, match=rf"simulated GPUs .*MIG: .*{match}"):
+        SimulatedGpuBackend.from_spec(spec)
+
+
+def test_yaml_mig_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text(
+        "gpus:\n"
+        "  - {model: H100, memory: 80Gi}\n"
+        "  - model: NVIDIA H200\n"
+        "    memory: 141Gi\n"
+        "    migMode: enabled\n"
+        "    migInstances: [{profile: 3g.71gb, start: 4}, {profile: 3g.70gb, start: 0}]\n"
+    )
+    backend = SimulatedGpuBackend.from_file(path, seed="s")
+    whole, mig = backend.devices()
+    assert whole.mig_instances == ()
+    assert [(i.profile, i.start, i.size, i.compute_slices, i.gpu_instance_id) for i in mig.mig_instances] == [
+        ("3g.71gb", 0, 4, 3, 1), ("3g.71gb", 4, 4, 3, 5)]
+    again = SimulatedGpuBackend.from_file(path, seed="s").devices()[1].mig_instances
+    assert [i.uuid for i in again] == [i.uuid for i in mig.mig_instances]
+    assert all(i.uuid.startswith("MIG-") for i in again)
+
+
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        ("{memory: 80Gi, model: A100, migInstances: [{profile: 3g.40gb, start: 0}]}", "need migMode enabled"),
+        ("{memory: 80Gi, model: A100, migMode: enabled, migInstances: {profile: 3g.40gb}}", "must be a list"),
+        ("{memory: 80Gi, model: A100, migMode: enabled, migInstances: [{profile: 3g.40gb}]}", r"migInstances\[0\]"),
+        ("{memory: 80Gi, model: A100, migMode: enabled, migInstances: [{profile: x, start: -1}]}", "SLICE >= 0"),
+    ],
+)
+def test_yaml_mig_errors_name_the_item(tmp_path: Path, entry: str, match: str) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text(f"gpus:\n  - {entry}\n")
+    with pytest.raises(SpecError, match=match):
+        load_file(path)
+
+
+def test_mig_create_destroy_and_usage_model() -> None:
+    backend = SimulatedGpuBackend.from_spec("16Gi:A100,80Gi:A100:mig=3g.40gb@0", clock=lambda: 5.0)
+    plain, mig_gpu = (d.gpu for d in backend.devices())
+    created = backend.create_mig_instance(mig_gpu.uuid, resolve_profile("A100-80GB", "1g.10gb"), 6)
+    assert [i.start for i in backend.devices()[1].mig_instances] == [0, 6]
+    with pytest.raises(GpuBackendError, match=r"cannot create 4g\.40gb at start 0"):
+        backend.create_mig_instance(mig_gpu.uuid, resolve_profile("A100-80GB", "4g.40gb"), 0)
+    with pytest.raises(GpuBackendError, match="no GPU in MIG mode"):
+        backend.create_mig_instance(plain.uuid, resolve_profile("A100-80GB", "1g.10gb"), 0)
+    untabled = SimulatedGpuBackend.from_spec("16Gi:Simulated-GPU:mig")  # any model may be in MIG mode
+    [device] = untabled.devices()
+    assert (device.gpu.mig_mode, device.mig_instances) == (MigMode.ENABLED, ())
+    with pytest.raises(GpuBackendError, match="no MIG profile table"):
+        untabled.create_mig_instance(device.gpu.uuid, resolve_profile("A100-80GB", "1g.10gb"), 0)
+    book = AllocationBook()
+    node = MigNode(backend.devices()[1].mig_instances, PlacementMode.STATIC)
+    book.allocate(ContainerAllocationRequest("u", "ns", "p", "c", (), mig=(PlannedMig(1, mig_gpu.uuid, "3g.40gb", 0),)),
+                  [plain, mig_gpu], now=0, mig=node)
+    sample = backend.sample(book.records())
+    usage = {m.uuid: (m.memory_used_bytes, m.utilization_percent) for m in sample.mig}
+    big = backend.devices()[1].mig_instances[0]
+    assert usage == {big.uuid: (20 * GiB, 80.0), created.uuid: (0, 0.0)}  # 40 GiB × 0.5; 100 % × 0.8
+    gpu_sample = sample.gpus[1]
+    assert (gpu_sample.utilization_percent, gpu_sample.memory_used_bytes) == (None, 20 * GiB)
+    assert gpu_sample.error == "utilization: Not Supported"
+    assert gpu_sample.power_watts == pytest.approx(50 + 250 * (80.0 * 3 / 7) / 100)  # compute-slice weighted
+    assert sample.gpus[0].error == ""
+    backend.destroy_mig_instance(created)
+    backend.destroy_mig_instance(created)
+    assert [i.start for i in backend.devices()[1].mig_instances] == [0]

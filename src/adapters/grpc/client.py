@@ -4,6 +4,12 @@ service (``GrpcNodeConfig``, port ``ports.node_config.NodeConfig``), over a unix
 Every unary call carries a deadline (``timeout_s``, default :data:`DEFAULT_TIMEOUT_S`); WatchHealth has none (it
 lives until closed). gRPC errors become the port's errors (``adapters.grpc.errors``). A client owns its channel
 when built by :meth:`GrpcNodeRuntime.connect` and closes it in :meth:`close` (also a context manager).
+
+MIG: before sending an Allocate that plans MIG instances, :class:`GrpcNodeRuntime` checks through GetVersion that
+the Runtime serves ``mig-allocate`` (and ``mig-dynamic`` when an instance is to be created) and raises
+:class:`UnsupportedFeatureError` otherwise: a 1.0 Runtime would silently drop the unknown MIG field and answer a
+confusing "no GPU" error. The version is fetched once and again only while a feature is missing (a Runtime may be
+upgraded under a running client).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Protocol, Self
 import grpc
 
 from domain.errors import InvalidRequestError
-from domain.runtime.features import RuntimeInfo
+from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, RuntimeInfo
 from domain.runtime.types import (
     ConfigStatus,
     ContainerAllocationRequest,
@@ -115,6 +121,16 @@ class GrpcNodeRuntime(_Client):
     def __init__(self, channel: grpc.Channel, *, timeout_s: float = DEFAULT_TIMEOUT_S, owns_channel: bool = False):
         super().__init__(channel, timeout_s=timeout_s, owns_channel=owns_channel)
         self._stub = pb_grpc.RuntimeStub(channel)
+        self._info: RuntimeInfo | None = None
+
+    def require(self, *features: str) -> RuntimeInfo:
+        """The Runtime's GetVersion answer, after checking it serves ``features`` (cached while it does). Raises
+        :class:`UnsupportedFeatureError` naming what is missing, or the GetVersion errors."""
+        info = self._info
+        if info is None or not all(info.supports(f) for f in features):
+            info = self._info = self.get_version()
+        info.require(*features)
+        return info
 
     @classmethod
     def connect(cls, socket_path: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> GrpcNodeRuntime:
@@ -148,7 +164,10 @@ class GrpcNodeRuntime(_Client):
         return _GrpcHealthStream(self._stub.WatchHealth(pb.WatchHealthRequest()))
 
     def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
-        """Allocate; raises the contract errors."""
+        """Allocate; raises the contract errors, and :class:`UnsupportedFeatureError` for a MIG plan the Runtime
+        cannot serve (module docstring)."""
+        if request.mig:
+            self.require(MIG_ALLOCATE, *((MIG_DYNAMIC,) if any(m.create for m in request.mig) else ()))
         try:
             reply = self._stub.Allocate(translate.request_to_pb(request), timeout=self._timeout_s)
         except grpc.RpcError as error:

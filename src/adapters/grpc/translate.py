@@ -7,6 +7,10 @@ measurements use proto3 ``optional`` presence (absent → None). Times are epoch
 ``google.protobuf.Timestamp`` on the wire (nanosecond resolution). ``HEALTH_UNSPECIFIED`` reads as unhealthy,
 as kubelet treats anything but exactly "Healthy". Malformed requests raise
 :class:`domain.runtime.errors.InvalidAllocationError`.
+
+MIG: a listed instance's compute instance id and a planned instance's placement start use proto3 ``optional``
+presence (absent → None); an absent ``owner`` message means free; empty strings stand for "not given" (profile,
+MIG UUID).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from google.protobuf import timestamp_pb2
 
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.gpu import MigOwner
 from domain.runtime.errors import InvalidAllocationError
 from domain.runtime.features import RuntimeInfo, SemVer
 from domain.runtime.types import (
@@ -28,8 +33,11 @@ from domain.runtime.types import (
     GpuData,
     GpuSample,
     HealthChange,
+    MigInstanceData,
+    MigInstanceInfo,
     Mount,
     PlannedGpu,
+    PlannedMig,
     RuntimeState,
 )
 from domain.units import MILLI_PER_PERCENT
@@ -54,12 +62,40 @@ def seconds(value: timestamp_pb2.Timestamp) -> float:
     return value.ToNanoseconds() / 1e9
 
 
+def mig_instance_to_pb(instance: MigInstanceInfo) -> pb.MigInstance:
+    """MigInstanceInfo → MigInstance (compute instance id None → absent; owner None → absent)."""
+    message = pb.MigInstance(
+        gpu_index=instance.gpu_index, gpu_uuid=instance.gpu_uuid, gpu_instance_id=instance.gpu_instance_id,
+        profile=instance.profile, placement_start=instance.start, placement_size=instance.size,
+        compute_slices=instance.compute_slices, memory_bytes=instance.memory_bytes, uuid=instance.uuid,
+        created_by_runtime=instance.created,
+    )
+    if instance.compute_instance_id is not None:
+        message.compute_instance_id = instance.compute_instance_id
+    if instance.owner is not None:
+        message.owner.CopyFrom(pb.MigOwner(pod_uid=instance.owner.pod_uid, container_name=instance.owner.container))
+    return message
+
+
+def mig_instance_from_pb(message: pb.MigInstance) -> MigInstanceInfo:
+    """MigInstance → MigInstanceInfo."""
+    owner = MigOwner(message.owner.pod_uid, message.owner.container_name) if message.HasField("owner") else None
+    compute = message.compute_instance_id if message.HasField("compute_instance_id") else None
+    return MigInstanceInfo(
+        gpu_index=message.gpu_index, gpu_uuid=GpuUuid(message.gpu_uuid), gpu_instance_id=message.gpu_instance_id,
+        compute_instance_id=compute, profile=message.profile, start=message.placement_start,
+        size=message.placement_size, compute_slices=message.compute_slices, memory_bytes=message.memory_bytes,
+        uuid=message.uuid, owner=owner, created=message.created_by_runtime,
+    )
+
+
 def device_to_pb(device: DeviceInfo) -> pb.Device:
     """DeviceInfo → Device."""
     gpu = device.gpu
     return pb.Device(
         index=gpu.index, uuid=gpu.uuid, model=gpu.model, memory_bytes=gpu.memory_bytes,
         health=_HEALTH_TO_PB[gpu.health], mig_mode=_MIG_TO_PB[gpu.mig_mode], health_reason=device.health_reason,
+        mig_instances=[mig_instance_to_pb(i) for i in device.mig_instances],
     )
 
 
@@ -67,7 +103,7 @@ def device_from_pb(message: pb.Device) -> DeviceInfo:
     """Device → DeviceInfo. Raises domain InvalidRequestError for an invalid GPU (empty UUID, zero memory)."""
     gpu = Gpu(message.index, GpuUuid(message.uuid), message.model, message.memory_bytes,
               _health(message.health), _mig(message.mig_mode))
-    return DeviceInfo(gpu, message.health_reason)
+    return DeviceInfo(gpu, message.health_reason, tuple(mig_instance_from_pb(i) for i in message.mig_instances))
 
 
 def health_event_to_pb(change: HealthChange) -> pb.HealthEvent:
@@ -116,12 +152,27 @@ def planned_from_pb(message: pb.PlannedGpu) -> PlannedGpu:
     return PlannedGpu(message.index, GpuUuid(message.uuid), core, message.memory_bytes or None)
 
 
+def planned_mig_to_pb(planned: PlannedMig) -> pb.PlannedMigInstance:
+    """PlannedMig → PlannedMigInstance (start None → absent)."""
+    message = pb.PlannedMigInstance(index=planned.index, uuid=planned.uuid, profile=planned.profile,
+                                    create=planned.create, mig_uuid=planned.mig_uuid)
+    if planned.start is not None:
+        message.placement_start = planned.start
+    return message
+
+
+def planned_mig_from_pb(message: pb.PlannedMigInstance) -> PlannedMig:
+    """PlannedMigInstance → PlannedMig. Raises InvalidAllocationError."""
+    start = message.placement_start if message.HasField("placement_start") else None
+    return PlannedMig(message.index, GpuUuid(message.uuid), message.profile, start, message.create, message.mig_uuid)
+
+
 def request_to_pb(request: ContainerAllocationRequest) -> pb.AllocateRequest:
     """ContainerAllocationRequest → AllocateRequest."""
     return pb.AllocateRequest(
         pod_uid=request.pod_uid, pod_namespace=request.namespace, pod_name=request.pod_name,
         container_name=request.container, gpus=[planned_to_pb(g) for g in request.gpus],
-        init_container=request.init,
+        init_container=request.init, mig_instances=[planned_mig_to_pb(m) for m in request.mig],
     )
 
 
@@ -130,7 +181,7 @@ def request_from_pb(message: pb.AllocateRequest) -> ContainerAllocationRequest:
     return ContainerAllocationRequest(
         pod_uid=message.pod_uid, namespace=message.pod_namespace, pod_name=message.pod_name,
         container=message.container_name, gpus=tuple(planned_from_pb(g) for g in message.gpus),
-        init=message.init_container,
+        init=message.init_container, mig=tuple(planned_mig_from_pb(m) for m in message.mig_instances),
     )
 
 
@@ -170,7 +221,7 @@ def info_from_pb(message: pb.GetVersionResponse) -> RuntimeInfo:
                        message.backend)
 
 
-def _optional(message: pb.GpuData | pb.ContainerGpuData, field: str) -> float | None:
+def _optional(message: pb.GpuData | pb.ContainerGpuData | pb.MigInstanceData, field: str) -> float | None:
     return float(getattr(message, field)) if message.HasField(field) else None  # type: ignore[arg-type]
 
 
@@ -209,9 +260,18 @@ def exporter_to_pb(data: ExporterData) -> pb.ExporterGetDataListResponse:
         containers.append(pb.ContainerData(
             pod_uid=container.pod_uid, pod_namespace=container.namespace, pod_name=container.pod_name,
             container_name=container.container, init_container=container.init, gpus=rows,
-            allocated_at=timestamp(container.allocated_at),
+            allocated_at=timestamp(container.allocated_at), mig_uuids=list(container.mig_uuids),
         ))
-    return pb.ExporterGetDataListResponse(gpus=gpus, containers=containers, sampled_at=timestamp(data.sampled_at))
+    mig = []
+    for item in data.mig:
+        mig_pb = pb.MigInstanceData(instance=mig_instance_to_pb(item.instance), sample_error=item.error)
+        if item.memory_used_bytes is not None:
+            mig_pb.memory_used_bytes = item.memory_used_bytes
+        if item.utilization_percent is not None:
+            mig_pb.utilization_percent = item.utilization_percent
+        mig.append(mig_pb)
+    return pb.ExporterGetDataListResponse(gpus=gpus, containers=containers, sampled_at=timestamp(data.sampled_at),
+                                          mig_instances=mig)
 
 
 def exporter_from_pb(message: pb.ExporterGetDataListResponse) -> ExporterData:
@@ -243,9 +303,18 @@ def exporter_from_pb(message: pb.ExporterGetDataListResponse) -> ExporterData:
         containers.append(ContainerData(
             pod_uid=container.pod_uid, namespace=container.pod_namespace, pod_name=container.pod_name,
             container=container.container_name, init=container.init_container, gpus=rows,
-            allocated_at=seconds(container.allocated_at),
+            allocated_at=seconds(container.allocated_at), mig_uuids=tuple(container.mig_uuids),
         ))
-    return ExporterData(gpus=tuple(gpus), containers=tuple(containers), sampled_at=seconds(message.sampled_at))
+    mig = tuple(
+        MigInstanceData(
+            mig_instance_from_pb(item.instance),
+            memory_used_bytes=int(item.memory_used_bytes) if item.HasField("memory_used_bytes") else None,
+            utilization_percent=_optional(item, "utilization_percent"), error=item.sample_error,
+        )
+        for item in message.mig_instances
+    )
+    return ExporterData(gpus=tuple(gpus), containers=tuple(containers), sampled_at=seconds(message.sampled_at),
+                        mig=mig)
 
 
 def status_to_pb(status: ConfigStatus) -> cpb.Status:

@@ -4,20 +4,28 @@
 allocation book, env-var rules, health broadcast and exporter assembly with the reference Runtime), measures
 nothing (every usage is unknown) and changes health only through :meth:`InMemoryNodeRuntime.set_health`. It is
 the fast fake for unit tests and a dry-run profile, and one side of the contract suite.
+
+MIG: GPUs in MIG mode keep their instances in a :class:`domain.runtime.miglayout.MigLayouts` (initial layouts per
+GPU index, deterministic ids and ``MIG-…`` UUIDs). With ``mig_mode`` dynamic, Allocate creates planned instances
+and Release destroys them, exactly as the reference Runtime does over a backend; static mode does not advertise
+``mig-dynamic``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from domain.gpu import Gpu, GpuUuid, Health
+from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
-from domain.runtime.features import RuntimeInfo, SemVer, features_at
+from domain.runtime.features import MIG_DYNAMIC, RuntimeInfo, SemVer, features_at
+from domain.runtime.mig import MigNode, with_owners
+from domain.runtime.miglayout import MigLayouts
 from domain.runtime.types import (
     ConfigStatus,
     ContainerAllocationRequest,
@@ -30,12 +38,14 @@ from domain.runtime.types import (
     UsageSample,
 )
 
-MEMORY_RUNTIME_VERSION = SemVer(1, 0, 0)
+MEMORY_RUNTIME_VERSION = SemVer(1, 1, 0)
 
 
 class InMemoryNodeRuntime:
     """A Runtime over ``gpus`` (module docstring). ``version`` and ``capabilities`` (default: every feature up to
-    the version) shape GetVersion; ``clock`` gives epoch seconds. Thread-safe."""
+    the version, less ``mig-dynamic`` in static mode) shape GetVersion; ``clock`` gives epoch seconds;
+    ``mig_layouts`` (initial MIG instances per GPU index, ``(profile, start)``) and ``mig_mode`` (the MIG
+    strategy) shape MIG. Thread-safe. Raises the MIG domain errors for a bad layout."""
 
     def __init__(
         self,
@@ -46,12 +56,17 @@ class InMemoryNodeRuntime:
         state: RuntimeState = RuntimeState.ENABLED,
         clock: Callable[[], float] = time.time,
         edits: ContainerEdits | None = None,
+        mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
+        mig_mode: PlacementMode = PlacementMode.STATIC,
     ) -> None:
         self._devices = {g.uuid: DeviceInfo(g) for g in gpus}
+        self._mig = MigLayouts(gpus, mig_layouts)
+        self._mig_mode = mig_mode
+        skip = () if mig_mode is PlacementMode.DYNAMIC else (MIG_DYNAMIC,)
         self._info = RuntimeInfo(
             name="ljrk-memory-runtime",
             version=version,
-            capabilities=frozenset(capabilities) if capabilities is not None else features_at(version),
+            capabilities=frozenset(capabilities) if capabilities is not None else features_at(version, exclude=skip),
             backend="memory",
         )
         self._clock = clock
@@ -65,9 +80,16 @@ class InMemoryNodeRuntime:
         return self._info
 
     def list_devices(self) -> tuple[DeviceInfo, ...]:
-        """The GPUs in index order with current health."""
+        """The GPUs in index order with current health and MIG instances (with owners)."""
         with self._lock:
-            return tuple(sorted(self._devices.values(), key=lambda d: d.gpu.index))
+            return self._listed()
+
+    def _listed(self) -> tuple[DeviceInfo, ...]:
+        devices = [
+            DeviceInfo(d.gpu, d.health_reason, self._mig.instances(d.gpu.uuid))
+            for d in sorted(self._devices.values(), key=lambda d: d.gpu.index)
+        ]
+        return with_owners(devices, self._book.mig_holders())
 
     def _snapshot(self) -> list[HealthChange]:
         now = self._clock()
@@ -99,18 +121,23 @@ class InMemoryNodeRuntime:
             gpus = [d.gpu for d in self._devices.values()]
             enabled = self._state.state is RuntimeState.ENABLED
             minors = {uuid: d.gpu.index for uuid, d in self._devices.items()}  # as on a node without gaps
-            record, _ = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors)
+            mig = MigNode(self._mig.instances(), self._mig_mode, self._mig.create_mig_instance,
+                          self._mig.destroy_mig_instance)
+            record, _ = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors, mig=mig)
             return record.response
 
     def release(self, pod_uid: str, container: str | None = None) -> int:
-        """Number of records removed."""
+        """Number of records removed; MIG instances created for them and held by no other record are destroyed."""
         with self._lock:
-            return len(self._book.release(pod_uid, container))
+            removed = self._book.release(pod_uid, container)
+            for instance in self._book.unreferenced(removed):
+                self._mig.destroy_mig_instance(instance)
+            return len(removed)
 
     def exporter_data(self) -> ExporterData:
-        """Every GPU with unknown measurements, every record with unknown use."""
-        devices = self.list_devices()
+        """Every GPU and MIG instance with unknown measurements, every record with unknown use."""
         with self._lock:
+            devices = self._listed()
             records = self._book.records()
             allocated = self._book.allocated_per_gpu()
         return build_exporter_data(devices, records, UsageSample(at=self._clock()), allocated=allocated)

@@ -17,6 +17,11 @@ Health (``domain.runtime.health``): critical XID events mark a GPU unhealthy, ap
 fault, on :meth:`NvmlGpuBackend.reset_health`, or on an NVML recovery-action event whose action is NONE; a
 recovery-action event asking for any other action (GPU reset, reboot, …) marks the GPU unhealthy. A GPU that
 supports no health events is logged and left healthy (NVIDIA's plugin would mark it unhealthy for good).
+
+MIG (``adapters.nvml.mig``): GPUs whose ``nvmlDeviceGetMigMode`` current mode is NVML_DEVICE_MIG_ENABLE are listed
+with their instances at every :meth:`NvmlGpuBackend.devices` call (a listing that fails is logged and leaves that
+GPU's instances empty); :meth:`create_mig_instance` / :meth:`destroy_mig_instance` change the layout, one at a
+time. The MIG mode is read at start (changing it needs a GPU reset, and so a Runtime restart).
 """
 
 from __future__ import annotations
@@ -29,10 +34,21 @@ from types import ModuleType
 from typing import Any
 
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.profiles import MigProfile
 from domain.runtime.health import HealthTracker
-from domain.runtime.types import ContainerAllocation, ContainerUsage, DeviceInfo, GpuSample, HealthChange, UsageSample
+from domain.runtime.types import (
+    ContainerAllocation,
+    ContainerUsage,
+    DeviceInfo,
+    GpuSample,
+    HealthChange,
+    MigInstanceInfo,
+    MigSample,
+    UsageSample,
+)
 from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
 
+from .mig import NvmlMig
 from .procfs import container_of_pid, pod_uid_of_pid
 
 log = logging.getLogger(__name__)
@@ -81,6 +97,9 @@ class NvmlGpuBackend:
         self._pending: list[HealthChange] = []
         self._closed = False
         self._minors: dict[GpuUuid, int] = {}
+        self._mig = NvmlMig(nvml, self._const)
+        self._mig_lock = threading.Lock()
+        self._mig_gpus: dict[GpuUuid, Gpu] = {}
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as error:
@@ -125,6 +144,8 @@ class NvmlGpuBackend:
             memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
             gpus.append(Gpu(index, uuid, _text(nvml.nvmlDeviceGetName(handle)), memory, Health.HEALTHY, mig))
             handles[uuid] = handle
+            if mig is MigMode.ENABLED:
+                self._mig_gpus[uuid] = gpus[-1]
             try:
                 self._minors[uuid] = int(nvml.nvmlDeviceGetMinorNumber(handle))
             except (nvml.NVMLError, AttributeError) as error:
@@ -155,12 +176,48 @@ class NvmlGpuBackend:
         return None
 
     def devices(self) -> tuple[DeviceInfo, ...]:
-        """Every GPU with its current health."""
+        """Every GPU with its current health; MIG GPUs with their instances (module docstring)."""
         with self._lock:
-            return tuple(
-                DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason)
-                for g, health, reason in self._tracker.current()
-            )
+            current = self._tracker.current()
+        return tuple(
+            DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason,
+                       self._mig_instances(g.uuid))
+            for g, health, reason in current
+        )
+
+    def _mig_instances(self, uuid: GpuUuid) -> tuple[MigInstanceInfo, ...]:
+        gpu = self._mig_gpus.get(uuid)
+        if gpu is None:
+            return ()
+        try:
+            with self._mig_lock:
+                return self._mig.instances(gpu, self._handles[uuid])
+        except self._nvml.NVMLError as error:
+            log.warning("GPU %s: listing MIG instances failed: %s", uuid, error)
+            return ()
+
+    def _mig_gpu(self, uuid: GpuUuid) -> Gpu:
+        gpu = self._mig_gpus.get(uuid)
+        if gpu is None:
+            raise GpuBackendError(f"GPU {uuid} is not a GPU in MIG mode on this node")
+        return gpu
+
+    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+        """A GPU instance of ``profile`` at ``start`` plus one compute instance (``adapters.nvml.mig``); all or
+        nothing. Raises :class:`GpuBackendError`."""
+        found = self._mig_gpu(gpu)
+        with self._mig_lock:
+            instance = self._mig.create(found, self._handles[gpu], profile, start)
+        log.info("created MIG %s at start %d on %s: %s", profile.name, start, gpu, instance.uuid)
+        return instance
+
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
+        """Destroy the instance's compute instance and GPU instance; gone already is fine. Raises
+        :class:`GpuBackendError`."""
+        self._mig_gpu(instance.gpu_uuid)
+        with self._mig_lock:
+            self._mig.destroy(self._handles[instance.gpu_uuid], instance)
+        log.info("destroyed MIG %s at start %d on %s", instance.profile, instance.start, instance.gpu_uuid)
 
     def device_minors(self) -> Mapping[GpuUuid, int]:
         """``nvmlDeviceGetMinorNumber`` per GPU, read at discovery (GPUs where it failed are absent)."""
@@ -217,13 +274,21 @@ class NvmlGpuBackend:
         return []
 
     def sample(self, allocations: Sequence[ContainerAllocation]) -> UsageSample:
-        """Measure every GPU; per-container memory from the running processes (attributed through ``/proc``)."""
+        """Measure every GPU; per-container memory from the running processes (attributed through ``/proc``);
+        memory in use of every MIG device."""
         samples = []
         usage: dict[tuple[str, str, GpuUuid], int] = {}
         for uuid, handle in self._handles.items():
             samples.append(self._sample_gpu(uuid, handle, allocations, usage))
         containers = tuple(ContainerUsage(pod, ctr, uuid, used) for (pod, ctr, uuid), used in sorted(usage.items()))
-        return UsageSample(gpus=tuple(samples), containers=containers, at=self._clock())
+        mig: list[MigSample] = []
+        for uuid in self._mig_gpus:
+            try:
+                with self._mig_lock:
+                    mig.extend(self._mig.samples(self._handles[uuid]))
+            except self._nvml.NVMLError as error:
+                log.warning("GPU %s: sampling MIG devices failed: %s", uuid, error)
+        return UsageSample(gpus=tuple(samples), containers=containers, at=self._clock(), mig=tuple(mig))
 
     def _sample_gpu(
         self,

@@ -6,6 +6,13 @@ test can predict every number): a container granted ``c`` % core and ``m`` bytes
 containers capped at 100 %, its memory used the sum capped at its memory; temperature is
 ``idle_celsius + 0.4 × utilization`` °C and power ``idle_watts + (max_watts − idle_watts) × utilization / 100`` W.
 
+MIG (GPUs whose spec says ``migMode: enabled``, layouts checked against ``domain.mig.profiles``): instances live in
+a :class:`domain.runtime.miglayout.MigLayouts` (deterministic ids and ``MIG-…`` UUIDs), created and destroyed by
+:meth:`SimulatedGpuBackend.create_mig_instance` / :meth:`destroy_mig_instance` for the dynamic strategy. An instance
+held by a record uses ``utilization_factor × 100`` % and ``floor(memory × memory_factor)`` bytes of its memory, a
+free one nothing. A MIG GPU's own sample has no utilization (NVML reports NotSupported in MIG mode), memory used
+is the sum over its instances, and temperature and power follow the compute-slice-weighted instance utilization.
+
 Health: :meth:`SimulatedGpuBackend.inject_health` and :meth:`inject_xid` change it (through the same
 ``HealthTracker`` as NVML, so application XIDs are ignored here too); :meth:`poll_health` hands the changes to the
 Runtime at once, and applies timed recovery when a ``quiet_period_s`` is set.
@@ -19,16 +26,32 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from domain.errors import DomainError
 from domain.gpu import Gpu, GpuUuid, Health
+from domain.mig.profiles import MigProfile
 from domain.runtime.health import HealthTracker
-from domain.runtime.types import ContainerAllocation, ContainerUsage, DeviceInfo, GpuSample, HealthChange, UsageSample
+from domain.runtime.mig import mig_table
+from domain.runtime.miglayout import MigLayouts
+from domain.runtime.types import (
+    ContainerAllocation,
+    ContainerUsage,
+    DeviceInfo,
+    GpuSample,
+    HealthChange,
+    MigInstanceInfo,
+    MigSample,
+    UsageSample,
+)
 from domain.units import MILLI_PER_PERCENT
+from ports.gpu_backend import GpuBackendError
 
-from .spec import build_inventory, load_file, parse_spec
+from .spec import GpuGroup, SpecError, build_inventory, load_file, mig_layouts, parse_spec
 
 
 class SimulatedGpuBackend:
-    """Simulated GPUs (module docstring). Thread-safe."""
+    """Simulated GPUs (module docstring). Thread-safe. ``mig_layouts``: initial MIG instances per GPU index,
+    ``(profile, start)`` pairs. Raises ValueError for no GPUs and the MIG domain errors (``domain.mig.errors``,
+    all ``DomainError``) for a MIG GPU without table or a bad layout."""
 
     name = "simulated"
 
@@ -36,6 +59,7 @@ class SimulatedGpuBackend:
         self,
         gpus: Sequence[Gpu],
         *,
+        mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
         clock: Callable[[], float] = time.time,
         quiet_period_s: float | None = None,
         utilization_factor: float = 0.8,
@@ -47,6 +71,7 @@ class SimulatedGpuBackend:
         if not gpus:
             raise ValueError("a simulated node needs at least one GPU")
         self._gpus = tuple(gpus)
+        self._mig = MigLayouts(self._gpus, mig_layouts)
         self._clock = clock
         self._tracker = HealthTracker(self._gpus, quiet_period_s=quiet_period_s)
         self._pending: list[HealthChange] = []
@@ -67,7 +92,7 @@ class SimulatedGpuBackend:
         clock: Callable[[], float] = time.time,
     ) -> SimulatedGpuBackend:
         """GPUs from ``2x16Gi:A100``-style text (``adapters.simulated.spec``). Raises SpecError."""
-        return cls(build_inventory(parse_spec(text), seed=seed), quiet_period_s=quiet_period_s, clock=clock)
+        return cls._built(parse_spec(text), text, seed=seed, quiet_period_s=quiet_period_s, clock=clock)
 
     @classmethod
     def from_file(
@@ -79,7 +104,18 @@ class SimulatedGpuBackend:
         clock: Callable[[], float] = time.time,
     ) -> SimulatedGpuBackend:
         """GPUs from a YAML file (``adapters.simulated.spec``). Raises SpecError."""
-        return cls(build_inventory(load_file(path), seed=seed), quiet_period_s=quiet_period_s, clock=clock)
+        return cls._built(load_file(path), str(path), seed=seed, quiet_period_s=quiet_period_s, clock=clock)
+
+    @classmethod
+    def _built(
+        cls, groups: Sequence[GpuGroup], where: str, *, seed: str, quiet_period_s: float | None,
+        clock: Callable[[], float],
+    ) -> SimulatedGpuBackend:
+        gpus = build_inventory(groups, seed=seed)
+        try:
+            return cls(gpus, mig_layouts=mig_layouts(groups), quiet_period_s=quiet_period_s, clock=clock)
+        except DomainError as error:
+            raise SpecError(f"simulated GPUs {where!r}: MIG: {error}") from None
 
     def device_minors(self) -> Mapping[GpuUuid, int]:
         """The index of each GPU (what a real node without gaps in its minor numbers has)."""
@@ -89,13 +125,44 @@ class SimulatedGpuBackend:
     def devices(self) -> tuple[DeviceInfo, ...]:
         """Every GPU with its current health."""
         with self._changed:
-            return tuple(
-                DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason)
-                for g, health, reason in self._tracker.current()
-            )
+            current = self._tracker.current()
+        return tuple(
+            DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason,
+                       self._mig.instances(g.uuid))
+            for g, health, reason in current
+        )
+
+    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+        """Create an instance in memory (module docstring). Raises :class:`GpuBackendError` when the GPU is not a
+        MIG GPU here or the placement does not fit."""
+        try:
+            return self._mig.create_mig_instance(gpu, profile, start)
+        except DomainError as error:
+            what = f"simulated GPU {gpu}: cannot create {profile.name} at start {start}"
+            raise GpuBackendError(f"{what}: {error}") from error
+
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
+        """Destroy an instance in memory; one already gone is fine."""
+        self._mig.destroy_mig_instance(instance)
+
+    def _mig_sample(
+        self, allocations: Sequence[ContainerAllocation]
+    ) -> tuple[tuple[MigSample, ...], dict[GpuUuid, tuple[int, float]]]:
+        held = {i.key for record in allocations for i in record.mig}
+        samples = []
+        per_gpu: dict[GpuUuid, tuple[int, float]] = {}
+        for instance in self._mig.instances():
+            busy = instance.key in held
+            used = math.floor(instance.memory_bytes * self._memory_factor) if busy else 0
+            utilization = 100.0 * self._utilization_factor if busy else 0.0
+            samples.append(MigSample(instance.uuid, used, utilization))
+            memory, weighted = per_gpu.get(instance.gpu_uuid, (0, 0.0))
+            per_gpu[instance.gpu_uuid] = (memory + used, weighted + utilization * instance.compute_slices)
+        return tuple(samples), per_gpu
 
     def sample(self, allocations: Sequence[ContainerAllocation]) -> UsageSample:
         """The usage model applied to ``allocations`` (module docstring)."""
+        mig_samples, mig_use = self._mig_sample(allocations)
         per_gpu: dict[GpuUuid, list[tuple[float, int]]] = {g.uuid: [] for g in self._gpus}
         containers = []
         for record in allocations:
@@ -111,17 +178,26 @@ class SimulatedGpuBackend:
             for gpu in self._gpus:
                 loads = per_gpu[gpu.uuid]
                 utilization = min(100.0, sum(u for u, _ in loads))
+                memory = min(gpu.memory_bytes, sum(m for _, m in loads))
+                reported: float | None = utilization
+                error = ""
+                table = mig_table(gpu) if gpu.uuid in self._mig.gpus() else None
+                if table is not None:
+                    mig_memory, weighted = mig_use.get(gpu.uuid, (0, 0.0))
+                    utilization = min(100.0, weighted / table.compute_slots)
+                    memory, reported, error = min(gpu.memory_bytes, mig_memory), None, "utilization: Not Supported"
                 samples.append(
                     GpuSample(
                         uuid=gpu.uuid,
-                        utilization_percent=utilization,
-                        memory_used_bytes=min(gpu.memory_bytes, sum(m for _, m in loads)),
+                        utilization_percent=reported,
+                        memory_used_bytes=memory,
                         temperature_celsius=self._idle_celsius + 0.4 * utilization,
                         power_watts=self._idle_watts + (self._max_watts - self._idle_watts) * utilization / 100,
                         xid_counts=self._tracker.xid_counts(gpu.uuid),
+                        error=error,
                     )
                 )
-        return UsageSample(gpus=tuple(samples), containers=tuple(containers), at=self._clock())
+        return UsageSample(gpus=tuple(samples), containers=tuple(containers), at=self._clock(), mig=mig_samples)
 
     def poll_health(self, timeout_s: float) -> tuple[HealthChange, ...]:
         """Injected changes (waiting up to ``timeout_s`` for one) plus timed recoveries."""

@@ -1,14 +1,22 @@
 """Inventories of simulated GPUs, from a short spec (``--simulated-gpus``) or a YAML file.
 
-Spec grammar: comma-separated items ``[COUNTx]MEMORY[:MODEL]``, MEMORY an integer Kubernetes quantity
-(``16Gi``, ``80Gi``, ``24000Mi``), e.g. ``2x16Gi:A100`` or ``1x80Gi:H100,2x24Gi:L4``; MODEL defaults to
-:data:`DEFAULT_MODEL`. YAML file::
+Spec grammar: comma-separated items ``[COUNTx]MEMORY[:MODEL[:mig[=PROFILE@START/…]]]``, MEMORY an integer
+Kubernetes quantity (``16Gi``, ``80Gi``, ``24000Mi``), e.g. ``2x16Gi:A100``, ``1x80Gi:H100,2x24Gi:L4`` or
+``2x80Gi:A100:mig=3g.40gb@0/3g.40gb@4`` (two A100-80GB GPUs in MIG mode, each with two 3g.40gb instances);
+``:mig`` alone means MIG mode without instances. MODEL defaults to :data:`DEFAULT_MODEL`. YAML file::
 
     gpus:
       - {model: A100, memory: 16Gi, count: 2}
       - {model: H100, memory: 80Gi, uuid: GPU-0f0e…, health: Unhealthy, migMode: disabled}
+      - model: A100-SXM4-80GB
+        memory: 80Gi
+        migMode: enabled
+        migInstances: [{profile: 3g.40gb, start: 0}, {profile: 1g.10gb, start: 6}]
 
-(``uuid`` only with ``count: 1``; unknown keys are refused). GPUs are numbered 0..n-1 in order; UUIDs not given
+(``uuid`` only with ``count: 1``; ``migInstances`` only with ``migMode: enabled``; unknown keys are refused). MIG
+GPUs need a model with a MIG profile table (``domain.mig.profiles.mig_model``: the name and memory must identify
+A100-40GB/80GB, H100-80GB, H200-141GB or A30-24GB); profiles and placements are checked when the backend is built
+(:class:`adapters.simulated.SimulatedGpuBackend`). GPUs are numbered 0..n-1 in order; UUIDs not given
 are ``GPU-<uuid5(seed, index, model, memory)>``, stable for the same ``seed`` (the entrypoint passes the host
 name, so two simulated nodes never share a UUID). Errors: :class:`SpecError` naming the item or file.
 """
@@ -29,8 +37,12 @@ from domain.kube.protocol import parse_quantity
 
 DEFAULT_MODEL = "Simulated-GPU"
 _ITEM = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([0-9]+[A-Za-z]*)(?::(.+))?$")
+_PLACED = re.compile(r"^\s*([^@\s]+)\s*@\s*(\d+)\s*$")
 _NAMESPACE = uuidlib.UUID("6f1d4a52-3c0e-4c3a-9a57-6c6a72756e74")  # fixed: "ljrk simulated GPUs"
-_KEYS = {"model", "memory", "count", "uuid", "health", "migMode"}
+_KEYS = {"model", "memory", "count", "uuid", "health", "migMode", "migInstances"}
+
+MigLayout = tuple[tuple[str, int], ...]
+"""Initial MIG instances of one GPU: ``(profile, start)`` pairs, start in memory slices."""
 
 
 class SpecError(ValueError):
@@ -47,6 +59,21 @@ class GpuGroup:
     uuid: str | None = None
     health: Health = Health.HEALTHY
     mig_mode: MigMode = MigMode.DISABLED
+    mig_instances: MigLayout = ()
+
+
+def _mig_suffix(item: str, text: str) -> MigLayout:
+    """``mig`` or ``mig=PROFILE@START/…`` → the layout. Raises :class:`SpecError`."""
+    name, equals, layout = text.strip().partition("=")
+    if name.strip().lower() != "mig" or (equals and not layout.strip()):
+        raise SpecError(f"simulated GPUs {item!r}: expected ':mig' or ':mig=PROFILE@START/…' after the model")
+    placed = []
+    for part in layout.split("/") if equals else ():
+        match = _PLACED.match(part)
+        if match is None:
+            raise SpecError(f"simulated GPUs {item!r}: MIG instance {part!r} is not PROFILE@START, e.g. 3g.40gb@0")
+        placed.append((match.group(1), int(match.group(2))))
+    return tuple(placed)
 
 
 def parse_spec(text: str) -> tuple[GpuGroup, ...]:
@@ -62,7 +89,10 @@ def parse_spec(text: str) -> tuple[GpuGroup, ...]:
             memory = parse_quantity("memory", match.group(2))
         except InvalidRequestError as error:
             raise SpecError(f"simulated GPUs {item!r}: {error}") from None
-        groups.append(_group(item, count, memory, (match.group(3) or DEFAULT_MODEL).strip()))
+        model, colon, mig = (match.group(3) or DEFAULT_MODEL).partition(":")
+        layout = _mig_suffix(item, mig) if colon else ()
+        mode = MigMode.ENABLED if colon else MigMode.DISABLED
+        groups.append(_group(item, count, memory, model.strip(), mig_mode=mode, mig_instances=layout))
     return tuple(groups)
 
 
@@ -75,6 +105,7 @@ def _group(
     uuid: str | None = None,
     health: Health = Health.HEALTHY,
     mig_mode: MigMode = MigMode.DISABLED,
+    mig_instances: MigLayout = (),
 ) -> GpuGroup:
     if count < 1:
         raise SpecError(f"simulated GPUs {where}: count must be at least 1")
@@ -84,7 +115,24 @@ def _group(
         raise SpecError(f"simulated GPUs {where}: model must not be empty")
     if uuid is not None and count != 1:
         raise SpecError(f"simulated GPUs {where}: a fixed uuid needs count 1")
-    return GpuGroup(count, memory, model, uuid, health, mig_mode)
+    if mig_instances and mig_mode is not MigMode.ENABLED:
+        raise SpecError(f"simulated GPUs {where}: MIG instances need migMode enabled")
+    return GpuGroup(count, memory, model, uuid, health, mig_mode, mig_instances)
+
+
+def _yaml_layout(where: str, value: object) -> MigLayout:
+    if not isinstance(value, list):
+        raise SpecError(f"simulated GPU file {where}: migInstances must be a list of {{profile, start}}")
+    placed = []
+    for n, entry in enumerate(value):
+        ok = isinstance(entry, dict) and set(entry) == {"profile", "start"}
+        start = entry.get("start") if isinstance(entry, dict) else None
+        if not ok or not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise SpecError(
+                f"simulated GPU file {where}: migInstances[{n}] must be {{profile: NAME, start: SLICE >= 0}}"
+            )
+        placed.append((str(entry["profile"]), start))
+    return tuple(placed)
 
 
 def load_file(path: Path) -> tuple[GpuGroup, ...]:
@@ -111,9 +159,10 @@ def load_file(path: Path) -> tuple[GpuGroup, ...]:
         if isinstance(count, bool) or not isinstance(count, int):
             raise SpecError(f"simulated GPU file {where}: count must be an integer")
         uuid = entry.get("uuid")
+        layout = _yaml_layout(where, entry["migInstances"]) if "migInstances" in entry else ()
         groups.append(
             _group(where, count, memory, str(entry.get("model", DEFAULT_MODEL)),
-                   uuid=None if uuid is None else str(uuid), health=health, mig_mode=mig)
+                   uuid=None if uuid is None else str(uuid), health=health, mig_mode=mig, mig_instances=layout)
         )
     return tuple(groups)
 
@@ -133,3 +182,16 @@ def build_inventory(groups: Sequence[GpuGroup], *, seed: str) -> tuple[Gpu, ...]
     if len(set(uuids)) != len(uuids):
         raise SpecError(f"simulated GPUs: duplicate uuids {sorted(u for u in uuids if uuids.count(u) > 1)}")
     return tuple(gpus)
+
+
+def mig_layouts(groups: Sequence[GpuGroup]) -> dict[int, MigLayout]:
+    """Initial MIG instances per GPU index, numbered as :func:`build_inventory` numbers the GPUs (GPUs without
+    instances are absent)."""
+    layouts: dict[int, MigLayout] = {}
+    index = 0
+    for group in groups:
+        for _ in range(group.count):
+            if group.mig_instances:
+                layouts[index] = group.mig_instances
+            index += 1
+    return layouts

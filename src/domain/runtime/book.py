@@ -13,6 +13,12 @@ Rules (issue 4 §2 and the device plugin's "up to three per-resource Allocate ca
   default), built when the record is created, so a repeat answers what the first call answered.
 * While the Runtime is disabled, identical repeats still succeed (a restarting container keeps its GPUs) but a
   new key raises :class:`RuntimeDisabledError`.
+* MIG (``request.mig``; :mod:`domain.runtime.mig` for which instance a plan gets): the container receives the
+  instances' ``MIG-…`` UUIDs (``domain.runtime.limits.mig_envs``), the parent GPUs' device nodes when device specs
+  are on, and no HAMi-core mounts (MIG isolates in hardware). Instances to create are created through the node's
+  driver only after every check passed, all or nothing; the record keeps each instance with its owner and
+  ``created`` flag, so Release (and a restarted Runtime, from its saved records) knows what to destroy
+  (:meth:`AllocationBook.unreferenced`).
 """
 
 from __future__ import annotations
@@ -24,16 +30,20 @@ import attrs
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, MigMode
+from domain.mig.gpu import MigOwner
 from domain.request import resolve_share
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.errors import AllocationConflictError, InvalidAllocationError, RuntimeDisabledError
-from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs
+from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs, mig_envs
+from domain.runtime.mig import MigKey, MigNode, holders, plan_mig, realize
+from domain.runtime.mig import unreferenced as _unreferenced
 from domain.runtime.types import (
     ContainerAllocation,
     ContainerAllocationRequest,
     ContainerAllocationResponse,
     DeviceSpec,
     GrantedGpu,
+    MigInstanceInfo,
     PlannedGpu,
 )
 
@@ -75,12 +85,15 @@ class AllocationBook:
         now: float,
         enabled: bool = True,
         minors: Mapping[GpuUuid, int] | None = None,
+        mig: MigNode | None = None,
     ) -> tuple[ContainerAllocation, bool]:
         """Record ``request`` against the node's ``gpus``; returns ``(record, created)`` where ``created`` is False
         for an identical repeat. ``minors``: device minor number per GPU UUID (needed only when ``edits`` adds
-        device nodes). Raises :class:`InvalidAllocationError` (also for a missing minor number),
+        device nodes). ``mig``: the node's MIG instances, strategy and driver calls (None: no instance listed,
+        static). Raises :class:`InvalidAllocationError` (also for a missing minor number),
         :class:`AllocationConflictError` or, when ``enabled`` is False and the key is new,
-        :class:`RuntimeDisabledError`."""
+        :class:`RuntimeDisabledError`; a failing MIG creation raises the driver's error, with nothing created
+        left behind and nothing recorded."""
         existing = self._records.get(request.key)
         if existing is not None:
             if existing.request == request:
@@ -94,6 +107,8 @@ class AllocationBook:
                 f"{request.label}: the node Runtime is disabled (config service) and takes no new allocation"
             )
         by_uuid: Mapping[GpuUuid, Gpu] = {gpu.uuid: gpu for gpu in gpus}
+        if request.mig:
+            return self._allocate_mig(request, by_uuid, now=now, minors=minors or {}, node=mig or MigNode()), True
         grants = []
         for planned in request.gpus:
             gpu = by_uuid.get(planned.uuid)
@@ -112,6 +127,26 @@ class AllocationBook:
         self._records[request.key] = record
         return record, True
 
+    def _allocate_mig(
+        self, request: ContainerAllocationRequest, gpus: Mapping[GpuUuid, Gpu], *, now: float,
+        minors: Mapping[GpuUuid, int], node: MigNode,
+    ) -> ContainerAllocation:
+        steps = plan_mig(request, gpus, node, self.mig_holders())
+        parents = tuple(dict.fromkeys(step.gpu.uuid for step in steps))
+        try:
+            devices = self.edits.devices_for(parents, minors)
+        except InvalidAllocationError as error:
+            raise InvalidAllocationError(f"{request.label}: {error}") from error
+        granted = realize(steps, node, MigOwner(request.pod_uid, request.container))
+        response = ContainerAllocationResponse(
+            envs=mig_envs(pod_uid=request.pod_uid, container=request.container, instances=granted),
+            devices=devices,
+            annotations={ALLOCATION_ANNOTATION: f"{request.pod_uid}/{request.container}"},
+        )
+        record = ContainerAllocation(request=request, grants=(), response=response, allocated_at=now, mig=granted)
+        self._records[request.key] = record
+        return record
+
     def _devices(
         self, request: ContainerAllocationRequest, grants: list[GrantedGpu], minors: Mapping[GpuUuid, int]
     ) -> tuple[DeviceSpec, ...]:
@@ -119,6 +154,15 @@ class AllocationBook:
             return self.edits.devices(grants, minors)
         except InvalidAllocationError as error:
             raise InvalidAllocationError(f"{request.label}: {error}") from error
+
+    def mig_holders(self) -> dict[MigKey, MigInstanceInfo]:
+        """MIG instances held by the records, by ``MigInstanceInfo.key``, with owner and ``created``."""
+        return holders(self.records())
+
+    def unreferenced(self, removed: Iterable[ContainerAllocation]) -> tuple[MigInstanceInfo, ...]:
+        """Instances the Runtime created for the ``removed`` records (just released) that no remaining record
+        holds: the ones to destroy."""
+        return _unreferenced(removed, self._records.values())
 
     def release(self, pod_uid: str, container: str | None = None) -> tuple[ContainerAllocation, ...]:
         """Remove the pod's records (one container's when ``container`` is given); returns what was removed."""

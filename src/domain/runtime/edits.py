@@ -15,6 +15,10 @@ Two optional edits, both off by default, chosen per node by the Runtime's flags:
   dynamic loader preloads the library into every process of the container and the ``CUDA_DEVICE_*_LIMIT`` envs
   (``domain.runtime.limits``) are enforced. These are the paths the open-source HAMi device plugin uses
   (peers.md "In-container enforcement"). The Runtime writes the preload file at start.
+
+A MIG container gets the device nodes of its instances' parent GPUs (:meth:`ContainerEdits.devices_for`) and no
+mounts. The MIG capability nodes (``/dev/nvidia-caps/nvidia-cap<N>`` of each GPU and compute instance, listed in
+``/proc/driver/nvidia-caps/mig-minors``) are not added: nodes running MIG need the NVIDIA container toolkit.
 """
 
 from __future__ import annotations
@@ -70,15 +74,18 @@ class ContainerEdits:
         """Device specs for ``grants`` (empty when ``device_nodes`` is off): one ``nvidia<minor>`` per GPU in
         grant order, then the control devices. Raises :class:`InvalidAllocationError` for a GPU without a known
         minor number."""
+        return self.devices_for([grant.uuid for grant in grants], minors)
+
+    def devices_for(self, uuids: Sequence[GpuUuid], minors: Mapping[GpuUuid, int]) -> tuple[DeviceSpec, ...]:
+        """Device specs for the GPUs ``uuids`` in order (empty when ``device_nodes`` is off), then the control
+        devices. Raises :class:`InvalidAllocationError` for a GPU without a known minor number."""
         if not self.device_nodes:
             return ()
         specs = []
-        for grant in grants:
-            minor = minors.get(grant.uuid)
+        for uuid in uuids:
+            minor = minors.get(uuid)
             if minor is None:
-                raise InvalidAllocationError(
-                    f"GPU {grant.uuid}: device minor number unknown; device specs cannot be built"
-                )
+                raise InvalidAllocationError(f"GPU {uuid}: device minor number unknown; device specs cannot be built")
             path = f"{self.dev_root.rstrip('/')}/nvidia{minor}"
             specs.append(DeviceSpec(container_path=f"/dev/nvidia{minor}", host_path=path, permissions="rw"))
         for name in self.control_devices:

@@ -2,7 +2,10 @@
 
 Every GPU gets a row, idle or not (failure case B22), and a GPU the sample missed still gets one, with its
 measurements unknown and ``error`` saying so (one failing GPU never empties the page, B23). Every allocation
-record gets a container row with its limits; measured use is filled where the sample attributes it.
+record gets a container row with its limits; measured use is filled where the sample attributes it. Every listed
+MIG instance gets a row (free ones included) with its profile, ids, memory total and owner (the devices passed in
+carry owners already, ``domain.runtime.mig.with_owners``), joined with the sample's per-instance measurements by
+MIG UUID; a container row names the MIG instances it holds.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from domain.runtime.types import (
     ExporterData,
     GpuData,
     GpuSample,
+    MigInstanceData,
     UsageSample,
 )
 
@@ -64,6 +68,17 @@ def build_exporter_data(
                 init=request.init,
                 gpus=tuple(rows),
                 allocated_at=record.allocated_at,
+                mig_uuids=tuple(i.uuid for i in record.mig),
             )
         )
-    return ExporterData(gpus=tuple(gpus), containers=tuple(containers), sampled_at=sample.at)
+    by_mig_uuid = {m.uuid: m for m in sample.mig}
+    mig = []
+    for device in devices:
+        for instance in device.mig_instances:
+            found = by_mig_uuid.get(instance.uuid) if instance.uuid else None
+            if found is None:
+                error = "no sample for this MIG instance" if instance.uuid else "no compute instance"
+                mig.append(MigInstanceData(instance, error=error))
+            else:
+                mig.append(MigInstanceData(instance, found.memory_used_bytes, found.utilization_percent, found.error))
+    return ExporterData(gpus=tuple(gpus), containers=tuple(containers), sampled_at=sample.at, mig=tuple(mig))

@@ -77,6 +77,7 @@ def _table(*features: Feature) -> Mapping[str, Feature]:
 
 
 V1_0 = SemVer(1, 0, 0)
+V1_1 = SemVer(1, 1, 0)
 
 RUNTIME_FEATURES: Mapping[str, Feature] = _table(
     Feature("inventory", V1_0, "ListDevices: GPU inventory with health"),
@@ -86,7 +87,15 @@ RUNTIME_FEATURES: Mapping[str, Feature] = _table(
     Feature("exporter-data", V1_0, "ExporterGetDataList: per-GPU and per-container raw data"),
     Feature("config-service", V1_0, "ConfigService: Enable, Disable, GetStatus, persisted across restarts"),
     Feature("hami-core-env", V1_0, "Allocate returns CUDA_DEVICE_MEMORY_LIMIT_<i> and CUDA_DEVICE_SM_LIMIT"),
-    Feature("mig-partitions", SemVer(1, 1, 0), "MIG GPU instances created and handed out by the Runtime (planned)"),
+    Feature("mig-partitions", V1_1, "MIG partitions served: the 1.0 plan's umbrella name, advertised together with "
+            "mig-inventory and mig-allocate"),
+    Feature("mig-inventory", V1_1, "ListDevices reports each MIG GPU's instances: GPU/compute instance ids, profile, "
+            "placement start and size, memory, MIG UUID, owner"),
+    Feature("mig-allocate", V1_1, "Allocate hands out existing MIG instances (NVIDIA_VISIBLE_DEVICES=MIG-<uuid>)"),
+    Feature("mig-dynamic", V1_1, "Allocate creates MIG instances at a placement and Release destroys them "
+            "(Runtime started with --mig-strategy dynamic)"),
+    Feature("mig-exporter-data", V1_1, "ExporterGetDataList reports one row per MIG instance (profile, ids, memory, "
+            "owner)"),
 )
 """Feature name → :class:`Feature`; read-only."""
 
@@ -149,6 +158,23 @@ class RuntimeInfo:
                 )
         if missing:
             raise UnsupportedFeatureError("; ".join(missing))
+
+
+MIG_INVENTORY, MIG_ALLOCATE, MIG_DYNAMIC, MIG_EXPORTER_DATA = (
+    "mig-inventory", "mig-allocate", "mig-dynamic", "mig-exporter-data")
+"""MIG feature names; ``mig-dynamic`` is advertised only by a Runtime that creates and destroys instances."""
+
+
+def mig_features(*, dynamic: bool = False, exporter: bool = False) -> tuple[str, ...]:
+    """The features a MIG component requires of the node Runtime (pass them to :meth:`RuntimeInfo.require` after
+    ``GetVersion``): listing and allocating instances; plus :data:`MIG_DYNAMIC` when it plans instances to be
+    created (dynamic placement), plus ``mig-exporter-data`` for an exporter labelling MIG series."""
+    wanted = [MIG_INVENTORY, MIG_ALLOCATE]
+    if dynamic:
+        wanted.append(MIG_DYNAMIC)
+    if exporter:
+        wanted.append(MIG_EXPORTER_DATA)
+    return tuple(wanted)
 
 
 def features_at(version: SemVer, *, exclude: Iterable[str] = ()) -> frozenset[str]:

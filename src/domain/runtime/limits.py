@@ -11,13 +11,17 @@
   the limit never exceeds the grant, and at least ``1m``; ``CUDA_DEVICE_SM_LIMIT``, one integer percent for the
   whole container (HAMi sets one value per container): the smallest core percent of its GPUs, so no GPU gets
   more than its grant. Never ``0``, which HAMi-core reads as "unlimited" (failure case B09).
+* MIG containers (:func:`mig_envs`): ``NVIDIA_VISIBLE_DEVICES`` lists the granted instances' ``MIG-…`` UUIDs in
+  plan order (the NVIDIA container toolkit accepts MIG device UUIDs there); per instance ``LJRK_MIG_UUID_<i>``,
+  ``LJRK_MIG_PROFILE_<i>`` (canonical profile), ``LJRK_MIG_GPU_UUID_<i>`` (parent GPU) and
+  ``LJRK_MIG_MEMORY_BYTES_<i>``; no HAMi-core limits, since MIG isolates compute and memory in hardware.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from domain.runtime.types import GrantedGpu
+from domain.runtime.types import GrantedGpu, MigInstanceInfo
 from domain.units import MiB
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -48,4 +52,21 @@ def limit_envs(*, pod_uid: str, container: str, grants: Sequence[GrantedGpu]) ->
         envs[f"LJRK_CORE_PERCENT_{ordinal}"] = str(grant.core_percent)
         envs[f"LJRK_MEMORY_LIMIT_BYTES_{ordinal}"] = str(grant.memory_bytes)
         envs[HAMI_MEMORY_LIMIT.format(ordinal)] = hami_memory_limit(grant.memory_bytes)
+    return envs
+
+
+def mig_envs(*, pod_uid: str, container: str, instances: Sequence[MigInstanceInfo]) -> dict[str, str]:
+    """The environment for MIG ``instances`` (module docstring). ``instances`` must be non-empty (ValueError)."""
+    if not instances:
+        raise ValueError("mig_envs needs at least one instance")
+    envs = {
+        VISIBLE_DEVICES: ",".join(i.uuid for i in instances),
+        "LJRK_POD_UID": pod_uid,
+        "LJRK_CONTAINER_NAME": container,
+    }
+    for ordinal, instance in enumerate(instances):
+        envs[f"LJRK_MIG_UUID_{ordinal}"] = instance.uuid
+        envs[f"LJRK_MIG_PROFILE_{ordinal}"] = instance.profile
+        envs[f"LJRK_MIG_GPU_UUID_{ordinal}"] = instance.gpu_uuid
+        envs[f"LJRK_MIG_MEMORY_BYTES_{ordinal}"] = str(instance.memory_bytes)
     return envs

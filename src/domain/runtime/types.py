@@ -5,8 +5,16 @@ Units: memory in bytes, compute in milli-GPU (``domain.units``: 1000 = one GPU, 
 the GPU does not support, a usage nobody measured), never zero.
 
 Invariants enforced at construction (raising :class:`domain.runtime.errors.InvalidAllocationError` for the
-request types, whose values come from outside): non-empty pod UID and container; at least one planned GPU;
-distinct GPU UUIDs and indexes; core 1..1000 milli-GPU and memory ≥ 1 byte when given.
+request types, whose values come from outside): non-empty pod UID and container; at least one planned GPU or MIG
+instance, never both kinds in one container; distinct GPU UUIDs and indexes; core 1..1000 milli-GPU and memory
+≥ 1 byte when given; a planned MIG instance names a profile or an existing instance, and creating one needs a
+profile and a placement start.
+
+MIG (Runtime 1.1.0, features ``mig-inventory``, ``mig-allocate``, ``mig-dynamic``, ``mig-exporter-data``): a GPU in
+MIG mode is listed with its instances (:class:`MigInstanceInfo`, one per GPU instance + compute instance, with
+NVML's ids, the placement in memory slices and the ``MIG-…`` UUID); a container plans instances
+(:class:`PlannedMig`) instead of GPU shares, and its record holds the granted instances. Profile names are the
+canonical names of :mod:`domain.mig.profiles`.
 """
 
 from __future__ import annotations
@@ -17,17 +25,64 @@ from collections.abc import Mapping
 import attrs
 
 from domain.gpu import Gpu, GpuUuid, Health
+from domain.mig.gpu import MigOwner
 from domain.runtime.errors import InvalidAllocationError
 from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
 
 
 @attrs.frozen
+class MigInstanceInfo:
+    """One MIG instance (a GPU instance and one of its compute instances) as the Runtime lists it.
+
+    Fields: ``gpu_index``/``gpu_uuid`` (the parent GPU); ``gpu_instance_id`` (NVML GI id, ``nvmlGpuInstanceGetInfo``
+    ``.id``); ``compute_instance_id`` (NVML CI id, ``nvmlComputeInstanceGetInfo`` ``.id``; None for a GPU instance
+    without compute instance, which takes slices but cannot be handed out); ``profile`` (canonical GPU instance
+    profile name, e.g. ``3g.40gb``; the NVML name without its ``MIG `` prefix when the model has no table);
+    ``start`` and ``size`` (placement in memory slices, ``nvmlGpuInstancePlacement_t``); ``compute_slices``
+    (``sliceCount`` of the profile); ``memory_bytes`` (the instance's memory, bytes); ``uuid`` (``MIG-…``, from
+    ``nvmlDeviceGetUUID`` on the MIG device handle; empty without compute instance); ``owner`` (the pod and
+    container holding it; None when free); ``created`` (True: the Runtime created it for its owner at Allocate
+    and destroys it at Release, dynamic strategy).
+    """
+
+    gpu_index: int
+    gpu_uuid: GpuUuid
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    profile: str
+    start: int
+    size: int
+    compute_slices: int
+    memory_bytes: int
+    uuid: str
+    owner: MigOwner | None = None
+    created: bool = False
+
+    @property
+    def key(self) -> tuple[GpuUuid, int, int | None]:
+        """``(gpu_uuid, gpu_instance_id, compute_instance_id)``: identity on the node (MIG UUIDs of GPU
+        instances without compute instance are empty)."""
+        return (self.gpu_uuid, self.gpu_instance_id, self.compute_instance_id)
+
+    @property
+    def usable(self) -> bool:
+        """True when the instance can be handed to a container (it has a compute instance and a MIG UUID)."""
+        return self.compute_instance_id is not None and bool(self.uuid)
+
+
+def _mig_tuple(value: tuple[MigInstanceInfo, ...] | list[MigInstanceInfo]) -> tuple[MigInstanceInfo, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
 class DeviceInfo:
-    """One GPU as the Runtime reports it: the inventory value ``gpu`` (whose ``health`` is current) and
-    ``health_reason`` (why it is unhealthy; empty when healthy)."""
+    """One GPU as the Runtime reports it: the inventory value ``gpu`` (whose ``health`` is current),
+    ``health_reason`` (why it is unhealthy; empty when healthy) and, for a GPU in MIG mode, its
+    ``mig_instances`` (by placement start; empty otherwise)."""
 
     gpu: Gpu
     health_reason: str = ""
+    mig_instances: tuple[MigInstanceInfo, ...] = attrs.field(default=(), converter=_mig_tuple)
 
 
 @attrs.frozen
@@ -81,10 +136,44 @@ class PlannedGpu:
 
 
 @attrs.frozen
+class PlannedMig:
+    """One MIG instance of a container's plan, on the GPU ``index``/``uuid`` (the parent GPU; UUID authoritative).
+
+    Either an existing instance by its ``mig_uuid`` (``MIG-…``; ``profile`` and ``start`` then only cross-check
+    it), or by ``profile`` (any spelling :func:`domain.mig.profiles.resolve_profile` accepts) and ``start``
+    (placement start, memory slice; None = the free instance of the profile with the lowest start). ``create``
+    (dynamic strategy): the Runtime creates the instance at ``start`` when no free one of the profile starts
+    there, and destroys it at Release. Raises :class:`InvalidAllocationError` for a negative index or start, an
+    empty UUID, neither profile nor MIG UUID, or ``create`` without profile and start or with a MIG UUID.
+    """
+
+    index: int
+    uuid: GpuUuid
+    profile: str = ""
+    start: int | None = None
+    create: bool = False
+    mig_uuid: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
+            raise _invalid("mig.index", self.index, "must be an integer >= 0")
+        if not self.uuid:
+            raise _invalid("mig.uuid", self.uuid, "must not be empty (the parent GPU's UUID)")
+        label = f"mig[{self.uuid}]"
+        if self.start is not None and (isinstance(self.start, bool) or not isinstance(self.start, int)
+                                       or self.start < 0):
+            raise _invalid(f"{label}.start", self.start, "must be a memory slice >= 0")
+        if not self.profile and not self.mig_uuid:
+            raise _invalid(label, None, "a planned MIG instance needs a profile or a MIG UUID")
+        if self.create and (not self.profile or self.start is None or self.mig_uuid):
+            raise _invalid(f"{label}.create", True, "creating an instance needs a profile and a start, no MIG UUID")
+
+
+@attrs.frozen
 class ContainerAllocationRequest:
     """Allocate one container: pod ``pod_uid``/``namespace``/``pod_name``, ``container`` name, its planned
-    ``gpus`` in the order the container sees them, and ``init`` (init container). (``pod_uid``, ``container``)
-    is the idempotency key."""
+    ``gpus`` (time-sharing) or ``mig`` instances, in the order the container sees them, and ``init`` (init
+    container). (``pod_uid``, ``container``) is the idempotency key."""
 
     pod_uid: str
     namespace: str
@@ -92,14 +181,23 @@ class ContainerAllocationRequest:
     container: str
     gpus: tuple[PlannedGpu, ...]
     init: bool = False
+    mig: tuple[PlannedMig, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if not self.pod_uid:
             raise _invalid("pod_uid", self.pod_uid, "must not be empty")
         if not self.container:
             raise _invalid("container_name", self.container, "must not be empty")
-        if not self.gpus:
-            raise _invalid(f"{self.label}.gpus", [], "a container allocation needs at least one GPU")
+        if not self.gpus and not self.mig:
+            raise _invalid(f"{self.label}.gpus", [], "a container allocation needs at least one GPU or MIG instance")
+        if self.gpus and self.mig:
+            raise _invalid(f"{self.label}.mig", len(self.mig),
+                           "a container takes either time-sharing GPUs or MIG instances, not both")
+        named = [m.mig_uuid for m in self.mig if m.mig_uuid]
+        placed = [(m.uuid, m.start) for m in self.mig if m.start is not None]
+        if len(set(named)) != len(named) or len(set(placed)) != len(placed):
+            raise _invalid(f"{self.label}.mig", [m.mig_uuid or (m.uuid, m.start) for m in self.mig],
+                           "MIG instances must be distinct")
         uuids = [g.uuid for g in self.gpus]
         if len(set(uuids)) != len(uuids):
             raise _invalid(f"{self.label}.gpus.uuid", uuids, "GPUs must be distinct")
@@ -166,12 +264,14 @@ class GrantedGpu:
 @attrs.frozen
 class ContainerAllocation:
     """The Runtime's record of one allocated container: the ``request``, resolved ``grants`` (request order),
-    the ``response`` given, and ``allocated_at`` (epoch s)."""
+    the ``response`` given, ``allocated_at`` (epoch s) and the granted ``mig`` instances (request order; owner
+    set, ``created`` True for those the Runtime created and destroys at Release)."""
 
     request: ContainerAllocationRequest
     grants: tuple[GrantedGpu, ...]
     response: ContainerAllocationResponse
     allocated_at: float
+    mig: tuple[MigInstanceInfo, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -234,12 +334,25 @@ class ContainerUsage:
 
 
 @attrs.frozen
+class MigSample:
+    """One MIG instance's measurements, by its ``uuid`` (``MIG-…``; None = unknown): memory used (bytes),
+    utilization (%; NVML has no per-instance utilization, so None there) and ``error`` (why values are missing)."""
+
+    uuid: str
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None
+    error: str = ""
+
+
+@attrs.frozen
 class UsageSample:
-    """A backend's measurements at ``at`` (epoch s): per GPU, and per container where it can attribute use."""
+    """A backend's measurements at ``at`` (epoch s): per GPU, per container where it can attribute use, and per
+    MIG instance."""
 
     gpus: tuple[GpuSample, ...] = ()
     containers: tuple[ContainerUsage, ...] = ()
     at: float = 0.0
+    mig: tuple[MigSample, ...] = ()
 
 
 @attrs.frozen
@@ -268,7 +381,8 @@ class ContainerGpuData:
 
 @attrs.frozen
 class ContainerData:
-    """Exporter row for one allocated container."""
+    """Exporter row for one allocated container; ``mig_uuids``: the MIG instances it holds (``MIG-…``, details in
+    :attr:`ExporterData.mig`)."""
 
     pod_uid: str
     namespace: str
@@ -277,12 +391,26 @@ class ContainerData:
     init: bool
     gpus: tuple[ContainerGpuData, ...]
     allocated_at: float = 0.0
+    mig_uuids: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class MigInstanceData:
+    """Exporter row for one MIG instance: the listed ``instance`` (profile, ids, memory total, owner) and its
+    measurements (None = unknown; ``error`` says why)."""
+
+    instance: MigInstanceInfo
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None
+    error: str = ""
 
 
 @attrs.frozen
 class ExporterData:
-    """``ExporterGetDataList``: every GPU (idle ones included) and every allocated container, at ``sampled_at``."""
+    """``ExporterGetDataList``: every GPU (idle ones included), every allocated container and every MIG instance
+    (free ones included), at ``sampled_at``."""
 
     gpus: tuple[GpuData, ...] = ()
     containers: tuple[ContainerData, ...] = ()
     sampled_at: float = 0.0
+    mig: tuple[MigInstanceData, ...] = ()

@@ -3,7 +3,7 @@
 ``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
 --simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
 [--recovery-quiet-period SECONDS] [--device-specs [--dev-root DIR]] [--hami-core-library PATH]
-[--log-level LEVEL]``
+[--mig-strategy static|dynamic] [--log-level LEVEL]``
 
 Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
 Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound,
@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from adapters.simulated import SpecError
+from domain.mig.gpu import PlacementMode
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
 
-from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, RuntimeSettings, SettingsError
+from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings, SettingsError
 from .containers import RuntimeContainer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -62,10 +63,11 @@ def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
                         help="GPU source; auto = nvml when NVML initialises, else simulated (default: auto)")
     gpus = parser.add_mutually_exclusive_group()
     gpus.add_argument("--simulated-gpus", metavar="SPEC",
-                      help=f"simulated inventory, [COUNTx]MEMORY[:MODEL],… e.g. 2x16Gi:A100 (default: "
-                      f"{DEFAULT_SIMULATED_GPUS})")
+                      help=f"simulated inventory, [COUNTx]MEMORY[:MODEL[:mig[=PROFILE@START/…]]],… e.g. 2x16Gi:A100 "
+                      f"or 1x80Gi:A100:mig=3g.40gb@0/3g.40gb@4 (default: {DEFAULT_SIMULATED_GPUS})")
     gpus.add_argument("--simulated-gpus-file", type=Path, metavar="FILE.yaml",
-                      help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode}]")
+                      help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode, "
+                      "migInstances: [{profile, start}]}]")
     parser.add_argument("--state-dir", type=Path, metavar="DIR",
                         help="where runtime-state.json is kept (default: the socket's directory)")
     parser.add_argument("--initial-state", choices=[s.value for s in RuntimeState], default="enabled",
@@ -81,6 +83,9 @@ def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
     parser.add_argument("--hami-core-library", type=Path, metavar="PATH",
                         help="host path of HAMi-core's libvgpu.so: mounted into every allocated container with an "
                         "ld.so.preload, so the CUDA_DEVICE_*_LIMIT envs are enforced (default: not mounted)")
+    parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default=PlacementMode.STATIC.value,
+                        help="MIG: static = hand out the instances that exist; dynamic = also create planned instances "
+                        "at Allocate and destroy them at Release (default: static)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -92,7 +97,7 @@ def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
         simulated_gpus_file=args.simulated_gpus_file, state_dir=args.state_dir,
         initial_state=RuntimeState(args.initial_state), recovery_quiet_period_s=args.recovery_quiet_period,
         device_specs=args.device_specs, dev_root=args.dev_root, hami_core_library=args.hami_core_library,
-        log_level=args.log_level,
+        mig_strategy=PlacementMode(args.mig_strategy), log_level=args.log_level,
     )
 
 

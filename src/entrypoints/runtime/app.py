@@ -10,6 +10,10 @@ deployments mount from the host anyway) as ``runtime-state.json``.
 Container edits (``domain.runtime.edits``): ``--device-specs`` adds ``/dev/nvidia<minor>`` of each granted GPU and
 the control nodes that exist under ``--dev-root`` to every Allocate response; ``--hami-core-library PATH`` mounts
 that host library and an ``ld.so.preload`` listing it, which the Runtime writes into the state directory at start.
+
+MIG (``--mig-strategy``): ``static`` (default) hands out the instances that exist (made by an operator or
+mig-manager); ``dynamic`` also creates the instances the scheduler placed at Allocate and destroys them at Release
+(``service`` module docstring), and advertises feature ``mig-dynamic``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import attrs
 from adapters.grpc import GrpcRuntimeServer
 from adapters.nvml import NvmlGpuBackend
 from adapters.simulated import SimulatedGpuBackend
+from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
 from domain.runtime.types import RuntimeState
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
@@ -33,6 +38,7 @@ from .service import RUNTIME_VERSION, RuntimeService
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "nvml", "simulated")
+MIG_STRATEGIES = tuple(mode.value for mode in PlacementMode)
 DEFAULT_SIMULATED_GPUS = "1x16Gi"
 MAX_SOCKET_PATH = 107
 """Linux ``sun_path`` holds 108 bytes including the terminating NUL."""
@@ -56,6 +62,7 @@ class RuntimeSettings:
     device_specs: bool = False
     dev_root: Path = Path("/dev")
     hami_core_library: Path | None = None
+    mig_strategy: PlacementMode = PlacementMode.STATIC
     log_level: str = "INFO"
     # Seeds simulated GPU UUIDs, so two simulated nodes never share one (default: the host name).
     seed: str = attrs.field(factory=gethostname)

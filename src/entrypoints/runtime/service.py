@@ -8,6 +8,15 @@ back and raises :class:`ports.runtime_state.StateStoreError` (INTERNAL on the wi
 Runtime never claims an allocation it could lose.
 
 Records naming a GPU the node no longer has are kept (they still describe a running container) and logged.
+
+MIG (``--mig-strategy``, :class:`domain.mig.gpu.PlacementMode`): instances come from the backend's listing with
+owners from the records. With the dynamic strategy, Allocate creates the planned instances through the backend
+(all or nothing; a failed save destroys them again) and Release destroys the instances created for the released
+records once no record holds them. Release saves first and destroys second: an instance that cannot be destroyed
+(in use, driver error) puts its record back, saves again and raises ``GpuBackendError`` (UNAVAILABLE on the wire),
+so the caller retries; a crash in between leaves at worst a free instance, never a record without its instance.
+Records keep ``created`` per instance, so a restarted Runtime, whatever its strategy, destroys what it created. The
+static strategy does not advertise ``mig-dynamic`` and refuses plans that ask to create.
 """
 
 from __future__ import annotations
@@ -18,28 +27,32 @@ import time
 from collections.abc import Callable
 
 from domain.gpu import GpuUuid
+from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
-from domain.runtime.features import RuntimeInfo, SemVer, features_at
+from domain.runtime.features import MIG_DYNAMIC, RuntimeInfo, SemVer, features_at
+from domain.runtime.mig import MigNode, with_owners
 from domain.runtime.types import (
     ConfigStatus,
+    ContainerAllocation,
     ContainerAllocationRequest,
     ContainerAllocationResponse,
     DeviceInfo,
     ExporterData,
     HealthChange,
+    MigInstanceInfo,
     RuntimeSnapshot,
     RuntimeState,
 )
-from ports.gpu_backend import GpuBackend
+from ports.gpu_backend import GpuBackend, GpuBackendError
 from ports.runtime_state import RuntimeStateStore
 
 log = logging.getLogger(__name__)
 
 RUNTIME_NAME = "ljrk-reference-runtime"
-RUNTIME_VERSION = SemVer(1, 0, 0)
+RUNTIME_VERSION = SemVer(1, 1, 0)
 """Contract features this Runtime implements (``domain.runtime.features.RUNTIME_FEATURES``)."""
 
 HEALTH_POLL_S = 0.25
@@ -60,8 +73,10 @@ class RuntimeService:
         clock: Callable[[], float] = time.time,
         health_poll_s: float = HEALTH_POLL_S,
         edits: ContainerEdits | None = None,
+        mig_mode: PlacementMode = PlacementMode.STATIC,
     ) -> None:
         self._backend = backend
+        self._mig_mode = mig_mode
         self._store = store
         self._clock = clock
         self._health_poll_s = health_poll_s
@@ -77,11 +92,16 @@ class RuntimeService:
             self._status = ConfigStatus(snapshot.state, snapshot.changed_at, snapshot.reason)
             self._book.restore(snapshot.allocations)
             log.info("restored Runtime state %s with %d allocation(s)", snapshot.state.value, len(self._book))
-        known = {d.gpu.uuid for d in backend.devices()}
+        devices = backend.devices()
+        known = {d.gpu.uuid for d in devices}
+        listed = {i.key for d in devices for i in d.mig_instances}
         for record in self._book.records():
             missing = [g.uuid for g in record.grants if g.uuid not in known]
             if missing:
                 log.warning("allocation %s names GPUs not on this node: %s", record.request.label, missing)
+            lost = [i.uuid for i in record.mig if i.key not in listed]
+            if lost:
+                log.warning("allocation %s names MIG instances not on this node: %s", record.request.label, lost)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -113,12 +133,17 @@ class RuntimeService:
 
     # ------------------------------------------------------------------ NodeRuntime
     def get_version(self) -> RuntimeInfo:
-        """Name, version :data:`RUNTIME_VERSION`, every feature up to it, the backend's name."""
-        return RuntimeInfo(RUNTIME_NAME, RUNTIME_VERSION, features_at(RUNTIME_VERSION), self._backend.name)
+        """Name, version :data:`RUNTIME_VERSION`, every feature up to it (``mig-dynamic`` only with the dynamic
+        MIG strategy), the backend's name."""
+        skip = () if self._mig_mode is PlacementMode.DYNAMIC else (MIG_DYNAMIC,)
+        return RuntimeInfo(RUNTIME_NAME, RUNTIME_VERSION, features_at(RUNTIME_VERSION, exclude=skip),
+                           self._backend.name)
 
     def list_devices(self) -> tuple[DeviceInfo, ...]:
-        """The backend's GPUs with current health."""
-        return self._backend.devices()
+        """The backend's GPUs with current health, MIG instances with their owners."""
+        devices = self._backend.devices()
+        with self._lock:
+            return with_owners(devices, self._book.mig_holders())
 
     def _snapshot(self) -> list[HealthChange]:
         now = self._clock()
@@ -135,42 +160,79 @@ class RuntimeService:
         self._store.save(RuntimeSnapshot(status.state, status.changed_at, status.reason, self._book.records()))
 
     def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
-        """Record and answer (``domain.runtime.book`` rules); saved before it returns."""
-        gpus = [d.gpu for d in self._backend.devices()]
+        """Record and answer (``domain.runtime.book`` rules), creating planned MIG instances in dynamic mode;
+        saved before it returns."""
         minors = self._backend.device_minors()
         with self._lock:
+            devices = self._backend.devices()
+            gpus = [d.gpu for d in devices]
+            mig = MigNode(tuple(i for d in devices for i in d.mig_instances), self._mig_mode,
+                          self._backend.create_mig_instance, self._backend.destroy_mig_instance)
             enabled = self._status.state is RuntimeState.ENABLED
-            record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors)
+            record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors,
+                                                  mig=mig)
             if created:
                 try:
                     self._save(self._status)
                 except Exception:
-                    self._book.release(request.pod_uid, request.container)
+                    removed = self._book.release(request.pod_uid, request.container)
+                    self._destroy_quietly(self._book.unreferenced(removed))
                     raise
                 log.info("allocated %s: %s", request.label, ", ".join(
-                    f"{g.uuid} core {g.core_milli}m memory {g.memory_bytes}B" for g in record.grants))
+                    [f"{g.uuid} core {g.core_milli}m memory {g.memory_bytes}B" for g in record.grants]
+                    + [f"MIG {i.profile}@{i.start} {i.uuid}{' (created)' if i.created else ''}" for i in record.mig]))
             return record.response
 
+    def _destroy_quietly(self, instances: tuple[MigInstanceInfo, ...]) -> None:
+        for instance in instances:
+            try:
+                self._backend.destroy_mig_instance(instance)
+            except GpuBackendError as error:
+                log.error("MIG instance %s left behind: %s", instance.uuid, error)
+
     def release(self, pod_uid: str, container: str | None = None) -> int:
-        """Remove the records; saved before it returns."""
+        """Remove the records and destroy the MIG instances created for them (module docstring); saved before
+        it returns. Raises ``StateStoreError`` (nothing changed) or ``GpuBackendError`` (the records whose
+        instances could not be destroyed are kept)."""
         with self._lock:
             removed = self._book.release(pod_uid, container)
-            if removed:
+            if not removed:
+                return 0
+            try:
+                self._save(self._status)
+            except Exception:
+                self._book.restore([*self._book.records(), *removed])
+                raise
+            failed = self._destroy_created(removed)
+            if failed:
+                keep = [r for r in removed if any(i.key in failed for i in r.mig)]
+                self._book.restore([*self._book.records(), *keep])
                 try:
                     self._save(self._status)
                 except Exception:
-                    self._book.restore([*self._book.records(), *removed])
-                    raise
-                log.info("released %s", ", ".join(r.request.label for r in removed))
+                    log.exception("could not save the records kept for undestroyed MIG instances")
+                raise GpuBackendError("; ".join(failed.values()) + "; their records are kept: release again later")
+            log.info("released %s", ", ".join(r.request.label for r in removed))
             return len(removed)
 
+    def _destroy_created(self, removed: tuple[ContainerAllocation, ...]) -> dict[tuple[GpuUuid, int, int | None], str]:
+        failed = {}
+        for instance in self._book.unreferenced(removed):
+            try:
+                self._backend.destroy_mig_instance(instance)
+            except GpuBackendError as error:
+                failed[instance.key] = f"MIG instance {instance.uuid}: {error}"
+        return failed
+
     def exporter_data(self) -> ExporterData:
-        """Backend sample joined with the records."""
+        """Backend sample joined with the records; one row per MIG instance with its owner."""
         with self._lock:
             records = self._book.records()
             allocated: dict[GpuUuid, tuple[int, int]] = self._book.allocated_per_gpu()
+            holders = self._book.mig_holders()
         sample = self._backend.sample(records)
-        return build_exporter_data(self._backend.devices(), records, sample, allocated=allocated)
+        devices = with_owners(self._backend.devices(), holders)
+        return build_exporter_data(devices, records, sample, allocated=allocated)
 
     # ------------------------------------------------------------------ NodeConfig
     def _set_state(self, state: RuntimeState, reason: str) -> ConfigStatus:

@@ -16,7 +16,15 @@ Units: memory in bytes, compute in milli-GPU (1/1000 of one GPU; 10 = 1 %) unles
 temperature in degrees Celsius, power in watts, times as google.protobuf.Timestamp (UTC).
 Errors (gRPC status): INVALID_ARGUMENT malformed request or unknown GPU; ALREADY_EXISTS a different plan is
 already recorded for the same pod UID + container; FAILED_PRECONDITION allocation while the Runtime is
-disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport.
+disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
+instance that cannot be created or destroyed).
+
+MIG (Runtime >= 1.1.0; features mig-inventory, mig-allocate, mig-dynamic, mig-exporter-data): a GPU in MIG mode
+lists its instances (Device.mig_instances); a container plan names MIG instances (AllocateRequest.mig_instances)
+instead of GPU shares and gets NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,...; a Runtime with the dynamic strategy
+creates planned instances at Allocate and destroys them at Release; ExporterGetDataList adds one row per MIG
+instance. Profile names are canonical MIG profile names such as "3g.40gb" (NVIDIA MIG user guide); placements
+count memory slices.
 """
 
 from collections import abc as _abc
@@ -145,6 +153,7 @@ class Device(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     MIG_MODE_FIELD_NUMBER: _builtins.int
     HEALTH_REASON_FIELD_NUMBER: _builtins.int
+    MIG_INSTANCES_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """NVML device index on the node (>= 0)."""
     uuid: _builtins.str
@@ -157,6 +166,10 @@ class Device(_message.Message):
     mig_mode: Global___MigMode.ValueType
     health_reason: _builtins.str
     """Why the device is unhealthy (empty when healthy)."""
+    @_builtins.property
+    def mig_instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigInstance]:
+        """MIG instances of a GPU in MIG mode, by placement start (since 1.1.0, feature mig-inventory)."""
+
     def __init__(
         self,
         *,
@@ -167,14 +180,109 @@ class Device(_message.Message):
         health: Global___Health.ValueType = ...,
         mig_mode: Global___MigMode.ValueType = ...,
         health_reason: _builtins.str = ...,
+        mig_instances: _abc.Iterable[Global___MigInstance] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "mig_mode", b"mig_mode", "model", b"model", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "mig_instances", b"mig_instances", "mig_mode", b"mig_mode", "model", b"model", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Device: _TypeAlias = Device  # noqa: Y015
+
+@_typing.final
+class MigOwner(_message.Message):
+    """The pod container holding a MIG instance."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_UID_FIELD_NUMBER: _builtins.int
+    CONTAINER_NAME_FIELD_NUMBER: _builtins.int
+    pod_uid: _builtins.str
+    container_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        pod_uid: _builtins.str = ...,
+        container_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "pod_uid", b"pod_uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigOwner: _TypeAlias = MigOwner  # noqa: Y015
+
+@_typing.final
+class MigInstance(_message.Message):
+    """One MIG instance: a GPU instance and one of its compute instances (NVML ids)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_INDEX_FIELD_NUMBER: _builtins.int
+    GPU_UUID_FIELD_NUMBER: _builtins.int
+    GPU_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    COMPUTE_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    PLACEMENT_START_FIELD_NUMBER: _builtins.int
+    PLACEMENT_SIZE_FIELD_NUMBER: _builtins.int
+    COMPUTE_SLICES_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    UUID_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    CREATED_BY_RUNTIME_FIELD_NUMBER: _builtins.int
+    gpu_index: _builtins.int
+    """The parent GPU."""
+    gpu_uuid: _builtins.str
+    gpu_instance_id: _builtins.int
+    """NVML GPU instance id."""
+    compute_instance_id: _builtins.int
+    """NVML compute instance id; absent for a GPU instance without compute instance (it takes slices but cannot be
+    handed out).
+    """
+    profile: _builtins.str
+    """Canonical GPU instance profile name, e.g. "3g.40gb" ("1g.10gb+me" with media extensions)."""
+    placement_start: _builtins.int
+    """Placement: first memory slice and number of memory slices."""
+    placement_size: _builtins.int
+    compute_slices: _builtins.int
+    """Compute slices of the GPU instance profile."""
+    memory_bytes: _builtins.int
+    """Memory of the instance, bytes."""
+    uuid: _builtins.str
+    """MIG device UUID, "MIG-..."; empty without compute instance."""
+    created_by_runtime: _builtins.bool
+    """True when the Runtime created it for its owner (dynamic strategy) and destroys it at Release."""
+    @_builtins.property
+    def owner(self) -> Global___MigOwner:
+        """The container holding it; absent when free."""
+
+    def __init__(
+        self,
+        *,
+        gpu_index: _builtins.int = ...,
+        gpu_uuid: _builtins.str = ...,
+        gpu_instance_id: _builtins.int = ...,
+        compute_instance_id: _builtins.int | None = ...,
+        profile: _builtins.str = ...,
+        placement_start: _builtins.int = ...,
+        placement_size: _builtins.int = ...,
+        compute_slices: _builtins.int = ...,
+        memory_bytes: _builtins.int = ...,
+        uuid: _builtins.str = ...,
+        owner: Global___MigOwner | None = ...,
+        created_by_runtime: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_compute_instance_id", b"_compute_instance_id", "compute_instance_id", b"compute_instance_id", "owner", b"owner"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_compute_instance_id", b"_compute_instance_id", "compute_instance_id", b"compute_instance_id", "compute_slices", b"compute_slices", "created_by_runtime", b"created_by_runtime", "gpu_index", b"gpu_index", "gpu_instance_id", b"gpu_instance_id", "gpu_uuid", b"gpu_uuid", "memory_bytes", b"memory_bytes", "owner", b"owner", "placement_size", b"placement_size", "placement_start", b"placement_start", "profile", b"profile", "uuid", b"uuid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__compute_instance_id: _TypeAlias = _typing.Literal["compute_instance_id"]  # noqa: Y015
+    _WhichOneofArgType__compute_instance_id: _TypeAlias = _typing.Literal["_compute_instance_id", b"_compute_instance_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__compute_instance_id) -> _WhichOneofReturnType__compute_instance_id | None: ...
+
+Global___MigInstance: _TypeAlias = MigInstance  # noqa: Y015
 
 @_typing.final
 class ListDevicesResponse(_message.Message):
@@ -303,6 +411,7 @@ class AllocateRequest(_message.Message):
     CONTAINER_NAME_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     INIT_CONTAINER_FIELD_NUMBER: _builtins.int
+    MIG_INSTANCES_FIELD_NUMBER: _builtins.int
     pod_uid: _builtins.str
     """Kubernetes pod UID; with container_name, the idempotency key."""
     pod_namespace: _builtins.str
@@ -316,6 +425,12 @@ class AllocateRequest(_message.Message):
         (CUDA device ordinal inside the container = position in this list).
         """
 
+    @_builtins.property
+    def mig_instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedMigInstance]:
+        """MIG instances for this container, in the order it should see them (since 1.1.0, feature mig-allocate).
+        A container plans either gpus or mig_instances, not both.
+        """
+
     def __init__(
         self,
         *,
@@ -325,14 +440,61 @@ class AllocateRequest(_message.Message):
         container_name: _builtins.str = ...,
         gpus: _abc.Iterable[Global___PlannedGpu] | None = ...,
         init_container: _builtins.bool = ...,
+        mig_instances: _abc.Iterable[Global___PlannedMigInstance] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "gpus", b"gpus", "init_container", b"init_container", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "gpus", b"gpus", "init_container", b"init_container", "mig_instances", b"mig_instances", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AllocateRequest: _TypeAlias = AllocateRequest  # noqa: Y015
+
+@_typing.final
+class PlannedMigInstance(_message.Message):
+    """One MIG instance of a container's plan, on the parent GPU (index, uuid)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    UUID_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    PLACEMENT_START_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
+    MIG_UUID_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """NVML index of the parent GPU; must match the device with this uuid."""
+    uuid: _builtins.str
+    """"GPU-..." UUID of the parent GPU (authoritative)."""
+    profile: _builtins.str
+    """MIG profile (canonical name or an accepted alias); may be empty when mig_uuid is set."""
+    placement_start: _builtins.int
+    """Placement start (memory slice); absent = the free instance of the profile with the lowest start."""
+    create: _builtins.bool
+    """Dynamic strategy (feature mig-dynamic): create the instance at placement_start when none of the profile is
+    free there; the Runtime destroys it at Release. Needs profile and placement_start.
+    """
+    mig_uuid: _builtins.str
+    """An existing instance by its "MIG-..." UUID (profile and placement_start, when set, must match it)."""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        uuid: _builtins.str = ...,
+        profile: _builtins.str = ...,
+        placement_start: _builtins.int | None = ...,
+        create: _builtins.bool = ...,
+        mig_uuid: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_placement_start", b"_placement_start", "placement_start", b"placement_start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_placement_start", b"_placement_start", "create", b"create", "index", b"index", "mig_uuid", b"mig_uuid", "placement_start", b"placement_start", "profile", b"profile", "uuid", b"uuid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__placement_start: _TypeAlias = _typing.Literal["placement_start"]  # noqa: Y015
+    _WhichOneofArgType__placement_start: _TypeAlias = _typing.Literal["_placement_start", b"_placement_start"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__placement_start) -> _WhichOneofReturnType__placement_start | None: ...
+
+Global___PlannedMigInstance: _TypeAlias = PlannedMigInstance  # noqa: Y015
 
 @_typing.final
 class Mount(_message.Message):
@@ -439,7 +601,8 @@ class AllocateResponse(_message.Message):
     @_builtins.property
     def envs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """NVIDIA_VISIBLE_DEVICES (UUIDs), LJRK_* limits and HAMi-core limits (CUDA_DEVICE_MEMORY_LIMIT_<i>,
-        CUDA_DEVICE_SM_LIMIT).
+        CUDA_DEVICE_SM_LIMIT). For MIG: NVIDIA_VISIBLE_DEVICES lists MIG-<uuid>s, with LJRK_MIG_UUID_<i>,
+        LJRK_MIG_PROFILE_<i>, LJRK_MIG_GPU_UUID_<i>, LJRK_MIG_MEMORY_BYTES_<i> and no HAMi-core limits.
         """
 
     @_builtins.property
@@ -682,6 +845,7 @@ class ContainerData(_message.Message):
     INIT_CONTAINER_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     ALLOCATED_AT_FIELD_NUMBER: _builtins.int
+    MIG_UUIDS_FIELD_NUMBER: _builtins.int
     pod_uid: _builtins.str
     pod_namespace: _builtins.str
     pod_name: _builtins.str
@@ -691,6 +855,10 @@ class ContainerData(_message.Message):
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerGpuData]: ...
     @_builtins.property
     def allocated_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def mig_uuids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"MIG-..." UUIDs of the MIG instances the container holds (details in mig_instances of the response)."""
+
     def __init__(
         self,
         *,
@@ -701,14 +869,58 @@ class ContainerData(_message.Message):
         init_container: _builtins.bool = ...,
         gpus: _abc.Iterable[Global___ContainerGpuData] | None = ...,
         allocated_at: _timestamp_pb2.Timestamp | None = ...,
+        mig_uuids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["allocated_at", b"allocated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated_at", b"allocated_at", "container_name", b"container_name", "gpus", b"gpus", "init_container", b"init_container", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated_at", b"allocated_at", "container_name", b"container_name", "gpus", b"gpus", "init_container", b"init_container", "mig_uuids", b"mig_uuids", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContainerData: _TypeAlias = ContainerData  # noqa: Y015
+
+@_typing.final
+class MigInstanceData(_message.Message):
+    """One MIG instance with its measurements (since 1.1.0, feature mig-exporter-data)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    MEMORY_USED_BYTES_FIELD_NUMBER: _builtins.int
+    UTILIZATION_PERCENT_FIELD_NUMBER: _builtins.int
+    SAMPLE_ERROR_FIELD_NUMBER: _builtins.int
+    memory_used_bytes: _builtins.int
+    """Device memory in use on the instance, bytes; absent when unknown."""
+    utilization_percent: _builtins.float
+    """Utilization of the instance, percent 0..100; absent when unknown (NVML has none per instance)."""
+    sample_error: _builtins.str
+    """Why values are absent; empty when all were read."""
+    @_builtins.property
+    def instance(self) -> Global___MigInstance:
+        """Profile, ids, placement, memory total and owner."""
+
+    def __init__(
+        self,
+        *,
+        instance: Global___MigInstance | None = ...,
+        memory_used_bytes: _builtins.int | None = ...,
+        utilization_percent: _builtins.float | None = ...,
+        sample_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_utilization_percent", b"_utilization_percent", "instance", b"instance", "memory_used_bytes", b"memory_used_bytes", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_utilization_percent", b"_utilization_percent", "instance", b"instance", "memory_used_bytes", b"memory_used_bytes", "sample_error", b"sample_error", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__memory_used_bytes: _TypeAlias = _typing.Literal["memory_used_bytes"]  # noqa: Y015
+    _WhichOneofArgType__memory_used_bytes: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__utilization_percent: _TypeAlias = _typing.Literal["utilization_percent"]  # noqa: Y015
+    _WhichOneofArgType__utilization_percent: _TypeAlias = _typing.Literal["_utilization_percent", b"_utilization_percent"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_used_bytes) -> _WhichOneofReturnType__memory_used_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__utilization_percent) -> _WhichOneofReturnType__utilization_percent | None: ...
+
+Global___MigInstanceData: _TypeAlias = MigInstanceData  # noqa: Y015
 
 @_typing.final
 class ExporterGetDataListResponse(_message.Message):
@@ -717,22 +929,28 @@ class ExporterGetDataListResponse(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
     SAMPLED_AT_FIELD_NUMBER: _builtins.int
+    MIG_INSTANCES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuData]: ...
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerData]: ...
     @_builtins.property
     def sampled_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def mig_instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigInstanceData]:
+        """Every MIG instance of the node, free ones included (since 1.1.0)."""
+
     def __init__(
         self,
         *,
         gpus: _abc.Iterable[Global___GpuData] | None = ...,
         containers: _abc.Iterable[Global___ContainerData] | None = ...,
         sampled_at: _timestamp_pb2.Timestamp | None = ...,
+        mig_instances: _abc.Iterable[Global___MigInstanceData] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sampled_at", b"sampled_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "gpus", b"gpus", "sampled_at", b"sampled_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "gpus", b"gpus", "mig_instances", b"mig_instances", "sampled_at", b"sampled_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

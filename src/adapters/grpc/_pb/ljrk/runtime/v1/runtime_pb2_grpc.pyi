@@ -16,7 +16,15 @@ Units: memory in bytes, compute in milli-GPU (1/1000 of one GPU; 10 = 1 %) unles
 temperature in degrees Celsius, power in watts, times as google.protobuf.Timestamp (UTC).
 Errors (gRPC status): INVALID_ARGUMENT malformed request or unknown GPU; ALREADY_EXISTS a different plan is
 already recorded for the same pod UID + container; FAILED_PRECONDITION allocation while the Runtime is
-disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport.
+disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
+instance that cannot be created or destroyed).
+
+MIG (Runtime >= 1.1.0; features mig-inventory, mig-allocate, mig-dynamic, mig-exporter-data): a GPU in MIG mode
+lists its instances (Device.mig_instances); a container plan names MIG instances (AllocateRequest.mig_instances)
+instead of GPU shares and gets NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,...; a Runtime with the dynamic strategy
+creates planned instances at Allocate and destroys them at Release; ExporterGetDataList adds one row per MIG
+instance. Profile names are canonical MIG profile names such as "3g.40gb" (NVIDIA MIG user guide); placements
+count memory slices.
 """
 
 from collections import abc as _abc
