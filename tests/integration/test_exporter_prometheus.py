@@ -7,13 +7,15 @@ fake kubelet pod-resources server of ``test_exporter_cli`` on a unix socket, the
 subprocess, and Prometheus started with a temporary config (scrape every 1 s, TSDB under ``tmp_path``) and killed
 afterwards. Waits poll with deadlines; nothing sleeps for a fixed time.
 
-Covers: ``promtool check metrics`` exits 0 and reports nothing; Prometheus scrapes the target (``up`` 1) and its
-latest samples hold exactly the expected series per family, with exact label sets and values (per GPU: node,
-gpu_index, gpu_uuid, model; per container: plus namespace, pod, container; per node: allocatable versus allocated;
-the exporter's own health; the XID counter), ``/api/v1/series`` lists them and ``/api/v1/metadata`` types and
-helps match the spec tables; a pod kubelet no longer lists is gone from ``/metrics`` and, through its staleness
-marker, from Prometheus's instant queries at the next scrape, while every GPU stays (B20, B22); the exporter exits
-0 on SIGTERM.
+Covers: ``promtool check metrics`` exits 0 and reports nothing, on the stack's page and on a page with MIG series
+(an allocated and a free instance with measurements, a GPU instance without compute instance; built in-process from
+the in-memory Runtime: the stack has no MIG GPU, so the counts below hold no MIG series); Prometheus scrapes the
+target (``up`` 1) and its latest samples hold exactly the expected series per family, with exact label sets and
+values (per GPU: node, gpu_index, gpu_uuid, model; per container: plus namespace, pod, container; per node:
+allocatable versus allocated; the exporter's own health; the XID counter), ``/api/v1/series`` lists them and
+``/api/v1/metadata`` types and helps match the spec tables; a pod kubelet no longer lists is gone from ``/metrics``
+and, through its staleness marker, from Prometheus's instant queries at the next scrape, while every GPU stays
+(B20, B22); the exporter exits 0 on SIGTERM.
 
 Binaries: ``prometheus`` and ``promtool`` on PATH (``bash scripts/prometheus.sh install``). Without them the tests
 are skipped, unless ``LJRK_REQUIRE_PROMETHEUS=1`` (set by .ci/run), which turns the skip into a failure.
@@ -45,11 +47,14 @@ from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
 from adapters.grpc.client import unix_target
+from adapters.memory.runtime import InMemoryNodeRuntime
+from adapters.prometheus.exporter import PrometheusExporterMetrics
 from adapters.simulated import SimulatedGpuBackend
 from domain.exporter.metrics import CONTAINER_METRICS, GPU_METRICS, NODE_METRICS, PREFIX
-from domain.gpu import GpuUuid
+from domain.exporter.snapshot import Snapshot
+from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.protocol import ProtocolConstants
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from domain.runtime.types import ContainerAllocationRequest, MigInstanceData, MigInstanceInfo, PlannedGpu, PlannedMig
 from entrypoints.runtime.app import RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
 
@@ -367,6 +372,27 @@ def _table(rows: list[tuple[Labels, float]]) -> dict[tuple[tuple[str, str], ...]
 def test_promtool_check_metrics_passes(stack: Stack, promtool: Path) -> None:
     status, body = _get(f"http://{stack.target}/metrics")
     assert status == 200
+    result = subprocess.run([str(promtool), "check", "metrics"], input=body, capture_output=True, timeout=30,
+                            check=False)
+    report = (result.stdout + result.stderr).decode()
+    assert (result.returncode, report) == (0, ""), body.decode()
+
+
+def test_promtool_check_metrics_passes_with_mig_series(promtool: Path) -> None:
+    uuid = GpuUuid(UUID_B)
+    runtime = InMemoryNodeRuntime([Gpu(0, uuid, "NVIDIA H100 80GB HBM3", 80 * GIB, mig_mode=MigMode.ENABLED)],
+                                  mig_layouts={0: [("3g.40gb", 0), ("1g.10gb", 4)]})
+    runtime.allocate(ContainerAllocationRequest("uid-mig", "team-c", "mig", "main", (),
+                                                mig=(PlannedMig(0, uuid, "3g.40gb", 0),)))
+    data = runtime.exporter_data()
+    bare = MigInstanceInfo(0, uuid, gpu_instance_id=7, compute_instance_id=None, profile="1g.10gb", start=6, size=1,
+                           compute_slices=1, memory_bytes=10 * GIB, uuid="")
+    rows = tuple(attrs.evolve(m, memory_used_bytes=GIB, utilization_percent=12.5) for m in data.mig)
+    data = attrs.evolve(data, mig=(*rows, MigInstanceData(bare, error="no compute instance")))
+    body = PrometheusExporterMetrics(lambda: Snapshot(data=data, pulled_at=1.0, runtime_up=True), node=NODE,
+                                     clock=lambda: 2.0).exposition()
+    assert b"lj_runtimekit_container_mig_utilization_ratio{" in body
+    assert b'compute_instance_id=""' in body
     result = subprocess.run([str(promtool), "check", "metrics"], input=body, capture_output=True, timeout=30,
                             check=False)
     report = (result.stdout + result.stderr).decode()

@@ -25,7 +25,16 @@ from adapters.memory.podresources import InMemoryPodResources
 from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from domain.exporter.attribution import PodContainerDevices, attribute, device_uuid
-from domain.exporter.metrics import CONTAINER_METRICS, GPU_METRICS, NODE_METRICS, PREFIX, build_families
+from domain.exporter.metrics import (
+    CONTAINER_METRICS,
+    CONTAINER_MIG_METRICS,
+    GPU_METRICS,
+    MIG_METRICS,
+    NODE_METRICS,
+    NODE_MIG_METRICS,
+    PREFIX,
+    build_families,
+)
 from domain.exporter.snapshot import Snapshot
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.runtime.types import ContainerAllocationRequest, ExporterData, GpuData, GpuSample, PlannedGpu
@@ -254,8 +263,10 @@ def test_unknown_values_have_no_sample_and_health_is_reported() -> None:
 
 
 def test_metric_names_follow_conventions() -> None:
-    suffixes = ("_bytes", "_ratio", "_celsius", "_watts", "_healthy", "_gpus", "_containers")
-    names = [s.name for s in GPU_METRICS] + [s.name for s in CONTAINER_METRICS] + [s.name for s in NODE_METRICS]
+    suffixes = ("_bytes", "_ratio", "_celsius", "_watts", "_healthy", "_enabled", "_gpus", "_containers",
+                "_info", "_allocated", "_instances")
+    tables = (GPU_METRICS, CONTAINER_METRICS, NODE_METRICS, MIG_METRICS, CONTAINER_MIG_METRICS, NODE_MIG_METRICS)
+    names = [spec.name for table in tables for spec in table]
     assert len(set(names)) == len(names)
     for name in names:
         assert name == name.lower(), name

@@ -13,7 +13,9 @@ Behaviours covered:
   and every label the expressions and legends use is one of the exporter's labels;
 * the panel groups are there, each with its metrics side by side in one panel: per-GPU allocation vs use (compute
   allocated vs utilization; memory allocated vs used vs total), per-pod limits vs use (compute and memory), health
-  (GPU health, Runtime up, XID errors by code as a rate, stale data) and per-node allocatable vs allocated;
+  (GPU health, Runtime up, XID errors by code as a rate, stale data), per-node allocatable vs allocated, and MIG
+  (instances per profile total vs allocated, memory used vs total per instance, allocation per instance, containers
+  on MIG: memory limit vs used);
 * with ``promtool`` on PATH (Debian ``prometheus``, ``scripts/prometheus.sh``), every expression parses: they are
   checked as recording rules after the Grafana variables are replaced by values.
 """
@@ -58,6 +60,12 @@ GROUPS = {
     "Per-node allocatable vs allocated": [
         {"node_gpu_core_allocatable_gpus", "node_gpu_core_allocated_gpus"},
         {"node_gpu_memory_allocatable_bytes", "node_gpu_memory_allocated_bytes"},
+    ],
+    "MIG instances": [
+        {"node_mig_instances", "node_mig_allocated_instances"},
+        {"mig_memory_used_bytes", "mig_memory_total_bytes"},
+        {"mig_allocated"},
+        {"container_mig_memory_limit_bytes", "container_mig_memory_used_bytes"},
     ],
 }
 """Row title → metric sets (without the prefix) that one panel of the row must show together."""
@@ -111,10 +119,11 @@ def expressions(dashboard: dict[str, Any]) -> list[str]:
 
 def exported() -> tuple[set[str], set[str]]:
     """(series names, label names) the exporter serves."""
-    names = {metrics.PREFIX + spec.name for spec in metrics.GPU_METRICS}
-    names.update(metrics.PREFIX + spec.name for spec in metrics.CONTAINER_METRICS)
-    names.update(metrics.PREFIX + spec.name for spec in metrics.NODE_METRICS)
-    labels = {*metrics.CONTAINER_LABELS, *metrics.NODE_LABELS}
+    tables = (metrics.GPU_METRICS, metrics.CONTAINER_METRICS, metrics.NODE_METRICS, metrics.MIG_METRICS,
+              metrics.CONTAINER_MIG_METRICS, metrics.NODE_MIG_METRICS)
+    names = {metrics.PREFIX + spec.name for table in tables for spec in table}
+    labels = {*metrics.CONTAINER_LABELS, *metrics.NODE_LABELS, *metrics.MIG_LABELS, *metrics.CONTAINER_MIG_LABELS,
+              *metrics.NODE_MIG_LABELS}
     for family in metrics.build_families(Snapshot(pulled_at=1.0, runtime_up=True), node="n", now=2.0):
         names.add(family.name + ("_total" if family.kind == "counter" else ""))
         labels.update(family.labels)
@@ -178,7 +187,7 @@ def test_labels_are_the_exporters(dashboard: dict[str, Any]) -> None:
             used.update(label.strip() for label in grouping.split(",") if label.strip())
     for _, target in targets(dashboard):
         used.update(LEGEND_LABEL.findall(target.get("legendFormat", "")))
-    assert {"node", "namespace", "gpu_index", "xid"} <= used
+    assert {"node", "namespace", "gpu_index", "xid", "profile", "gpu_instance_id"} <= used
     assert used <= labels, f"labels the exporter does not set: {sorted(used - labels)}"
 
 

@@ -5,10 +5,10 @@ no stale label sets after a pod goes (failure case B20), every GPU each time (B2
 callable that must not block (the exporter's background collector hands over its last snapshot, B23).
 
 Rendering cost: ``prometheus_client.generate_latest`` checks every label of every sample, about 45 ms for a
-node of 16 GPUs × 64 containers (bench/exporter_scrape.py). The GPU, container and node families depend only on
-the Runtime data of the snapshot, which changes once per pull, so their rendered text is cached per data object
-and only the exporter's own health families (data age changes with every scrape) are rendered each time. Both
-parts go through ``generate_latest``; the page is their concatenation, in ``build_families`` order.
+node of 16 GPUs × 64 containers (bench/exporter_scrape.py). The GPU, MIG instance, container and node families
+depend only on the Runtime data of the snapshot, which changes once per pull, so their rendered text is cached per
+data object and only the exporter's own health families (data age changes with every scrape) are rendered each
+time. Both parts go through ``generate_latest``; the page is their concatenation, in ``build_families`` order.
 """
 
 from __future__ import annotations

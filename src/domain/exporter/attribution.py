@@ -5,15 +5,22 @@ device plugin or a resync releases it, so a container row is kept only when pod-
 same (namespace, pod, container) — a terminated pod's series vanish at the next scrape even when the Runtime
 still reports it (failure case B20). GPU rows are never filtered: every GPU is reported, idle or not (B22).
 
-Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``domain.deviceplugin.devices``);
-:func:`device_uuid` reads it back, and :class:`PodContainerDevices` keeps the UUIDs it names.
+Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``domain.deviceplugin.devices``), those
+of MIG resources the parent GPU's UUID as ``<uuid>::mig-<profile>::<gpu instance id>``; :func:`device_uuid` reads
+the UUID back from either, and :class:`PodContainerDevices` keeps the UUIDs it names.
+
+MIG instances (``ExporterData.mig``) are never filtered either: free ones are reported too (B22). An instance is
+served as held (its ``owner`` kept) only while a container row pod-resources lists names its MIG UUID; otherwise
+its owner is cleared, so the instance of a terminated pod is reported free at the next scrape even when the Runtime
+has not released it yet (B20).
 
 GPU cross-check: when pod-resources lists device IDs of ours for a container, every GPU of the Runtime's row for
-that container must be among the UUIDs those IDs embed. A row that fails the check (the Runtime and kubelet
-disagree on which GPU the container holds, e.g. the device plugin was handed IDs of another GPU) is not served —
-neither source is guessed right — and is reported as an :class:`AttributionMismatch` instead. A container whose
-listed device IDs are all foreign (another vendor's resource) or that lists none is kept by name alone: kubelet
-then says nothing about our GPUs.
+that container (its time-sharing GPUs and the parent GPUs of its MIG instances) must be among the UUIDs those IDs
+embed. A row that fails the check (the Runtime and kubelet disagree on which GPU the container holds, e.g. the
+device plugin was handed IDs of another GPU) is not served — neither source is guessed right — and is reported as an
+:class:`AttributionMismatch` instead. A container whose listed device IDs are all foreign (another vendor's
+resource) or that lists none is kept by name alone: kubelet then says nothing about our GPUs. A rejected container
+still exists for kubelet, so its MIG instances stay held.
 """
 
 from __future__ import annotations
@@ -23,14 +30,15 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from domain.gpu import GpuUuid
-from domain.runtime.types import ContainerData, ExporterData
+from domain.runtime.types import ContainerData, ExporterData, MigInstanceData
 
 DEVICE_ID_SEPARATOR = "::"
-"""Separator of the fields of our device IDs (``<uuid>::<kind>::<n>``)."""
+"""Separator of the fields of our device IDs (``<uuid>::<kind>::<n>``, ``<uuid>::mig-<profile>::<gi id>``)."""
 
 
 def device_uuid(device_id: str) -> GpuUuid | None:
-    """The GPU UUID a device ID embeds, or None for a device ID that is not ours (no separator, empty UUID)."""
+    """The GPU UUID a device ID embeds (the parent GPU's for a MIG device ID), or None for a device ID that is not
+    ours (no separator, empty UUID)."""
     uuid, separator, _ = device_id.partition(DEVICE_ID_SEPARATOR)
     return GpuUuid(uuid) if separator and uuid else None
 
@@ -93,29 +101,45 @@ class Attribution:
 
 
 def attribute_checked(data: ExporterData, listed: Sequence[PodContainerDevices] | None) -> Attribution:
-    """``data`` with only the container rows pod-resources lists and confirms (module docstring), plus the rows
-    the GPU cross-check rejected. ``listed=None`` (no pod-resources socket configured) keeps every row. A
-    container listed twice counts the GPUs of both entries. Never raises."""
+    """``data`` with only the container rows pod-resources lists and confirms, and MIG owners only where a listed
+    row holds the instance (module docstring), plus the rows the GPU cross-check rejected. ``listed=None`` (no
+    pod-resources socket configured) keeps every row and owner. A container listed twice counts the GPUs of both
+    entries. Never raises."""
     if listed is None:
         return Attribution(data)
     live: dict[tuple[str, str, str], frozenset[GpuUuid]] = {}
     for entry in listed:
         live[entry.key] = live.get(entry.key, frozenset()) | entry.gpu_uuids
+    mig_gpus = {m.instance.uuid: m.instance.gpu_uuid for m in data.mig if m.instance.uuid}
     kept: list[ContainerData] = []
     mismatches: list[AttributionMismatch] = []
+    held: set[str] = set()
     for row in data.containers:
         key = (row.namespace, row.pod_name, row.container)
         if key not in live:
             continue
+        held.update(row.mig_uuids)
         ours = live[key]
-        runtime_uuids = frozenset(g.uuid for g in row.gpus)
+        runtime_uuids = frozenset(g.uuid for g in row.gpus) | {mig_gpus[u] for u in row.mig_uuids if u in mig_gpus}
         if ours and not runtime_uuids <= ours:
             mismatches.append(AttributionMismatch(*key, tuple(sorted(runtime_uuids)), tuple(sorted(ours))))
             continue
         kept.append(row)
-    if len(kept) == len(data.containers):
+    mig = _held_only(data.mig, held)
+    if len(kept) == len(data.containers) and mig is data.mig:
         return Attribution(data)
-    return Attribution(attrs.evolve(data, containers=tuple(kept)), tuple(mismatches))
+    return Attribution(attrs.evolve(data, containers=tuple(kept), mig=mig), tuple(mismatches))
+
+
+def _held_only(rows: tuple[MigInstanceData, ...], held: set[str]) -> tuple[MigInstanceData, ...]:
+    """``rows`` with the owner cleared where no listed container holds the instance (``rows`` itself when none)."""
+    if all(r.instance.owner is None or r.instance.uuid in held for r in rows):
+        return rows
+    return tuple(
+        r if r.instance.owner is None or r.instance.uuid in held
+        else attrs.evolve(r, instance=attrs.evolve(r.instance, owner=None))
+        for r in rows
+    )
 
 
 def attribute(data: ExporterData, listed: Sequence[PodContainerDevices] | None) -> ExporterData:

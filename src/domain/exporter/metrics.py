@@ -4,25 +4,36 @@ Naming: one prefix :data:`PREFIX`, snake_case, base units (``_bytes``, ``_ratio`
 ``_watts``, ``_seconds``, ``_total``). Labels: ``node``, ``gpu_index``, ``gpu_uuid``, ``model`` per GPU;
 per-container series add ``namespace``, ``pod``, ``container``; per-node series carry ``node`` only.
 
+MIG (Runtime 1.1.0, ``ExporterData.mig``): per MIG instance the parent GPU's labels plus ``profile``,
+``gpu_instance_id``, ``compute_instance_id`` (NVML ids; empty for a GPU instance without compute instance) and
+``mig_uuid`` (``MIG-…``; empty likewise) (:data:`MIG_LABELS`); a container on MIG gets its own families, labelled
+with the container's labels plus ``profile`` and ``mig_uuid`` (:data:`CONTAINER_MIG_LABELS`), so the label sets of
+the time-sharing container families never change; per node, instances total and allocated by ``profile``.
+``mig_allocated`` is 1 while the instance has an owner in the served data: attribution clears the owner of an
+instance no container listed by kubelet holds (``domain.exporter.attribution``, B20), and free instances are always
+listed (B22). A GPU in MIG mode keeps its per-GPU series; it takes no time-sharing grants, so it is left out of the
+node's allocatable compute and memory.
+
 Every series is rebuilt from the snapshot at each scrape, so a pod that is gone is gone at the next scrape and
 the series count depends only on what exists now, never on history (failure case B20); every GPU row yields its
 series whatever its allocation (B22). A value the Runtime does not know (None) yields no sample, never 0.
 
 Extension point — to add a metric from the Runtime data, append one spec to :data:`GPU_METRICS`,
 :data:`CONTAINER_METRICS` or :data:`NODE_METRICS`: a name (without the prefix), a help text and a function from
-the row to the value (None = no sample). Nothing else changes: :func:`build_families` and the Prometheus
-adapter render every spec in those tables.
+the row to the value (None = no sample); MIG metrics go to :data:`MIG_METRICS`, :data:`CONTAINER_MIG_METRICS` or
+:data:`NODE_MIG_METRICS`. Nothing else changes: :func:`build_families` and the Prometheus adapter render every spec
+in those tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import attrs
 
-from domain.gpu import Health
-from domain.runtime.types import ContainerData, ContainerGpuData, ExporterData, GpuData
+from domain.gpu import Health, MigMode
+from domain.runtime.types import ContainerData, ContainerGpuData, ExporterData, GpuData, MigInstanceData
 from domain.units import MILLI_PER_GPU
 
 from .snapshot import Snapshot
@@ -33,6 +44,9 @@ PREFIX = "lj_runtimekit_"
 GPU_LABELS = ("node", "gpu_index", "gpu_uuid", "model")
 CONTAINER_LABELS = (*GPU_LABELS, "namespace", "pod", "container")
 NODE_LABELS = ("node",)
+MIG_LABELS = (*GPU_LABELS, "profile", "gpu_instance_id", "compute_instance_id", "mig_uuid")
+CONTAINER_MIG_LABELS = (*CONTAINER_LABELS, "profile", "mig_uuid")
+NODE_MIG_LABELS = (*NODE_LABELS, "profile")
 
 MetricKind = Literal["gauge", "counter"]
 Value = float | None
@@ -65,6 +79,33 @@ class NodeMetric:
     value: Callable[[ExporterData], Value]
 
 
+@attrs.frozen
+class MigMetric:
+    """A per-MIG-instance gauge: ``value`` of a MIG instance row."""
+
+    name: str
+    help: str
+    value: Callable[[MigInstanceData], Value]
+
+
+@attrs.frozen
+class ContainerMigMetric:
+    """A per-container-per-MIG-instance gauge: ``value`` of (container row, the row of a MIG instance it holds)."""
+
+    name: str
+    help: str
+    value: Callable[[ContainerData, MigInstanceData], Value]
+
+
+@attrs.frozen
+class NodeMigMetric:
+    """A per-node-per-profile gauge: ``value`` of the MIG instance rows of one profile."""
+
+    name: str
+    help: str
+    value: Callable[[Sequence[MigInstanceData]], Value]
+
+
 def _percent(value: float | None) -> Value:
     return None if value is None else value / 100.0
 
@@ -81,6 +122,10 @@ def _healthy(row: GpuData) -> bool:
     return row.device.gpu.health is Health.HEALTHY
 
 
+def _allocated(row: MigInstanceData) -> bool:
+    return row.instance.owner is not None
+
+
 GPU_METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("gpu_utilization_ratio", "GPU compute utilization, 0-1",
               lambda g: _percent(g.sample.utilization_percent)),
@@ -94,6 +139,8 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
               lambda g: _milli(g.allocated_core_milli)),
     GpuMetric("gpu_memory_allocated_bytes", "GPU memory granted to containers, bytes",
               lambda g: float(g.allocated_memory_bytes)),
+    GpuMetric("gpu_mig_enabled", "1 when the GPU is in MIG mode (no time-sharing grants), else 0",
+              lambda g: 1.0 if g.device.gpu.mig_mode is MigMode.ENABLED else 0.0),
 )
 """Per-GPU series (labels :data:`GPU_LABELS`)."""
 
@@ -110,18 +157,54 @@ CONTAINER_METRICS: tuple[ContainerMetric, ...] = (
 """Per-container series, one per GPU of the container (labels :data:`CONTAINER_LABELS`)."""
 
 NODE_METRICS: tuple[NodeMetric, ...] = (
-    NodeMetric("node_gpu_core_allocatable_gpus", "GPU compute the node can grant (healthy GPUs), in GPUs",
-               lambda d: float(sum(1 for g in d.gpus if _healthy(g)))),
+    NodeMetric("node_gpu_core_allocatable_gpus",
+               "GPU compute the node can grant (healthy GPUs not in MIG mode), in GPUs",
+               lambda d: float(sum(1 for g in d.gpus if g.device.gpu.schedulable))),
     NodeMetric("node_gpu_core_allocated_gpus", "GPU compute granted on the node, in GPUs",
                lambda d: sum(_milli(g.allocated_core_milli) for g in d.gpus)),
-    NodeMetric("node_gpu_memory_allocatable_bytes", "GPU memory the node can grant (healthy GPUs), bytes",
-               lambda d: float(sum(g.device.gpu.memory_bytes for g in d.gpus if _healthy(g)))),
+    NodeMetric("node_gpu_memory_allocatable_bytes",
+               "GPU memory the node can grant (healthy GPUs not in MIG mode), bytes",
+               lambda d: float(sum(g.device.gpu.memory_bytes for g in d.gpus if g.device.gpu.schedulable))),
     NodeMetric("node_gpu_memory_allocated_bytes", "GPU memory granted on the node, bytes",
                lambda d: float(sum(g.allocated_memory_bytes for g in d.gpus))),
     NodeMetric("node_gpus", "GPUs the Runtime reports", lambda d: float(len(d.gpus))),
     NodeMetric("node_containers", "Attributed containers holding GPUs", lambda d: float(len(d.containers))),
 )
 """Per-node series (labels :data:`NODE_LABELS`)."""
+
+MIG_METRICS: tuple[MigMetric, ...] = (
+    MigMetric("mig_instance_info", "1 for every MIG instance the Runtime lists, free or allocated",
+              lambda m: 1.0),
+    MigMetric("mig_memory_total_bytes", "MIG instance memory size, bytes",
+              lambda m: float(m.instance.memory_bytes)),
+    MigMetric("mig_memory_used_bytes", "MIG instance memory in use, bytes", lambda m: _int(m.memory_used_bytes)),
+    MigMetric("mig_utilization_ratio", "MIG instance compute utilization, 0-1 of the instance",
+              lambda m: _percent(m.utilization_percent)),
+    MigMetric("mig_allocated", "1 when a live container holds the MIG instance, else 0",
+              lambda m: 1.0 if _allocated(m) else 0.0),
+)
+"""Per-MIG-instance series, free instances included (labels :data:`MIG_LABELS`)."""
+
+CONTAINER_MIG_METRICS: tuple[ContainerMigMetric, ...] = (
+    ContainerMigMetric("container_mig_memory_limit_bytes",
+                       "Memory of the MIG instance granted to the container (its limit), bytes",
+                       lambda c, m: float(m.instance.memory_bytes)),
+    ContainerMigMetric("container_mig_memory_used_bytes", "Memory the container uses on its MIG instance, bytes",
+                       lambda c, m: _int(m.memory_used_bytes)),
+    ContainerMigMetric("container_mig_utilization_ratio",
+                       "Compute utilization of the container's MIG instance, 0-1 of the instance",
+                       lambda c, m: _percent(m.utilization_percent)),
+)
+"""Per-container series, one per MIG instance of the container (labels :data:`CONTAINER_MIG_LABELS`); a MIG
+instance belongs to one pod, so the instance's measurements are its container's."""
+
+NODE_MIG_METRICS: tuple[NodeMigMetric, ...] = (
+    NodeMigMetric("node_mig_instances", "MIG instances the Runtime lists on the node, by profile",
+                  lambda rows: float(len(rows))),
+    NodeMigMetric("node_mig_allocated_instances", "MIG instances live containers hold on the node, by profile",
+                  lambda rows: float(sum(1 for m in rows if _allocated(m)))),
+)
+"""Per-node-per-profile series, one per profile listed on the node (labels :data:`NODE_MIG_LABELS`)."""
 
 
 @attrs.frozen
@@ -158,6 +241,43 @@ def _container_families(node: str, data: ExporterData) -> Iterator[Family]:
         yield Family(PREFIX + spec.name, spec.help, "gauge", CONTAINER_LABELS, samples)
 
 
+def _mig_labels(node: str, row: MigInstanceData, model: str) -> tuple[str, ...]:
+    i = row.instance
+    compute = "" if i.compute_instance_id is None else str(i.compute_instance_id)
+    return (node, str(i.gpu_index), i.gpu_uuid, model, i.profile, str(i.gpu_instance_id), compute, i.uuid)
+
+
+def _mig_families(node: str, data: ExporterData) -> Iterator[Family]:
+    models = {g.device.gpu.uuid: g.device.gpu.model for g in data.gpus}
+    rows = [(_mig_labels(node, m, models.get(m.instance.gpu_uuid, "")), m) for m in data.mig]
+    for spec in MIG_METRICS:
+        samples = tuple((labels, v) for labels, m in rows if (v := spec.value(m)) is not None)
+        yield Family(PREFIX + spec.name, spec.help, "gauge", MIG_LABELS, samples)
+
+
+def _container_mig_families(node: str, data: ExporterData) -> Iterator[Family]:
+    models = {g.device.gpu.uuid: g.device.gpu.model for g in data.gpus}
+    by_uuid = {m.instance.uuid: m for m in data.mig if m.instance.uuid}
+    rows = [
+        ((node, str(m.instance.gpu_index), m.instance.gpu_uuid, models.get(m.instance.gpu_uuid, ""), c.namespace,
+          c.pod_name, c.container, m.instance.profile, m.instance.uuid), c, m)
+        for c in data.containers for u in c.mig_uuids if (m := by_uuid.get(u)) is not None
+    ]
+    for spec in CONTAINER_MIG_METRICS:
+        samples = tuple((labels, v) for labels, c, m in rows if (v := spec.value(c, m)) is not None)
+        yield Family(PREFIX + spec.name, spec.help, "gauge", CONTAINER_MIG_LABELS, samples)
+
+
+def _node_mig_families(node: str, data: ExporterData) -> Iterator[Family]:
+    by_profile: dict[str, list[MigInstanceData]] = {}
+    for row in data.mig:
+        by_profile.setdefault(row.instance.profile, []).append(row)
+    for spec in NODE_MIG_METRICS:
+        samples = tuple(((node, profile), v) for profile, rows in sorted(by_profile.items())
+                        if (v := spec.value(rows)) is not None)
+        yield Family(PREFIX + spec.name, spec.help, "gauge", NODE_MIG_LABELS, samples)
+
+
 def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Family]:
     def one(name: str, help: str, value: float, kind: MetricKind = "gauge") -> Family:
         return Family(PREFIX + name, help, kind, NODE_LABELS, (((node,), value),))
@@ -187,12 +307,16 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
 
 
 def build_data_families(data: ExporterData, *, node: str) -> Iterator[Family]:
-    """The families that depend only on the Runtime's ``data``: GPU, container, then node."""
+    """The families that depend only on the Runtime's ``data``: GPU, MIG instance, container, container on MIG,
+    then node and node MIG."""
     yield from _gpu_families(node, data)
+    yield from _mig_families(node, data)
     yield from _container_families(node, data)
+    yield from _container_mig_families(node, data)
     for spec in NODE_METRICS:
         value = spec.value(data)
         yield Family(PREFIX + spec.name, spec.help, "gauge", NODE_LABELS, () if value is None else (((node,), value),))
+    yield from _node_mig_families(node, data)
 
 
 def build_health_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:
@@ -201,6 +325,7 @@ def build_health_families(snapshot: Snapshot, *, node: str, now: float) -> Itera
 
 
 def build_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:
-    """Every family for ``snapshot`` (module docstring): GPU, container, node, then the exporter's own health."""
+    """Every family for ``snapshot`` (module docstring): the data families (:func:`build_data_families`), then
+    the exporter's own health."""
     yield from build_data_families(snapshot.data, node=node)
     yield from build_health_families(snapshot, node=node, now=now)

@@ -99,8 +99,8 @@ class SnapshotCollector:
                 log.warning("pod-resources List failed: %s; using the last good list", error)
                 pods_ok = False
             if self._listed is None:
-                # never listed yet: show no container rather than guess which pods still exist
-                return _Pulled(attrs.evolve(data, containers=()), pods_ok, 0)
+                # never listed yet: show no container (nor MIG owner) rather than guess which pods still exist
+                return _Pulled(attribute_checked(data, ()).data, pods_ok, 0)
         attributed = attribute_checked(data, self._listed)
         self._log_mismatches(attributed.mismatches)
         return _Pulled(attributed.data, pods_ok, len(attributed.mismatches))
