@@ -20,6 +20,13 @@ Floors for memory and ceilings for core keep the sum of defaulted grants within 
 Init containers follow Kubernetes' effective-request rule (pod resources, "Resource sharing within
 containers", kubernetes.io): the pod's effective request of a resource is ``max(Σ app containers,
 max(init containers))``; the ledger applies it per GPU.
+
+MIG instances (``<prefix>/mig-<profile>`` resources, :mod:`domain.mig.resources`): a container may instead ask for
+``mig_count`` instances of one MIG profile (``mig_profile``, canonical name). MIG asks are not time-sharing asks:
+``kind`` stays :attr:`GpuKind.NONE` for such a container and ``PodRequest.wants_gpu`` stays False, so the
+time-sharing ledger books a MIG pod's node CPU, memory and pod slot only; the MIG books
+(:mod:`domain.mig.ledger`) hold its instances. A container never mixes MIG with time-sharing resources, and a pod
+takes either kind, not both (:class:`InvalidRequestError` naming the container or pod).
 """
 
 from __future__ import annotations
@@ -114,11 +121,14 @@ class ContainerRequest:
 
     Fields: ``name``; ``gpus`` (whole GPUs, ≥ 0); ``core_milli`` (share of one GPU's compute, 1..1000 milli-GPU,
     i.e. 0.1-100 %); ``memory_bytes`` (share of one GPU's memory, ≥ 1 byte); ``init`` (init container);
-    ``memory_milli`` (keyword-only: relative share of one GPU's memory, 1..1000 milli-GPU, percentage mode).
+    ``memory_milli`` (keyword-only: relative share of one GPU's memory, 1..1000 milli-GPU, percentage mode);
+    ``mig_profile``/``mig_count`` (keyword-only: ``mig_count`` ≥ 1 instances of the MIG profile ``mig_profile``, a
+    canonical name of :mod:`domain.mig.profiles`; None/0 = no MIG ask).
 
     Raises :class:`InvalidRequestError` naming the field for: non-integers, zero or negative core/memory,
-    core or relative memory above 1000 milli-GPU (100 %), both ``memory_bytes`` and ``memory_milli``, or whole
-    GPUs combined with a core/memory share.
+    core or relative memory above 1000 milli-GPU (100 %), both ``memory_bytes`` and ``memory_milli``, whole
+    GPUs combined with a core/memory share, a MIG profile without count ≥ 1 (or the reverse), or a MIG ask
+    combined with whole GPUs or a core/memory share.
     """
 
     name: str
@@ -127,11 +137,14 @@ class ContainerRequest:
     memory_bytes: int | None = None
     init: bool = False
     memory_milli: int | None = attrs.field(default=None, kw_only=True)
+    mig_profile: str | None = attrs.field(default=None, kw_only=True)
+    mig_count: int = attrs.field(default=0, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
             raise InvalidRequestError("container.name", self.name, "must not be empty")
         prefix = f"container[{self.name}]"
+        self._check_mig(prefix)
         gpus = _strict_int(f"{prefix}.gpus", self.gpus)
         if gpus < 0:
             raise InvalidRequestError(f"{prefix}.gpus", self.gpus, "must not be negative")
@@ -164,6 +177,24 @@ class ContainerRequest:
                 "and all of its memory",
             )
 
+    def _check_mig(self, prefix: str) -> None:
+        count = _strict_int(f"{prefix}.mig_count", self.mig_count)
+        if self.mig_profile is None and count == 0:
+            return
+        if not self.mig_profile or count < 1:
+            raise InvalidRequestError(f"{prefix}.mig_count", self.mig_count,
+                                      f"a MIG ask needs a profile and a count >= 1 (profile {self.mig_profile!r})")
+        if self.gpus or any(v is not None for v in (self.core_milli, self.memory_bytes, self.memory_milli)):
+            raise InvalidRequestError(
+                f"{prefix}.mig_profile", self.mig_profile,
+                "a container takes either MIG instances or time-sharing GPU resources (whole GPUs, core, memory), "
+                "not both; split them into separate pods")
+
+    @property
+    def wants_mig(self) -> bool:
+        """True when the container asks for MIG instances (``mig_count`` of ``mig_profile``)."""
+        return self.mig_count > 0
+
     @classmethod
     def share(
         cls,
@@ -188,7 +219,8 @@ class ContainerRequest:
 
     @property
     def kind(self) -> GpuKind:
-        """Whole GPUs, a share of one GPU, or no GPU."""
+        """Whole GPUs, a share of one GPU, or no time-sharing GPU (MIG asks are :attr:`GpuKind.NONE`, see module
+        docstring)."""
         if self.gpus > 0:
             return GpuKind.WHOLE
         if self.core_milli is not None or self.memory_bytes is not None or self.memory_milli is not None:
@@ -211,7 +243,8 @@ class PodRequest:
     ``namespace``/``name`` (for messages); ``cpu_milli`` and ``memory_bytes`` (the pod's *effective* node-level
     requests, milli-cores and bytes); ``selector``.
 
-    Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, or negative quantities.
+    Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, negative quantities, or a pod
+    whose containers mix MIG instances with time-sharing GPU resources.
     """
 
     uid: str
@@ -232,6 +265,24 @@ class PodRequest:
             checked = _strict_int(f"pod[{self.uid}].{field}", value)
             if checked < 0:
                 raise InvalidRequestError(f"pod[{self.uid}].{field}", value, "must not be negative")
+        if self.wants_gpu and self.wants_mig:
+            shared = [c.name for c in self.gpu_containers]
+            mig = [c.name for c in self.mig_containers]
+            raise InvalidRequestError(
+                f"pod[{self.uid}].containers", {"time-sharing": shared, "mig": mig},
+                "a pod takes either MIG instances or time-sharing GPU resources, not both; split it into two pods")
+
+    @property
+    def mig_containers(self) -> tuple[ContainerRequest, ...]:
+        """Containers (init first, then app, in declaration order) that ask for MIG instances."""
+        init = [c for c in self.containers if c.init and c.wants_mig]
+        app = [c for c in self.containers if not c.init and c.wants_mig]
+        return (*init, *app)
+
+    @property
+    def wants_mig(self) -> bool:
+        """True when any container asks for MIG instances (never together with :attr:`wants_gpu`)."""
+        return any(c.wants_mig for c in self.containers)
 
     @property
     def gpu_containers(self) -> tuple[ContainerRequest, ...]:
@@ -242,7 +293,8 @@ class PodRequest:
 
     @property
     def wants_gpu(self) -> bool:
-        """True when any container asks for a GPU resource."""
+        """True when any container asks for a time-sharing GPU resource (whole GPUs, core, memory; MIG asks are
+        :attr:`wants_mig`)."""
         return bool(self.gpu_containers)
 
     @property

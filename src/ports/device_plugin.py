@@ -1,7 +1,7 @@
 """The device plugin port: what the kubelet-facing gRPC servers need from the plugin's logic, in domain types.
 
 ``adapters.grpc.deviceplugin`` serves ``v1beta1.DevicePlugin`` (research/k8s-protocols.md §1) for one
-:class:`~domain.deviceplugin.devices.ResourceKind` over any :class:`DevicePluginHandler`;
+:class:`~domain.deviceplugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
 ``entrypoints.device_plugin.service.DevicePluginService`` implements it. Semantics:
 
 * ``devices`` returns a generation number and the complete device list of a kind; the generation grows on every
@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from domain.deviceplugin.devices import PluginDevice, ResourceKind
+from domain.deviceplugin.devices import PluginDevice, ResourceKey
 from domain.runtime.types import ContainerAllocationResponse
 
 
 class DevicePluginHandler(Protocol):
     """The plugin logic behind the per-resource servers (module docstring)."""
 
-    def devices(self, kind: ResourceKind) -> tuple[int, tuple[PluginDevice, ...]]:
+    def devices(self, kind: ResourceKey) -> tuple[int, tuple[PluginDevice, ...]]:
         """``(generation, complete device list of kind)``."""
         ...
 
@@ -35,12 +35,12 @@ class DevicePluginHandler(Protocol):
         ...
 
     def preferred(
-        self, kind: ResourceKind, available: Sequence[str], must_include: Sequence[str], size: int
+        self, kind: ResourceKey, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> tuple[str, ...]:
         """Device IDs to suggest for one container (IDs of its planned GPUs when it can be identified)."""
         ...
 
-    def allocate(self, kind: ResourceKind, device_ids: Sequence[str]) -> ContainerAllocationResponse:
+    def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
         """Allocate for the container kubelet is admitting; ``device_ids`` only give the count (module
         docstring)."""
         ...

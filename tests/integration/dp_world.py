@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -21,6 +21,7 @@ from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
+from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 from entrypoints.device_plugin.app import DevicePluginApp
@@ -129,19 +130,23 @@ def whole_plan(name: str, indexes: Sequence[int], memory_gib: int = 16) -> Conta
 
 
 def make_world(
-    gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None
+    gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None,
+    inventory: Sequence[Gpu] | None = None, mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
+    mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
 ) -> World:
-    """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts)."""
+    """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
+    ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
+    ``allocatable`` is the node's (for a scheduler on the same cluster)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
-    inventory = gpus(gpu_count)
-    memory_runtime = InMemoryNodeRuntime(inventory, edits=edits)
+    inventory = list(inventory) if inventory is not None else gpus(gpu_count)
+    memory_runtime = InMemoryNodeRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
     server = GrpcRuntimeServer(root / "rt.sock", memory_runtime)
     server.start()
     client = GrpcNodeRuntime.connect(root / "rt.sock")
     client.wait_ready(5)
     runtime = RecordingRuntime(client)
     cluster = InMemoryCluster()
-    cluster.create_node(NodeObject(NODE))
+    cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL)
     app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s)
     kubelet = FakeKubelet(root / "dp")

@@ -83,7 +83,7 @@ def test_inventory_decoding_sorts_gpus_by_index() -> None:
     [
         ("{not json", INV, "malformed JSON"),
         ("[1, 2]", INV, "JSON object"),
-        (json.dumps(inventory_json(version=2)), f"{INV}.version", "unsupported version"),
+        (json.dumps(inventory_json(version=3)), f"{INV}.version", "unsupported version"),
         (json.dumps(inventory_json(version="1")), f"{INV}.version", "integer"),
         (json.dumps({k: v for k, v in inventory_json().items() if k != "gpus"}), f"{INV}.gpus", "missing"),
         (json.dumps({k: v for k, v in inventory_json().items() if k != "heartbeat"}), f"{INV}.heartbeat", "missing"),

@@ -255,6 +255,18 @@ def test_observe_idempotent_replaces_and_parks() -> None:
         node.observe(MigPodAllocation("pod-z", "node-z", ()))
 
 
+def test_observed_record_with_a_profile_of_another_model_is_parked_not_raised() -> None:
+    node = static_dynamic_node()  # A100-40GB GPUs: 1g.6gb is an A30 profile
+    stray = MigPodAllocation("pod-x", "node-a", (booking(1, "1g.6gb", 0, create=True),))
+    assert node.observe(stray)
+    assert "pod-x" in node.conflicts
+    assert "profile" in node.conflicts["pod-x"]
+    assert node.record("pod-x") == stray
+    assert node.release("pod-x") == stray
+    assert node.admitting
+    assert node.verify() == []
+
+
 def test_update_gpus_keeps_records() -> None:
     node = static_dynamic_node()
     node.reserve(MigPodAllocation("pod-a", "node-a", (booking(0, "2g.10gb", 4), booking(1, "3g.20gb", 4, create=True))))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from domain.deviceplugin.devices import ResourceKind
+from domain.deviceplugin.devices import ResourceKey
 from domain.deviceplugin.matching import DevicePluginError, NoMatchingContainerError
 from domain.runtime.types import ContainerAllocationResponse
 from ports.cluster import ClusterError
@@ -84,8 +84,8 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
     open ListAndWatch streams. ``on_stream_lost(kind)`` is called when kubelet ends a ListAndWatch stream while
     the server is still serving (kubelet stopped or replaced the endpoint): the plugin must register again."""
 
-    def __init__(self, handler: DevicePluginHandler, kind: ResourceKind, stopping: threading.Event,
-                 on_stream_lost: Callable[[ResourceKind], None] = lambda _: None) -> None:
+    def __init__(self, handler: DevicePluginHandler, kind: ResourceKey, stopping: threading.Event,
+                 on_stream_lost: Callable[[ResourceKey], None] = lambda _: None) -> None:
         self._handler = handler
         self._kind = kind
         self._stopping = stopping
@@ -150,8 +150,8 @@ class KubeletPluginServer:
     ``stop`` ends streams, stops the server, joins its worker threads and removes the socket; idempotent.
     """
 
-    def __init__(self, socket_path: Path, handler: DevicePluginHandler, kind: ResourceKind, *,
-                 on_stream_lost: Callable[[ResourceKind], None] = lambda _: None, max_workers: int = 8) -> None:
+    def __init__(self, socket_path: Path, handler: DevicePluginHandler, kind: ResourceKey, *,
+                 on_stream_lost: Callable[[ResourceKey], None] = lambda _: None, max_workers: int = 8) -> None:
         self.socket_path = socket_path
         self.kind = kind
         self._stopping = threading.Event()

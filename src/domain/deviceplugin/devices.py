@@ -9,6 +9,14 @@ memory it lacks), or 100 in percent mode (one ID per percent of the GPU's memory
 Health: every ID of a GPU carries that GPU's health (``Healthy``/``Unhealthy``, the v1beta1 constants), so an
 unhealthy GPU drops all of its IDs from kubelet's allocatable at once (B14).
 
+MIG resources (:class:`MigResource`, one per ``<prefix>/mig-<profile>`` name of the shared table
+:mod:`domain.mig.resources`): IDs ``<gpu uuid>::mig-<profile>::<n>`` with the profile spelled as in the resource
+name (``+me`` → ``.me``). Static strategy: one ID per usable listed instance, ``n`` = its NVML GPU instance id.
+Dynamic strategy: per GPU in MIG mode and per profile of its model's table, ``max_instances`` IDs ``n`` = 0..k-1,
+so kubelet's count never blocks a pod; the scheduler's MIG books are the real constraint (a GPU never holds more
+than ``max_instances`` of a profile, and the books refuse placements that do not fit). The three time-sharing kinds
+advertise no IDs on GPUs in MIG mode (MIG GPUs take no time-sharing pods).
+
 Source: research/k8s-protocols.md §1.2 (``Device``: ID ≤ 63 characters, health string), §1.3 (constants).
 """
 
@@ -20,7 +28,9 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu, GpuUuid, Health
+from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.mig.profiles import normalise_profile_name
+from domain.mig.resources import RESOURCE_STEM
 from domain.units import PERCENT_PER_GPU
 
 ID_SEPARATOR = "::"
@@ -37,6 +47,23 @@ class ResourceKind(enum.Enum):
 
 
 @attrs.frozen
+class MigResource:
+    """A MIG resource a plugin server serves: instances of ``profile`` (canonical name, e.g. ``1g.10gb+me``).
+    ``value`` is the ``<kind>`` part of its IDs and socket name: ``mig-<profile>`` with ``+`` written ``.``."""
+
+    profile: str
+
+    @property
+    def value(self) -> str:
+        """``mig-<profile as in the resource name>``."""
+        return RESOURCE_STEM + self.profile.replace("+", ".")
+
+
+ResourceKey = ResourceKind | MigResource
+"""What one plugin server serves: one of the three time-sharing kinds or one MIG profile."""
+
+
+@attrs.frozen
 class PluginDevice:
     """One advertised device: ``id`` (``<uuid>::<kind>::<n>``) and ``health``."""
 
@@ -46,10 +73,11 @@ class PluginDevice:
 
 @attrs.frozen
 class DeviceId:
-    """A decoded device ID: the GPU ``uuid``, the resource ``kind`` and the replica number ``n`` (≥ 0)."""
+    """A decoded device ID: the GPU ``uuid``, the resource ``kind`` and the replica number ``n`` (≥ 0; for a
+    static MIG ID the NVML GPU instance id)."""
 
     uuid: GpuUuid
-    kind: ResourceKind
+    kind: ResourceKey
     n: int
 
     def __str__(self) -> str:
@@ -57,14 +85,19 @@ class DeviceId:
 
 
 def parse_device_id(text: str) -> DeviceId:
-    """Decode ``<uuid>::<kind>::<n>``. Raises :class:`InvalidRequestError` (field ``device_id``) when malformed."""
+    """Decode ``<uuid>::<kind>::<n>`` (``kind``: ``gpu``, ``core``, ``memory`` or ``mig-<profile>``). Raises
+    :class:`InvalidRequestError` (field ``device_id``) when malformed."""
     parts = text.rsplit(ID_SEPARATOR, 2)
     if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
         raise InvalidRequestError("device_id", text, "must look like <gpu uuid>::<kind>::<n>")
-    try:
-        kind = ResourceKind(parts[1])
-    except ValueError:
-        raise InvalidRequestError("device_id", text, "kind must be gpu, core or memory") from None
+    kind: ResourceKey
+    if parts[1].startswith(RESOURCE_STEM) and len(parts[1]) > len(RESOURCE_STEM):
+        kind = MigResource(normalise_profile_name(parts[1]))
+    else:
+        try:
+            kind = ResourceKind(parts[1])
+        except ValueError:
+            raise InvalidRequestError("device_id", text, "kind must be gpu, core, memory or mig-<profile>") from None
     return DeviceId(GpuUuid(parts[0]), kind, int(parts[2]))
 
 
@@ -81,25 +114,54 @@ def units_per_gpu(kind: ResourceKind, gpu: Gpu, *, memory_unit_bytes: int | None
 
 
 def device_list(kind: ResourceKind, gpus: Iterable[Gpu], *, memory_unit_bytes: int | None) -> tuple[PluginDevice, ...]:
-    """The complete list ListAndWatch sends for ``kind`` over ``gpus`` (index order), each ID with its GPU's
-    health. Raises :class:`InvalidRequestError` when an ID would exceed 63 characters (an absurd UUID)."""
+    """The complete list ListAndWatch sends for ``kind`` over ``gpus`` (index order; GPUs in MIG mode are left
+    out, see module docstring), each ID with its GPU's health. Raises :class:`InvalidRequestError` when an ID
+    would exceed 63 characters (an absurd UUID)."""
     devices: list[PluginDevice] = []
     for gpu in sorted(gpus, key=lambda g: g.index):
+        if gpu.mig_mode is MigMode.ENABLED:
+            continue
         for n in range(units_per_gpu(kind, gpu, memory_unit_bytes=memory_unit_bytes)):
-            ident = str(DeviceId(gpu.uuid, kind, n))
-            if len(ident) > MAX_DEVICE_ID_LENGTH:
-                raise InvalidRequestError("device_id", ident, f"longer than {MAX_DEVICE_ID_LENGTH} characters")
-            devices.append(PluginDevice(ident, gpu.health))
+            devices.append(PluginDevice(_checked(DeviceId(gpu.uuid, kind, n)), gpu.health))
     return tuple(devices)
 
 
+def _checked(device: DeviceId) -> str:
+    ident = str(device)
+    if len(ident) > MAX_DEVICE_ID_LENGTH:
+        raise InvalidRequestError("device_id", ident, f"longer than {MAX_DEVICE_ID_LENGTH} characters")
+    return ident
+
+
+@attrs.frozen
+class MigSlot:
+    """One MIG device ID's source: the parent GPU (``gpu``, whose health the ID carries) and ``n`` (static: the
+    instance's NVML GPU instance id; dynamic: 0..max_instances-1)."""
+
+    gpu: Gpu
+    n: int
+
+
+def mig_device_list(resource: MigResource, slots: Iterable[MigSlot]) -> tuple[PluginDevice, ...]:
+    """The complete list ListAndWatch sends for a MIG ``resource`` (module docstring): one ID per slot, ordered by
+    GPU index then ``n``. Raises :class:`InvalidRequestError` when an ID would exceed 63 characters."""
+    ordered = sorted(slots, key=lambda s: (s.gpu.index, s.n))
+    return tuple(PluginDevice(_checked(DeviceId(s.gpu.uuid, resource, s.n)), s.gpu.health) for s in ordered)
+
+
 def preferred_ids(
-    available: Sequence[str], must_include: Sequence[str], size: int, planned: Sequence[GpuUuid]
+    available: Sequence[str], must_include: Sequence[str], size: int, planned: Sequence[GpuUuid],
+    *, exact: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """GetPreferredAllocation's answer: ``must_include`` first, then available IDs of the ``planned`` GPUs (in plan
-    order, at most one per GPU while several GPUs are planned, as for whole GPUs), then any other available IDs,
-    ``size`` in all (fewer when kubelet offered fewer). Malformed IDs are skipped as preferences, never raised."""
+    """GetPreferredAllocation's answer: ``must_include`` first, then the ``exact`` IDs kubelet offers (the planned
+    MIG instances' own IDs, static strategy), then available IDs of the ``planned`` GPUs (in plan order, at most one
+    per GPU while several GPUs are planned, as for whole GPUs), then any other available IDs, ``size`` in all
+    (fewer when kubelet offered fewer). Malformed IDs are skipped as preferences, never raised."""
     chosen = list(dict.fromkeys(must_include))
+    offered_set = set(available)
+    for ident in dict.fromkeys(exact):
+        if len(chosen) < size and ident in offered_set and ident not in chosen:
+            chosen.append(ident)
     offered = [a for a in dict.fromkeys(available) if a not in chosen]
     by_uuid: dict[str, list[str]] = {}
     for ident in offered:

@@ -26,6 +26,10 @@ scheduler's annotation, read only on bound pods, bound to the pod object by its 
 pod's own requests and the node's inventory (``domain.kube.translate.read_allocation``); nothing else the pod
 carries (other annotations, labels, the device IDs kubelet chose) is used.
 
+MIG resources follow the same rule: a MIG container asks for one profile (one :class:`MigResource`), so kubelet
+calls once for it, and its plan entry is the list of instances it receives (``Candidate.mig``); a device ID of a
+MIG resource only gives the count, like any other (B17).
+
 Errors: :class:`NoMatchingContainerError`, :class:`AmbiguousContainerError`, :class:`UntrustedPlanError`,
 :class:`UnhealthyPlanError` (all :class:`DevicePluginError`, a :class:`domain.errors.DomainError`).
 """
@@ -37,8 +41,9 @@ from collections.abc import Mapping, Sequence, Set
 import attrs
 
 from domain.allocation import ContainerGrant
-from domain.deviceplugin.devices import ResourceKind
+from domain.deviceplugin.devices import ResourceKey
 from domain.errors import DomainError
+from domain.kube.annotations import PlannedInstance
 
 
 class DevicePluginError(DomainError):
@@ -72,8 +77,9 @@ class Candidate:
     """One pod container that may be the subject of an Allocate call.
 
     ``order``: position in kubelet's allocation order within the pod (init containers first). ``amounts``: the
-    container's request per resource kind (integers, resource units). ``grant``: its entry of the trusted plan,
-    or None when the pod has no trusted plan (``problem`` says why).
+    container's request per resource kind (integers, resource units; MIG resources included). ``grant``: its
+    time-sharing entry of the trusted plan, or None; ``mig``: the MIG instances the trusted plan gives it (empty
+    otherwise). Neither means the pod has no trusted plan (``problem`` says why).
     """
 
     pod_uid: str
@@ -81,10 +87,11 @@ class Candidate:
     pod_name: str
     container: str
     order: int
-    amounts: Mapping[ResourceKind, int]
+    amounts: Mapping[ResourceKey, int]
     grant: ContainerGrant | None
     init: bool = False
     problem: str = ""
+    mig: tuple[PlannedInstance, ...] = ()
 
     @property
     def key(self) -> ContainerKey:
@@ -102,10 +109,10 @@ def _names(candidates: Sequence[Candidate]) -> str:
 
 
 def select_container(
-    kind: ResourceKind,
+    kind: ResourceKey,
     count: int,
     candidates: Sequence[Candidate],
-    served: Mapping[ContainerKey, Set[ResourceKind]],
+    served: Mapping[ContainerKey, Set[ResourceKey]],
 ) -> Candidate:
     """The container an Allocate call of ``count`` IDs of ``kind`` is for (module docstring, rules 1-4).
 
@@ -135,6 +142,6 @@ def select_container(
                 f"{what} could be for any of {_names(pool)}; refusing to guess (pods with identical requests "
                 "pending on one node at the same time cannot be told apart from kubelet's Allocate call)")
         chosen = pool[0]
-    if chosen.grant is None:
+    if chosen.grant is None and not chosen.mig:
         raise UntrustedPlanError(f"{chosen.label} asks for {what} but has no trusted plan: {chosen.problem}")
     return chosen

@@ -6,12 +6,40 @@
        "gpus": [{"index": 0, "uuid": "GPU-…", "model": "A100", "memoryBytes": 17179869184,
                  "health": "Healthy", "migMode": "disabled"}]}
 
+  Version 2 (written only when a GPU is in MIG mode, so nodes without MIG keep the version 1 text older readers
+  know) adds, additively, the node's MIG strategy and each MIG GPU's layout as the node Runtime lists it::
+
+      {"version": 2, …, "migStrategy": "static",
+       "gpus": [{…, "migMode": "enabled",
+                 "migInstances": [{"gi": 5, "ci": 0, "profile": "3g.40gb", "start": 4,
+                                   "uuid": "MIG-…", "free": true}]}]}
+
+  ``gi``/``ci``: NVML GPU and compute instance ids (``ci`` null: a GPU instance without compute instance, which
+  takes slices but cannot be handed out; its ``uuid`` is then empty); ``profile``: canonical profile name;
+  ``start``: placement start (memory slice); ``free``: no container holds it. ``migStrategy``: ``static`` or
+  ``dynamic``, the Runtime's MIG strategy (the scheduler's ``--mig-strategy`` must match). Readers take versions 1
+  and 2; a version 1 text (or a GPU without ``migInstances``) has no MIG instances.
+
 * **Pod GPU plan** (key ``protocol.annotations.pod_plan``), written by the scheduler before it binds::
 
       {"version": 2, "podUID": "<uid of the pod>", "writer": "lj-runtimekit-scheduler", "node": "n1",
        "containers": {"main": {"init": false, "whole": false,
                                "gpus": [{"index": 0, "uuid": "GPU-…", "corePercent": 60, "coreMilli": 600,
                                          "memoryBytes": 8589934592}]}}}
+
+  A container that receives MIG instances (additive in version 2) has ``"gpus": []`` and lists, in the order the
+  container sees them, the instances it gets at Allocate::
+
+      "main": {"init": false, "whole": false, "gpus": [],
+               "mig": [{"index": 0, "uuid": "GPU-…", "profile": "3g.40gb", "start": 4, "create": false,
+                        "instanceId": "5"}]}
+
+  ``uuid`` is the parent GPU (authoritative, as for ``gpus``); ``profile`` canonical; ``start`` the placement
+  start (memory slice); ``create``: the Runtime creates the instance at Allocate (dynamic strategy), else it takes
+  the existing one at ``start``, whose NVML GPU instance id ``instanceId`` is informational (null for ``create``).
+  An init container lists the instances kubelet hands on to the app containers after it (the same instance may
+  appear in an init and an app container); every instance of the pod's MIG books appears at least once.
+  Version-2 readers without MIG support refuse such a plan (a container without GPUs), never misread it.
 
   ``podUID`` ties the plan to one pod object: a pod deleted and re-created under the same name (new UID) never
   inherits the old pod's plan. ``writer`` names the scheduler that wrote it, so a scheduler recognises its own
@@ -46,8 +74,15 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
 
-INVENTORY_VERSION = 1
-"""Schema version of the node inventory annotation."""
+INVENTORY_VERSION = 2
+"""Schema version of the node inventory annotation (2 added the MIG layout; written only for nodes with a GPU in
+MIG mode, version 1 otherwise)."""
+
+INVENTORY_VERSIONS_READ = (1, 2)
+"""Inventory versions :func:`decode_inventory` accepts."""
+
+MIG_STRATEGIES = ("static", "dynamic")
+"""Values of the inventory's ``migStrategy`` (:class:`domain.mig.gpu.PlacementMode` values)."""
 
 PLAN_VERSION = 2
 """Schema version of the pod plan annotation (2 added ``podUID`` and ``writer``; 1 is refused)."""
@@ -60,13 +95,40 @@ MAX_ANNOTATION_BYTES = 256 * 1024
 
 
 @attrs.frozen
+class MigInstanceRecord:
+    """One MIG instance of the inventory annotation (module docstring): ``gpu_instance_id`` (NVML GI id),
+    ``compute_instance_id`` (NVML CI id; None without compute instance), ``profile`` (canonical name), ``start``
+    (memory slice), ``uuid`` (``MIG-…``; empty without compute instance), ``free`` (no container holds it)."""
+
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    profile: str
+    start: int
+    uuid: str
+    free: bool
+
+    @property
+    def usable(self) -> bool:
+        """True when the instance can be handed to a container (a compute instance and a MIG UUID)."""
+        return self.compute_instance_id is not None and bool(self.uuid)
+
+
+def _mig_map(value: Mapping[int, Sequence[MigInstanceRecord]]) -> dict[int, tuple[MigInstanceRecord, ...]]:
+    return {index: tuple(sorted(items, key=lambda i: i.start)) for index, items in value.items() if items}
+
+
+@attrs.frozen
 class InventoryRecord:
     """A decoded inventory annotation: ``gpus`` (dense indexes 0..n-1, in index order), ``heartbeat`` (epoch
-    seconds when the device plugin last wrote it), ``protocol`` (the writer's protocol fingerprint)."""
+    seconds when the device plugin last wrote it), ``protocol`` (the writer's protocol fingerprint), ``mig`` (GPU
+    index → its MIG instances by start; GPUs without instances absent) and ``mig_strategy`` (``static``,
+    ``dynamic``, or empty when not published)."""
 
     gpus: tuple[Gpu, ...]
     heartbeat: float
     protocol: str
+    mig: Mapping[int, tuple[MigInstanceRecord, ...]] = attrs.field(factory=dict, converter=_mig_map)
+    mig_strategy: str = ""
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -122,10 +184,13 @@ def _list(field: str, data: Mapping[str, object], name: str) -> list[object]:
     return value
 
 
-def _version(key: str, data: Mapping[str, object], supported: int) -> None:
+def _version(key: str, data: Mapping[str, object], supported: int | tuple[int, ...]) -> int:
     version = _int(key, data, "version")
-    if version != supported:
-        raise InvalidRequestError(f"{key}.version", version, f"unsupported version; this build reads {supported}")
+    accepted = supported if isinstance(supported, tuple) else (supported,)
+    if version not in accepted:
+        reads = " and ".join(str(v) for v in accepted)
+        raise InvalidRequestError(f"{key}.version", version, f"unsupported version; this build reads {reads}")
+    return version
 
 
 def _plan_version(key: str, data: Mapping[str, object]) -> None:
@@ -141,22 +206,52 @@ def _dump(data: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- inventory
-def encode_inventory(gpus: Sequence[Gpu], *, heartbeat: float, protocol: str) -> str:
+def _mig_instance_json(instance: MigInstanceRecord) -> dict[str, object]:
+    return {"gi": instance.gpu_instance_id, "ci": instance.compute_instance_id, "profile": instance.profile,
+            "start": instance.start, "uuid": instance.uuid, "free": instance.free}
+
+
+def encode_inventory(
+    gpus: Sequence[Gpu],
+    *,
+    heartbeat: float,
+    protocol: str,
+    mig: Mapping[int, Sequence[MigInstanceRecord]] | None = None,
+    mig_strategy: str = "",
+) -> str:
     """Render the node inventory annotation (module docstring) for ``gpus`` at ``heartbeat`` (epoch seconds),
-    stamped with the writer's protocol fingerprint. Raises :class:`InvalidRequestError` for a non-finite
-    heartbeat."""
+    stamped with the writer's protocol fingerprint; ``mig``: GPU index → MIG instances of that GPU (GPUs in MIG
+    mode only); ``mig_strategy``: ``static``/``dynamic`` (empty: not published). Version 2 when a GPU is in MIG
+    mode, else version 1 (the same text as before MIG). Raises :class:`InvalidRequestError` for a non-finite
+    heartbeat, an unknown strategy, or instances on a GPU that is absent or not in MIG mode."""
     if not math.isfinite(heartbeat):
         raise InvalidRequestError("heartbeat", heartbeat, "must be a finite number of epoch seconds")
-    return _dump({
-        "version": INVENTORY_VERSION,
+    if mig_strategy and mig_strategy not in MIG_STRATEGIES:
+        raise InvalidRequestError("migStrategy", mig_strategy, f"must be one of {', '.join(MIG_STRATEGIES)}")
+    layouts = _mig_map(mig or {})
+    by_index = {g.index: g for g in gpus}
+    for index in layouts:
+        gpu = by_index.get(index)
+        if gpu is None or gpu.mig_mode is not MigMode.ENABLED:
+            raise InvalidRequestError(f"gpus[{index}].migInstances", len(layouts[index]),
+                                      "only a listed GPU in MIG mode has MIG instances")
+    with_mig = any(g.mig_mode is MigMode.ENABLED for g in gpus)
+    entries: list[dict[str, object]] = []
+    for g in sorted(gpus, key=lambda g: g.index):
+        entry: dict[str, object] = {"index": g.index, "uuid": g.uuid, "model": g.model, "memoryBytes": g.memory_bytes,
+                                    "health": g.health.value, "migMode": g.mig_mode.value}
+        if g.mig_mode is MigMode.ENABLED:
+            entry["migInstances"] = [_mig_instance_json(i) for i in layouts.get(g.index, ())]
+        entries.append(entry)
+    data: dict[str, object] = {
+        "version": INVENTORY_VERSION if with_mig else 1,
         "heartbeat": float(heartbeat),
         "protocol": protocol,
-        "gpus": [
-            {"index": g.index, "uuid": g.uuid, "model": g.model, "memoryBytes": g.memory_bytes,
-             "health": g.health.value, "migMode": g.mig_mode.value}
-            for g in sorted(gpus, key=lambda g: g.index)
-        ],
-    })
+    }
+    if with_mig and mig_strategy:
+        data["migStrategy"] = mig_strategy
+    data["gpus"] = entries
+    return _dump(data)
 
 
 _E = TypeVar("_E", Health, MigMode)
@@ -169,6 +264,39 @@ def _enum_value(field: str, data: Mapping[str, object], name: str, kind: type[_E
     except ValueError:
         allowed = ", ".join(m.value for m in kind)
         raise InvalidRequestError(f"{field}.{name}", text, f"must be one of {allowed}") from None
+
+
+def _optional_int(field: str, data: Mapping[str, object], name: str) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"{field}.{name}", value, "must be an integer or null")
+    return value
+
+
+def _mig_instances(field: str, data: Mapping[str, object], gpu: Gpu) -> tuple[MigInstanceRecord, ...]:
+    """The ``migInstances`` of one GPU entry (absent: none). Raises :class:`InvalidRequestError`."""
+    if "migInstances" not in data:
+        return ()
+    if gpu.mig_mode is not MigMode.ENABLED:
+        raise InvalidRequestError(f"{field}.migInstances", data["migInstances"], "only a GPU in MIG mode has them")
+    out: list[MigInstanceRecord] = []
+    for n, raw in enumerate(_list(field, data, "migInstances")):
+        where = f"{field}.migInstances[{n}]"
+        item = _object(where, raw)
+        gi, start = _int(where, item, "gi"), _int(where, item, "start")
+        ci = _optional_int(where, item, "ci")
+        if gi < 0 or start < 0 or (ci is not None and ci < 0):
+            raise InvalidRequestError(where, {"gi": gi, "ci": ci, "start": start}, "ids and start must be >= 0")
+        uuid = _get(where, item, "uuid")
+        if not isinstance(uuid, str):
+            raise InvalidRequestError(f"{where}.uuid", uuid, "must be a string (empty without compute instance)")
+        out.append(MigInstanceRecord(gi, ci, _str(where, item, "profile"), start, uuid, _bool(where, item, "free")))
+    starts = [i.start for i in out]
+    if len(set(starts)) != len(starts):
+        raise InvalidRequestError(f"{field}.migInstances.start", starts, "two instances share a start")
+    return tuple(out)
 
 
 def _gpu(field: str, entry: object) -> Gpu:
@@ -189,24 +317,38 @@ def _gpu(field: str, entry: object) -> Gpu:
 def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     """Parse the node inventory annotation stored under ``key``.
 
-    Returns the GPUs sorted by index. Raises :class:`InvalidRequestError` naming ``key`` and the field for an
-    unknown version, malformed JSON, a missing field, a wrong type, a GPU with memory ≤ 0, duplicate UUIDs, or
-    indexes that are not exactly ``0..n-1``.
+    Returns the GPUs sorted by index, with the MIG layout and strategy of a version 2 text. Raises
+    :class:`InvalidRequestError` naming ``key`` and the field for an unknown version, malformed JSON, a missing
+    field, a wrong type, a GPU with memory ≤ 0, duplicate UUIDs, indexes that are not exactly ``0..n-1``, MIG
+    instances on a GPU not in MIG mode or sharing a start, or an unknown ``migStrategy``.
     """
     data = _load(key, text)
-    _version(key, data, INVENTORY_VERSION)
+    version = _version(key, data, INVENTORY_VERSIONS_READ)
     heartbeat = _get(key, data, "heartbeat")
     if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float) or not math.isfinite(heartbeat):
         raise InvalidRequestError(f"{key}.heartbeat", heartbeat, "must be a finite number of epoch seconds")
     protocol = _str(key, data, "protocol")
-    gpus = sorted((_gpu(f"{key}.gpus[{i}]", e) for i, e in enumerate(_list(key, data, "gpus"))), key=lambda g: g.index)
+    entries = _list(key, data, "gpus")
+    parsed = [(f"{key}.gpus[{i}]", e, _gpu(f"{key}.gpus[{i}]", e)) for i, e in enumerate(entries)]
+    layouts: dict[int, tuple[MigInstanceRecord, ...]] = {}
+    strategy = ""
+    if version >= 2:
+        for field, entry, gpu in parsed:
+            instances = _mig_instances(field, _object(field, entry), gpu)
+            if instances:
+                layouts[gpu.index] = instances
+        if "migStrategy" in data:
+            strategy = _str(key, data, "migStrategy")
+            if strategy not in MIG_STRATEGIES:
+                raise InvalidRequestError(f"{key}.migStrategy", strategy, f"must be one of {', '.join(MIG_STRATEGIES)}")
+    gpus = sorted((gpu for _, _, gpu in parsed), key=lambda g: g.index)
     indexes = [g.index for g in gpus]
     if indexes != list(range(len(gpus))):
         raise InvalidRequestError(f"{key}.gpus.index", indexes, "must be exactly 0..n-1, each once")
     uuids = [g.uuid for g in gpus]
     if len(set(uuids)) != len(uuids):
         raise InvalidRequestError(f"{key}.gpus.uuid", uuids, "must be unique")
-    return InventoryRecord(tuple(gpus), float(heartbeat), protocol)
+    return InventoryRecord(tuple(gpus), float(heartbeat), protocol, layouts, strategy)
 
 
 # ---------------------------------------------------------------------------------------------- plan
@@ -215,12 +357,59 @@ def core_percent(core_milli: int) -> int:
     return -(-core_milli // MILLI_PER_PERCENT)
 
 
-def encode_plan(allocation: PodAllocation, node_gpus: Sequence[Gpu], *, writer: str = PLAN_WRITER) -> str:
-    """Render the pod plan annotation (module docstring) of ``allocation`` on a node with ``node_gpus``, for the
-    pod ``allocation.pod_uid``, signed ``writer`` (the scheduler's name).
+@attrs.frozen
+class PlannedInstance:
+    """One MIG instance a planned container receives (module docstring): on the GPU ``gpu_index``/``gpu_uuid``
+    (UUID authoritative), ``profile`` (canonical name), ``start`` (memory slice), ``create`` (the Runtime creates
+    it at Allocate) and ``instance_id`` (NVML GPU instance id of an existing instance, informational; None when
+    created or unknown)."""
 
-    Raises :class:`InvalidRequestError` when a grant names a GPU index the node does not have, or when the
-    allocation has no pod UID or ``writer`` is empty.
+    gpu_index: int
+    gpu_uuid: GpuUuid
+    profile: str
+    start: int
+    create: bool = False
+    instance_id: str | None = None
+
+
+@attrs.frozen
+class MigContainerPlan:
+    """A planned container's MIG instances: ``container`` name, ``init`` (init container) and ``instances`` (at
+    least one, distinct ``(gpu_index, start)``, in the order the container sees them). Raises
+    :class:`InvalidRequestError` for none or duplicates."""
+
+    container: str
+    init: bool
+    instances: tuple[PlannedInstance, ...]
+
+    def __attrs_post_init__(self) -> None:
+        places = [(i.gpu_index, i.start) for i in self.instances]
+        if not places:
+            raise InvalidRequestError(f"containers.{self.container}.mig", [], "a MIG container holds an instance")
+        if len(set(places)) != len(places):
+            raise InvalidRequestError(f"containers.{self.container}.mig", places, "instances must be distinct")
+
+
+def _mig_entry_json(instance: PlannedInstance) -> dict[str, object]:
+    return {"index": instance.gpu_index, "uuid": instance.gpu_uuid, "profile": instance.profile,
+            "start": instance.start, "create": instance.create,
+            "instanceId": None if instance.create else instance.instance_id}
+
+
+def encode_plan(
+    allocation: PodAllocation,
+    node_gpus: Sequence[Gpu],
+    *,
+    writer: str = PLAN_WRITER,
+    mig: Sequence[MigContainerPlan] = (),
+) -> str:
+    """Render the pod plan annotation (module docstring) of ``allocation`` on a node with ``node_gpus``, for the
+    pod ``allocation.pod_uid``, signed ``writer`` (the scheduler's name); ``mig``: the containers that receive
+    MIG instances (for a MIG pod ``allocation`` holds no container grants: node CPU and memory only).
+
+    Raises :class:`InvalidRequestError` when a grant or instance names a GPU index the node does not have (or an
+    instance's UUID disagrees with the node's GPU at that index), when a container is both granted GPUs and MIG
+    instances, or when the allocation has no pod UID or ``writer`` is empty.
     """
     if not allocation.pod_uid:
         raise InvalidRequestError("podUID", allocation.pod_uid, "a plan must name the pod's UID")
@@ -241,6 +430,17 @@ def encode_plan(allocation: PodAllocation, node_gpus: Sequence[Gpu], *, writer: 
             gpus.append({"index": grant.gpu_index, "uuid": gpu.uuid, "corePercent": core_percent(grant.core_milli),
                          "coreMilli": grant.core_milli, "memoryBytes": grant.memory_bytes})
         containers[container.container] = {"init": container.init, "whole": container.whole, "gpus": gpus}
+    for planned in mig:
+        field = f"pod[{allocation.pod_uid}].containers.{planned.container}"
+        if planned.container in containers:
+            raise InvalidRequestError(field, planned.container, "a container takes either GPUs or MIG instances")
+        for instance in planned.instances:
+            gpu = by_index.get(instance.gpu_index)
+            if gpu is None or gpu.uuid != instance.gpu_uuid:
+                raise InvalidRequestError(f"{field}.mig.index", instance.gpu_index,
+                                          f"node {allocation.node} has no such GPU with UUID {instance.gpu_uuid}")
+        containers[planned.container] = {"init": planned.init, "whole": False, "gpus": [],
+                                         "mig": [_mig_entry_json(i) for i in planned.instances]}
     return _dump({"version": PLAN_VERSION, "podUID": allocation.pod_uid, "writer": writer, "node": allocation.node,
                   "containers": containers})
 
@@ -284,6 +484,78 @@ def _grant(field: str, entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool
     return GpuGrant(gpu.index, core, memory)
 
 
+def _plan_header(text: object, *, key: str, pod_uid: str, node: str) -> dict[str, object]:
+    """The plan's JSON after the version, ``podUID``, ``writer`` and ``node`` checks of :func:`decode_plan`."""
+    data = _load(key, text)
+    _plan_version(key, data)
+    owner = _str(key, data, "podUID")
+    if owner != pod_uid:
+        raise InvalidRequestError(f"{key}.podUID", owner, f"the plan was written for another pod object (this pod's "
+                                  f"UID is {pod_uid!r})")
+    _str(key, data, "writer")
+    named = _str(key, data, "node")
+    if named != node:
+        raise InvalidRequestError(f"{key}.node", named, f"the pod is on node {node!r}")
+    return data
+
+
+def _mig_listed(field: str, body: Mapping[str, object]) -> bool:
+    """True when a plan container lists MIG instances; such a container must list no GPU grants."""
+    if not body.get("mig"):
+        return False
+    if _list(field, body, "mig") and body.get("gpus"):
+        raise InvalidRequestError(f"{field}.gpus", body.get("gpus"), "a container takes either GPUs or MIG instances")
+    return True
+
+
+def _planned_instance(field: str, entry: object, by_uuid: Mapping[str, Gpu]) -> PlannedInstance:
+    data = _object(field, entry)
+    _int(field, data, "index")  # informational: the UUID decides
+    uuid = _str(field, data, "uuid")
+    gpu = by_uuid.get(uuid)
+    if gpu is None:
+        raise InvalidRequestError(f"{field}.uuid", uuid, "names no GPU in the node's current inventory")
+    if gpu.mig_mode is not MigMode.ENABLED:
+        raise InvalidRequestError(f"{field}.uuid", uuid, "names a GPU that is not in MIG mode")
+    start = _int(field, data, "start")
+    if start < 0:
+        raise InvalidRequestError(f"{field}.start", start, "must be a memory slice >= 0")
+    create = _bool(field, data, "create")
+    ident = data.get("instanceId")
+    if ident is not None and not isinstance(ident, str):
+        raise InvalidRequestError(f"{field}.instanceId", ident, "must be a string or null")
+    return PlannedInstance(gpu.index, gpu.uuid, _str(field, data, "profile"), start, create,
+                           None if create else ident)
+
+
+def decode_mig_plan(
+    text: object, *, key: str, pod_uid: str, node: str, node_gpus: Sequence[Gpu]
+) -> tuple[MigContainerPlan, ...]:
+    """The MIG containers of the plan annotation stored under ``key`` of pod ``pod_uid`` (module docstring), in
+    plan order; empty when the plan lists no MIG instance.
+
+    The same checks as :func:`decode_plan` for the version, ``podUID``, ``node`` and JSON shape; each instance's
+    UUID must name a GPU of ``node_gpus`` in MIG mode (its index is taken from the inventory). Raises
+    :class:`InvalidRequestError` naming ``key`` and the field, also for a container with both GPUs and MIG
+    instances, a negative start, or two entries of one container on the same instance.
+    """
+    data = _plan_header(text, key=key, pod_uid=pod_uid, node=node)
+    by_uuid: dict[str, Gpu] = {g.uuid: g for g in node_gpus}
+    out: list[MigContainerPlan] = []
+    for name, entry in _object(f"{key}.containers", _get(key, data, "containers")).items():
+        field = f"{key}.containers.{name}"
+        body = _object(field, entry)
+        if not _mig_listed(field, body):
+            continue
+        instances = tuple(_planned_instance(f"{field}.mig[{i}]", e, by_uuid)
+                          for i, e in enumerate(_list(field, body, "mig")))
+        places = [(i.gpu_index, i.start) for i in instances]
+        if len(set(places)) != len(places):
+            raise InvalidRequestError(f"{field}.mig", places, "instances must be distinct")
+        out.append(MigContainerPlan(name, _bool(field, body, "init"), instances))
+    return tuple(out)
+
+
 def decode_plan(
     text: object,
     *,
@@ -303,24 +575,17 @@ def decode_plan(
     come from the pod's requests: the plan does not carry them. Raises :class:`InvalidRequestError` naming
     ``key`` and the field for an unknown version (version 1 included: it carries no ``podUID``), malformed
     JSON, a missing field, a wrong type, another pod's UID, another node, an unknown UUID, a grant out of range,
-    or two grants of one container on the same GPU. See the module docstring for when a plan may be trusted at
-    all.
+    or two grants of one container on the same GPU. Containers that list MIG instances are left out (read them
+    with :func:`decode_mig_plan`). See the module docstring for when a plan may be trusted at all.
     """
-    data = _load(key, text)
-    _plan_version(key, data)
-    owner = _str(key, data, "podUID")
-    if owner != pod_uid:
-        raise InvalidRequestError(f"{key}.podUID", owner, f"the plan was written for another pod object (this pod's "
-                                  f"UID is {pod_uid!r})")
-    _str(key, data, "writer")
-    named = _str(key, data, "node")
-    if named != node:
-        raise InvalidRequestError(f"{key}.node", named, f"the pod is on node {node!r}")
+    data = _plan_header(text, key=key, pod_uid=pod_uid, node=node)
     by_uuid: dict[str, Gpu] = {g.uuid: g for g in node_gpus}
     containers: list[ContainerGrant] = []
     for name, entry in _object(f"{key}.containers", _get(key, data, "containers")).items():
         field = f"{key}.containers.{name}"
         body = _object(field, entry)
+        if _mig_listed(field, body):
+            continue  # a MIG container: decode_mig_plan reads it
         init = _bool(field, body, "init")
         whole = _bool(field, body, "whole")
         grants = tuple(

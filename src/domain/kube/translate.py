@@ -15,6 +15,12 @@
   while it is being bound, or an inferred placement for a pod bound by another scheduler (failure case B08,
   see :mod:`domain.kube.inference`).
 
+MIG (:mod:`domain.mig`): :func:`pod_request` also reads ``<prefix>/mig-<profile>`` resources through the one shared
+resource table (:func:`domain.mig.resources.mig_resource_table`, the table the device plugin registers from); a name
+under that stem the table does not know is rejected with the table's "unknown profile" reason (failure case B30),
+so the scheduler reports it instead of leaving the pod Pending. :func:`read_mig_plan` reads the MIG part of a
+bound pod's plan (same trust rules as the GPU plan), :func:`mig_container_plans` writes it.
+
 Sources: research/k8s-protocols.md §0.7 (extended resources: integers, requests = limits), Kubernetes "Resource
 sharing within containers" (effective requests with init containers), research/failure-cases.md B07/B08/B12.
 """
@@ -22,21 +28,48 @@ sharing within containers" (effective requests with init containers), research/f
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from domain.allocation import PodAllocation
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu, NodeInventory, NodeName
-from domain.kube.annotations import decode_inventory, decode_plan
+from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
+from domain.kube.annotations import (
+    MigContainerPlan,
+    MigInstanceRecord,
+    PlannedInstance,
+    decode_inventory,
+    decode_mig_plan,
+    decode_plan,
+)
 from domain.kube.inference import check_plan, infer_allocation
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants, parse_quantity
 from domain.kube.quantity import parse_bytes, parse_count, parse_cpu_milli
 from domain.ledger import ClusterLedger
+from domain.mig.errors import UnknownMigProfileError
+from domain.mig.ledger import MigBooking, MigPodAllocation
+from domain.mig.plugin import MigContainerRequest, MigPodRequest
+from domain.mig.resources import RESOURCE_STEM, MigResourceTable, mig_resource_table, resource_prefix
 from domain.request import ContainerRequest, GpuSelector, PodRequest
 from domain.units import MILLI_PER_PERCENT, PERCENT_PER_GPU
+
+
+@functools.lru_cache(maxsize=8)
+def mig_table(protocol: ProtocolConstants) -> MigResourceTable:
+    """The shared MIG resource table of ``protocol`` (every known GPU model; cached): the names pods may ask for
+    and the device plugin registers. Raises :class:`InvalidRequestError` when the GPU resource has no prefix."""
+    return mig_resource_table(protocol)
+
+
+def mig_stem(protocol: ProtocolConstants) -> str | None:
+    """``<prefix>/mig-``, the stem of every MIG resource name, or None when the GPU resource has no prefix."""
+    try:
+        return f"{resource_prefix(protocol)}/{RESOURCE_STEM}"
+    except InvalidRequestError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- pods
@@ -56,9 +89,33 @@ def _percent(field: str, value: int | None) -> int | None:
     return value
 
 
+def _mig_ask(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants) -> tuple[str | None, int]:
+    """The container's MIG ask ``(canonical profile, count)``, ``(None, 0)`` without one (module docstring)."""
+    stem = mig_stem(protocol)
+    if stem is None:
+        return None, 0
+    prefix = f"pod[{pod.key}].container[{spec.name}]"
+    asks: dict[str, tuple[str, int]] = {}
+    for resource in dict.fromkeys([*spec.limits, *spec.requests]):
+        if not resource.startswith(stem):
+            continue
+        try:
+            profile = mig_table(protocol).parse(resource)
+        except UnknownMigProfileError as error:
+            raise InvalidRequestError(f"{prefix}.{resource}", resource, str(error)) from None
+        count = _extended(pod, spec, resource) or 0
+        if profile is not None and count > 0:
+            asks[resource] = (profile, count)
+    if len(asks) > 1:
+        raise InvalidRequestError(f"{prefix}.mig", sorted(asks),
+                                  "a container asks for one MIG profile; split the profiles into containers")
+    return next(iter(asks.values()), (None, 0))
+
+
 def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants) -> ContainerRequest:
     names = protocol.resources
     prefix = f"pod[{pod.key}].container[{spec.name}]"
+    mig_profile, mig_count = _mig_ask(pod, spec, protocol)
     gpus = _extended(pod, spec, names.gpu) or 0
     core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core))
     memory = _extended(pod, spec, names.memory)
@@ -79,6 +136,11 @@ def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants)
             f"whole GPUs cannot be combined with {names.core}/{names.memory}: a whole GPU already grants 100 % core "
             "and all of its memory",
         )
+    if mig_profile is not None and (gpus > 0 or core is not None or memory is not None):
+        raise InvalidRequestError(
+            f"{prefix}.mig", mig_profile,
+            f"a container takes either MIG instances or {names.gpu}/{names.core}/{names.memory}, not both",
+        )
     return ContainerRequest(
         spec.name,
         gpus=gpus,
@@ -86,6 +148,8 @@ def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants)
         memory_bytes=memory_bytes,
         init=spec.init,
         memory_milli=memory_milli,
+        mig_profile=mig_profile,
+        mig_count=mig_count,
     )
 
 
@@ -129,7 +193,10 @@ def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     Raises :class:`InvalidRequestError` naming pod, container, resource and value for: non-integer extended
     quantities (``50.5``, ``500m``), negative values, core 0 or > 100, memory 0 (or, in percentage mode,
     > 100), requests ≠ limits, whole GPUs combined with core/memory, malformed cpu/memory quantities, an empty
-    UID or duplicate container names. ``gpu=0`` next to core/memory is a plain share.
+    UID or duplicate container names; and for MIG: a ``<prefix>/mig-*`` name the shared table does not know
+    (reason: the table's "unknown profile" message, with the canonical name when an alias was spelled; B30), two
+    MIG profiles in one container, MIG combined with our time-sharing resources in one container or one pod.
+    ``gpu=0`` next to core/memory is a plain share; a MIG amount 0 is no ask.
     """
     containers = tuple(_container(pod, spec, protocol) for spec in pod.containers)
     cpu, memory = node_requests(pod)
@@ -156,13 +223,16 @@ class InventoryReading:
     may take new GPU pods, else why not. ``heartbeat``: the annotation's epoch seconds, when it decodes (None
     means missing or malformed). ``steady_reason``: the part of ``reason`` that does not depend on the time
     (everything but the heartbeat's age), so the reason at a later time is :func:`inventory_reason` of
-    ``heartbeat`` and ``steady_reason`` without decoding the annotation again.
+    ``heartbeat`` and ``steady_reason`` without decoding the annotation again. ``mig``/``mig_strategy``: the MIG
+    layout (GPU index → instances) and strategy of the annotation, when it decodes (empty otherwise).
     """
 
     counted: NodeInventory
     reason: str = ""
     heartbeat: float | None = None
     steady_reason: str = ""
+    mig: Mapping[int, tuple[MigInstanceRecord, ...]] = attrs.field(factory=dict)
+    mig_strategy: str = ""
 
     @property
     def inventory(self) -> NodeInventory | None:
@@ -232,6 +302,8 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
     text = node.annotations.get(key)
     gpus: tuple[Gpu, ...] = ()
     heartbeat: float | None = None
+    mig: Mapping[int, tuple[MigInstanceRecord, ...]] = {}
+    strategy = ""
     if text is None:
         problems.insert(0, f"no GPU inventory annotation {key}")
     else:
@@ -240,7 +312,7 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
         except InvalidRequestError as error:
             problems.insert(0, f"malformed GPU inventory: {error}")
         else:
-            gpus, heartbeat = record.gpus, record.heartbeat
+            gpus, heartbeat, mig, strategy = record.gpus, record.heartbeat, record.mig, record.mig_strategy
             if record.protocol != protocol.fingerprint():
                 problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
                                    f"scheduler {protocol.fingerprint()}")
@@ -251,7 +323,8 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
                                f"scheduler {protocol.fingerprint()}")
     counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods)
     steady = "; ".join(problems)
-    return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady)
+    return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady,
+                            dict(mig), strategy)
 
 
 def node_inventory(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> NodeInventory | None:
@@ -354,3 +427,152 @@ def pod_allocation(
 ) -> PodAllocation | None:
     """The ledger record of ``pod`` or None; :func:`read_allocation` also says where it came from and why."""
     return read_allocation(pod, node_gpus, protocol, ledger=ledger, assumed=assumed).allocation
+
+
+# ---------------------------------------------------------------------------------------------- MIG
+def asks_mig(pod: PodObject, protocol: ProtocolConstants) -> bool:
+    """True when a container of ``pod`` names a ``<prefix>/mig-*`` resource (a cheap look at the names only; the
+    request may still be invalid)."""
+    stem = mig_stem(protocol)
+    return stem is not None and any(
+        name.startswith(stem) for spec in pod.containers for name in (*spec.limits, *spec.requests))
+
+
+def mig_pod_request(request: PodRequest) -> MigPodRequest:
+    """The MIG plugin's view of ``request``'s MIG containers (names, canonical profiles, counts, init flags).
+    Raises :class:`InvalidRequestError` when the pod asks for no MIG instance."""
+    containers = tuple(MigContainerRequest(c.name, c.mig_profile or "", c.mig_count, c.init)
+                       for c in request.mig_containers)
+    if not containers:
+        raise InvalidRequestError(f"pod[{request.uid}].mig", 0, "the pod asks for no MIG instance")
+    return MigPodRequest(request.uid, containers)
+
+
+def _place(booking: MigBooking) -> tuple[int, int]:
+    return (booking.gpu_index, booking.start)
+
+
+def mig_container_plans(
+    request: PodRequest,
+    allocation: MigPodAllocation,
+    node_gpus: Sequence[Gpu],
+    instance_ids: Mapping[tuple[int, int], str] | None = None,
+) -> tuple[MigContainerPlan, ...]:
+    """What each MIG container of ``request`` receives at Allocate under ``allocation`` (the plan annotation's
+    ``mig`` lists), in the pod's container order.
+
+    An app container receives the bookings labelled with its name, by GPU index and start. An init container
+    (kubelet hands its devices on to the app containers) receives first the bookings labelled with its name (the
+    instances only a larger init container needs), then the pod's other bookings of its profile, by GPU index
+    and start, as many as it asks for. ``instance_ids``: ``(gpu index, start)`` → NVML GPU instance id of existing
+    instances (informational). Raises :class:`InvalidRequestError` when a container's count is not covered or a
+    booking names a GPU index the node does not have.
+    """
+    by_index = {g.index: g for g in node_gpus}
+    ids = instance_ids or {}
+    ordered = sorted(allocation.bookings, key=_place)
+    out: list[MigContainerPlan] = []
+    for container in (c for c in request.containers if c.wants_mig):
+        own = [b for b in ordered if b.container == container.name]
+        if container.init:
+            own += [b for b in ordered if b.container != container.name and b.profile == container.mig_profile]
+        chosen = own[:container.mig_count]
+        field = f"pod[{request.uid}].container[{container.name}].mig"
+        if len(chosen) != container.mig_count:
+            raise InvalidRequestError(field, len(chosen), f"the MIG plan covers {len(chosen)} of "
+                                      f"{container.mig_count} instances")
+        instances = []
+        for booking in chosen:
+            gpu = by_index.get(booking.gpu_index)
+            if gpu is None:
+                raise InvalidRequestError(f"{field}.gpu_index", booking.gpu_index,
+                                          f"node {allocation.node} has no such GPU")
+            instances.append(PlannedInstance(booking.gpu_index, GpuUuid(gpu.uuid), booking.profile, booking.start,
+                                             booking.create, None if booking.create else ids.get(_place(booking))))
+        out.append(MigContainerPlan(container.name, container.init, tuple(instances)))
+    return tuple(out)
+
+
+def mig_allocation_of(plans: Iterable[MigContainerPlan], *, pod_uid: str, node: str) -> MigPodAllocation:
+    """The MIG books' record of a pod from its plan's MIG containers (the inverse of :func:`mig_container_plans`):
+    each instance once, labelled with the first app container listing it, else the first init container;
+    bookings by GPU index and start. Raises :class:`InvalidRequestError` when two app containers list one
+    instance or an instance is listed with different profiles or ``create`` flags."""
+    plans = list(plans)
+    first: dict[tuple[int, int], MigBooking] = {}
+    app_owner: dict[tuple[int, int], str] = {}
+    for plan in sorted(plans, key=lambda p: p.init):  # app containers first (stable: plan order within each)
+        for instance in plan.instances:
+            place = (instance.gpu_index, instance.start)
+            booking = MigBooking(instance.gpu_index, instance.profile, instance.start, plan.container, instance.create)
+            seen = first.setdefault(place, booking)
+            field = f"pod[{pod_uid}].containers.{plan.container}.mig"
+            if (seen.profile, seen.create) != (booking.profile, booking.create):
+                raise InvalidRequestError(field, place, f"listed as {seen.profile} (create={seen.create}) by "
+                                          f"container {seen.container} and as {booking.profile} (create="
+                                          f"{booking.create}) here")
+            if not plan.init:
+                if place in app_owner:
+                    raise InvalidRequestError(field, place, f"app container {app_owner[place]} holds it too")
+                app_owner[place] = plan.container
+    return MigPodAllocation(pod_uid, node, tuple(first[p] for p in sorted(first)))
+
+
+def check_mig_plan(plans: Sequence[MigContainerPlan], request: PodRequest, *, key: str) -> None:
+    """Check the plan's MIG containers against the pod's own MIG asks (B07: a plan is believed only as far as the
+    pod's requests agree): the same containers, init flags, counts and profiles. Raises
+    :class:`InvalidRequestError` naming ``key`` and the container."""
+    asked = {c.name: c for c in request.mig_containers}
+    listed = {p.container: p for p in plans}
+    for name in sorted(set(asked) | set(listed)):
+        field = f"{key}.containers.{name}.mig"
+        container, plan = asked.get(name), listed.get(name)
+        if container is None:
+            raise InvalidRequestError(field, len(plan.instances) if plan else 0, "the container asks for no MIG "
+                                      "instance")
+        if plan is None:
+            raise InvalidRequestError(field, None, f"the container asks for {container.mig_count} x "
+                                      f"{container.mig_profile} but the plan lists none")
+        if plan.init != container.init or len(plan.instances) != container.mig_count:
+            raise InvalidRequestError(field, len(plan.instances), f"the container asks for {container.mig_count} x "
+                                      f"{container.mig_profile} (init={container.init})")
+        wrong = sorted({i.profile for i in plan.instances if i.profile != container.mig_profile})
+        if wrong:
+            raise InvalidRequestError(field, wrong, f"the container asks for {container.mig_profile}")
+
+
+@attrs.frozen
+class MigPlanReading:
+    """The MIG part of a bound pod's plan: ``plans`` (per MIG container, by name) and ``allocation`` (the MIG
+    books' record) when the plan is trusted, else both empty/None and ``problem`` says why."""
+
+    plans: Mapping[str, MigContainerPlan] = attrs.field(factory=dict)
+    allocation: MigPodAllocation | None = None
+    problem: str = ""
+
+
+def read_mig_plan(pod: PodObject, node_gpus: Sequence[Gpu], protocol: ProtocolConstants,
+                  *, request: PodRequest | None = None) -> MigPlanReading:
+    """The MIG plan of ``pod`` (bound to a node whose current GPUs are ``node_gpus``), never raising: trusted only
+    when the pod is bound, its request reads and asks for MIG instances, and the plan decodes (its ``podUID`` and
+    node) and agrees with the request (:func:`check_mig_plan`). ``request``: the pod's request when the caller has
+    it already."""
+    if not pod.node_name:
+        return MigPlanReading(problem="not bound")
+    try:
+        request = request if request is not None else pod_request(pod, protocol)
+    except InvalidRequestError as error:
+        return MigPlanReading(problem=f"unreadable request: {error}")
+    if not request.wants_mig:
+        return MigPlanReading(problem="the pod asks for no MIG instance")
+    key = protocol.annotations.pod_plan
+    text = pod.annotations.get(key)
+    if text is None:
+        return MigPlanReading(problem=f"no plan annotation {key}")
+    try:
+        plans = decode_mig_plan(text, key=key, pod_uid=pod.uid, node=pod.node_name, node_gpus=node_gpus)
+        check_mig_plan(plans, request, key=key)
+        allocation = mig_allocation_of(plans, pod_uid=pod.uid, node=pod.node_name)
+    except InvalidRequestError as error:
+        return MigPlanReading(problem=f"MIG plan not trusted: {error}")
+    return MigPlanReading({p.container: p for p in plans}, allocation)

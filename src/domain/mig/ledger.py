@@ -34,7 +34,7 @@ from collections.abc import Iterable
 import attrs
 
 from domain.errors import InvalidRequestError, LedgerCorruptedError
-from domain.mig.errors import MigPlacementError, NoMigCapacityError
+from domain.mig.errors import MigPlacementError, NoMigCapacityError, UnknownMigProfileError
 from domain.mig.gpu import MigGpu, MigInstance, MigOwner, PlacementMode
 from domain.mig.profiles import resolve_profile
 
@@ -78,7 +78,8 @@ class MigPodAllocation:
 
 def _apply(gpus: dict[int, MigGpu], allocation: MigPodAllocation) -> None:
     """Apply every booking of ``allocation`` to ``gpus`` (mutated only on success). Raises
-    :class:`MigPlacementError` or :class:`NoMigCapacityError` naming the booking."""
+    :class:`MigPlacementError` (also for a profile the GPU's model does not have) or :class:`NoMigCapacityError`
+    naming the booking."""
     staged = dict(gpus)
     for n, booking in enumerate(allocation.bookings):
         field = f"pod[{allocation.pod_uid}].bookings[{n}]"
@@ -87,7 +88,10 @@ def _apply(gpus: dict[int, MigGpu], allocation: MigPodAllocation) -> None:
             raise MigPlacementError(
                 f"{field}.gpu_index", booking.gpu_index, f"node {allocation.node} has no such MIG GPU"
             )
-        profile = resolve_profile(gpu.model, booking.profile)
+        try:
+            profile = resolve_profile(gpu.model, booking.profile)
+        except UnknownMigProfileError as error:  # a record from outside (restore) naming another model's profile
+            raise MigPlacementError(f"{field}.profile", booking.profile, str(error)) from error
         owner = MigOwner(allocation.pod_uid, booking.container)
         existing = gpu.instance_at(booking.start)
         if existing is not None and existing.owner is None and existing.profile == profile:

@@ -17,13 +17,13 @@ A pod whose constraints are missing from the mapping fits no node — fail close
 * ``ExtendedResourceFit``: extended resources other than ours (names with a ``/``, e.g. ``example.com/fpga``):
   node allocatable minus what the pods bound there request must cover the pod's effective request
   (``max(Σ app, max init)``, Kubernetes' rule); our GPU resources are the ledger's business;
-* ``RuntimeToggle``: for GPU pods, nodes whose Runtime toggle state annotation (written by the node
+* ``RuntimeToggle``: for GPU pods (MIG pods included), nodes whose Runtime toggle state annotation (written by the node
   controller, :mod:`domain.toggle`) is present but is not ``enabled`` with the enable label ``true`` — a toggle
   in transition (``enabling``, ``disabling``), ``disabled``, ``failed``, an unknown value, or ``enabled`` while the
   label already asks for disable. Nodes without the annotation were never toggled and keep taking GPU pods as
   before; CPU-only pods pass;
 * ``NodeGate``: nodes the caller marks as not taking GPU pods (stale or foreign-protocol inventory), each with a
-  reason; CPU-only pods pass.
+  reason; MIG pods are gated like GPU pods (their instances come from the same inventory); CPU-only pods pass.
 
 Cost: masks depend only on the node objects and on one part of the pod's constraints, so each plugin caches
 the full-width mask by ``(NodeTable.version, ledger rows, constraint key)``; ``version`` only moves when a
@@ -357,8 +357,8 @@ class RuntimeToggle(_CachedNodeFilter):
         return toggle_admits(node, state_annotation=self.state_annotation, enable_label=self.enable_label)
 
     def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
-        """``candidates`` minus nodes whose toggle is not enabled (GPU pods only)."""
-        if not pod.wants_gpu:
+        """``candidates`` minus nodes whose toggle is not enabled (GPU and MIG pods only)."""
+        if not (pod.wants_gpu or pod.wants_mig):
             return candidates
         passed: BoolArray = candidates & self._mask(True, ledger.rows)
         if passed.sum() < candidates.sum():
@@ -402,8 +402,8 @@ class NodeGate:
         return self._gated
 
     def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
-        """``candidates`` minus gated nodes (GPU pods only)."""
-        if not pod.wants_gpu:
+        """``candidates`` minus gated nodes (GPU and MIG pods only)."""
+        if not (pod.wants_gpu or pod.wants_mig):
             return candidates
         gated = self._refresh(ledger)
         removed = np.flatnonzero(candidates & gated)

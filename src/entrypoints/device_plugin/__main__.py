@@ -43,7 +43,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
     """The ``device-plugin`` argument parser (its errors raise :class:`UsageError`)."""
     parser = _Parser(prog=prog, description="Kubelet device plugin: advertises whole GPUs, GPU core percent and "
-                     "GPU memory units, and allocates containers from the scheduler's plan via the node Runtime.")
+                     "GPU memory units (and, on GPUs in MIG mode, one <prefix>/mig-<profile> resource per MIG profile, "
+                     "following the node Runtime's MIG strategy), and allocates containers from the scheduler's plan "
+                     "via the node Runtime.")
     parser.add_argument("--node-name", required=True, metavar="NAME", help="this node's Kubernetes name")
     parser.add_argument("--runtime-socket", type=Path, required=True, metavar="PATH", help="node Runtime socket")
     parser.add_argument("--device-plugin-dir", type=Path, default=DEFAULT_PLUGIN_DIR, metavar="DIR",

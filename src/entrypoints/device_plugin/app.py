@@ -9,6 +9,12 @@ resource is stopped (its worker threads joined, its socket removed), served agai
 registration is retried at the next poll.
 Until ``kubelet.sock`` exists nothing is served (kubelet would delete our sockets when it starts anyway).
 
+MIG resources (``<prefix>/mig-<profile>``, :meth:`DevicePluginService.mig_resources`) get one server and one
+registration each, beside the three time-sharing ones (socket ``ljrk-mig-<profile>.sock``). Every poll compares the
+MIG resources the node serves with those registered: a resource that appeared (instances created in static mode,
+seen after a Runtime restart or at the next inventory heartbeat) is served and registered, one that disappeared is
+stopped (kubelet then stops offering it); the others keep their servers.
+
 Inventory: published at start, every ``heartbeat_s`` seconds and right after every health change, so the
 scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried.
 """
@@ -23,7 +29,7 @@ from pathlib import Path
 import attrs
 
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
-from domain.deviceplugin.devices import ResourceKind
+from domain.deviceplugin.devices import ResourceKey, ResourceKind
 from domain.deviceplugin.pods import resource_names
 from ports.cluster import ClusterError
 
@@ -61,8 +67,9 @@ class DevicePluginSettings:
                 raise SettingsError(f"{name} must be > 0")
 
 
-def socket_name(kind: ResourceKind) -> str:
-    """The plugin socket's file name for ``kind`` (the RegisterRequest endpoint)."""
+def socket_name(kind: ResourceKey) -> str:
+    """The plugin socket's file name for ``kind`` (the RegisterRequest endpoint): ``ljrk-<kind>.sock``, e.g.
+    ``ljrk-core.sock`` or ``ljrk-mig-1g.10gb.sock``."""
     return f"ljrk-{kind.value}.sock"
 
 
@@ -77,8 +84,9 @@ def _inode(path: Path) -> int | None:
 class DevicePluginApp:
     """Serves every resource of ``service`` to kubelet in ``plugin_dir`` (module docstring).
 
-    ``registrations`` counts successful Register calls and ``reregistrations`` completed re-serve rounds (for
-    tests and logs).
+    ``names``: the time-sharing kinds' resource names (MIG names come from the service). ``registrations`` counts
+    successful Register calls, ``reregistrations`` completed re-serve rounds and ``resource_changes`` rounds that
+    added or removed MIG resources (for tests and logs).
     """
 
     def __init__(
@@ -91,12 +99,14 @@ class DevicePluginApp:
         self._heartbeat_s = heartbeat_s
         self._poll_s = poll_s
         self._register_timeout_s = register_timeout_s
-        self._servers: dict[ResourceKind, KubeletPluginServer] = {}
+        self._servers: dict[ResourceKey, KubeletPluginServer] = {}
+        self._registered: dict[ResourceKey, str] = {}
         self._registered_inode: int | None = None
         self._publish_now = threading.Event()
         self._stream_lost = threading.Event()
         self.registrations = 0
         self.reregistrations = 0
+        self.resource_changes = 0
 
     @classmethod
     def from_service(cls, service: DevicePluginService, settings: DevicePluginSettings) -> DevicePluginApp:
@@ -117,37 +127,79 @@ class DevicePluginApp:
         servers, self._servers = self._servers, {}
         for server in servers.values():
             server.stop()
+        self._registered = {}
         self._registered_inode = None
 
-    def ensure_registered(self) -> bool:
-        """One poll (module docstring): re-serve and re-register when kubelet restarted or a socket vanished.
-        Returns True when every resource is registered with the current kubelet. Raises OSError when a socket
-        cannot be bound."""
-        inode = _inode(self.kubelet_socket)
-        if inode is None:
-            return False
-        if inode == self._registered_inode and self._sockets_present() and not self._stream_lost.is_set():
-            return True
-        self._stream_lost.clear()
-        first = not self._servers and self.registrations == 0
-        self.stop_servers()
-        for kind in ResourceKind:
-            server = KubeletPluginServer(self.plugin_dir / socket_name(kind), self.service, kind,
-                                         on_stream_lost=lambda _: self._stream_lost.set())
-            server.start()
-            self._servers[kind] = server
+    def wanted(self) -> dict[ResourceKey, str]:
+        """Every resource to serve now and its name: the three time-sharing kinds, then the node's MIG resources
+        (:meth:`DevicePluginService.mig_resources`)."""
+        wanted: dict[ResourceKey, str] = {kind: self._names[kind] for kind in ResourceKind}
+        for kind, name in self.service.mig_resources().items():
+            wanted[kind] = name
+        return wanted
+
+    @property
+    def registered(self) -> dict[ResourceKey, str]:
+        """Resources registered with the current kubelet and their names (a copy)."""
+        return dict(self._registered)
+
+    def _serve(self, kind: ResourceKey) -> KubeletPluginServer:
+        server = KubeletPluginServer(self.plugin_dir / socket_name(kind), self.service, kind,
+                                     on_stream_lost=lambda _: self._stream_lost.set())
+        server.start()
+        self._servers[kind] = server
+        return server
+
+    def _register(self, kinds: dict[ResourceKey, str]) -> bool:
         try:
-            for kind, server in self._servers.items():
-                register(self.kubelet_socket, endpoint=server.socket_path.name, resource_name=self._names[kind],
+            for kind, name in kinds.items():
+                register(self.kubelet_socket, endpoint=self._servers[kind].socket_path.name, resource_name=name,
                          timeout_s=self._register_timeout_s)
+                self._registered[kind] = name
                 self.registrations += 1
         except KubeletRegistrationError as error:
             log.warning("kubelet registration failed: %s; retrying", error)
             return False
+        return True
+
+    def _reconcile(self, wanted: dict[ResourceKey, str]) -> bool:
+        """Serve and register MIG resources that appeared, stop those that disappeared (module docstring)."""
+        for kind in [k for k in self._servers if k not in wanted]:
+            self._servers.pop(kind).stop()
+            self._registered.pop(kind, None)
+            log.info("stopped serving %s: the node no longer has it", kind.value)
+        added = {k: n for k, n in wanted.items() if k not in self._registered}
+        for kind in added:
+            if kind not in self._servers:
+                self._serve(kind)
+        self.resource_changes += 1
+        if not self._register(added):
+            return False
+        log.info("registered %s with kubelet (%s)", ", ".join(added.values()) or "nothing new", self.kubelet_socket)
+        return True
+
+    def ensure_registered(self) -> bool:
+        """One poll (module docstring): re-serve and re-register when kubelet restarted or a socket vanished, and
+        follow the node's MIG resources. Returns True when every resource is registered with the current kubelet.
+        Raises OSError when a socket cannot be bound."""
+        inode = _inode(self.kubelet_socket)
+        if inode is None:
+            return False
+        if inode == self._registered_inode and self._sockets_present() and not self._stream_lost.is_set():
+            wanted = self.wanted()
+            return True if wanted == self._registered else self._reconcile(wanted)
+        self._stream_lost.clear()
+        first = not self._servers and self.registrations == 0
+        self.stop_servers()
+        wanted = self.wanted()
+        for kind in wanted:
+            self._serve(kind)
+        if not self._register(wanted):
+            return False
         self._registered_inode = inode
         if not first:
             self.reregistrations += 1
-        log.info("registered %s with kubelet (%s)", ", ".join(self._names.values()), self.kubelet_socket)
+        log.info("registered %s with kubelet (%s)", ", ".join(wanted.values()), self.kubelet_socket)
         return True
 
     def _publish_loop(self, stop: threading.Event) -> None:

@@ -14,6 +14,19 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14).
 * Inventory: :meth:`DevicePluginService.publish_inventory` writes the node GPU inventory annotation (with
   heartbeat and protocol fingerprint) and the protocol fingerprint annotation.
+* MIG: on a node with GPUs in MIG mode the Runtime must serve ``mig-inventory`` and ``mig-allocate`` (checked at
+  start; a node without MIG GPUs needs neither, so a 1.0 Runtime keeps working there). The MIG strategy is the
+  Runtime's: ``dynamic`` when it advertises ``mig-dynamic``, else ``static``; it is published in the inventory so
+  the scheduler can refuse a mismatch. :meth:`DevicePluginService.mig_resources` says which
+  ``<prefix>/mig-<profile>`` resources the node serves, with names from the shared table
+  (:func:`domain.deviceplugin.pods.mig_resource_names`, the scheduler's table): static, the profiles of the usable
+  listed instances, one device ID per instance (``<gpu uuid>::mig-<profile>::<gpu instance id>``); dynamic, every
+  profile of the MIG GPUs' models, ``max_instances`` device IDs per GPU, so kubelet's count never blocks a pod (the
+  scheduler's MIG books are the real constraint; :mod:`domain.deviceplugin.devices`). Publishing the inventory
+  re-reads ListDevices on MIG nodes, so the annotation's "free" flags and the static device lists follow the
+  Runtime. Allocate of a MIG resource sends the container's planned instances (profile, placement start, create)
+  as ``PlannedMig``; kubelet's IDs never choose the instance (B17). GetPreferredAllocation prefers the planned
+  instances' own IDs (static) or IDs of their GPUs (dynamic).
 
 Thread-safe: Allocate and preferred calls are serialised (kubelet serialises admission anyway).
 """
@@ -27,7 +40,16 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from domain.deviceplugin.devices import PluginDevice, ResourceKind, device_list, preferred_ids
+from domain.deviceplugin.devices import (
+    DeviceId,
+    MigResource,
+    MigSlot,
+    PluginDevice,
+    ResourceKey,
+    device_list,
+    mig_device_list,
+    preferred_ids,
+)
 from domain.deviceplugin.matching import (
     Candidate,
     ContainerKey,
@@ -35,11 +57,20 @@ from domain.deviceplugin.matching import (
     UnhealthyPlanError,
     select_container,
 )
-from domain.deviceplugin.pods import node_candidates
-from domain.gpu import Gpu, GpuUuid, Health
-from domain.kube.annotations import encode_inventory
+from domain.deviceplugin.pods import mig_resource_names, node_candidates
+from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
-from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse, PlannedGpu
+from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, MIG_INVENTORY, mig_features
+from domain.runtime.mig import mig_table
+from domain.runtime.types import (
+    ContainerAllocationRequest,
+    ContainerAllocationResponse,
+    DeviceInfo,
+    MigInstanceInfo,
+    PlannedGpu,
+    PlannedMig,
+)
 from ports.cluster import ClusterApi
 from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
 
@@ -58,7 +89,9 @@ class DevicePluginService:
 
     ``memory_unit_bytes`` overrides the protocol's memory unit (None = the protocol's; percent mode follows the
     protocol). Construction calls the Runtime's ListDevices: raises ``ports.runtime.NodeRuntimeError`` (or
-    ``RuntimeUnavailableError``) when the Runtime cannot be read. ``clock`` gives epoch seconds.
+    ``RuntimeUnavailableError``) when the Runtime cannot be read, and
+    ``domain.runtime.errors.UnsupportedFeatureError`` when it lacks a feature the node needs (MIG features only on
+    a node with GPUs in MIG mode). ``clock`` gives epoch seconds.
     """
 
     def __init__(
@@ -73,11 +106,20 @@ class DevicePluginService:
         self._clock = clock
         self._changed = threading.Condition()
         self._generation = 0
-        runtime.get_version().require(*REQUIRED_FEATURES)  # refuse a Runtime too old for what we call
-        self._gpus: dict[GpuUuid, Gpu] = {d.gpu.uuid: d.gpu for d in runtime.list_devices()}
+        info = runtime.get_version()
+        info.require(*REQUIRED_FEATURES)  # refuse a Runtime too old for what we call
+        listed = runtime.list_devices()
+        if any(d.gpu.mig_mode is MigMode.ENABLED for d in listed):
+            info.require(*mig_features())  # MIG only where the node has MIG GPUs: a 1.0 Runtime serves the rest
+        self._mig_ok = info.supports(MIG_INVENTORY) and info.supports(MIG_ALLOCATE)
+        self.mig_dynamic = info.supports(MIG_DYNAMIC)
+        """True when the Runtime creates MIG instances (strategy ``dynamic``), else ``static``."""
+        self._mig_names = mig_resource_names(protocol)
+        self._gpus: dict[GpuUuid, Gpu] = {d.gpu.uuid: d.gpu for d in listed}
+        self._mig: dict[GpuUuid, tuple[MigInstanceInfo, ...]] = self._mig_listing(listed)
         self._health_stream: HealthStream | None = None
         self._alloc_lock = threading.Lock()
-        self._served: dict[ContainerKey, set[ResourceKind]] = {}
+        self._served: dict[ContainerKey, set[ResourceKey]] = {}
         self._responses: dict[ContainerKey, ContainerAllocationResponse] = {}
         self.runtime_allocate_calls = 0
         """Runtime Allocate calls made (for tests and the benchmark)."""
@@ -88,11 +130,72 @@ class DevicePluginService:
         with self._changed:
             return tuple(sorted(self._gpus.values(), key=lambda g: g.index))
 
-    def devices(self, kind: ResourceKind) -> tuple[int, tuple[PluginDevice, ...]]:
-        """``(generation, complete list of kind)``."""
+    def devices(self, kind: ResourceKey) -> tuple[int, tuple[PluginDevice, ...]]:
+        """``(generation, complete list of kind)``; a MIG resource's list follows the module docstring."""
         with self._changed:
             generation, gpus = self._generation, list(self._gpus.values())
+            slots = self._mig_slots(kind) if isinstance(kind, MigResource) else ()
+        if isinstance(kind, MigResource):
+            return generation, mig_device_list(kind, slots)
         return generation, device_list(kind, gpus, memory_unit_bytes=self._memory_unit)
+
+    # ------------------------------------------------------------------ MIG
+    @property
+    def mig_strategy(self) -> str:
+        """``dynamic`` when the Runtime creates MIG instances, else ``static``."""
+        return "dynamic" if self.mig_dynamic else "static"
+
+    def _mig_listing(self, devices: Sequence[DeviceInfo]) -> dict[GpuUuid, tuple[MigInstanceInfo, ...]]:
+        return {d.gpu.uuid: tuple(d.mig_instances) for d in devices if d.gpu.mig_mode is MigMode.ENABLED}
+
+    def _mig_gpus(self) -> list[Gpu]:
+        """GPUs in MIG mode, by index (none when the Runtime cannot serve MIG). Caller holds ``_changed``."""
+        if not self._mig_ok:
+            return []
+        return sorted((g for g in self._gpus.values() if g.mig_mode is MigMode.ENABLED), key=lambda g: g.index)
+
+    def _mig_profiles(self) -> set[str]:
+        """Canonical profiles the node serves now (module docstring). Caller holds ``_changed``."""
+        profiles: set[str] = set()
+        for gpu in self._mig_gpus():
+            if self.mig_dynamic:
+                table = mig_table(gpu)
+                profiles.update(table.names if table is not None else ())
+            else:
+                profiles.update(i.profile for i in self._mig.get(gpu.uuid, ()) if i.usable)
+        return profiles
+
+    def _mig_slots(self, resource: MigResource) -> list[MigSlot]:
+        """The device IDs' sources of one MIG resource (module docstring). Caller holds ``_changed``."""
+        slots: list[MigSlot] = []
+        for gpu in self._mig_gpus():
+            if self.mig_dynamic:
+                table = mig_table(gpu)
+                profile = None if table is None else table.lookup(resource.profile)
+                if profile is not None and profile.name == resource.profile:
+                    slots.extend(MigSlot(gpu, n) for n in range(profile.max_instances))
+            else:
+                slots.extend(MigSlot(gpu, i.gpu_instance_id) for i in self._mig.get(gpu.uuid, ())
+                             if i.usable and i.profile == resource.profile)
+        return slots
+
+    def mig_resources(self) -> dict[MigResource, str]:
+        """The MIG resources the node serves now and their extended resource names (module docstring); only
+        names of the shared table, so exactly what the scheduler's MIG plugin schedules."""
+        with self._changed:
+            profiles = self._mig_profiles()
+        wanted = {MigResource(p) for p in profiles}
+        return {resource: name for resource, name in self._mig_names.items() if resource in wanted}
+
+    def _mig_records(self) -> dict[int, tuple[MigInstanceRecord, ...]]:
+        """The MIG layout for the inventory annotation, by GPU index. Caller holds ``_changed``."""
+        out: dict[int, tuple[MigInstanceRecord, ...]] = {}
+        for gpu in self._mig_gpus():
+            out[gpu.index] = tuple(
+                MigInstanceRecord(i.gpu_instance_id, i.compute_instance_id, i.profile, i.start, i.uuid,
+                                  i.owner is None)
+                for i in self._mig.get(gpu.uuid, ()))
+        return out
 
     def wait_change(self, generation: int, timeout_s: float) -> int:
         """Block up to ``timeout_s`` s for a generation other than ``generation``; returns the current one."""
@@ -113,21 +216,33 @@ class DevicePluginService:
         return True
 
     def resync_inventory(self) -> bool:
-        """Re-read the Runtime's ListDevices and adopt it when the set of GPUs or any GPU's index, model, memory
-        or MIG mode changed (health alone is the stream's business); True (and a new generation) when adopted.
+        """Re-read the Runtime's ListDevices and adopt it when the set of GPUs or any GPU's index, model, memory,
+        MIG mode or MIG instances (ids, profile, start, UUID) changed (health alone is the stream's business); True
+        (and a new generation) when adopted. The MIG instances' owners are always taken (inventory "free" flags).
         Raises ``ports.runtime.NodeRuntimeError`` when the Runtime cannot be read."""
-        fresh = {d.gpu.uuid: d.gpu for d in self._runtime.list_devices()}
+        listed = self._runtime.list_devices()
+        fresh = {d.gpu.uuid: d.gpu for d in listed}
+        mig = self._mig_listing(listed)
 
-        def shape(gpus: dict[GpuUuid, Gpu]) -> set[tuple[object, ...]]:
-            return {(g.uuid, g.index, g.model, g.memory_bytes, g.mig_mode) for g in gpus.values()}
+        def shape(gpus: dict[GpuUuid, Gpu], layout: dict[GpuUuid, tuple[MigInstanceInfo, ...]]
+                  ) -> set[tuple[object, ...]]:
+            return {(g.uuid, g.index, g.model, g.memory_bytes, g.mig_mode,
+                     tuple((i.gpu_instance_id, i.compute_instance_id, i.profile, i.start, i.uuid)
+                           for i in layout.get(g.uuid, ())))
+                    for g in gpus.values()}
 
         with self._changed:
-            if shape(fresh) == shape(self._gpus):
+            same = shape(fresh, mig) == shape(self._gpus, self._mig)
+            self._mig = mig  # owners ("free") always follow the Runtime, for the inventory annotation
+            if same:
                 return False
             added, removed = sorted(fresh.keys() - self._gpus), sorted(self._gpus.keys() - fresh)
             self._gpus = fresh
             self._generation += 1
             self._changed.notify_all()
+        if not self._mig_ok and any(g.mig_mode is MigMode.ENABLED for g in fresh.values()):
+            log.warning("GPUs in MIG mode but the Runtime lacks %s: no MIG resource is served",
+                        " and ".join(mig_features()))
         log.warning("GPU inventory changed: added %s, removed %s; device lists re-sent", added or "none",
                     removed or "none")
         return True
@@ -164,16 +279,28 @@ class DevicePluginService:
             stream.close()
 
     def publish_inventory(self) -> None:
-        """Write the inventory annotation (now as heartbeat) and the protocol fingerprint on the node. Raises
-        ``ports.cluster.ClusterError`` (NotFoundError when the node is missing)."""
+        """Write the inventory annotation (now as heartbeat; on a MIG node with the MIG layout, re-read from the
+        Runtime first, and the MIG strategy) and the protocol fingerprint on the node. A Runtime that cannot be
+        read leaves the last listing in the annotation (logged). Raises ``ports.cluster.ClusterError``
+        (NotFoundError when the node is missing)."""
         fingerprint = self.protocol.fingerprint()
         keys = self.protocol.annotations
-        text = encode_inventory(self.gpus(), heartbeat=self._clock(), protocol=fingerprint)
+        with self._changed:
+            has_mig = bool(self._mig_gpus())
+        if has_mig:
+            try:
+                self.resync_inventory()
+            except NodeRuntimeError as error:
+                log.warning("cannot re-read the MIG layout from the Runtime: %s; publishing the last one", error)
+        with self._changed:
+            mig = self._mig_records()
+        text = encode_inventory(self.gpus(), heartbeat=self._clock(), protocol=fingerprint, mig=mig,
+                                mig_strategy=self.mig_strategy if mig else "")
         self._cluster.patch_node_metadata(self.node, annotations={keys.node_inventory: text,
                                                                   keys.node_protocol: fingerprint})
 
     # ------------------------------------------------------------------ allocation
-    def _select(self, kind: ResourceKind, count: int) -> tuple[Candidate, tuple[Gpu, ...]]:
+    def _select(self, kind: ResourceKey, count: int) -> tuple[Candidate, tuple[Gpu, ...]]:
         pods = self._cluster.list_pods(field_selector=f"spec.nodeName={self.node}").items
         live = {p.uid for p in pods}
         for key in [k for k in self._served if k[0] not in live]:
@@ -184,23 +311,32 @@ class DevicePluginService:
         return select_container(kind, count, candidates, self._served), gpus
 
     def preferred(
-        self, kind: ResourceKind, available: Sequence[str], must_include: Sequence[str], size: int
+        self, kind: ResourceKey, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> tuple[str, ...]:
-        """IDs of the planned GPUs first (``domain.deviceplugin.devices.preferred_ids``); without an identified
-        plan, must-include then available IDs. Never raises (a preference is advisory)."""
+        """IDs of the planned GPUs first (``domain.deviceplugin.devices.preferred_ids``; for a MIG resource the
+        planned instances' own IDs first, static strategy); without an identified plan, must-include then available
+        IDs. Never raises (a preference is advisory)."""
         planned: list[GpuUuid] = []
+        exact: list[str] = []
         try:
             with self._alloc_lock:
                 chosen, gpus = self._select(kind, size)
             by_index = {g.index: g for g in gpus}
             if chosen.grant is not None:
                 planned = [by_index[g.gpu_index].uuid for g in chosen.grant.grants if g.gpu_index in by_index]
+            planned += [i.gpu_uuid for i in chosen.mig]
+            if isinstance(kind, MigResource) and not self.mig_dynamic:
+                with self._changed:
+                    listed = {(i.gpu_uuid, i.start): i.gpu_instance_id for items in self._mig.values() for i in items}
+                exact = [str(DeviceId(i.gpu_uuid, kind, listed[(i.gpu_uuid, i.start)])) for i in chosen.mig
+                         if (i.gpu_uuid, i.start) in listed]
         except Exception as error:  # advisory: log and fall back to kubelet's own order
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
-        return preferred_ids(available, must_include, size, planned)
+        return preferred_ids(available, must_include, size, planned, exact=exact)
 
-    def allocate(self, kind: ResourceKind, device_ids: Sequence[str]) -> ContainerAllocationResponse:
-        """The response for the container kubelet is admitting (module docstring). Raises
+    def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
+        """The response for the container kubelet is admitting (module docstring; a MIG container gets its
+        planned instances). Raises
         ``DevicePluginError`` subclasses, Runtime contract errors, ``ClusterError``."""
         with self._alloc_lock:
             chosen, gpus = self._select(kind, len(device_ids))
@@ -215,8 +351,20 @@ class DevicePluginService:
 
     @staticmethod
     def _request(chosen: Candidate, gpus: Sequence[Gpu]) -> ContainerAllocationRequest:
-        assert chosen.grant is not None  # select_container raises UntrustedPlanError otherwise
         by_index = {g.index: g for g in gpus}
+        if chosen.mig:
+            instances = []
+            for instance in chosen.mig:
+                gpu = by_index.get(instance.gpu_index)
+                if gpu is None or gpu.uuid != instance.gpu_uuid:
+                    raise DevicePluginError(f"{chosen.label}: planned MIG GPU {instance.gpu_uuid} is not on this node")
+                if gpu.health is not Health.HEALTHY:
+                    raise UnhealthyPlanError(f"{chosen.label}: planned MIG GPU {gpu.index} ({gpu.uuid}) is unhealthy")
+                instances.append(PlannedMig(gpu.index, gpu.uuid, profile=instance.profile, start=instance.start,
+                                            create=instance.create))
+            return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
+                                              (), init=chosen.init, mig=tuple(instances))
+        assert chosen.grant is not None  # select_container raises UntrustedPlanError otherwise
         planned = []
         for grant in chosen.grant.grants:
             gpu = by_index.get(grant.gpu_index)

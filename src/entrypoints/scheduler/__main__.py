@@ -4,6 +4,12 @@ Command contract (issue 3 §3)::
 
     ljrk scheduler --mode extender|standalone --listen HOST:PORT [--kubeconfig FILE] [--protocol FILE]
                    [--policy NAME] [--lease-namespace NS] [--lease-name NAME] [--identity ID]
+                   [--mig-strategy static|dynamic]
+
+``--mig-strategy`` (default ``static``): how MIG instances come to exist, as the node Runtimes' flag of the same
+name says — ``static``: pods take free pre-created instances; ``dynamic``: the scheduler chooses profile placements
+and the Runtime creates the instance at Allocate. It must match the Runtimes' (a node publishing another strategy
+takes no MIG pods).
 
 ``--kubeconfig`` absent = the pod's in-cluster service account. ``--identity`` defaults to ``<hostname>-<pid>``.
 Hidden development options: ``--in-memory`` (an empty in-memory cluster instead of an API server),
@@ -29,6 +35,7 @@ from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
+from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
 from entrypoints._shared.signals import stop_on_signals
 
@@ -81,6 +88,9 @@ def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
     parser.add_argument("--rank-all-pods", action="store_true",
                         help="extender mode: also choose the node of pods without GPU requests (use with a "
                              "scheduler configuration without managedResources)")
+    parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default="static",
+                        help="MIG placement: static (pre-created instances) or dynamic (the Runtime creates them); "
+                             "must match the node Runtimes' --mig-strategy (default: static)")
     parser.add_argument("--in-memory", action="store_true", help=hidden)
     for name, default in (("resync-seconds", 300.0), ("tick-seconds", 5.0), ("assumed-ttl-seconds", 60.0),
                           ("watch-timeout-seconds", 30.0), ("lease-duration", 15.0), ("renew-deadline", 10.0),
@@ -101,7 +111,7 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
         lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
         resync_seconds=args.resync_seconds, tick_seconds=args.tick_seconds,
         assumed_ttl_seconds=args.assumed_ttl_seconds, watch_timeout_seconds=args.watch_timeout_seconds,
-        log_level=args.log_level, rank_all_pods=args.rank_all_pods,
+        log_level=args.log_level, rank_all_pods=args.rank_all_pods, mig_strategy=args.mig_strategy,
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import attrs
 
+from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import NodeObject, PodObject
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
@@ -64,7 +65,8 @@ class SchedulerSettings:
     ``identity``: leader election; ``lease_duration``/``renew_deadline``/``retry_period`` (s);
     ``resync_seconds``, ``tick_seconds``, ``assumed_ttl_seconds``, ``watch_timeout_seconds`` (s);
     ``log_level``: a logging level name; ``rank_all_pods``: the extender also chooses the node of pods without
-    GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`).
+    GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`);
+    ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
@@ -89,10 +91,13 @@ class SchedulerSettings:
     watch_timeout_seconds: float = 30.0
     log_level: str = "INFO"
     rank_all_pods: bool = False
+    mig_strategy: str = "static"
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise SettingsError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
+        if self.mig_strategy not in MIG_STRATEGIES:
+            raise SettingsError(f"mig_strategy={self.mig_strategy!r}: must be one of {', '.join(MIG_STRATEGIES)}")
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         get_policy(self.policy)

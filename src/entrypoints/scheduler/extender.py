@@ -21,6 +21,12 @@ On clusters of 100+ nodes kube-scheduler otherwise stops its own filtering once 
 (research/k8s-protocols.md §3.4) and the extender only ever sees that subset, so our choice is the best of a
 sample rather than of the cluster.
 
+MIG pods (``<prefix>/mig-<profile>`` resources) are answered the same way: ``filter`` runs the cycle (node-level
+filters, then the MIG plugin) and returns the one node whose MIG books took the reservation; the other candidates
+carry the node filter's or the MIG plugin's reason (``MIG: …``); an unknown profile name is an invalid request on
+every candidate (B30). List the MIG resource names in ``managedResources`` (or rank all pods) so kube-scheduler
+calls the extender for them.
+
 Pods that ask for none of our resources pass untouched (``managedResources`` in the scheduler configuration
 already keeps them away), unless the extender ranks all pods (``rank_all_pods``; setting ``rank_all_pods``, CLI
 ``--rank-all-pods``): then the scheduler configuration drops ``managedResources``, kube-scheduler calls the
@@ -138,7 +144,7 @@ class Extender:
             except InvalidRequestError as error:
                 service.metrics.decision(scheduled=False, reason="invalid-request")
                 return [], dict.fromkeys(names, f"invalid request: {error}"), ""
-            if not request.wants_gpu and not self.rank_all_pods:
+            if not (request.wants_gpu or request.wants_mig) and not self.rank_all_pods:
                 return names, {}, ""
             known = [n for n in names if service.knows_node(n)]
             known_set = set(known)
@@ -155,7 +161,10 @@ class Extender:
             if known:
                 try:
                     scheduler = service.schedulers.get(service.schedulers.policy_for(pod))
-                    failed.update(rejection_reasons(scheduler, request, known, fallback=result.reason))
+                    if request.wants_mig:
+                        failed.update(service.sync.mig_reasons(scheduler, request, known, fallback=result.reason))
+                    else:
+                        failed.update(rejection_reasons(scheduler, request, known, fallback=result.reason))
                 except DomainError:  # unknown policy and the like: the cycle's reason says it all
                     failed.update(dict.fromkeys(known, result.reason))
             for name in known:

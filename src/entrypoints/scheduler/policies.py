@@ -9,6 +9,10 @@
   readable requests), topped up by the embedded synthetic workload (``synthetic_scale``) until
   ``min_observed_pods`` exist. They are recomputed at every resync; FGD's schedulers are rebuilt when they
   changed.
+* **MIG** — pods asking for ``<prefix>/mig-<profile>`` instances go through the same schedulers' node filters, then
+  the MIG plugin (:meth:`~domain.scheduling.sync.LedgerSync.schedule`); ``mig_strategy`` (``static`` or
+  ``dynamic``, the scheduler's ``--mig-strategy``) is the placement mode of the MIG books and must match the node
+  Runtimes' ``--mig-strategy``. MIG pods are not FGD typical pods (they take no time-shared GPU).
 * **Filters** — every scheduler starts with :class:`~domain.scheduling.candidates.CandidateNodes` (the
   extender's candidate list), then the node-fit filters of :func:`~domain.scheduling.nodefit.node_filters`
   (cordon, nodeSelector, required node affinity, taints, inventory gate), then the policy's own (CPU/memory/pod
@@ -26,6 +30,7 @@ import attrs
 import numpy as np
 
 from domain.errors import InvalidRequestError, UnknownPolicyError
+from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import pod_request
@@ -49,7 +54,8 @@ class ServiceConfig:
     """Tunables of the scheduler service: ``policy`` (default policy name), ``tie_break`` (tie rule name),
     ``seed`` (draw of the tie order), ``assumed_ttl_seconds`` (s an uncommitted reservation lives),
     ``min_observed_pods`` (observed pods before FGD stops adding the synthetic workload), ``synthetic_scale``
-    (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`).
+    (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`), ``mig_strategy`` (``static`` or
+    ``dynamic``: placement mode of the MIG books; module docstring).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -57,7 +63,7 @@ class ServiceConfig:
     policies), instead of a fresh ``default_rng(seed)`` per policy.
 
     Raises :class:`UnknownPolicyError` for an unknown policy or tie rule and :class:`InvalidRequestError` for a
-    TTL ≤ 0, a negative ``min_observed_pods`` or a scale ≤ 0.
+    TTL ≤ 0, a negative ``min_observed_pods``, a scale ≤ 0 or an unknown MIG strategy.
     """
 
     policy: str = DEFAULT_POLICY
@@ -68,8 +74,11 @@ class ServiceConfig:
     synthetic_scale: float = 0.1
     typical_pods: TypicalPods | None = attrs.field(default=None, eq=False)
     rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False)
+    mig_strategy: str = "static"
 
     def __attrs_post_init__(self) -> None:
+        if self.mig_strategy not in MIG_STRATEGIES:
+            raise InvalidRequestError("mig_strategy", self.mig_strategy, f"must be one of {', '.join(MIG_STRATEGIES)}")
         get_policy(self.policy)
         make_tie_breaker(self.tie_break, ClusterLedger(), np.random.default_rng(0))
         if not self.assumed_ttl_seconds > 0:
@@ -137,9 +146,14 @@ class SchedulerSet:
             self._observed.pop(pod.uid, None)
             return
         try:
-            self._observed[pod.uid] = pod_class(pod_request(pod, self.protocol))
+            request = pod_request(pod, self.protocol)
         except InvalidRequestError:
             self._observed.pop(pod.uid, None)
+            return
+        if request.wants_mig:  # a MIG pod takes no time-shared GPU: not a typical pod of FGD
+            self._observed.pop(pod.uid, None)
+            return
+        self._observed[pod.uid] = pod_class(request)
 
     def forget(self, uid: str) -> None:
         """Drop the class of a deleted pod."""

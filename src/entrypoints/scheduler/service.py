@@ -21,6 +21,12 @@ Both drivers (the kube-scheduler extender and the standalone loop) call into one
   reservation on any failure — any exception at all (B06/B07). Reservations whose commit never comes
   (kube-scheduler gave up on the pod after our filter) expire after ``assumed_ttl_seconds``
   (:meth:`expire_assumed`).
+* **MIG** — pods asking for ``<prefix>/mig-<profile>`` instances are routed by
+  :meth:`~domain.scheduling.sync.LedgerSync.schedule` to the MIG plugin (node-level filters of the policy's
+  scheduler, then MIG filter, score and reserve on the MIG books, in the placement mode ``config.mig_strategy``);
+  their reservation is node-only in the time-sharing ledger plus instances in the MIG books, and :meth:`commit`
+  writes the MIG part of the plan (what each container receives at Allocate) the same way. An unknown profile
+  name is an invalid request whose reason says "unknown profile" (B30), never a silent Pending.
 * **Policies** — :mod:`.policies`: default ``fgd``, per-pod override annotation (unknown → unschedulable with
   a reason), FGD's typical pods from the observed pods topped up by the synthetic workload. GPU model and UUID
   selection/exclusion annotations are read by :func:`domain.kube.translate.pod_request`.
@@ -51,8 +57,9 @@ from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, Un
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ClusterEvent, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import PROTOCOL_PUBLISHERS, pod_request, protocol_mismatches
+from domain.kube.translate import PROTOCOL_PUBLISHERS, mig_container_plans, pod_request, protocol_mismatches
 from domain.ledger import ClusterLedger, GpuUsage
+from domain.mig.gpu import PlacementMode
 from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
@@ -123,7 +130,8 @@ class SchedulerService:
         self.is_leader = is_leader
         self.lock = threading.RLock()
         self.sync = LedgerSync(ClusterLedger(), protocol, clock=clock,
-                               assumed_ttl_seconds=self.config.assumed_ttl_seconds)
+                               assumed_ttl_seconds=self.config.assumed_ttl_seconds,
+                               mig_mode=PlacementMode(self.config.mig_strategy))
         self.pod_listeners: list[Callable[[PodObject], None]] = []
         self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
         self.change_listeners: list[Callable[[], None]] = []
@@ -279,8 +287,9 @@ class SchedulerService:
         """Why ``held`` (the pod's reservation) must not be kept any more, or empty: the pod's request no longer
         reads, its node is unknown, quarantined or gated for GPU pods (stale inventory and the like), fails the
         pod's node fit (cordon, nodeSelector, required affinity, taints), or a granted GPU is gone, unhealthy,
-        or excluded by the pod's GPU model/UUID selection. Capacity is not re-checked: the reservation holds it.
-        Call under the lock."""
+        or excluded by the pod's GPU model/UUID selection; for a MIG pod, also when its MIG reservation is gone,
+        its node takes no MIG pods, a booked GPU is unhealthy or the record no longer applies. Capacity is not
+        re-checked: the reservation holds it. Call under the lock."""
         try:
             request = pod_request(pod, self.protocol)
         except InvalidRequestError as error:
@@ -292,8 +301,12 @@ class SchedulerService:
             return f"node {node} is unknown"
         if not ledger.admitting[slot]:
             return f"node {node} is quarantined"
-        if request.wants_gpu and node in self.sync.gates:
+        if (request.wants_gpu or request.wants_mig) and node in self.sync.gates:
             return f"node {node} is not taking GPU pods: {self.sync.gates[node]}"
+        if request.wants_mig:
+            problem = self.sync.mig_held_problem(pod.uid)
+            if problem:
+                return problem
         obj = self.sync.nodes.get(slot)
         fit = "" if obj is None else node_fit_reason(PodConstraints.of(pod), obj)
         if fit:
@@ -328,7 +341,8 @@ class SchedulerService:
     def commit(self, pod: PodObject, allocation: PodAllocation) -> None:
         """Write the plan annotation of ``allocation`` on ``pod``, then bind it (:mod:`.commit`).
 
-        Re-books the reservation if it vanished meanwhile. Raises :class:`NotLeaderError` on a standby (or when
+        Re-books the reservation if it vanished meanwhile (a MIG pod's MIG reservation must still be held: its
+        instances are not re-planned here). Raises :class:`NotLeaderError` on a standby (or when
         leadership ends before the binding) and :class:`CommitError` on any other failure — whatever the
         exception underneath, which is chained; in every case the reservation is released and the plan
         annotation rolled back (best effort) before the error propagates. Messages name the pod.
@@ -341,15 +355,24 @@ class SchedulerService:
             if uid in self._committing:
                 raise CommitError(f"pod {pod.key} is already being bound")
             try:
+                request = pod_request(pod, self.protocol)
+                mig = self.sync.mig_assumed.get(uid) if request.wants_mig else None
+                if request.wants_mig and (mig is None or mig.node != allocation.node):
+                    raise CommitError(f"pod {pod.key}: no MIG reservation on node {allocation.node} (it expired or "
+                                      "was released); schedule the pod again")
                 if self.sync.assumed.get(uid) != allocation:
                     self.release(uid)
-                    self.sync.assume(allocation)
+                    self.sync.assume(allocation, mig=mig)
                     self._reserved_at[uid] = self.clock()
-                plan = encode_plan(allocation, self.sync.ledger.inventory(allocation.node).gpus,
-                                   writer=self.protocol.scheduler_name)
+                gpus = self.sync.ledger.inventory(allocation.node).gpus
+                mig_plans = () if mig is None else mig_container_plans(
+                    request, mig, gpus, self.sync.mig_instance_ids(allocation.node))
+                plan = encode_plan(allocation, gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
             except Exception as error:  # nothing is written yet: release and fail
                 self.release(uid)
                 self.metrics.decision(scheduled=False, reason="bind-failed")
+                if isinstance(error, CommitError):
+                    raise
                 why = ("the reservation was lost and no longer fits" if isinstance(error, DomainError)
                        else "the plan could not be prepared")
                 raise CommitError(f"pod {pod.key}: {why}: {error}") from error
@@ -424,8 +447,8 @@ class SchedulerService:
             nodes = self.cluster.list_nodes()
             pods = self.cluster.list_pods()
             with self.lock:
-                last_good = self.sync.last_good()
-            fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good)
+                last_good, mig_last_good = self.sync.last_good(), self.sync.mig_last_good()
+            fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
             with self.lock:
                 behind = self._behind(nodes.resource_version, pods.resource_version)
                 if not behind:
