@@ -1,5 +1,5 @@
-"""Metrics ports: the scheduler's (decisions, drift, a live view of the ledger) and the node controller's
-(toggle transitions, Jobs, failures, API writes, nodes per state).
+"""Metrics ports: the scheduler's (decisions, drift, a live view of the ledger), the node controller's
+(toggle transitions, Jobs, failures, API writes, nodes per state) and the device plugin's (a status view).
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
 (milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
+from domain.deviceplugin.status import DevicePluginStatus
 from domain.ledger import GpuUsage
 from domain.toggle.states import Action, ToggleState
 
@@ -44,6 +45,18 @@ class SchedulerMetrics(Protocol):
     def set_protocol_mismatches(self, counts: Mapping[str, int]) -> None:
         """How many nodes have a node component (``device-plugin``, ``exporter``) publishing another protocol
         fingerprint than the scheduler's, per component (the full map every time)."""
+        ...
+
+
+DevicePluginView = Callable[[], DevicePluginStatus]
+"""Returns the device plugin's status at the time of the call (a scrape)."""
+
+
+class DevicePluginMetrics(Protocol):
+    """Where the device plugin's status is published (``ljrk device-plugin --listen``)."""
+
+    def watch(self, view: DevicePluginView) -> None:
+        """Read the status from ``view`` at every scrape."""
         ...
 
 

@@ -384,8 +384,7 @@ def test_security_context_host_paths_resources_and_probes(component: str, render
             assert security["runAsUser"] == 0  # documented in the workload's comment
         resources = container["resources"]
         assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
-        # The device plugin has no endpoint to probe (03-daemonset.yaml says why); every other container has one.
-        assert ("livenessProbe" in container) == (component != "deviceplugin"), container["name"]
+        assert "livenessProbe" in container, container["name"]
     host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
     assert set(host.values()) == set(HOST_PATHS[component])
     for container in spec["containers"]:
@@ -397,6 +396,10 @@ def test_security_context_host_paths_resources_and_probes(component: str, render
 def test_probes_use_the_components_health_endpoints(rendered: list[dict[str, Any]]) -> None:
     exporter = pod_spec(find(rendered, "DaemonSet", "lj-runtimekit-exporter-ds"))["containers"][0]
     assert exporter["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    plugin = pod_spec(find(rendered, "DaemonSet", "lj-runtimekit-device-plugin-ds"))["containers"][0]
+    assert plugin["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert plugin["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert plugin["ports"] == [{"name": "metrics", "containerPort": 9401, "protocol": "TCP"}]
     controller = pod_spec(find(rendered, "Deployment", "lj-runtimekit-controller"))["containers"][0]
     assert controller["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert controller["readinessProbe"]["httpGet"]["path"] == "/readyz"

@@ -35,6 +35,7 @@ from typing import NoReturn
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET
+from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import ControllerSettings, SettingsError
@@ -51,14 +52,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8081`` for IPv6, ``:8081`` for all interfaces) → ``(host, port)``. Raises
-    :class:`argparse.ArgumentTypeError`."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port 0..65535")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:

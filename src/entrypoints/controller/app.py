@@ -20,12 +20,12 @@ import attrs
 
 from domain.kube.objects import JobObject, NodeObject
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
+from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.informer import Informer
 from entrypoints._shared.leader import LeaderElector
 from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
 
-from .httpserver import HealthEndpoint
 from .service import ToggleController
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class ControllerApp:
             on_delete=controller.on_job_deleted, watch_timeout=timeout)
         controller.synced = lambda: self.synced
         self.http = HealthEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
-                                   metrics=metrics_text)
+                                   metrics=metrics_text, name="controller")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 

@@ -2,7 +2,7 @@
 
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
-[--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests and demos).
+[--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests and demos).
 
 Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable, kubeconfig
 unreadable, socket cannot be bound); 2 bad command line, protocol file or memory unit. Errors are one line
@@ -58,6 +58,8 @@ def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
                         help="inventory annotation refresh period (default: 10)")
     parser.add_argument("--runtime-wait", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the node Runtime at start (default: 30)")
+    parser.add_argument("--listen", metavar="HOST:PORT",
+                        help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -69,7 +71,7 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         node_name=args.node_name, runtime_socket=args.runtime_socket, device_plugin_dir=args.device_plugin_dir,
         kubeconfig=args.kubeconfig, protocol_file=args.protocol, memory_unit=args.memory_unit,
         in_memory=args.in_memory, heartbeat_s=args.heartbeat, runtime_wait_s=args.runtime_wait,
-        log_level=args.log_level,
+        listen=args.listen, log_level=args.log_level,
     )
 
 
@@ -101,8 +103,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
         except Exception as error:  # kubeconfig / in-cluster config problems come from the client library
             return fail(error, EXIT_FAILED)
         try:
-            with stop_on_signals(stop) as event:
-                app.run(event)
+            http = container.http()
+            if http is not None:
+                http.start()
+            try:
+                with stop_on_signals(stop) as event:
+                    app.run(event)
+            finally:
+                if http is not None:
+                    http.stop()
         except OSError as error:
             return fail(error, EXIT_FAILED)
         return EXIT_OK

@@ -21,6 +21,7 @@ scheduler sees an unhealthy GPU within one API round trip (B14); failures are lo
 
 from __future__ import annotations
 
+import argparse
 import logging
 import stat
 import threading
@@ -31,6 +32,8 @@ import attrs
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
 from domain.deviceplugin.devices import ResourceKey, ResourceKind
 from domain.deviceplugin.pods import resource_names
+from domain.deviceplugin.status import DevicePluginStatus
+from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
 
 from .service import DevicePluginService
@@ -57,11 +60,17 @@ class DevicePluginSettings:
     heartbeat_s: float = 10.0
     poll_s: float = 0.5
     runtime_wait_s: float = 30.0
+    listen: str | None = None
     log_level: str = "INFO"
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
             raise SettingsError("--node-name must not be empty")
+        if self.listen is not None:
+            try:
+                parse_listen(self.listen)
+            except argparse.ArgumentTypeError as error:
+                raise SettingsError(f"--listen: {error}") from error
         for name in ("heartbeat_s", "poll_s", "runtime_wait_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
@@ -107,6 +116,8 @@ class DevicePluginApp:
         self.registrations = 0
         self.reregistrations = 0
         self.resource_changes = 0
+        self._threads: list[threading.Thread] = []
+        self._running = False
 
     @classmethod
     def from_service(cls, service: DevicePluginService, settings: DevicePluginSettings) -> DevicePluginApp:
@@ -202,6 +213,31 @@ class DevicePluginApp:
         log.info("registered %s with kubelet (%s)", ", ".join(wanted.values()), self.kubelet_socket)
         return True
 
+    # ------------------------------------------------------------------ probes and status (--listen)
+    def status(self) -> DevicePluginStatus:
+        """The plugin's status now (for ``/metrics``): every served resource and whether it is registered with
+        the current kubelet, counters, GPUs by health."""
+        registered = {name: self._registered.get(kind) == name for kind, name in self.wanted().items()}
+        gpus: dict[str, int] = {}
+        for gpu in self.service.gpus():
+            gpus[gpu.health.value] = gpus.get(gpu.health.value, 0) + 1
+        return DevicePluginStatus(registered, self.registrations, self.reregistrations,
+                                  self.service.runtime_allocate_calls, gpus)
+
+    def health(self) -> tuple[bool, str]:
+        """Liveness: the serving loop and its health and inventory threads run."""
+        if not self._running:
+            return False, "not running"
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        return (False, f"thread(s) stopped: {', '.join(dead)}") if dead else (True, "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: every served resource is registered with the kubelet now listening on ``kubelet.sock``."""
+        if not self._registered or self._registered_inode != _inode(self.kubelet_socket):
+            return False, "not registered with the current kubelet"
+        missing = [k for k in self._servers if k not in self._registered]
+        return (False, f"{len(missing)} resource(s) not registered yet") if missing else (True, "ok")
+
     def _publish_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self._publish_now.clear()
@@ -221,11 +257,13 @@ class DevicePluginApp:
         ]
         for thread in threads:
             thread.start()
+        self._threads, self._running = threads, True
         try:
             while not stop.is_set():
                 self.ensure_registered()
                 stop.wait(self._poll_s)
         finally:
+            self._running = False
             stop.set()
             self._publish_now.set()
             self.service.close_health()

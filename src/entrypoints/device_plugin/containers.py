@@ -3,7 +3,8 @@
 Providers are annotated with their port types so mypy checks conformance. The cluster is the Kubernetes API
 (``--kubeconfig``, else in-cluster) or, with the hidden ``--in-memory`` flag (tests, demos), an
 :class:`~adapters.memory.cluster.InMemoryCluster` holding just this node. The Runtime is always the gRPC client
-on ``--runtime-socket``. ``logging`` is a Resource.
+on ``--runtime-socket``. With ``--listen``, ``/healthz``, ``/readyz`` and ``/metrics`` (the shared
+``HealthEndpoint``; metrics from ``adapters.prometheus.deviceplugin``). ``logging`` is a Resource.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from dependency_injector import containers, providers
 from adapters.grpc import GrpcNodeRuntime
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.memory.cluster import InMemoryCluster
+from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.httpserver import HealthEndpoint, parse_listen
 from entrypoints._shared.logs import configure_logging
 from ports.cluster import ClusterApi
 from ports.runtime import NodeRuntime
@@ -57,8 +60,26 @@ def connect_runtime(settings: DevicePluginSettings) -> NodeRuntime:
     return runtime
 
 
+def make_metrics(protocol: ProtocolConstants) -> PrometheusDevicePluginMetrics:
+    """The metrics registry, publishing the protocol's fingerprint."""
+    return PrometheusDevicePluginMetrics(protocol_fingerprint=protocol.fingerprint())
+
+
+def make_http(
+    app: DevicePluginApp, metrics: PrometheusDevicePluginMetrics, settings: DevicePluginSettings
+) -> HealthEndpoint | None:
+    """``/healthz``, ``/readyz`` and ``/metrics`` on ``--listen`` (not started), or None without the flag.
+    Raises OSError when the address cannot be bound."""
+    if settings.listen is None:
+        return None
+    host, port = parse_listen(settings.listen)
+    metrics.watch(app.status)
+    return HealthEndpoint(host, port, health=app.health, ready=app.ready, metrics=metrics.exposition,
+                          name="device-plugin")
+
+
 class DevicePluginContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → protocol, cluster, runtime, service, app."""
+    """``settings`` (required) → protocol, cluster, runtime, service, app, metrics, http."""
 
     settings: providers.Dependency[DevicePluginSettings] = providers.Dependency(instance_of=DevicePluginSettings)
     logging = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -69,3 +90,5 @@ class DevicePluginContainer(containers.DeclarativeContainer):
         DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol
     )
     app: providers.Provider[DevicePluginApp] = providers.Singleton(DevicePluginApp.from_service, service, settings)
+    metrics: providers.Provider[PrometheusDevicePluginMetrics] = providers.Singleton(make_metrics, protocol)
+    http: providers.Provider[HealthEndpoint | None] = providers.Singleton(make_http, app, metrics, settings)

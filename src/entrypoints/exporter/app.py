@@ -7,6 +7,7 @@ Runtime outage is reported by ``lj_runtimekit_exporter_runtime_up``, not by rest
 
 from __future__ import annotations
 
+import argparse
 import http.server
 import logging
 import threading
@@ -14,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
+
+from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
 
 from .collector import SnapshotCollector
 
@@ -31,11 +34,11 @@ class SettingsError(ValueError):
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9400`` for IPv6) → ``(host, port)``. Raises :class:`SettingsError`."""
-    host, separator, port = text.rpartition(":")
-    if not separator or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SettingsError(f"--listen {text!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` (``_shared.httpserver.parse_listen``). Raises :class:`SettingsError` naming ``--listen``."""
+    try:
+        return shared_parse_listen(text)
+    except argparse.ArgumentTypeError as error:
+        raise SettingsError(f"--listen {text!r}: expected HOST:PORT ({error})") from error
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
+from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import MODES, SchedulerSettings, SettingsError
@@ -54,15 +55,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8888`` for IPv6, ``:8888`` for all interfaces) → ``(host, port)``. Raises
-    :class:`argparse.ArgumentTypeError`."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port 0..65535")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
 
 
 def default_identity() -> str:

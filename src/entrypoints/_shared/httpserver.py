@@ -1,4 +1,5 @@
-"""The controller's HTTP listener: ``/healthz``, ``/readyz`` and ``/metrics`` (stdlib ``ThreadingHTTPServer``).
+"""A component's probe and metrics listener: ``/healthz``, ``/readyz`` and ``/metrics`` (stdlib
+``ThreadingHTTPServer``), shared by the controller and the device plugin.
 
 * ``GET /healthz`` — liveness: 200 ``ok`` while the controller's threads run, else 500 with the reason;
 * ``GET /readyz`` — readiness: 200 once both informers have listed, else 503;
@@ -8,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.server
 import logging
 import threading
@@ -21,6 +23,15 @@ REQUEST_TIMEOUT = 30.0
 
 Probe = Callable[[], tuple[bool, str]]
 """Returns ``(ok, text)``."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8081`` for IPv6, ``:8081`` for all interfaces) → ``(host, port)``, the syntax of
+    every component's ``--listen``. Raises :class:`argparse.ArgumentTypeError` (usable as an argparse ``type``)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port 0..65535")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -58,10 +69,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class HealthEndpoint:
-    """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`). Raises OSError when the
-    address cannot be bound."""
+    """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`); ``name`` prefixes its
+    thread's name. Raises OSError when the address cannot be bound."""
 
-    def __init__(self, host: str, port: int, *, health: Probe, ready: Probe, metrics: Callable[[], bytes]) -> None:
+    def __init__(
+        self, host: str, port: int, *, health: Probe, ready: Probe, metrics: Callable[[], bytes],
+        name: str = "http",
+    ) -> None:
+        self.name = name
         self.health = health
         self.ready = ready
         self.metrics = metrics
@@ -78,7 +93,7 @@ class HealthEndpoint:
     def start(self) -> None:
         """Serve on a background thread."""
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="controller-http", daemon=True)
+                                        name=f"{self.name}-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
