@@ -13,9 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## run: the main job on its embedded default (synthetic cluster, six published policies)
+## run: the whole stack on this machine (ljrk up: simulated nodes, scheduler, controller, a short workload, report)
 run: $(STAMP)
-	$(BIN)/ljrk simulate
+	$(BIN)/ljrk up
 
 ## test: every quality gate, then the test suite (what CI runs)
 test: lint typecheck imports proto-check unit

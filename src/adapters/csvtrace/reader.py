@@ -12,6 +12,9 @@ the read with a :class:`TraceFormatError` naming file, 1-based line (header = li
   the GPU-share rules; its errors are re-raised at the offending row and column;
 - a file with no header or no data row is rejected.
 
+:meth:`CsvTraceReader.read_pod_times` reads the optional timeline columns (``creation_time``, ``deletion_time``)
+that :meth:`CsvTraceReader.read_pods` ignores, for replays that follow the trace's arrivals and departures.
+
 ``gpu_spec`` is split on ``|`` with empty tokens dropped and duplicates kept, as the published YAML converter
 does (§1.2). Files are read as UTF-8 (a leading byte-order mark is accepted) with the stdlib ``csv`` module.
 The 8152-pod trace file loads in tens of milliseconds.
@@ -35,6 +38,12 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 """Required columns of a pod list; ``gpu_spec`` is read when present."""
+
+TIME_COLUMNS = ("creation_time", "deletion_time")
+"""Optional timeline columns of a pod list (seconds since the trace's start; ``deletion_time`` may be empty)."""
+
+PodTimes = tuple[int | None, int | None]
+"""``(creation_time, deletion_time)`` of one pod in trace seconds; None where the file has no value."""
 
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 
@@ -92,6 +101,13 @@ class CsvTraceReader:
         """Pods of ``path`` in file order. Raises :class:`TraceFileError` / :class:`TraceFormatError`."""
         return _read(path, POD_COLUMNS, kind="pod", key="name", build=_pod)
 
+    def read_pod_times(self, path: Path) -> dict[str, PodTimes]:
+        """Pod name → :data:`PodTimes` from the optional :data:`TIME_COLUMNS` of a pod list (both None when the
+        file lacks a column, as the ``multigpu`` files do; an empty cell is None). Only the ``name`` column is
+        required here. Raises :class:`TraceFileError`, or :class:`TraceFormatError` for a value that is not a
+        whole number ≥ 0 or a ``deletion_time`` before the ``creation_time``."""
+        return dict(_read(path, ("name",), kind="pod", key="name", build=_times))
+
 
 def _node(row: _Row) -> TraceNode:
     return TraceNode(
@@ -106,6 +122,17 @@ def _pod(row: _Row) -> TracePod:
         name=row.name("name"), cpu_milli=row.quantity("cpu_milli"), memory_mib=row.quantity("memory_mib"),
         num_gpu=row.quantity("num_gpu"), gpu_milli=row.quantity("gpu_milli"), gpu_spec=spec,
     )
+
+
+def _times(row: _Row) -> tuple[str, PodTimes]:
+    values: list[int | None] = []
+    for column in TIME_COLUMNS:
+        present = column in row.columns and row.text(column) != ""
+        values.append(row.quantity(column) if present else None)
+    created, deleted = values
+    if created is not None and deleted is not None and deleted < created:
+        raise row.error("deletion_time", f"{deleted} is before creation_time {created}")
+    return row.name("name"), (created, deleted)
 
 
 def _read(

@@ -124,7 +124,8 @@ class GrpcRuntimeServer:
         self, socket_path: Path, runtime: NodeRuntime, config: NodeConfig | None = None, *, max_workers: int = 32
     ) -> None:
         self.socket_path = socket_path
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ljrk-rpc"))
+        self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ljrk-rpc")
+        self._server = grpc.server(self._executor)
         pb_grpc.add_RuntimeServicer_to_server(RuntimeServicer(runtime), self._server)
         if config is not None:
             cpb_grpc.add_ConfigServiceServicer_to_server(ConfigServicer(config), self._server)
@@ -142,9 +143,10 @@ class GrpcRuntimeServer:
         log.info("serving node Runtime on %s", self.socket_path)
 
     def stop(self, grace_s: float = 1.0) -> None:
-        """Stop serving and remove the socket; idempotent."""
+        """Stop serving, join the worker threads and remove the socket; idempotent."""
         if self._started:
             self._server.stop(grace_s).wait()
+            self._executor.shutdown(wait=True)
             self._started = False
             self.socket_path.unlink(missing_ok=True)
 

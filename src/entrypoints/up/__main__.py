@@ -1,0 +1,145 @@
+"""``ljrk up`` (also ``python -m entrypoints.up``): the whole stack on one machine, a workload, a report.
+
+``ljrk up [--nodes N] [--gpus-per-node 2x16Gi:A100] [--workload synthetic|PODS.csv] [--kubeconfig FILE]
+[--pods N] [--duration SECONDS | --speedup X] [--seed N] [--policy NAME] [--output-dir DIR] [--no-progress]
+[--hold]`` (hidden: ``--ready-timeout``, ``--settle-timeout``, ``--work-dir``, ``--log-level``).
+
+Starts ``N`` simulated nodes — each with the reference Runtime over simulated GPUs, the device plugin, the exporter
+and a kubelet emulator — plus the scheduler (standalone loop), the controller and its toggle Jobs, all talking over
+their real protocols (gRPC on unix sockets, HTTP), on the in-memory cluster or the API server of ``--kubeconfig``;
+submits the workload on its (compressed) timeline; stops arrivals and freezes departures; checks that the
+scheduler's ledger, the Runtimes' records and the exporters' ``/metrics`` agree; prints the report and writes
+``DIR/report.json`` (logs: ``DIR/ljrk-up.log``); stops everything (``entrypoints.up.app``).
+
+Exit codes: 0 the components agree; 1 the stack could not run (a component did not start, the cluster is
+unreachable, the report cannot be written… — one line on stderr); 2 bad command line, workload file or GPU spec;
+3 the report lists disagreements; 130 stopped by SIGINT/SIGTERM before the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from domain.errors import DomainError
+from domain.scheduling.registry import POLICIES
+from entrypoints._shared.signals import stop_on_signals
+from ports.trace import TraceError
+
+from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SettingsError, UpError, UpSettings
+from .containers import UpContainer
+from .stack import StackError
+from .workload import SYNTHETIC, WorkloadError
+
+
+class UsageError(Exception):
+    """A command-line error; the message is the whole explanation."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type: a number of ``kind`` that must be > 0."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        return value
+
+    return parse
+
+
+def build_parser(prog: str = "ljrk up") -> argparse.ArgumentParser:
+    """The ``up`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="Run the whole GPU-sharing stack on this machine: simulated nodes "
+                     "(Runtime, device plugin, exporter, kubelet emulator), the scheduler, the controller and its "
+                     "Jobs; submit a workload; report placements and whether ledger, Runtimes and exporters agree.")
+    hidden = argparse.SUPPRESS
+    parser.add_argument("--nodes", type=_positive(int), default=4, metavar="N", help="simulated nodes (default: 4)")
+    parser.add_argument("--gpus-per-node", default="2x16Gi:A100", metavar="SPEC",
+                        help="simulated GPUs of every node, [COUNTx]MEMORY[:MODEL],… (default: 2x16Gi:A100)")
+    parser.add_argument("--workload", default=SYNTHETIC, metavar="synthetic|PODS.csv",
+                        help="the embedded synthetic pods (default) or a pod list in the openb trace format "
+                        "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time,deletion_time])")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help="use this API server instead of the in-memory cluster (nodes and pods are created "
+                        "there and deleted at the end)")
+    parser.add_argument("--pods", type=_positive(int), metavar="N",
+                        help="pods to submit (default: 30 per node; a file gives its first N by creation time)")
+    timing = parser.add_mutually_exclusive_group()
+    timing.add_argument("--duration", type=_positive(float), default=10.0, metavar="SECONDS",
+                        help="wall seconds over which the pods arrive (default: 10); durations shrink alike")
+    timing.add_argument("--speedup", type=_positive(float), metavar="X",
+                        help="trace seconds per wall second, instead of --duration")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the synthetic workload (default: 42)")
+    parser.add_argument("--policy", default="fgd", metavar="NAME",
+                        help=f"the scheduler's default policy (default: fgd; known: {', '.join(POLICIES)})")
+    parser.add_argument("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
+                        help="where report.json and ljrk-up.log go (default: out/up)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--hold", action="store_true",
+                        help="keep the stack running after the report (metrics endpoints stay up) until Ctrl-C")
+    parser.add_argument("--ready-timeout", type=_positive(float), default=60.0, help=hidden)
+    parser.add_argument("--settle-timeout", type=_positive(float), default=20.0, help=hidden)
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp"), help=hidden)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help=hidden)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> UpSettings:
+    """Validated settings. Raises :class:`SettingsError` or ``domain.errors.DomainError`` (unknown policy)."""
+    return UpSettings(
+        nodes=args.nodes, gpus_per_node=args.gpus_per_node, workload=args.workload, pods=args.pods,
+        duration_s=args.duration, speedup=args.speedup, seed=args.seed, policy=args.policy,
+        kubeconfig=args.kubeconfig, output_dir=args.output_dir, progress=False if args.no_progress else None,
+        hold=args.hold, ready_timeout_s=args.ready_timeout, settle_timeout_s=args.settle_timeout,
+        work_dir=args.work_dir, log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk up", stop: threading.Event | None = None) -> int:
+    """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers (tests)."""
+
+    def fail(message: object, code: int) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        settings = settings_from_args(build_parser(prog).parse_args(argv))
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, SettingsError, DomainError) as error:
+        return fail(error, EXIT_USAGE)
+    container = UpContainer(settings=settings)
+    try:
+        try:
+            container.workload()
+        except (TraceError, WorkloadError, StackError, DomainError) as error:
+            return fail(error, EXIT_USAGE)
+        try:
+            container.init_resources()
+            app = container.app()
+        except Exception as error:  # log folder, kubeconfig, temp folder: one line, not a traceback
+            return fail(f"cannot start: {error}", EXIT_FAILED)
+        try:
+            with stop_on_signals(stop) as event:
+                return app.run(event)
+        except (UpError, StackError) as error:
+            return fail(error, EXIT_FAILED)
+    finally:
+        container.shutdown_resources()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
