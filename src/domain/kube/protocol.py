@@ -56,6 +56,9 @@ class AnnotationKeys:
 
     ``node_protocol`` and ``node_exporter_protocol`` hold the :meth:`ProtocolConstants.fingerprint` the node's
     device plugin and exporter loaded (the scheduler keeps GPU pods off a node where either differs from its own).
+    ``pod_allocated`` is written by the device plugin once every container of a pod got its devices (epoch
+    seconds); until then the scheduler binds no second pod with an identical GPU request to that node, because
+    kubelet's Allocate could not tell the two apart (:mod:`domain.deviceplugin.matching`).
     ``node_state`` holds the node's Runtime toggle state written by the controller (``disabled``, ``enabling``,
     ``enabled``, ``disabling``, ``failed``; :mod:`domain.toggle`); the scheduler gives GPU pods only to nodes
     without it or in ``enabled`` with the enable label ``true``. ``node_toggle`` holds the controller's detail
@@ -68,6 +71,7 @@ class AnnotationKeys:
     node_state: str = "lj-runtimekit.io/runtime-state"
     node_toggle: str = "lj-runtimekit.io/runtime-toggle"
     pod_plan: str = "lj-runtimekit.io/gpu-plan"
+    pod_allocated: str = "lj-runtimekit.io/gpu-allocated"
     pod_policy: str = "lj-runtimekit.io/scheduling-policy"
     pod_gpu_models: str = "lj-runtimekit.io/gpu-models"
     pod_gpu_uuids: str = "lj-runtimekit.io/gpu-uuids"
