@@ -137,7 +137,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
         cluster = KubernetesCluster(api)
         load = KubernetesCluster(load_api)
         metrics = PrometheusSchedulerMetrics()
-        service = SchedulerService(cluster, protocol, metrics, config=ServiceConfig(policy=args.policy))
+        config = ServiceConfig(policy=args.policy, admission_hold_seconds=None)  # no device plugin marks pods
+        service = SchedulerService(cluster, protocol, metrics, config=config)
         settings = SchedulerSettings(mode="extender", host="127.0.0.1", port=port, policy=args.policy,
                                      identity="throughput-bench", watch_timeout_seconds=1)
         app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None,

@@ -586,7 +586,8 @@ def extender_replay(
     metrics = PrometheusSchedulerMetrics()
     service = SchedulerService(
         cluster, protocol, metrics, clock=lambda: now,
-        config=ServiceConfig(policy=config.policy, tie_break=config.tie_break, typical_pods=typical, rng=rng))
+        config=ServiceConfig(policy=config.policy, tie_break=config.tie_break, typical_pods=typical, rng=rng,
+                             admission_hold_seconds=None))  # no device plugin here to mark pods allocated
     settings = SchedulerSettings(mode="extender", host="127.0.0.1", port=0, policy=config.policy,
                                  tie_break=config.tie_break, resync_seconds=1e9, tick_seconds=3600.0,
                                  assumed_ttl_seconds=3600.0, identity="trace-replay",

@@ -35,6 +35,9 @@ from domain.kube.objects import ContainerSpec, PodObject
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from entrypoints.scheduler.service import SchedulerService, ServiceConfig
 
+NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
+"""No device plugin here marks pods allocated, so admission holds are off."""
+
 
 def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
@@ -49,7 +52,7 @@ class Running:
         self.cluster = InMemoryCluster()
         self.metrics = PrometheusSchedulerMetrics()
         self.leader = [True]
-        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=ServiceConfig(policy="fgd"),
+        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=NO_HOLDS,
                                         is_leader=lambda: self.leader[0])
         settings = SchedulerSettings(mode=mode, host="127.0.0.1", port=0, watch_timeout_seconds=0.2,
                                      tick_seconds=0.1)

@@ -49,6 +49,9 @@ RES, KEYS = PROTOCOL.resources, PROTOCOL.annotations
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 NOBODY = "ljrk-test-none"  # pre-filled pods: no scheduler serves them, the test binds them
 
+NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
+"""No device plugin here marks pods allocated, so admission holds are off."""
+
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
@@ -101,7 +104,7 @@ class Replica:
                                   retry_period=0.2)
             self.elector = LeaderElector(self.cluster, config)
         elector = self.elector
-        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=ServiceConfig(policy="fgd"),
+        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=NO_HOLDS,
                                         is_leader=(lambda: elector.is_leader) if elector is not None else lambda: True)
         settings = SchedulerSettings(mode=mode, host="127.0.0.1", port=port, watch_timeout_seconds=1,
                                      tick_seconds=0.2, identity=identity or "solo")

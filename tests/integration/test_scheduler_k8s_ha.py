@@ -62,6 +62,9 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
 SLACK = 0.75
 """Seconds allowed on top of the algorithm's bounds for API round trips and test polling on a loaded machine."""
 
+NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
+"""No device plugin here marks pods allocated, so admission holds are off."""
+
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition", poll: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
@@ -140,7 +143,7 @@ class Replica:
                               renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD)
         self.elector = LeaderElector(self.link, config)
         elector = self.elector
-        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=ServiceConfig(policy="fgd"),
+        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=NO_HOLDS,
                                         is_leader=lambda: elector.is_leader)
         settings = SchedulerSettings(mode="standalone", host="127.0.0.1", port=0, watch_timeout_seconds=1,
                                      tick_seconds=0.2, identity=identity, lease_duration=LEASE_DURATION,

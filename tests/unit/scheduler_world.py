@@ -132,11 +132,14 @@ def new_pod(cluster: InMemoryCluster, name: str, *, gpu: str | None = None, core
                                         annotations=dict(annotations or {}), scheduler_name=scheduler))
 
 
-def world(policy: str = "binpack") -> World:
+def world(policy: str = "binpack", *, admission_hold_seconds: float | None = None) -> World:
+    """A scheduler service over an in-memory cluster. Admission holds are off by default: these worlds have no
+    device plugin to mark pods allocated (tests of the holds turn them on)."""
     clock, leader = Clock(NOW), [True]
     cluster = FlakyCluster()
     metrics = PrometheusSchedulerMetrics()
-    service = SchedulerService(cluster, PROTOCOL, metrics, config=ServiceConfig(policy=policy), clock=clock,
+    config = ServiceConfig(policy=policy, admission_hold_seconds=admission_hold_seconds)
+    service = SchedulerService(cluster, PROTOCOL, metrics, config=config, clock=clock,
                                is_leader=lambda: leader[0])
     return World(cluster, service, metrics, clock, leader)
 

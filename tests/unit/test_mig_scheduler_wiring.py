@@ -73,8 +73,8 @@ def mig_world(strategy: str = "static") -> MigWorld:
     clock = Clock(NOW)
     cluster = FlakyCluster()
     metrics = PrometheusSchedulerMetrics()
-    service = SchedulerService(cluster, PROTOCOL, metrics, config=ServiceConfig(policy="binpack",
-                                                                                mig_strategy=strategy), clock=clock)
+    service = SchedulerService(cluster, PROTOCOL, metrics, config=ServiceConfig(
+        policy="binpack", mig_strategy=strategy, admission_hold_seconds=None), clock=clock)  # no device plugin
     return MigWorld(cluster, service, metrics, clock)
 
 

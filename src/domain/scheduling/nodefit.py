@@ -416,6 +416,38 @@ class NodeGate:
         return passed
 
 
+class AdmissionHold:
+    """Keeps a GPU or MIG pod off nodes where a pod with a request it could be confused with is still waiting
+    for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.holds`)."""
+
+    name = "AdmissionHold"
+    reason = "a pod with an identical GPU request is being admitted on the node"
+
+    def __init__(self, held: Callable[[PodRequest], Mapping[str, str]]) -> None:
+        self.held = held
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus held nodes (GPU and MIG pods only)."""
+        if not (pod.wants_gpu or pod.wants_mig):
+            return candidates
+        held = self.held(pod)
+        if not held:
+            return candidates
+        passed = candidates.copy()
+        examples = []
+        for name, why in held.items():
+            try:
+                slot = ledger.slot(name)
+            except KeyError:
+                continue
+            if passed[slot]:
+                passed[slot] = False
+                examples.append(f"{name}: {why}")
+        if examples:
+            state.reasons[self.name] = "; ".join(sorted(examples)[:GATE_EXAMPLES])
+        return passed
+
+
 def node_fit_reason(constraints: PodConstraints, node: NodeObject) -> str:
     """Why a pod with ``constraints`` may not run on ``node`` under the four node-fit plugins above
     (``"<plugin>: <reason>"``, the first that refuses), or empty when it may. For one node, without masks."""
@@ -477,14 +509,17 @@ def node_filters(
     usage: Callable[[str], Mapping[str, int]] | None = None,
     state_annotation: str = _DEFAULTS.annotations.node_state,
     enable_label: str = _DEFAULTS.node_label,
+    held: Callable[[PodRequest], Mapping[str, str]] | None = None,
 ) -> tuple[FilterPlugin, ...]:
     """The standalone loop's node filters, in kube-scheduler's order; with ``usage`` (bound pods'
     extended-resource requests per node) also :class:`ExtendedResourceFit`; then :class:`RuntimeToggle` (on
     ``state_annotation`` and ``enable_label``, by default the protocol's defaults: pass the loaded protocol's
-    ``annotations.node_state`` and ``node_label`` when they are customised) and :class:`NodeGate`."""
+    ``annotations.node_state`` and ``node_label`` when they are customised), :class:`NodeGate` and, with
+    ``held``, :class:`AdmissionHold`."""
     plugins: list[Callable[[NodeTable, Mapping[str, PodConstraints]], FilterPlugin]] = [
         NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration,
     ]
     fit: tuple[FilterPlugin, ...] = () if usage is None else (ExtendedResourceFit(nodes, constraints, usage),)
     toggle = RuntimeToggle(nodes, constraints, state_annotation=state_annotation, enable_label=enable_label)
-    return (*(make(nodes, constraints) for make in plugins), *fit, toggle, NodeGate(*gates))
+    hold: tuple[FilterPlugin, ...] = () if held is None else (AdmissionHold(held),)
+    return (*(make(nodes, constraints) for make in plugins), *fit, toggle, NodeGate(*gates), *hold)

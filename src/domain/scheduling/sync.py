@@ -75,7 +75,7 @@ from domain.errors import (
 from domain.gpu import Gpu, MigMode, NodeInventory
 from domain.kube.annotations import MigInstanceRecord
 from domain.kube.inference import infer_allocation
-from domain.kube.objects import NodeObject, PodObject
+from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import (
     AllocationSource,
@@ -98,6 +98,7 @@ from domain.request import PodRequest
 from domain.scheduling.candidates import rejection_reasons
 from domain.scheduling.drift import DriftReport, compare_books
 from domain.scheduling.framework import CycleState, Scheduler, ScheduleResult
+from domain.scheduling.holds import AdmissionHolds
 from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
 
 PLACEHOLDER_PREFIX = "runtime-held:"
@@ -153,8 +154,12 @@ class LedgerSync:
         clock: Callable[[], float],
         assumed_ttl_seconds: float = 60.0,
         mig_mode: PlacementMode = PlacementMode.STATIC,
+        hold_window_seconds: float | None = None,
     ) -> None:
         self.ledger = ledger
+        self.holds = AdmissionHolds(hold_window_seconds)
+        """Pods bound or reserved here whose devices are not allocated yet (:mod:`domain.scheduling.holds`; off
+        unless ``hold_window_seconds`` is given: the scheduler service turns it on)."""
         self.protocol = protocol
         self.clock = clock
         self.assumed_ttl_seconds = assumed_ttl_seconds
@@ -312,6 +317,7 @@ class LedgerSync:
         if old is not None and old.node_name != pod.node_name:
             self._unstore(uid)
         self._pods[uid] = pod
+        self._track_hold(pod)
         self._on_node.setdefault(pod.node_name, set()).add(uid)
         self.constraints.pop(uid, None)
         if pod.node_name not in self._counted:
@@ -319,6 +325,23 @@ class LedgerSync:
             return
         if self._count(uid):
             self._reinfer(pod.node_name)
+
+    def _track_hold(self, pod: PodObject) -> None:
+        """A bound pod holds its node while Pending without the device plugin's allocated mark."""
+        if pod.phase is not PodPhase.PENDING or self.protocol.annotations.pod_allocated in pod.annotations:
+            self.holds.release(pod.uid)
+            return
+        try:
+            request = pod_request(pod, self.protocol)
+        except InvalidRequestError:
+            self.holds.release(pod.uid)
+            return
+        self.holds.hold(pod.uid, pod.node_name, request, label=pod.key, now=self.clock())
+
+    def held_nodes(self, request: PodRequest) -> dict[str, str]:
+        """``{node: reason}``: nodes holding a pod ``request`` could be confused with at Allocate
+        (:meth:`AdmissionHolds.held_nodes` at the clock's time)."""
+        return self.holds.held_nodes(request, now=self.clock())
 
     def uid_of(self, key: str) -> str | None:
         """The UID last seen under ``namespace/name``, if any."""
@@ -412,6 +435,7 @@ class LedgerSync:
             self._reinfer(record.node)  # the node's plan-less pods may now sit elsewhere
 
     def _drop(self, uid: str) -> None:
+        self.holds.release(uid)
         self._assumed.pop(uid, None)
         self._mig_assumed.pop(uid, None)
         self.constraints.pop(uid, None)
@@ -718,6 +742,8 @@ class LedgerSync:
         """
         entry = self._assumed.pop(uid, None)
         mig = self._mig_assumed.pop(uid, None)
+        if uid not in self._pods:
+            self.holds.release(uid)
         if uid in self._pods:
             if mig is not None:
                 self._count_mig(uid)  # only a trusted plan counts now
@@ -756,10 +782,12 @@ class LedgerSync:
             result, mig = self._schedule_mig(scheduler, request)
             if result.allocation is not None:
                 self.assume(result.allocation, mig=mig)
-            return result
-        result = scheduler.schedule(request)
-        if result.allocation is not None:
-            self.assume(result.allocation)
+        else:
+            result = scheduler.schedule(request)
+            if result.allocation is not None:
+                self.assume(result.allocation)
+        if result.allocation is not None and pod.uid not in self._pods:
+            self.holds.hold(pod.uid, result.allocation.node, request, label=pod.key, now=self.clock())
         return result
 
     # ------------------------------------------------------------------ rebuild and resync
@@ -781,7 +809,8 @@ class LedgerSync:
         it. With ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
         """
         fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
-                           assumed_ttl_seconds=self.assumed_ttl_seconds, mig_mode=self.mig_mode)
+                           assumed_ttl_seconds=self.assumed_ttl_seconds, mig_mode=self.mig_mode,
+                           hold_window_seconds=self.holds.window_s)
         fresh._last_good = dict(self._last_good if last_good is None else last_good)
         mig_good = self.mig_last_good() if mig_last_good is None else mig_last_good
         fresh._mig_layouts = {name: dict(layout) for name, (layout, _) in mig_good.items()}
@@ -884,6 +913,7 @@ class LedgerSync:
         self._last_good, self._readings = fresh._last_good, fresh._readings
         self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
         self._assumed = fresh._assumed
+        self.holds.adopt(fresh.holds, keep=self._assumed)
         self.mig, self._mig_assumed, self._placeholders = fresh.mig, fresh._mig_assumed, fresh._placeholders
         self._mig_base = fresh._mig_base
         self._mig_view, self._mig_layouts = fresh._mig_view, fresh._mig_layouts

@@ -83,6 +83,9 @@ def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
     parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default="static",
                         help="MIG placement: static (pre-created instances) or dynamic (the Runtime creates them); "
                              "must match the node Runtimes' --mig-strategy (default: static)")
+    parser.add_argument("--admission-hold", type=float, default=60.0, metavar="SECONDS",
+                        help="keep a pod off a node while a pod with a confusable GPU request there still waits for "
+                             "its devices (the device plugin marks it), at most this long; 0 = off (default: 60)")
     parser.add_argument("--in-memory", action="store_true", help=hidden)
     for name, default in (("resync-seconds", 300.0), ("tick-seconds", 5.0), ("assumed-ttl-seconds", 60.0),
                           ("watch-timeout-seconds", 30.0), ("lease-duration", 15.0), ("renew-deadline", 10.0),
@@ -104,6 +107,7 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
         resync_seconds=args.resync_seconds, tick_seconds=args.tick_seconds,
         assumed_ttl_seconds=args.assumed_ttl_seconds, watch_timeout_seconds=args.watch_timeout_seconds,
         log_level=args.log_level, rank_all_pods=args.rank_all_pods, mig_strategy=args.mig_strategy,
+        admission_hold_seconds=args.admission_hold,
     )
 
 

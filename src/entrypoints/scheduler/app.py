@@ -67,6 +67,8 @@ class SchedulerSettings:
     ``log_level``: a logging level name; ``rank_all_pods``: the extender also chooses the node of pods without
     GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`);
     ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
+    ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
+    node (0: never; :mod:`domain.scheduling.holds`).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
@@ -92,6 +94,7 @@ class SchedulerSettings:
     log_level: str = "INFO"
     rank_all_pods: bool = False
     mig_strategy: str = "static"
+    admission_hold_seconds: float = 60.0
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -105,6 +108,8 @@ class SchedulerSettings:
             raise SettingsError(f"tie_break={self.tie_break!r}: must be one of {', '.join(TIE_BREAKS)}")
         for field in ("resync_seconds", "tick_seconds", "assumed_ttl_seconds", "watch_timeout_seconds"):
             _positive(field, getattr(self, field))
+        if self.admission_hold_seconds < 0:
+            raise SettingsError(f"admission_hold_seconds={self.admission_hold_seconds}: must be >= 0 (0 = off)")
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
             raise SettingsError("leader timings: need lease_duration > renew_deadline > retry_period > 0")
         if not self.identity:

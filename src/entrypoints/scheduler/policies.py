@@ -38,6 +38,7 @@ from domain.ledger import ClusterLedger
 from domain.scheduling.candidates import CandidateNodes
 from domain.scheduling.fragmentation import PodClass, TypicalPods
 from domain.scheduling.framework import Scheduler, TieBreaker
+from domain.scheduling.holds import DEFAULT_WINDOW_S
 from domain.scheduling.nodefit import node_filters
 from domain.scheduling.registry import POLICIES, build_profile, get_policy
 from domain.scheduling.sync import LedgerSync
@@ -55,7 +56,9 @@ class ServiceConfig:
     ``seed`` (draw of the tie order), ``assumed_ttl_seconds`` (s an uncommitted reservation lives),
     ``min_observed_pods`` (observed pods before FGD stops adding the synthetic workload), ``synthetic_scale``
     (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`), ``mig_strategy`` (``static`` or
-    ``dynamic``: placement mode of the MIG books; module docstring).
+    ``dynamic``: placement mode of the MIG books; module docstring), ``admission_hold_seconds`` (s a pod waiting
+    for its devices holds its node against pods with a confusable request; None: no holds —
+    :mod:`domain.scheduling.holds`).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -75,8 +78,11 @@ class ServiceConfig:
     typical_pods: TypicalPods | None = attrs.field(default=None, eq=False)
     rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False)
     mig_strategy: str = "static"
+    admission_hold_seconds: float | None = DEFAULT_WINDOW_S
 
     def __attrs_post_init__(self) -> None:
+        if self.admission_hold_seconds is not None and not self.admission_hold_seconds > 0:
+            raise InvalidRequestError("admission_hold_seconds", self.admission_hold_seconds, "must be > 0 or None")
         if self.mig_strategy not in MIG_STRATEGIES:
             raise InvalidRequestError("mig_strategy", self.mig_strategy, f"must be one of {', '.join(MIG_STRATEGIES)}")
         get_policy(self.policy)
@@ -132,7 +138,7 @@ class SchedulerSet:
         profile = build_profile(policy, ledger, rng=rng, typical=typical)
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
-                             enable_label=self.protocol.node_label)
+                             enable_label=self.protocol.node_label, held=sync.held_nodes)
         filters = (CandidateNodes(self.candidates), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)

@@ -131,7 +131,8 @@ class SchedulerService:
         self.lock = threading.RLock()
         self.sync = LedgerSync(ClusterLedger(), protocol, clock=clock,
                                assumed_ttl_seconds=self.config.assumed_ttl_seconds,
-                               mig_mode=PlacementMode(self.config.mig_strategy))
+                               mig_mode=PlacementMode(self.config.mig_strategy),
+                               hold_window_seconds=self.config.admission_hold_seconds)
         self.pod_listeners: list[Callable[[PodObject], None]] = []
         self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
         self.change_listeners: list[Callable[[], None]] = []

@@ -1,0 +1,112 @@
+"""Admission holds: no second pod with an identical GPU request on a node until the first one got its devices.
+
+Kubelet's device plugin Allocate carries only device IDs, so when two pods pending on one node ask for the same
+amount of one of our resources, the device plugin cannot tell which pod a call is for and refuses it
+(:mod:`domain.deviceplugin.matching`, rule 4: never guess, because a swapped plan would later free capacity on the
+wrong GPU). HAMi avoids the same problem with a per-node lock held from bind to Allocate; this is a narrower
+version of that lock: a node is held only for pods whose request *could* be confused with the pending one.
+
+Rules:
+
+* A **holder** is a pod this scheduler bound or reserved on a node that asks for GPU resources (time-sharing or
+  MIG), is not terminal, and carries no ``protocol.annotations.pod_allocated`` mark yet (the device plugin writes
+  it once every container got its devices). Pods bound before we saw them (by another scheduler, or before a
+  restart) count as holders too while they are Pending without the mark.
+* A holder lapses :attr:`AdmissionHolds.window_s` seconds after it was first seen holding (kubelet down, or a
+  device plugin too old to write the mark): a hold may delay, never block forever.
+* The **signature** of a request is the set of ``(kind, amount)`` pairs over its containers: ``("gpu", n)``,
+  ``("core", milli)``, ``("memory", bytes or milli-percent)``, ``("mig", profile)``. Kubelet asks for one resource
+  of one container per Allocate call, in an order we do not control, so two requests can be confused when their
+  signatures share any pair. A pod is kept off every node holding a pod whose signature shares a pair with its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from domain.request import PodRequest
+
+Signature = frozenset[tuple[str, object]]
+"""``(kind, amount)`` pairs of a request (module docstring)."""
+
+DEFAULT_WINDOW_S = 60.0
+"""How long a holder holds at most, seconds (kubelet allocates devices at admission, before image pulls)."""
+
+
+def request_signature(request: PodRequest) -> Signature:
+    """The signature of ``request`` (module docstring); empty for a pod that asks for no GPU resource."""
+    pairs: set[tuple[str, object]] = set()
+    for container in request.containers:
+        if container.gpus:
+            pairs.add(("gpu", container.gpus))
+        if container.core_milli:
+            pairs.add(("core", container.core_milli))
+        if container.memory_bytes:
+            pairs.add(("memory", container.memory_bytes))
+        if container.memory_milli:
+            pairs.add(("memory%", container.memory_milli))
+        if container.mig_profile:
+            pairs.add(("mig", container.mig_profile))
+    return frozenset(pairs)
+
+
+@attrs.define
+class _Holder:
+    node: str
+    label: str
+    signature: Signature
+    since: float
+
+
+class AdmissionHolds:
+    """The holders per node (module docstring). ``window_s``: seconds a holder holds at most; None turns holds
+    off (nothing is ever held: for set-ups without a device plugin that writes the allocated mark). Not
+    thread-safe (the scheduler's lock covers it). Raises ValueError for a window ≤ 0."""
+
+    def __init__(self, window_s: float | None = DEFAULT_WINDOW_S) -> None:
+        if window_s is not None and window_s <= 0:
+            raise ValueError(f"window_s={window_s}: must be > 0 (None turns holds off)")
+        self.window_s = window_s
+        self._holders: dict[str, _Holder] = {}
+
+    def hold(self, uid: str, node: str, request: PodRequest, *, label: str, now: float) -> None:
+        """Record pod ``uid`` (``label``: ``namespace/name`` for reasons) as holding ``node`` from ``now`` (epoch
+        seconds); a pod already holding that node keeps its start time. No-op for a request without GPU
+        resources."""
+        signature = request_signature(request)
+        if not signature or self.window_s is None:
+            self.release(uid)
+            return
+        current = self._holders.get(uid)
+        since = current.since if current is not None and current.node == node else now
+        self._holders[uid] = _Holder(node, label, signature, since)
+
+    def release(self, uid: str) -> None:
+        """Pod ``uid`` no longer holds (allocated, terminal, deleted, reservation rolled back); idempotent."""
+        self._holders.pop(uid, None)
+
+    def holders(self) -> dict[str, str]:
+        """``{pod uid: node}`` of every holder, lapsed ones included (for tests and diagnostics)."""
+        return {uid: holder.node for uid, holder in self._holders.items()}
+
+    def held_nodes(self, request: PodRequest, *, now: float, exclude: Iterable[str] = ()) -> dict[str, str]:
+        """``{node: reason}`` for every node holding a pod whose request could be confused with ``request``
+        (shared signature pair), not counting pods in ``exclude`` (the pod itself) or lapsed holders."""
+        signature = request_signature(request)
+        if not signature or self.window_s is None:
+            return {}
+        skip = set(exclude) | {request.uid}
+        held: dict[str, str] = {}
+        for uid, holder in self._holders.items():
+            if uid in skip or now - holder.since > self.window_s or not signature & holder.signature:
+                continue
+            held.setdefault(holder.node, f"waiting for {holder.label} (identical GPU request) to get its devices")
+        return held
+
+    def adopt(self, fresh: AdmissionHolds, *, keep: Iterable[str]) -> None:
+        """Take ``fresh``'s holders (a rebuild from a listing: bound pods only) plus this instance's holders
+        among ``keep`` (our reservations not bound yet, which a listing cannot show)."""
+        kept = {uid: self._holders[uid] for uid in keep if uid in self._holders and uid not in fresh._holders}
+        self._holders = {**fresh._holders, **kept}

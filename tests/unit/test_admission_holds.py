@@ -1,0 +1,105 @@
+"""Admission holds (domain.scheduling.holds) and the scheduler service using them.
+
+Covers: request signatures; a holder keeps confusable pods (any shared (kind, amount)) off its node and nothing
+else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses
+after the window; holds off (None) hold nothing; a resync keeps our unbound reservations' holds; in the service,
+a second identical pod goes to another node, or waits with a reason naming the holder, until the device plugin's
+mark arrives.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kube_builders import PROTOCOL
+from scheduler_world import schedule_and_commit, world
+
+from domain.kube.objects import PodPhase
+from domain.request import ContainerRequest, PodRequest
+from domain.scheduling.holds import AdmissionHolds, request_signature
+from domain.units import GiB
+
+KEY = PROTOCOL.annotations.pod_allocated
+
+
+def req(uid: str, core: int | None = 500, memory: int | None = 4 * GiB, gpus: int = 0) -> PodRequest:
+    return PodRequest(uid, (ContainerRequest("main", gpus=gpus, core_milli=core, memory_bytes=memory),))
+
+
+def test_signature_pairs_and_cpu_only_pods() -> None:
+    assert request_signature(req("a")) == {("core", 500), ("memory", 4 * GiB)}
+    assert request_signature(req("w", core=None, memory=None, gpus=2)) == {("gpu", 2)}
+    assert request_signature(PodRequest("cpu", (ContainerRequest("main"),))) == frozenset()
+
+
+def test_a_holder_keeps_only_confusable_pods_off_its_node() -> None:
+    holds = AdmissionHolds(60)
+    holds.hold("a", "n1", req("a"), label="ns/a", now=0)
+    assert holds.held_nodes(req("b"), now=1) == {"n1": "waiting for ns/a (identical GPU request) to get its devices"}
+    assert set(holds.held_nodes(req("c", core=300), now=1)) == {"n1"}  # shares memory=4Gi
+    assert holds.held_nodes(req("d", core=300, memory=2 * GiB), now=1) == {}  # nothing in common
+    assert holds.held_nodes(req("a"), now=1) == {}  # never held against itself
+    assert holds.held_nodes(PodRequest("cpu", (ContainerRequest("main"),)), now=1) == {}
+
+
+def test_release_window_and_off() -> None:
+    holds = AdmissionHolds(60)
+    holds.hold("a", "n1", req("a"), label="ns/a", now=0)
+    holds.hold("a", "n1", req("a"), label="ns/a", now=50)  # same node: keeps its start time
+    assert holds.held_nodes(req("b"), now=60) != {}
+    assert holds.held_nodes(req("b"), now=60.5) == {}  # lapsed: a hold delays, never blocks forever
+    holds.release("a")
+    assert holds.holders() == {}
+    off = AdmissionHolds(None)
+    off.hold("a", "n1", req("a"), label="ns/a", now=0)
+    assert off.held_nodes(req("b"), now=0) == {}
+    with pytest.raises(ValueError, match="must be > 0"):
+        AdmissionHolds(0)
+
+
+def test_adopt_keeps_unbound_reservations() -> None:
+    live, fresh = AdmissionHolds(60), AdmissionHolds(60)
+    live.hold("reserved", "n1", req("reserved"), label="ns/r", now=0)
+    live.hold("gone", "n2", req("gone"), label="ns/g", now=0)
+    fresh.hold("bound", "n3", req("bound"), label="ns/b", now=0)
+    live.adopt(fresh, keep=["reserved"])
+    assert live.holders() == {"reserved": "n1", "bound": "n3"}
+
+
+def test_service_holds_identical_pods_until_the_device_plugin_marks_the_first() -> None:
+    w = world(admission_hold_seconds=60)
+    w.node("n1", 2)
+    first = schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    assert first.node == "n1"
+    w.deliver("a")  # bound, Pending, no mark yet
+    result = w.service.schedule_pod(w.pending("b", core="40", mem="4"))
+    assert not result.scheduled
+    assert "waiting for default/a (identical GPU request) to get its devices" in result.reason
+    assert w.service.schedule_pod(w.pending("c", core="20", mem="2")).scheduled  # nothing to confuse
+    w.cluster.patch_pod_annotations("default", "a", {KEY: "1700000000"})
+    w.deliver("a")
+    assert w.service.schedule_pod(w.cluster.get_pod("default", "b")).scheduled
+
+
+def test_service_sends_a_twin_to_another_node_and_a_terminal_pod_holds_nothing() -> None:
+    w = world(admission_hold_seconds=60)
+    w.node("n1", 2)
+    w.node("n2", 2)
+    a = schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    w.deliver("a")
+    b = schedule_and_commit(w, w.pending("b", core="40", mem="4"))
+    assert {a.node, b.node} == {"n1", "n2"}
+    w.deliver("b")
+    w.cluster.set_pod_phase("default", "a", PodPhase.FAILED)
+    w.deliver("a")
+    assert set(w.service.sync.holds.holders()) == {b.pod_uid}
+
+
+def test_a_rolled_back_reservation_releases_its_hold() -> None:
+    w = world(admission_hold_seconds=60)
+    w.node("n1", 2)
+    pod = w.pending("a", core="40", mem="4")
+    result = w.service.schedule_pod(pod)
+    assert result.allocation is not None
+    assert w.service.sync.holds.holders() == {pod.uid: "n1"}
+    w.service.sync.forget(pod.uid)
+    assert w.service.sync.holds.holders() == {}
