@@ -25,6 +25,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 from entrypoints.device_plugin.app import DevicePluginApp
+from entrypoints.device_plugin.reconciler import RecordReconciler
 from entrypoints.device_plugin.service import DevicePluginService
 from ports.runtime import NodeRuntime
 
@@ -133,10 +134,12 @@ def make_world(
     gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None,
     inventory: Sequence[Gpu] | None = None, mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
     mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
+    release_interval_s: float | None = None,
 ) -> World:
     """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
     ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
-    ``allocatable`` is the node's (for a scheduler on the same cluster)."""
+    ``allocatable`` is the node's (for a scheduler on the same cluster); ``release_interval_s`` runs the release
+    reconciler over gRPC (None: none)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
     memory_runtime = InMemoryNodeRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
@@ -148,7 +151,10 @@ def make_world(
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL)
-    app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s)
+    reconciler = None if release_interval_s is None else RecordReconciler(
+        node=NODE, runtime=client, cluster=cluster, interval_s=release_interval_s)
+    app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s,
+                          reconciler=reconciler)
     kubelet = FakeKubelet(root / "dp")
     if start_kubelet:
         kubelet.start()
@@ -159,9 +165,11 @@ def make_world(
                  thread)
 
 
-def world_fixture(gpu_count: int = 2, *, edits: ContainerEdits | None = None) -> Iterator[World]:
+def world_fixture(
+    gpu_count: int = 2, *, edits: ContainerEdits | None = None, release_interval_s: float | None = None
+) -> Iterator[World]:
     """Generator body for pytest fixtures."""
-    world = make_world(gpu_count, edits=edits)
+    world = make_world(gpu_count, edits=edits, release_interval_s=release_interval_s)
     try:
         assert world.wait_registered(), "plugin did not register all three resources"
         yield world

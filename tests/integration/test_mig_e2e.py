@@ -6,10 +6,11 @@ table); the scheduler service reads the annotation into its MIG books, plans a p
 ``alibabacloud.com/mig-3g.40gb: 1``, writes the plan (the instance, or the placement to create) and binds it;
 kubelet admits the pod: GetPreferredAllocation, Allocate on the MIG resource, one Runtime Allocate with the planned
 instance, envs ``NVIDIA_VISIBLE_DEVICES=MIG-…``. Static: the pod gets the pre-created instance the plan names and a
-second pod the other one; dynamic: the Runtime creates the instance at the planned start and Release destroys it.
-The time-sharing GPU of the node advertises gpu/core/memory IDs, the MIG GPU none. A pod asking for an unknown
-profile is refused by the scheduler with "unknown profile" (B30). Instances created in static mode after start
-(a Runtime restart with a new layout) make the plugin register the new resource.
+second pod the other one (bound once the device plugin marked the first allocated); dynamic: the Runtime creates
+the instance at the planned start and Release destroys it. The time-sharing GPU of the node advertises
+gpu/core/memory IDs, the MIG GPU none. A pod asking for an unknown profile is refused by the scheduler with
+"unknown profile" (B30). Instances created in static mode after start (a Runtime restart with a new layout) make
+the plugin register the new resource.
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ def place(world: World, service: SchedulerService, pod: PodObject) -> PodObject:
     return bound
 
 
+def marked(world: World, service: SchedulerService, name: str) -> None:
+    """Wait for the device plugin's allocated mark on pod ``name`` and deliver the pod to the scheduler."""
+    mark = PROTOCOL.annotations.pod_allocated
+    assert wait_for(lambda: mark in world.cluster.get_pod("default", name).annotations), f"{name} not marked"
+    service.on_pod(world.cluster.get_pod("default", name))
+
+
 @pytest.fixture(params=[PlacementMode.STATIC, PlacementMode.DYNAMIC], ids=["static", "dynamic"])
 def mig_world(request: pytest.FixtureRequest) -> Iterator[tuple[World, PlacementMode]]:
     mode = request.param
@@ -124,11 +132,13 @@ def test_mig_pod_is_planned_bound_admitted_and_gets_its_instance(mig_world: tupl
     if mode is PlacementMode.STATIC:  # kubelet was steered to the planned instance's own device ID
         assert container.devices[RESOURCE] == (f"{MIG_UUID}::mig-3g.40gb::{granted.gpu_instance_id}",)
 
+    marked(world, service, "a")  # lets the scheduler bind a second identical request
     # the scheduler sees the instance held on the next inventory; a second pod gets the other 3g.40gb slot
     world.service.publish_inventory()
     service.on_node(world.cluster.get_node(NODE))
     second = place(world, service, mig_pod(world, service, "b"))
     assert world.kubelet.admit_pod(second).admitted
+    marked(world, service, "b")
     starts = {r.mig[0].start for r in world.runtime.requests}
     assert starts == {0, 4}
     third = service.schedule_pod(mig_pod(world, service, "c"))

@@ -78,7 +78,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     "runtime": {},
     "deviceplugin": {
         ("ClusterRole", "lj-runtimekit-device-plugin"): {
-            ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "pods", "list", "")},
+            ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "pods", "list", ""), ("", "pods", "patch", "")},
     },
     "exporter": {
         ("ClusterRole", "lj-runtimekit-exporter"): {

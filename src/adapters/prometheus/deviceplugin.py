@@ -2,7 +2,8 @@
 
 Series (prefix ``lj_runtimekit_device_plugin_``): ``resource_registered{resource}`` (1 while registered with the
 current kubelet), ``registrations_total``, ``reregistrations_total``, ``runtime_allocates_total`` (one per
-container), ``gpus{health}``; plus ``lj_runtimekit_protocol_info{component="device-plugin",fingerprint}`` = 1
+container), ``gpus{health}``, ``released_records_total`` (Runtime records of ended pods released by the release
+reconciler); plus ``lj_runtimekit_protocol_info{component="device-plugin",fingerprint}`` = 1
 when a fingerprint is given (issue 7: every component publishes the protocol it loaded).
 """
 
@@ -34,6 +35,8 @@ class _StatusCollector(Collector):
                                      "Re-serve rounds after a kubelet restart or a lost ListAndWatch stream")
         allocates = CounterMetricFamily(f"{PREFIX}_runtime_allocates", "Runtime Allocate calls (one per container)")
         gpus = GaugeMetricFamily(f"{PREFIX}_gpus", "GPUs of the node by health", labels=["health"])
+        released = CounterMetricFamily(f"{PREFIX}_released_records",
+                                       "Runtime allocation records of ended or departed pods released")
         if self.view is not None:
             status = self.view()
             for resource, flag in sorted(status.registered.items()):
@@ -43,7 +46,8 @@ class _StatusCollector(Collector):
             allocates.add_metric([], status.runtime_allocates)
             for health, count in sorted(status.gpus.items()):
                 gpus.add_metric([health], count)
-        yield from (registered, registrations, rounds, allocates, gpus)
+            released.add_metric([], status.released_records)
+        yield from (registered, registrations, rounds, allocates, gpus, released)
 
 
 class PrometheusDevicePluginMetrics:

@@ -26,6 +26,10 @@ scheduler's annotation, read only on bound pods, bound to the pod object by its 
 pod's own requests and the node's inventory (``domain.kube.translate.read_allocation``); nothing else the pod
 carries (other annotations, labels, the device IDs kubelet chose) is used.
 
+**Admission done.** :func:`pod_fully_served` says when every resource kind of every container of a pod (init
+containers included) has been served; the device plugin then marks the pod (``protocol.annotations.pod_allocated``)
+so the scheduler may bind another pod with an identical request to the node (the limit above).
+
 MIG resources follow the same rule: a MIG container asks for one profile (one :class:`MigResource`), so kubelet
 calls once for it, and its plan entry is the list of instances it receives (``Candidate.mig``); a device ID of a
 MIG resource only gives the count, like any other (B17).
@@ -145,3 +149,13 @@ def select_container(
     if chosen.grant is None and not chosen.mig:
         raise UntrustedPlanError(f"{chosen.label} asks for {what} but has no trusted plan: {chosen.problem}")
     return chosen
+
+
+def pod_fully_served(
+    pod_uid: str, candidates: Sequence[Candidate], served: Mapping[ContainerKey, Set[ResourceKey]]
+) -> bool:
+    """True when every kind (time-sharing and MIG) each candidate container of pod ``pod_uid`` asks for is in
+    ``served`` (init containers included; containers that ask for none of our resources are not candidates and do
+    not count). False when ``candidates`` has no container of the pod. Never raises."""
+    mine = [c for c in candidates if c.pod_uid == pod_uid]
+    return bool(mine) and all(set(c.amounts) <= set(served.get(c.key, ())) for c in mine)

@@ -19,7 +19,8 @@ class DevicePluginStatus:
     False for one being re-registered); ``registrations``: successful Register calls since start;
     ``reregistrations``: completed re-serve rounds (kubelet restarts, lost streams); ``runtime_allocates``:
     Runtime Allocate calls made (one per container); ``gpus``: GPU count per health value (``Healthy``,
-    ``Unhealthy``).
+    ``Unhealthy``); ``released_records``: Runtime allocation records the release reconciler released since start
+    (records of pods that left the node or ended).
     """
 
     registered: Mapping[str, bool] = attrs.field(factory=dict)
@@ -27,3 +28,4 @@ class DevicePluginStatus:
     reregistrations: int = 0
     runtime_allocates: int = 0
     gpus: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
+    released_records: int = 0

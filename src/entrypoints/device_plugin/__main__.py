@@ -2,7 +2,8 @@
 
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
-[--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests and demos).
+[--release-interval SECONDS] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory
+cluster for tests and demos).
 
 Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable, kubeconfig
 unreadable, socket cannot be bound); 2 bad command line, protocol file or memory unit. Errors are one line
@@ -58,6 +59,9 @@ def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
                         help="inventory annotation refresh period (default: 10)")
     parser.add_argument("--runtime-wait", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the node Runtime at start (default: 30)")
+    parser.add_argument("--release-interval", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds between passes that release the node Runtime's records of pods that left the "
+                        "node or ended; a record is released once older than two intervals (default: 30)")
     parser.add_argument("--listen", metavar="HOST:PORT",
                         help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -71,7 +75,7 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         node_name=args.node_name, runtime_socket=args.runtime_socket, device_plugin_dir=args.device_plugin_dir,
         kubeconfig=args.kubeconfig, protocol_file=args.protocol, memory_unit=args.memory_unit,
         in_memory=args.in_memory, heartbeat_s=args.heartbeat, runtime_wait_s=args.runtime_wait,
-        listen=args.listen, log_level=args.log_level,
+        release_interval_s=args.release_interval, listen=args.listen, log_level=args.log_level,
     )
 
 

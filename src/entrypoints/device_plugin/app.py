@@ -1,5 +1,5 @@
 """``ljrk device-plugin`` settings and the serving loop: per-resource plugin servers, kubelet (re-)registration,
-the health follower and the inventory heartbeat.
+the health follower, the inventory heartbeat, the allocated-mark writer and the release reconciler.
 
 Registration (research/k8s-protocols.md §1.4): each resource's server is started on
 ``<device-plugin-dir>/ljrk-<kind>.sock`` *before* its Register call, because kubelet dials back before it
@@ -17,6 +17,11 @@ stopped (kubelet then stops offering it); the others keep their servers.
 
 Inventory: published at start, every ``heartbeat_s`` seconds and right after every health change, so the
 scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried.
+
+Allocated marks (:mod:`.marks`) are written on their own thread, so kubelet's Allocate never waits on the API
+server. With a :class:`~.reconciler.RecordReconciler`, a release pass runs at start and every ``--release-interval``
+seconds on its own thread, releasing the Runtime records of pods that left the node or ended; its count is in
+:meth:`DevicePluginApp.status`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from domain.deviceplugin.status import DevicePluginStatus
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
 
+from .reconciler import DEFAULT_INTERVAL_S, RecordReconciler
 from .service import DevicePluginService
 
 log = logging.getLogger(__name__)
@@ -47,8 +53,9 @@ class SettingsError(ValueError):
 
 @attrs.frozen
 class DevicePluginSettings:
-    """Validated settings of ``ljrk device-plugin`` (flags in ``__main__``). Times in seconds. Raises
-    :class:`SettingsError` for an empty node name or non-positive intervals."""
+    """Validated settings of ``ljrk device-plugin`` (flags in ``__main__``). Times in seconds
+    (``release_interval_s``: between release passes, ``--release-interval``). Raises :class:`SettingsError` for an
+    empty node name or non-positive intervals."""
 
     node_name: str
     runtime_socket: Path
@@ -60,6 +67,7 @@ class DevicePluginSettings:
     heartbeat_s: float = 10.0
     poll_s: float = 0.5
     runtime_wait_s: float = 30.0
+    release_interval_s: float = DEFAULT_INTERVAL_S
     listen: str | None = None
     log_level: str = "INFO"
 
@@ -71,7 +79,7 @@ class DevicePluginSettings:
                 parse_listen(self.listen)
             except argparse.ArgumentTypeError as error:
                 raise SettingsError(f"--listen: {error}") from error
-        for name in ("heartbeat_s", "poll_s", "runtime_wait_s"):
+        for name in ("heartbeat_s", "poll_s", "runtime_wait_s", "release_interval_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
 
@@ -93,16 +101,19 @@ def _inode(path: Path) -> int | None:
 class DevicePluginApp:
     """Serves every resource of ``service`` to kubelet in ``plugin_dir`` (module docstring).
 
-    ``names``: the time-sharing kinds' resource names (MIG names come from the service). ``registrations`` counts
-    successful Register calls, ``reregistrations`` completed re-serve rounds and ``resource_changes`` rounds that
-    added or removed MIG resources (for tests and logs).
+    ``names``: the time-sharing kinds' resource names (MIG names come from the service). ``reconciler``: the release
+    reconciler to run (None: no release loop). ``registrations`` counts successful Register calls,
+    ``reregistrations`` completed re-serve rounds and ``resource_changes`` rounds that added or removed MIG
+    resources (for tests and logs). Times in seconds.
     """
 
     def __init__(
         self, service: DevicePluginService, *, plugin_dir: Path, names: dict[ResourceKind, str],
         heartbeat_s: float = 10.0, poll_s: float = 0.5, register_timeout_s: float = 5.0,
+        reconciler: RecordReconciler | None = None,
     ) -> None:
         self.service = service
+        self.reconciler = reconciler
         self.plugin_dir = plugin_dir
         self._names = names
         self._heartbeat_s = heartbeat_s
@@ -120,10 +131,12 @@ class DevicePluginApp:
         self._running = False
 
     @classmethod
-    def from_service(cls, service: DevicePluginService, settings: DevicePluginSettings) -> DevicePluginApp:
-        """The app for ``settings`` (resource names from the service's protocol)."""
+    def from_service(
+        cls, service: DevicePluginService, settings: DevicePluginSettings, reconciler: RecordReconciler | None = None
+    ) -> DevicePluginApp:
+        """The app for ``settings`` (resource names from the service's protocol) running ``reconciler``."""
         return cls(service, plugin_dir=settings.device_plugin_dir, names=resource_names(service.protocol),
-                   heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s)
+                   heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s, reconciler=reconciler)
 
     @property
     def kubelet_socket(self) -> Path:
@@ -216,16 +229,17 @@ class DevicePluginApp:
     # ------------------------------------------------------------------ probes and status (--listen)
     def status(self) -> DevicePluginStatus:
         """The plugin's status now (for ``/metrics``): every served resource and whether it is registered with
-        the current kubelet, counters, GPUs by health."""
+        the current kubelet, counters (Runtime records released included), GPUs by health."""
         registered = {name: self._registered.get(kind) == name for kind, name in self.wanted().items()}
         gpus: dict[str, int] = {}
         for gpu in self.service.gpus():
             gpus[gpu.health.value] = gpus.get(gpu.health.value, 0) + 1
+        released = 0 if self.reconciler is None else self.reconciler.released
         return DevicePluginStatus(registered, self.registrations, self.reregistrations,
-                                  self.service.runtime_allocate_calls, gpus)
+                                  self.service.runtime_allocate_calls, gpus, released_records=released)
 
     def health(self) -> tuple[bool, str]:
-        """Liveness: the serving loop and its health and inventory threads run."""
+        """Liveness: the serving loop and its health, inventory, mark and release threads run."""
         if not self._running:
             return False, "not running"
         dead = [t.name for t in self._threads if not t.is_alive()]
@@ -254,7 +268,11 @@ class DevicePluginApp:
             threading.Thread(target=self.service.follow_health, args=(stop, self._publish_now.set),
                              name="ljrk-dp-health", daemon=True),
             threading.Thread(target=self._publish_loop, args=(stop,), name="ljrk-dp-inventory", daemon=True),
+            threading.Thread(target=self.service.marker.run, args=(stop,), name="ljrk-dp-marks", daemon=True),
         ]
+        if self.reconciler is not None:
+            threads.append(threading.Thread(target=self.reconciler.run, args=(stop,), name="ljrk-dp-releases",
+                                            daemon=True))
         for thread in threads:
             thread.start()
         self._threads, self._running = threads, True
@@ -266,6 +284,7 @@ class DevicePluginApp:
             self._running = False
             stop.set()
             self._publish_now.set()
+            self.service.marker.wake()
             self.service.close_health()
             self.stop_servers()
             for thread in threads:

@@ -4,7 +4,8 @@ Providers are annotated with their port types so mypy checks conformance. The cl
 (``--kubeconfig``, else in-cluster) or, with the hidden ``--in-memory`` flag (tests, demos), an
 :class:`~adapters.memory.cluster.InMemoryCluster` holding just this node. The Runtime is always the gRPC client
 on ``--runtime-socket``. With ``--listen``, ``/healthz``, ``/readyz`` and ``/metrics`` (the shared
-``HealthEndpoint``; metrics from ``adapters.prometheus.deviceplugin``). ``logging`` is a Resource.
+``HealthEndpoint``; metrics from ``adapters.prometheus.deviceplugin``). The release reconciler reads the same Runtime
+and cluster every ``--release-interval`` seconds. ``logging`` is a Resource.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ports.cluster import ClusterApi
 from ports.runtime import NodeRuntime
 
 from .app import DevicePluginApp, DevicePluginSettings
+from .reconciler import RecordReconciler
 from .service import DevicePluginService
 
 
@@ -79,7 +81,7 @@ def make_http(
 
 
 class DevicePluginContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → protocol, cluster, runtime, service, app, metrics, http."""
+    """``settings`` (required) → protocol, cluster, runtime, service, reconciler, app, metrics, http."""
 
     settings: providers.Dependency[DevicePluginSettings] = providers.Dependency(instance_of=DevicePluginSettings)
     logging = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -89,6 +91,12 @@ class DevicePluginContainer(containers.DeclarativeContainer):
     service: providers.Provider[DevicePluginService] = providers.Singleton(
         DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol
     )
-    app: providers.Provider[DevicePluginApp] = providers.Singleton(DevicePluginApp.from_service, service, settings)
+    reconciler: providers.Provider[RecordReconciler] = providers.Singleton(
+        RecordReconciler, node=settings.provided.node_name, runtime=runtime, cluster=cluster,
+        interval_s=settings.provided.release_interval_s,
+    )
+    app: providers.Provider[DevicePluginApp] = providers.Singleton(
+        DevicePluginApp.from_service, service, settings, reconciler
+    )
     metrics: providers.Provider[PrometheusDevicePluginMetrics] = providers.Singleton(make_metrics, protocol)
     http: providers.Provider[HealthEndpoint | None] = providers.Singleton(make_http, app, metrics, settings)

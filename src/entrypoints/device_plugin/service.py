@@ -12,6 +12,10 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   one Runtime Allocate (idempotent key: pod UID + container) from the plan; later resource calls of the same
   container return the cached response (kubelet merges the responses of a container's resources; identical
   envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14).
+* Allocated mark: the Allocate call that completes a pod (every resource kind of every container that asks for our
+  resources, init containers included: :func:`domain.deviceplugin.matching.pod_fully_served`) queues the pod on
+  :attr:`DevicePluginService.marker` (:mod:`.marks`), whose worker writes ``protocol.annotations.pod_allocated`` off
+  the Allocate path; kubelet never waits on the API server for it.
 * Inventory: :meth:`DevicePluginService.publish_inventory` writes the node GPU inventory annotation (with
   heartbeat and protocol fingerprint) and the protocol fingerprint annotation.
 * MIG: on a node with GPUs in MIG mode the Runtime must serve ``mig-inventory`` and ``mig-allocate`` (checked at
@@ -55,6 +59,7 @@ from domain.deviceplugin.matching import (
     ContainerKey,
     DevicePluginError,
     UnhealthyPlanError,
+    pod_fully_served,
     select_container,
 )
 from domain.deviceplugin.pods import mig_resource_names, node_candidates
@@ -74,13 +79,15 @@ from domain.runtime.types import (
 from ports.cluster import ClusterApi
 from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
 
+from .marks import AllocatedMarker, PodRef
+
 log = logging.getLogger(__name__)
 
 HEALTH_RETRY_S = 1.0
 """Pause before re-opening a failed WatchHealth stream, s."""
 
 
-REQUIRED_FEATURES = ("inventory", "health-watch", "allocate")
+REQUIRED_FEATURES = ("inventory", "health-watch", "allocate", "release", "exporter-data")
 """Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the device plugin uses; checked at start."""
 
 
@@ -91,7 +98,7 @@ class DevicePluginService:
     protocol). Construction calls the Runtime's ListDevices: raises ``ports.runtime.NodeRuntimeError`` (or
     ``RuntimeUnavailableError``) when the Runtime cannot be read, and
     ``domain.runtime.errors.UnsupportedFeatureError`` when it lacks a feature the node needs (MIG features only on
-    a node with GPUs in MIG mode). ``clock`` gives epoch seconds.
+    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value).
     """
 
     def __init__(
@@ -123,6 +130,8 @@ class DevicePluginService:
         self._responses: dict[ContainerKey, ContainerAllocationResponse] = {}
         self.runtime_allocate_calls = 0
         """Runtime Allocate calls made (for tests and the benchmark)."""
+        self.marker = AllocatedMarker(cluster, node=node, key=protocol.annotations.pod_allocated, clock=clock)
+        """Writes the allocated mark of completed pods (module docstring); its worker is run by the app."""
 
     # ------------------------------------------------------------------ devices and health
     def gpus(self) -> tuple[Gpu, ...]:
@@ -300,7 +309,7 @@ class DevicePluginService:
                                                                   keys.node_protocol: fingerprint})
 
     # ------------------------------------------------------------------ allocation
-    def _select(self, kind: ResourceKey, count: int) -> tuple[Candidate, tuple[Gpu, ...]]:
+    def _select(self, kind: ResourceKey, count: int) -> tuple[Candidate, tuple[Gpu, ...], list[Candidate]]:
         pods = self._cluster.list_pods(field_selector=f"spec.nodeName={self.node}").items
         live = {p.uid for p in pods}
         for key in [k for k in self._served if k[0] not in live]:
@@ -308,7 +317,7 @@ class DevicePluginService:
             self._responses.pop(key, None)
         gpus = self.gpus()
         candidates = node_candidates(pods, node=self.node, node_gpus=gpus, protocol=self.protocol)
-        return select_container(kind, count, candidates, self._served), gpus
+        return select_container(kind, count, candidates, self._served), gpus, candidates
 
     def preferred(
         self, kind: ResourceKey, available: Sequence[str], must_include: Sequence[str], size: int
@@ -320,7 +329,7 @@ class DevicePluginService:
         exact: list[str] = []
         try:
             with self._alloc_lock:
-                chosen, gpus = self._select(kind, size)
+                chosen, gpus, _ = self._select(kind, size)
             by_index = {g.index: g for g in gpus}
             if chosen.grant is not None:
                 planned = [by_index[g.gpu_index].uuid for g in chosen.grant.grants if g.gpu_index in by_index]
@@ -336,17 +345,20 @@ class DevicePluginService:
 
     def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
         """The response for the container kubelet is admitting (module docstring; a MIG container gets its
-        planned instances). Raises
+        planned instances); the call that completes the pod queues its allocated mark (never fails the call). Raises
         ``DevicePluginError`` subclasses, Runtime contract errors, ``ClusterError``."""
         with self._alloc_lock:
-            chosen, gpus = self._select(kind, len(device_ids))
+            chosen, gpus, candidates = self._select(kind, len(device_ids))
             response = self._responses.get(chosen.key)
             if response is None:
                 response = self._runtime.allocate(self._request(chosen, gpus))
                 self.runtime_allocate_calls += 1
                 self._responses[chosen.key] = response
-            self._served.setdefault(chosen.key, set()).add(kind)
+            self._served.setdefault(chosen.key, set()).add(kind)  # never served before: select_container's rule 1
+            completes = pod_fully_served(chosen.pod_uid, candidates, self._served)  # so true on one call only
         log.info("allocated %d x %s for %s (plan, not IDs)", len(device_ids), kind.value, chosen.label)
+        if completes:
+            self.marker.submit(PodRef(chosen.pod_uid, chosen.namespace, chosen.pod_name))
         return response
 
     @staticmethod

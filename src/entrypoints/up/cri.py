@@ -1,10 +1,11 @@
 """The emulated container runtime of one node: when kubelet tears a pod's containers down, the node Runtime's
 allocation records of that pod are released, over the Runtime's gRPC contract (``Release``).
 
-On a real node this is the container runtime's job (a hook that runs when a container is removed); nothing else in
-the stack releases Runtime records, so without it they would outlive their pods and the Runtime would report GPU
-shares nobody holds. :class:`ReleasingDeviceManager` is the emulator's device manager whose ``release_pod`` — called
-by :class:`~adapters.grpc.kubelet_emulator.NodeKubelet` whenever a pod ends, is deleted or is rejected — also hands
+On a real node the device plugin's release reconciler frees the records of pods that ended or left the node
+(every ``--release-interval`` seconds, after a grace); this emulated hook frees them at once, as a container
+runtime hook would, and the reconciler stays the backstop (Release is idempotent).
+:class:`ReleasingDeviceManager` is the emulator's device manager whose ``release_pod`` — called by
+:class:`~adapters.grpc.kubelet_emulator.NodeKubelet` whenever a pod ends, is deleted or is rejected — also hands
 the pod UID to a :class:`RuntimeReleaser`. The releaser calls ``Release`` on its own thread, so kubelet never waits
 on the Runtime; a Runtime that is down (restarting) is retried every ``retry_s`` seconds until it answers, so a
 release is never lost.
