@@ -103,3 +103,16 @@ def test_a_rolled_back_reservation_releases_its_hold() -> None:
     assert w.service.sync.holds.holders() == {pod.uid: "n1"}
     w.service.sync.forget(pod.uid)
     assert w.service.sync.holds.holders() == {}
+
+
+def test_the_mark_arriving_wakes_pods_waiting_in_backoff() -> None:
+    w = world(admission_hold_seconds=60)
+    woken: list[int] = []
+    w.service.change_listeners.append(lambda: woken.append(1))
+    w.node("n1", 2)
+    schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    w.deliver("a")
+    before = len(woken)
+    w.cluster.patch_pod_annotations("default", "a", {KEY: "1700000000"})
+    w.deliver("a")
+    assert len(woken) == before + 1

@@ -87,6 +87,10 @@ class AdmissionHolds:
         """Pod ``uid`` no longer holds (allocated, terminal, deleted, reservation rolled back); idempotent."""
         self._holders.pop(uid, None)
 
+    def holding(self, uid: str) -> bool:
+        """Whether pod ``uid`` holds a node now (lapsed or not)."""
+        return uid in self._holders
+
     def holders(self) -> dict[str, str]:
         """``{pod uid: node}`` of every holder, lapsed ones included (for tests and diagnostics)."""
         return {uid: holder.node for uid, holder in self._holders.items()}

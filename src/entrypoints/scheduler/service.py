@@ -212,14 +212,16 @@ class SchedulerService:
             if previous is not None and replaced:
                 self.sync.on_pod_deleted(Tombstone(pod.key))  # names ``previous``
                 self._forget(previous)
+            held = self.sync.holds.holding(pod.uid)
             if not self._adopted(pod.resource_version, self._floor[1]):
                 self.sync.on_pod(pod)
+            unheld = held and not self.sync.holds.holding(pod.uid)  # its devices came: twins may come now
             if pod.node_name or pod.phase.terminal:
                 self._committed.discard(pod.uid)
             self.schedulers.observe(pod)
             for listener in self.pod_listeners:
                 listener(pod)
-            if pod.phase.terminal or replaced:
+            if pod.phase.terminal or replaced or unheld:
                 self._changed()
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> None:
