@@ -1,14 +1,14 @@
 """``ljrk exporter`` settings, the HTTP listener (``/metrics``, ``/healthz``) and the serving loop.
 
-Stdlib ``http.server.ThreadingHTTPServer`` on ``--listen``: ``GET /metrics`` renders the collector's current
-snapshot (never waits on the Runtime, B23); ``GET /healthz`` is 200 ``ok`` while the collector thread runs (a
-Runtime outage is reported by ``lj_runtimekit_exporter_runtime_up``, not by restarting the exporter), else 500.
+The shared probe server (``entrypoints._shared.httpserver.HealthEndpoint``) on ``--listen``: ``GET /metrics``
+renders the collector's current snapshot (never waits on the Runtime, B23); ``GET /healthz`` (and ``/readyz``) is
+200 ``ok`` while the collector thread runs (a Runtime outage is reported by ``lj_runtimekit_exporter_runtime_up``,
+not by restarting the exporter), else 500 (503).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.server
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 
+from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
 
 from .collector import SnapshotCollector
@@ -25,8 +26,6 @@ log = logging.getLogger(__name__)
 REQUIRED_FEATURES = ("exporter-data",)
 """Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the exporter uses; checked at start."""
 
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""Content type of the Prometheus text format."""
 
 
 class SettingsError(ValueError):
@@ -67,37 +66,6 @@ class ExporterSettings:
                 raise SettingsError(f"{name} must be > 0")
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    app: ExporterApp
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    timeout = 30.0
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("http " + format, *args)
-
-    def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        app = self.server.app
-        if path == "/metrics":
-            self._reply(200, app.exposition(), METRICS_CONTENT_TYPE)
-        elif path == "/healthz":
-            ok, text = app.health()
-            self._reply(200 if ok else 500, text.encode())
-        else:
-            self._reply(404, b"not found\n")
-
-
 class ExporterApp:
     """Runs ``collector`` in the background and serves ``exposition`` on ``host``:``port``. ``port`` 0 picks a
     free port (read :attr:`port` after :meth:`start`). Each of ``tasks`` runs on its own daemon thread with the
@@ -111,29 +79,29 @@ class ExporterApp:
         self.exposition = exposition
         self._tasks = tuple(tasks)
         self._address = (host, port)
-        self._server: _Server | None = None
+        self._http: HealthEndpoint | None = None
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
     @property
     def port(self) -> int:
         """The bound port (after :meth:`start`)."""
-        assert self._server is not None, "start() first"
-        return int(self._server.server_address[1])
+        assert self._http is not None, "start() first"
+        return self._http.address[1]
 
     def health(self) -> tuple[bool, str]:
-        """``(ok, text)`` for ``/healthz``."""
+        """``(ok, text)`` for ``/healthz`` and ``/readyz``: the collector thread runs."""
         alive = bool(self._threads) and self._threads[0].is_alive()
-        return (True, "ok\n") if alive else (False, "collector not running\n")
+        return (True, "ok") if alive else (False, "collector not running")
 
     def start(self) -> None:
         """Bind the listener and start the collector and HTTP threads. Raises OSError when it cannot bind."""
-        self._server = _Server(self._address, _Handler)
-        self._server.app = self
+        host, port = self._address
+        self._http = HealthEndpoint(host, port, health=self.health, ready=self.health,
+                                    metrics=lambda: self.exposition(), name="exporter")
+        self._http.start()
         self._threads = [
             threading.Thread(target=self.collector.run, args=(self._stop,), name="ljrk-exp-collector", daemon=True),
-            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="ljrk-exp-http",
-                             daemon=True),
         ]
         self._threads += [threading.Thread(target=task, args=(self._stop,), name=f"ljrk-exp-task-{i}", daemon=True)
                           for i, task in enumerate(self._tasks)]
@@ -144,10 +112,9 @@ class ExporterApp:
     def stop(self) -> None:
         """Stop the threads and close the listener; idempotent."""
         self._stop.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
         for thread in self._threads:
             thread.join(timeout=5)
         self.collector.close()
