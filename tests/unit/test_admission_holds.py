@@ -116,3 +116,15 @@ def test_the_mark_arriving_wakes_pods_waiting_in_backoff() -> None:
     w.cluster.patch_pod_annotations("default", "a", {KEY: "1700000000"})
     w.deliver("a")
     assert len(woken) == before + 1
+
+
+def test_a_resync_never_extends_a_hold_past_its_window() -> None:
+    w = world(admission_hold_seconds=30)
+    w.node("n1", 2)
+    schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    w.deliver("a")
+    twin = w.pending("b", core="40", mem="4")
+    assert not w.service.schedule_pod(twin).scheduled
+    w.clock.now += 31  # (the inventory heartbeat stays fresh: its limit is 60 s)
+    w.service.resync()  # re-lists the still-unmarked pod "a"
+    assert w.service.schedule_pod(twin).scheduled  # its hold had lapsed before the resync, and stays lapsed

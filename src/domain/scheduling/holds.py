@@ -111,6 +111,12 @@ class AdmissionHolds:
 
     def adopt(self, fresh: AdmissionHolds, *, keep: Iterable[str]) -> None:
         """Take ``fresh``'s holders (a rebuild from a listing: bound pods only) plus this instance's holders
-        among ``keep`` (our reservations not bound yet, which a listing cannot show)."""
+        among ``keep`` (our reservations not bound yet, which a listing cannot show). A pod holding the same node
+        in both keeps its earlier start, so a resync never extends a hold past the window."""
         kept = {uid: self._holders[uid] for uid in keep if uid in self._holders and uid not in fresh._holders}
-        self._holders = {**fresh._holders, **kept}
+        holders = {**fresh._holders, **kept}
+        for uid, holder in holders.items():  # a rebuild saw the pod just now: keep when it started holding
+            known = self._holders.get(uid)
+            if known is not None and known.node == holder.node:
+                holder.since = min(holder.since, known.since)
+        self._holders = holders

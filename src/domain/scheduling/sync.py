@@ -309,6 +309,7 @@ class LedgerSync:
             return
         if not pod.node_name:
             if uid in self._pods:  # bindings are permanent; an unbound pod under a known UID is a new object
+                self.holds.release(uid)
                 self._assumed.pop(uid, None)
                 self._mig_assumed.pop(uid, None)
                 self._unstore(uid)

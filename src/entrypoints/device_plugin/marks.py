@@ -116,6 +116,11 @@ class AllocatedMarker:
                         written += 1
                 if not retry:
                     break
+            else:
+                if retry:
+                    self.failures += 1
+                    log.warning("allocated mark of %d pod(s) on node %s kept conflicting %d times; retrying later",
+                                len(retry), self._node, CONFLICT_TRIES)
             return written
 
     def _mark(self, ref: PodRef, pod: PodObject | None) -> str:

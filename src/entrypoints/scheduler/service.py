@@ -455,8 +455,11 @@ class SchedulerService:
             with self.lock:
                 behind = self._behind(nodes.resource_version, pods.resource_version)
                 if not behind:
+                    held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
                     self.schedulers.reobserve(pods.items)
+                    if held - set(self.sync.holds.holders()):
+                        self._changed()  # holds the listing ended (a mark the informer had not shown yet)
                     self._floor = (_rv(nodes.resource_version), _rv(pods.resource_version))
                     count = drift_count(report)
                     break
