@@ -44,8 +44,8 @@ MAX_NAME = 63
 """Longest Job name (it becomes the pods' ``job-name`` label value)."""
 MAX_LABEL_VALUE = 63
 SOCKET_VOLUME = "config-daemon"
-DEFAULT_IMAGE = "lj-runtimekit:latest"
-DEFAULT_SOCKET = "/run/ljrk/runtime.sock"
+DEFAULT_IMAGE = "lj-runtimekit/job-agent:0.1.0"
+DEFAULT_SOCKET = "/run/lj-runtimekit/runtime.sock"
 ALL_TAINTS = Toleration(operator="Exists")
 """Empty key with ``Exists``: tolerates every taint, every effect."""
 

@@ -70,7 +70,7 @@ def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:
     parser.add_argument("--max-retries", type=int, default=4, metavar="N",
                         help="retries after a failed first try before the node is marked failed (default: 4)")
     parser.add_argument("--backoff-base", type=float, default=10.0, metavar="S",
-                        help="first retry delay in seconds, doubling up to --backoff-cap (default: 10)")
+                        help="first retry delay in seconds, doubling up to 300 s (hidden --backoff-cap) (default: 10)")
     parser.add_argument("--failed-job-ttl", type=float, default=3600.0, metavar="S",
                         help="seconds a failed Job is kept for debugging (default: 3600)")
     parser.add_argument("--listen", type=parse_listen, default=("0.0.0.0", 8081), metavar="HOST:PORT",
