@@ -77,7 +77,7 @@ def test_deleted_pod_record_is_released_within_interval_plus_grace(world: World)
     assert _wait(lambda: gone.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
     assert time.monotonic() - deleted_at <= INTERVAL_S + grace + SLACK_S
     assert _held(world) == {kept.uid}
-    assert world.app.status().released_records == 1
+    assert _wait(lambda: world.app.status().released_records == 1, 5)  # counted after Release returns
 
     # a pod deleted right after its admission: its fresh record waits for the grace or a second pass
     fresh = world.pod("fresh", [share("main", core=20, memory=1)], [share_plan("main", 1, core=20, memory_gib=1)])
@@ -87,4 +87,4 @@ def test_deleted_pod_record_is_released_within_interval_plus_grace(world: World)
     world.cluster.delete_pod("default", "fresh", grace_period_seconds=0)
     assert _wait(lambda: fresh.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
     assert time.monotonic() - deleted_at <= INTERVAL_S + grace + SLACK_S
-    assert world.app.status().released_records == 2
+    assert _wait(lambda: world.app.status().released_records == 2, 5)

@@ -1,8 +1,8 @@
 """The whole stack on one machine: every component built by its own container, as in production, over one cluster.
 
 Per simulated node (:class:`SimNode`), in its own host directory ``<root>/n<i>`` laid out like a node's
-filesystem (``run/ljrk/runtime.sock``, ``var/lib/ljrk`` for the Runtime's state, ``var/lib/kubelet/device-plugins``,
-``var/lib/kubelet/pod-resources``):
+filesystem (``run/lj-runtimekit/runtime.sock``, ``var/lib/lj-runtimekit`` for the Runtime's state,
+``var/lib/kubelet/device-plugins``, ``var/lib/kubelet/pod-resources``):
 
 * the reference Runtime (``entrypoints.runtime``: ``RuntimeContainer`` with simulated GPUs, seeded by the node name
   so UUIDs differ between nodes) serving its gRPC contract and the config service on the unix socket;
@@ -156,8 +156,8 @@ class SimNode:
         self.settings = settings
         self.clock = clock
         self.gpus = node_gpus(settings.gpus_per_node, node=name)
-        self.runtime_socket = root / "run" / "ljrk" / "runtime.sock"
-        self.state_dir = root / "var" / "lib" / "ljrk"
+        self.runtime_socket = root / "run" / "lj-runtimekit" / "runtime.sock"
+        self.state_dir = root / "var" / "lib" / "lj-runtimekit"
         self.plugin_dir = root / "var" / "lib" / "kubelet" / "device-plugins"
         self.pod_resources_dir = root / "var" / "lib" / "kubelet" / "pod-resources"
         sockets = (self.runtime_socket, self.plugin_dir / PLUGIN_SOCKET_NAME, self.pod_resources_dir / "kubelet.sock")
