@@ -146,3 +146,25 @@ def test_a_failed_write_raises_and_the_next_save_rewrites_the_base(tmp_path: Pat
     store.save(model.snapshot())
     assert json.loads(store.path.read_text())["generation"] == 2  # a full base, not a journal line
     assert JsonRuntimeStateStore.in_dir(tmp_path).load() == model.snapshot()
+
+
+def test_a_failed_fsync_takes_the_line_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JsonRuntimeStateStore.in_dir(tmp_path)
+    model = Model()
+    store.save(model.snapshot())
+    saved = model.snapshot()
+    model.step(("allocate", 1))
+    real_fsync = store_module.os.fsync
+    calls = {"n": 0}
+
+    def failing_once(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(store_module.os, "fsync", failing_once)
+    with pytest.raises(StateStoreError, match="cannot write Runtime state"):
+        store.save(model.snapshot())  # the Runtime rolls its record back on this error
+    assert store.journal_path.read_bytes() == b""  # the line a crash would replay is gone
+    assert JsonRuntimeStateStore.in_dir(tmp_path).load() == saved

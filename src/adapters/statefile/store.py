@@ -229,9 +229,14 @@ class JsonRuntimeStateStore:
         line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
         new_file = not self.journal_path.exists()
         with open(self.journal_path, "ab") as journal:
-            journal.write(line)
-            journal.flush()
-            os.fsync(journal.fileno())
+            offset = journal.tell()
+            try:
+                journal.write(line)
+                journal.flush()
+                os.fsync(journal.fileno())
+            except OSError:
+                self._cut(journal, offset)  # the caller rolls the operation back: the line must not replay
+                raise
         if new_file:
             self._fsync_directory()
         for key in drop:
@@ -242,6 +247,16 @@ class JsonRuntimeStateStore:
         self._header = header
         self._journal_lines += 1
         self._journal_bytes += len(line)
+
+    @staticmethod
+    def _cut(journal: Any, offset: int) -> None:
+        """Best effort: truncate ``journal`` back to ``offset`` after a failed append (a disk that refused the
+        write may refuse this too; then the next save's new base and generation make the line inert)."""
+        try:
+            journal.truncate(offset)
+            os.fsync(journal.fileno())
+        except OSError:
+            pass
 
     def _fsync_directory(self) -> None:
         directory = os.open(self.path.parent, os.O_RDONLY)
