@@ -30,11 +30,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
 
@@ -42,15 +43,6 @@ from .app import ControllerSettings, SettingsError
 from .containers import ControllerContainer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 

@@ -20,10 +20,11 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.signals import stop_on_signals
 from ports.runtime import NodeRuntimeError
 
@@ -31,15 +32,6 @@ from .app import ExporterSettings, SettingsError
 from .containers import ExporterContainer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:

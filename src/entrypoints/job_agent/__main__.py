@@ -28,8 +28,9 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -47,15 +48,6 @@ from .containers import OPERATIONS, JobAgentContainer
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_STOPPED = 0, 1, 2, 3, 4
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _seconds(text: str) -> float:

@@ -20,21 +20,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError, dump_protocol, find_protocols, load_protocol, protocol_items
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad command line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def build_parser(prog: str = "ljrk protocol") -> argparse.ArgumentParser:

@@ -18,11 +18,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from adapters.simulated import SpecError
 from domain.mig.gpu import PlacementMode
 from domain.runtime.types import RuntimeState
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
@@ -31,15 +32,6 @@ from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettin
 from .containers import RuntimeContainer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _seconds(text: str) -> float | None:

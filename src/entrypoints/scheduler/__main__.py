@@ -31,12 +31,13 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
 
@@ -45,15 +46,6 @@ from .containers import SchedulerContainer
 from .policies import DEFAULT_POLICY
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 

@@ -16,11 +16,12 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.scheduling.tiebreak import TIE_BREAKS
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from ports.report import PlotUnavailableError, ReportError
 from ports.trace import TraceError
 
@@ -31,18 +32,6 @@ DEFAULT_OUTPUT_DIR = Path("out/simulate")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 _SEED_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`UsageError` instead of printing usage and exiting, so every error is one
-    line and :func:`main` returns a code instead of raising ``SystemExit``."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

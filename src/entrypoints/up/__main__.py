@@ -23,10 +23,11 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.signals import stop_on_signals
 from ports.trace import TraceError
 
@@ -34,15 +35,6 @@ from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SettingsError, UpError, UpSet
 from .containers import UpContainer
 from .stack import StackError
 from .workload import SYNTHETIC, WorkloadError
-
-
-class UsageError(Exception):
-    """A command-line error; the message is the whole explanation."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:

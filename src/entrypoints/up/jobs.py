@@ -34,8 +34,9 @@ from pathlib import Path
 import attrs
 
 from domain.kube.objects import HostPathMount, JobObject, JobPhase, JobStatus, PodObject, PodPhase
+from entrypoints._shared.cli import UsageError
 from entrypoints._shared.informer import Informer
-from entrypoints.job_agent.__main__ import UsageError, build_parser, settings_from_args
+from entrypoints.job_agent.__main__ import build_parser, settings_from_args
 from entrypoints.job_agent.app import JobAgentError, SettingsError
 from entrypoints.job_agent.containers import JobAgentContainer
 from ports.cluster import ClusterApi, ClusterError, NotFoundError
