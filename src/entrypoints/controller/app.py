@@ -23,6 +23,7 @@ from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.informer import Informer
 from entrypoints._shared.leader import LeaderElector
+from entrypoints._shared.lifecycle import RunUntilStopped
 from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
 
@@ -111,7 +112,7 @@ class ControllerSettings:
         return self.max_retries + 1
 
 
-class ControllerApp:
+class ControllerApp(RunUntilStopped):
     """One controller replica's threads (module docstring). ``elector`` None = always leader."""
 
     def __init__(
@@ -195,10 +196,3 @@ class ControllerApp:
             thread.join(max(0.0, deadline - time.monotonic()))
         log.info("controller stopped")
 
-    def run(self, stop: threading.Event) -> None:
-        """Start, wait for ``stop``, stop."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()

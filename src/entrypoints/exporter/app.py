@@ -18,6 +18,7 @@ import attrs
 
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
+from entrypoints._shared.lifecycle import RunUntilStopped
 
 from .collector import SnapshotCollector
 
@@ -66,7 +67,7 @@ class ExporterSettings:
                 raise SettingsError(f"{name} must be > 0")
 
 
-class ExporterApp:
+class ExporterApp(RunUntilStopped):
     """Runs ``collector`` in the background and serves ``exposition`` on ``host``:``port``. ``port`` 0 picks a
     free port (read :attr:`port` after :meth:`start`). Each of ``tasks`` runs on its own daemon thread with the
     stop event (for example publishing the protocol fingerprint on the node)."""
@@ -119,10 +120,3 @@ class ExporterApp:
             thread.join(timeout=5)
         self.collector.close()
 
-    def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set. Raises OSError when the listener cannot bind."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()

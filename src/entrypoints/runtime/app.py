@@ -19,7 +19,6 @@ mig-manager); ``dynamic`` also creates the instances the scheduler placed at All
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from socket import gethostname
 
@@ -31,6 +30,7 @@ from adapters.simulated import SimulatedGpuBackend
 from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
 from domain.runtime.types import RuntimeState
+from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
 
 from .service import RUNTIME_VERSION, RuntimeService
@@ -145,7 +145,7 @@ def select_backend(settings: RuntimeSettings) -> GpuBackend:
     return backend
 
 
-class RuntimeApp:
+class RuntimeApp(RunUntilStopped):
     """Runs the service and the gRPC server; :meth:`start` / :meth:`stop`, or :meth:`run` until an event."""
 
     def __init__(self, *, service: RuntimeService, server: GrpcRuntimeServer, backend: GpuBackend) -> None:
@@ -168,10 +168,3 @@ class RuntimeApp:
         self.backend.close()
         log.info("node Runtime stopped")
 
-    def run(self, stop: threading.Event) -> None:
-        """Start, serve until ``stop`` is set, stop."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()

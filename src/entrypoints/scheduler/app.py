@@ -28,6 +28,7 @@ from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
 from entrypoints._shared.informer import Informer
 from entrypoints._shared.leader import LeaderElector
+from entrypoints._shared.lifecycle import RunUntilStopped
 from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
 
@@ -118,7 +119,7 @@ class SchedulerSettings:
             raise SettingsError(f"log_level={self.log_level!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
 
 
-class SchedulerApp:
+class SchedulerApp(RunUntilStopped):
     """One scheduler replica's threads (module docstring). ``elector`` None = always leader (tests, dev)."""
 
     def __init__(
@@ -241,12 +242,3 @@ class SchedulerApp:
         for thread in [*self._threads, *self._rebuilds]:
             thread.join(max(0.0, deadline - time.monotonic()))
         log.info("scheduler stopped")
-
-    def run(self, stop: threading.Event) -> None:
-        """Start, wait for ``stop``, stop."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()
-
