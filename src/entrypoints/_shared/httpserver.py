@@ -1,8 +1,9 @@
 """A component's probe and metrics listener: ``/healthz``, ``/readyz`` and ``/metrics`` (stdlib
-``ThreadingHTTPServer``), shared by the controller and the device plugin.
+``ThreadingHTTPServer``), shared by the controller, the device plugin, the exporter and the scheduler (which adds
+its extender verbs by subclassing :class:`ProbeHandler` and :class:`HealthEndpoint`).
 
-* ``GET /healthz`` — liveness: 200 ``ok`` while the controller's threads run, else 500 with the reason;
-* ``GET /readyz`` — readiness: 200 once both informers have listed, else 503;
+* ``GET /healthz`` — liveness: 200 ``ok`` while the component's threads run, else 500 with the reason;
+* ``GET /readyz`` — readiness: 200 when the component should receive traffic, else 503;
 * ``GET /metrics`` — Prometheus text exposition format 0.0.4;
 * anything else — 404.
 """
@@ -39,7 +40,9 @@ class _Server(http.server.ThreadingHTTPServer):
     endpoint: HealthEndpoint
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class ProbeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves the GET routes of the module docstring; subclasses add other methods (the scheduler's POST verbs)."""
+
     server: _Server
     timeout = REQUEST_TIMEOUT
 
@@ -70,17 +73,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class HealthEndpoint:
     """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`); ``name`` prefixes its
-    thread's name. Raises OSError when the address cannot be bound."""
+    thread's name; ``handler`` serves the requests; with ``join_requests``, :meth:`stop` waits for the request
+    threads. Raises OSError when the address cannot be bound."""
 
     def __init__(
         self, host: str, port: int, *, health: Probe, ready: Probe, metrics: Callable[[], bytes],
-        name: str = "http",
+        name: str = "http", handler: type[ProbeHandler] = ProbeHandler, join_requests: bool = False,
     ) -> None:
         self.name = name
         self.health = health
         self.ready = ready
         self.metrics = metrics
-        self._server = _Server((host, port), _Handler)
+        self._server = _Server((host, port), handler)
+        self._server.daemon_threads = not join_requests  # joined by server_close() when True
         self._server.endpoint = self
         self._thread: threading.Thread | None = None
 
@@ -97,7 +102,7 @@ class HealthEndpoint:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving and close the socket; idempotent."""
+        """Stop serving and close the socket (joining the request threads with ``join_requests``); idempotent."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()
