@@ -192,8 +192,9 @@ class KubeletRegistrationError(Exception):
 def register(kubelet_socket: Path, *, endpoint: str, resource_name: str,
              timeout_s: float = REGISTER_TIMEOUT_S) -> None:
     """Send ``Registration.Register`` to kubelet (module docstring for the fields); ``endpoint`` is the plugin
-    socket's file name. Raises :class:`KubeletRegistrationError` when kubelet refuses or cannot be reached within
-    ``timeout_s`` seconds."""
+    socket's file name. Fails fast (no wait for a socket nobody serves: a kubelet starting meanwhile would first
+    delete the plugin's socket). Raises :class:`KubeletRegistrationError` when kubelet refuses, is not listening,
+    or does not answer within ``timeout_s`` seconds."""
     with unix_channel(kubelet_socket) as channel:
         try:
             _register(channel, endpoint=endpoint, resource_name=resource_name, timeout_s=timeout_s)
@@ -209,5 +210,5 @@ def _register(channel: grpc.Channel, *, endpoint: str, resource_name: str, timeo
             version=API_VERSION, endpoint=endpoint, resource_name=resource_name,
             options=dp.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
         ),
-        timeout=timeout_s, wait_for_ready=True,
+        timeout=timeout_s, wait_for_ready=False,
     )

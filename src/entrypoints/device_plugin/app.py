@@ -6,7 +6,10 @@ Registration (research/k8s-protocols.md §1.4): each resource's server is starte
 answers. Kubelet restarts are detected by polling every ``poll_s`` seconds (failure case B18): when
 ``kubelet.sock`` has a new inode, one of our sockets is gone or kubelet ended a ListAndWatch stream, every
 resource is stopped (its worker threads joined, its socket removed), served again and re-registered; a failed
-registration is retried at the next poll.
+registration is retried at the next poll. Sockets are made only once ``kubelet.sock`` accepts connections: a
+starting kubelet deletes every file in the folder before it listens, so a socket made beside a dead kubelet's
+file would vanish under kubelet's dial-back; Register is sent only while ``kubelet.sock`` is still the one seen
+and every socket of ours exists.
 Until ``kubelet.sock`` exists nothing is served (kubelet would delete our sockets when it starts anyway).
 
 MIG resources (``<prefix>/mig-<profile>``, :meth:`DevicePluginService.mig_resources`) get one server and one
@@ -35,6 +38,7 @@ from pathlib import Path
 import attrs
 
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
+from adapters.grpc.sockets import answers
 from domain.deviceplugin.devices import ResourceKey, ResourceKind
 from domain.deviceplugin.pods import resource_names
 from domain.deviceplugin.status import DevicePluginStatus
@@ -212,12 +216,17 @@ class DevicePluginApp:
         if inode == self._registered_inode and self._sockets_present() and not self._stream_lost.is_set():
             wanted = self.wanted()
             return True if wanted == self._registered else self._reconcile(wanted)
+        if not answers(self.kubelet_socket):
+            return False  # a dead kubelet's file: the next kubelet wipes the folder before it listens
         self._stream_lost.clear()
         first = not self._servers and self.registrations == 0
         self.stop_servers()
         wanted = self.wanted()
         for kind in wanted:
             self._serve(kind)
+        if _inode(self.kubelet_socket) != inode or not self._sockets_present():
+            log.info("kubelet restarted while our sockets were made; serving again at the next poll")
+            return False
         if not self._register(wanted):
             return False
         self._registered_inode = inode
@@ -246,9 +255,12 @@ class DevicePluginApp:
         return (False, f"thread(s) stopped: {', '.join(dead)}") if dead else (True, "ok")
 
     def ready(self) -> tuple[bool, str]:
-        """Readiness: every served resource is registered with the kubelet now listening on ``kubelet.sock``."""
+        """Readiness: every served resource is registered with the kubelet now listening on ``kubelet.sock``, and
+        no ListAndWatch stream has ended since (a stopped kubelet's socket file stays until the next one starts)."""
         if not self._registered or self._registered_inode != _inode(self.kubelet_socket):
             return False, "not registered with the current kubelet"
+        if self._stream_lost.is_set():
+            return False, "kubelet ended a ListAndWatch stream; registering again"
         missing = [k for k in self._servers if k not in self._registered]
         return (False, f"{len(missing)} resource(s) not registered yet") if missing else (True, "ok")
 

@@ -9,9 +9,13 @@ Each ListAndWatch message is the plugin's complete device list for the resource;
 marks every device of the resource unhealthy. A second Register of a resource replaces (and cancels) the previous
 endpoint.
 
-A kubelet restart (:meth:`PluginRegistry.restart`) stops, deletes every *socket* in the directory (not other files)
-and serves a new ``kubelet.sock`` (new inode); device lists start empty until the plugins register again, while the
-set of resources ever registered is kept (kubelet's checkpoint keeps them).
+Start, as the real kubelet's device manager ``Start`` does (pkg/kubelet/cm/devicemanager/manager.go, checked against
+kubelet 1.20.2 in tests/integration/test_real_kubelet.py): delete every file in the directory that is not a folder
+(sockets of plugins and a dead kubelet's ``kubelet.sock`` alike; only ``kubelet_internal_checkpoint`` stays), then
+listen on a new ``kubelet.sock``. A kubelet restart (:meth:`PluginRegistry.restart`) is a stop as a killed kubelet
+stops — its ``kubelet.sock`` stays behind as a file nobody serves, for ``down_s`` seconds — then a start (new
+inode); device lists start empty until the plugins register again, while the set of resources ever registered is
+kept (kubelet's checkpoint keeps them). A plugin that makes its socket during that gap loses it to the wipe.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -76,11 +80,17 @@ def response_from_pb(reply: dp.ContainerAllocateResponse) -> ContainerAllocation
     )
 
 
-def iter_sockets(directory: Path) -> Iterator[Path]:
-    """The unix sockets directly in ``directory`` (what a kubelet restart deletes)."""
+CHECKPOINT_NAME = "kubelet_internal_checkpoint"
+"""The device manager's checkpoint file, the one file its start does not delete."""
+
+
+def remove_contents(directory: Path) -> None:
+    """What kubelet's device manager does to its folder before it listens: delete every entry that is not a folder,
+    except :data:`CHECKPOINT_NAME` (``removeContents``). A missing folder is created."""
+    directory.mkdir(parents=True, exist_ok=True)
     for path in directory.iterdir():
-        if stat.S_ISSOCK(path.lstat().st_mode):
-            yield path
+        if path.name != CHECKPOINT_NAME and not path.is_dir():
+            path.unlink(missing_ok=True)
 
 
 class PluginRegistry(dp_grpc.RegistrationServicer):
@@ -123,6 +133,7 @@ class PluginRegistry(dp_grpc.RegistrationServicer):
         with self._lock:
             if self._server is not None:
                 return
+            remove_contents(self.plugin_dir)
             prepare_socket_path(self.socket, refuse_live=False)
             executor = futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="kubelet-emu")
             server = grpc.server(executor)
@@ -134,9 +145,10 @@ class PluginRegistry(dp_grpc.RegistrationServicer):
             self._server, self._executor = server, executor
             self._generation += 1
 
-    def stop(self) -> None:
-        """Stop serving, cancel every ListAndWatch stream, close every plugin channel, join the threads and remove
-        ``kubelet.sock``. Allocations are kept. Idempotent."""
+    def stop(self, *, remove_socket: bool = True) -> None:
+        """Stop serving, cancel every ListAndWatch stream, close every plugin channel, join the threads and (unless
+        ``remove_socket`` is False, as when kubelet is killed) remove ``kubelet.sock``. Allocations are kept.
+        Idempotent."""
         with self._lock:
             server, executor = self._server, self._executor
             self._server = self._executor = None
@@ -152,20 +164,20 @@ class PluginRegistry(dp_grpc.RegistrationServicer):
             endpoint.close()
         for thread in threads:
             thread.join(timeout=5)
-        if server is not None:
+        if server is not None and remove_socket:
             try:
                 if stat.S_ISSOCK(self.socket.lstat().st_mode):
                     self.socket.unlink()
             except FileNotFoundError:
                 pass
 
-    def restart(self) -> None:
-        """A kubelet restart (module docstring): stop, delete every socket in the directory, serve again.
+    def restart(self, down_s: float = 0.0) -> None:
+        """A kubelet restart (module docstring): stop as a killed kubelet does (``kubelet.sock`` left behind,
+        unserved, for ``down_s`` seconds), then start (every file of the directory deleted, a new ``kubelet.sock``).
         Raises OSError as :meth:`start`."""
-        self.stop()
-        if self.plugin_dir.is_dir():
-            for path in iter_sockets(self.plugin_dir):
-                path.unlink(missing_ok=True)
+        self.stop(remove_socket=False)
+        if down_s > 0:
+            time.sleep(down_s)
         with self._lock:
             self._devices.clear()
             self._lock.notify_all()
