@@ -48,9 +48,19 @@ def unix_target(socket_path: str | Path) -> str:
     return f"unix:{Path(socket_path).absolute()}"
 
 
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+"""Reconnect backoff of our unix-socket channels: 0.1 s doubling to at most 1 s (gRPC's default grows to 120 s,
+so a client that saw its server restart would fail fast for up to two minutes after it came back; a local socket
+is cheap to retry). Names from gRPC core's channel arguments (grpc_types.h)."""
+
+
 def unix_channel(socket_path: str | Path) -> grpc.Channel:
-    """An insecure channel to a unix socket (local, so no TLS)."""
-    return grpc.insecure_channel(unix_target(socket_path))
+    """An insecure channel to a unix socket (local, so no TLS), reconnecting within 1 s (:data:`RECONNECT_OPTIONS`)."""
+    return grpc.insecure_channel(unix_target(socket_path), options=RECONNECT_OPTIONS)
 
 
 class _Client:
@@ -165,11 +175,14 @@ class GrpcNodeRuntime(_Client):
 
     def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
         """Allocate; raises the contract errors, and :class:`UnsupportedFeatureError` for a MIG plan the Runtime
-        cannot serve (module docstring)."""
+        cannot serve (module docstring). Waits for a Runtime that is (re)starting, within the deadline: kubelet
+        fails the pod's admission on the first error, so a Runtime restart shorter than ``timeout_s`` seconds must
+        not fail it."""
         if request.mig:
             self.require(MIG_ALLOCATE, *((MIG_DYNAMIC,) if any(m.create for m in request.mig) else ()))
         try:
-            reply = self._stub.Allocate(translate.request_to_pb(request), timeout=self._timeout_s)
+            reply = self._stub.Allocate(translate.request_to_pb(request), timeout=self._timeout_s,
+                                        wait_for_ready=True)
         except grpc.RpcError as error:
             raise error_for(error, rpc="Allocate") from error
         return translate.response_from_pb(reply)
