@@ -88,3 +88,89 @@ def k8s_namespace(k8s_api: Any) -> Iterator[str]:
         yield name
     finally:
         core.delete_namespace(name)
+
+
+# ---------------------------------------------------------------------- the real node (kubelet_harness.py)
+REAL_NODE_NAME = "ljrk-real-node"
+SECOND_NODE_NAME = "ljrk-real-node-2"
+"""A node test_kubelet_harness.py starts and stops beside the shared one."""
+KUBELET_INSTALL = REPO_ROOT / "scripts" / "real-kubelet.sh"
+
+
+@pytest.fixture(scope="session")
+def real_node_files() -> Path:
+    """The installed real-node files (kubelet, images, CNI plugin); skips, or fails with LJRK_REQUIRE_KUBELET=1."""
+    from kubelet_harness import node_dir
+
+    found = node_dir()
+    if found is None or os.geteuid() != 0:
+        why = "not running as root" if found is not None else "the real node is not installed"
+        hint = f"{why}; install it with: bash {KUBELET_INSTALL.relative_to(REPO_ROOT)} install (as root)"
+        if os.environ.get("LJRK_REQUIRE_KUBELET") == "1":
+            pytest.fail(f"LJRK_REQUIRE_KUBELET=1 but no real kubelet: {hint}", pytrace=False)
+        pytest.skip(f"no real kubelet: {hint}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_node_extender_port() -> int:
+    """The port the real-node plane's kube-scheduler calls our extender on (``ljrk scheduler --mode extender``)."""
+    from k8s_harness import free_ports
+
+    return free_ports(1)[0]
+
+
+@pytest.fixture(scope="session")
+def kubelet_plane(k8s_bin_dir: Path, real_node_files: Path, real_node_extender_port: int) -> Iterator[ControlPlane]:
+    """The control plane of the real node: etcd, kube-apiserver and a kube-scheduler whose extender is
+    ``127.0.0.1:<real_node_extender_port>`` (filter, prioritize, bind; our three resources managed), and kubelet
+    identities for ``REAL_NODE_NAME`` and ``SECOND_NODE_NAME``."""
+    from domain.kube.protocol import ProtocolConstants
+
+    res = ProtocolConstants().resources
+    extender = {
+        "urlPrefix": f"http://127.0.0.1:{real_node_extender_port}", "filterVerb": "filter",
+        "prioritizeVerb": "prioritize", "bindVerb": "bind", "weight": 1, "enableHTTPS": False, "nodeCacheCapable": True,
+        "managedResources": [{"name": n, "ignoredByScheduler": False} for n in (res.gpu, res.core, res.memory)],
+    }
+    plane = start_control_plane(k8s_bin_dir, scheduler=True, nodes=[REAL_NODE_NAME, SECOND_NODE_NAME],
+                                scheduler_config={"extenders": [extender], "percentageOfNodesToScore": 100})
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[Any]:
+    """containerd + kubelet 1.20.2 registered as ``REAL_NODE_NAME``, Ready, without the not-ready taint the
+    admission plugin puts on new nodes (no node lifecycle controller runs to lift it). Shared by the session."""
+    import tempfile
+    import time
+
+    from kubelet_harness import start_node
+    from kubernetes import client
+
+    workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-", dir="/tmp"))
+    node = start_node(kubelet_plane.node_kubeconfig(REAL_NODE_NAME), REAL_NODE_NAME, workdir,
+                      nodes=real_node_files)
+    try:
+        with kubelet_plane.api_client() as api:
+            core = client.CoreV1Api(api)
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    obj = core.read_node(REAL_NODE_NAME)
+                    conditions = {c.type: c.status for c in obj.status.conditions or []}
+                    if conditions.get("Ready") == "True":
+                        break
+                except client.ApiException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"node {REAL_NODE_NAME} not Ready in 90 s\n{node.log_tails()}")
+                time.sleep(0.5)
+            taints = [t for t in obj.spec.taints or [] if not t.key.startswith("node.kubernetes.io/not-ready")]
+            core.patch_node(REAL_NODE_NAME, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
+        yield node
+    finally:
+        node.stop()

@@ -113,6 +113,7 @@ class ControlPlane:
     bin_dir: Path | None
     startup_seconds: float = 0.0
     scheduler_config_path: Path | None = None
+    node_tokens: dict[str, str] = field(default_factory=dict)
     _procs: list[_Proc] = field(default_factory=list)
     _stopped: bool = False
 
@@ -127,6 +128,13 @@ class ControlPlane:
         cfg.verify_ssl = True
         cfg.api_key = {"authorization": f"Bearer {self.token}"}
         return cfg
+
+    def node_kubeconfig(self, node_name: str) -> Path:
+        """A kubeconfig for kubelet of ``node_name`` (user ``system:node:<name>``, group ``system:nodes``); the node
+        must have been named in ``start_control_plane(nodes=...)``. Raises KeyError otherwise."""
+        path = self.workdir / f"kubeconfig-{node_name}.json"
+        write_kubeconfig(path, self.host, self.ca_file, self.node_tokens[node_name])
+        return path
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient``; close it (``with`` or ``.close()``) when done."""
@@ -344,10 +352,13 @@ def start_control_plane(
     controllers: Sequence[str] = DEFAULT_CONTROLLERS,
     feature_gates: Mapping[str, bool] | None = None,
     extra_apiserver_args: Sequence[str] = (),
+    nodes: Sequence[str] = (),
     timeout: float = 90.0,
     workdir_parent: Path | str | None = None,
 ) -> ControlPlane:
-    """Start etcd + kube-apiserver (+ scheduler, + controller manager) and wait until each answers its health check."""
+    """Start etcd + kube-apiserver (+ scheduler, + controller manager) and wait until each answers its health check.
+
+    ``nodes``: node names that get a kubelet identity (a static token, :meth:`ControlPlane.node_kubeconfig`)."""
     started = time.monotonic()
     deadline = started + timeout
     bdir = Path(bin_dir) if bin_dir is not None else None
@@ -377,7 +388,11 @@ def start_control_plane(
         _live.add(plane)
     try:
         ca, crt, key, sa_key = make_pki(workdir / "pki")
-        (workdir / "tokens.csv").write_text(f'{token},ljrk-test-admin,ljrk-test-admin,"system:masters"\n')
+        plane.node_tokens = {name: secrets.token_hex(16) for name in nodes}
+        (workdir / "tokens.csv").write_text(
+            f'{token},ljrk-test-admin,ljrk-test-admin,"system:masters"\n'
+            + "".join(f'{t},system:node:{n},node-{n},"system:nodes"\n' for n, t in plane.node_tokens.items())
+        )
         write_kubeconfig(plane.kubeconfig, host, ca, token)
 
         etcd = plane._spawn(

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# A real Kubernetes node for the integration tests: kubelet 1.20.2 built from Debian's source package, Debian's
+# containerd + runc, a pause image, a small workload image and a no-op CNI plugin, all made here without any
+# registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`).
+#
+#   bash scripts/real-kubelet.sh install        # Debian packages, kubelet, pause + workload images, CNI plugin
+#   bash scripts/real-kubelet.sh node-dir       # print the cache folder holding them (exit 1 if not installed)
+#   bash scripts/real-kubelet.sh start DIR [--kubeconfig F --node-name N]   # containerd + kubelet in DIR
+#   bash scripts/real-kubelet.sh stop DIR       # stop them and remove every process, mount, cgroup and file
+#
+# `install` (as root on Debian bookworm) is idempotent and offline apart from apt-get:
+#   1. apt-get installs containerd, runc, containernetworking-plugins (its `loopback`), busybox-static, buildah,
+#      gcc and libc6-dev (no service is started: a policy-rc.d denies it while packages install);
+#   2. runs scripts/k8s-control-plane.sh install (the source tree it unpacks) and builds cmd/kubelet in that tree
+#      under the same lock, with the same offline recipe (GOPROXY=off, vendored modules, CGO_ENABLED=0);
+#   3. compiles Kubernetes' own build/pause/linux/pause.c statically and packs it, and busybox-static, as one-layer
+#      images with buildah (vfs storage under a temporary root, removed afterwards), written as docker-archive
+#      tarballs that containerd imports (`ljrk.local/pause:3.2`, `ljrk.local/workload:1`);
+#   4. writes the no-op CNI plugin `ljrk-noop` (answers ADD with a fixed documentation-range address and touches no
+#      interface, route or firewall rule) beside a link to Debian's `loopback`.
+# Everything lands in ${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}/node; nothing built here is ever committed.
+# LJRK_KUBELET_REBUILD=1 rebuilds kubelet; the images and the CNI plugin are remade whenever this script changes.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+CACHE="${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}"
+NODE="$CACHE/node"
+SRC_ROOT="$CACHE/src"
+APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static buildah gcc libc6-dev util-linux)
+POLICY_RC="/usr/sbin/policy-rc.d"
+PAUSE_IMAGE="ljrk.local/pause:3.2"
+WORKLOAD_IMAGE="ljrk.local/workload:1"
+
+log() { printf '[real-kubelet] %s\n' "$*" >&2; }
+die() { printf '[real-kubelet] ERROR: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+    cat >&2 <<'EOF'
+usage: real-kubelet.sh install | node-dir | start DIR [harness flags] | stop DIR
+  install    install containerd/runc/CNI/busybox/buildah from Debian, build kubelet from Debian's kubernetes
+             source package, make the pause and workload images and the no-op CNI plugin (idempotent)
+  node-dir   print the folder holding them; exit 1 when `install` has not completed
+  start DIR  start containerd + kubelet with their state in DIR (see tests/integration/kubelet_harness.py --help)
+  stop DIR   stop the node started in DIR and remove everything it made
+EOF
+}
+
+script_hash() { sha256sum "$0" | cut -c1-16; }
+
+is_installed() {
+    [[ -x "$NODE/bin/kubelet" && -f "$NODE/images/pause.tar" && -f "$NODE/images/workload.tar" ]] || return 1
+    [[ -x "$NODE/cni/bin/ljrk-noop" && -f "$NODE/.complete" ]] || return 1
+    [[ "$(cat "$NODE/.complete")" == "$(script_hash)" ]]
+}
+
+cmd_node_dir() {
+    if is_installed; then
+        printf '%s\n' "$NODE"
+        return 0
+    fi
+    log "real node not installed in $NODE; run: bash scripts/real-kubelet.sh install"
+    return 1
+}
+
+install_packages() {
+    local missing=() p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if ((${#missing[@]} == 0)); then
+        log "Debian packages already installed: ${APT_PACKAGES[*]}"
+        return 0
+    fi
+    local own_policy=0
+    if [[ ! -e "$POLICY_RC" ]]; then  # containerd's package would otherwise try to start its service
+        printf '#!/bin/sh\n# scripts/real-kubelet.sh: no service starts while packages install\nexit 101\n' >"$POLICY_RC"
+        chmod 0755 "$POLICY_RC"
+        own_policy=1
+        trap 'rm -f "$POLICY_RC"' EXIT
+    fi
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [[ "$own_policy" == 1 ]]; then
+        rm -f "$POLICY_RC"
+        trap - EXIT
+    fi
+}
+
+build_kubelet() {
+    if [[ "${LJRK_KUBELET_REBUILD:-0}" != 1 && -x "$NODE/bin/kubelet" ]]; then
+        log "reusing kubelet $("$NODE/bin/kubelet" --version 2>/dev/null)"
+        return 0
+    fi
+    local src version upstream log_file started=$SECONDS
+    src="$(find "$SRC_ROOT" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' -print -quit)"
+    [[ -n "$src" && -f "$src/Makefile" ]] || die "no unpacked kubernetes source under $SRC_ROOT"
+    version="$(cat "$SRC_ROOT/.version")"
+    upstream="${version#*:}"
+    upstream="${upstream%%-*}"
+    upstream="${upstream##*really}"
+    log_file="$CACHE/kubelet-build.log"
+    log "building kubelet (v$upstream) from $src; a cold build takes about 8 minutes on 2 cores, log: $log_file"
+    mkdir -p "$src/.go/src/k8s.io"
+    ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
+    if ! (
+        cd "$src/.go/src/k8s.io/kubernetes"
+        export GOPATH="$src/.go" GOPROXY=off CGO_ENABLED=0 GOTOOLCHAIN=local
+        export KUBE_GIT_VERSION="v$upstream" KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=debian-source
+        make WHAT=cmd/kubelet
+    ) >"$log_file" 2>&1; then
+        tail -n 40 "$log_file" >&2
+        die "kubelet build failed (last lines above; full log $log_file)"
+    fi
+    local out
+    out="$(find "$src/_output" -type f -name kubelet -perm -u+x -print -quit)"
+    [[ -n "$out" ]] || die "built kubelet not found under $src/_output"
+    mkdir -p "$NODE/bin"
+    install -m 0755 "$out" "$NODE/bin/kubelet"
+    rm -rf "$src/_output"
+    log "kubelet built in $((SECONDS - started)) s: $("$NODE/bin/kubelet" --version)"
+}
+
+# One-layer image from the folder $2, entrypoint $3 (JSON array), written as docker-archive $4 named $1.
+pack_image() {
+    local name="$1" rootfs="$2" entrypoint="$3" out="$4" store ctr
+    store="$(mktemp -d /tmp/ljrk-buildah-XXXXXX)"
+    local bh=(buildah --root "$store/root" --runroot "$store/run" --storage-driver vfs)
+    ctr="$("${bh[@]}" from scratch)"
+    "${bh[@]}" copy --quiet "$ctr" "$rootfs/" / >/dev/null
+    "${bh[@]}" config --entrypoint "$entrypoint" --cmd '' --os linux --arch amd64 "$ctr"
+    "${bh[@]}" commit --quiet "$ctr" "$name" >/dev/null
+    rm -f "$out"
+    "${bh[@]}" push --quiet "$name" "docker-archive:$out:$name" >/dev/null
+    "${bh[@]}" rm "$ctr" >/dev/null
+    rm -rf "$store"
+}
+
+make_images() {
+    local src work
+    src="$(find "$SRC_ROOT" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' -print -quit)"
+    work="$(mktemp -d /tmp/ljrk-node-build-XXXXXX)"
+    mkdir -p "$NODE/bin" "$NODE/images" "$work/pause" "$work/workload/bin"
+    gcc -Os -static -DVERSION=v3.2-ljrk -o "$NODE/bin/pause" "$src/build/pause/linux/pause.c"
+    strip "$NODE/bin/pause"
+    install -m 0755 "$NODE/bin/pause" "$work/pause/pause"
+    pack_image "$PAUSE_IMAGE" "$work/pause" '["/pause"]' "$NODE/images/pause.tar"
+    install -m 0755 /bin/busybox "$work/workload/bin/busybox"
+    local applet
+    for applet in sh env sleep cat ls echo test true false printenv; do
+        ln -s busybox "$work/workload/bin/$applet"
+    done
+    pack_image "$WORKLOAD_IMAGE" "$work/workload" '["/bin/sh"]' "$NODE/images/workload.tar"
+    rm -rf "$work"
+    printf '%s\n%s\n' "$PAUSE_IMAGE" "$WORKLOAD_IMAGE" >"$NODE/images/names"
+    log "images: $PAUSE_IMAGE ($(du -h "$NODE/images/pause.tar" | cut -f1)), $WORKLOAD_IMAGE" \
+        "($(du -h "$NODE/images/workload.tar" | cut -f1))"
+}
+
+make_cni() {
+    mkdir -p "$NODE/cni/bin"
+    ln -sfn /usr/lib/cni/loopback "$NODE/cni/bin/loopback"
+    cat >"$NODE/cni/bin/ljrk-noop" <<'EOF'
+#!/bin/sh
+# No-op CNI plugin for test nodes: no interface, route or firewall rule is touched. ADD reports eth0 with a fixed
+# address from the documentation range (RFC 5737), so containerd accepts the sandbox; pods have no network.
+cat >/dev/null
+case "$CNI_COMMAND" in
+    ADD) printf '{"cniVersion":"0.4.0","interfaces":[{"name":"eth0","sandbox":"%s"}],' "$CNI_NETNS"
+         printf '"ips":[{"version":"4","address":"192.0.2.2/24","interface":0}],"dns":{}}\n' ;;
+    VERSION) printf '{"cniVersion":"0.4.0","supportedVersions":["0.3.0","0.3.1","0.4.0"]}\n' ;;
+    *) : ;;
+esac
+EOF
+    chmod 0755 "$NODE/cni/bin/ljrk-noop"
+}
+
+cmd_install() {
+    [[ "$(id -u)" == 0 ]] || die "install must run as root (apt-get, $CACHE)"
+    local started=$SECONDS
+    install_packages
+    bash "$HERE/k8s-control-plane.sh" install >/dev/null
+    if is_installed && [[ "${LJRK_KUBELET_REBUILD:-0}" != 1 ]]; then
+        log "already installed in $NODE ($("$NODE/bin/kubelet" --version))"
+        printf '%s\n' "$NODE"
+        return 0
+    fi
+    exec 9>"$CACHE/.lock"
+    flock 9 || die "cannot lock $CACHE/.lock"
+    build_kubelet
+    make_images
+    make_cni
+    script_hash >"$NODE/.complete"
+    log "done in $((SECONDS - started)) s; the node's files are in $NODE"
+    printf '%s\n' "$NODE"
+}
+
+run_harness() {
+    local python="$HERE/../.venv/bin/python"
+    [[ -x "$python" ]] || python="python3"
+    exec "$python" "$HERE/../tests/integration/kubelet_harness.py" "$@"
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    node-dir) cmd_node_dir ;;
+    start | stop)
+        [[ $# -ge 2 ]] || { usage; exit 2; }
+        run_harness "$@"
+        ;;
+    -h | --help | help) usage ;;
+    *)
+        usage
+        exit 2
+        ;;
+esac
