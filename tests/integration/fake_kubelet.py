@@ -24,9 +24,9 @@ class FakeKubelet(DeviceManager):
         super().__init__(plugin_dir)
         self.allocated: dict[str, set[str]] = {}
 
-    def restart(self) -> None:
-        """A kubelet restart; also forgets the pod-less allocations."""
-        super().restart()
+    def restart(self, down_s: float = 0.0) -> None:
+        """A kubelet restart (down for ``down_s`` seconds); also forgets the pod-less allocations."""
+        super().restart(down_s)
         self.allocated.clear()
 
     def admit(self, resource: str, size: int) -> tuple[list[str], ContainerAllocationResponse]:

@@ -117,6 +117,18 @@ def test_b18_ten_kubelet_restarts_reregister_without_leaks(world: World) -> None
     assert _threads() <= threads_before + 3, [t.name for t in threading.enumerate()]
 
 
+def test_b18_kubelet_down_between_stop_and_start_no_register_before_our_socket(world: World) -> None:
+    """Mirrors test_real_kubelet_restarts.py::test_kubelet_restart: kubelet 1.20 leaves its dead socket behind,
+    and the next kubelet wipes the folder before it listens; a plugin that served (and sent Register) beside the
+    dead socket would have its socket deleted under kubelet's dial-back."""
+    for _ in range(3):
+        count = len(world.kubelet.registrations)
+        world.kubelet.restart(down_s=1.5)
+        assert world.kubelet.wait_for(lambda c=count: len(world.kubelet.registrations) >= c + 3, 5)
+        assert len(world.kubelet.devices[CORE]) == 200
+    assert world.kubelet.failed_dials == []
+
+
 def test_b18_plugin_socket_deleted_alone_reserves(world: World) -> None:
     count = len(world.kubelet.registrations)
     (world.plugin_dir / "ljrk-memory.sock").unlink()

@@ -109,6 +109,8 @@ class PluginRegistry(dp_grpc.RegistrationServicer):
         self._devices: dict[str, dict[str, str]] = {}  # resource -> {id: health}, since the last (re)start
         self._updates: dict[str, int] = {}
         self._registrations: list[str] = []
+        self.failed_dials: list[str] = []
+        """Plugin sockets a Register named that could not be dialled back (kubelet logs each one)."""
         self._known: set[str] = set()  # resources registered at least once (kubelet's checkpoint keeps them)
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
@@ -199,6 +201,8 @@ class PluginRegistry(dp_grpc.RegistrationServicer):
             endpoint.dial(self._dial_timeout_s)
         except grpc.RpcError as error:
             endpoint.close()
+            with self._lock:
+                self.failed_dials.append(request.endpoint)
             context.abort(grpc.StatusCode.UNKNOWN, f"failed to dial device plugin {endpoint.path}: {go_status(error)}")
         with self._lock:
             stale = generation != self._generation or self._server is None

@@ -1,0 +1,62 @@
+"""The real-node harness itself (kubelet_harness.py): a second node beside the session's, started, used and stopped.
+
+Covers: while it runs, the host's kernel tunables are the ones from before (kubelet saw its wanted values only in
+its private mount namespace) and the host sees none of its mounts; a pod bound to it runs; after ``stop`` no
+process of it is left (kubelet, containerd, shims, the namespace holder, the containers), no mount, no container
+cgroup, and its work folder is gone.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import SECOND_NODE_NAME
+from k8s_harness import ControlPlane
+from kubelet_harness import KERNEL_TUNABLES, container_cgroups, process_alive, start_node
+from kubernetes import client
+from real_node_world import Pods, container, eventually, pod_manifest, unique
+
+pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
+
+
+def _tunables() -> dict[str, str]:
+    return {key: Path(f"/proc/sys/{key}").read_text().strip() for key in KERNEL_TUNABLES}
+
+
+def _mounts() -> set[str]:
+    return {" ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+
+
+def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPlane, real_node_files: Path) -> None:
+    tunables, mounts = _tunables(), _mounts()
+    workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-", dir="/tmp"))
+    node = start_node(kubelet_plane.node_kubeconfig(SECOND_NODE_NAME), SECOND_NODE_NAME, workdir,
+                      nodes=real_node_files)
+    namespace_pids: list[int] = []
+    try:
+        with kubelet_plane.api_client() as api:
+            core = client.CoreV1Api(api)
+            eventually(lambda: any(c.type == "Ready" and c.status == "True"
+                                   for c in core.read_node(SECOND_NODE_NAME).status.conditions or []), 90, "Ready")
+            pods = Pods(api, "default", node)
+            name = pods.create(pod_manifest(unique("plain"), [container("main")], scheduler=None,
+                                            node_name=SECOND_NODE_NAME))
+            pods.wait_running(name)
+            assert "HOSTNAME" in pods.env(name, "main")
+            assert _tunables() == tunables
+            assert not any(str(workdir) in m for m in _mounts() - mounts)
+            ids = node.containers()
+            assert len(ids) == 2  # the pause sandbox and the container
+            assert container_cgroups(ids)
+            namespace_pids = [*node.namespace_pids(), node.state.holder_pid]
+            pods.delete(name, force=True)
+            core.delete_node(SECOND_NODE_NAME)
+    finally:
+        node.stop()
+    assert not workdir.exists()
+    assert not [pid for pid in namespace_pids if process_alive(pid)]
+    assert not container_cgroups(ids)
+    assert not any(str(workdir) in m for m in _mounts())
+    assert _tunables() == tunables

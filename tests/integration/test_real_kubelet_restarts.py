@@ -1,0 +1,161 @@
+"""Restarts under the genuine kubelet 1.20.2 (kubelet_harness.py): kubelet, the device plugin and the Runtime.
+
+Runtime on two simulated 16 GiB GPUs, device plugin and standalone scheduler as processes. Covers:
+- kubelet restart (SIGTERM, started again): its ``kubelet.sock`` stays behind as a dead file until the new kubelet
+  deletes the folder's files and listens again — the behaviour the kubelet emulator models; every resource is
+  registered again, never with a Register sent before our socket serves (kubelet's log names no missing plugin
+  socket); running pods keep their containers and devices; a new pod is admitted;
+- device plugin SIGKILL: kubelet sees the ListAndWatch streams end and drops our resources from allocatable; a new
+  plugin process restores them and a new pod is admitted;
+- Runtime down during admission: the pod fails with ``UnexpectedAdmissionError`` naming the node Runtime; the
+  Runtime started again on its state folder still holds the running pod's records; the next pod is admitted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REAL_NODE_NAME
+from k8s_harness import ControlPlane
+from kubelet_harness import RealNode
+from kubernetes import client
+from real_node_world import (
+    RES,
+    NodeStack,
+    Pods,
+    allocatable,
+    container,
+    eventually,
+    http_get,
+    pod_manifest,
+    unique,
+)
+
+from adapters.grpc import GrpcNodeRuntime
+
+pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
+
+EXPECTED = {RES.gpu: "2", RES.core: "200", RES.memory: "32"}
+SHARE = {RES.core: 20, RES.memory: 2}
+
+
+@pytest.fixture(scope="module")
+def api(kubelet_plane: ControlPlane) -> Iterator[Any]:
+    with kubelet_plane.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="module")
+def stack(real_node: RealNode, kubelet_plane: ControlPlane, api: Any) -> Iterator[NodeStack]:
+    world = NodeStack(real_node, kubelet_plane, Path(tempfile.mkdtemp(prefix="ljrk-stack-", dir="/tmp")))
+    try:
+        world.start_runtime("2x16Gi:A100")
+        world.start_device_plugin()
+        world.start_scheduler()
+        eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+        yield world
+    finally:
+        world.stop()
+        shutil.rmtree(world.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def pods(api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
+    core = client.CoreV1Api(api)
+    name = f"rk-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    helper = Pods(api, name, real_node)
+    yield helper
+    names = [p.metadata.name for p in core.list_namespaced_pod(name).items]
+    for pod in names:
+        helper.delete(pod, force=True)
+    core.delete_namespace(name)
+
+
+def kubelet_log_since(node: RealNode, offset: int) -> str:
+    return node.kubelet_log.read_bytes()[offset:].decode(errors="replace")
+
+
+def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: RealNode) -> None:
+    before = pods.create(pod_manifest(unique("before"), [container("main", SHARE)]))
+    running = pods.wait_running(before)
+    container_id = running.status.container_statuses[0].container_id
+    env_before = pods.env(before, "main")
+    offset = real_node.kubelet_log.stat().st_size
+
+    registrations = stack.registrations()
+    version = _node(api).metadata.resource_version
+    real_node.stop_kubelet()
+    stale = real_node.device_plugin_dir / "kubelet.sock"
+    assert stale.exists(), "a stopped kubelet leaves its socket behind (the emulator models this)"
+    eventually(lambda: http_get(f"http://127.0.0.1:{stack.ports['device-plugin']}/readyz")[0] == 503, 10,
+               "device plugin not ready once kubelet is gone")
+    time.sleep(1.0)  # the device plugin polls meanwhile: it must not serve beside a dead kubelet's socket
+    started = time.monotonic()
+    real_node.start_kubelet()
+    eventually(lambda: stack.registrations() >= registrations + 3, 60, "the three resources registered again")
+    registered = time.monotonic() - started
+    eventually(lambda: _node(api).metadata.resource_version != version
+               and allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, "allocatable after the restart")
+    print(f"\nkubelet restart -> resources registered again {registered:.1f} s, "
+          f"allocatable in node status {time.monotonic() - started:.1f} s")
+
+    log = kubelet_log_since(real_node, offset)
+    assert "no such file or directory" not in "\n".join(
+        line for line in log.splitlines() if "ljrk-" in line), "kubelet dialled a plugin socket that was gone"
+    pod = pods.get(before)
+    assert pod.status.phase == "Running"
+    status = pod.status.container_statuses[0]
+    assert status.container_id == container_id
+    assert status.restart_count == 0
+    assert pods.env(before, "main") == env_before
+    after = pods.create(pod_manifest(unique("after"), [container("main", SHARE)]))
+    pods.wait_running(after)
+
+
+def test_device_plugin_sigkill(api: Any, stack: NodeStack, pods: Pods) -> None:
+    assert stack.procs["device-plugin"].stop(signal.SIGKILL) == -signal.SIGKILL
+    zero = {RES.gpu: "0", RES.core: "0", RES.memory: "0"}
+    eventually(lambda: allocatable(api, REAL_NODE_NAME) == zero, 60, "kubelet drops the resources")
+    stack.start_device_plugin()
+    eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, "resources back")
+    name = pods.create(pod_manifest(unique("revived"), [container("main", SHARE)]))
+    pods.wait_running(name)
+
+
+def test_runtime_down_during_admission(stack: NodeStack, pods: Pods) -> None:
+    keep = pods.create(pod_manifest(unique("keep"), [container("main", SHARE)]))
+    uid = pods.wait_running(keep).metadata.uid
+    stack.stop("runtime")
+    refused = pods.create(pod_manifest(unique("refused"), [container("main", SHARE)]))
+    pod = pods.wait_phase(refused, "Failed")
+    assert pod.status.reason == "UnexpectedAdmissionError"
+    assert "Runtime" in pod.status.message, pod.status.message
+    stack.start_runtime("2x16Gi:A100")
+    runtime = GrpcNodeRuntime.connect(stack.runtime_socket)
+    try:
+        records = eventually(lambda: _records(runtime), 30, "the Runtime serving again")
+        assert (uid, "main") in records
+        assert not any(r[0] == pod.metadata.uid for r in records)
+    finally:
+        runtime.close()
+    pods.wait_running(pods.create(pod_manifest(unique("next"), [container("main", SHARE)])))
+
+
+def _node(api: Any) -> Any:
+    return client.CoreV1Api(api).read_node(REAL_NODE_NAME)
+
+
+def _records(runtime: GrpcNodeRuntime) -> set[tuple[str, str]] | None:
+    try:
+        return {(c.pod_uid, c.container) for c in runtime.exporter_data().containers} or None
+    except Exception:  # not serving yet
+        return None
