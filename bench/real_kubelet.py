@@ -50,7 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     from k8s_harness import control_plane
     from kubelet_harness import node_dir, start_node
     from kubernetes import client
-    from real_node_world import RES, NodeStack, Pods, allocatable, container, eventually, pod_manifest, unique
+    from real_node_world import (
+        RES,
+        NodeStack,
+        Pods,
+        allocatable,
+        container,
+        eventually,
+        node_ready,
+        pod_manifest,
+        unique,
+    )
 
     files = node_dir()
     if files is None:
@@ -70,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with plane.api_client() as api:
                 core = client.CoreV1Api(api)
-                eventually(lambda: any(c.type == "Ready" and c.status == "True"
-                                       for c in core.read_node(NODE).status.conditions or []), 90, "node Ready")
+                eventually(lambda: node_ready(api, NODE), 90, "node Ready")
                 print(f"node Ready {time.monotonic() - started:.1f} s after start")
                 core.patch_node(NODE, {"spec": {"taints": None}})
                 stack.start_runtime("2x16Gi:A100")

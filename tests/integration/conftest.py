@@ -150,6 +150,7 @@ def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[An
 
     from kubelet_harness import start_node
     from kubernetes import client
+    from real_node_world import node_ready
 
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-", dir="/tmp"))
     node = start_node(kubelet_plane.node_kubeconfig(REAL_NODE_NAME), REAL_NODE_NAME, workdir,
@@ -158,17 +159,11 @@ def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[An
         with kubelet_plane.api_client() as api:
             core = client.CoreV1Api(api)
             deadline = time.monotonic() + 90
-            while True:
-                try:
-                    obj = core.read_node(REAL_NODE_NAME)
-                    conditions = {c.type: c.status for c in obj.status.conditions or []}
-                    if conditions.get("Ready") == "True":
-                        break
-                except client.ApiException:
-                    pass
+            while not node_ready(api, REAL_NODE_NAME):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"node {REAL_NODE_NAME} not Ready in 90 s\n{node.log_tails()}")
                 time.sleep(0.5)
+            obj = core.read_node(REAL_NODE_NAME)
             taints = [t for t in obj.spec.taints or [] if not t.key.startswith("node.kubernetes.io/not-ready")]
             core.patch_node(REAL_NODE_NAME, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
         yield node

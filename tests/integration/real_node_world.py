@@ -287,6 +287,15 @@ def gpu_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(("NVIDIA_VISIBLE", "LJRK_", "CUDA_DEVICE_"))}
 
 
+def node_ready(api: Any, node: str) -> bool:
+    """The Node exists and its ``Ready`` condition is ``True`` (False while kubelet has not registered it yet)."""
+    try:
+        conditions = client.CoreV1Api(api).read_node(node).status.conditions or []
+    except client.ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
 def allocatable(api: Any, node: str) -> dict[str, str]:
     """The node's allocatable of our three resources (absent ones as '0')."""
     status = client.CoreV1Api(api).read_node(node).status

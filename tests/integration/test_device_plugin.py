@@ -129,6 +129,21 @@ def test_b18_kubelet_down_between_stop_and_start_no_register_before_our_socket(w
     assert world.kubelet.failed_dials == []
 
 
+def test_inventory_says_unregistered_while_kubelet_is_down(world: World) -> None:
+    key = PROTOCOL.annotations.node_inventory
+
+    def registered() -> bool:
+        return decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key).kubelet_registered
+
+    assert world.kubelet.wait_for(registered, 5)
+    world.kubelet.stop(remove_socket=False)  # as a killed kubelet: its socket file stays
+    try:
+        assert world.kubelet.wait_for(lambda: not registered(), 5)
+    finally:
+        world.kubelet.start()
+    assert world.kubelet.wait_for(registered, 5)
+
+
 def test_b18_plugin_socket_deleted_alone_reserves(world: World) -> None:
     count = len(world.kubelet.registrations)
     (world.plugin_dir / "ljrk-memory.sock").unlink()

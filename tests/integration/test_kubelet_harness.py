@@ -16,7 +16,7 @@ from conftest import SECOND_NODE_NAME
 from k8s_harness import ControlPlane
 from kubelet_harness import KERNEL_TUNABLES, container_cgroups, process_alive, start_node
 from kubernetes import client
-from real_node_world import Pods, container, eventually, pod_manifest, unique
+from real_node_world import Pods, container, eventually, node_ready, pod_manifest, unique
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
 
@@ -38,8 +38,7 @@ def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPl
     try:
         with kubelet_plane.api_client() as api:
             core = client.CoreV1Api(api)
-            eventually(lambda: any(c.type == "Ready" and c.status == "True"
-                                   for c in core.read_node(SECOND_NODE_NAME).status.conditions or []), 90, "Ready")
+            eventually(lambda: node_ready(api, SECOND_NODE_NAME), 90, "Ready")
             pods = Pods(api, "default", node)
             name = pods.create(pod_manifest(unique("plain"), [container("main")], scheduler=None,
                                             node_name=SECOND_NODE_NAME))

@@ -4,7 +4,8 @@ Runtime on two simulated 16 GiB GPUs, device plugin and standalone scheduler as 
 - kubelet restart (SIGTERM, started again): its ``kubelet.sock`` stays behind as a dead file until the new kubelet
   deletes the folder's files and listens again — the behaviour the kubelet emulator models; every resource is
   registered again, never with a Register sent before our socket serves (kubelet's log names no missing plugin
-  socket); running pods keep their containers and devices; a new pod is admitted;
+  socket); a pod submitted while kubelet is down is not bound (the plugin's inventory says it is not registered)
+  and runs once it is; running pods keep their containers and devices; a new pod is admitted;
 - device plugin SIGKILL: kubelet sees the ListAndWatch streams end and drops our resources from allocatable; a new
   plugin process restores them and a new pod is admitted;
 - Runtime down during admission: the pod fails with ``UnexpectedAdmissionError`` naming the node Runtime; the
@@ -98,7 +99,9 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     assert stale.exists(), "a stopped kubelet leaves its socket behind (the emulator models this)"
     eventually(lambda: http_get(f"http://127.0.0.1:{stack.ports['device-plugin']}/readyz")[0] == 503, 10,
                "device plugin not ready once kubelet is gone")
-    time.sleep(1.0)  # the device plugin polls meanwhile: it must not serve beside a dead kubelet's socket
+    during = pods.create(pod_manifest(unique("during"), [container("main", SHARE)]))
+    time.sleep(2.0)  # the plugin polls meanwhile (never serving beside a dead socket); the scheduler holds the pod
+    assert not pods.get(during).spec.node_name, "bound while kubelet would refuse it"
     started = time.monotonic()
     real_node.start_kubelet()
     eventually(lambda: stack.registrations() >= registrations + 3, 60, "the three resources registered again")
@@ -117,6 +120,7 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     assert status.container_id == container_id
     assert status.restart_count == 0
     assert pods.env(before, "main") == env_before
+    pods.wait_running(during)
     after = pods.create(pod_manifest(unique("after"), [container("main", SHARE)]))
     pods.wait_running(after)
 

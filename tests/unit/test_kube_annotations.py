@@ -72,6 +72,18 @@ def test_inventory_json_shape_is_the_documented_one() -> None:
     }
 
 
+def test_inventory_kubelet_registered_is_written_only_when_false() -> None:
+    fingerprint = PROTOCOL.fingerprint()
+    assert "kubeletRegistered" not in encode_inventory(GPUS[:1], heartbeat=NOW, protocol=fingerprint)
+    text = encode_inventory(GPUS[:1], heartbeat=NOW, protocol=fingerprint, kubelet_registered=False)
+    assert json.loads(text)["kubeletRegistered"] is False
+    assert decode_inventory(text, key=INV).kubelet_registered is False
+    assert decode_inventory(encode_inventory(GPUS[:1], heartbeat=NOW, protocol="fp"), key=INV).kubelet_registered
+    bad = json.dumps({**inventory_json(), "kubeletRegistered": "no"})
+    with pytest.raises(InvalidRequestError, match="kubeletRegistered"):
+        decode_inventory(bad, key=INV)
+
+
 def test_inventory_decoding_sorts_gpus_by_index() -> None:
     data = inventory_json()
     data["gpus"] = list(reversed(data["gpus"]))

@@ -51,6 +51,7 @@ from domain.kube.objects import ContainerSpec, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants, ResourceNames
 from domain.kube.quantity import parse_bytes, parse_cpu_milli, parse_decimal_quantity
 from domain.kube.translate import (
+    KUBELET_UNREGISTERED,
     AllocationSource,
     inventory_reason,
     node_inventory,
@@ -301,6 +302,8 @@ def test_fresh_inventory_is_usable_with_allocatable() -> None:
         (make_node("n", heartbeat=NOW + 61), "61 s in the future", 2),
         (make_node("n", fingerprint="0000000000000000"), "protocol mismatch", 2),
         (make_node("n", allocatable={"cpu": "lots", "memory": "1Gi", "pods": "10"}), "allocatable.cpu", 2),
+        (make_node("n", annotation=encode_inventory(make_gpus("n", 2), heartbeat=NOW, protocol=PROTOCOL.fingerprint(),
+                                                    kubelet_registered=False)), KUBELET_UNREGISTERED, 2),
     ],
 )
 def test_unusable_inventory_has_a_reason(node: object, why: str, gpus_counted: int) -> None:

@@ -20,6 +20,10 @@
   ``dynamic``, the Runtime's MIG strategy (the scheduler's ``--mig-strategy`` must match). Readers take versions 1
   and 2; a version 1 text (or a GPU without ``migInstances``) has no MIG instances.
 
+  Either version may carry ``"kubeletRegistered": false`` (written only then, so other texts are unchanged):
+  the device plugin is not registered with the kubelet now listening (kubelet restarting, or the plugin not yet
+  registered), so kubelet would refuse GPU pods; absent means registered (older device plugins).
+
 * **Pod GPU plan** (key ``protocol.annotations.pod_plan``), written by the scheduler before it binds::
 
       {"version": 2, "podUID": "<uid of the pod>", "writer": "lj-runtimekit-scheduler", "node": "n1",
@@ -122,13 +126,15 @@ class InventoryRecord:
     """A decoded inventory annotation: ``gpus`` (dense indexes 0..n-1, in index order), ``heartbeat`` (epoch
     seconds when the device plugin last wrote it), ``protocol`` (the writer's protocol fingerprint), ``mig`` (GPU
     index → its MIG instances by start; GPUs without instances absent) and ``mig_strategy`` (``static``,
-    ``dynamic``, or empty when not published)."""
+    ``dynamic``, or empty when not published) and ``kubelet_registered`` (False: the device plugin said kubelet
+    would refuse GPU pods now)."""
 
     gpus: tuple[Gpu, ...]
     heartbeat: float
     protocol: str
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = attrs.field(factory=dict, converter=_mig_map)
     mig_strategy: str = ""
+    kubelet_registered: bool = True
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -218,10 +224,12 @@ def encode_inventory(
     protocol: str,
     mig: Mapping[int, Sequence[MigInstanceRecord]] | None = None,
     mig_strategy: str = "",
+    kubelet_registered: bool = True,
 ) -> str:
     """Render the node inventory annotation (module docstring) for ``gpus`` at ``heartbeat`` (epoch seconds),
     stamped with the writer's protocol fingerprint; ``mig``: GPU index → MIG instances of that GPU (GPUs in MIG
-    mode only); ``mig_strategy``: ``static``/``dynamic`` (empty: not published). Version 2 when a GPU is in MIG
+    mode only); ``mig_strategy``: ``static``/``dynamic`` (empty: not published); ``kubelet_registered``: False
+    writes ``"kubeletRegistered": false``. Version 2 when a GPU is in MIG
     mode, else version 1 (the same text as before MIG). Raises :class:`InvalidRequestError` for a non-finite
     heartbeat, an unknown strategy, or instances on a GPU that is absent or not in MIG mode."""
     if not math.isfinite(heartbeat):
@@ -250,6 +258,8 @@ def encode_inventory(
     }
     if with_mig and mig_strategy:
         data["migStrategy"] = mig_strategy
+    if not kubelet_registered:
+        data["kubeletRegistered"] = False
     data["gpus"] = entries
     return _dump(data)
 
@@ -320,7 +330,8 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     Returns the GPUs sorted by index, with the MIG layout and strategy of a version 2 text. Raises
     :class:`InvalidRequestError` naming ``key`` and the field for an unknown version, malformed JSON, a missing
     field, a wrong type, a GPU with memory ≤ 0, duplicate UUIDs, indexes that are not exactly ``0..n-1``, MIG
-    instances on a GPU not in MIG mode or sharing a start, or an unknown ``migStrategy``.
+    instances on a GPU not in MIG mode or sharing a start, an unknown ``migStrategy``, or a ``kubeletRegistered``
+    that is not a boolean.
     """
     data = _load(key, text)
     version = _version(key, data, INVENTORY_VERSIONS_READ)
@@ -348,7 +359,8 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     uuids = [g.uuid for g in gpus]
     if len(set(uuids)) != len(uuids):
         raise InvalidRequestError(f"{key}.gpus.uuid", uuids, "must be unique")
-    return InventoryRecord(tuple(gpus), float(heartbeat), protocol, layouts, strategy)
+    registered = _bool(key, data, "kubeletRegistered") if "kubeletRegistered" in data else True
+    return InventoryRecord(tuple(gpus), float(heartbeat), protocol, layouts, strategy, registered)
 
 
 # ---------------------------------------------------------------------------------------------- plan

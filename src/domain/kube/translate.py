@@ -289,13 +289,19 @@ def protocol_mismatches(node: NodeObject, protocol: ProtocolConstants) -> dict[s
     return {c: f for c, f in published.items() if f is not None and f != ours}
 
 
+KUBELET_UNREGISTERED = "device plugin not registered with kubelet (kubelet restarting?); kubelet would refuse GPU pods"
+"""Gate reason of a node whose inventory says ``kubeletRegistered: false``: a pod bound there now would fail
+kubelet's admission (``UnexpectedAdmissionError``), so it waits until the plugin has registered again."""
+
+
 def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> InventoryReading:
     """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds).
 
     The reason is set when the annotation is missing or malformed, its heartbeat is more than
     ``protocol.inventory_stale_seconds`` old or in the future, it is stamped with another protocol fingerprint,
     the node's device plugin or exporter publishes another protocol fingerprint (:func:`protocol_mismatches`),
-    or when allocatable cannot be parsed. Never raises for bad node content.
+    the device plugin says it is not registered with kubelet (:data:`KUBELET_UNREGISTERED`), or when allocatable
+    cannot be parsed. Never raises for bad node content.
     """
     (cpu, memory, pods), problems = _allocatable(node)
     key = protocol.annotations.node_inventory
@@ -316,6 +322,8 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
             if record.protocol != protocol.fingerprint():
                 problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
                                    f"scheduler {protocol.fingerprint()}")
+            if not record.kubelet_registered:
+                problems.insert(0, KUBELET_UNREGISTERED)
     known = any(p.startswith("protocol mismatch") for p in problems)  # the inventory's own stamp, above
     for component, fingerprint in protocol_mismatches(node, protocol).items():
         if component != "device-plugin" or not known:

@@ -19,7 +19,10 @@ seen after a Runtime restart or at the next inventory heartbeat) is served and r
 stopped (kubelet then stops offering it); the others keep their servers.
 
 Inventory: published at start, every ``heartbeat_s`` seconds and right after every health change, so the
-scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried.
+scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried. It also says
+whether the plugin is registered with the kubelet now listening (:meth:`DevicePluginApp.ready`), published again
+as soon as a ListAndWatch stream ends and after each registration: the scheduler keeps GPU pods off the node
+while kubelet would refuse them (a kubelet restart, found under the real kubelet 1.20).
 
 Allocated marks (:mod:`.marks`) are written on their own thread, so kubelet's Allocate never waits on the API
 server. With a :class:`~.reconciler.RecordReconciler`, a release pass runs at start and every ``--release-interval``
@@ -173,10 +176,14 @@ class DevicePluginApp:
 
     def _serve(self, kind: ResourceKey) -> KubeletPluginServer:
         server = KubeletPluginServer(self.plugin_dir / socket_name(kind), self.service, kind,
-                                     on_stream_lost=lambda _: self._stream_lost.set())
+                                     on_stream_lost=lambda _: self._lost_stream())
         server.start()
         self._servers[kind] = server
         return server
+
+    def _lost_stream(self) -> None:
+        self._stream_lost.set()
+        self._publish_now.set()
 
     def _register(self, kinds: dict[ResourceKey, str]) -> bool:
         try:
@@ -230,6 +237,7 @@ class DevicePluginApp:
         if not self._register(wanted):
             return False
         self._registered_inode = inode
+        self._publish_now.set()
         if not first:
             self.reregistrations += 1
         log.info("registered %s with kubelet (%s)", ", ".join(wanted.values()), self.kubelet_socket)
@@ -268,7 +276,7 @@ class DevicePluginApp:
         while not stop.is_set():
             self._publish_now.clear()
             try:
-                self.service.publish_inventory()
+                self.service.publish_inventory(kubelet_registered=self.ready()[0])
             except ClusterError as error:
                 log.warning("cannot publish the GPU inventory of node %s: %s", self.service.node, error)
             self._publish_now.wait(self._heartbeat_s)

@@ -287,9 +287,10 @@ class DevicePluginService:
         if stream is not None:
             stream.close()
 
-    def publish_inventory(self) -> None:
+    def publish_inventory(self, *, kubelet_registered: bool = True) -> None:
         """Write the inventory annotation (now as heartbeat; on a MIG node with the MIG layout, re-read from the
-        Runtime first, and the MIG strategy) and the protocol fingerprint on the node. A Runtime that cannot be
+        Runtime first, and the MIG strategy; ``kubelet_registered``: whether kubelet would take GPU pods now) and
+        the protocol fingerprint on the node. A Runtime that cannot be
         read leaves the last listing in the annotation (logged). Raises ``ports.cluster.ClusterError``
         (NotFoundError when the node is missing)."""
         fingerprint = self.protocol.fingerprint()
@@ -304,7 +305,7 @@ class DevicePluginService:
         with self._changed:
             mig = self._mig_records()
         text = encode_inventory(self.gpus(), heartbeat=self._clock(), protocol=fingerprint, mig=mig,
-                                mig_strategy=self.mig_strategy if mig else "")
+                                mig_strategy=self.mig_strategy if mig else "", kubelet_registered=kubelet_registered)
         self._cluster.patch_node_metadata(self.node, annotations={keys.node_inventory: text,
                                                                   keys.node_protocol: fingerprint})
 
