@@ -20,7 +20,8 @@ Behaviours covered:
 - a WatchHealth stream sees an injected health change within 1 s;
 - the command: serves until SIGTERM, exits 0 and removes its socket; ``--backend nvml`` without NVML exits 1 with a
   clear message; a bad ``--simulated-gpus`` (also more than 64 GPUs, there or in ``--simulated-gpus-file``, named
-  with the flag) and an over-long socket path exit 2; a corrupt state file exits 1; a
+  with the flag) and an over-long socket path exit 2; a corrupt state file exits 1 (one that is not UTF-8 with one
+  line naming the file and the byte, the file untouched); a
   simulated YAML inventory is served.
 """
 
@@ -324,6 +325,20 @@ def test_corrupt_state_exits_1(sock_dir: Path, capsys: pytest.CaptureFixture[str
     stop.set()
     assert main(["--backend", "simulated", "--socket", str(sock_dir / "r.sock")], stop=stop) == 1
     assert "malformed Runtime state" in capsys.readouterr().err
+
+
+def test_a_state_file_that_is_not_utf8_exits_1_with_one_line(sock_dir: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    state = sock_dir / "runtime-state.json"
+    state.write_bytes(b"\x00\xffnot json")
+    stop = threading.Event()
+    stop.set()
+    assert main(["--backend", "simulated", "--socket", str(sock_dir / "r.sock")], stop=stop) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    assert line == f"ljrk runtime: error: malformed Runtime state {state}: not UTF-8 text (byte 0xff at offset 1)"
+    assert state.read_bytes() == b"\x00\xffnot json"
 
 
 def test_yaml_inventory_is_served(sock_dir: Path) -> None:
