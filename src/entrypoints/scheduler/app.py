@@ -171,10 +171,12 @@ class SchedulerApp(RunUntilStopped):
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """Readiness: informers synced and, in extender mode, leading (only the leader answers verbs)."""
+        """Readiness ``(ready, reason)``: informers synced and serving, that is leading with a ledger rebuilt in
+        the current term, in both modes (the README's contract; only the leader answers verbs or binds, so a
+        standby of either mode reports 503 ``standby``)."""
         if not self.synced:
             return False, "informers not synced"
-        if self.settings.mode == "extender" and not self.service.serving:
+        if not self.service.serving:
             return False, "standby (not the leader, or rebuilding the ledger)"
         return True, "ok"
 
