@@ -4,19 +4,21 @@ Covers: request signatures; a holder keeps confusable pods (any shared (kind, am
 else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses
 after the window; holds off (None) hold nothing; a resync keeps our unbound reservations' holds; in the service,
 a second identical pod goes to another node, or waits with a reason naming the holder, until the device plugin's
-mark arrives.
+mark arrives; a holder with the pod's own name under another UID (re-created pod) is named by both UIDs, also in
+the extender's bind answer (it used to read "waiting for <the same pod> (identical GPU request)").
 """
 
 from __future__ import annotations
 
 import pytest
 from kube_builders import PROTOCOL
-from scheduler_world import schedule_and_commit, world
+from scheduler_world import new_pod, schedule_and_commit, world
 
 from domain.kube.objects import PodPhase
 from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.holds import AdmissionHolds, request_signature
 from domain.units import GiB
+from entrypoints.scheduler.extender import Extender
 
 KEY = PROTOCOL.annotations.pod_allocated
 
@@ -39,6 +41,30 @@ def test_a_holder_keeps_only_confusable_pods_off_its_node() -> None:
     assert holds.held_nodes(req("d", core=300, memory=2 * GiB), now=1) == {}  # nothing in common
     assert holds.held_nodes(req("a"), now=1) == {}  # never held against itself
     assert holds.held_nodes(PodRequest("cpu", (ContainerRequest("main"),)), now=1) == {}
+
+
+def test_a_holder_of_the_same_name_under_another_uid_is_named_as_such() -> None:
+    holds = AdmissionHolds(60)
+    holds.hold("old-uid", "n1", req("old-uid"), label="ns/web-0", now=0)
+    holds.hold("twin", "n1", req("twin"), label="ns/twin", now=0)
+    recreated = PodRequest("new-uid", req("x").containers, namespace="ns", name="web-0")
+    why = holds.held_nodes(recreated, now=1)["n1"]
+    assert why == ("pod ns/web-0 has UID new-uid, but UID old-uid under that name still holds the node (deleted and "
+                   "re-created? the old pod's delete or allocation has not been seen yet)")
+
+
+def test_a_bind_refused_because_the_uid_changed_names_the_uid_mismatch() -> None:
+    w = world(admission_hold_seconds=60)
+    w.node("n1", 1)
+    w.service.start_leading()
+    old = w.pending("web-0", core="40", mem="4")
+    schedule_and_commit(w, old)  # bound, Pending, no mark yet: holds n1
+    w.cluster.delete_pod("default", "web-0", grace_period_seconds=0)  # the delete has not reached the service
+    new = new_pod(w.cluster, "web-0", core="40", mem="4")
+    reply = Extender(w.service).bind({"PodName": "web-0", "PodNamespace": "default", "PodUID": new.uid, "Node": "n1"})
+    error = str(reply["Error"])
+    assert f"has UID {new.uid}, but UID {old.uid} under that name still holds the node" in error
+    assert "identical GPU request" not in error  # it used to say "waiting for default/web-0 (identical …)"
 
 
 def test_release_window_and_off() -> None:

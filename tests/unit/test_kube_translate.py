@@ -11,6 +11,8 @@ Behaviours covered:
 * percentage mode: memory in percent becomes ``memory_milli``, resolved per GPU (50 % of 16 GiB and of 80 GiB),
   by the planner, the filters, the default rule and the plan check alike; > 100 % is refused;
   ``ContainerRequest`` validates ``memory_milli`` (range, not with bytes, not with whole GPUs);
+* a core share above 100 % is refused saying a share cannot exceed one GPU and naming the whole-GPU resource
+  (it used to end "0 is not a request");
 * quantities: decimal, binary, exponent forms rounded up; garbage refused; numbers of more than 40 digits refused
   with the field named (they used to escape as a raw ValueError past 4300 digits);
 * nodes: a fresh inventory is usable; missing, malformed, zero-memory (B12f), stale and foreign-protocol
@@ -150,6 +152,17 @@ def test_b12_bad_values_name_container_resource_and_value(
     assert caught.value.field == f"pod[team/job].container[worker].{resource}"
     assert caught.value.value == value
     assert why in caught.value.reason
+
+
+@pytest.mark.parametrize("core", ["101", "150"])
+def test_a_core_share_above_100_percent_says_why_and_what_to_ask_instead(core: str) -> None:
+    pod = PodObject("p", "team", "job", containers=(ContainerSpec("worker", limits={RES.core: core}),))
+    with pytest.raises(InvalidRequestError) as caught:
+        pod_request(pod, PROTOCOL)
+    assert (caught.value.field, caught.value.value) == (f"pod[team/job].container[worker].{RES.core}", int(core))
+    assert "0 is not a request" not in caught.value.reason  # what the message used to end with
+    assert "a share cannot exceed one GPU" in caught.value.reason
+    assert caught.value.reason.endswith(f"ask for whole GPUs with {RES.gpu} instead")
 
 
 def test_node_level_requests_follow_the_effective_request_rule() -> None:

@@ -83,9 +83,14 @@ def _extended(pod: PodObject, spec: ContainerSpec, resource: str) -> int | None:
     return None if text is None else parse_quantity(field, text)
 
 
-def _percent(field: str, value: int | None) -> int | None:
-    if value is not None and not 1 <= value <= PERCENT_PER_GPU:
+def _percent(field: str, value: int | None, *, whole: str) -> int | None:
+    """``value`` when it is None or 1..100 (percent of one GPU); ``whole``: the whole-GPU resource, named in the
+    reason for more than 100 %. Raises :class:`InvalidRequestError` naming ``field``."""
+    if value is not None and value < 1:
         raise InvalidRequestError(field, value, "must be an integer 1..100 (% of one GPU); 0 is not a request")
+    if value is not None and value > PERCENT_PER_GPU:
+        raise InvalidRequestError(field, value, f"must be an integer 1..100 (% of one GPU): a share cannot exceed "
+                                  f"one GPU; ask for whole GPUs with {whole} instead")
     return value
 
 
@@ -117,14 +122,14 @@ def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants)
     prefix = f"pod[{pod.key}].container[{spec.name}]"
     mig_profile, mig_count = _mig_ask(pod, spec, protocol)
     gpus = _extended(pod, spec, names.gpu) or 0
-    core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core))
+    core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core), whole=names.gpu)
     memory = _extended(pod, spec, names.memory)
     memory_bytes: int | None = None
     memory_milli: int | None = None
     if memory is not None:
         unit = protocol.memory_unit_bytes
         if unit is None:
-            memory_milli = _percent(f"{prefix}.{names.memory}", memory)
+            memory_milli = _percent(f"{prefix}.{names.memory}", memory, whole=names.gpu)
             memory_milli = None if memory_milli is None else memory_milli * MILLI_PER_PERCENT
         elif memory < 1:
             raise InvalidRequestError(f"{prefix}.{names.memory}", memory, "must be at least 1; 0 is not a request")

@@ -18,6 +18,8 @@ Rules:
   ``("core", milli)``, ``("memory", bytes or milli-percent)``, ``("mig", profile)``. Kubelet asks for one resource
   of one container per Allocate call, in an order we do not control, so two requests can be confused when their
   signatures share any pair. A pod is kept off every node holding a pod whose signature shares a pair with its own.
+* A holder with the pod's own ``namespace/name`` but another UID (the pod was deleted and re-created, and the old
+  UID's delete has not been seen yet) holds like any other, and the reason names both UIDs.
 """
 
 from __future__ import annotations
@@ -106,7 +108,12 @@ class AdmissionHolds:
         for uid, holder in self._holders.items():
             if uid in skip or now - holder.since > self.window_s or not signature & holder.signature:
                 continue
-            held.setdefault(holder.node, f"waiting for {holder.label} (identical GPU request) to get its devices")
+            if holder.label == request.label():  # the same name under another UID: say so, over any other holder
+                held[holder.node] = (f"pod {holder.label} has UID {request.uid}, but UID {uid} under that name still "
+                                     "holds the node (deleted and re-created? the old pod's delete or allocation has "
+                                     "not been seen yet)")
+            else:
+                held.setdefault(holder.node, f"waiting for {holder.label} (identical GPU request) to get its devices")
         return held
 
     def adopt(self, fresh: AdmissionHolds, *, keep: Iterable[str]) -> None:
