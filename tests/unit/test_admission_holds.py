@@ -1,24 +1,33 @@
 """Admission holds (domain.scheduling.holds) and the scheduler service using them.
 
 Covers: request signatures; a holder keeps confusable pods (any shared (kind, amount)) off its node and nothing
-else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses
-after the window; holds off (None) hold nothing; a resync keeps our unbound reservations' holds; in the service,
-a second identical pod goes to another node, or waits with a reason naming the holder, until the device plugin's
-mark arrives; a holder with the pod's own name under another UID (re-created pod) is named by both UIDs, also in
-the extender's bind answer (it used to read "waiting for <the same pod> (identical GPU request)").
+else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses after
+the window; holds off (None or 0, with one meaning on the command line, in ``ServiceConfig`` and in
+``AdmissionHolds``; negative, NaN and infinite windows refused everywhere) hold nothing; a resync keeps our unbound
+reservations' holds; in the service, a second identical pod goes to another node, or waits with a reason naming the
+holder, until the device plugin's mark arrives; a holder with the pod's own name under another UID (re-created pod)
+is named by both UIDs, also in the extender's bind answer (it used to read "waiting for <the same pod> (identical
+GPU request)").
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from kube_builders import PROTOCOL
 from scheduler_world import new_pod, schedule_and_commit, world
 
+from domain.errors import InvalidRequestError
 from domain.kube.objects import PodPhase
 from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.holds import AdmissionHolds, request_signature
 from domain.units import GiB
+from entrypoints.scheduler.__main__ import build_parser, settings_from_args
+from entrypoints.scheduler.app import SchedulerSettings, SettingsError
+from entrypoints.scheduler.containers import service_config
 from entrypoints.scheduler.extender import Extender
+from entrypoints.scheduler.policies import ServiceConfig
 
 KEY = PROTOCOL.annotations.pod_allocated
 
@@ -78,8 +87,34 @@ def test_release_window_and_off() -> None:
     off = AdmissionHolds(None)
     off.hold("a", "n1", req("a"), label="ns/a", now=0)
     assert off.held_nodes(req("b"), now=0) == {}
-    with pytest.raises(ValueError, match="must be > 0"):
-        AdmissionHolds(0)
+    with pytest.raises(ValueError, match="must be a finite number of seconds >= 0"):
+        AdmissionHolds(-1)
+
+
+@pytest.mark.parametrize("off", [0, 0.0, None])
+def test_zero_means_off_on_the_command_line_in_the_service_config_and_the_holds(off: float | None) -> None:
+    settings = settings_from_args(build_parser().parse_args(
+        ["--mode", "standalone", "--listen", "127.0.0.1:0", "--admission-hold", "0"]))
+    assert settings.admission_hold_seconds == 0
+    assert ServiceConfig(admission_hold_seconds=off).admission_hold_seconds == off  # 0.0 used to raise
+    assert service_config(settings).admission_hold_seconds in (0, None)
+    assert AdmissionHolds(off).window_s is None
+    w = world(admission_hold_seconds=off)
+    w.node("n1", 2)
+    schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    assert w.service.schedule_pod(w.pending("b", core="40", mem="4")).scheduled  # an identical twin is not held
+    assert w.service.sync.holds.holders() == {}
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
+def test_a_negative_nan_or_endless_hold_is_refused_everywhere_with_the_field_named(bad: float) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        ServiceConfig(admission_hold_seconds=bad)
+    assert caught.value.field == "admission_hold_seconds"
+    with pytest.raises(SettingsError, match="admission_hold_seconds"):
+        SchedulerSettings(admission_hold_seconds=bad)
+    with pytest.raises(InvalidRequestError, match="window_s"):
+        AdmissionHolds(bad)
 
 
 def test_adopt_keeps_unbound_reservations() -> None:

@@ -163,7 +163,7 @@ class LedgerSync:
         self.ledger = ledger
         self.holds = AdmissionHolds(hold_window_seconds)
         """Pods bound or reserved here whose devices are not allocated yet (:mod:`domain.scheduling.holds`; off
-        unless ``hold_window_seconds`` is given: the scheduler service turns it on)."""
+        unless ``hold_window_seconds`` is given and not 0: the scheduler service turns it on)."""
         self.protocol = protocol
         self.clock = clock
         self.assumed_ttl_seconds = assumed_ttl_seconds
