@@ -37,7 +37,13 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
-from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT, PERCENT_PER_GPU
+from domain.units import (
+    MAX_GPU_MEMORY_BYTES,
+    MAX_NODE_QUANTITY,
+    MILLI_PER_GPU,
+    MILLI_PER_PERCENT,
+    PERCENT_PER_GPU,
+)
 
 
 class GpuKind(enum.Enum):
@@ -126,9 +132,9 @@ class ContainerRequest:
     canonical name of :mod:`domain.mig.profiles`; None/0 = no MIG ask).
 
     Raises :class:`InvalidRequestError` naming the field for: non-integers, zero or negative core/memory,
-    core or relative memory above 1000 milli-GPU (100 %), both ``memory_bytes`` and ``memory_milli``, whole
-    GPUs combined with a core/memory share, a MIG profile without count ≥ 1 (or the reverse), or a MIG ask
-    combined with whole GPUs or a core/memory share.
+    core or relative memory above 1000 milli-GPU (100 %), memory above ``MAX_GPU_MEMORY_BYTES`` (1 PiB), both
+    ``memory_bytes`` and ``memory_milli``, whole GPUs combined with a core/memory share, a MIG profile without
+    count ≥ 1 (or the reverse), or a MIG ask combined with whole GPUs or a core/memory share.
     """
 
     name: str
@@ -158,6 +164,9 @@ class ContainerRequest:
             memory = _strict_int(f"{prefix}.memory_bytes", self.memory_bytes)
             if memory < 1:
                 raise InvalidRequestError(f"{prefix}.memory_bytes", self.memory_bytes, "must be at least 1 byte")
+            if memory > MAX_GPU_MEMORY_BYTES:
+                raise InvalidRequestError(f"{prefix}.memory_bytes", self.memory_bytes, f"must be at most "
+                                          f"{MAX_GPU_MEMORY_BYTES} bytes (1 PiB): no GPU has that much memory")
         if self.memory_milli is not None:
             relative = _strict_int(f"{prefix}.memory_milli", self.memory_milli)
             if not 1 <= relative <= MILLI_PER_GPU:
@@ -243,7 +252,8 @@ class PodRequest:
     ``namespace``/``name`` (for messages); ``cpu_milli`` and ``memory_bytes`` (the pod's *effective* node-level
     requests, milli-cores and bytes); ``selector``.
 
-    Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, negative quantities, or a pod
+    Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, negative quantities or ones
+    above ``MAX_NODE_QUANTITY`` (1 PiB of memory, 2^50 milli-cores), or a pod
     whose containers mix MIG instances with time-sharing GPU resources.
     """
 
@@ -265,6 +275,9 @@ class PodRequest:
             checked = _strict_int(f"pod[{self.uid}].{field}", value)
             if checked < 0:
                 raise InvalidRequestError(f"pod[{self.uid}].{field}", value, "must not be negative")
+            if checked > MAX_NODE_QUANTITY:
+                raise InvalidRequestError(f"pod[{self.uid}].{field}", value,
+                                          f"must be at most {MAX_NODE_QUANTITY}: no node has that much")
         if self.wants_gpu and self.wants_mig:
             shared = [c.name for c in self.gpu_containers]
             mig = [c.name for c in self.mig_containers]

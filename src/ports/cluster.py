@@ -138,7 +138,10 @@ class ClusterApi(Protocol):
         ...
 
     def create_event(self, event: ClusterEvent) -> None:
-        """Record an Event (best effort; errors are the caller's to log)."""
+        """Record an Event (best effort; errors are the caller's to log). As Kubernetes' event recorder does: a
+        repeat of an Event recorded before (same object, type, reason and message) raises that Event's ``count``
+        and ``lastTimestamp`` instead of creating another object (:mod:`domain.kube.events`); ``event``'s own
+        count and timestamps are ignored."""
         ...
 
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:

@@ -24,7 +24,8 @@ Behaviours covered:
 - set_pod_phase writes status.phase;
 - Leases: create / get (times to the microsecond, whole seconds too) / update with the current RV / stale RV →
   ConflictError / create existing → ConflictError;
-- create_event accepts pod and node events;
+- create_event accepts pod and node events; a repeat raises the count of the Event recorded before (memory: read
+  back; kubernetes: on the wire in ``tests/integration/test_kubernetes_event_dedup.py``);
 - NotFoundError for every read or write of a missing pod, node or lease;
 - Jobs (batch/v1: create/list/watch with label selectors, status, background delete): in
   ``test_cluster_jobs_contract.py``, on the same ``cluster`` fixture.
@@ -533,8 +534,11 @@ def test_create_event(cluster: ClusterUnderTest) -> None:
     cluster.api.create_event(
         ClusterEvent(kind="Node", name="n1", reason="GpuUnhealthy", message="GPU 0 lost", type="Warning")
     )
+    cluster.api.create_event(  # a repeat: the same Event, count 2 (one object, as Kubernetes' recorder keeps it)
+        ClusterEvent(kind="Pod", name=pod.name, namespace=cluster.namespace, reason="Scheduled", message="to n1")
+    )
     if cluster.memory is not None:
-        assert [e.reason for e in cluster.memory.events] == ["Scheduled", "GpuUnhealthy"]
+        assert [(e.reason, e.count) for e in cluster.memory.events] == [("Scheduled", 2), ("GpuUnhealthy", 1)]
 
 
 def test_missing_objects_raise_not_found(cluster: ClusterUnderTest) -> None:

@@ -19,7 +19,9 @@ Behaviours covered:
   the command and its static instance is handed out;
 - a WatchHealth stream sees an injected health change within 1 s;
 - the command: serves until SIGTERM, exits 0 and removes its socket; ``--backend nvml`` without NVML exits 1 with a
-  clear message; a bad ``--simulated-gpus`` and an over-long socket path exit 2; a corrupt state file exits 1; a
+  clear message; a bad ``--simulated-gpus`` (also more than 64 GPUs, there or in ``--simulated-gpus-file``, named
+  with the flag) and an over-long socket path exit 2; a corrupt state file exits 1 (one that is not UTF-8 with one
+  line naming the file and the byte, the file untouched); a
   simulated YAML inventory is served.
 """
 
@@ -295,6 +297,10 @@ def test_nvml_backend_without_nvml_fails_clearly(sock_dir: Path, capsys: pytest.
     ("args", "message"),
     [
         (["--simulated-gpus", "2x:"], "expected [COUNTx]MEMORY[:MODEL]"),
+        (["--backend", "simulated", "--simulated-gpus", "99999999999x16Gi"],
+         "error: --simulated-gpus: simulated GPUs '99999999999x16Gi': count 99999999999 is above 64"),
+        (["--backend", "simulated", "--simulated-gpus-file", "GPUS_FILE"],
+         "error: --simulated-gpus-file: simulated GPUs GPUS_FILE: gpus[0]: count 65 is above 64"),
         (["--socket-too-long"], "at most 107 bytes"),
         (["--backend", "nvml", "--simulated-gpus", SPEC], "need --backend simulated or auto"),
         (["--recovery-quiet-period", "-3"], "must be >= 0"),
@@ -306,8 +312,11 @@ def test_usage_errors_exit_2(
     socket_path = sock_dir / "r.sock"
     if args == ["--socket-too-long"]:
         args, socket_path = [], sock_dir / ("x" * 120) / "r.sock"
+    gpus_file = sock_dir / "gpus.yaml"
+    gpus_file.write_text("gpus:\n  - {memory: 16Gi, count: 65}\n")
+    args = [str(gpus_file) if arg == "GPUS_FILE" else arg for arg in args]
     assert main([*args, "--socket", str(socket_path)]) == 2
-    assert message in capsys.readouterr().err
+    assert message.replace("GPUS_FILE", str(gpus_file)) in capsys.readouterr().err
 
 
 def test_corrupt_state_exits_1(sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -316,6 +325,20 @@ def test_corrupt_state_exits_1(sock_dir: Path, capsys: pytest.CaptureFixture[str
     stop.set()
     assert main(["--backend", "simulated", "--socket", str(sock_dir / "r.sock")], stop=stop) == 1
     assert "malformed Runtime state" in capsys.readouterr().err
+
+
+def test_a_state_file_that_is_not_utf8_exits_1_with_one_line(sock_dir: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    state = sock_dir / "runtime-state.json"
+    state.write_bytes(b"\x00\xffnot json")
+    stop = threading.Event()
+    stop.set()
+    assert main(["--backend", "simulated", "--socket", str(sock_dir / "r.sock")], stop=stop) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    assert line == f"ljrk runtime: error: malformed Runtime state {state}: not UTF-8 text (byte 0xff at offset 1)"
+    assert state.read_bytes() == b"\x00\xffnot json"
 
 
 def test_yaml_inventory_is_served(sock_dir: Path) -> None:

@@ -1,22 +1,33 @@
 """Admission holds (domain.scheduling.holds) and the scheduler service using them.
 
 Covers: request signatures; a holder keeps confusable pods (any shared (kind, amount)) off its node and nothing
-else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses
-after the window; holds off (None) hold nothing; a resync keeps our unbound reservations' holds; in the service,
-a second identical pod goes to another node, or waits with a reason naming the holder, until the device plugin's
-mark arrives.
+else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses after
+the window; holds off (None or 0, with one meaning on the command line, in ``ServiceConfig`` and in
+``AdmissionHolds``; negative, NaN and infinite windows refused everywhere) hold nothing; a resync keeps our unbound
+reservations' holds; in the service, a second identical pod goes to another node, or waits with a reason naming the
+holder, until the device plugin's mark arrives; a holder with the pod's own name under another UID (re-created pod)
+is named by both UIDs, also in the extender's bind answer (it used to read "waiting for <the same pod> (identical
+GPU request)").
 """
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from kube_builders import PROTOCOL
-from scheduler_world import schedule_and_commit, world
+from scheduler_world import new_pod, schedule_and_commit, world
 
+from domain.errors import InvalidRequestError
 from domain.kube.objects import PodPhase
 from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.holds import AdmissionHolds, request_signature
 from domain.units import GiB
+from entrypoints.scheduler.__main__ import build_parser, settings_from_args
+from entrypoints.scheduler.app import SchedulerSettings, SettingsError
+from entrypoints.scheduler.containers import service_config
+from entrypoints.scheduler.extender import Extender
+from entrypoints.scheduler.policies import ServiceConfig
 
 KEY = PROTOCOL.annotations.pod_allocated
 
@@ -41,6 +52,30 @@ def test_a_holder_keeps_only_confusable_pods_off_its_node() -> None:
     assert holds.held_nodes(PodRequest("cpu", (ContainerRequest("main"),)), now=1) == {}
 
 
+def test_a_holder_of_the_same_name_under_another_uid_is_named_as_such() -> None:
+    holds = AdmissionHolds(60)
+    holds.hold("old-uid", "n1", req("old-uid"), label="ns/web-0", now=0)
+    holds.hold("twin", "n1", req("twin"), label="ns/twin", now=0)
+    recreated = PodRequest("new-uid", req("x").containers, namespace="ns", name="web-0")
+    why = holds.held_nodes(recreated, now=1)["n1"]
+    assert why == ("pod ns/web-0 has UID new-uid, but UID old-uid under that name still holds the node (deleted and "
+                   "re-created? the old pod's delete or allocation has not been seen yet)")
+
+
+def test_a_bind_refused_because_the_uid_changed_names_the_uid_mismatch() -> None:
+    w = world(admission_hold_seconds=60)
+    w.node("n1", 1)
+    w.service.start_leading()
+    old = w.pending("web-0", core="40", mem="4")
+    schedule_and_commit(w, old)  # bound, Pending, no mark yet: holds n1
+    w.cluster.delete_pod("default", "web-0", grace_period_seconds=0)  # the delete has not reached the service
+    new = new_pod(w.cluster, "web-0", core="40", mem="4")
+    reply = Extender(w.service).bind({"PodName": "web-0", "PodNamespace": "default", "PodUID": new.uid, "Node": "n1"})
+    error = str(reply["Error"])
+    assert f"has UID {new.uid}, but UID {old.uid} under that name still holds the node" in error
+    assert "identical GPU request" not in error  # it used to say "waiting for default/web-0 (identical …)"
+
+
 def test_release_window_and_off() -> None:
     holds = AdmissionHolds(60)
     holds.hold("a", "n1", req("a"), label="ns/a", now=0)
@@ -52,8 +87,34 @@ def test_release_window_and_off() -> None:
     off = AdmissionHolds(None)
     off.hold("a", "n1", req("a"), label="ns/a", now=0)
     assert off.held_nodes(req("b"), now=0) == {}
-    with pytest.raises(ValueError, match="must be > 0"):
-        AdmissionHolds(0)
+    with pytest.raises(ValueError, match="must be a finite number of seconds >= 0"):
+        AdmissionHolds(-1)
+
+
+@pytest.mark.parametrize("off", [0, 0.0, None])
+def test_zero_means_off_on_the_command_line_in_the_service_config_and_the_holds(off: float | None) -> None:
+    settings = settings_from_args(build_parser().parse_args(
+        ["--mode", "standalone", "--listen", "127.0.0.1:0", "--admission-hold", "0"]))
+    assert settings.admission_hold_seconds == 0
+    assert ServiceConfig(admission_hold_seconds=off).admission_hold_seconds == off  # 0.0 used to raise
+    assert service_config(settings).admission_hold_seconds in (0, None)
+    assert AdmissionHolds(off).window_s is None
+    w = world(admission_hold_seconds=off)
+    w.node("n1", 2)
+    schedule_and_commit(w, w.pending("a", core="40", mem="4"))
+    assert w.service.schedule_pod(w.pending("b", core="40", mem="4")).scheduled  # an identical twin is not held
+    assert w.service.sync.holds.holders() == {}
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
+def test_a_negative_nan_or_endless_hold_is_refused_everywhere_with_the_field_named(bad: float) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        ServiceConfig(admission_hold_seconds=bad)
+    assert caught.value.field == "admission_hold_seconds"
+    with pytest.raises(SettingsError, match="admission_hold_seconds"):
+        SchedulerSettings(admission_hold_seconds=bad)
+    with pytest.raises(InvalidRequestError, match="window_s"):
+        AdmissionHolds(bad)
 
 
 def test_adopt_keeps_unbound_reservations() -> None:

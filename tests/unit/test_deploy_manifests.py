@@ -82,13 +82,14 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     },
     "exporter": {
         ("ClusterRole", "lj-runtimekit-exporter"): {
-            ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "events", "create", "")},
+            ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "events", "create", ""),
+            ("", "events", "patch", "")},
     },
     "scheduler": {
         ("ClusterRole", "lj-runtimekit-scheduler"): {
             ("", "nodes", "get", ""), ("", "nodes", "list", ""), ("", "nodes", "watch", ""),
             ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""), ("", "pods", "patch", ""),
-            ("", "pods/binding", "create", ""), ("", "events", "create", ""),
+            ("", "pods/binding", "create", ""), ("", "events", "create", ""), ("", "events", "patch", ""),
             *{("", "configmaps", verb, "extension-apiserver-authentication") for verb in ("get", "list", "watch")},
         },
         ("Role", "lj-runtimekit-scheduler"): {
@@ -99,7 +100,8 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     },
     "controller": {
         ("ClusterRole", "lj-runtimekit-controller"): {
-            *{("", "nodes", verb, "") for verb in ("get", "list", "watch", "patch")}, ("", "events", "create", "")},
+            *{("", "nodes", verb, "") for verb in ("get", "list", "watch", "patch")}, ("", "events", "create", ""),
+            ("", "events", "patch", "")},
         ("Role", "lj-runtimekit-controller"): {
             *{("batch", "jobs", verb, "") for verb in ("get", "list", "watch", "create", "delete")},
             ("coordination.k8s.io", "leases", "create", ""),

@@ -11,7 +11,10 @@ Behaviours covered:
 * percentage mode: memory in percent becomes ``memory_milli``, resolved per GPU (50 % of 16 GiB and of 80 GiB),
   by the planner, the filters, the default rule and the plan check alike; > 100 % is refused;
   ``ContainerRequest`` validates ``memory_milli`` (range, not with bytes, not with whole GPUs);
-* quantities: decimal, binary, exponent forms rounded up; garbage refused;
+* a core share above 100 % is refused saying a share cannot exceed one GPU and naming the whole-GPU resource
+  (it used to end "0 is not a request");
+* quantities: decimal, binary, exponent forms rounded up; garbage refused; numbers of more than 40 digits refused
+  with the field named (they used to escape as a raw ValueError past 4300 digits);
 * nodes: a fresh inventory is usable; missing, malformed, zero-memory (B12f), stale and foreign-protocol
   inventories give a reason (stale/foreign still count their GPUs); allocatable parsed, bad allocatable
   reported;
@@ -48,7 +51,7 @@ from domain.errors import InvalidRequestError
 from domain.kube.annotations import encode_inventory, encode_plan
 from domain.kube.inference import check_plan, infer_allocation
 from domain.kube.objects import ContainerSpec, PodObject, PodPhase
-from domain.kube.protocol import ProtocolConstants, ResourceNames
+from domain.kube.protocol import ProtocolConstants, ResourceNames, parse_quantity
 from domain.kube.quantity import parse_bytes, parse_cpu_milli, parse_decimal_quantity
 from domain.kube.translate import (
     KUBELET_UNREGISTERED,
@@ -150,6 +153,17 @@ def test_b12_bad_values_name_container_resource_and_value(
     assert caught.value.field == f"pod[team/job].container[worker].{resource}"
     assert caught.value.value == value
     assert why in caught.value.reason
+
+
+@pytest.mark.parametrize("core", ["101", "150"])
+def test_a_core_share_above_100_percent_says_why_and_what_to_ask_instead(core: str) -> None:
+    pod = PodObject("p", "team", "job", containers=(ContainerSpec("worker", limits={RES.core: core}),))
+    with pytest.raises(InvalidRequestError) as caught:
+        pod_request(pod, PROTOCOL)
+    assert (caught.value.field, caught.value.value) == (f"pod[team/job].container[worker].{RES.core}", int(core))
+    assert "0 is not a request" not in caught.value.reason  # what the message used to end with
+    assert "a share cannot exceed one GPU" in caught.value.reason
+    assert caught.value.reason.endswith(f"ask for whole GPUs with {RES.gpu} instead")
 
 
 def test_node_level_requests_follow_the_effective_request_rule() -> None:
@@ -271,10 +285,19 @@ def test_cpu_and_bytes_round_up() -> None:
     assert parse_bytes("memory", "100m") == 1
 
 
-@pytest.mark.parametrize("text", ["", "-1", "1.2.3", "10 Gi", "1e99", "abc", "1Zi"])
+@pytest.mark.parametrize("text", ["", "-1", "1.2.3", "10 Gi", "1e99", "abc", "1Zi", "9" * 5000, "0." + "1" * 5000])
 def test_bad_quantities_are_refused(text: str) -> None:
     with pytest.raises(InvalidRequestError):
         parse_decimal_quantity("q", text)
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "9" * 41 + "Gi"])
+def test_integer_quantities_with_too_many_digits_name_the_field(text: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:  # was a raw ValueError beyond 4300 digits
+        parse_quantity("pod[default/a].container[main].gpu-memory", text)
+    assert (caught.value.field, caught.value.value) == ("pod[default/a].container[main].gpu-memory", text)
+    assert "digits" in caught.value.reason
+    assert parse_quantity("q", "9" * 40) == int("9" * 40)
 
 
 # ---------------------------------------------------------------------------------------------- nodes

@@ -5,10 +5,12 @@ Behaviours covered:
 * ``ContainerRequest.share`` rejects a core percentage that is zero, negative, above 100, fractional (``50.5``)
   or a bool, and the error names the field (``container[<name>].core_percent``) and the rejected value;
 * ``ContainerRequest`` rejects zero/negative/over-100 % ``core_milli``, zero or negative memory, negative
-  whole-GPU counts, bools in any integer field, an empty name, and whole GPUs combined with a share;
+  whole-GPU counts, bools in any integer field, an empty name, and whole GPUs combined with a share; memory
+  above 1 PiB (``MAX_GPU_MEMORY_BYTES``: 2^63 bytes used to overflow the planner, issue 16 item 1);
 * percent → milli-GPU conversion at the edge (``core_percent=30`` is 300 milli-GPU);
 * ``kind`` and ``nominal_milli`` of whole, share, memory-only and GPU-less containers;
-* ``PodRequest`` rejects an empty UID, duplicate container names and negative or non-integer CPU/memory;
+* ``PodRequest`` rejects an empty UID, duplicate container names and negative, non-integer or
+  beyond-any-node (``MAX_NODE_QUANTITY``) CPU/memory;
 * ``PodRequest.effective_gpu_milli`` = ``max(Σ app containers, max init container)``; ``gpu_containers``
   lists init containers first; ``simple_shape`` only for exactly one GPU container;
 * ``resolve_share`` default rule (failure case B09): memory omitted → ``floor(gpu_mem × core / 1000)``;
@@ -33,7 +35,7 @@ from domain.request import (
     resolve_share,
     single_container_pod,
 )
-from domain.units import GiB, MiB, percent_to_milli
+from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY, GiB, MiB, percent_to_milli
 
 GPU16 = 16 * GiB
 
@@ -125,6 +127,15 @@ def test_container_accepts_one_byte_memory() -> None:
     assert ContainerRequest("app", memory_bytes=1).memory_bytes == 1
 
 
+@pytest.mark.parametrize("memory", [MAX_GPU_MEMORY_BYTES + 1, 2**63, 8589934591 * GiB])
+def test_container_rejects_memory_beyond_any_gpu_naming_field_and_value(memory: int) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        ContainerRequest("app", memory_bytes=memory)
+    assert (caught.value.field, caught.value.value) == ("container[app].memory_bytes", memory)
+    assert "1 PiB" in caught.value.reason
+    assert ContainerRequest("app", memory_bytes=MAX_GPU_MEMORY_BYTES).memory_bytes == MAX_GPU_MEMORY_BYTES
+
+
 @pytest.mark.parametrize(("core", "memory"), [(500, None), (None, GiB), (500, GiB)])
 def test_whole_gpus_combined_with_share_are_rejected(core: int | None, memory: int | None) -> None:
     with pytest.raises(InvalidRequestError) as caught:
@@ -186,6 +197,14 @@ def test_pod_rejects_negative_node_resources(field: str) -> None:
         PodRequest("uid-1", **{field: -1})  # type: ignore[arg-type]
     assert caught.value.field == f"pod[uid-1].{field}"
     assert caught.value.value == -1
+
+
+@pytest.mark.parametrize("field", ["cpu_milli", "memory_bytes"])
+def test_pod_rejects_node_resources_beyond_any_node(field: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        PodRequest("uid-1", **{field: MAX_NODE_QUANTITY + 1})  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == (f"pod[uid-1].{field}", MAX_NODE_QUANTITY + 1)
+    assert getattr(PodRequest("uid-1", **{field: MAX_NODE_QUANTITY}), field) == MAX_NODE_QUANTITY  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", [1.5, True, "100m"])

@@ -3,6 +3,8 @@
 Covers: ``--help`` exits 0; unknown policy, bad ``--listen``, missing ``--mode`` and an invalid protocol file exit 2
 with one ``error:`` line before anything starts; the container resolves every provider with the in-memory
 cluster (check_dependencies); ``main`` runs with ``--in-memory`` and returns 0 once stopped; ``parse_listen``;
+``/readyz`` (``SchedulerApp.ready``) is 200 only for the leader with a rebuilt ledger, in standalone mode as in
+extender mode (a standalone standby used to answer 200);
 commits over the API server use a request timeout below ``lease_duration − renew_deadline``.
 """
 
@@ -109,6 +111,33 @@ def test_main_runs_in_memory_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch) 
         stop.set()
         thread.join(10)
     assert codes == [0]
+
+
+@pytest.mark.parametrize("mode", ["standalone", "extender"])
+def test_only_the_leader_with_a_rebuilt_ledger_is_ready(mode: str) -> None:
+    from adapters.prometheus import PrometheusSchedulerMetrics
+    from domain.kube.protocol import ProtocolConstants
+    from entrypoints.scheduler.service import SchedulerService
+
+    leader = [False]
+    cluster = InMemoryCluster()
+    service = SchedulerService(cluster, ProtocolConstants(), PrometheusSchedulerMetrics(), is_leader=lambda: leader[0])
+    settings = SchedulerSettings(mode=mode, host="127.0.0.1", port=0, in_memory=True)
+    app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None, metrics_text=lambda: b"")
+    try:
+        assert app.ready() == (False, "informers not synced")
+        app.nodes.synced.set()
+        app.pods.synced.set()
+        assert app.ready() == (False, "standby (not the leader, or rebuilding the ledger)")  # standalone said ok
+        leader[0] = True
+        term = service.begin_leading()
+        assert not app.ready()[0]  # leading, ledger not rebuilt yet
+        service.rebuild_ledger(term)
+        assert app.ready() == (True, "ok")
+        leader[0] = False
+        assert not app.ready()[0]
+    finally:
+        app.http.stop()
 
 
 def test_commits_over_the_api_server_time_out_before_a_successor_can_lead() -> None:

@@ -8,7 +8,9 @@ counted), B14 (unhealthy GPU, unrelated node update); a stale resourceVersion on
 retried once; leader gating (a standby never writes; serving needs leadership and a rebuild; losing it drops
 uncommitted reservations); assumed-pod expiry; resync repairs drift and counts it in
 the metrics; per-pod policy override (unknown → unschedulable with a reason); GPU UUID selection; FGD is the
-default and its typical pods blend observed and synthetic pods.
+default and its typical pods blend observed and synthetic pods; a huge gpu-memory or cpu request is refused with
+the field and value named (it used to escape as OverflowError), and a foreign pod with such a request gates its
+node (GPU usage unknown) instead of being booked as less than it may hold, also across a resync, until it goes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
-from domain.kube.objects import PodObject, Taint, TaintEffect
+from domain.kube.objects import ContainerSpec, PodObject, Taint, TaintEffect
 from domain.scheduling.sync import Tombstone
 from domain.units import GiB
 from entrypoints.scheduler.service import (
@@ -340,6 +342,44 @@ def test_invalid_request_is_unschedulable_with_the_field_named() -> None:
     assert result.allocation is None
     assert "gpu-core.percentage" in result.reason
     assert w.sample("lj_runtimekit_scheduler_failures_total", reason="invalid-request") == 1
+
+
+@pytest.mark.parametrize(("mem", "cpu"), [("8589934591", None), ("99999999999999999999", None), ("1", "1e20")])
+def test_a_huge_request_is_refused_with_the_field_and_value_named(mem: str, cpu: str | None) -> None:
+    w = world()
+    w.node("n1", 1)
+    limits = {PROTOCOL.resources.memory: mem, **({"cpu": cpu} if cpu else {})}
+    pod = w.cluster.create_pod(PodObject("", "default", "a", containers=(ContainerSpec("main", limits=limits),),
+                                         scheduler_name=PROTOCOL.scheduler_name))
+    result = w.service.schedule_pod(pod)  # was OverflowError "Python int too large to convert to C long"
+    assert result.allocation is None
+    field, value = ("cpu", cpu) if cpu else (PROTOCOL.resources.memory, mem)
+    assert f"pod[default/a].container[main].{field}=" in result.reason
+    assert value in result.reason
+    assert "at most" in result.reason
+    assert w.sample("lj_runtimekit_scheduler_failures_total", reason="invalid-request") == 1
+
+
+def test_a_foreign_pod_with_an_impossible_request_makes_its_node_unusable_not_a_smaller_booking() -> None:
+    w = world()
+    w.node("n1", 2)
+    w.node("n2", 1)
+    w.running("x", "n1", mem="8589934591", scheduler="default-scheduler")  # 2^63 - 2^30 bytes of GPU memory
+    assert w.used("n1") == [(0, 0), (0, 0)]  # no guess on some GPU (was core 1000 and the memory on GPU 0)
+
+    def gate() -> str:
+        return w.service.sync.gates.get("n1", "")
+
+    assert "GPU usage is unknown" in gate()
+    assert f"pod[default/x].container[main].{PROTOCOL.resources.memory}=8589934591" in gate()
+    result = w.service.schedule_pod(w.pending("z", core="10", mem="1"))
+    assert result.allocation is not None
+    assert result.allocation.node == "n2"
+    w.service.resync()  # books rebuilt from a listing keep the node gated
+    assert "GPU usage is unknown" in gate()
+    w.cluster.delete_pod("default", "x", grace_period_seconds=0)
+    w.service.on_pod_deleted(Tombstone("default/x"))
+    assert gate() == ""
 
 
 # ---------------------------------------------------------------------------------------------- terms and rebuilds

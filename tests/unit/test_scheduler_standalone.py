@@ -2,7 +2,8 @@
 
 Covers: only pending pods with our schedulerName are queued, FIFO, and leave the queue once bound or deleted;
 a successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with
-the cycle's reason and backs off 1 s doubling to 60 s; a node addition or pod deletion moves backed-off pods
+the cycle's reason and backs off 1 s doubling to 60 s, and retries failing for one reason raise one Event's count
+(5 failures: one Event, count 5); a node addition or pod deletion moves backed-off pods
 back (rate-limited); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes; an Event
 that cannot be written (transport error, raw OSError, bug) changes nothing; the worker survives exceptions in
 any part of a round (the cycle, the commit, the Event after them, the leadership check) and goes on binding.
@@ -75,6 +76,22 @@ def test_failure_records_the_reason_and_backs_off_doubling_to_a_bound() -> None:
     w.node("n1", 1)  # a node appears: the pod is due at once
     assert loop._next(stop, 0) == pod
     assert loop.attempt(pod) is True
+
+
+def test_retries_failing_for_one_reason_make_one_event_with_a_rising_count() -> None:
+    w = world()
+    loop = StandaloneLoop(w.service, clock=Monotonic(), min_wake_interval=0)
+    pod = w.pending("a", core="30", mem="4")
+    for _ in range(5):
+        assert loop.attempt(pod) is False
+    [event] = w.cluster.events  # was one FailedScheduling object per retry
+    assert (event.reason, event.name, event.uid, event.count) == ("FailedScheduling", "a", pod.uid, 5)
+    assert event.first_timestamp is not None
+    assert event.last_timestamp is not None
+    assert event.last_timestamp >= event.first_timestamp
+    w.node("n1", 1)
+    assert loop.attempt(pod) is True
+    assert [(e.reason, e.count) for e in w.cluster.events] == [("FailedScheduling", 5), ("Scheduled", 1)]
 
 
 def test_node_selector_and_taints_are_enforced() -> None:

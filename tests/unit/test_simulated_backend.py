@@ -2,6 +2,8 @@
 
 Behaviours covered:
 - spec grammar ``[COUNTx]MEMORY[:MODEL]`` (several items, default model, default count) and its errors;
+- at most 64 GPUs in all, in a spec (``99999999999x16Gi``, ``40x16Gi,40x16Gi``) or a YAML file, refused with the
+  item or file named (they were accepted and grew memory without limit; issue 16 item 2);
 - YAML inventories: counts, fixed UUIDs, health and MIG mode; unknown keys, a fixed UUID with count > 1, missing
   memory, unreadable files are refused with the file and item named;
 - UUIDs are stable for one seed and differ between seeds (two simulated nodes never share one); indexes dense;
@@ -48,6 +50,29 @@ def test_spec_parses_counts_memory_and_models() -> None:
 def test_spec_errors_name_the_item(spec: str) -> None:
     with pytest.raises(SpecError, match="simulated GPUs"):
         parse_spec(spec)
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    ("99999999999x16Gi", r"'99999999999x16Gi': count 99999999999 is above 64"),
+    ("9" * 5000 + "x16Gi", r"is above 64"),
+    ("65x16Gi", r"'65x16Gi': count 65 is above 64"),
+    ("40x16Gi,40x80Gi:H100", r"'40x16Gi,40x80Gi:H100': 80 GPUs in all, above 64"),
+])
+def test_spec_holds_at_most_64_gpus(spec: str, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        parse_spec(spec)
+    assert sum(g.count for g in parse_spec("32x16Gi,32x80Gi:H100")) == 64
+
+
+@pytest.mark.parametrize(("entries", "match"), [
+    ("  - {memory: 16Gi, count: 99999999999}\n", r"gpus\[0\]: count 99999999999 is above 64"),
+    ("  - {memory: 16Gi, count: 40}\n  - {memory: 80Gi, count: 40}\n", r"gpus\.yaml: 80 GPUs in all, above 64"),
+])
+def test_yaml_holds_at_most_64_gpus(tmp_path: Path, entries: str, match: str) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus:\n" + entries)
+    with pytest.raises(SpecError, match=match):
+        load_file(path)
 
 
 def test_uuids_are_stable_per_seed_and_distinct_across_seeds() -> None:

@@ -3,7 +3,8 @@
 Covers: every save is one journal line and a load gives back the last snapshot; a crash at any byte of the
 journal gives back exactly one earlier saved snapshot (hypothesis); a torn last line is cut off so later appends
 stay readable; compaction writes a new generation and lines of an older generation are ignored; version 1 files
-load; malformed content is an error naming the file and line; a failed write is an error and the next save
+load; malformed content (also a base or journal line that is not UTF-8, or JSON nested too deep to parse) is an
+error naming the file and line, and the base is left untouched; a failed write is an error and the next save
 rewrites the base.
 """
 
@@ -129,6 +130,30 @@ def test_malformed_journal_line_names_the_file_and_line(tmp_path: Path) -> None:
     store.save(Model().snapshot())
     line = '{"g": 1, "put": [], "drop": []}\n'
     store.journal_path.write_text(line + '{"g": 1, "oops": 1}\n' + line)
+    with pytest.raises(StateStoreError, match=r"malformed Runtime journal .*runtime-state\.journal line 2"):
+        JsonRuntimeStateStore.in_dir(tmp_path).load()
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"\x00\xffnot json", "not UTF-8 text (byte 0xff at offset 1)"),
+    (b"[" * 100_000, "malformed Runtime state"),
+])
+def test_a_base_that_is_not_utf8_or_absurdly_nested_names_the_file_and_is_left_alone(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "runtime-state.json"
+    path.write_bytes(content)
+    with pytest.raises(StateStoreError) as caught:  # was a raw UnicodeDecodeError (RecursionError)
+        JsonRuntimeStateStore.in_dir(tmp_path).load()
+    assert str(caught.value).startswith(f"malformed Runtime state {path}: ")
+    assert problem in str(caught.value)
+    assert path.read_bytes() == content
+
+
+def test_a_journal_line_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None:
+    store = JsonRuntimeStateStore.in_dir(tmp_path)
+    store.save(Model().snapshot())
+    store.journal_path.write_bytes(b'{"g": 1, "put": [], "drop": []}\n\x00\xff\n')
     with pytest.raises(StateStoreError, match=r"malformed Runtime journal .*runtime-state\.journal line 2"):
         JsonRuntimeStateStore.in_dir(tmp_path).load()
 

@@ -26,6 +26,7 @@ kube-apiserver 1.20):
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 import attrs
 from kubernetes import client, config, watch
 
+from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import (
     ClusterEvent,
     EventType,
@@ -43,10 +45,12 @@ from domain.kube.objects import (
     PodPhase,
     WatchEvent,
 )
+from ports.cluster import NotFoundError
 
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
 from .translate import (
+    event_repeat_patch,
     event_to_v1,
     lease_from_v1,
     lease_to_v1,
@@ -110,6 +114,8 @@ class KubernetesCluster(KubernetesJobs):
         self._pod_image = pod_image
         self._component = component
         self._timeout = request_timeout
+        self._event_lock = threading.Lock()  # one Event write at a time, so a repeat never races its first create
+        self._events = EventCorrelator()  # names: the Events' metadata.name
 
     @property
     def request_timeout(self) -> float:
@@ -121,8 +127,10 @@ class KubernetesCluster(KubernetesJobs):
         ``seconds``. Raises ValueError unless ``seconds`` > 0."""
         if not seconds > 0:
             raise ValueError(f"request timeout must be > 0 s, not {seconds!r}")
-        return KubernetesCluster(self._api_client, pod_image=self._pod_image, component=self._component,
+        view = KubernetesCluster(self._api_client, pod_image=self._pod_image, component=self._component,
                                  request_timeout=seconds)
+        view._event_lock, view._events = self._event_lock, self._events  # one de-duplication for both
+        return view
 
     # ------------------------------------------------------------------ nodes
     def list_nodes(self) -> Listing[NodeObject]:
@@ -253,10 +261,33 @@ class KubernetesCluster(KubernetesJobs):
 
     # ------------------------------------------------------------------ events and leases
     def create_event(self, event: ClusterEvent) -> None:
-        """Create a core/v1 Event in ``event.namespace``. Raises ClusterError (best effort: the caller logs)."""
-        body = event_to_v1(event, component=self._component, now=time.time())
-        with _api_errors(f"create event {event.reason[:64]} for {event.kind}/{event.name[:100]}"):
-            self._core.create_namespaced_event(event.namespace, body, _request_timeout=self._timeout)
+        """Create a core/v1 Event in ``event.namespace``, or, for a repeat of an Event this adapter created
+        (:mod:`domain.kube.events`), merge-patch that Event's ``count`` and ``lastTimestamp`` as client-go's
+        recorder does; a repeat whose Event is gone (expired after the server's event TTL, 1 h by default) creates
+        a new one. Raises ClusterError (best effort: the caller logs)."""
+        what = f"event {event.reason[:64]} for {event.kind}/{event.name[:100]}"
+        with self._event_lock:
+            now = time.time()
+            seen = self._events.seen(event)
+            if seen is not None:
+                repeat = seen.repeated(now=now)
+                try:
+                    with _api_errors(f"patch {what}"):
+                        self._core.patch_namespaced_event(
+                            seen.name, event.namespace, event_repeat_patch(count=repeat.count, now=repeat.last),
+                            _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+                except NotFoundError:
+                    self._events.forget(event)
+                else:
+                    self._events.record(event, repeat)
+                    return
+            body = event_to_v1(event, component=self._component, now=now)
+            with _api_errors(f"create {what}"):
+                created: Any = self._core.create_namespaced_event(event.namespace, body,
+                                                                   _request_timeout=self._timeout)
+            name = getattr(getattr(created, "metadata", None), "name", None)
+            if isinstance(name, str) and name:
+                self._events.record(event, SeenEvent(name, 1, now, now))
 
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:
         """A Lease. Raises NotFoundError."""

@@ -333,3 +333,10 @@ def event_to_v1(event: ClusterEvent, *, component: str, now: float) -> client.Co
         last_timestamp=stamp,
         source=client.V1EventSource(component=component),
     )
+
+
+def event_repeat_patch(*, count: int, now: float) -> dict[str, object]:
+    """The JSON merge patch that records a repeat of a stored Event: its new ``count`` and ``lastTimestamp``
+    (``now``, epoch seconds, as metav1.Time: RFC 3339 to the second, UTC), as client-go's recorder patches it."""
+    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"count": count, "lastTimestamp": stamp}

@@ -48,6 +48,7 @@ from typing import TypeVar
 
 import attrs
 
+from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import (
     ClusterEvent,
     EventType,
@@ -110,6 +111,7 @@ class InMemoryCluster(InMemoryJobs):
         self._grace: dict[tuple[str, str], int] = {}  # deletionGracePeriodSeconds of terminating pods
         self._leases: dict[tuple[str, str], LeaseRecord] = {}
         self._events: list[ClusterEvent] = []
+        self._correlator = EventCorrelator()  # names are indexes into _events
         self._node_history: History[NodeObject] = History(history_limit)
         self._pod_history: History[PodObject] = History(history_limit)
         self._jobs: dict[tuple[str, str], JobObject] = {}
@@ -119,7 +121,8 @@ class InMemoryCluster(InMemoryJobs):
     # ------------------------------------------------------------------ test helpers
     @property
     def events(self) -> list[ClusterEvent]:
-        """A copy of every Event recorded by :meth:`create_event`, oldest first."""
+        """A copy of every Event object :meth:`create_event` stored, oldest first; a repeated Event is one entry
+        with its ``count``, ``first_timestamp`` and ``last_timestamp`` (the cluster's clock)."""
         with self._cond:
             return list(self._events)
 
@@ -304,10 +307,19 @@ class InMemoryCluster(InMemoryJobs):
 
     # ------------------------------------------------------------------ events and leases
     def create_event(self, event: ClusterEvent) -> None:
-        """Record an Event (readable through :attr:`events`); consumes a resourceVersion like a stored Event."""
+        """Record an Event (readable through :attr:`events`), or raise the count and last timestamp of the same
+        Event recorded before (:mod:`domain.kube.events`); consumes a resourceVersion like a stored Event."""
         with self._cond:
             self._bump()
-            self._events.append(event)
+            now = self._clock()
+            seen = self._correlator.seen(event)
+            stored = SeenEvent(str(len(self._events)), 1, now, now) if seen is None else seen.repeated(now=now)
+            self._correlator.record(event, stored)
+            entry = attrs.evolve(event, count=stored.count, first_timestamp=stored.first, last_timestamp=stored.last)
+            if seen is None:
+                self._events.append(entry)
+            else:
+                self._events[int(stored.name)] = entry
 
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:
         """A Lease. Raises NotFoundError."""

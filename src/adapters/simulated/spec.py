@@ -18,7 +18,8 @@ GPUs need a model with a MIG profile table (``domain.mig.profiles.mig_model``: t
 A100-40GB/80GB, H100-80GB, H200-141GB or A30-24GB); profiles and placements are checked when the backend is built
 (:class:`adapters.simulated.SimulatedGpuBackend`). GPUs are numbered 0..n-1 in order; UUIDs not given
 are ``GPU-<uuid5(seed, index, model, memory)>``, stable for the same ``seed`` (the entrypoint passes the host
-name, so two simulated nodes never share a UUID). Errors: :class:`SpecError` naming the item or file.
+name, so two simulated nodes never share a UUID). An inventory holds at most :data:`MAX_GPUS_PER_NODE` GPUs in all.
+Errors: :class:`SpecError` naming the item or file.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.protocol import parse_quantity
 
 DEFAULT_MODEL = "Simulated-GPU"
+MAX_GPUS_PER_NODE = 64
+"""Most simulated GPUs one inventory may hold, in all. A real node has at most a few dozen (16 on the largest
+boards today); without a bound ``99999999999x16Gi`` was accepted and the Runtime grew its memory without limit."""
+_MAX_COUNT_DIGITS = 6  # a count text longer than this is far above the bound: refused before int() reads it
 _ITEM = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([0-9]+[A-Za-z]*)(?::(.+))?$")
 _PLACED = re.compile(r"^\s*([^@\s]+)\s*@\s*(\d+)\s*$")
 _NAMESPACE = uuidlib.UUID("6f1d4a52-3c0e-4c3a-9a57-6c6a72756e74")  # fixed: "ljrk simulated GPUs"
@@ -77,14 +82,19 @@ def _mig_suffix(item: str, text: str) -> MigLayout:
 
 
 def parse_spec(text: str) -> tuple[GpuGroup, ...]:
-    """Parse ``2x16Gi:A100[,…]`` (module docstring). Raises :class:`SpecError`."""
+    """Parse ``2x16Gi:A100[,…]`` (module docstring). Raises :class:`SpecError` naming the item, also for more than
+    :data:`MAX_GPUS_PER_NODE` GPUs."""
     groups = []
     for raw in text.split(","):
         item = raw.strip()
         match = _ITEM.match(item)
         if match is None:
             raise SpecError(f"simulated GPUs {item!r}: expected [COUNTx]MEMORY[:MODEL], e.g. 2x16Gi:A100")
-        count = int(match.group(1) or 1)
+        count_text = match.group(1) or "1"
+        if len(count_text) > _MAX_COUNT_DIGITS:
+            raise SpecError(f"simulated GPUs {item!r}: count {count_text} is above {MAX_GPUS_PER_NODE}, the most GPUs "
+                            "one node may have")
+        count = int(count_text)
         try:
             memory = parse_quantity("memory", match.group(2))
         except InvalidRequestError as error:
@@ -92,7 +102,16 @@ def parse_spec(text: str) -> tuple[GpuGroup, ...]:
         model, colon, mig = (match.group(3) or DEFAULT_MODEL).partition(":")
         layout = _mig_suffix(item, mig) if colon else ()
         mode = MigMode.ENABLED if colon else MigMode.DISABLED
-        groups.append(_group(item, count, memory, model.strip(), mig_mode=mode, mig_instances=layout))
+        groups.append(_group(repr(item), count, memory, model.strip(), mig_mode=mode, mig_instances=layout))
+    return _bounded(f"{text.strip()!r}", groups)
+
+
+def _bounded(where: str, groups: list[GpuGroup]) -> tuple[GpuGroup, ...]:
+    """``groups`` when they hold at most :data:`MAX_GPUS_PER_NODE` GPUs in all. Raises :class:`SpecError`."""
+    total = sum(group.count for group in groups)
+    if total > MAX_GPUS_PER_NODE:
+        raise SpecError(f"simulated GPUs {where}: {total} GPUs in all, above {MAX_GPUS_PER_NODE}, the most GPUs one "
+                        "node may have")
     return tuple(groups)
 
 
@@ -109,6 +128,9 @@ def _group(
 ) -> GpuGroup:
     if count < 1:
         raise SpecError(f"simulated GPUs {where}: count must be at least 1")
+    if count > MAX_GPUS_PER_NODE:
+        raise SpecError(f"simulated GPUs {where}: count {count} is above {MAX_GPUS_PER_NODE}, the most GPUs one node "
+                        "may have")
     if memory <= 0:
         raise SpecError(f"simulated GPUs {where}: memory must be > 0")
     if not model:
@@ -136,7 +158,8 @@ def _yaml_layout(where: str, value: object) -> MigLayout:
 
 
 def load_file(path: Path) -> tuple[GpuGroup, ...]:
-    """Read a YAML inventory (module docstring). Raises :class:`SpecError` (also for an unreadable file)."""
+    """Read a YAML inventory (module docstring). Raises :class:`SpecError` (also for an unreadable file and for more
+    than :data:`MAX_GPUS_PER_NODE` GPUs)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
@@ -164,7 +187,7 @@ def load_file(path: Path) -> tuple[GpuGroup, ...]:
             _group(where, count, memory, str(entry.get("model", DEFAULT_MODEL)),
                    uuid=None if uuid is None else str(uuid), health=health, mig_mode=mig, mig_instances=layout)
         )
-    return tuple(groups)
+    return _bounded(f"file {path}", groups)
 
 
 def build_inventory(groups: Sequence[GpuGroup], *, seed: str) -> tuple[Gpu, ...]:

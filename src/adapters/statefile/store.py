@@ -18,8 +18,9 @@ Files (in one directory):
   :data:`COMPACT_MIN_BYTES`), the whole snapshot is written as a new base with the next generation and the journal
   is truncated.
 
-A missing base loads as None; a malformed one raises :class:`StateStoreError` naming the file, instead of silently
-starting empty (which would forget live allocations).
+A missing base loads as None; a malformed one (bad JSON, wrong keys, not UTF-8 text) raises
+:class:`StateStoreError` naming the file and the problem, instead of silently starting empty (which would forget
+live allocations); the file is left as it is, for the operator to inspect.
 
 Cost (bench/allocate_latency.py, 1,024 records): a rewrite of every record took 74 ms with an indented dump
 (json only uses its C encoder without ``indent``), the journal line is O(changed records).
@@ -83,11 +84,16 @@ class JsonRuntimeStateStore:
     def load(self) -> RuntimeSnapshot | None:
         """The saved snapshot (base plus journal), or None when no base exists. Raises :class:`StateStoreError`."""
         try:
-            text = self.path.read_text()
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as error:
             raise StateStoreError(f"cannot read Runtime state {self.path}: {error}") from error
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:  # a ValueError, but its text names neither the file nor the offset
+            raise StateStoreError(f"malformed Runtime state {self.path}: not UTF-8 text (byte "
+                                  f"{raw[error.start]:#04x} at offset {error.start})") from error
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("version") not in (1, STATE_VERSION):
@@ -101,11 +107,11 @@ class JsonRuntimeStateStore:
                 raise ValueError("snapshot must be a mapping")
             header = {k: v for k, v in snapshot_data.items() if k != "allocations"}
             records = {self._key_of(r): r for r in snapshot_data.get("allocations", [])}
-        except (ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError, KeyError, RecursionError) as error:  # RecursionError: absurdly deep nesting
             raise StateStoreError(f"malformed Runtime state {self.path}: {error}") from error
         header, records, lines, size = self._replay(generation, header, records)
         snapshot = self._structure(header, records, self.path)
-        self._generation, self._base_bytes = generation, len(text)
+        self._generation, self._base_bytes = generation, len(raw)
         self._journal_lines, self._journal_bytes = lines, size
         self._header = header
         self._records = {r.key: (r, self._converter.unstructure(r)) for r in snapshot.allocations}
@@ -148,7 +154,7 @@ class JsonRuntimeStateStore:
                     records[self._key_of(record)] = record
                 for pod_uid, container in entry["drop"]:
                     records.pop((str(pod_uid), str(container)), None)
-            except (ValueError, TypeError, KeyError) as error:
+            except (ValueError, TypeError, KeyError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
                 where = f"{self.journal_path} line {number}"
                 raise StateStoreError(f"malformed Runtime journal {where}: {error}") from error
             lines += 1

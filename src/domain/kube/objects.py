@@ -185,7 +185,12 @@ class LeaseRecord:
 @attrs.frozen
 class ClusterEvent:
     """A core/v1 Event about an object: ``kind``/``namespace``/``name`` of the object, ``reason``, ``message``,
-    ``type`` (Normal or Warning) and the object's ``uid`` (empty = unknown, not sent)."""
+    ``type`` (Normal or Warning) and the object's ``uid`` (empty = unknown, not sent).
+
+    ``count``, ``first_timestamp`` and ``last_timestamp`` (keyword-only; epoch seconds) are what the cluster stored:
+    a repeat of the same Event raises the stored one's count and last timestamp instead of creating another
+    (:mod:`domain.kube.events`). Writers leave them at their defaults (1, None, None); reads fill them in.
+    """
 
     kind: str
     name: str
@@ -194,6 +199,9 @@ class ClusterEvent:
     namespace: str = "default"
     type: str = "Normal"
     uid: str = ""
+    count: int = attrs.field(default=1, kw_only=True)
+    first_timestamp: float | None = attrs.field(default=None, kw_only=True)
+    last_timestamp: float | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

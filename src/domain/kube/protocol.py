@@ -23,6 +23,9 @@ PROTOCOL_VERSION = 1
 """Version of the protocol schema (keys and meaning); bump only with a compatible migration."""
 
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+MAX_QUANTITY_DIGITS = 40
+"""Most digits a quantity's number may have (both parsers). Longer numbers name no real resource, and Python refuses
+to convert more than 4300 digits to an int (a raw ``ValueError``), so they are refused with the field named."""
 _FACTORS = {
     None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
@@ -33,11 +36,14 @@ def parse_quantity(field: str, text: str) -> int:
     """Parse an integer Kubernetes quantity (``16Gi``, ``500M``, ``100``) to an int (bytes or count).
 
     Only integral values are accepted: fractions (``0.5``) and milli (``500m``) are rejected — extended
-    resources must be integers (k8s-protocols.md §0.7). Raises :class:`InvalidRequestError` naming ``field``.
+    resources must be integers (k8s-protocols.md §0.7). Raises :class:`InvalidRequestError` naming ``field``
+    (also for more than :data:`MAX_QUANTITY_DIGITS` digits).
     """
     match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidRequestError(field, text, "must be a non-negative integer quantity such as 8, 16Gi or 500M")
+    if len(match.group(1)) > MAX_QUANTITY_DIGITS:
+        raise InvalidRequestError(field, text, f"more than {MAX_QUANTITY_DIGITS} digits: no resource is that large")
     return int(match.group(1)) * _FACTORS[match.group(2)]
 
 

@@ -16,6 +16,7 @@ import re
 from fractions import Fraction
 
 from domain.errors import InvalidRequestError
+from domain.kube.protocol import MAX_QUANTITY_DIGITS
 
 _QUANTITY = re.compile(r"^\+?(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 _SUFFIX = {
@@ -33,12 +34,15 @@ _MAX_EXPONENT = 30
 def parse_decimal_quantity(field: str, text: object) -> Fraction:
     """Parse a non-negative Kubernetes quantity to an exact rational value in base units.
 
-    Raises :class:`InvalidRequestError` naming ``field`` for anything else (negative, empty, unknown suffix).
+    Raises :class:`InvalidRequestError` naming ``field`` for anything else (negative, empty, unknown suffix, more
+    than ``MAX_QUANTITY_DIGITS`` digits).
     """
     match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidRequestError(field, text, "must be a non-negative quantity such as 500m, 2, 1.5Gi or 129e6")
     number, suffix = match.groups()
+    if len(number) > MAX_QUANTITY_DIGITS:
+        raise InvalidRequestError(field, text, f"more than {MAX_QUANTITY_DIGITS} digits: no resource is that large")
     value = Fraction(number)
     if suffix is not None and suffix[0] in "eE" and suffix not in _SUFFIX:
         exponent = int(suffix[1:])

@@ -54,7 +54,7 @@ from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.mig.plugin import MigContainerRequest, MigPodRequest
 from domain.mig.resources import RESOURCE_STEM, MigResourceTable, mig_resource_table, resource_prefix
 from domain.request import ContainerRequest, GpuSelector, PodRequest
-from domain.units import MILLI_PER_PERCENT, PERCENT_PER_GPU
+from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY, MILLI_PER_PERCENT, PERCENT_PER_GPU
 
 
 @functools.lru_cache(maxsize=8)
@@ -83,9 +83,14 @@ def _extended(pod: PodObject, spec: ContainerSpec, resource: str) -> int | None:
     return None if text is None else parse_quantity(field, text)
 
 
-def _percent(field: str, value: int | None) -> int | None:
-    if value is not None and not 1 <= value <= PERCENT_PER_GPU:
+def _percent(field: str, value: int | None, *, whole: str) -> int | None:
+    """``value`` when it is None or 1..100 (percent of one GPU); ``whole``: the whole-GPU resource, named in the
+    reason for more than 100 %. Raises :class:`InvalidRequestError` naming ``field``."""
+    if value is not None and value < 1:
         raise InvalidRequestError(field, value, "must be an integer 1..100 (% of one GPU); 0 is not a request")
+    if value is not None and value > PERCENT_PER_GPU:
+        raise InvalidRequestError(field, value, f"must be an integer 1..100 (% of one GPU): a share cannot exceed "
+                                  f"one GPU; ask for whole GPUs with {whole} instead")
     return value
 
 
@@ -117,17 +122,22 @@ def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants)
     prefix = f"pod[{pod.key}].container[{spec.name}]"
     mig_profile, mig_count = _mig_ask(pod, spec, protocol)
     gpus = _extended(pod, spec, names.gpu) or 0
-    core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core))
+    core = _percent(f"{prefix}.{names.core}", _extended(pod, spec, names.core), whole=names.gpu)
     memory = _extended(pod, spec, names.memory)
     memory_bytes: int | None = None
     memory_milli: int | None = None
     if memory is not None:
         unit = protocol.memory_unit_bytes
         if unit is None:
-            memory_milli = _percent(f"{prefix}.{names.memory}", memory)
+            memory_milli = _percent(f"{prefix}.{names.memory}", memory, whole=names.gpu)
             memory_milli = None if memory_milli is None else memory_milli * MILLI_PER_PERCENT
         elif memory < 1:
             raise InvalidRequestError(f"{prefix}.{names.memory}", memory, "must be at least 1; 0 is not a request")
+        elif memory * unit > MAX_GPU_MEMORY_BYTES:
+            raise InvalidRequestError(
+                f"{prefix}.{names.memory}", memory,
+                f"must be at most {MAX_GPU_MEMORY_BYTES // unit} (1 PiB in units of {unit} bytes): no GPU has that "
+                "much memory")
         else:
             memory_bytes = memory * unit
     if gpus > 0 and (core is not None or memory is not None):
@@ -156,13 +166,20 @@ def _container(pod: PodObject, spec: ContainerSpec, protocol: ProtocolConstants)
 def node_requests(pod: PodObject) -> tuple[int, int]:
     """The pod's effective node-level ``(cpu milli-cores, memory bytes)``: per container the request (else the
     limit, which the API server copies into requests), then ``max(Σ app, max init)``. Raises
-    :class:`InvalidRequestError` naming the container and resource for a malformed quantity."""
+    :class:`InvalidRequestError` naming the container and resource for a malformed quantity or one above
+    ``MAX_NODE_QUANTITY``."""
     app_cpu = app_mem = init_cpu = init_mem = 0
     for spec in pod.containers:
         values = []
         for resource, parse in (("cpu", parse_cpu_milli), ("memory", parse_bytes)):
             text = spec.requests.get(resource, spec.limits.get(resource))
-            values.append(0 if text is None else parse(f"pod[{pod.key}].container[{spec.name}].{resource}", text))
+            field = f"pod[{pod.key}].container[{spec.name}].{resource}"
+            value = 0 if text is None else parse(field, text)
+            if value > MAX_NODE_QUANTITY:
+                unit = "milli-cores" if resource == "cpu" else "bytes"
+                raise InvalidRequestError(field, text, f"must be at most {MAX_NODE_QUANTITY} {unit}: no node has "
+                                          "that much")
+            values.append(value)
         cpu, mem = values
         if spec.init:
             init_cpu, init_mem = max(init_cpu, cpu), max(init_mem, mem)
@@ -191,11 +208,12 @@ def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     """The :class:`PodRequest` of ``pod`` (module docstring).
 
     Raises :class:`InvalidRequestError` naming pod, container, resource and value for: non-integer extended
-    quantities (``50.5``, ``500m``), negative values, core 0 or > 100, memory 0 (or, in percentage mode,
-    > 100), requests ≠ limits, whole GPUs combined with core/memory, malformed cpu/memory quantities, an empty
-    UID or duplicate container names; and for MIG: a ``<prefix>/mig-*`` name the shared table does not know
-    (reason: the table's "unknown profile" message, with the canonical name when an alias was spelled; B30), two
-    MIG profiles in one container, MIG combined with our time-sharing resources in one container or one pod.
+    quantities (``50.5``, ``500m``), negative values, core 0 or > 100, memory 0 or above 1 PiB (in percentage
+    mode: 0 or > 100), cpu or memory above ``MAX_NODE_QUANTITY``, requests ≠ limits, whole GPUs combined with
+    core/memory, malformed cpu/memory quantities, an empty UID or duplicate container names; and for MIG: a
+    ``<prefix>/mig-*`` name the shared table does not know (reason: the table's "unknown profile" message, with
+    the canonical name when an alias was spelled; B30), two MIG profiles in one container, MIG combined with our
+    time-sharing resources in one container or one pod.
     ``gpu=0`` next to core/memory is a plain share; a MIG amount 0 is no ask.
     """
     containers = tuple(_container(pod, spec, protocol) for spec in pod.containers)
@@ -359,11 +377,29 @@ class AllocationSource(enum.Enum):
 @attrs.frozen
 class AllocationReading:
     """A pod's ledger record (None when not counted), its :class:`AllocationSource`, and ``problem``: why a
-    plan was not used or the request could not be read (empty when nothing went wrong)."""
+    plan was not used or the request could not be read (empty when nothing went wrong).
+
+    ``gpu_unknown``: the pod is bound and names our GPU resources (time-sharing or MIG) but its request cannot be
+    read (invalid or impossible, such as 2^63 bytes of GPU memory), so what it holds of the node's GPUs is
+    unknown. Its record is node-only; a booking of the GPUs would be a guess that is smaller than nothing at all
+    tells, so callers treat the node as unusable for GPU pods instead (:class:`~domain.scheduling.sync.LedgerSync`
+    gates it).
+    """
 
     allocation: PodAllocation | None
     source: AllocationSource
     problem: str = ""
+    gpu_unknown: bool = attrs.field(default=False, kw_only=True)
+
+
+def names_gpu_resources(pod: PodObject, protocol: ProtocolConstants) -> bool:
+    """True when a container of ``pod`` names one of our time-sharing GPU resources or a ``<prefix>/mig-*``
+    resource (names only; the amounts may be invalid)."""
+    names = protocol.resources
+    ours = {names.gpu, names.core, names.memory}
+    if any(resource in ours for spec in pod.containers for resource in (*spec.limits, *spec.requests)):
+        return True
+    return asks_mig(pod, protocol)
 
 
 def read_allocation(
@@ -383,8 +419,8 @@ def read_allocation(
     of computing it (for callers that infer several pods together).
 
     Order: terminal → not counted; unbound → ``assumed`` or not counted (a plan on a pending pod is never
-    trusted, B07); unreadable request → node-only; no GPU request → node-only; valid plan → plan; else
-    ``assumed`` on the same node; else inference.
+    trusted, B07); unreadable request → node-only (``gpu_unknown`` when it names our GPU resources); no GPU
+    request → node-only; valid plan → plan; else ``assumed`` on the same node; else inference.
     """
     if pod.phase.terminal:
         return AllocationReading(None, AllocationSource.NONE, f"phase {pod.phase.value}")
@@ -400,7 +436,8 @@ def read_allocation(
         except InvalidRequestError:
             cpu = memory = 0
         only = PodAllocation(pod.uid, pod.node_name, (), cpu_milli=cpu, memory_bytes=memory)
-        return AllocationReading(only, AllocationSource.NODE_ONLY, f"unreadable request: {error}")
+        return AllocationReading(only, AllocationSource.NODE_ONLY, f"unreadable request: {error}",
+                                 gpu_unknown=names_gpu_resources(pod, protocol))
     if not request.wants_gpu:
         only = PodAllocation(pod.uid, pod.node_name, (), cpu_milli=request.cpu_milli,
                              memory_bytes=request.memory_bytes)

@@ -18,14 +18,18 @@ Rules:
   ``("core", milli)``, ``("memory", bytes or milli-percent)``, ``("mig", profile)``. Kubelet asks for one resource
   of one container per Allocate call, in an order we do not control, so two requests can be confused when their
   signatures share any pair. A pod is kept off every node holding a pod whose signature shares a pair with its own.
+* A holder with the pod's own ``namespace/name`` but another UID (the pod was deleted and re-created, and the old
+  UID's delete has not been seen yet) holds like any other, and the reason names both UIDs.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import attrs
 
+from domain.errors import InvalidRequestError
 from domain.request import PodRequest
 
 Signature = frozenset[tuple[str, object]]
@@ -33,6 +37,18 @@ Signature = frozenset[tuple[str, object]]
 
 DEFAULT_WINDOW_S = 60.0
 """How long a holder holds at most, seconds (kubelet allocates devices at admission, before image pulls)."""
+
+
+def hold_window(value: float | None, *, field: str = "admission_hold_seconds") -> float | None:
+    """The one meaning of a hold window (seconds) everywhere it is given: the command line's ``--admission-hold``,
+    ``ServiceConfig.admission_hold_seconds`` and :class:`AdmissionHolds`: ``None`` or ``0`` = holds off (returns
+    None); a finite number > 0 = that many seconds. Raises :class:`InvalidRequestError` naming ``field`` for a
+    negative, NaN or infinite value (a hold may delay a pod, never block it forever)."""
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidRequestError(field, value, "must be a finite number of seconds >= 0 (0 or None: holds off)")
+    return float(value)
 
 
 def request_signature(request: PodRequest) -> Signature:
@@ -61,14 +77,13 @@ class _Holder:
 
 
 class AdmissionHolds:
-    """The holders per node (module docstring). ``window_s``: seconds a holder holds at most; None turns holds
-    off (nothing is ever held: for set-ups without a device plugin that writes the allocated mark). Not
-    thread-safe (the scheduler's lock covers it). Raises ValueError for a window ≤ 0."""
+    """The holders per node (module docstring). ``window_s``: seconds a holder holds at most; None or 0 turns
+    holds off (nothing is ever held: for set-ups without a device plugin that writes the allocated mark; stored as
+    None). Not thread-safe (the scheduler's lock covers it). Raises :class:`InvalidRequestError` (a ValueError) for
+    a negative, NaN or infinite window (:func:`hold_window`)."""
 
     def __init__(self, window_s: float | None = DEFAULT_WINDOW_S) -> None:
-        if window_s is not None and window_s <= 0:
-            raise ValueError(f"window_s={window_s}: must be > 0 (None turns holds off)")
-        self.window_s = window_s
+        self.window_s = hold_window(window_s, field="window_s")
         self._holders: dict[str, _Holder] = {}
 
     def hold(self, uid: str, node: str, request: PodRequest, *, label: str, now: float) -> None:
@@ -106,7 +121,12 @@ class AdmissionHolds:
         for uid, holder in self._holders.items():
             if uid in skip or now - holder.since > self.window_s or not signature & holder.signature:
                 continue
-            held.setdefault(holder.node, f"waiting for {holder.label} (identical GPU request) to get its devices")
+            if holder.label == request.label():  # the same name under another UID: say so, over any other holder
+                held[holder.node] = (f"pod {holder.label} has UID {request.uid}, but UID {uid} under that name still "
+                                     "holds the node (deleted and re-created? the old pod's delete or allocation has "
+                                     "not been seen yet)")
+            else:
+                held.setdefault(holder.node, f"waiting for {holder.label} (identical GPU request) to get its devices")
         return held
 
     def adopt(self, fresh: AdmissionHolds, *, keep: Iterable[str]) -> None:

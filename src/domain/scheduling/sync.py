@@ -23,6 +23,10 @@ covers:
   kept until the node is deleted; a rebuild is given it too). A node never seen with a readable inventory (for
   example after a restart) has no GPUs: its GPU pods count node resources only until an inventory arrives;
   :meth:`LedgerSync.tick` re-evaluates heartbeats from the last reading, without decoding annotations again;
+* a bound pod that names our GPU resources with a request that cannot be read (invalid, or impossible such as
+  2^63 bytes of GPU memory) counts node CPU, memory and a pod slot, and its node is gated for GPU pods while it
+  is there, with a reason naming the pod: its GPU usage is unknown, and any booking of it would be a guess smaller
+  than what it may hold (issue 16 item 1);
 * a pod re-created under the same ``namespace/name`` (new UID) while the old one's delete was missed releases
   the old UID first;
 * plan-less pods of a node are re-inferred, in UID order, whenever the node's other pods change, so the live
@@ -159,7 +163,7 @@ class LedgerSync:
         self.ledger = ledger
         self.holds = AdmissionHolds(hold_window_seconds)
         """Pods bound or reserved here whose devices are not allocated yet (:mod:`domain.scheduling.holds`; off
-        unless ``hold_window_seconds`` is given: the scheduler service turns it on)."""
+        unless ``hold_window_seconds`` is given and not 0: the scheduler service turns it on)."""
         self.protocol = protocol
         self.clock = clock
         self.assumed_ttl_seconds = assumed_ttl_seconds
@@ -175,6 +179,7 @@ class LedgerSync:
         self._placeholders: dict[str, set[str]] = {}
         self.nodes = NodeTable()
         self.gates: dict[str, str] = {}
+        self._gpu_unknown: dict[str, dict[str, str]] = {}  # node → {pod UID: why its GPU usage is unknown}
         self.constraints: dict[str, PodConstraints] = {}
         self.problems: dict[str, str] = {}
         self.sources: dict[str, AllocationSource] = {}
@@ -243,6 +248,7 @@ class LedgerSync:
         self._last_good.pop(name, None)
         self._readings.pop(name, None)
         self.gates.pop(name, None)
+        self._gpu_unknown.pop(name, None)
         self._inferred.pop(name, None)
         for uid, (allocation, _) in list(self._assumed.items()):
             if allocation.node == name:
@@ -274,10 +280,37 @@ class LedgerSync:
         return {name: (dict(layout), self._mig_strategy.get(name, "")) for name, layout in self._mig_layouts.items()}
 
     def _gate(self, name: str, reason: str) -> None:
+        """Set or clear ``name``'s gate from its inventory ``reason`` and its pods of unknown GPU usage."""
+        unknown = self._gpu_unknown.get(name, {})
+        if unknown:
+            problems = "; ".join(problem for _, problem in sorted(unknown.items()))
+            reason = "; ".join(part for part in (reason, f"its GPU usage is unknown: a bound pod's GPU request "
+                                                 f"cannot be booked ({problems})") if part)
         if reason:
             self.gates[name] = reason
         else:
             self.gates.pop(name, None)
+
+    def _regate(self, name: str) -> None:
+        """Re-evaluate ``name``'s gate at the clock's time from its last reading (a known node only)."""
+        reading = self._readings.get(name)
+        if reading is not None:
+            self._gate(name, inventory_reason(reading[0], reading[1], self.protocol, now=self.clock()))
+
+    def _mark_gpu_unknown(self, node: str, uid: str, problem: str | None) -> None:
+        """Record (``problem``) or clear (None) a pod of ``node`` whose GPU usage is unknown; regate on a change."""
+        pods = self._gpu_unknown.get(node, {})
+        if pods.get(uid) == problem:
+            return
+        if problem is None:
+            pods.pop(uid)
+        else:
+            pods[uid] = problem
+        if pods:
+            self._gpu_unknown[node] = pods
+        else:
+            self._gpu_unknown.pop(node, None)
+        self._regate(node)
 
     # ------------------------------------------------------------------ pods
     def extended_usage(self, node: str) -> dict[str, int]:
@@ -371,6 +404,7 @@ class LedgerSync:
         reading = read_allocation(pod, self._counted[node].gpus, self.protocol,
                                   assumed=None if assumed is None else assumed[0], infer=False)
         self._note(uid, reading.problem)
+        self._mark_gpu_unknown(node, uid, reading.problem if reading.gpu_unknown else None)
         self._count_mig(uid)
         if reading.source is not AllocationSource.ASSUMED:
             self._assumed.pop(uid, None)  # the API object now speaks for the pod
@@ -431,6 +465,8 @@ class LedgerSync:
         if pod is not None:
             self._on_node.get(pod.node_name, set()).discard(uid)
             self._inferred.get(pod.node_name, set()).discard(uid)
+            if uid in self._gpu_unknown.get(pod.node_name, {}):
+                self._mark_gpu_unknown(pod.node_name, uid, None)
         if record is not None:
             self._inferred.get(record.node, set()).discard(uid)
             self._reinfer(record.node)  # the node's plan-less pods may now sit elsewhere
@@ -907,6 +943,7 @@ class LedgerSync:
                 ledger.repair(name)
         self.gates.clear()  # the node filters hold these very mappings: refill them in place
         self.gates.update(fresh.gates)
+        self._gpu_unknown = fresh._gpu_unknown
         self.constraints.clear()
         self.constraints.update(fresh.constraints)
         self.problems, self.sources = fresh.problems, fresh.sources

@@ -7,7 +7,8 @@
 
 Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
 Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound,
-the saved state is unreadable; 2 bad command line, simulated-GPU spec or a missing ``--hami-core-library``.
+the saved state is unreadable; 2 bad command line, simulated-GPU spec (more than 64 GPUs included; the message
+names the flag and the item) or a missing ``--hami-core-library``.
 Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
 """
 
@@ -111,7 +112,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop:
     try:
         try:
             app = container.app()
-        except (SpecError, SettingsError) as error:
+        except SpecError as error:
+            flag = "--simulated-gpus-file" if settings.simulated_gpus_file is not None else "--simulated-gpus"
+            return fail(f"{flag}: {error}", EXIT_USAGE)
+        except SettingsError as error:
             return fail(error, EXIT_USAGE)
         except GpuBackendError as error:
             return fail(f"--backend {settings.backend}: {error}; use --backend simulated or auto", EXIT_FAILED)

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import attrs
 
+from domain.errors import InvalidRequestError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import NodeObject, PodObject
+from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
 from entrypoints._shared.informer import Informer
@@ -69,7 +71,7 @@ class SchedulerSettings:
     GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`);
     ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
     ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
-    node (0: never; :mod:`domain.scheduling.holds`).
+    node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.holds.hold_window`).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
@@ -109,8 +111,10 @@ class SchedulerSettings:
             raise SettingsError(f"tie_break={self.tie_break!r}: must be one of {', '.join(TIE_BREAKS)}")
         for field in ("resync_seconds", "tick_seconds", "assumed_ttl_seconds", "watch_timeout_seconds"):
             _positive(field, getattr(self, field))
-        if self.admission_hold_seconds < 0:
-            raise SettingsError(f"admission_hold_seconds={self.admission_hold_seconds}: must be >= 0 (0 = off)")
+        try:
+            hold_window(self.admission_hold_seconds)
+        except InvalidRequestError as error:
+            raise SettingsError(str(error)) from None
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
             raise SettingsError("leader timings: need lease_duration > renew_deadline > retry_period > 0")
         if not self.identity:
@@ -171,10 +175,12 @@ class SchedulerApp(RunUntilStopped):
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """Readiness: informers synced and, in extender mode, leading (only the leader answers verbs)."""
+        """Readiness ``(ready, reason)``: informers synced and serving, that is leading with a ledger rebuilt in
+        the current term, in both modes (the README's contract; only the leader answers verbs or binds, so a
+        standby of either mode reports 503 ``standby``)."""
         if not self.synced:
             return False, "informers not synced"
-        if self.settings.mode == "extender" and not self.service.serving:
+        if not self.service.serving:
             return False, "standby (not the leader, or rebuilding the ledger)"
         return True, "ok"
 

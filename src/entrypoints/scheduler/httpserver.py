@@ -8,8 +8,8 @@ Routes:
   to ``<urlPrefix>/<verb>``). Body: JSON, at most :data:`MAX_BODY_BYTES`. Replies 200 with the verb's JSON, 400
   for a malformed body (``{"Error": …}``), 404 for an unknown verb, 500 (``{"Error": …}``) for a bug;
 * ``GET /healthz`` — liveness: 200 ``ok`` while the component's threads run, else 500 with the reason;
-* ``GET /readyz`` — readiness: 200 when the replica should receive extender calls (informers synced and, for
-  the extender, leading), else 503;
+* ``GET /readyz`` — readiness: 200 when the replica serves (informers synced, leading, ledger rebuilt; in both
+  modes), else 503;
 * ``GET /metrics`` — Prometheus text exposition format 0.0.4.
 """
 

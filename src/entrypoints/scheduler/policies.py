@@ -38,7 +38,7 @@ from domain.ledger import ClusterLedger
 from domain.scheduling.candidates import CandidateNodes
 from domain.scheduling.fragmentation import PodClass, TypicalPods
 from domain.scheduling.framework import Scheduler, TieBreaker
-from domain.scheduling.holds import DEFAULT_WINDOW_S
+from domain.scheduling.holds import DEFAULT_WINDOW_S, hold_window
 from domain.scheduling.nodefit import node_filters
 from domain.scheduling.registry import POLICIES, build_profile, get_policy
 from domain.scheduling.sync import LedgerSync
@@ -57,8 +57,8 @@ class ServiceConfig:
     ``min_observed_pods`` (observed pods before FGD stops adding the synthetic workload), ``synthetic_scale``
     (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`), ``mig_strategy`` (``static`` or
     ``dynamic``: placement mode of the MIG books; module docstring), ``admission_hold_seconds`` (s a pod waiting
-    for its devices holds its node against pods with a confusable request; None: no holds —
-    :mod:`domain.scheduling.holds`).
+    for its devices holds its node against pods with a confusable request; 0 or None: no holds, as
+    ``--admission-hold 0`` — :func:`domain.scheduling.holds.hold_window`).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -66,7 +66,8 @@ class ServiceConfig:
     policies), instead of a fresh ``default_rng(seed)`` per policy.
 
     Raises :class:`UnknownPolicyError` for an unknown policy or tie rule and :class:`InvalidRequestError` for a
-    TTL ≤ 0, a negative ``min_observed_pods``, a scale ≤ 0 or an unknown MIG strategy.
+    TTL ≤ 0, a negative ``min_observed_pods``, a scale ≤ 0, an unknown MIG strategy or a negative, NaN or infinite
+    ``admission_hold_seconds``.
     """
 
     policy: str = DEFAULT_POLICY
@@ -81,8 +82,7 @@ class ServiceConfig:
     admission_hold_seconds: float | None = DEFAULT_WINDOW_S
 
     def __attrs_post_init__(self) -> None:
-        if self.admission_hold_seconds is not None and not self.admission_hold_seconds > 0:
-            raise InvalidRequestError("admission_hold_seconds", self.admission_hold_seconds, "must be > 0 or None")
+        hold_window(self.admission_hold_seconds)
         if self.mig_strategy not in MIG_STRATEGIES:
             raise InvalidRequestError("mig_strategy", self.mig_strategy, f"must be one of {', '.join(MIG_STRATEGIES)}")
         get_policy(self.policy)

@@ -8,7 +8,9 @@ active and backoff queues, research/k8s-protocols.md §3.1):
   a bound, finished or deleted pod leaves the queue;
 * each attempt runs one cycle (node fit — cordon, nodeSelector, required node affinity, taints — then CPU,
   memory, pod slots, GPU model/UUID and per-GPU fit; see :mod:`.policies`) and commits the result; on failure a
-  ``FailedScheduling`` Warning Event carries the reason and the pod waits in backoff: 1 s, doubling to 60 s;
+  ``FailedScheduling`` Warning Event carries the reason and the pod waits in backoff: 1 s, doubling to 60 s (a
+  retry failing for the same reason raises that Event's count and last timestamp: one Event per pod UID, reason
+  and message, as Kubernetes' event recorder keeps them, ``ClusterApi.create_event``);
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
@@ -162,7 +164,7 @@ class StandaloneLoop:
         """Record an Event; best effort: any failure (API, transport, anything) is logged, never raised."""
         try:
             self.service.cluster.create_event(ClusterEvent("Pod", pod.name, reason, message[:1000],
-                                                           namespace=pod.namespace, type=kind))
+                                                           namespace=pod.namespace, type=kind, uid=pod.uid))
         except Exception as error:  # an Event is never worth a scheduling failure
             log.warning("event not recorded", extra=fields(pod=pod.key, reason=reason, error=str(error)))
 
