@@ -14,7 +14,9 @@
 
 ``--check`` writes nothing and exits 1 listing the files that are not current (``deploy-all.sh`` and the tests run
 it). ``--root DIR`` works on another copy of ``deploy/``. Standard library only (no PyYAML): protocol.yaml is read
-with a small parser for nested ``key: scalar`` mappings, which is all it holds.
+with a small parser for nested ``key: scalar`` mappings, which is all it holds; its keys may be nested
+(``resources:`` / ``  gpu: …``) or flat and dotted (``resources.gpu: …``), and one given twice, or both ways, is an
+error (the components refuse such a file too).
 """
 
 from __future__ import annotations
@@ -43,9 +45,16 @@ class GenerateError(Exception):
     """Malformed input; the message names the file."""
 
 
+def _unquote(text: str) -> str:
+    return text[1:-1] if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
+
+
 def parse_protocol(text: str) -> dict[str, str]:
-    """Flatten protocol.yaml's nested ``key: scalar`` mappings into ``{dotted.key: value}`` (quotes stripped)."""
+    """Flatten protocol.yaml's nested ``key: scalar`` mappings into ``{dotted.key: value}`` (quotes stripped);
+    flat dotted keys (``resources.gpu: …``) land on the same names. Raises :class:`GenerateError` for a line that
+    is not ``key: value`` and for a key given twice (the same way or both ways)."""
     values: dict[str, str] = {}
+    lines: dict[str, int] = {}
     stack: list[tuple[int, str]] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
@@ -57,12 +66,17 @@ def parse_protocol(text: str) -> dict[str, str]:
             raise GenerateError(f"protocol.yaml line {number}: not 'key: value': {raw!r}")
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        dotted = ".".join([*(name for _, name in stack), key.strip()])
+        key = _unquote(key.strip())
+        dotted = ".".join([*(name for _, name in stack), key])
+        if dotted in lines:
+            raise GenerateError(f"protocol.yaml line {number}: key {dotted!r} is already given on line "
+                                f"{lines[dotted]}; write each key once (flat or nested, not both)")
+        lines[dotted] = number
         value = value.strip()
         if value:
-            values[dotted] = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "\"'" else value
+            values[dotted] = _unquote(value)
         else:
-            stack.append((indent, key.strip()))
+            stack.append((indent, key))
     return values
 
 

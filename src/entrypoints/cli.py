@@ -15,6 +15,11 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from domain.runtime.features import CONTRACT_VERSION, OLDEST_RUNTIME
+
+RUNTIME_GRPC_PACKAGE = "ljrk.runtime.v1"
+"""The protobuf package of the Runtime contract (``proto/ljrk/runtime/v1/runtime.proto``)."""
+
 CommandMain = Callable[[Sequence[str], str], int]
 """``(argv, prog) -> exit code``."""
 
@@ -98,11 +103,21 @@ COMMANDS: dict[str, Command] = {
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 
 
-def _version() -> str:
+def _package_version() -> str:
     try:
         return importlib.metadata.version("lj-runtimekit")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def version_text(package_version: str | None = None) -> str:
+    """``ljrk --version``: the component version (``package_version``, default the installed distribution's),
+    then the Runtime contract version it speaks and follows (:data:`CONTRACT_VERSION`), with the gRPC package and
+    the oldest node Runtime it works with. Two lines, no trailing newline."""
+    release = _package_version() if package_version is None else package_version
+    return (f"ljrk {release}\n"
+            f"Runtime contract {CONTRACT_VERSION} (gRPC {RUNTIME_GRPC_PACKAGE}): this release follows Runtime "
+            f"{CONTRACT_VERSION} and works with a node Runtime >= {OLDEST_RUNTIME}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ljrk", description="LJ RuntimeKit: GPU sharing for Kubernetes.", epilog=epilog + "\n\n"
         "Run 'ljrk COMMAND --help' for a command's options.", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("command", choices=COMMANDS, metavar="COMMAND", help=f"one of: {', '.join(COMMANDS)}")
     rest = parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     rest.required = False  # Python 3.11 marks a REMAINDER positional required; "ljrk" alone should name COMMAND only

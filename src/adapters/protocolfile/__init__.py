@@ -1,12 +1,17 @@
 """Loads ``protocol.yaml`` (the protocol ConfigMap's content) into :class:`ProtocolConstants`.
 
-Keys are kebab-case (``memory-unit``, ``node-label``, ``resources.core``…); unknown keys are rejected, missing
-keys take the embedded defaults (the same values as ``deploy/protocol.yaml``). Parsing uses PyYAML's safe
-loader and a private cattrs converter with ``forbid_extra_keys`` (validation at the edge, cattrs "why").
+Keys are kebab-case (``memory-unit``, ``node-label``…). The grouped ones may be written nested (``resources:``
+then ``gpu: …`` under it, as ``deploy/protocol.yaml`` does) or flat and dotted (``resources.gpu: …``, as the
+product documentation shows), or mixed (:mod:`._keys`); a key given both ways, a key given twice, an unknown key
+or a value of the wrong type is rejected with the key named; missing keys take the embedded defaults (the same
+values as ``deploy/protocol.yaml``). Parsing uses PyYAML's safe loader (refusing duplicate keys, which PyYAML
+would otherwise resolve silently to the last one) and a private cattrs converter with ``forbid_extra_keys``
+(validation at the edge, cattrs "why").
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +23,11 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from domain.errors import InvalidRequestError
 from domain.kube.protocol import AnnotationKeys, ProtocolConstants, ResourceNames
 
+from ._keys import fold_keys, known_keys
+
 __all__ = [
-    "PROTOCOL_DATA_KEY", "ProtocolFileError", "dump_protocol", "find_protocols", "load_protocol", "parse_protocol",
-    "protocol_items",
+    "PROTOCOL_DATA_KEY", "ProtocolFileError", "dump_protocol", "find_protocols", "known_keys", "load_protocol",
+    "parse_protocol", "protocol_items",
 ]
 
 
@@ -52,20 +59,44 @@ def _format(error: BaseException, _type: object) -> str:
 
 def _describe(error: BaseException) -> str:
     if isinstance(error, cattrs.BaseValidationError):
-        return "; ".join(cattrs.transform_error(error, format_exception=_format))
+        messages = cattrs.transform_error(error, format_exception=_format)
+        return "; ".join(message.removesuffix(" @ $") for message in messages)  # the root path says nothing
     return _format(error, None)
 
 
+class _DuplicateKeyError(yaml.YAMLError):
+    """A mapping repeats a key; the message names it and both lines."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (``resources.gpu`` pasted in twice)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:  # the keys written here; ``<<`` merges may be overridden, as YAML says
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge, or not a name (fold_keys rejects it)
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(f"{key}: given twice (lines {seen[key]} and {line}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_protocol(text: str, *, source: str = "protocol.yaml") -> ProtocolConstants:
-    """Parse YAML text (empty = all defaults). Raises :class:`ProtocolFileError` naming ``source`` and the key."""
+    """Parse YAML text (empty = all defaults) in nested, flat dotted or mixed form. Raises
+    :class:`ProtocolFileError` naming ``source`` and the key (and the value where one is at fault)."""
     try:
-        data: Any = yaml.safe_load(text) or {}
+        data: Any = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # a SafeLoader subclass
+    except _DuplicateKeyError as error:
+        raise ProtocolFileError(f"{source}: {error}") from error
     except yaml.YAMLError as error:
         raise ProtocolFileError(f"{source}: not valid YAML: {error}") from error
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{source}: must be a mapping of keys, got {type(data).__name__}")
     try:
-        return _CONVERTER.structure(data, ProtocolConstants)
+        return _CONVERTER.structure(fold_keys(data), ProtocolConstants)
     except (cattrs.BaseValidationError, InvalidRequestError, TypeError, ValueError) as error:
         raise ProtocolFileError(f"{source}: {_describe(error)}") from error
 
@@ -114,7 +145,13 @@ def find_protocols(text: str, *, source: str) -> list[tuple[str, ProtocolConstan
             if isinstance(data, dict) and PROTOCOL_DATA_KEY in data:
                 metadata = document.get("metadata") or {}
                 where = f"{source}: ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
-                found.append((where, parse_protocol(str(data[PROTOCOL_DATA_KEY]), source=where)))
+                value = data[PROTOCOL_DATA_KEY]
+                if not isinstance(value, str):  # Kubernetes refuses it too: ConfigMap data values are strings
+                    raise ProtocolFileError(
+                        f"{where}: data.{PROTOCOL_DATA_KEY} must be a string, got {type(value).__name__}: write "
+                        f"'{PROTOCOL_DATA_KEY}: |' and the keys indented under it"
+                    )
+                found.append((where, parse_protocol(value, source=where)))
 
     for document in documents:
         visit(document)

@@ -86,8 +86,9 @@ class AnnotationKeys:
 
 @attrs.frozen
 class ProtocolConstants:
-    """All shared constants. Raises :class:`InvalidRequestError` for a bad memory unit or a percentage unit
-    whose memory resource name does not end in ``.percentage``."""
+    """All shared constants. Raises :class:`InvalidRequestError` (field dotted, e.g. ``resources.gpu``) for a
+    bad memory unit, a percentage unit whose memory resource name does not end in ``.percentage``, an empty name
+    or one with whitespace, and two resources (or two annotations) sharing a name."""
 
     version: int = PROTOCOL_VERSION
     resources: ResourceNames = ResourceNames()
@@ -100,6 +101,18 @@ class ProtocolConstants:
     def __attrs_post_init__(self) -> None:
         if self.version != PROTOCOL_VERSION:
             raise InvalidRequestError("version", self.version, f"this build speaks protocol {PROTOCOL_VERSION}")
+        names = {"node_label": self.node_label, "scheduler_name": self.scheduler_name}
+        for group, values in (("resources", self.resources), ("annotations", self.annotations)):
+            seen: dict[str, str] = {}
+            for field in attrs.fields(type(values)):
+                name, value = f"{group}.{field.name}", getattr(values, field.name)
+                if value in seen:
+                    raise InvalidRequestError(name, value, f"same name as {seen[value]}; each must differ")
+                seen[value] = name.replace("_", "-")  # as protocol.yaml spells it
+                names[name] = value
+        for name, value in names.items():
+            if not value or any(char.isspace() for char in value):
+                raise InvalidRequestError(name, value, "must be a non-empty name without whitespace")
         if self.percent_mode:
             if not self.resources.memory.endswith(".percentage"):
                 raise InvalidRequestError(

@@ -99,6 +99,14 @@ RUNTIME_FEATURES: Mapping[str, Feature] = _table(
 )
 """Feature name → :class:`Feature`; read-only."""
 
+CONTRACT_VERSION: SemVer = max(feature.minimum for feature in RUNTIME_FEATURES.values())
+"""The Runtime contract version this build speaks: the newest Runtime version in :data:`RUNTIME_FEATURES` (1.1.0),
+which is the Runtime version this release of the components follows (``ljrk --version`` prints it)."""
+
+OLDEST_RUNTIME: SemVer = min(feature.minimum for feature in RUNTIME_FEATURES.values())
+"""The oldest node Runtime the components work with (1.0.0); features added later need the version that added
+them, checked at start with :meth:`RuntimeInfo.require`."""
+
 
 def _feature(name: str) -> Feature:
     try:
