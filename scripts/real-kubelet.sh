@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes node for the integration tests: kubelet 1.20.2 built from Debian's source package, Debian's
 # containerd + runc, a pause image, a small workload image and a no-op CNI plugin, all made here without any
-# registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`).
+# registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`,
+# through tests/integration/kubelet_cli.py).
 #
 #   bash scripts/real-kubelet.sh install        # Debian packages, kubelet, pause + workload images, CNI plugin
 #   bash scripts/real-kubelet.sh node-dir       # print the cache folder holding them (exit 1 if not installed)
@@ -40,7 +41,7 @@ usage: real-kubelet.sh install | node-dir | start DIR [harness flags] | stop DIR
   install    install containerd/runc/CNI/busybox/buildah from Debian, build kubelet from Debian's kubernetes
              source package, make the pause and workload images and the no-op CNI plugin (idempotent)
   node-dir   print the folder holding them; exit 1 when `install` has not completed
-  start DIR  start containerd + kubelet with their state in DIR (see tests/integration/kubelet_harness.py --help)
+  start DIR  start containerd + kubelet with their state in DIR (tests/integration/kubelet_cli.py)
   stop DIR   stop the node started in DIR and remove everything it made
 EOF
 }
@@ -198,7 +199,7 @@ cmd_install() {
 run_harness() {
     local python="$HERE/../.venv/bin/python"
     [[ -x "$python" ]] || python="python3"
-    exec "$python" "$HERE/../tests/integration/kubelet_harness.py" "$@"
+    exec "$python" "$HERE/../tests/integration/kubelet_cli.py" "$@"
 }
 
 case "${1:-}" in

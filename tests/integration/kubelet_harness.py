@@ -4,12 +4,10 @@ The files come from ``bash scripts/real-kubelet.sh install`` (kubelet, the pause
 plugin, in ``node-dir``). :func:`start_node` makes a work folder and starts, against an API server given by a
 kubeconfig:
 
-- a *namespace holder*: ``unshare --mount --propagation private`` running a shell that bind-mounts, in that private
-  mount namespace only, read-only files over the ``/proc/sys`` entries kubelet insists on writing (holding the values
-  it wants, so it writes nothing), a tmpfs over ``/run/containerd`` (containerd 1.6 puts shim sockets there whatever
-  its config says) and folders of the work folder over ``/var/lib/kubelet``, ``/var/log/pods`` and
-  ``/var/log/containers`` (paths kubelet 1.20 fixes, whatever ``--root-dir`` says). The host's sysctls and those
-  host folders are never touched; the mount points are made on the host only when missing and removed again.
+- a *namespace holder*: ``unshare --mount --propagation private`` running a shell that makes, in that private
+  mount namespace only, the binds of :mod:`kubelet_node_config` (fake ``/proc/sys`` files, ``/run/containerd``,
+  kubelet's fixed folders, CNI's ``/run/netns`` and ``/var/lib/cni``): the host's sysctls and those folders are
+  never touched; the mount points are made on the host only when missing and removed again;
 - containerd and kubelet, entered into that namespace with ``nsenter``, so that volumes kubelet mounts (Secrets,
   service-account tokens) are visible to runc; containerd's sockets, root and state live in the work folder, its
   CRI stream server on 127.0.0.1; kubelet serves only on 127.0.0.1 (random free ports), uses ``cgroupfs`` with
@@ -19,27 +17,26 @@ Seen from outside the namespace, kubelet's device-plugin folder is :attr:`RealNo
 pod-resources socket :attr:`RealNode.pod_resources_socket` (unix sockets work through bind mounts), container logs
 are under :attr:`RealNode.pod_logs_dir`.
 
-:meth:`RealNode.stop` kills every container (through containerd, then every process left in their cgroups),
+:meth:`RealNode.stop` kills every container (through containerd, then every process left in their cgroups, and in
+the whole ``k8s.io`` cgroup tree when this node made it, so containers go even when containerd no longer answers),
 kubelet, containerd, the shims and the holder (every process in the private namespace, so every mount made there
-goes with it), removes the container cgroups (and their ``k8s.io`` parents when it made them), the host mount
-points it made and the work folder. The Node object stays in the API server (the test planes are thrown away).
+goes with it), removes those cgroups, the host mount points it made and the work folder, and raises
+:class:`NodeError` naming whatever outlived it. The Node object stays in the API server (test planes are thrown
+away). Several nodes may run at once (each has its own namespace and ports); the tests share one per session.
 
-Run as a script (``scripts/real-kubelet.sh start|stop DIR``) the processes are left running and their pids kept in
-``DIR/node.json`` for ``stop``.
+Started by ``scripts/real-kubelet.sh start DIR`` (kubelet_cli.py) the processes are left running and their pids
+kept in ``DIR/node.json`` for ``stop``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -47,22 +44,30 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kubelet_cleanup import (
+    CGROUP_PARENT,
+    container_cgroups,
+    controllers,
+    kill_cgroup_tree,
+    kill_wait,
+    mount_namespace,
+    pids_in_namespace,
+    process_alive,
+)
+from kubelet_node_config import (
+    HOST_MOUNT_POINTS,
+    PAUSE_IMAGE,
+    WORKLOAD_IMAGE,
+    containerd_config,
+    holder_script,
+    kubelet_config,
+    prepare_workdir,
+)
+
+__all__ = ["WORKLOAD_IMAGE", "NodeError", "RealNode", "container_cgroups", "node_dir", "process_alive", "start_node"]
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "real-kubelet.sh"
-PAUSE_IMAGE = "ljrk.local/pause:3.2"
-WORKLOAD_IMAGE = "ljrk.local/workload:1"
-HOST_MOUNT_POINTS = ("/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
-KERNEL_TUNABLES = {  # what kubelet 1.20's container manager sets (pkg/kubelet/cm/container_manager_linux.go)
-    "vm/overcommit_memory": "1",
-    "vm/panic_on_oom": "0",
-    "kernel/panic": "10",
-    "kernel/panic_on_oops": "1",
-    "kernel/keys/root_maxkeys": "1000000",
-    "kernel/keys/root_maxbytes": "25000000",
-}
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-CGROUP_PARENT = "k8s.io"
-"""Where containerd puts container cgroups when kubelet passes none (``cgroupsPerQOS: false``): ``<ctrl>/k8s.io``."""
 
 
 class NodeError(RuntimeError):
@@ -83,11 +88,6 @@ def node_dir() -> Path | None:
     return Path(out) if result.returncode == 0 and out else None
 
 
-def _pdeathsig() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 def _free_ports(count: int) -> list[int]:
     sockets = []
     try:
@@ -106,27 +106,6 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError as exc:
         return f"(no log: {exc})"
-
-
-def process_alive(pid: int) -> bool:
-    """``pid`` runs (a zombie, killed and waiting for its parent to reap it, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie counts as gone
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-    return True
-
-
-def _mnt_ns(pid: int | str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt")
-    except OSError:
-        return None
 
 
 @dataclass
@@ -210,8 +189,10 @@ class RealNode:
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_pdeathsig if self._own else None)
+            # setpriv --pdeathsig: the child dies with this process (tests) without Python code between fork and exec
+            prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if self._own else []
+            popen = subprocess.Popen([*prefix, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         self._procs[name] = popen
         return popen
 
@@ -225,7 +206,7 @@ class RealNode:
 
     def stop_kubelet(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         """Stop kubelet (``sig``, then SIGKILL after ``timeout`` seconds); containers keep running."""
-        _kill_wait(self.state.kubelet_pid, sig, timeout, self._procs.get("kubelet"))
+        kill_wait(self.state.kubelet_pid, sig, timeout, self._procs.get("kubelet"))
 
     def restart_kubelet(self) -> None:
         """Stop kubelet with SIGTERM and start it again; running containers stay (containerd owns them)."""
@@ -246,27 +227,36 @@ class RealNode:
         self.stop_kubelet(timeout=10)
         container_ids = self.containers()
         self._kill_containers(container_ids)
-        _kill_wait(self.state.containerd_pid, signal.SIGTERM, 10, self._procs.get("containerd"))
+        kill_wait(self.state.containerd_pid, signal.SIGTERM, 10, self._procs.get("containerd"))
         for pid in self.namespace_pids():  # shims and anything else left in the private namespace
-            _kill_wait(pid, signal.SIGKILL, 5, None)
-        _kill_wait(self.state.holder_pid, signal.SIGKILL, 5, self._procs.get("holder"))
-        problems += _remove_cgroups(container_ids)
-        for parent in self.state.created_cgroups:
-            with contextlib.suppress(OSError):
-                os.rmdir(parent)
+            kill_wait(pid, signal.SIGKILL, 5, None)
+        kill_wait(self.state.holder_pid, signal.SIGKILL, 5, self._procs.get("holder"))
+        for group in container_cgroups(container_ids):
+            problems += kill_cgroup_tree(group)
+        for parent in self.state.created_cgroups:  # ours alone: whatever containerd left there goes too
+            problems += kill_cgroup_tree(Path(parent))
         for popen in self._procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5)
         for point in reversed(self.state.created_mount_points):
-            with contextlib.suppress(OSError):
+            try:
                 os.rmdir(point)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                problems.append(f"mount point {point} not removed: {error}")
         survivors = [pid for pid in (self.state.kubelet_pid, self.state.containerd_pid, self.state.holder_pid)
                      if pid and process_alive(pid)]
         if survivors:
             problems.append(f"processes still alive: {survivors}")
         if any(str(self.workdir) in line for line in Path("/proc/self/mountinfo").read_text().splitlines()):
             problems.append(f"a mount under {self.workdir} is visible on the host")
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            shutil.rmtree(self.workdir)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            problems.append(f"work folder not removed: {error}")
         if problems:
             raise NodeError("; ".join(problems))
 
@@ -293,157 +283,12 @@ class RealNode:
 
     def namespace_pids(self) -> list[int]:
         """Pids of the processes in the node's private mount namespace, the holder left out."""
-        ns = self.state.namespace
-        if not ns:
+        if not self.state.namespace:
             return []
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) != self.state.holder_pid and _mnt_ns(entry.name) == ns:
-                pids.append(int(entry.name))
-        return pids
-
-
-def _kill_wait(pid: int, sig: int, timeout: float, popen: subprocess.Popen[bytes] | None) -> None:
-    """Send ``sig`` to ``pid`` and wait up to ``timeout`` seconds, then SIGKILL; reaps ``popen`` (its Popen)."""
-    if pid and process_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while process_alive(pid) and time.monotonic() < deadline and (popen is None or popen.poll() is None):
-            time.sleep(0.05)
-        if process_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    if popen is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(5)
-
-
-def container_cgroups(ids: Iterable[str]) -> list[Path]:
-    """Every cgroup folder (any v1 controller, or the v2 tree) named by one of the container ``ids``."""
-    wanted = set(ids)
-    found: list[Path] = []
-    if not wanted or not CGROUP_ROOT.is_dir():
-        return found
-    for base, dirs, _files in os.walk(CGROUP_ROOT):
-        depth = Path(base).relative_to(CGROUP_ROOT).parts
-        if len(depth) > 3:
-            dirs[:] = []
-            continue
-        for name in dirs:
-            if name in wanted:
-                found.append(Path(base) / name)
-    return found
-
-
-def _cgroup_controllers() -> list[Path]:
-    """Each cgroup v1 controller folder (or the v2 root) once, links to a shared one left out."""
-    if not CGROUP_ROOT.is_dir():
-        return []
-    if (CGROUP_ROOT / "cgroup.controllers").exists():
-        return [CGROUP_ROOT]
-    return [d for d in sorted(CGROUP_ROOT.iterdir()) if d.is_dir() and not d.is_symlink()]
-
-
-def _remove_cgroups(ids: list[str]) -> list[str]:
-    problems = []
-    for group in sorted(container_cgroups(ids), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            for pid in (group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            problems.append(f"cgroup {group} could not be removed")
-    return problems
+        return pids_in_namespace(self.state.namespace, skip=(self.state.holder_pid,))
 
 
 # ---------------------------------------------------------------------- start
-def _holder_script(workdir: Path) -> str:
-    lines = ["set -eu"]
-    for key in KERNEL_TUNABLES:
-        fake = workdir / "sysctl" / key.replace("/", ".")
-        lines.append(f"mount --bind -o ro {fake} /proc/sys/{key}")
-    lines.append("mount -t tmpfs -o size=16m,mode=0711 ljrk-containerd-run /run/containerd")
-    for host, inner in (("/var/lib/kubelet", "var-lib-kubelet"), ("/var/log/pods", "var-log-pods"),
-                        ("/var/log/containers", "var-log-containers")):
-        lines.append(f"mount --bind {workdir / inner} {host}")
-    lines.append(f"echo ready > {workdir / 'holder.ready'}")
-    lines.append("exec sleep 2147483647")
-    return "\n".join(lines) + "\n"
-
-
-def _containerd_config(workdir: Path, nodes: Path) -> str:
-    c = workdir / "containerd"
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    disabled = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
-                "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs",
-                "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
-    return f"""version = 2
-root = "{c / 'root'}"
-state = "{c / 'state'}"
-disabled_plugins = {json.dumps(disabled)}
-[grpc]
-  address = "{c / 'containerd.sock'}"
-[ttrpc]
-  address = "{c / 'containerd-ttrpc.sock'}"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  disable_apparmor = true
-  enable_selinux = false
-[{cri}.containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-[{cri}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[{cri}.cni]
-  bin_dir = "{nodes / 'cni' / 'bin'}"
-  conf_dir = "{workdir / 'cni'}"
-"""
-
-
-def _kubelet_config(ports: list[int]) -> dict[str, object]:
-    port, ro_port, healthz = ports
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "address": "127.0.0.1",
-        "port": port,
-        "readOnlyPort": ro_port,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": healthz,
-        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"},
-        "failSwapOn": False,
-        "cgroupsPerQOS": False,
-        "enforceNodeAllocatable": [],
-        "cgroupDriver": "cgroupfs",
-        "resolvConf": "",
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "0%", "imagefs.available": "0%"},
-        "nodeStatusUpdateFrequency": "2s",
-        "syncFrequency": "5s",
-        "fileCheckFrequency": "5s",
-        "serializeImagePulls": False,
-        "maxPods": 50,
-    }
-
-
 def start_node(kubeconfig: Path, node_name: str, workdir: Path, *, nodes: Path | None = None,
                own_processes: bool = True, timeout: float = 90.0) -> RealNode:
     """Start containerd + kubelet registering ``node_name`` with the API server of ``kubeconfig``, all state in
@@ -459,19 +304,13 @@ def start_node(kubeconfig: Path, node_name: str, workdir: Path, *, nodes: Path |
     workdir.mkdir(parents=True, exist_ok=True)
     if any(workdir.iterdir()):
         raise NodeError(f"{workdir} is not empty")
-    for sub in ("logs", "sysctl", "cni", "containerd", "var-lib-kubelet/device-plugins", "var-log-pods",
-                "var-log-containers"):
-        (workdir / sub).mkdir(parents=True, exist_ok=True)
-    for key, value in KERNEL_TUNABLES.items():
-        (workdir / "sysctl" / key.replace("/", ".")).write_text(value + "\n")
-    (workdir / "cni" / "10-ljrk-noop.conflist").write_text(json.dumps(
-        {"cniVersion": "0.4.0", "name": "ljrk-noop", "plugins": [{"type": "ljrk-noop"}]}))
+    prepare_workdir(workdir)
     state = NodeState(workdir=str(workdir), node_name=node_name)
     for point in HOST_MOUNT_POINTS:
         if not Path(point).exists():
             Path(point).mkdir(parents=True)
             state.created_mount_points.append(point)
-    state.created_cgroups = [str(d / CGROUP_PARENT) for d in _cgroup_controllers() if not (d / CGROUP_PARENT).exists()]
+    state.created_cgroups = [str(d / CGROUP_PARENT) for d in controllers() if not (d / CGROUP_PARENT).exists()]
     node = RealNode(state, own_processes=own_processes)
     try:
         _start(node, kubeconfig, nodes, timeout)
@@ -499,15 +338,15 @@ def _wait(what: str, check: object, deadline: float, node: RealNode, proc: str) 
 def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     workdir, state = node.workdir, node.state
-    (workdir / "holder.sh").write_text(_holder_script(workdir))
+    (workdir / "holder.sh").write_text(holder_script(workdir))
     holder = node._spawn("holder", ["unshare", "--mount", "--propagation", "private", "--",
                                     "/bin/sh", str(workdir / "holder.sh")])
     state.holder_pid = holder.pid
     _wait("the mount namespace", (workdir / "holder.ready").exists, deadline, node, "holder")
-    state.namespace = _mnt_ns(holder.pid) or ""
-    if not state.namespace or state.namespace == _mnt_ns("self"):
+    state.namespace = mount_namespace(holder.pid) or ""
+    if not state.namespace or state.namespace == mount_namespace("self"):
         raise NodeError("the namespace holder did not get a private mount namespace")
-    (workdir / "containerd" / "config.toml").write_text(_containerd_config(workdir, nodes))
+    (workdir / "containerd" / "config.toml").write_text(containerd_config(workdir, nodes))
     containerd = node._spawn("containerd", node._in_namespace(
         ["containerd", "--config", str(workdir / "containerd" / "config.toml")]))
     state.containerd_pid = containerd.pid
@@ -519,7 +358,7 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
     ports = _free_ports(3)
     state.kubelet_port, state.read_only_port, state.healthz_port = ports
     config = workdir / "kubelet-config.json"
-    config.write_text(json.dumps(_kubelet_config(ports), indent=2))
+    config.write_text(json.dumps(kubelet_config(ports), indent=2))
     state.kubelet_argv = [
         str(nodes / "bin" / "kubelet"),
         f"--config={config}",
@@ -536,40 +375,3 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
     node.start_kubelet()
     _wait("kubelet /healthz", node.healthz, deadline, node, "kubelet")
     node._save()
-
-
-def load_node(workdir: Path) -> RealNode:
-    """The node recorded in ``workdir/node.json`` (for ``stop``). Raises NodeError when there is none."""
-    try:
-        raw = json.loads((workdir / "node.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise NodeError(f"no node recorded in {workdir}: {exc}") from exc
-    return RealNode(NodeState(**raw), own_processes=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="real-kubelet.sh", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="start containerd + kubelet with their state in DIR")
-    start.add_argument("dir", type=Path)
-    start.add_argument("--kubeconfig", type=Path, required=True, help="kubelet's kubeconfig (its node identity)")
-    start.add_argument("--node-name", required=True)
-    stop = sub.add_parser("stop", help="stop the node started in DIR and remove everything it made")
-    stop.add_argument("dir", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "start":
-            node = start_node(args.kubeconfig.resolve(), args.node_name, args.dir.resolve(), own_processes=False)
-            print(json.dumps({"device_plugin_dir": str(node.device_plugin_dir),
-                              "pod_resources_socket": str(node.pod_resources_socket),
-                              "kubelet_log": str(node.kubelet_log)}, indent=2))
-        else:
-            load_node(args.dir.resolve()).stop()
-    except NodeError as exc:
-        print(f"real-kubelet: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,8 +3,8 @@
 ``ljrk`` command, plus helpers for the pods the tests submit (busybox containers that print their environment and
 sleep) and for reading what the real kubelet did with them (container logs, pod status, node allocatable).
 
-One :class:`NodeStack` per test module; the real node is shared by the whole session (kubelet 1.20 fixes its
-device-plugin folder, so one kubelet per machine), tests run serially.
+One :class:`NodeStack` per test module; the real node is shared by the whole session (conftest.py ``real_node``)
+and the tests that use it run serially, each deleting its pods.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The real-node harness itself (kubelet_harness.py): a second node beside the session's, started, used and stopped.
 
 Covers: while it runs, the host's kernel tunables are the ones from before (kubelet saw its wanted values only in
-its private mount namespace) and the host sees none of its mounts; a pod bound to it runs; after ``stop`` no
-process of it is left (kubelet, containerd, shims, the namespace holder, the containers), no mount, no container
-cgroup, and its work folder is gone.
+its private mount namespace), the host sees none of its mounts and nothing in the folders it mounts over (pod
+network namespaces, CNI results, kubelet's folders); a pod bound to it runs; after ``stop`` no process of it is
+left (kubelet, containerd, shims, the namespace holder, the containers), no mount, no container cgroup, every host
+folder is as before and its work folder is gone.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import SECOND_NODE_NAME
 from k8s_harness import ControlPlane
-from kubelet_harness import KERNEL_TUNABLES, container_cgroups, process_alive, start_node
+from kubelet_harness import container_cgroups, process_alive, start_node
+from kubelet_node_config import HOST_MOUNT_POINTS, KERNEL_TUNABLES
 from kubernetes import client
 from real_node_world import Pods, container, eventually, node_ready, pod_manifest, unique
 
@@ -25,12 +27,17 @@ def _tunables() -> dict[str, str]:
     return {key: Path(f"/proc/sys/{key}").read_text().strip() for key in KERNEL_TUNABLES}
 
 
+def _host_folders() -> dict[str, list[str] | None]:
+    """What the host holds at each path the node's namespace mounts over (None: the path does not exist)."""
+    return {p: sorted(x.name for x in Path(p).iterdir()) if Path(p).is_dir() else None for p in HOST_MOUNT_POINTS}
+
+
 def _mounts() -> set[str]:
     return {" ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
 
 
 def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPlane, real_node_files: Path) -> None:
-    tunables, mounts = _tunables(), _mounts()
+    tunables, mounts, folders = _tunables(), _mounts(), _host_folders()
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-", dir="/tmp"))
     node = start_node(kubelet_plane.node_kubeconfig(SECOND_NODE_NAME), SECOND_NODE_NAME, workdir,
                       nodes=real_node_files)
@@ -46,6 +53,7 @@ def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPl
             assert "HOSTNAME" in pods.env(name, "main")
             assert _tunables() == tunables
             assert not any(str(workdir) in m for m in _mounts() - mounts)
+            assert all(_host_folders()[p] in (None, [], folders[p]) for p in HOST_MOUNT_POINTS)  # netns, CNI cache
             ids = node.containers()
             assert len(ids) == 2  # the pause sandbox and the container
             assert container_cgroups(ids)
@@ -59,3 +67,4 @@ def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPl
     assert not container_cgroups(ids)
     assert not any(str(workdir) in m for m in _mounts())
     assert _tunables() == tunables
+    assert _host_folders() == folders  # as before: nothing left in /run/netns or /var/lib/cni, made ones gone

@@ -35,6 +35,7 @@ class FakeEvents:
 
     requests: list[tuple[str, str, str, Any]] = attrs.field(factory=list)
     gone: set[str] = attrs.field(factory=set)
+    no_patch: bool = False  # answer every PATCH 403, as RBAC without the patch verb does
     stored: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
 
@@ -66,6 +67,9 @@ def _handler(state: FakeEvents) -> type[http.server.BaseHTTPRequestHandler]:
             body = self._body()
             state.requests.append(("PATCH", self.path, self.headers.get("Content-Type", ""), body))
             name = self.path.rsplit("/", 1)[-1]
+            if state.no_patch:
+                self._answer(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no patch"})
+                return
             if name in state.gone or name not in state.stored:
                 self._answer(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "gone"})
                 return
@@ -131,6 +135,15 @@ def test_a_repeat_of_an_expired_event_creates_a_new_one() -> None:
         assert [(method, path.rsplit("/", 1)[-1]) for method, path, _, _ in state.requests] == [
             ("POST", "events"), ("PATCH", "web-0.1"), ("POST", "events"), ("PATCH", "web-0.2")]
         assert state.requests[-1][3]["count"] == 2
+
+
+def test_without_the_patch_right_every_repeat_is_created_as_before() -> None:
+    with fake_api() as (api, state):
+        state.no_patch = True
+        for _ in range(3):
+            api.create_event(FAILED)
+        assert [method for method, _, _, _ in state.requests] == ["POST", "PATCH", "POST", "PATCH", "POST"]
+        assert len(state.stored) == 3
 
 
 def test_a_request_timeout_view_shares_the_deduplication() -> None:

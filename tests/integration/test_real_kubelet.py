@@ -163,9 +163,14 @@ def test_init_container_only(pods: Pods) -> None:
     assert gpu_env(pods.env(name, "app")) == {}
 
 
-def test_identical_requests_pending_at_once(pods: Pods) -> None:
+def test_identical_requests_pending_at_once(pods: Pods, stack: NodeStack) -> None:
     twin = [container("main", {RES.core: 25, RES.memory: 2})]
-    names = [pods.create(pod_manifest(unique("twin"), twin)) for _ in range(2)]
+    stack.stop("scheduler")  # both pending before either is placed
+    try:
+        names = [pods.create(pod_manifest(unique("twin"), twin)) for _ in range(2)]
+        assert all(not pods.get(n).spec.node_name for n in names)
+    finally:
+        stack.start_scheduler()
     envs = {n: running_env(pods, n, ["main"])["main"] for n in names}
     for name in names:
         assert envs[name]["LJRK_POD_UID"] == pods.get(name).metadata.uid

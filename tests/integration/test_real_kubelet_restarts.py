@@ -97,6 +97,8 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     real_node.stop_kubelet()
     stale = real_node.device_plugin_dir / "kubelet.sock"
     assert stale.exists(), "a stopped kubelet leaves its socket behind (the emulator models this)"
+    stray = real_node.device_plugin_dir / "not-a-socket.txt"
+    stray.write_text("kubelet deletes every file here when it starts, not only sockets\n")
     eventually(lambda: http_get(f"http://127.0.0.1:{stack.ports['device-plugin']}/readyz")[0] == 503, 10,
                "device plugin not ready once kubelet is gone")
     during = pods.create(pod_manifest(unique("during"), [container("main", SHARE)]))
@@ -111,6 +113,7 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     print(f"\nkubelet restart -> resources registered again {registered:.1f} s, "
           f"allocatable in node status {time.monotonic() - started:.1f} s")
 
+    assert not stray.exists(), "kubelet's start wiped the folder (removeContents; the emulator does the same)"
     log = kubelet_log_since(real_node, offset)
     assert "no such file or directory" not in "\n".join(
         line for line in log.splitlines() if "ljrk-" in line), "kubelet dialled a plugin socket that was gone"

@@ -382,6 +382,16 @@ def test_a_foreign_pod_with_an_impossible_request_makes_its_node_unusable_not_a_
     assert gate() == ""
 
 
+def test_a_foreign_pod_asking_for_zero_gpu_does_not_gate_its_node() -> None:
+    w = world()
+    w.node("n1", 1)
+    w.running("x", "n1", core="0", scheduler="default-scheduler")  # kubelet hands it no device
+    assert w.service.sync.gates.get("n1", "") == ""
+    result = w.service.schedule_pod(w.pending("z", core="10", mem="1"))
+    assert result.allocation is not None
+    assert result.allocation.node == "n1"
+
+
 # ---------------------------------------------------------------------------------------------- terms and rebuilds
 QUICK = (0.01, 0.02)
 
@@ -585,6 +595,7 @@ def test_node_component_with_another_protocol_gets_an_event_a_metric_and_no_gpu_
     assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="exporter") == 1
     [event] = [e for e in w.cluster.events if e.reason == "ProtocolMismatch"]
     assert (event.kind, event.name, event.type, event.uid) == ("Node", "n1", "Warning", node.uid)
+    assert event.count == 1  # not even a repeat of it (the cluster folds repeats into the count)
     assert f"exporter on node n1 runs protocol {'f' * 16}, the scheduler {ours}" in event.message
     result = w.service.schedule_pod(w.pending("p", core="50", mem="4"))
     assert not result.scheduled
@@ -593,7 +604,7 @@ def test_node_component_with_another_protocol_gets_an_event_a_metric_and_no_gpu_
     assert w.sample("lj_runtimekit_scheduler_protocol_mismatch_nodes", component="exporter") == 0
     assert w.service.schedule_pod(w.pending("q", core="50", mem="4")).scheduled
     w.service.on_node_deleted("n1")
-    assert len([e for e in w.cluster.events if e.reason == "ProtocolMismatch"]) == 1
+    assert [e.count for e in w.cluster.events if e.reason == "ProtocolMismatch"] == [1]
 
 
 def test_a_follower_records_the_mismatch_metric_but_no_event() -> None:

@@ -62,6 +62,7 @@ def test_spec_holds_at_most_64_gpus(spec: str, match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_spec(spec)
     assert sum(g.count for g in parse_spec("32x16Gi,32x80Gi:H100")) == 64
+    assert sum(g.count for g in parse_spec("0000001x16Gi")) == 1  # leading zeros are not a long count
 
 
 @pytest.mark.parametrize(("entries", "match"), [

@@ -45,7 +45,7 @@ from domain.kube.objects import (
     PodPhase,
     WatchEvent,
 )
-from ports.cluster import NotFoundError
+from ports.cluster import ClusterError
 
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
@@ -263,8 +263,9 @@ class KubernetesCluster(KubernetesJobs):
     def create_event(self, event: ClusterEvent) -> None:
         """Create a core/v1 Event in ``event.namespace``, or, for a repeat of an Event this adapter created
         (:mod:`domain.kube.events`), merge-patch that Event's ``count`` and ``lastTimestamp`` as client-go's
-        recorder does; a repeat whose Event is gone (expired after the server's event TTL, 1 h by default) creates
-        a new one. Raises ClusterError (best effort: the caller logs)."""
+        recorder does; a repeat whose Event cannot be patched — gone (expired after the server's event TTL, 1 h by
+        default) or not patchable under an older release's RBAC (create only) — creates a new one. Raises
+        ClusterError (best effort: the caller logs)."""
         what = f"event {event.reason[:64]} for {event.kind}/{event.name[:100]}"
         with self._event_lock:
             now = time.time()
@@ -276,7 +277,7 @@ class KubernetesCluster(KubernetesJobs):
                         self._core.patch_namespaced_event(
                             seen.name, event.namespace, event_repeat_patch(count=repeat.count, now=repeat.last),
                             _content_type=MERGE_PATCH, _request_timeout=self._timeout)
-                except NotFoundError:
+                except ClusterError:  # expired (404), or no patch right (403, RBAC of an older release): create
                     self._events.forget(event)
                 else:
                     self._events.record(event, repeat)

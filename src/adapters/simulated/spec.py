@@ -90,8 +90,8 @@ def parse_spec(text: str) -> tuple[GpuGroup, ...]:
         match = _ITEM.match(item)
         if match is None:
             raise SpecError(f"simulated GPUs {item!r}: expected [COUNTx]MEMORY[:MODEL], e.g. 2x16Gi:A100")
-        count_text = match.group(1) or "1"
-        if len(count_text) > _MAX_COUNT_DIGITS:
+        count_text = (match.group(1) or "1").lstrip("0") or "0"
+        if len(count_text) > _MAX_COUNT_DIGITS:  # a digit-length bound before int(): no huge parse
             raise SpecError(f"simulated GPUs {item!r}: count {count_text} is above {MAX_GPUS_PER_NODE}, the most GPUs "
                             "one node may have")
         count = int(count_text)

@@ -47,7 +47,7 @@ from domain.kube.annotations import (
 from domain.kube.inference import check_plan, infer_allocation
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants, parse_quantity
-from domain.kube.quantity import parse_bytes, parse_count, parse_cpu_milli
+from domain.kube.quantity import parse_bytes, parse_count, parse_cpu_milli, parse_decimal_quantity
 from domain.ledger import ClusterLedger
 from domain.mig.errors import UnknownMigProfileError
 from domain.mig.ledger import MigBooking, MigPodAllocation
@@ -392,14 +392,28 @@ class AllocationReading:
     gpu_unknown: bool = attrs.field(default=False, kw_only=True)
 
 
+def _nonzero(field: str, text: object) -> bool:
+    """True unless ``text`` is a valid quantity equal to 0 (kubelet allocates no device for 0; an unreadable
+    amount may hold anything)."""
+    try:
+        return parse_decimal_quantity(field, text) != 0
+    except InvalidRequestError:
+        return True
+
+
 def names_gpu_resources(pod: PodObject, protocol: ProtocolConstants) -> bool:
-    """True when a container of ``pod`` names one of our time-sharing GPU resources or a ``<prefix>/mig-*``
-    resource (names only; the amounts may be invalid)."""
+    """True when a container of ``pod`` asks for one of our time-sharing GPU resources or a ``<prefix>/mig-*``
+    resource with an amount that is not a valid 0 (the amounts may be invalid: kubelet hands out no device for a
+    0, so such a container holds nothing of the GPUs)."""
     names = protocol.resources
     ours = {names.gpu, names.core, names.memory}
-    if any(resource in ours for spec in pod.containers for resource in (*spec.limits, *spec.requests)):
-        return True
-    return asks_mig(pod, protocol)
+    stem = mig_stem(protocol)
+
+    def gpu_resource(name: str) -> bool:
+        return name in ours or (stem is not None and name.startswith(stem))
+
+    return any(gpu_resource(name) and _nonzero(name, text)
+               for spec in pod.containers for amounts in (spec.limits, spec.requests) for name, text in amounts.items())
 
 
 def read_allocation(

@@ -265,11 +265,12 @@ class DevicePluginApp:
     def ready(self) -> tuple[bool, str]:
         """Readiness: every served resource is registered with the kubelet now listening on ``kubelet.sock``, and
         no ListAndWatch stream has ended since (a stopped kubelet's socket file stays until the next one starts)."""
-        if not self._registered or self._registered_inode != _inode(self.kubelet_socket):
+        registered, served = dict(self._registered), tuple(self._servers)  # copies: the poll thread changes them
+        if not registered or self._registered_inode != _inode(self.kubelet_socket):
             return False, "not registered with the current kubelet"
         if self._stream_lost.is_set():
             return False, "kubelet ended a ListAndWatch stream; registering again"
-        missing = [k for k in self._servers if k not in self._registered]
+        missing = [k for k in served if k not in registered]
         return (False, f"{len(missing)} resource(s) not registered yet") if missing else (True, "ok")
 
     def _publish_loop(self, stop: threading.Event) -> None:
@@ -279,6 +280,8 @@ class DevicePluginApp:
                 self.service.publish_inventory(kubelet_registered=self.ready()[0])
             except ClusterError as error:
                 log.warning("cannot publish the GPU inventory of node %s: %s", self.service.node, error)
+            except Exception:  # a bug must not end the heartbeat (the node would be gated as stale)
+                log.exception("cannot publish the GPU inventory of node %s", self.service.node)
             self._publish_now.wait(self._heartbeat_s)
 
     def run(self, stop: threading.Event) -> None:

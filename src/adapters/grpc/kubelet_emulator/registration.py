@@ -10,7 +10,8 @@ marks every device of the resource unhealthy. A second Register of a resource re
 endpoint.
 
 Start, as the real kubelet's device manager ``Start`` does (pkg/kubelet/cm/devicemanager/manager.go, checked against
-kubelet 1.20.2 in tests/integration/test_real_kubelet.py): delete every file in the directory that is not a folder
+kubelet 1.20.2's source, and by tests/integration/test_real_kubelet_restarts.py against the real kubelet):
+delete every file in the directory that is not a folder
 (sockets of plugins and a dead kubelet's ``kubelet.sock`` alike; only ``kubelet_internal_checkpoint`` stays), then
 listen on a new ``kubelet.sock``. A kubelet restart (:meth:`PluginRegistry.restart`) is a stop as a killed kubelet
 stops — its ``kubelet.sock`` stays behind as a file nobody serves, for ``down_s`` seconds — then a start (new
