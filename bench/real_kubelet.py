@@ -52,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes import client
     from real_node_world import (
         RES,
-        NodeStack,
-        Pods,
         allocatable,
         container,
         eventually,
         node_ready,
+        node_stack,
         pod_manifest,
+        pods_in_new_namespace,
         unique,
     )
 
@@ -73,28 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="ljrk-bench-kubelet-", dir="/tmp"))
     expected = {RES.gpu: "2", RES.core: "200", RES.memory: "32"}
-    with control_plane(bins.stdout.strip(), nodes=[NODE]) as plane:
+    with control_plane(bins.stdout.strip(), nodes=[NODE]) as plane, plane.api_client() as api:
         started = time.monotonic()
         node = start_node(plane.node_kubeconfig(NODE), NODE, work / "node", nodes=files)
-        stack = NodeStack(node, plane, work / "stack")
         try:
-            with plane.api_client() as api:
-                core = client.CoreV1Api(api)
-                eventually(lambda: node_ready(api, NODE), 90, "node Ready")
-                print(f"node Ready {time.monotonic() - started:.1f} s after start")
-                core.patch_node(NODE, {"spec": {"taints": None}})
-                stack.start_runtime("2x16Gi:A100")
-                stack.start_device_plugin()
-                stack.start_scheduler()
-                eventually(lambda: allocatable(api, NODE) == expected, 60, "allocatable")
-                pods = Pods(api, "default", node)
+            core = client.CoreV1Api(api)
+            eventually(lambda: node_ready(api, NODE), 90, "node Ready")
+            print(f"node Ready {time.monotonic() - started:.1f} s after start")
+            core.patch_node(NODE, {"spec": {"taints": None}})
+            with node_stack(node, plane, api, gpus="2x16Gi:A100", expected=expected) as stack, \
+                    pods_in_new_namespace(api, node) as pods:
                 for kind, limits in (("share", {RES.core: 50, RES.memory: 8}), ("whole", {RES.gpu: 1})):
                     took = [_latency(pods, pod_manifest(unique(kind), [container("main", limits)]))
                             for _ in range(args.pods)]
                     print(f"admission {kind:5s} (bound -> running, {args.pods} pods): "
                           f"p50 {statistics.median(took):.2f} s, max {max(took):.2f} s")
-                    for pod in core.list_namespaced_pod("default").items:
-                        eventually(lambda n=pod.metadata.name: pods.gone(n), 60, "pod gone")
                 registrations = stack.registrations()
                 version = core.read_node(NODE).metadata.resource_version
                 node.stop_kubelet()
@@ -107,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kubelet restart: resources registered again after {registered:.1f} s, "
                       f"allocatable in node status after {time.monotonic() - restarted:.1f} s")
         finally:
-            stack.stop()
             node.stop()
             shutil.rmtree(work, ignore_errors=True)
     return 0

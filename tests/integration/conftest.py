@@ -142,6 +142,13 @@ def kubelet_plane(k8s_bin_dir: Path, real_node_files: Path, real_node_extender_p
 
 
 @pytest.fixture(scope="session")
+def kubelet_api(kubelet_plane: ControlPlane) -> Iterator[Any]:
+    """An admin ``kubernetes.client.ApiClient`` of the real node's plane, for the session."""
+    with kubelet_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
 def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[Any]:
     """containerd + kubelet 1.20.2 registered as ``REAL_NODE_NAME``, Ready, without the not-ready taint the
     admission plugin puts on new nodes (no node lifecycle controller runs to lift it). Shared by the session."""

@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +303,39 @@ def allocatable(api: Any, node: str) -> dict[str, str]:
     status = client.CoreV1Api(api).read_node(node).status
     values = status.allocatable or {}
     return {name: str(values.get(name, "0")) for name in (RES.gpu, RES.core, RES.memory)}
+
+
+@contextlib.contextmanager
+def node_stack(node: RealNode, plane: ControlPlane, api: Any, *, gpus: str, expected: Mapping[str, str],
+               exporter: bool = False, scheduler: str = "standalone", port: int | None = None) -> Iterator[NodeStack]:
+    """A :class:`NodeStack` on ``node``: the Runtime on ``gpus``, the device plugin, the exporter when asked, and
+    the scheduler in ``scheduler`` mode (on ``port``), returned once node allocatable equals ``expected``; every
+    process stopped and the work folder removed afterwards."""
+    world = NodeStack(node, plane, Path(tempfile.mkdtemp(prefix="ljrk-stack-", dir="/tmp")))
+    try:
+        world.start_runtime(gpus)
+        world.start_device_plugin()
+        if exporter:
+            world.start_exporter()
+        world.start_scheduler(scheduler, port)
+        eventually(lambda: allocatable(api, node.node_name) == expected, 60, f"allocatable {expected}")
+        yield world
+    finally:
+        world.stop()
+        shutil.rmtree(world.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def pods_in_new_namespace(api: Any, node: RealNode) -> Iterator[Pods]:
+    """:class:`Pods` in a new namespace; its pods are force-deleted afterwards (kubelet frees their devices once
+    they leave its pod list) and the namespace deleted."""
+    core = client.CoreV1Api(api)
+    name = f"rk-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    helper = Pods(api, name, node)
+    try:
+        yield helper
+    finally:
+        for pod in core.list_namespaced_pod(name).items:
+            helper.delete(pod.metadata.name, force=True)
+        core.delete_namespace(name)

@@ -15,11 +15,7 @@ process; pods are busybox containers that print their environment. Covers:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +33,9 @@ from real_node_world import (
     eventually,
     expected_env,
     gpu_env,
+    node_stack,
     pod_manifest,
+    pods_in_new_namespace,
     unique,
 )
 
@@ -49,42 +47,15 @@ EXPECTED = {RES.gpu: "3", RES.core: "300", RES.memory: "48"}
 
 
 @pytest.fixture(scope="module")
-def api(kubelet_plane: ControlPlane) -> Iterator[Any]:
-    with kubelet_plane.api_client() as api_client:
-        yield api_client
-
-
-@pytest.fixture(scope="module")
-def stack(real_node: RealNode, kubelet_plane: ControlPlane, api: Any) -> Iterator[NodeStack]:
-    world = NodeStack(real_node, kubelet_plane, Path(tempfile.mkdtemp(prefix="ljrk-stack-", dir="/tmp")))
-    try:
-        world.start_runtime(GPUS)
-        world.start_device_plugin()
-        world.start_scheduler()
-        eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[NodeStack]:
+    with node_stack(real_node, kubelet_plane, kubelet_api, gpus=GPUS, expected=EXPECTED) as world:
         yield world
-    finally:
-        world.stop()
-        shutil.rmtree(world.workdir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def namespace(api: Any) -> Iterator[str]:
-    core = client.CoreV1Api(api)
-    name = f"rk-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
 
 
 @pytest.fixture
-def pods(api: Any, namespace: str, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
-    """Pods of one test; force-deleted afterwards (kubelet frees their devices once they leave its pod list)."""
-    helper = Pods(api, namespace, real_node)
-    yield helper
-    names = [p.metadata.name for p in helper.core.list_namespaced_pod(namespace).items]
-    for name in names:
-        helper.delete(name, force=True)
+def pods(kubelet_api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
+    with pods_in_new_namespace(kubelet_api, real_node) as helper:
+        yield helper
 
 
 def running_env(pods: Pods, name: str, containers: list[str]) -> dict[str, dict[str, str]]:
@@ -100,10 +71,10 @@ def running_env(pods: Pods, name: str, containers: list[str]) -> dict[str, dict[
     return seen
 
 
-def test_registration_counts_in_node_allocatable(api: Any, stack: NodeStack) -> None:
-    values = allocatable(api, REAL_NODE_NAME)
+def test_registration_counts_in_node_allocatable(kubelet_api: Any, stack: NodeStack) -> None:
+    values = allocatable(kubelet_api, REAL_NODE_NAME)
     assert values == EXPECTED  # the MIG GPU is not time-shared; 3 x 16 GiB in 1 GiB units
-    status = client.CoreV1Api(api).read_node(REAL_NODE_NAME).status
+    status = client.CoreV1Api(kubelet_api).read_node(REAL_NODE_NAME).status
     assert status.allocatable.get(MIG) == "2"
     assert status.capacity.get(MIG) == "2"
     page = stack.metrics("device-plugin")
@@ -204,13 +175,13 @@ def test_pod_without_plan_is_refused_by_kubelet(pods: Pods) -> None:
     assert "plan" in pod.status.message, pod.status.message
 
 
-def test_memory_unit_other_than_1gi(api: Any, stack: NodeStack) -> None:
+def test_memory_unit_other_than_1gi(kubelet_api: Any, stack: NodeStack) -> None:
     stack.stop("device-plugin")
     stack.start_device_plugin("--memory-unit", "2Gi")
     try:
         want = {**EXPECTED, RES.memory: "24"}
-        eventually(lambda: allocatable(api, REAL_NODE_NAME) == want, 60, f"allocatable {want}")
+        eventually(lambda: allocatable(kubelet_api, REAL_NODE_NAME) == want, 60, f"allocatable {want}")
     finally:
         stack.stop("device-plugin")
         stack.start_device_plugin()
-        eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+        eventually(lambda: allocatable(kubelet_api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")

@@ -14,28 +14,24 @@ pod-resources socket) as processes. Covers:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import REAL_NODE_NAME
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
-from kubernetes import client
 from real_node_world import (
     RES,
     NodeStack,
     Pods,
-    allocatable,
     container,
     eventually,
     expected_env,
     gpu_env,
+    node_stack,
     pod_manifest,
+    pods_in_new_namespace,
     unique,
 )
 
@@ -48,34 +44,17 @@ EXPECTED = {RES.gpu: "2", RES.core: "200", RES.memory: "32"}
 
 
 @pytest.fixture(scope="module")
-def api(kubelet_plane: ControlPlane) -> Iterator[Any]:
-    with kubelet_plane.api_client() as api_client:
-        yield api_client
-
-
-@pytest.fixture(scope="module")
-def stack(real_node: RealNode, kubelet_plane: ControlPlane, api: Any,
+def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any,
           real_node_extender_port: int) -> Iterator[NodeStack]:
-    world = NodeStack(real_node, kubelet_plane, Path(tempfile.mkdtemp(prefix="ljrk-stack-", dir="/tmp")))
-    try:
-        world.start_runtime("2x16Gi:A100")
-        world.start_device_plugin()
-        world.start_exporter()
-        world.start_scheduler("extender", real_node_extender_port)
-        eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+    with node_stack(real_node, kubelet_plane, kubelet_api, gpus="2x16Gi:A100", expected=EXPECTED,
+                    exporter=True, scheduler="extender", port=real_node_extender_port) as world:
         yield world
-    finally:
-        world.stop()
-        shutil.rmtree(world.workdir, ignore_errors=True)
 
 
 @pytest.fixture
-def pods(api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
-    core = client.CoreV1Api(api)
-    name = f"rk-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield Pods(api, name, real_node)
-    core.delete_namespace(name)
+def pods(kubelet_api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
+    with pods_in_new_namespace(kubelet_api, real_node) as helper:
+        yield helper
 
 
 def ledger_allocated_milli(page: str) -> float:

@@ -14,13 +14,9 @@ Runtime on two simulated 16 GiB GPUs, device plugin and standalone scheduler as 
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +32,9 @@ from real_node_world import (
     container,
     eventually,
     http_get,
+    node_stack,
     pod_manifest,
+    pods_in_new_namespace,
     unique,
 )
 
@@ -49,43 +47,22 @@ SHARE = {RES.core: 20, RES.memory: 2}
 
 
 @pytest.fixture(scope="module")
-def api(kubelet_plane: ControlPlane) -> Iterator[Any]:
-    with kubelet_plane.api_client() as api_client:
-        yield api_client
-
-
-@pytest.fixture(scope="module")
-def stack(real_node: RealNode, kubelet_plane: ControlPlane, api: Any) -> Iterator[NodeStack]:
-    world = NodeStack(real_node, kubelet_plane, Path(tempfile.mkdtemp(prefix="ljrk-stack-", dir="/tmp")))
-    try:
-        world.start_runtime("2x16Gi:A100")
-        world.start_device_plugin()
-        world.start_scheduler()
-        eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[NodeStack]:
+    with node_stack(real_node, kubelet_plane, kubelet_api, gpus="2x16Gi:A100", expected=EXPECTED) as world:
         yield world
-    finally:
-        world.stop()
-        shutil.rmtree(world.workdir, ignore_errors=True)
 
 
 @pytest.fixture
-def pods(api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
-    core = client.CoreV1Api(api)
-    name = f"rk-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    helper = Pods(api, name, real_node)
-    yield helper
-    names = [p.metadata.name for p in core.list_namespaced_pod(name).items]
-    for pod in names:
-        helper.delete(pod, force=True)
-    core.delete_namespace(name)
+def pods(kubelet_api: Any, real_node: RealNode, stack: NodeStack) -> Iterator[Pods]:
+    with pods_in_new_namespace(kubelet_api, real_node) as helper:
+        yield helper
 
 
 def kubelet_log_since(node: RealNode, offset: int) -> str:
     return node.kubelet_log.read_bytes()[offset:].decode(errors="replace")
 
 
-def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: RealNode) -> None:
+def test_kubelet_restart(kubelet_api: Any, stack: NodeStack, pods: Pods, real_node: RealNode) -> None:
     before = pods.create(pod_manifest(unique("before"), [container("main", SHARE)]))
     running = pods.wait_running(before)
     container_id = running.status.container_statuses[0].container_id
@@ -93,7 +70,7 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     offset = real_node.kubelet_log.stat().st_size
 
     registrations = stack.registrations()
-    version = _node(api).metadata.resource_version
+    version = _node(kubelet_api).metadata.resource_version
     real_node.stop_kubelet()
     stale = real_node.device_plugin_dir / "kubelet.sock"
     assert stale.exists(), "a stopped kubelet leaves its socket behind (the emulator models this)"
@@ -108,8 +85,8 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     real_node.start_kubelet()
     eventually(lambda: stack.registrations() >= registrations + 3, 60, "the three resources registered again")
     registered = time.monotonic() - started
-    eventually(lambda: _node(api).metadata.resource_version != version
-               and allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, "allocatable after the restart")
+    eventually(lambda: _node(kubelet_api).metadata.resource_version != version
+               and allocatable(kubelet_api, REAL_NODE_NAME) == EXPECTED, 60, "allocatable after the restart")
     print(f"\nkubelet restart -> resources registered again {registered:.1f} s, "
           f"allocatable in node status {time.monotonic() - started:.1f} s")
 
@@ -128,12 +105,12 @@ def test_kubelet_restart(api: Any, stack: NodeStack, pods: Pods, real_node: Real
     pods.wait_running(after)
 
 
-def test_device_plugin_sigkill(api: Any, stack: NodeStack, pods: Pods) -> None:
+def test_device_plugin_sigkill(kubelet_api: Any, stack: NodeStack, pods: Pods) -> None:
     assert stack.procs["device-plugin"].stop(signal.SIGKILL) == -signal.SIGKILL
     zero = {RES.gpu: "0", RES.core: "0", RES.memory: "0"}
-    eventually(lambda: allocatable(api, REAL_NODE_NAME) == zero, 60, "kubelet drops the resources")
+    eventually(lambda: allocatable(kubelet_api, REAL_NODE_NAME) == zero, 60, "kubelet drops the resources")
     stack.start_device_plugin()
-    eventually(lambda: allocatable(api, REAL_NODE_NAME) == EXPECTED, 60, "resources back")
+    eventually(lambda: allocatable(kubelet_api, REAL_NODE_NAME) == EXPECTED, 60, "resources back")
     name = pods.create(pod_manifest(unique("revived"), [container("main", SHARE)]))
     pods.wait_running(name)
 
@@ -157,8 +134,8 @@ def test_runtime_down_during_admission(stack: NodeStack, pods: Pods) -> None:
     pods.wait_running(pods.create(pod_manifest(unique("next"), [container("main", SHARE)])))
 
 
-def _node(api: Any) -> Any:
-    return client.CoreV1Api(api).read_node(REAL_NODE_NAME)
+def _node(kubelet_api: Any) -> Any:
+    return client.CoreV1Api(kubelet_api).read_node(REAL_NODE_NAME)
 
 
 def _records(runtime: GrpcNodeRuntime) -> set[tuple[str, str]] | None:
