@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -67,6 +68,8 @@ from kubelet_node_config import (
 __all__ = ["WORKLOAD_IMAGE", "NodeError", "RealNode", "container_cgroups", "node_dir", "process_alive", "start_node"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_ERROR_LINE = re.compile(r"^[EF]\d{4} |level=(error|fatal)|^(Error|error|failed)[: ]")
+"""klog error/fatal lines, containerd's error lines, and the command-line errors of either."""
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "real-kubelet.sh"
 
 
@@ -167,8 +170,15 @@ class RealNode:
         return self.workdir / "containerd" / "containerd.sock"
 
     def log_tails(self, lines: int = 30) -> str:
-        return "\n".join(f"----- {name} log tail\n{_tail(self.workdir / 'logs' / f'{name}.log', lines)}"
-                         for name in ("holder", "containerd", "kubelet"))
+        """Per process log: its first error lines (kubelet states its reason once, then may dump goroutines)
+        and its last ``lines`` lines."""
+        parts = []
+        for name in ("holder", "containerd", "kubelet"):
+            log = self.workdir / "logs" / f"{name}.log"
+            errors = [line[:400] for line in _tail(log, 100_000).splitlines() if _ERROR_LINE.search(line)][:5]
+            parts.append(f"----- {name}: first error lines\n" + "\n".join(errors) if errors else "")
+            parts.append(f"----- {name} log tail\n{_tail(log, lines)}")
+        return "\n".join(p for p in parts if p)
 
     # ------------------------------------------------------------------ kubelet
     def healthz(self) -> bool:
