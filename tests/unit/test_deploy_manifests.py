@@ -83,7 +83,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     "exporter": {
         ("ClusterRole", "lj-runtimekit-exporter"): {
             ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "events", "create", ""),
-            ("", "events", "patch", "")},
+            ("", "events", "patch", ""), ("", "pods", "list", "")},
     },
     "scheduler": {
         ("ClusterRole", "lj-runtimekit-scheduler"): {
