@@ -27,7 +27,7 @@ class Snapshot:
     List succeeded, or none is configured), error counters since start, ``last_error`` (empty when the
     latest pull succeeded), ``attribution_mismatches`` (container rows of the last good pull dropped by the GPU
     cross-check, ``domain.exporter.attribution``), ``pod_api_errors`` (failed or late listings of the node's pods
-    in the Kubernetes API, ``domain.exporter.liveness``) and ``events`` (None = Events disabled)."""
+    in the Kubernetes API, ``domain.exporter.liveness``; None = no API) and ``events`` (None = Events disabled)."""
 
     data: ExporterData = attrs.field(factory=ExporterData)
     pulled_at: float = 0.0
@@ -37,7 +37,7 @@ class Snapshot:
     pod_resources_errors: int = 0
     last_error: str = ""
     attribution_mismatches: int = 0
-    pod_api_errors: int = 0
+    pod_api_errors: int | None = None
     events: EventCounts | None = None
 
     @property

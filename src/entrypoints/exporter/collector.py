@@ -71,7 +71,8 @@ class SnapshotCollector:
         self._deadline_s = deadline_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._snapshot = Snapshot(pod_resources_up=pod_resources is not None)
+        self._snapshot = Snapshot(pod_resources_up=pod_resources is not None,
+                                  pod_api_errors=None if ended_pods is None else 0)
         self._listed: tuple[PodContainerDevices, ...] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ljrk-exp-pull")
         self._inflight: concurrent.futures.Future[_Pulled] | None = None
@@ -129,7 +130,7 @@ class SnapshotCollector:
         except Exception as error:  # a bug in an adapter must not stop the collector
             log.exception("exporter pull failed")
             return self._failed(f"{type(error).__name__}: {error}")
-        data, api_errors = pulled.data, 0
+        data, api_errors = pulled.data, None
         if self._ended_pods is not None:
             uids = {row.pod_uid for row in data.containers}
             uids.update(m.instance.owner.pod_uid for m in data.mig if m.instance.owner is not None)
