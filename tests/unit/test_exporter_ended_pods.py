@@ -163,10 +163,11 @@ class FlakyCluster(InMemoryCluster):
 
     down = False
 
-    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
+    def list_pods(self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
+                  ) -> Listing[PodObject]:
         if self.down:
             raise UnavailableError("API server unreachable")
-        return super().list_pods(field_selector=field_selector)
+        return super().list_pods(field_selector=field_selector, label_selector=label_selector, namespace=namespace)
 
 
 def test_failing_api_keeps_what_was_learned_and_is_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture
