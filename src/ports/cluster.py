@@ -8,7 +8,7 @@ adapter and a real kube-apiserver):
 * writes that carry a ``resource_version`` fail with :class:`ConflictError` (HTTP 409) when it is stale;
 * binding an already bound pod raises :class:`ConflictError`; a missing object raises :class:`NotFoundError`;
 * patch maps set keys to a string or delete them with ``None``;
-* label selectors (Jobs) are the API's equality- and existence-based terms, comma-ANDed: ``k=v``, ``k==v``,
+* label selectors (Jobs, pods) are the API's equality- and existence-based terms, comma-ANDed: ``k=v``, ``k==v``,
   ``k!=v``, ``k``, ``!k``; a malformed one is a :class:`ClusterError` with status 400;
 * a Job deleted with ``Propagation.BACKGROUND`` leaves the list at once; its pods are garbage-collected later;
 * every failure to reach the server or to get its answer — connection refused or reset, DNS, TLS, a request
@@ -19,11 +19,12 @@ adapter and a real kube-apiserver):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from domain.kube.objects import (
     ClusterEvent,
+    ContainerTermination,
     JobObject,
     JobStatus,
     LeaseRecord,
@@ -101,8 +102,12 @@ class ClusterApi(Protocol):
         """Set/delete labels and annotations. Raises NotFoundError, ConflictError (stale RV)."""
         ...
 
-    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
-        """All pods (optionally filtered by a field selector such as ``spec.nodeName=n1``)."""
+    def list_pods(
+        self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
+    ) -> Listing[PodObject]:
+        """All pods (of ``namespace`` only, when given: a namespaced list, so a Role suffices), optionally filtered
+        by a field selector such as ``spec.nodeName=n1`` and a label selector such as ``job-name=j1`` (both
+        apply). Raises ClusterError (400 for a bad selector)."""
         ...
 
     def watch_pods(
@@ -123,8 +128,12 @@ class ClusterApi(Protocol):
         """Delete a pod (grace 0 = immediately). Raises NotFoundError."""
         ...
 
-    def set_pod_phase(self, namespace: str, name: str, phase: PodPhase) -> PodObject:
-        """Write ``status.phase`` (what a kubelet does; tests and the local cluster's kubelet emulator)."""
+    def set_pod_phase(
+        self, namespace: str, name: str, phase: PodPhase, *, terminations: Sequence[ContainerTermination] = ()
+    ) -> PodObject:
+        """Write ``status.phase`` and, when ``terminations`` is not empty, ``status.containerStatuses`` as those
+        containers, terminated (what a kubelet writes once they ended; tests and the local cluster's emulators).
+        Raises NotFoundError."""
         ...
 
     def patch_pod_annotations(

@@ -17,7 +17,7 @@ Behaviours covered:
   its ``MIG-…`` UUID, ListDevices and ExporterGetDataList show it with its owner, a restart keeps the record (state
   file) and Release afterwards destroys the created instance; a YAML inventory with ``migInstances`` is served by
   the command and its static instance is handed out;
-- a WatchHealth stream sees an injected health change within 1 s;
+- a WatchHealth stream sees an injected fault within 1 s; a recovery right after it is held (health damping);
 - the command: serves until SIGTERM, exits 0 and removes its socket; ``--backend nvml`` without NVML exits 1 with a
   clear message; a bad ``--simulated-gpus`` (also more than 64 GPUs, there or in ``--simulated-gpus-file``, named
   with the flag) and an over-long socket path exit 2; a corrupt state file exits 1 (one that is not UTF-8 with one
@@ -237,8 +237,12 @@ def test_watch_health_sees_an_injected_change_within_1s(running: Running) -> Non
         latency = time.monotonic() - started
         assert latency < 1.0
         assert (change.uuid, change.health, change.xid, change.reason) == (uuid, Health.UNHEALTHY, 79, "XID 79")
-        running.backend.inject_health(uuid, Health.HEALTHY, "reset")
-        assert received.get(timeout=1).health is Health.HEALTHY
+        running.backend.inject_health(uuid, Health.HEALTHY, "reset")  # held: within --health-hold of the fault
+        with pytest.raises(queue.Empty):
+            received.get(timeout=0.5)
+        listed = running.runtime.list_devices()[initial[1].index]
+        assert listed.gpu.health is Health.UNHEALTHY
+        assert "held" in listed.health_reason
     finally:
         stream.close()
     reader.join(timeout=5)

@@ -83,7 +83,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     "exporter": {
         ("ClusterRole", "lj-runtimekit-exporter"): {
             ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "events", "create", ""),
-            ("", "events", "patch", "")},
+            ("", "events", "patch", ""), ("", "pods", "list", "")},
     },
     "scheduler": {
         ("ClusterRole", "lj-runtimekit-scheduler"): {
@@ -104,6 +104,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
             ("", "events", "patch", "")},
         ("Role", "lj-runtimekit-controller"): {
             *{("batch", "jobs", verb, "") for verb in ("get", "list", "watch", "create", "delete")},
+            ("", "pods", "list", ""),
             ("coordination.k8s.io", "leases", "create", ""),
             ("coordination.k8s.io", "leases", "get", "lj-runtimekit-controller"),
             ("coordination.k8s.io", "leases", "update", "lj-runtimekit-controller"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -37,6 +37,7 @@ from kubernetes import client, config, watch
 from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import (
     ClusterEvent,
+    ContainerTermination,
     EventType,
     LeaseRecord,
     Listing,
@@ -58,6 +59,7 @@ from .translate import (
     node_from_v1,
     node_to_v1,
     pod_from_v1,
+    pod_status_patch,
     pod_to_v1,
 )
 
@@ -177,12 +179,18 @@ class KubernetesCluster(KubernetesJobs):
         return node_from_v1(node)
 
     # ------------------------------------------------------------------ pods
-    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
-        """Pods of all namespaces matching ``field_selector``. Raises ClusterError (400 for a bad selector)."""
+    def list_pods(
+        self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
+    ) -> Listing[PodObject]:
+        """Pods of all namespaces (of ``namespace`` only, when given) matching ``field_selector`` and
+        ``label_selector``. Raises ClusterError (400 for a bad selector)."""
+        selectors: dict[str, Any] = {"field_selector": field_selector or None,
+                                     "label_selector": label_selector or None, "_request_timeout": self._timeout}
         with _api_errors("list pods"):
-            pods = self._core.list_pod_for_all_namespaces(
-                field_selector=field_selector or None, _request_timeout=self._timeout
-            )
+            if namespace:
+                pods = self._core.list_namespaced_pod(namespace, **selectors)
+            else:
+                pods = self._core.list_pod_for_all_namespaces(**selectors)
         return Listing(tuple(pod_from_v1(p) for p in pods.items), _list_rv(pods.metadata))
 
     def watch_pods(
@@ -221,9 +229,12 @@ class KubernetesCluster(KubernetesJobs):
                 name, namespace, grace_period_seconds=grace_period_seconds, _request_timeout=self._timeout
             )
 
-    def set_pod_phase(self, namespace: str, name: str, phase: PodPhase) -> PodObject:
-        """Merge-patch ``status.phase`` through the status subresource. Raises NotFoundError."""
-        body = {"status": {"phase": phase.value}}
+    def set_pod_phase(
+        self, namespace: str, name: str, phase: PodPhase, *, terminations: Sequence[ContainerTermination] = ()
+    ) -> PodObject:
+        """Merge-patch ``status.phase`` (and ``containerStatuses`` with ``terminations``) through the status
+        subresource. Raises NotFoundError."""
+        body = pod_status_patch(phase, terminations)
         with _api_errors(f"set phase of pod {namespace[:64]}/{name[:100]}"):
             pod = self._core.patch_namespaced_pod_status(
                 name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout

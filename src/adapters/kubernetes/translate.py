@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from domain.kube.objects import (
     ClusterEvent,
     ContainerSpec,
+    ContainerTermination,
     LeaseRecord,
     NodeObject,
     NodeSelectorRequirement,
@@ -211,8 +212,31 @@ def _phase(text: str | None) -> PodPhase:
         return PodPhase.UNKNOWN
 
 
+def _terminations_from_v1(status: client.V1PodStatus) -> tuple[ContainerTermination, ...]:
+    out = []
+    for container in status.container_statuses or ():
+        ended = container.state.terminated if container.state is not None else None
+        if ended is not None:
+            out.append(ContainerTermination(container.name or "", ended.exit_code or 0, ended.reason or "",
+                                            ended.message or ""))
+    return tuple(out)
+
+
+def pod_status_patch(phase: PodPhase, terminations: Sequence[ContainerTermination]) -> dict[str, object]:
+    """A JSON merge patch of a pod's ``status``: the phase and, with ``terminations``, ``containerStatuses`` as
+    those containers, terminated (the fields the API requires: not ready, no restart, no image)."""
+    status: dict[str, object] = {"phase": phase.value}
+    if terminations:
+        status["containerStatuses"] = [
+            {"name": t.container, "ready": False, "restartCount": 0, "image": "", "imageID": "",
+             "state": {"terminated": {"exitCode": t.exit_code, "reason": t.reason, "message": t.message}}}
+            for t in terminations]
+    return {"status": status}
+
+
 def pod_from_v1(pod: client.V1Pod) -> PodObject:
-    """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers."""
+    """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers; the terminated
+    app containers' states."""
     meta = pod.metadata or client.V1ObjectMeta()
     spec = pod.spec or client.V1PodSpec(containers=[])
     status = pod.status or client.V1PodStatus()
@@ -234,6 +258,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         node_selector=dict(spec.node_selector or {}),
         tolerations=tuple(_toleration_from_v1(t) for t in spec.tolerations or ()),
         required_node_affinity=_required_terms_from_v1(spec.affinity),
+        terminations=_terminations_from_v1(status),
     )
 
 

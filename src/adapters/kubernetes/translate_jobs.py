@@ -2,7 +2,10 @@
 
 Private to this adapter. A domain Job is one container (named :data:`CONTAINER_NAME`) run once (restart policy
 ``Never``) with ``automountServiceAccountToken: false`` (a node Job needs no API access); its labels go on the
-pod template too, so the pods carry them. The phase is read from the conditions as kube-controller-manager's
+pod template too, so the pods carry them. The container keeps its termination message at Kubernetes' default
+path :data:`TERMINATION_MESSAGE_PATH` (where ``ljrk job-agent`` writes its outcome) with policy
+``FallbackToLogsOnError``: a container that fails before writing it leaves the tail of its log instead, so the
+controller always has a cause to report. The phase is read from the conditions as kube-controller-manager's
 ``IsJobFinished`` does (a ``Complete`` or ``Failed`` condition with status ``True``). Status writes are JSON merge
 patches of ``status`` through the status subresource; times go out as RFC 3339 in UTC with whole seconds
 (``metav1.Time``). Source: batch/v1 Job and core/v1 PodSpec API reference; k8s-protocols.md §4.4.
@@ -28,6 +31,8 @@ from .translate import to_epoch
 
 CONTAINER_NAME = "main"
 """Name of the Job's only container."""
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+"""``terminationMessagePath`` of the Job's container (the Kubernetes default, spelled out)."""
 
 
 def _rfc3339(epoch: float) -> str:
@@ -68,6 +73,8 @@ def job_to_v1(job: JobObject) -> client.V1Job:
         name=CONTAINER_NAME,
         image=job.image,
         command=list(job.command) or None,
+        termination_message_path=TERMINATION_MESSAGE_PATH,
+        termination_message_policy="FallbackToLogsOnError",
         volume_mounts=[client.V1VolumeMount(name=m.name, mount_path=m.mount_path) for m in job.host_paths] or None,
     )
     pod_spec = client.V1PodSpec(

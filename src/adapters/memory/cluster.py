@@ -28,7 +28,9 @@ It mirrors what kube-apiserver 1.20 does with no kubelet (k8s-protocols.md §3.3
 * **field selectors** (pods): ``metadata.name``, ``metadata.namespace``, ``spec.nodeName``, ``spec.schedulerName``,
   ``status.phase`` with ``=``, ``==`` or ``!=``, comma-ANDed; anything else is a 400 :class:`ClusterError`
   (:mod:`adapters.memory.cluster_watch`).
-* **Jobs** (batch/v1) with label selectors, and no Job controller: :mod:`adapters.memory.cluster_jobs`.
+* **label selectors** (pods, Jobs): :func:`~adapters.memory.cluster_watch.parse_label_selector`.
+* **Jobs** (batch/v1) with label selectors, and no Job controller: :mod:`adapters.memory.cluster_jobs`; Events and
+  Leases: :mod:`adapters.memory.cluster_leases`.
 
 Differences from a real server, by design (no validation or admission): namespaces are implicit (the server
 answers 404 for a missing namespace); objects are not validated (the server answers 422, e.g. for a pod without
@@ -43,14 +45,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
 
-from domain.kube.events import EventCorrelator, SeenEvent
+from domain.kube.events import EventCorrelator
 from domain.kube.objects import (
     ClusterEvent,
+    ContainerTermination,
     EventType,
     JobObject,
     LeaseRecord,
@@ -64,7 +67,15 @@ from domain.kube.objects import (
 from ports.cluster import ConflictError, GoneError, NotFoundError
 
 from .cluster_jobs import InMemoryJobs
-from .cluster_watch import Change, History, parse_pod_field_selector, status_error, visible_event
+from .cluster_leases import InMemoryLeasesAndEvents
+from .cluster_watch import (
+    Change,
+    History,
+    parse_label_selector,
+    parse_pod_field_selector,
+    status_error,
+    visible_event,
+)
 
 DEFAULT_HISTORY_LIMIT = 1000
 """Changes kept per resource for watches (kube-apiserver's watch cache keeps at least 100 per resource)."""
@@ -91,7 +102,7 @@ def _always(_: object) -> bool:
     return True
 
 
-class InMemoryCluster(InMemoryJobs):
+class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents):
     """Nodes, pods, bindings, events, leases and Jobs held in memory with kube-apiserver semantics (module
     docstring).
 
@@ -208,12 +219,15 @@ class InMemoryCluster(InMemoryJobs):
             return prev if new == prev else self._put_node(new, prev)
 
     # ------------------------------------------------------------------ pods
-    def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
-        """Pods sorted by namespace/name, filtered by ``field_selector``. Raises ClusterError (400) for a bad one."""
-        match = parse_pod_field_selector(field_selector)
+    def list_pods(
+        self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
+    ) -> Listing[PodObject]:
+        """Pods sorted by namespace/name (of ``namespace`` only, when given), filtered by ``field_selector`` and
+        ``label_selector``. Raises ClusterError (400) for a bad selector."""
+        match, labels = parse_pod_field_selector(field_selector), parse_label_selector(label_selector)
         with self._cond:
-            items = tuple(self._pods[key] for key in sorted(self._pods) if match(self._pods[key]))
-            return Listing(items, str(self._rv))
+            pods = (self._pods[key] for key in sorted(self._pods) if not namespace or key[0] == namespace)
+            return Listing(tuple(p for p in pods if match(p) and labels(p.labels)), str(self._rv))
 
     def watch_pods(
         self, *, resource_version: str, timeout_seconds: float, field_selector: str = ""
@@ -274,11 +288,15 @@ class InMemoryCluster(InMemoryJobs):
             if period <= 0:
                 self._remove_pod(marked)
 
-    def set_pod_phase(self, namespace: str, name: str, phase: PodPhase) -> PodObject:
-        """Write ``status.phase`` (what a kubelet does). Raises NotFoundError."""
+    def set_pod_phase(
+        self, namespace: str, name: str, phase: PodPhase, *, terminations: Sequence[ContainerTermination] = ()
+    ) -> PodObject:
+        """Write ``status.phase`` and, with ``terminations``, the containers' terminated states (what a kubelet
+        does). Raises NotFoundError."""
         with self._cond:
             prev = self._pod(namespace, name)
-            return prev if prev.phase is phase else self._put_pod(attrs.evolve(prev, phase=phase), prev)
+            pod = attrs.evolve(prev, phase=phase, terminations=tuple(terminations) or prev.terminations)
+            return prev if pod == prev else self._put_pod(pod, prev)
 
     def patch_pod_annotations(
         self, namespace: str, name: str, changes: Mapping[str, str | None], *, resource_version: str | None = None
@@ -304,54 +322,6 @@ class InMemoryCluster(InMemoryJobs):
                     f'pod {name} is already assigned to node "{pod.node_name}"'
                 )
             self._put_pod(attrs.evolve(pod, node_name=node), pod)
-
-    # ------------------------------------------------------------------ events and leases
-    def create_event(self, event: ClusterEvent) -> None:
-        """Record an Event (readable through :attr:`events`), or raise the count and last timestamp of the same
-        Event recorded before (:mod:`domain.kube.events`); consumes a resourceVersion like a stored Event."""
-        with self._cond:
-            self._bump()
-            now = self._clock()
-            seen = self._correlator.seen(event)
-            stored = SeenEvent(str(len(self._events)), 1, now, now) if seen is None else seen.repeated(now=now)
-            self._correlator.record(event, stored)
-            entry = attrs.evolve(event, count=stored.count, first_timestamp=stored.first, last_timestamp=stored.last)
-            if seen is None:
-                self._events.append(entry)
-            else:
-                self._events[int(stored.name)] = entry
-
-    def get_lease(self, namespace: str, name: str) -> LeaseRecord:
-        """A Lease. Raises NotFoundError."""
-        with self._cond:
-            return self._lease(namespace, name)
-
-    def create_lease(self, lease: LeaseRecord) -> LeaseRecord:
-        """Store a new Lease with an RV. Raises ConflictError if it exists."""
-        with self._cond:
-            key = (lease.namespace, lease.name)
-            if key in self._leases:
-                raise ConflictError(f'leases.coordination.k8s.io "{lease.name}" already exists')
-            stored = attrs.evolve(lease, resource_version=str(self._bump()))
-            self._leases[key] = stored
-            return stored
-
-    def update_lease(self, lease: LeaseRecord) -> LeaseRecord:
-        """Replace a Lease (PUT). ``resource_version`` must be current: stale → ConflictError, empty → ClusterError
-        422 ("must be specified for an update"). A missing Lease is created, as the server allows create-on-PUT
-        for Leases (coordination lease strategy ``AllowCreateOnUpdate``)."""
-        with self._cond:
-            key = (lease.namespace, lease.name)
-            prev = self._leases.get(key)
-            if prev is not None:
-                if not lease.resource_version:
-                    raise status_error(422, f'leases "{lease.name[:100]}": metadata.resourceVersion must be specified')
-                self._check_rv(prev.resource_version, lease.resource_version, f'leases "{lease.name[:100]}"')
-                if lease == prev:
-                    return prev
-            stored = attrs.evolve(lease, resource_version=str(self._bump()))
-            self._leases[key] = stored
-            return stored
 
     # ------------------------------------------------------------------ internals (callers hold the lock)
     def _bump(self) -> int:
@@ -380,12 +350,6 @@ class InMemoryCluster(InMemoryJobs):
             return self._pods[(namespace, name)]
         except KeyError:
             raise NotFoundError(f'pods "{name[:100]}" not found in namespace "{namespace[:64]}"') from None
-
-    def _lease(self, namespace: str, name: str) -> LeaseRecord:
-        try:
-            return self._leases[(namespace, name)]
-        except KeyError:
-            raise NotFoundError(f'leases.coordination.k8s.io "{name[:100]}" not found') from None
 
     def _put_node(self, node: NodeObject, prev: NodeObject | None) -> NodeObject:
         rv = self._bump()

@@ -12,11 +12,12 @@ Errors: an NVML library or driver that is missing (or any nvmlInit failure) rais
 metric a GPU does not support (NotSupported) is None with the reason in ``GpuSample.error``; a lost GPU
 (NVML_ERROR_GPU_IS_LOST while sampling) is marked unhealthy.
 
-Health (``domain.runtime.health``): critical XID events mark a GPU unhealthy, application XIDs 13, 31, 43, 45,
-68, 109 do not; an XID event without a device marks every GPU. A GPU recovers after ``quiet_period_s`` without a
-fault, on :meth:`NvmlGpuBackend.reset_health`, or on an NVML recovery-action event whose action is NONE; a
-recovery-action event asking for any other action (GPU reset, reboot, …) marks the GPU unhealthy. A GPU that
-supports no health events is logged and left healthy (NVIDIA's plugin would mark it unhealthy for good).
+Health (``domain.runtime.health``): critical XID events mark a GPU unhealthy, the ``ignored_xids`` (default the
+application XIDs 13, 31, 43, 45, 68, 109) do not; an XID event without a device marks every GPU. A GPU recovers
+after ``quiet_period_s`` without a fault, on :meth:`NvmlGpuBackend.reset_health`, or on an NVML recovery-action
+event whose action is NONE; a recovery-action event asking for any other action (GPU reset, reboot, …) marks the GPU
+unhealthy. A GPU that supports no health events is logged and left healthy (NVIDIA's plugin would mark it unhealthy
+for good).
 
 MIG (``adapters.nvml.mig``): GPUs whose ``nvmlDeviceGetMigMode`` current mode is NVML_DEVICE_MIG_ENABLE are listed
 with their instances at every :meth:`NvmlGpuBackend.devices` call (a listing that fails is logged and leaves that
@@ -35,7 +36,7 @@ from typing import Any
 
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.mig.profiles import MigProfile
-from domain.runtime.health import HealthTracker
+from domain.runtime.health import APPLICATION_XIDS, HealthTracker
 from domain.runtime.types import (
     ContainerAllocation,
     ContainerUsage,
@@ -83,6 +84,7 @@ class NvmlGpuBackend:
         nvml: ModuleType,
         *,
         quiet_period_s: float | None = 300.0,
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         pod_uid_of: Callable[[int], str | None] = pod_uid_of_pid,
@@ -106,7 +108,7 @@ class NvmlGpuBackend:
             raise GpuBackendUnavailableError(f"NVML is unavailable on this node: nvmlInit failed: {error}") from error
         try:
             self._handles, gpus = self._discover()
-            self._tracker = HealthTracker(gpus, quiet_period_s=quiet_period_s)
+            self._tracker = HealthTracker(gpus, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids)
             self._events = self._register_events()
         except nvml.NVMLError as error:
             nvml.nvmlShutdown()

@@ -14,8 +14,9 @@ free one nothing. A MIG GPU's own sample has no utilization (NVML reports NotSup
 is the sum over its instances, and temperature and power follow the compute-slice-weighted instance utilization.
 
 Health: :meth:`SimulatedGpuBackend.inject_health` and :meth:`inject_xid` change it (through the same
-``HealthTracker`` as NVML, so application XIDs are ignored here too); :meth:`poll_health` hands the changes to the
-Runtime at once, and applies timed recovery when a ``quiet_period_s`` is set.
+``HealthTracker`` as NVML, so the ``ignored_xids``, default the application XIDs, are ignored here too);
+:meth:`poll_health` hands the changes to the Runtime at once, and applies timed recovery when a ``quiet_period_s``
+is set.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from domain.errors import DomainError
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.mig.profiles import MigProfile
-from domain.runtime.health import HealthTracker
+from domain.runtime.health import APPLICATION_XIDS, HealthTracker
 from domain.runtime.mig import mig_table
 from domain.runtime.miglayout import MigLayouts
 from domain.runtime.types import (
@@ -62,6 +63,7 @@ class SimulatedGpuBackend:
         mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
         clock: Callable[[], float] = time.time,
         quiet_period_s: float | None = None,
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
         utilization_factor: float = 0.8,
         memory_factor: float = 0.5,
         idle_celsius: float = 30.0,
@@ -73,7 +75,7 @@ class SimulatedGpuBackend:
         self._gpus = tuple(gpus)
         self._mig = MigLayouts(self._gpus, mig_layouts)
         self._clock = clock
-        self._tracker = HealthTracker(self._gpus, quiet_period_s=quiet_period_s)
+        self._tracker = HealthTracker(self._gpus, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids)
         self._pending: list[HealthChange] = []
         self._changed = threading.Condition()
         self._utilization_factor = utilization_factor
@@ -89,10 +91,12 @@ class SimulatedGpuBackend:
         *,
         seed: str = "ljrk",
         quiet_period_s: float | None = None,
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
         clock: Callable[[], float] = time.time,
     ) -> SimulatedGpuBackend:
         """GPUs from ``2x16Gi:A100``-style text (``adapters.simulated.spec``). Raises SpecError."""
-        return cls._built(parse_spec(text), text, seed=seed, quiet_period_s=quiet_period_s, clock=clock)
+        return cls._built(parse_spec(text), text, seed=seed, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids,
+                          clock=clock)
 
     @classmethod
     def from_file(
@@ -101,19 +105,22 @@ class SimulatedGpuBackend:
         *,
         seed: str = "ljrk",
         quiet_period_s: float | None = None,
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
         clock: Callable[[], float] = time.time,
     ) -> SimulatedGpuBackend:
         """GPUs from a YAML file (``adapters.simulated.spec``). Raises SpecError."""
-        return cls._built(load_file(path), str(path), seed=seed, quiet_period_s=quiet_period_s, clock=clock)
+        return cls._built(load_file(path), str(path), seed=seed, quiet_period_s=quiet_period_s,
+                          ignored_xids=ignored_xids, clock=clock)
 
     @classmethod
     def _built(
         cls, groups: Sequence[GpuGroup], where: str, *, seed: str, quiet_period_s: float | None,
-        clock: Callable[[], float],
+        ignored_xids: frozenset[int], clock: Callable[[], float],
     ) -> SimulatedGpuBackend:
         gpus = build_inventory(groups, seed=seed)
         try:
-            return cls(gpus, mig_layouts=mig_layouts(groups), quiet_period_s=quiet_period_s, clock=clock)
+            return cls(gpus, mig_layouts=mig_layouts(groups), quiet_period_s=quiet_period_s,
+                       ignored_xids=ignored_xids, clock=clock)
         except DomainError as error:
             raise SpecError(f"simulated GPUs {where!r}: MIG: {error}") from None
 

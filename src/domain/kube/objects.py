@@ -99,10 +99,28 @@ class ContainerSpec:
     init: bool = False
 
 
+MAX_TERMINATION_MESSAGE = 4096
+"""Bytes of a container's termination message kubelet keeps (``terminationMessagePath``)."""
+
+
+@attrs.frozen
+class ContainerTermination:
+    """``status.containerStatuses[].state.terminated`` of one container (core/v1): ``container`` name,
+    ``exit_code``, ``reason`` (``Error``, ``Completed``, ``OOMKilled``…) and ``message`` (what the container wrote
+    to its ``terminationMessagePath``, at most :data:`MAX_TERMINATION_MESSAGE` bytes, or the tail of its log with
+    policy ``FallbackToLogsOnError``)."""
+
+    container: str
+    exit_code: int
+    reason: str = ""
+    message: str = ""
+
+
 @attrs.frozen
 class PodObject:
     """The parts of a Pod the stack uses. ``node_name`` is empty while unbound; ``deletion_timestamp`` is set
-    while terminating; ``resource_version`` is the API's optimistic-concurrency token."""
+    while terminating; ``resource_version`` is the API's optimistic-concurrency token; ``terminations`` are the
+    containers that terminated (``status.containerStatuses`` with ``state.terminated``), in status order."""
 
     uid: str
     namespace: str
@@ -118,6 +136,7 @@ class PodObject:
     node_selector: Mapping[str, str] = attrs.field(factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    terminations: tuple[ContainerTermination, ...] = ()
 
     @property
     def key(self) -> str:

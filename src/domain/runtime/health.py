@@ -1,10 +1,11 @@
 """GPU health from XID events, with a recovery path (a GPU is not unhealthy forever).
 
-Classification follows NVIDIA's device plugin (k8s-protocols.md §6, peers.md health row): XIDs 13, 31, 43, 45,
-68 and 109 are raised by applications (illegal address, MMU fault of one context, kernel reset, preemptive
-cleanup, video processor exception, context-switch timeout) and leave the device healthy; every other critical
-XID marks the GPU unhealthy, and an XID without a device marks every GPU unhealthy. Unlike NVIDIA's plugin and
-HAMi (peers.md: "unhealthy never recovers"), an unhealthy GPU becomes healthy again either
+Classification follows NVIDIA's device plugin (k8s-protocols.md §6, peers.md health row): by default XIDs 13, 31,
+43, 45, 68 and 109 are raised by applications (illegal address, MMU fault of one context, kernel reset, preemptive
+cleanup, video processor exception, context-switch timeout) and leave the device healthy (the set is
+``ignored_xids``, ``ljrk runtime --ignored-xids``); every other critical XID marks the GPU unhealthy, and an XID
+without a device marks every GPU unhealthy. Unlike NVIDIA's plugin and HAMi (peers.md: "unhealthy never recovers"),
+an unhealthy GPU becomes healthy again either
 
 * after ``quiet_period_s`` seconds without another fault on it (a later fault restarts the clock), or
 * on an explicit reset (:meth:`HealthTracker.reset`: an operator, or an NVML "recovery action: none" event).
@@ -24,7 +25,19 @@ from domain.gpu import Gpu, GpuUuid, Health
 from domain.runtime.types import HealthChange
 
 APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
-"""XIDs caused by the application, not the device (NVIDIA device plugin's default skip list plus 109)."""
+"""XIDs caused by the application, not the device (NVIDIA device plugin's default skip list plus 109): the
+default of ``ignored_xids``."""
+
+MAX_XID = 2**32 - 1
+"""XIDs are unsigned 32-bit numbers in NVML's event data."""
+
+
+def _xid_set(values: Iterable[int]) -> frozenset[int]:
+    xids = frozenset(values)
+    for xid in sorted(xids, key=repr):
+        if isinstance(xid, bool) or not isinstance(xid, int) or not 1 <= xid <= MAX_XID:
+            raise ValueError(f"ignored_xids: {xid!r} is not an XID (an integer 1..{MAX_XID})")
+    return xids
 
 
 def _gpu_tuple(gpus: Iterable[Gpu]) -> tuple[Gpu, ...]:
@@ -42,12 +55,14 @@ class _Fault:
 class HealthTracker:
     """Per-GPU health state machine (module docstring); not thread-safe (callers hold a lock).
 
-    Built from the node's GPUs, whose own ``health`` is the starting state. Raises ValueError for a negative
-    ``quiet_period_s``.
+    Built from the node's GPUs, whose own ``health`` is the starting state. ``ignored_xids``: XIDs counted but
+    leaving the GPU healthy (default :data:`APPLICATION_XIDS`). Raises ValueError for a negative
+    ``quiet_period_s`` or an ignored XID outside 1..:data:`MAX_XID`.
     """
 
     gpus: tuple[Gpu, ...] = attrs.field(converter=_gpu_tuple)
     quiet_period_s: float | None = 300.0
+    ignored_xids: frozenset[int] = attrs.field(default=APPLICATION_XIDS, converter=_xid_set)
     _faults: dict[GpuUuid, _Fault] = attrs.field(init=False, factory=dict)
     _xids: dict[GpuUuid, Counter[int]] = attrs.field(init=False, factory=dict)
 
@@ -73,10 +88,10 @@ class HealthTracker:
 
     def on_xid(self, uuid: GpuUuid | None, xid: int, *, now: float) -> list[HealthChange]:
         """An XID event on ``uuid`` (None: no device named, so every GPU). Counts it; a critical XID marks the
-        GPU(s) unhealthy. Returns the resulting changes (empty for application XIDs or repeats)."""
+        GPU(s) unhealthy. Returns the resulting changes (empty for ignored XIDs or repeats)."""
         for gpu in self._targets(uuid):
             self._xids[gpu.uuid][xid] += 1
-        if xid in APPLICATION_XIDS:
+        if xid in self.ignored_xids:
             return []
         return self.fault(uuid, f"XID {xid}", now=now, xid=xid)
 

@@ -12,6 +12,11 @@ Ownership (the controller never touches a Job that fails :func:`is_ours`): label
 ``app.kubernetes.io/managed-by=lj-runtimekit-controller`` (the list/watch selector) **and** a controlling owner
 reference to the Node (``v1``/``Node``, name, uid; the garbage collector deletes the Job if the Node goes).
 
+Failure causes (:func:`failure_cause`): the Job condition says only ``BackoffLimitExceeded``; the real cause is
+the termination message of the Job's failed pod (``ljrk job-agent`` writes its one-line outcome to
+``/dev/termination-log``; with ``FallbackToLogsOnError`` a crash leaves the tail of its log, whose last line is the
+error), which the controller reads through the cluster port and reports in the node annotation and the Events.
+
 Names are deterministic per node, node UID, action and generation (the node's Job counter):
 ``ljrk-<action>-<node stem>-<8 hex of sha256(node/uid)>-<generation>``, at most 63 characters (the API server
 copies Job names into a label value). A node re-created under the same name gets other names. Source: batch/v1 Job
@@ -23,11 +28,12 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Sequence
 
 import attrs
 
 from domain.errors import InvalidRequestError
-from domain.kube.objects import HostPathMount, JobObject, OwnerReference, Toleration
+from domain.kube.objects import HostPathMount, JobObject, OwnerReference, PodObject, PodPhase, Toleration
 
 from .states import Action
 
@@ -39,6 +45,8 @@ GENERATION_LABEL = "lj-runtimekit.io/generation"
 NODE_ANNOTATION = "lj-runtimekit.io/node"
 JOB_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER}"
 """Label selector of the controller's Job list and watch."""
+JOB_NAME_POD_LABEL = "job-name"
+"""Label the Job controller puts on a Job's pods (every version; ``batch.kubernetes.io/job-name`` too since 1.27)."""
 
 MAX_NAME = 63
 """Longest Job name (it becomes the pods' ``job-name`` label value)."""
@@ -169,3 +177,34 @@ class JobTemplate:
             active_deadline_seconds=max(1, int(self.deadline)),
             ttl_seconds_after_finished=None if self.ttl is None else int(self.ttl),
         )
+
+
+@attrs.frozen
+class FailureCause:
+    """Why a failed Job failed, from its pod: ``message`` (the job agent's own words; empty when none was read)
+    or ``note`` (why there is none: no pod found, the pod could not be read, it left no message)."""
+
+    message: str = ""
+    note: str = ""
+
+    def describe(self, condition: str) -> str:
+        """The failure text with the Job ``condition`` (``reason: message``): the cause first, because the node
+        annotation keeps only the first 300 characters."""
+        if self.message:
+            return f"{self.message} ({condition})"
+        return f"{condition} ({self.note})" if self.note else condition
+
+
+def failure_cause(pods: Sequence[PodObject]) -> FailureCause:
+    """The cause a failed Job's ``pods`` give (module docstring): the last non-empty line of the termination message
+    of a terminated container that failed (non-zero exit), preferring pods in phase Failed; a note when no pod or
+    no message is there."""
+    if not pods:
+        return FailureCause(note="no pod of the Job found")
+    ordered = sorted(pods, key=lambda p: p.phase is not PodPhase.FAILED)
+    for pod in ordered:
+        for ended in pod.terminations:
+            lines = [line.strip() for line in ended.message.splitlines() if line.strip()]
+            if ended.exit_code != 0 and lines:
+                return FailureCause(message=lines[-1])
+    return FailureCause(note=f"pod {ordered[0].name} left no termination message")

@@ -10,6 +10,8 @@ Rules, with the failure case each covers:
   value *then* decides, so a quick true/false/true flip ends enabled with no disable Job (B28 c);
 * **label removed = false** (:func:`~.states.desired_from_label`, B28); a node with neither the label nor a
   state annotation is not managed: no step at all (B25);
+* **cause** — a failed Job is reported with its pod's own cause (``causes``, :func:`~.jobs.failure_cause`) before
+  the Job condition, in the annotation and the Events;
 * **retry** — a failed Job (or one still active :attr:`~.policy.TogglePolicy.stuck_after` seconds after its
   creation, which is deleted, or one that vanished) is retried after the policy's backoff without waiting for a
   label change; after ``max_tries`` failures in a row the node is ``failed`` with a Warning Event; a ``failed``
@@ -33,7 +35,7 @@ import attrs
 
 from domain.kube.objects import ClusterEvent, JobObject, JobPhase
 
-from .jobs import JobTemplate, is_ours, job_action, job_generation, job_node
+from .jobs import FailureCause, JobTemplate, is_ours, job_action, job_generation, job_node
 from .policy import TogglePolicy
 from .record import NodeToggle, decode
 from .states import TRANSITIONS, Action, ToggleState, desired_from_label
@@ -130,6 +132,7 @@ class _Run:
     now: float
     settings: ToggleSettings
     record: NodeToggle
+    causes: Mapping[str, FailureCause] = attrs.field(factory=dict)
     creates: list[Step] = attrs.field(factory=list)
     events: list[Step] = attrs.field(factory=list)
     deletes: list[Step] = attrs.field(factory=list)
@@ -167,10 +170,12 @@ def reconcile(
     *,
     now: float,
     settings: ToggleSettings,
+    causes: Mapping[str, FailureCause] | None = None,
 ) -> Decision:
     """Reconcile node ``name`` (module docstring). ``node`` None = the node does not exist; ``record`` = the
     controller's record (what it last wrote), None when it has none (the node's annotations are read then);
-    ``jobs`` = the Jobs of ours for this node (others are ignored); ``now`` epoch s. Never raises for any
+    ``jobs`` = the Jobs of ours for this node (others are ignored); ``now`` epoch s; ``causes`` = what the pods of
+    failed Jobs said, by Job name (absent: the Job condition alone). Never raises for any
     input the cluster can hold (illegal moves are avoided by construction; a bug would raise
     :class:`~.states.IllegalTransitionError`)."""
     jobs = [j for j in jobs if is_ours(j) and job_node(j) == name]
@@ -195,7 +200,8 @@ def reconcile(
     else:  # what the node says (or what this controller last wrote there): write only when it changes
         published = known.annotations(state_key=settings.state_key, detail_key=settings.detail_key)
     generation = max([known.generation, node.generation, *(job_generation(j) for j in jobs)])
-    run = _Run(name, node.uid, now, settings, attrs.evolve(known, node_uid=node.uid, generation=generation))
+    run = _Run(name, node.uid, now, settings, attrs.evolve(known, node_uid=node.uid, generation=generation),
+               causes or {})
     run.deletes.extend(DeleteJob(j.namespace, j.name, "node-replaced") for j in stale)
 
     inflight = _in_flight(run, current, active)
@@ -263,7 +269,7 @@ def _consume(run: _Run, job: JobObject) -> None:
                   warning=False)
         return
     detail = ": ".join(part for part in (job.status.reason, job.status.message) if part) or "no reason given"
-    _failure(run, f"Job {job.name} failed: {detail}")
+    _failure(run, f"Job {job.name} failed: {run.causes.get(job.name, FailureCause()).describe(detail)}")
 
 
 def _failure(run: _Run, message: str) -> None:

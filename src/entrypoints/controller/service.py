@@ -20,6 +20,8 @@ Jobs that :func:`~domain.toggle.jobs.is_ours` accepts), and the record of every 
   leadership the records are dropped (re-read from the nodes' annotations) and every known node and every node
   with Jobs is queued: the startup sweep (B26, B27). Nothing is reconciled before both informers have listed
   (``synced``), so a Job is never taken for an orphan because its node was not listed yet;
+* **causes** — the pods of a failed Job are read once (:mod:`.causes`) so the job agent's own cause, not only
+  the Job condition, reaches the node annotation and the Events;
 * **resync** — every ``resync_seconds`` the leader queues every managed node again (a safety net; steady nodes
   cost no write).
 
@@ -54,6 +56,7 @@ from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
 from ports.metrics import ControllerMetrics
 
+from .causes import JobCauses
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,7 @@ class ToggleController:
         self._generations: dict[str, int] = {}
         self._gone: dict[str, None] = {}
         self._records: dict[str, NodeToggle] = {}
+        self._causes = JobCauses(cluster)
         self._next_resync = clock() + resync_seconds
         metrics.watch_states(self.state_counts)
 
@@ -253,7 +257,8 @@ class ToggleController:
         self.reconciles += 1
         try:
             view, record, jobs = self._snapshot(name)
-            decision = reconcile(name, view, record, jobs, now=self.clock(), settings=self.settings)
+            decision = reconcile(name, view, record, jobs, now=self.clock(), settings=self.settings,
+                                 causes=self._causes.of(jobs))
         except Exception:
             log.exception("reconcile failed", extra=fields(node=name))
             self.queue.add(name, at=self.clock() + self.retry_seconds)

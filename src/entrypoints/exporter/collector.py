@@ -9,6 +9,11 @@ it fails, the last good list is used (so a pod kubelet no longer runs is never r
 counter grows. Container rows whose GPUs kubelet contradicts (``domain.exporter.attribution``) are not served;
 their number is in the snapshot and each such container is logged once, when its mismatch starts.
 
+With ``ended_pods`` (the Kubernetes API, :mod:`.podphases`), each successful pull then drops the rows of pods the
+API shows terminal or no longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelet 1.20
+keeps listing a terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases
+it, so without the API a completed pod's series would outlive it by up to a minute.
+
 With an event recorder, every refresh ends by comparing the detector's state with the previous refresh's
 (``domain.exporter.detector``) and queueing an Event per transition — transitions only, never one per refresh.
 """
@@ -25,12 +30,14 @@ import attrs
 
 from domain.exporter.attribution import AttributionMismatch, PodContainerDevices, attribute_checked
 from domain.exporter.detector import DetectorState, detector_state, transitions
+from domain.exporter.liveness import drop_pods
 from domain.exporter.snapshot import Snapshot
 from domain.runtime.types import ExporterData
 from ports.pod_resources import PodResourcesError, PodResourcesLister
 from ports.runtime import NodeRuntime, NodeRuntimeError
 
 from .events import NodeEventRecorder
+from .podphases import EndedPods
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +55,15 @@ class _Pulled:
 class SnapshotCollector:
     """Pulls from ``runtime`` (and ``pod_resources``, None = no attribution filter) every ``interval_s`` seconds,
     each pull bounded by ``deadline_s`` (module docstring). ``events`` (None = no Events) receives the detector's
-    transitions; the data counts as stale after ``stale_after_s`` seconds (default
-    :data:`STALE_AFTER_INTERVALS` × ``interval_s``). ``clock`` gives epoch seconds. Thread-safe."""
+    transitions; ``ended_pods`` (None = pod-resources alone decides) removes the rows of ended pods; the data counts
+    as stale after ``stale_after_s`` seconds (default :data:`STALE_AFTER_INTERVALS` × ``interval_s``). ``clock``
+    gives epoch seconds. Thread-safe."""
 
     def __init__(
         self, runtime: NodeRuntime, pod_resources: PodResourcesLister | None = None, *,
         interval_s: float = 10.0, deadline_s: float = 5.0, clock: Callable[[], float] = time.time,
         events: NodeEventRecorder | None = None, stale_after_s: float | None = None,
+        ended_pods: EndedPods | None = None,
     ) -> None:
         self._runtime = runtime
         self._pod_resources = pod_resources
@@ -62,7 +71,8 @@ class SnapshotCollector:
         self._deadline_s = deadline_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._snapshot = Snapshot(pod_resources_up=pod_resources is not None)
+        self._snapshot = Snapshot(pod_resources_up=pod_resources is not None,
+                                  pod_api_errors=None if ended_pods is None else 0)
         self._listed: tuple[PodContainerDevices, ...] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ljrk-exp-pull")
         self._inflight: concurrent.futures.Future[_Pulled] | None = None
@@ -70,6 +80,7 @@ class SnapshotCollector:
         self._events = events
         self._stale_after_s = STALE_AFTER_INTERVALS * interval_s if stale_after_s is None else stale_after_s
         self._detected: DetectorState | None = None
+        self._ended_pods = ended_pods
 
     @property
     def events(self) -> NodeEventRecorder | None:
@@ -119,13 +130,19 @@ class SnapshotCollector:
         except Exception as error:  # a bug in an adapter must not stop the collector
             log.exception("exporter pull failed")
             return self._failed(f"{type(error).__name__}: {error}")
+        data, api_errors = pulled.data, None
+        if self._ended_pods is not None:
+            uids = {row.pod_uid for row in data.containers}
+            uids.update(m.instance.owner.pod_uid for m in data.mig if m.instance.owner is not None)
+            data = drop_pods(data, self._ended_pods.update(uids))
+            api_errors = self._ended_pods.errors
         with self._lock:
             old = self._snapshot
             self._snapshot = Snapshot(
-                data=pulled.data, pulled_at=self._clock(), runtime_up=True, pod_resources_up=pulled.pods_ok,
+                data=data, pulled_at=self._clock(), runtime_up=True, pod_resources_up=pulled.pods_ok,
                 runtime_errors=old.runtime_errors,
                 pod_resources_errors=old.pod_resources_errors + (0 if pulled.pods_ok else 1),
-                attribution_mismatches=pulled.mismatches,
+                attribution_mismatches=pulled.mismatches, pod_api_errors=api_errors,
             )
         self._detect()
         return True
@@ -159,5 +176,7 @@ class SnapshotCollector:
     def close(self) -> None:
         """Stop the worker without waiting for a hung pull, and the event recorder."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._ended_pods is not None:
+            self._ended_pods.close()
         if self._events is not None:
             self._events.close()

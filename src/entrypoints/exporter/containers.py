@@ -5,8 +5,9 @@ Providers are annotated with their port types so mypy checks conformance. The Ru
 feature; pod-resources is kubelet's API on ``--pod-resources-socket`` when given (else no attribution filter);
 metrics are the prometheus-client adapter over the collector's snapshot. The cluster port (Events on the node) is
 the Kubernetes API from ``--kubeconfig`` or the in-cluster config, through the same ``from_kubeconfig`` helper as
-the other components; when no config loads it is None and Events are off. ``logging`` and ``cluster`` are
-Resources (the API client is closed at shutdown).
+the other components; when no config loads it is None and Events are off. With a cluster the collector also learns
+which pods of the node ended (:class:`.podphases.EndedPods`), so their series leave at the next pull. ``logging``
+and ``cluster`` are Resources (the API client is closed at shutdown).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ports.runtime import NodeRuntime
 from .app import REQUIRED_FEATURES, ExporterApp, ExporterSettings, parse_listen
 from .collector import SnapshotCollector
 from .events import NodeEventRecorder
+from .podphases import EndedPods
 from .publish import ProtocolPublisher
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,12 @@ def make_events(cluster: ClusterApi | None, settings: ExporterSettings) -> NodeE
     return None if cluster is None else NodeEventRecorder(cluster, node=settings.node_name)
 
 
+def make_ended_pods(cluster: ClusterApi | None, settings: ExporterSettings) -> EndedPods | None:
+    """Ended pods of Node ``--node-name`` from the API (listings bounded by ``--deadline``), or None without a
+    cluster."""
+    return None if cluster is None else EndedPods(cluster, node=settings.node_name, deadline_s=settings.deadline_s)
+
+
 def make_metrics(
     collector: SnapshotCollector, settings: ExporterSettings, protocol: ProtocolConstants
 ) -> PrometheusExporterMetrics:
@@ -111,7 +119,7 @@ def make_app(
 
 
 class ExporterContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → runtime, pod_resources, cluster, events, collector, protocol, metrics,
+    """``settings`` (required) → runtime, pod_resources, cluster, events, ended_pods, collector, protocol, metrics,
     publisher, app."""
 
     settings: providers.Dependency[ExporterSettings] = providers.Dependency(instance_of=ExporterSettings)
@@ -120,9 +128,10 @@ class ExporterContainer(containers.DeclarativeContainer):
     pod_resources: providers.Provider[PodResourcesLister | None] = providers.Singleton(make_pod_resources, settings)
     cluster: providers.Provider[ClusterApi | None] = providers.Resource(open_cluster, settings, logging)
     events: providers.Provider[NodeEventRecorder | None] = providers.Singleton(make_events, cluster, settings)
+    ended_pods: providers.Provider[EndedPods | None] = providers.Singleton(make_ended_pods, cluster, settings)
     collector: providers.Provider[SnapshotCollector] = providers.Singleton(
         SnapshotCollector, runtime, pod_resources, interval_s=settings.provided.interval_s,
-        deadline_s=settings.provided.deadline_s, events=events,
+        deadline_s=settings.provided.deadline_s, events=events, ended_pods=ended_pods,
     )
     protocol: providers.Provider[ProtocolConstants] = providers.Singleton(
         load_protocol, settings.provided.protocol_file)

@@ -1,7 +1,7 @@
 """``ljrk job-agent`` (also ``python -m entrypoints.job_agent``): enable or disable the node Runtime, verified.
 
 ``ljrk job-agent --action enable|disable --config-daemon-socket PATH [--timeout SECONDS] [--operation NAME]
-[--call-timeout SECONDS] [--reason TEXT] [--log-level LEVEL]``
+[--call-timeout SECONDS] [--reason TEXT] [--termination-log PATH] [--log-level LEVEL]``
 
 Runs once in the pod of a Job pinned to the node (the node controller creates it): calls Enable or Disable on the
 node config daemon (``--operation grpc``, the default: ``ljrk.config.v1.ConfigService`` as served by
@@ -18,6 +18,10 @@ Exit codes:
 - 4 stopped by SIGTERM/SIGINT before the result was verified.
 
 Errors are one line on stderr, ``ljrk job-agent: error: ACTION via SOCKET: CAUSE``; logs are JSON lines on stderr.
+The outcome (``ACTION via SOCKET: CAUSE``, or ``ACTION via SOCKET: verified STATE …``) is also written to
+``--termination-log`` (default: :data:`TERMINATION_LOG` when it exists, which kubelet bind-mounts into the pod), so
+the pod's ``state.terminated.message`` carries the cause to the controller; an unwritable file is logged and never
+changes the exit code.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from domain.kube.objects import MAX_TERMINATION_MESSAGE
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError
 from entrypoints._shared.signals import stop_on_signals
@@ -48,6 +53,23 @@ from .containers import OPERATIONS, JobAgentContainer
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_STOPPED = 0, 1, 2, 3, 4
+
+TERMINATION_LOG = Path("/dev/termination-log")
+"""Kubernetes' default ``terminationMessagePath``; the Job pod template keeps it (``adapters.kubernetes``)."""
+
+
+def write_termination_log(path: Path | None, message: str) -> None:
+    """Write ``message`` (cut to :data:`MAX_TERMINATION_MESSAGE` bytes) to ``path``; None = :data:`TERMINATION_LOG`
+    only when it exists (outside a pod nothing is created in /dev). Never raises: a failure is logged."""
+    if path is None:
+        if not TERMINATION_LOG.exists():
+            return
+        path = TERMINATION_LOG
+    data = message.encode()[:MAX_TERMINATION_MESSAGE].decode(errors="ignore")
+    try:
+        path.write_text(data)
+    except OSError as error:
+        log.warning("termination message not written to %s: %s", path, error)
 
 
 def _seconds(text: str) -> float:
@@ -76,6 +98,9 @@ def build_parser(prog: str = "ljrk job-agent") -> argparse.ArgumentParser:
                         help=f"deadline of one call (default: {DEFAULT_CALL_TIMEOUT_S:g})")
     parser.add_argument("--reason", default="ljrk job-agent", metavar="TEXT",
                         help="recorded with the change (who, why; e.g. the Job's name)")
+    parser.add_argument("--termination-log", type=Path, metavar="PATH",
+                        help="where the outcome is written for kubelet's terminationMessagePath (default: "
+                        f"{TERMINATION_LOG} when it exists)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -85,6 +110,7 @@ def settings_from_args(args: argparse.Namespace) -> JobAgentSettings:
     return JobAgentSettings(
         action=Action(args.action), config_daemon_socket=args.config_daemon_socket, timeout_s=args.timeout,
         operation=args.operation, call_timeout_s=args.call_timeout, reason=args.reason, log_level=args.log_level,
+        termination_log=args.termination_log,
     )
 
 
@@ -96,6 +122,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
     def fail(message: object, code: int) -> int:
         print(f"{prog}: error: {message}", file=sys.stderr)
         return code
+
+    def failed(message: str, code: int) -> int:
+        write_termination_log(settings.termination_log, message)
+        return fail(message, code)
 
     try:
         settings = settings_from_args(build_parser(prog).parse_args(argv))
@@ -112,19 +142,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
         try:
             agent = container.agent()
         except SettingsError as error:
-            return fail(error, EXIT_USAGE)
+            return failed(str(error), EXIT_USAGE)
         log.info("%s (operation %s, timeout %g s)", where, settings.operation, settings.timeout_s)
         try:
             with stop_on_signals(stop) as event:
                 status = agent.run(settings.action, timeout_s=settings.timeout_s, reason=settings.reason, stop=event)
         except OperationFailedError as error:
-            return fail(f"{where}: {error}", EXIT_FAILED)
+            return failed(f"{where}: {error}", EXIT_FAILED)
         except AgentTimeoutError as error:
-            return fail(f"{where}: {error}", EXIT_TIMEOUT)
+            return failed(f"{where}: {error}", EXIT_TIMEOUT)
         except AgentStoppedError as error:
-            return fail(f"{where}: {error}", EXIT_STOPPED)
-        log.info("%s: verified %s after %d attempt(s) (%d allocation record(s))", where, status.state.value,
-                 agent.attempts, status.active_allocations)
+            return failed(f"{where}: {error}", EXIT_STOPPED)
+        outcome = (f"{where}: verified {status.state.value} after {agent.attempts} attempt(s) "
+                f"({status.active_allocations} allocation record(s))")
+        log.info("%s", outcome)
+        write_termination_log(settings.termination_log, outcome)
         return EXIT_OK
     finally:
         container.shutdown_resources()

@@ -72,7 +72,8 @@ class Action(enum.Enum):
 @attrs.frozen
 class JobAgentSettings:
     """Validated ``ljrk job-agent`` settings (flags in ``__main__``); times in seconds. ``operation`` names the
-    adapter (``containers.OPERATIONS``). Raises :class:`SettingsError` for non-positive times or a socket path
+    adapter (``containers.OPERATIONS``); ``termination_log`` where the outcome is written (None: the Kubernetes
+    default path when it exists). Raises :class:`SettingsError` for non-positive times or a socket path
     longer than 107 bytes."""
 
     action: Action
@@ -82,6 +83,7 @@ class JobAgentSettings:
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     reason: str = "ljrk job-agent"
     log_level: str = "INFO"
+    termination_log: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.timeout_s > 0:

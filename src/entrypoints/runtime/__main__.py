@@ -2,13 +2,14 @@
 
 ``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
 --simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
-[--recovery-quiet-period SECONDS] [--device-specs [--dev-root DIR]] [--hami-core-library PATH]
-[--mig-strategy static|dynamic] [--log-level LEVEL]``
+[--recovery-quiet-period SECONDS] [--health-hold SECONDS] [--ignored-xids XID,…|none]
+[--device-specs [--dev-root DIR]] [--hami-core-library PATH] [--mig-strategy static|dynamic] [--log-level LEVEL]``
 
 Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
-Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound,
-the saved state is unreadable; 2 bad command line, simulated-GPU spec (more than 64 GPUs included; the message
-names the flag and the item) or a missing ``--hami-core-library``.
+Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound, the
+saved state is unreadable; 2 bad command line (a bad ``--health-hold`` or ``--ignored-xids`` names the flag and the
+value), simulated-GPU spec (more than 64 GPUs included; the message names the flag and the item) or a missing
+``--hami-core-library``.
 Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from adapters.simulated import SpecError
 from domain.mig.gpu import PlacementMode
+from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError
@@ -31,6 +33,7 @@ from ports.runtime_state import StateStoreError
 
 from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings, SettingsError
 from .containers import RuntimeContainer
+from .service import HEALTH_HOLD_S
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -45,6 +48,29 @@ def _seconds(text: str) -> float | None:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
     return value
+
+
+def _hold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _xids(text: str) -> frozenset[int]:
+    if text.strip().lower() in ("", "none"):
+        return frozenset()
+    xids = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdecimal() or not 1 <= int(item) <= MAX_XID:
+            raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is not an XID (an integer 1..{MAX_XID}); give "
+                                             "a comma-separated list such as 13,31,43 or 'none'")
+        xids.add(int(item))
+    return frozenset(xids)
 
 
 def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
@@ -68,6 +94,13 @@ def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
     parser.add_argument("--recovery-quiet-period", type=_seconds, default=300.0, metavar="SECONDS",
                         help="an unhealthy GPU turns healthy after this long without a fault; 'never' = only on "
                         "an explicit reset (default: 300)")
+    parser.add_argument("--health-hold", type=_hold, default=HEALTH_HOLD_S, metavar="SECONDS",
+                        help="report an unhealthy GPU healthy again only after this long without a fault, so a "
+                        f"flapping GPU sends one Unhealthy and one Healthy per period; 0 = at once (default: "
+                        f"{HEALTH_HOLD_S:g})")
+    parser.add_argument("--ignored-xids", type=_xids, default=APPLICATION_XIDS, metavar="XID,…",
+                        help="application XIDs that are counted but leave the GPU healthy; 'none' = every XID marks "
+                        f"it unhealthy (default: {','.join(map(str, sorted(APPLICATION_XIDS)))})")
     parser.add_argument("--device-specs", action="store_true",
                         help="answer Allocate with /dev/nvidia<minor> of each GPU and the control device nodes "
                         "(for nodes without the NVIDIA container toolkit; default: off, NVIDIA_VISIBLE_DEVICES only)")
@@ -89,6 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
         socket=args.socket, backend=args.backend, simulated_gpus=args.simulated_gpus,
         simulated_gpus_file=args.simulated_gpus_file, state_dir=args.state_dir,
         initial_state=RuntimeState(args.initial_state), recovery_quiet_period_s=args.recovery_quiet_period,
+        health_hold_s=args.health_hold, ignored_xids=args.ignored_xids,
         device_specs=args.device_specs, dev_root=args.dev_root, hami_core_library=args.hami_core_library,
         mig_strategy=PlacementMode(args.mig_strategy), log_level=args.log_level,
     )

@@ -4,6 +4,11 @@ Backend choice (``--backend``): ``nvml`` needs NVML and fails with a clear error
 the GPUs of ``--simulated-gpus`` / ``--simulated-gpus-file``; ``auto`` (default) uses NVML when it initialises and
 otherwise simulated GPUs, and logs which it took and why (issue 4: simulated is the default when NVML is absent).
 
+Health (``--recovery-quiet-period``, ``--health-hold``, ``--ignored-xids``): the backend turns an unhealthy GPU
+healthy after the recovery quiet period without a fault; the service reports a recovery only once ``--health-hold``
+seconds have passed since the last fault (damping, ``domain.runtime.damping``); XIDs in ``--ignored-xids`` are
+counted but leave the GPU healthy (``domain.runtime.health``).
+
 State (config state and allocation records) is kept in ``--state-dir`` (default: the socket's directory, which
 deployments mount from the host anyway) as ``runtime-state.json``.
 
@@ -29,11 +34,12 @@ from adapters.nvml import NvmlGpuBackend
 from adapters.simulated import SimulatedGpuBackend
 from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
+from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
 
-from .service import RUNTIME_VERSION, RuntimeService
+from .service import HEALTH_HOLD_S, RUNTIME_VERSION, RuntimeService
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,8 @@ class RuntimeSettings:
     state_dir: Path | None = None
     initial_state: RuntimeState = RuntimeState.ENABLED
     recovery_quiet_period_s: float | None = 300.0
+    health_hold_s: float = HEALTH_HOLD_S
+    ignored_xids: frozenset[int] = APPLICATION_XIDS
     device_specs: bool = False
     dev_root: Path = Path("/dev")
     hami_core_library: Path | None = None
@@ -78,6 +86,11 @@ class RuntimeSettings:
             raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
         if self.recovery_quiet_period_s is not None and self.recovery_quiet_period_s < 0:
             raise SettingsError(f"--recovery-quiet-period {self.recovery_quiet_period_s}: must be >= 0")
+        if not 0 <= self.health_hold_s < float("inf"):
+            raise SettingsError(f"--health-hold {self.health_hold_s}: must be a finite number of seconds >= 0")
+        bad = sorted(x for x in self.ignored_xids if not 1 <= x <= MAX_XID)
+        if bad:
+            raise SettingsError(f"--ignored-xids {bad[0]}: an XID is an integer 1..{MAX_XID}")
         if self.hami_core_library is not None and not self.hami_core_library.is_absolute():
             raise SettingsError(f"--hami-core-library {self.hami_core_library}: must be an absolute host path")
         if not self.dev_root.is_absolute():
@@ -119,11 +132,12 @@ def build_edits(settings: RuntimeSettings) -> ContainerEdits:
 
 
 def _simulated(settings: RuntimeSettings) -> SimulatedGpuBackend:
-    quiet = settings.recovery_quiet_period_s
+    quiet, ignored = settings.recovery_quiet_period_s, settings.ignored_xids
     if settings.simulated_gpus_file is not None:
-        return SimulatedGpuBackend.from_file(settings.simulated_gpus_file, seed=settings.seed, quiet_period_s=quiet)
+        return SimulatedGpuBackend.from_file(settings.simulated_gpus_file, seed=settings.seed, quiet_period_s=quiet,
+                                             ignored_xids=ignored)
     spec = settings.simulated_gpus or DEFAULT_SIMULATED_GPUS
-    return SimulatedGpuBackend.from_spec(spec, seed=settings.seed, quiet_period_s=quiet)
+    return SimulatedGpuBackend.from_spec(spec, seed=settings.seed, quiet_period_s=quiet, ignored_xids=ignored)
 
 
 def select_backend(settings: RuntimeSettings) -> GpuBackend:
@@ -134,7 +148,8 @@ def select_backend(settings: RuntimeSettings) -> GpuBackend:
         log.info("GPU backend: simulated, %d GPU(s)", len(backend.devices()))
         return backend
     try:
-        backend = NvmlGpuBackend.open(quiet_period_s=settings.recovery_quiet_period_s)
+        backend = NvmlGpuBackend.open(quiet_period_s=settings.recovery_quiet_period_s,
+                                      ignored_xids=settings.ignored_xids)
     except GpuBackendUnavailableError as error:
         if settings.backend == "nvml":
             raise

@@ -44,7 +44,7 @@ class RuntimeContainer(containers.DeclarativeContainer):
     edits: providers.Provider[ContainerEdits] = providers.Singleton(build_edits, settings=settings)
     service: providers.Provider[RuntimeService] = providers.Singleton(
         RuntimeService, backend=backend, store=store, initial_state=settings.provided.initial_state, edits=edits,
-        mig_mode=settings.provided.mig_strategy,
+        mig_mode=settings.provided.mig_strategy, health_hold_s=settings.provided.health_hold_s,
     )
     runtime: providers.Provider[NodeRuntime] = providers.Callable(_as_runtime, service)
     config: providers.Provider[NodeConfig] = providers.Callable(_as_config, service)

@@ -7,6 +7,10 @@ change (``ports.runtime_state``) and restored at start, so a restart keeps both.
 back and raises :class:`ports.runtime_state.StateStoreError` (INTERNAL on the wire): the caller retries, and the
 Runtime never claims an allocation it could lose.
 
+Health is damped (``domain.runtime.damping``): a GPU turns Unhealthy at once, but Healthy again only after
+``health_hold_s`` seconds without a fault, so a flapping GPU does not flip kubelet's device lists, the inventory
+and the exporter once per flap; WatchHealth, ListDevices and ExporterGetDataList all say the damped health.
+
 Records naming a GPU the node no longer has are kept (they still describe a running container) and logged.
 
 MIG (``--mig-strategy``, :class:`domain.mig.gpu.PlacementMode`): instances come from the backend's listing with
@@ -30,6 +34,7 @@ from domain.gpu import GpuUuid
 from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
 from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
+from domain.runtime.damping import HealthDamper
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
 from domain.runtime.features import MIG_DYNAMIC, RuntimeInfo, SemVer, features_at
@@ -58,11 +63,15 @@ RUNTIME_VERSION = SemVer(1, 1, 0)
 HEALTH_POLL_S = 0.25
 """How long one backend health poll may block, seconds; bounds shutdown time and timed-recovery latency."""
 
+HEALTH_HOLD_S = 30.0
+"""Quiet period before an unhealthy GPU is reported healthy again, seconds (``domain.runtime.damping``): long
+enough to cover a burst of XIDs and recovery events, short next to the 300 s timed recovery."""
+
 
 class RuntimeService:
     """The reference Runtime (module docstring). Thread-safe; call :meth:`start` to pump health events and
     :meth:`close` to stop (before closing the backend). Raises StateStoreError from the constructor when the
-    saved state cannot be read."""
+    saved state cannot be read, ValueError for a negative ``health_hold_s``."""
 
     def __init__(
         self,
@@ -72,6 +81,7 @@ class RuntimeService:
         initial_state: RuntimeState = RuntimeState.ENABLED,
         clock: Callable[[], float] = time.time,
         health_poll_s: float = HEALTH_POLL_S,
+        health_hold_s: float = HEALTH_HOLD_S,
         edits: ContainerEdits | None = None,
         mig_mode: PlacementMode = PlacementMode.STATIC,
     ) -> None:
@@ -83,6 +93,8 @@ class RuntimeService:
         self._lock = threading.Lock()
         self._book = AllocationBook(edits=edits or ContainerEdits())
         self._broadcast = HealthBroadcast()
+        self._damper = HealthDamper(health_hold_s)
+        self._health_lock = threading.Lock()
         self._stop = threading.Event()
         self._pump: threading.Thread | None = None
         snapshot = store.load()
@@ -93,6 +105,7 @@ class RuntimeService:
             self._book.restore(snapshot.allocations)
             log.info("restored Runtime state %s with %d allocation(s)", snapshot.state.value, len(self._book))
         devices = backend.devices()
+        self._damper.seed(devices, now=clock())
         known = {d.gpu.uuid for d in devices}
         listed = {i.key for d in devices for i in d.mig_instances}
         for record in self._book.records():
@@ -102,6 +115,11 @@ class RuntimeService:
             lost = [i.uuid for i in record.mig if i.key not in listed]
             if lost:
                 log.warning("allocation %s names MIG instances not on this node: %s", record.request.label, lost)
+
+    @property
+    def health_hold_s(self) -> float:
+        """The quiet period, in seconds, before an unhealthy GPU is reported healthy again."""
+        return self._damper.hold_s
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -125,11 +143,23 @@ class RuntimeService:
                 log.exception("health poll failed")
                 self._stop.wait(self._health_poll_s)
                 continue
+            with self._health_lock:
+                damped = self._damper.observe(changes)
+                damped.extend(self._damper.tick(self._clock()))
             for change in changes:
+                if change not in damped:
+                    log.info("GPU %s (index %d) is %s: %s; held until %g s without a fault", change.uuid,
+                             change.index, change.health.value, change.reason, self._damper.hold_s)
+            for change in damped:
                 log.warning("GPU %s (index %d) is %s: %s", change.uuid, change.index, change.health.value,
                             change.reason)
-            if changes:
-                self._broadcast.publish(changes)
+            if damped:
+                self._broadcast.publish(damped)
+
+    def _devices(self) -> tuple[DeviceInfo, ...]:
+        devices = self._backend.devices()
+        with self._health_lock:
+            return self._damper.apply(devices)
 
     # ------------------------------------------------------------------ NodeRuntime
     def get_version(self) -> RuntimeInfo:
@@ -140,8 +170,8 @@ class RuntimeService:
                            self._backend.name)
 
     def list_devices(self) -> tuple[DeviceInfo, ...]:
-        """The backend's GPUs with current health, MIG instances with their owners."""
-        devices = self._backend.devices()
+        """The backend's GPUs with current (damped) health, MIG instances with their owners."""
+        devices = self._devices()
         with self._lock:
             return with_owners(devices, self._book.mig_holders())
 
@@ -149,7 +179,7 @@ class RuntimeService:
         now = self._clock()
         return [
             HealthChange(d.gpu.uuid, d.gpu.index, d.gpu.health, d.health_reason, None, now, initial=True)
-            for d in self._backend.devices()
+            for d in self._devices()
         ]
 
     def watch_health(self) -> HealthSubscription:
@@ -231,7 +261,7 @@ class RuntimeService:
             allocated: dict[GpuUuid, tuple[int, int]] = self._book.allocated_per_gpu()
             holders = self._book.mig_holders()
         sample = self._backend.sample(records)
-        devices = with_owners(self._backend.devices(), holders)
+        devices = with_owners(self._devices(), holders)
         return build_exporter_data(devices, records, sample, allocated=allocated)
 
     # ------------------------------------------------------------------ NodeConfig

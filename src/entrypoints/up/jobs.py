@@ -15,7 +15,9 @@ container. :class:`JobRunner` does what they would:
   ``backoffLimit: 0``), as kube-controller-manager would;
 * :attr:`JobMode.POD_PHASE` (a real API server: its Job controller creates the pod, the kubelet emulator admits it
   and reports it ``Running``) watches the pods of the Jobs on our nodes (label ``job-name``) and, once one runs,
-  runs its command and writes the pod's phase ``Succeeded`` or ``Failed``; the Job controller then finishes the Job.
+  runs its command and writes the pod's phase ``Succeeded`` or ``Failed`` with its container terminated (exit code
+  0 or 1, the agent's outcome as termination message, as kubelet reads it from ``/dev/termination-log``); the Job
+  controller then finishes the Job, and the controller reads the cause from the pod.
 
 A Job (or pod) deleted while its agent runs stops the agent (it answers as if SIGTERM arrived). Each agent runs on a
 thread of its own; :meth:`JobRunner.stop` stops and joins them all.
@@ -33,7 +35,15 @@ from pathlib import Path
 
 import attrs
 
-from domain.kube.objects import HostPathMount, JobObject, JobPhase, JobStatus, PodObject, PodPhase
+from domain.kube.objects import (
+    ContainerTermination,
+    HostPathMount,
+    JobObject,
+    JobPhase,
+    JobStatus,
+    PodObject,
+    PodPhase,
+)
 from entrypoints._shared.cli import UsageError
 from entrypoints._shared.informer import Informer
 from entrypoints.job_agent.__main__ import build_parser, settings_from_args
@@ -241,7 +251,11 @@ class JobRunner:
         if stop.is_set():
             return
         phase = PodPhase.SUCCEEDED if outcome.ok else PodPhase.FAILED
-        self._write(f"phase of pod {pod.key}", stop, lambda: self.cluster.set_pod_phase(pod.namespace, pod.name, phase))
+        container = pod.containers[0].name if pod.containers else "main"
+        ended = ContainerTermination(container, 0 if outcome.ok else 1, "Completed" if outcome.ok else "Error",
+                                     outcome.message)
+        self._write(f"phase of pod {pod.key}", stop,
+                    lambda: self.cluster.set_pod_phase(pod.namespace, pod.name, phase, terminations=(ended,)))
 
     def _write(self, what: str, stop: threading.Event, call: Callable[[], object]) -> None:
         """Run ``call`` until it succeeds, the object is gone (NotFound) or ``stop`` is set."""

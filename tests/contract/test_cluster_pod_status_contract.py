@@ -1,0 +1,74 @@
+"""Contract of the cluster port's pod label selectors and terminated container states (``ports.cluster``), against
+InMemoryCluster and KubernetesCluster (same ``cluster`` fixture as ``test_cluster_contract.py``; the
+``kubernetes`` cases need the control plane, marker ``k8s``).
+
+Behaviours covered:
+- ``list_pods(label_selector=…)``: ``k=v``, ``k!=v``, ``!k``, ANDed with a field selector; a malformed selector is a
+  400 ClusterError; ``namespace=`` lists that namespace only;
+- ``set_pod_phase(…, terminations=…)`` writes ``status.containerStatuses[].state.terminated`` (exit code, reason,
+  the container's termination message, multi-line and up to kubelet's 4096 bytes) and every read returns them in
+  ``PodObject.terminations``; a phase written without terminations keeps them; a pod that never terminated has none.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.kube.objects import MAX_TERMINATION_MESSAGE, ContainerSpec, ContainerTermination, PodObject, PodPhase
+from ports.cluster import ClusterError
+
+from .conftest import ClusterUnderTest
+
+
+def _pod(cut: ClusterUnderTest, labels: dict[str, str]) -> PodObject:
+    return cut.api.create_pod(PodObject("", cut.namespace, cut.name(), (ContainerSpec("agent"),), node_name="n-none",
+                                        scheduler_name="ljrk-contract", labels=labels))
+
+
+def _names(pods: tuple[PodObject, ...], cut: ClusterUnderTest) -> set[str]:
+    return {p.name for p in pods if p.namespace == cut.namespace}
+
+
+def test_label_selectors_on_pods(cluster: ClusterUnderTest) -> None:
+    first = _pod(cluster, {"job-name": "j1", "tier": "a"})
+    second = _pod(cluster, {"job-name": "j2"})
+    plain = _pod(cluster, {})
+    api = cluster.api
+    assert _names(api.list_pods(label_selector="job-name=j1").items, cluster) == {first.name}
+    assert _names(api.list_pods(label_selector="job-name!=j1").items, cluster) == {second.name, plain.name}
+    assert _names(api.list_pods(label_selector="!job-name").items, cluster) == {plain.name}
+    both = api.list_pods(field_selector=f"metadata.namespace={cluster.namespace}", label_selector="job-name")
+    assert {p.name for p in both.items} == {first.name, second.name}
+    assert api.list_pods(label_selector="job-name=j1").resource_version
+    here = api.list_pods(namespace=cluster.namespace, label_selector="job-name")
+    assert {p.name for p in here.items} == {first.name, second.name}
+    assert api.list_pods(namespace=f"{cluster.namespace}-other", label_selector="job-name").items == ()
+    with pytest.raises(ClusterError) as raised:
+        api.list_pods(label_selector="job-name=(")
+    assert raised.value.status == 400
+
+
+def test_terminated_container_states_round_trip(cluster: ClusterUnderTest) -> None:
+    pod = _pod(cluster, {"job-name": "j1"})
+    assert pod.terminations == ()
+    message = "disable via /run/x.sock: NodeRuntimeError: INTERNAL: disk full\nsecond line"
+    long = "x" * MAX_TERMINATION_MESSAGE
+    api = cluster.api
+    api.set_pod_phase(cluster.namespace, pod.name, PodPhase.RUNNING)
+    assert api.get_pod(cluster.namespace, pod.name).terminations == ()
+    failed = api.set_pod_phase(cluster.namespace, pod.name, PodPhase.FAILED,
+                               terminations=(ContainerTermination("agent", 1, "Error", message),))
+    expected = (ContainerTermination("agent", 1, "Error", message),)
+    assert failed.phase is PodPhase.FAILED
+    assert failed.terminations == expected
+    assert api.get_pod(cluster.namespace, pod.name).terminations == expected
+    [listed] = api.list_pods(label_selector="job-name=j1", field_selector=f"metadata.namespace={cluster.namespace}"
+                             ).items
+    assert listed.terminations == expected
+    api.set_pod_phase(cluster.namespace, pod.name, PodPhase.FAILED)  # no terminations given: kept
+    assert api.get_pod(cluster.namespace, pod.name).terminations == expected
+    other = _pod(cluster, {})
+    api.set_pod_phase(cluster.namespace, other.name, PodPhase.FAILED,
+                      terminations=(ContainerTermination("agent", 137, "OOMKilled", long),))
+    assert api.get_pod(cluster.namespace, other.name).terminations == (
+        ContainerTermination("agent", 137, "OOMKilled", long),)
