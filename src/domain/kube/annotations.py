@@ -473,6 +473,21 @@ def plan_owner(text: object, *, key: str) -> tuple[str, str]:
     return _str(key, data, "podUID"), _str(key, data, "writer")
 
 
+def plan_gpu_uuids(text: object, *, key: str, pod_uid: str, node: str) -> tuple[str, ...]:
+    """The GPU UUIDs a plan annotation of pod ``pod_uid`` on ``node`` names (time-sharing grants and MIG parents),
+    sorted and distinct, whatever the node's inventory lists now. Raises :class:`InvalidRequestError` like
+    :func:`decode_plan` for the version, ``podUID``, ``node`` and JSON shape of what it reads."""
+    data = _plan_header(text, key=key, pod_uid=pod_uid, node=node)
+    uuids: set[str] = set()
+    for name, entry in _object(f"{key}.containers", _get(key, data, "containers")).items():
+        field = f"{key}.containers.{name}"
+        body = _object(field, entry)
+        for part in ("gpus", "mig"):
+            for i, item in enumerate(_list(field, body, part) if body.get(part) else ()):
+                uuids.add(_str(f"{field}.{part}[{i}]", _object(f"{field}.{part}[{i}]", item), "uuid"))
+    return tuple(sorted(uuids))
+
+
 def _grant(field: str, entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool) -> GpuGrant:
     data = _object(field, entry)
     _int(field, data, "index")  # informational: the UUID decides (GPU indexes can change across reboots)

@@ -30,6 +30,9 @@ covers:
 * a node whose books are impossible (a GPU it lists booked beyond 100 % core or beyond its memory, e.g. by plans
   of pods bound by others) is quarantined by the very event that made them so, with a reason naming GPU and pods,
   and admits pods again once they are possible (:mod:`domain.scheduling.overbooking`; issue 16 item 5);
+* a bound pod whose plan names a GPU its node's inventory no longer lists stays counted (by inference) and is
+  recorded in :attr:`LedgerSync.vanished` until it ends or the GPU is back (:mod:`domain.scheduling.vanished`;
+  issue 16 item 6);
 * a pod re-created under the same ``namespace/name`` (new UID) while the old one's delete was missed releases
   the old UID first;
 * plan-less pods of a node are re-inferred, in UID order, whenever the node's other pods change, so the live
@@ -108,6 +111,7 @@ from domain.scheduling.framework import CycleState, Scheduler, ScheduleResult
 from domain.scheduling.holds import AdmissionHolds
 from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
 from domain.scheduling.overbooking import OverbookingGuard, checks_books
+from domain.scheduling.vanished import VanishedGpus
 
 PLACEHOLDER_PREFIX = "runtime-held:"
 """Pod UID prefix of the MIG books' placeholder records (module docstring)."""
@@ -203,6 +207,8 @@ class LedgerSync:
         except InvalidRequestError:
             mig_names = set()
         self._our_resources = frozenset({names.gpu, names.core, names.memory} | mig_names)
+        self.vanished = VanishedGpus(protocol)
+        """Bound pods whose plan names GPUs their node no longer lists (:mod:`domain.scheduling.vanished`)."""
         self.books_guard = OverbookingGuard(ledger, label=self._label)
         """Quarantines a node whose books are impossible, after every event that may change them
         (:mod:`domain.scheduling.overbooking`)."""
@@ -267,6 +273,7 @@ class LedgerSync:
         self._readings.pop(name, None)
         self.gates.pop(name, None)
         self._gpu_unknown.pop(name, None)
+        self.vanished.forget_node(name)
         self._inferred.pop(name, None)
         for uid, (allocation, _) in list(self._assumed.items()):
             if allocation.node == name:
@@ -425,6 +432,8 @@ class LedgerSync:
                                   assumed=None if assumed is None else assumed[0], infer=False)
         self._note(uid, reading.problem)
         self._mark_gpu_unknown(node, uid, reading.problem if reading.gpu_unknown else None)
+        judged = node in self._last_good and reading.source is not AllocationSource.PLAN  # a trusted plan: all listed
+        self.vanished.track(pod, self._counted[node].gpus if judged else None)
         self._count_mig(uid)
         if reading.source is not AllocationSource.ASSUMED:
             self._assumed.pop(uid, None)  # the API object now speaks for the pod
@@ -479,6 +488,7 @@ class LedgerSync:
 
     def _unstore(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
+        self.vanished.forget(uid)
         self._release_mig(uid)
         record = self.ledger.release(uid)
         self.sources.pop(uid, None)
@@ -966,7 +976,7 @@ class LedgerSync:
                 ledger.repair(name)
         self.gates.clear()  # the node filters hold these very mappings: refill them in place
         self.gates.update(fresh.gates)
-        self._gpu_unknown = fresh._gpu_unknown
+        self._gpu_unknown, self.vanished = fresh._gpu_unknown, fresh.vanished
         self.constraints.clear()
         self.constraints.update(fresh.constraints)
         self.problems, self.sources = fresh.problems, fresh.sources
