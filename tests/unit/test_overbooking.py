@@ -4,7 +4,8 @@ Behaviours covered:
 
 * a bound pod whose plan (another scheduler's) books a GPU beyond 100 % core or beyond its memory quarantines the
   node on that very event, with a reason naming the GPU, booked and real amounts and the pods; the books keep
-  counting every pod (nothing is dropped or clamped); no pod is placed on the node, not even on its free GPU;
+  counting every pod (nothing is dropped or clamped); no pod is placed on the node, not even on its free GPU, and
+  the per-node reason (the extender's) names the quarantine;
 * the quarantine lifts as soon as the books are possible again (a pod ends or is deleted) and the node takes pods;
 * a GPU reported smaller than what is booked on it quarantines the node at the node update; reported again in full,
   the node is released;
@@ -20,10 +21,12 @@ from __future__ import annotations
 import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube_builders import GPU16, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+from kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.objects import PodObject, PodPhase
+from domain.kube.translate import pod_request
+from domain.scheduling.candidates import rejection_reasons
 from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.units import GiB
 
@@ -52,6 +55,8 @@ def test_a_foreign_plan_beyond_a_gpu_quarantines_the_node_at_once() -> None:
     result = sync.schedule(scheduler, make_pod("z", core="10", mem="1"))
     assert result.allocation is not None
     assert result.allocation.node == "n2"  # not n1's free GPU 1
+    why = rejection_reasons(scheduler, pod_request(make_pod("q", core="10", mem="1"), PROTOCOL), ["n1"], fallback="-")
+    assert why == {"n1": f"node not admitting pods (quarantined or cordoned): {reason}"}
     sync.on_pod(attrs.evolve(y, phase=PodPhase.SUCCEEDED))
     assert "n1" not in sync.ledger.quarantine
     assert sync.overbooked == {}

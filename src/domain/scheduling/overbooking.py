@@ -62,8 +62,9 @@ class OverbookingGuard:
             kept = min(len(self._seen), len(version))
             grown[:kept] = self._seen[:kept]
             self._seen = grown
-        changed = np.flatnonzero((version != self._seen) & ledger.active)
-        self._seen = version.copy()
+        moved = np.flatnonzero(version != self._seen)
+        self._seen[moved] = version[moved]
+        changed = moved[ledger.active[moved]]
         for name in list(self.overbooked):
             try:
                 ledger.slot(name)
