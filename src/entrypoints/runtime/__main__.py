@@ -15,6 +15,7 @@ Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 from collections.abc import Sequence
@@ -42,8 +43,8 @@ def _seconds(text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or 'never')") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    if not 0 <= value < math.inf:  # NaN would never compare true: a GPU that never recovers, silently
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0 (or 'never')")
     return value
 
 

@@ -19,6 +19,7 @@ mig-manager); ``dynamic`` also creates the instances the scheduler placed at All
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from socket import gethostname
 
@@ -76,8 +77,9 @@ class RuntimeSettings:
             raise SettingsError("--simulated-gpus/--simulated-gpus-file need --backend simulated or auto")
         if len(str(self.socket.absolute()).encode()) > MAX_SOCKET_PATH:
             raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
-        if self.recovery_quiet_period_s is not None and self.recovery_quiet_period_s < 0:
-            raise SettingsError(f"--recovery-quiet-period {self.recovery_quiet_period_s}: must be >= 0")
+        quiet = self.recovery_quiet_period_s
+        if quiet is not None and not 0 <= quiet < math.inf:  # refuses NaN too
+            raise SettingsError(f"--recovery-quiet-period {quiet}: must be a finite number of seconds >= 0")
         if self.hami_core_library is not None and not self.hami_core_library.is_absolute():
             raise SettingsError(f"--hami-core-library {self.hami_core_library}: must be an absolute host path")
         if not self.dev_root.is_absolute():
