@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
     (settings still taken from ``argv``) lets tests override the operation."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

@@ -25,7 +25,7 @@ from adapters.simulated import SpecError
 from domain.mig.gpu import PlacementMode
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

@@ -52,14 +52,15 @@ class SettingsError(ValueError):
     """A scheduler setting is invalid; the message names the setting and the fix."""
 
 
-MAX_SECONDS = 30 * 86400.0
-"""Longest period or timeout a setting may give (30 days): longer ones are mistakes, and an infinite or huge one
-would only fail later, in a wait (``threading.TIMEOUT_MAX``) or a Lease's integer seconds."""
+MAX_SECONDS = float(2**31 - 1)
+"""Longest period or timeout a setting may give (about 68 years, so ``1e9`` still means "practically never"): an
+infinite or larger one would only fail later, in a wait (beyond ``threading.TIMEOUT_MAX``) or in a Lease's int32
+seconds."""
 
 
 def _positive(field: str, value: float) -> None:
     if not 0 < value <= MAX_SECONDS:  # also refuses NaN
-        raise SettingsError(f"{field}={value!r}: must be > 0 and at most {MAX_SECONDS:.0f} seconds (30 days)")
+        raise SettingsError(f"{field}={value!r}: must be > 0 and at most {MAX_SECONDS:.0f} seconds")
 
 
 @attrs.frozen
