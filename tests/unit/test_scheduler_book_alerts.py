@@ -10,7 +10,7 @@ Behaviours covered:
 * item 6: a GPU vanishing from the inventory while a pod's plan holds it: the pod stays counted, a Warning Event
   ``GpuVanished`` on the pod and on the node, ``lj_runtimekit_scheduler_vanished_gpu_pods`` 1; the GPU back, the
   gauge reads 0;
-* a follower logs and counts but writes no Event.
+* a follower logs and counts but writes no Event; once it leads, it writes them.
 """
 
 from __future__ import annotations
@@ -101,6 +101,10 @@ def test_a_follower_counts_but_writes_no_event(problem: str) -> None:
         vanish(w, "n1", 1)
     assert w.sample(OVERBOOKED if problem == "overbooked" else VANISHED) == 1
     assert w.cluster.events == []
+    w.leader[0] = True
+    w.service.start_leading()  # the new leader writes what it saw as a follower
+    reason = "ImpossibleBooks" if problem == "overbooked" else "GpuVanished"
+    assert events(w, reason)
     w.cluster.delete_pod("default", "x", grace_period_seconds=0)
     w.service.on_pod_deleted(Tombstone("default/x"))
     assert w.sample(OVERBOOKED) == 0

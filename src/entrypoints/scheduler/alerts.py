@@ -12,7 +12,9 @@ reported last, under the service lock, after every informer event, resync and ti
 * ``set_overbooked_nodes`` and ``set_vanished_gpu_pods`` get the current counts every time.
 
 The Events are returned for the service to write outside its lock (leader only, best effort, de-duplicated by the
-cluster adapter's event correlator); the log lines and gauges are written by every replica.
+cluster adapter's event correlator); the log lines and gauges are written by every replica. A replica that gains
+leadership reports the current problems again (:meth:`BookAlerts.forget`), so problems first seen as a follower get
+their Events.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class BookAlerts:
         self._vanished: dict[str, VanishedHold] = {}
         metrics.set_overbooked_nodes(0)
         metrics.set_vanished_gpu_pods(0)
+
+    def forget(self) -> None:
+        """Forget what was reported, so the next :meth:`collect` reports every current problem again (a replica that
+        gains leadership writes the Events its time as a follower did not)."""
+        self._overbooked, self._vanished = {}, {}
 
     def collect(self, sync: LedgerSync) -> list[ClusterEvent]:
         """The Events of problems that are new since the last call; updates the gauges and logs. Call under the

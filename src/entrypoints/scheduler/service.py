@@ -524,6 +524,7 @@ class SchedulerService:
             self._term += 1
             self._leading, self._rebuilt = True, False
             self.metrics.set_leader(True)
+            self.alerts.forget()  # the term's first report writes the Events a follower did not
             term = self._term
         log.info("leadership gained; rebuilding the ledger", extra=fields(term=term))
         return term
