@@ -12,6 +12,7 @@ from typing import NewType
 import attrs
 
 from domain.errors import InvalidRequestError
+from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY
 
 GpuUuid = NewType("GpuUuid", str)
 NodeName = NewType("NodeName", str)
@@ -47,7 +48,7 @@ class Gpu:
 
     Raises :class:`InvalidRequestError` naming the field for a negative index, an empty UUID or model, or a
     memory size that is not a positive integer (failure case B12f: a GPU reported with 0 memory is refused,
-    never booked as "unlimited").
+    never booked as "unlimited") or is above ``MAX_GPU_MEMORY_BYTES`` (1 PiB, beyond the ledger's int64 books).
     """
 
     index: int
@@ -66,6 +67,9 @@ class Gpu:
         _check_non_negative_int("gpu.memory_bytes", self.memory_bytes)
         if self.memory_bytes == 0:
             raise InvalidRequestError(f"gpu[{self.index}].memory_bytes", 0, "a GPU must report memory > 0")
+        if self.memory_bytes > MAX_GPU_MEMORY_BYTES:
+            raise InvalidRequestError(f"gpu[{self.index}].memory_bytes", self.memory_bytes,
+                                      f"must be at most {MAX_GPU_MEMORY_BYTES} (1 PiB): no GPU has that much")
 
     @property
     def schedulable(self) -> bool:
@@ -80,8 +84,8 @@ class NodeInventory:
     Fields: ``name``; ``gpus`` (indexes must be exactly ``0..n-1``, UUIDs unique); ``cpu_milli`` (allocatable
     CPU in milli-cores, ≥ 0); ``memory_bytes`` (allocatable host memory, ≥ 0); ``max_pods`` (pod slots, ≥ 0).
 
-    Raises :class:`InvalidRequestError` for duplicate or non-dense GPU indexes, duplicate UUIDs or negative
-    quantities.
+    Raises :class:`InvalidRequestError` for duplicate or non-dense GPU indexes, duplicate UUIDs, negative
+    quantities or ones above ``MAX_NODE_QUANTITY`` (beyond the ledger's int64 books).
     """
 
     name: NodeName
@@ -93,9 +97,12 @@ class NodeInventory:
     def __attrs_post_init__(self) -> None:
         if not self.name:
             raise InvalidRequestError("node.name", self.name, "must not be empty")
-        _check_non_negative_int(f"node[{self.name}].cpu_milli", self.cpu_milli)
-        _check_non_negative_int(f"node[{self.name}].memory_bytes", self.memory_bytes)
-        _check_non_negative_int(f"node[{self.name}].max_pods", self.max_pods)
+        for field, value in (("cpu_milli", self.cpu_milli), ("memory_bytes", self.memory_bytes),
+                             ("max_pods", self.max_pods)):
+            _check_non_negative_int(f"node[{self.name}].{field}", value)
+            if value > MAX_NODE_QUANTITY:
+                raise InvalidRequestError(f"node[{self.name}].{field}", value,
+                                          f"must be at most {MAX_NODE_QUANTITY}: no node has that much")
         indexes = [gpu.index for gpu in self.gpus]
         if indexes != list(range(len(self.gpus))):
             raise InvalidRequestError(f"node[{self.name}].gpus.index", indexes, "must be 0..n-1 in order")

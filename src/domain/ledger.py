@@ -11,7 +11,8 @@ Invariants:
   (failure case B04); releasing an unknown pod is a no-op.
 * A whole-GPU grant takes 100 % core and all memory of one GPU; a GPU held at 100 % core admits nothing else.
 * Free values are ``max(capacity − used, 0)``: never negative. Observed pods are counted even when they exceed
-  capacity (reality wins); such a node is *over-committed* and admits nothing on the affected GPUs.
+  capacity (reality wins); such a node is *over-committed* and admits nothing on the affected GPUs (the cluster
+  sync also quarantines the whole node while a GPU it lists is over-committed: :mod:`domain.scheduling.overbooking`).
 * Before admitting a pod onto a node, ``reserve`` re-derives the node's totals from its records; any mismatch
   quarantines the node and raises :class:`LedgerCorruptedError` — a corrupted ledger never admits a pod.
 * Node updates (health, labels) never reset usage (failure case B14).
@@ -424,6 +425,18 @@ class ClusterLedger:
             self.quarantine[name] = "; ".join(problems)
             self.admitting[slot] = False
         return problems
+
+    def quarantine_node(self, name: str, reason: str) -> None:
+        """Stop ``name`` admitting pods, with ``reason`` in :attr:`quarantine`, until :meth:`lift_quarantine` or
+        :meth:`repair`; the books are untouched. Raises :class:`UnknownNodeError`."""
+        self.admitting[self.slot(name)] = False
+        self.quarantine[name] = reason
+
+    def lift_quarantine(self, name: str) -> None:
+        """Admit pods on ``name`` again (whatever quarantined it); the books are untouched. Raises
+        :class:`UnknownNodeError`."""
+        self.admitting[self.slot(name)] = True
+        self.quarantine.pop(name, None)
 
     def overcommitted(self, name: str) -> list[int]:
         """GPU indexes whose counted usage exceeds capacity (e.g. after observing foreign pods)."""

@@ -32,6 +32,11 @@ MAX_NODE_QUANTITY: Final = PiB
 """Largest node-level request of one pod: host memory in bytes (1 PiB) or CPU in milli-cores (about 1.1e12 cores).
 Far above any node; small enough that the ledger's sums over thousands of pods stay within int64."""
 
+MAX_GPUS_PER_NODE: Final = 64
+"""Most GPUs one node may have (simulated inventories, trace nodes and pods). A real node has at most a few dozen
+(16 on the largest boards today); without a bound ``99999999999x16Gi`` was accepted and grew memory without
+limit."""
+
 
 def percent_to_milli(percent: int) -> int:
     """Convert a core share in percent of one GPU (int) to milli-GPU (int): ``percent × 10``."""

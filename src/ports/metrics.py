@@ -2,7 +2,8 @@
 (toggle transitions, Jobs, failures, API writes, nodes per state) and the device plugin's (a status view).
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
-(milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs.
+(milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs,
+nodes quarantined for impossible books, pods on vanished GPUs.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ class SchedulerMetrics(Protocol):
     def set_protocol_mismatches(self, counts: Mapping[str, int]) -> None:
         """How many nodes have a node component (``device-plugin``, ``exporter``) publishing another protocol
         fingerprint than the scheduler's, per component (the full map every time)."""
+        ...
+
+    def set_overbooked_nodes(self, count: int) -> None:
+        """How many nodes are quarantined because their books are impossible (a GPU booked beyond its core or
+        memory; :mod:`domain.scheduling.overbooking`)."""
+        ...
+
+    def set_vanished_gpu_pods(self, count: int) -> None:
+        """How many bound pods hold a GPU their node's inventory no longer lists
+        (:mod:`domain.scheduling.vanished`)."""
         ...
 
 

@@ -6,7 +6,8 @@ the read with a :class:`TraceFormatError` naming file, 1-based line (header = li
 - the header must contain every required column (extra columns such as ``qos`` or ``creation_time`` are
   ignored; ``gpu_spec`` is optional because the ``multigpu*`` files lack it), and no column twice;
 - each data row has exactly as many fields as the header; blank lines are skipped;
-- quantities are ASCII whole numbers ≥ 0; ``gpu_milli`` ≤ 1000; ``num_gpu > 1`` needs ``gpu_milli = 1000``
+- quantities are ASCII whole numbers ≥ 0 of at most 18 digits; ``gpu_milli`` ≤ 1000; CPU, memory and GPU counts
+  within what a node can hold (:class:`TraceNode`, :class:`TracePod`); ``num_gpu > 1`` needs ``gpu_milli = 1000``
   (shares are of one GPU, §1.2); names are non-empty and unique;
 - the domain's own validation (:class:`TracePod` raising :class:`InvalidRequestError`) is the single source of
   the GPU-share rules; its errors are re-raised at the offending row and column;
@@ -46,6 +47,8 @@ PodTimes = tuple[int | None, int | None]
 """``(creation_time, deletion_time)`` of one pod in trace seconds; None where the file has no value."""
 
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+_MAX_DIGITS = 18
+"""Most digits a quantity cell may have (beyond int64; the domain bounds the values far lower)."""
 
 _T = TypeVar("_T")
 
@@ -84,6 +87,8 @@ class _Row:
         if not _WHOLE_NUMBER.fullmatch(value):
             shown = "empty" if not value else f"{value!r} is not a whole number"
             raise self.error(name, f"{shown}; expected an integer ≥ 0")
+        if len(value.lstrip("+-")) > _MAX_DIGITS:  # refused before int() reads it (Python stops at 4300 digits)
+            raise self.error(name, f"{value[:24]}… has more than {_MAX_DIGITS} digits; no trace value is that large")
         number = int(value)
         if number < 0:
             raise self.error(name, f"{number} is negative; expected an integer ≥ 0")

@@ -4,7 +4,8 @@
 ``lj_runtimekit_scheduler_gpu_memory_{allocatable,allocated}_bytes`` per ``node``/``gpu_index``/``gpu_uuid``/
 ``model`` come from the ledger at scrape time through a custom collector (no stale series after a node or pod
 goes away); ``lj_runtimekit_scheduler_decisions_total{result}``, ``…_failures_total{reason}``,
-``…_drift_repairs_total``, ``…_leader`` and ``…_protocol_mismatch_nodes{component}`` are ordinary instruments;
+``…_drift_repairs_total``, ``…_leader``, ``…_protocol_mismatch_nodes{component}``, ``…_overbooked_nodes`` and
+``…_vanished_gpu_pods`` are ordinary instruments;
 ``lj_runtimekit_protocol_info{component="scheduler",fingerprint}`` is 1 (every component publishes one).
 """
 
@@ -69,6 +70,13 @@ class PrometheusSchedulerMetrics:
             f"{PREFIX}_protocol_mismatch_nodes",
             "Nodes whose device plugin or exporter publishes another protocol fingerprint (no GPU pods there)",
             ["component"], registry=self.registry)
+        self._overbooked = prometheus_client.Gauge(
+            f"{PREFIX}_overbooked_nodes",
+            "Nodes quarantined because a GPU is booked beyond its core or memory (impossible books)",
+            registry=self.registry)
+        self._vanished = prometheus_client.Gauge(
+            f"{PREFIX}_vanished_gpu_pods",
+            "Bound pods whose plan names a GPU their node's inventory no longer lists", registry=self.registry)
 
     def decision(self, *, scheduled: bool, reason: str = "") -> None:
         """Count a decision (and its failure reason)."""
@@ -97,6 +105,14 @@ class PrometheusSchedulerMetrics:
         """Mismatching nodes per component."""
         for component, count in counts.items():
             self._mismatch.labels(component=component).set(count)
+
+    def set_overbooked_nodes(self, count: int) -> None:
+        """Nodes quarantined for impossible books."""
+        self._overbooked.set(count)
+
+    def set_vanished_gpu_pods(self, count: int) -> None:
+        """Bound pods on GPUs gone from their node's inventory."""
+        self._vanished.set(count)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format (for an HTTP handler)."""

@@ -93,6 +93,8 @@ def parse_protocol(text: str, *, source: str = "protocol.yaml") -> ProtocolConst
         raise ProtocolFileError(f"{source}: {error}") from error
     except yaml.YAMLError as error:
         raise ProtocolFileError(f"{source}: not valid YAML: {error}") from error
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ProtocolFileError(f"{source}: not valid YAML: nested too deep") from None
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{source}: must be a mapping of keys, got {type(data).__name__}")
     try:
@@ -131,6 +133,8 @@ def find_protocols(text: str, *, source: str) -> list[tuple[str, ProtocolConstan
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
         raise ProtocolFileError(f"{source}: not valid YAML: {error}") from error
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ProtocolFileError(f"{source}: not valid YAML: nested too deep") from None
     found: list[tuple[str, ProtocolConstants]] = []
 
     def visit(document: Any) -> None:
@@ -143,7 +147,8 @@ def find_protocols(text: str, *, source: str) -> list[tuple[str, ProtocolConstan
         if document.get("kind") == "ConfigMap":
             data = document.get("data") or {}
             if isinstance(data, dict) and PROTOCOL_DATA_KEY in data:
-                metadata = document.get("metadata") or {}
+                metadata = document.get("metadata")
+                metadata = metadata if isinstance(metadata, dict) else {}
                 where = f"{source}: ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
                 value = data[PROTOCOL_DATA_KEY]
                 if not isinstance(value, str):  # Kubernetes refuses it too: ConfigMap data values are strings
@@ -153,8 +158,11 @@ def find_protocols(text: str, *, source: str) -> list[tuple[str, ProtocolConstan
                     )
                 found.append((where, parse_protocol(value, source=where)))
 
-    for document in documents:
-        visit(document)
+    try:
+        for document in documents:
+            visit(document)
+    except RecursionError:  # a List that holds itself (a YAML alias)
+        raise ProtocolFileError(f"{source}: a List nests itself or is nested too deep") from None
     if not found and len(documents) == 1 and isinstance(documents[0], dict) and "kind" not in documents[0]:
         found.append((source, parse_protocol(text, source=source)))
     return found

@@ -35,14 +35,12 @@ import yaml
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.protocol import parse_quantity
+from domain.units import MAX_GPU_MEMORY_BYTES, MAX_GPUS_PER_NODE
 
 DEFAULT_MODEL = "Simulated-GPU"
-MAX_GPUS_PER_NODE = 64
-"""Most simulated GPUs one inventory may hold, in all. A real node has at most a few dozen (16 on the largest
-boards today); without a bound ``99999999999x16Gi`` was accepted and the Runtime grew its memory without limit."""
 _MAX_COUNT_DIGITS = 6  # a count text longer than this is far above the bound: refused before int() reads it
-_ITEM = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([0-9]+[A-Za-z]*)(?::(.+))?$")
-_PLACED = re.compile(r"^\s*([^@\s]+)\s*@\s*(\d+)\s*$")
+_ITEM = re.compile(r"^(?:([0-9]+)\s*[xX]\s*)?([0-9]+[A-Za-z]*)(?::(.+))?$")
+_PLACED = re.compile(r"^\s*([^@\s]+)\s*@\s*([0-9]{1,6})\s*$")  # a start is a memory slice: a few digits at most
 _NAMESPACE = uuidlib.UUID("6f1d4a52-3c0e-4c3a-9a57-6c6a72756e74")  # fixed: "ljrk simulated GPUs"
 _KEYS = {"model", "memory", "count", "uuid", "health", "migMode", "migInstances"}
 
@@ -133,6 +131,9 @@ def _group(
                         "may have")
     if memory <= 0:
         raise SpecError(f"simulated GPUs {where}: memory must be > 0")
+    if memory > MAX_GPU_MEMORY_BYTES:
+        raise SpecError(f"simulated GPUs {where}: memory {memory} is above {MAX_GPU_MEMORY_BYTES} bytes (1 PiB), more "
+                        "than any GPU has")
     if not model:
         raise SpecError(f"simulated GPUs {where}: model must not be empty")
     if uuid is not None and count != 1:
@@ -161,9 +162,11 @@ def load_file(path: Path) -> tuple[GpuGroup, ...]:
     """Read a YAML inventory (module docstring). Raises :class:`SpecError` (also for an unreadable file and for more
     than :data:`MAX_GPUS_PER_NODE` GPUs)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
         raise SpecError(f"simulated GPU file {path}: {error}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SpecError(f"simulated GPU file {path}: nested too deep") from None
     entries = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries or set(data) != {"gpus"}:
         raise SpecError(f"simulated GPU file {path}: expected one key 'gpus' with a non-empty list")

@@ -101,7 +101,9 @@ class JsonRuntimeStateStore:
             expected = {"version", "snapshot"} | ({"generation"} if data["version"] == STATE_VERSION else set())
             if set(data) != expected:
                 raise ValueError(f"expected exactly the keys {sorted(expected)}")
-            generation = int(data.get("generation", 0))
+            generation = data.get("generation", 0)
+            if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+                raise ValueError(f"generation {generation!r} is not an integer >= 0")
             snapshot_data = data["snapshot"]
             if not isinstance(snapshot_data, dict):
                 raise ValueError("snapshot must be a mapping")

@@ -14,6 +14,12 @@ instance no container listed by kubelet holds (``domain.exporter.attribution``, 
 listed (B22). A GPU in MIG mode keeps its per-GPU series; it takes no time-sharing grants, so it is left out of the
 node's allocatable compute and memory.
 
+Missing GPUs (issue 16 item 6): a container may hold a GPU the Runtime no longer lists (it fell off the bus or left
+the inventory). Its container series stay, labelled with the grant's index and UUID and an empty ``model`` (nothing
+says what the GPU was), and three families say so plainly: ``gpu_missing`` (1 per such GPU, :data:`GPU_LABELS` with
+an empty ``model``), ``container_gpu_missing`` (1 per container on one, :data:`CONTAINER_LABELS`) and
+``node_missing_gpus`` (their count, 0 when none).
+
 Every series is rebuilt from the snapshot at each scrape, so a pod that is gone is gone at the next scrape and
 the series count depends only on what exists now, never on history (failure case B20); every GPU row yields its
 series whatever its allocation (B22). A value the Runtime does not know (None) yields no sample, never 0.
@@ -241,6 +247,20 @@ def _container_families(node: str, data: ExporterData) -> Iterator[Family]:
         yield Family(PREFIX + spec.name, spec.help, "gauge", CONTAINER_LABELS, samples)
 
 
+def _missing_families(node: str, data: ExporterData) -> Iterator[Family]:
+    """GPUs containers hold that the Runtime no longer lists (module docstring, "Missing GPUs")."""
+    listed = {g.device.gpu.uuid for g in data.gpus}
+    held = [(c, g) for c in data.containers for g in c.gpus if g.uuid not in listed]
+    gpus = sorted({(str(g.index), g.uuid) for _, g in held})
+    yield Family(PREFIX + "gpu_missing", "1 for a GPU a container holds that the Runtime no longer lists (model "
+                 "unknown)", "gauge", GPU_LABELS, tuple(((node, index, uuid, ""), 1.0) for index, uuid in gpus))
+    yield Family(PREFIX + "container_gpu_missing", "1 for a container holding a GPU the Runtime no longer lists",
+                 "gauge", CONTAINER_LABELS, tuple(((node, str(g.index), g.uuid, "", c.namespace, c.pod_name,
+                                                     c.container), 1.0) for c, g in held))
+    yield Family(PREFIX + "node_missing_gpus", "GPUs containers hold that the Runtime no longer lists", "gauge",
+                 NODE_LABELS, (((node,), float(len(gpus))),))
+
+
 def _mig_labels(node: str, row: MigInstanceData, model: str) -> tuple[str, ...]:
     i = row.instance
     compute = "" if i.compute_instance_id is None else str(i.compute_instance_id)
@@ -310,11 +330,12 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
 
 
 def build_data_families(data: ExporterData, *, node: str) -> Iterator[Family]:
-    """The families that depend only on the Runtime's ``data``: GPU, MIG instance, container, container on MIG,
-    then node and node MIG."""
+    """The families that depend only on the Runtime's ``data``: GPU, MIG instance, container, missing GPUs,
+    container on MIG, then node and node MIG."""
     yield from _gpu_families(node, data)
     yield from _mig_families(node, data)
     yield from _container_families(node, data)
+    yield from _missing_families(node, data)
     yield from _container_mig_families(node, data)
     for spec in NODE_METRICS:
         value = spec.value(data)

@@ -76,7 +76,7 @@ import attrs
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
-from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
+from domain.units import MAX_GPU_MEMORY_BYTES, MILLI_PER_GPU, MILLI_PER_PERCENT
 
 INVENTORY_VERSION = 2
 """Schema version of the node inventory annotation (2 added the MIG layout; written only for nodes with a GPU in
@@ -309,6 +309,15 @@ def _mig_instances(field: str, data: Mapping[str, object], gpu: Gpu) -> tuple[Mi
     return tuple(out)
 
 
+def _finite(number: float) -> bool:
+    """True for a number that is a finite float (an integer beyond float range is not: ``math.isfinite`` would
+    raise ``OverflowError`` on it)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def _gpu(field: str, entry: object) -> Gpu:
     data = _object(field, entry)
     index = _int(field, data, "index")
@@ -317,6 +326,9 @@ def _gpu(field: str, entry: object) -> Gpu:
     memory = _int(field, data, "memoryBytes")
     if memory <= 0:
         raise InvalidRequestError(f"{field}.memoryBytes", memory, "a GPU must report memory > 0 (failure case B12f)")
+    if memory > MAX_GPU_MEMORY_BYTES:
+        raise InvalidRequestError(f"{field}.memoryBytes", memory, f"must be at most {MAX_GPU_MEMORY_BYTES} (1 PiB): no "
+                                  "GPU has that much")
     if index < 0:
         raise InvalidRequestError(f"{field}.index", index, "must not be negative")
     health = _enum_value(field, data, "health", Health)
@@ -329,14 +341,14 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
 
     Returns the GPUs sorted by index, with the MIG layout and strategy of a version 2 text. Raises
     :class:`InvalidRequestError` naming ``key`` and the field for an unknown version, malformed JSON, a missing
-    field, a wrong type, a GPU with memory ≤ 0, duplicate UUIDs, indexes that are not exactly ``0..n-1``, MIG
-    instances on a GPU not in MIG mode or sharing a start, an unknown ``migStrategy``, or a ``kubeletRegistered``
-    that is not a boolean.
+    field, a wrong type, a heartbeat that is no finite number, a GPU with memory ≤ 0 or above 1 PiB, duplicate
+    UUIDs, indexes that are not exactly ``0..n-1``, MIG instances on a GPU not in MIG mode or sharing a start, an
+    unknown ``migStrategy``, or a ``kubeletRegistered`` that is not a boolean.
     """
     data = _load(key, text)
     version = _version(key, data, INVENTORY_VERSIONS_READ)
     heartbeat = _get(key, data, "heartbeat")
-    if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float) or not math.isfinite(heartbeat):
+    if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float) or not _finite(heartbeat):
         raise InvalidRequestError(f"{key}.heartbeat", heartbeat, "must be a finite number of epoch seconds")
     protocol = _str(key, data, "protocol")
     entries = _list(key, data, "gpus")
@@ -471,6 +483,21 @@ def plan_owner(text: object, *, key: str) -> tuple[str, str]:
     data = _load(key, text)
     _plan_version(key, data)
     return _str(key, data, "podUID"), _str(key, data, "writer")
+
+
+def plan_gpu_uuids(text: object, *, key: str, pod_uid: str, node: str) -> tuple[str, ...]:
+    """The GPU UUIDs a plan annotation of pod ``pod_uid`` on ``node`` names (time-sharing grants and MIG parents),
+    sorted and distinct, whatever the node's inventory lists now. Raises :class:`InvalidRequestError` like
+    :func:`decode_plan` for the version, ``podUID``, ``node`` and JSON shape of what it reads."""
+    data = _plan_header(text, key=key, pod_uid=pod_uid, node=node)
+    uuids: set[str] = set()
+    for name, entry in _object(f"{key}.containers", _get(key, data, "containers")).items():
+        field = f"{key}.containers.{name}"
+        body = _object(field, entry)
+        for part in ("gpus", "mig"):
+            for i, item in enumerate(_list(field, body, part) if body.get(part) else ()):
+                uuids.add(_str(f"{field}.{part}[{i}]", _object(f"{field}.{part}[{i}]", item), "uuid"))
+    return tuple(sorted(uuids))
 
 
 def _grant(field: str, entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool) -> GpuGrant:

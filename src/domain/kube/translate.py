@@ -262,8 +262,13 @@ def _allocatable(node: NodeObject) -> tuple[tuple[int, int, int], list[str]]:
     values, problems = [], []
     for resource, parse in (("cpu", parse_cpu_milli), ("memory", parse_bytes), ("pods", parse_count)):
         text = node.allocatable.get(resource)
+        field = f"node[{node.name}].allocatable.{resource}"
         try:
-            values.append(0 if text is None else parse(f"node[{node.name}].allocatable.{resource}", text))
+            value = 0 if text is None else parse(field, text)
+            if value > MAX_NODE_QUANTITY:
+                raise InvalidRequestError(field, text, f"must be at most {MAX_NODE_QUANTITY} in base units: no node "
+                                          "has that much")
+            values.append(value)
         except InvalidRequestError as error:
             values.append(0)
             problems.append(str(error))

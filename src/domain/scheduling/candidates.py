@@ -59,7 +59,8 @@ def rejection_reasons(
     """Why each of ``names`` cannot take ``pod`` under ``scheduler``'s profile: node name → reason.
 
     Runs the profile's filters in order on a fresh :class:`CycleState`, like :meth:`Scheduler.feasible`, and
-    gives each node the reason of the first filter that removed it. Nodes the filters keep (the pod was refused
+    gives each node the reason of the first filter that removed it (a quarantined node: the quarantine's reason).
+    Nodes the filters keep (the pod was refused
     later, at planning or reservation) get ``fallback``; names the ledger does not know are left out. Does not
     change the ledger.
     """
@@ -73,7 +74,8 @@ def rejection_reasons(
     reasons: dict[int, str] = {}
     mask = ledger.active & wanted
     for slot in np.flatnonzero(mask & ~ledger.admitting):
-        reasons[int(slot)] = NOT_ADMITTING
+        why = ledger.quarantine.get(ledger.name(int(slot)))
+        reasons[int(slot)] = NOT_ADMITTING if why is None else f"{NOT_ADMITTING}: {why}"
     mask = mask & ledger.admitting
     state = CycleState()
     for plugin in scheduler.profile.filters:

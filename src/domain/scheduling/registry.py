@@ -17,6 +17,7 @@ from domain.scheduling.fgd import FgdScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
 from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, WeightedScore
+from domain.scheduling.migonly import MigModeGpus
 from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.policies import (
     BestFitScore,
@@ -105,9 +106,13 @@ def build_profile(
     states: NodeStateCache | None = None,
     tie_break: str = "fixed-order",
     binder: BindPlugin | None = None,
+    mig_stem: str | None = None,
 ) -> Profile:
-    """Build the profile of policy ``name``: filters (node resources, GPU model, per-GPU fit), its score plugin
-    (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
+    """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit),
+    its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
+
+    ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
+    mode (:class:`~domain.scheduling.migonly.MigModeGpus`).
 
     ``typical`` (or a ready ``states`` cache) is required for ``fgd``. Raises :class:`UnknownPolicyError`.
     """
@@ -117,7 +122,7 @@ def build_profile(
     score, chooser = policy.build(PolicyContext(ledger=ledger, rng=rng, states=states))
     return Profile(
         name=name,
-        filters=(NodeResourcesFit(), GpuModelMatch(), GpuFit()),
+        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit()),
         scores=(WeightedScore(score),),
         planner=ChooserPlanner(chooser),
         tie_breaker=make_tie_breaker(tie_break, ledger, rng),

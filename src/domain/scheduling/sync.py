@@ -27,6 +27,12 @@ covers:
   2^63 bytes of GPU memory) counts node CPU, memory and a pod slot, and its node is gated for GPU pods while it
   is there, with a reason naming the pod: its GPU usage is unknown, and any booking of it would be a guess smaller
   than what it may hold (issue 16 item 1);
+* a node whose books are impossible (a GPU it lists booked beyond 100 % core or beyond its memory, e.g. by plans
+  of pods bound by others) is quarantined by the very event that made them so, with a reason naming GPU and pods,
+  and admits pods again once they are possible (:mod:`domain.scheduling.overbooking`; issue 16 item 5);
+* a bound pod whose plan names a GPU its node's inventory no longer lists stays counted (by inference) and is
+  recorded in :attr:`LedgerSync.vanished` until it ends or the GPU is back (:mod:`domain.scheduling.vanished`;
+  issue 16 item 6);
 * a pod re-created under the same ``namespace/name`` (new UID) while the old one's delete was missed releases
   the old UID first;
 * plan-less pods of a node are re-inferred, in UID order, whenever the node's other pods change, so the live
@@ -104,6 +110,8 @@ from domain.scheduling.drift import DriftReport, compare_books
 from domain.scheduling.framework import CycleState, Scheduler, ScheduleResult
 from domain.scheduling.holds import AdmissionHolds
 from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
+from domain.scheduling.overbooking import OverbookingGuard, checks_books
+from domain.scheduling.vanished import VanishedGpus
 
 PLACEHOLDER_PREFIX = "runtime-held:"
 """Pod UID prefix of the MIG books' placeholder records (module docstring)."""
@@ -199,8 +207,23 @@ class LedgerSync:
         except InvalidRequestError:
             mig_names = set()
         self._our_resources = frozenset({names.gpu, names.core, names.memory} | mig_names)
+        self.vanished = VanishedGpus(protocol)
+        """Bound pods whose plan names GPUs their node no longer lists (:mod:`domain.scheduling.vanished`)."""
+        self.books_guard = OverbookingGuard(ledger, label=self._label)
+        """Quarantines a node whose books are impossible, after every event that may change them
+        (:mod:`domain.scheduling.overbooking`)."""
+
+    def _label(self, uid: str) -> str:
+        pod = self._pods.get(uid)
+        return uid if pod is None else pod.key
+
+    @property
+    def overbooked(self) -> dict[str, str]:
+        """Node → why it is quarantined for impossible books (a copy; :mod:`domain.scheduling.overbooking`)."""
+        return dict(self.books_guard.overbooked)
 
     # ------------------------------------------------------------------ nodes
+    @checks_books
     def on_node(self, node: NodeObject) -> None:
         """Node added or updated: book its inventory (usage kept, B14; a missing or malformed inventory keeps
         the last good GPU list), refresh its gate, count waiting pods."""
@@ -234,6 +257,7 @@ class LedgerSync:
             layout, strategy = self._mig_layouts.get(node.name, {}), self._mig_strategy.get(node.name, "")
         self._update_mig(node.name, counted.gpus, layout, strategy)
 
+    @checks_books
     def on_node_deleted(self, name: str) -> None:
         """Node deleted: forget it and what is booked there. Its pods stay known and are counted again if a node
         of that name returns; reservations of pending pods there are dropped."""
@@ -249,6 +273,7 @@ class LedgerSync:
         self._readings.pop(name, None)
         self.gates.pop(name, None)
         self._gpu_unknown.pop(name, None)
+        self.vanished.forget_node(name)
         self._inferred.pop(name, None)
         for uid, (allocation, _) in list(self._assumed.items()):
             if allocation.node == name:
@@ -329,6 +354,7 @@ class LedgerSync:
                 used[name] = used.get(name, 0) + amount
         return used
 
+    @checks_books
     def on_pod(self, pod: PodObject) -> None:
         """Pod added or updated (module docstring); idempotent. A new UID under a known ``namespace/name``
         first releases the old UID (the old pod's delete was missed)."""
@@ -381,6 +407,7 @@ class LedgerSync:
         """The UID last seen under ``namespace/name``, if any."""
         return self._uid_by_key.get(key)
 
+    @checks_books
     def on_pod_deleted(self, item: PodObject | Tombstone) -> bool:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); returns True when something was forgotten."""
         if isinstance(item, Tombstone):
@@ -405,6 +432,8 @@ class LedgerSync:
                                   assumed=None if assumed is None else assumed[0], infer=False)
         self._note(uid, reading.problem)
         self._mark_gpu_unknown(node, uid, reading.problem if reading.gpu_unknown else None)
+        judged = node in self._last_good and reading.source is not AllocationSource.PLAN  # a trusted plan: all listed
+        self.vanished.track(pod, self._counted[node].gpus if judged else None)
         self._count_mig(uid)
         if reading.source is not AllocationSource.ASSUMED:
             self._assumed.pop(uid, None)  # the API object now speaks for the pod
@@ -459,6 +488,7 @@ class LedgerSync:
 
     def _unstore(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
+        self.vanished.forget(uid)
         self._release_mig(uid)
         record = self.ledger.release(uid)
         self.sources.pop(uid, None)
@@ -744,6 +774,7 @@ class LedgerSync:
         return reasons
 
     # ------------------------------------------------------------------ reservations
+    @checks_books
     def assume(self, allocation: PodAllocation, *, mig: MigPodAllocation | None = None) -> None:
         """Count our reservation of a pending pod until the watch confirms it (keyed by UID, B04); ``mig``: its
         MIG instances (a MIG pod's ``allocation`` is node-only).
@@ -772,6 +803,7 @@ class LedgerSync:
         self.sources[uid] = AllocationSource.ASSUMED
         self._reinfer(allocation.node)
 
+    @checks_books
     def forget(self, uid: str) -> bool:
         """Roll back our reservation of ``uid`` (bind failed, B06); idempotent; returns True if one existed.
 
@@ -902,6 +934,7 @@ class LedgerSync:
         self._listed = {}
         self.constraints.update({k: v for k, v in constraints.items() if k not in self._pods})
 
+    @checks_books
     def adopt(self, fresh: LedgerSync) -> DriftReport:
         """Make the live books equal ``fresh`` (a :meth:`rebuild` from a listing, without reservations) plus this
         instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
@@ -943,7 +976,7 @@ class LedgerSync:
                 ledger.repair(name)
         self.gates.clear()  # the node filters hold these very mappings: refill them in place
         self.gates.update(fresh.gates)
-        self._gpu_unknown = fresh._gpu_unknown
+        self._gpu_unknown, self.vanished = fresh._gpu_unknown, fresh.vanished
         self.constraints.clear()
         self.constraints.update(fresh.constraints)
         self.problems, self.sources = fresh.problems, fresh.sources

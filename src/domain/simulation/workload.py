@@ -15,7 +15,7 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.request import ContainerRequest, GpuSelector, PodRequest
 from domain.scheduling.fragmentation import PodClass
-from domain.units import MILLI_PER_GPU, MiB
+from domain.units import MAX_GPUS_PER_NODE, MAX_NODE_QUANTITY, MILLI_PER_GPU, MiB
 
 TRACE_GPU_MEMORY_MIB: dict[str, int] = {
     "P100": 16280, "T4": 15109, "V100M16": 16160, "V100M32": 32510, "A10": 22731,
@@ -27,15 +27,31 @@ TRACE_MAX_PODS = 1001
 """Pod slots per node in the published experiment (``pods=1001`` in its node YAML)."""
 
 
+def _check_sizes(cpu_milli: int, memory_mib: int, *, gpu_field: str, gpus: int) -> None:
+    """Quantities a node can hold: CPU and memory at most ``MAX_NODE_QUANTITY`` (milli-cores, bytes), GPUs at most
+    ``MAX_GPUS_PER_NODE``; all ≥ 0. Raises :class:`InvalidRequestError` naming the field (the trace column)."""
+    for name, value, most in (("cpu_milli", cpu_milli, MAX_NODE_QUANTITY), ("memory_mib", memory_mib,
+                              MAX_NODE_QUANTITY // MiB), (gpu_field, gpus, MAX_GPUS_PER_NODE)):
+        if not 0 <= value <= most:
+            raise InvalidRequestError(name, value, f"must be 0..{most}: no node has more")
+
+
 @attrs.frozen
 class TraceNode:
-    """One trace node: ``name``, ``cpu_milli``, ``memory_mib``, ``gpus`` (count), ``model``."""
+    """One trace node: ``name``, ``cpu_milli``, ``memory_mib``, ``gpus`` (count), ``model``.
+
+    Raises :class:`InvalidRequestError` for CPU or memory beyond ``MAX_NODE_QUANTITY`` or more than
+    ``MAX_GPUS_PER_NODE`` GPUs (field ``gpu``, the trace column), or a negative value.
+    """
 
     name: str
     cpu_milli: int
     memory_mib: int
     gpus: int
     model: str
+
+    def __attrs_post_init__(self) -> None:
+        _check_sizes(self.cpu_milli, self.memory_mib, gpu_field="gpu", gpus=self.gpus)
 
     def inventory(self) -> NodeInventory:
         """The node as the ledger sees it (simulated GPUs ``<name>-gpu<i>``)."""
@@ -52,7 +68,8 @@ class TracePod:
     """One trace pod: ``name``, ``cpu_milli``, ``memory_mib``, ``num_gpu``, ``gpu_milli`` (per GPU), ``gpu_spec``.
 
     Raises :class:`InvalidRequestError` when ``num_gpu > 1`` with ``gpu_milli < 1000`` (a share is of one GPU),
-    ``gpu_milli`` is outside 0..1000, or ``num_gpu`` and ``gpu_milli`` disagree on whether the pod uses a GPU.
+    ``gpu_milli`` is outside 0..1000, or ``num_gpu`` and ``gpu_milli`` disagree on whether the pod uses a GPU, and
+    for CPU or memory beyond ``MAX_NODE_QUANTITY``, more than ``MAX_GPUS_PER_NODE`` GPUs or a negative value.
     """
 
     name: str
@@ -63,6 +80,7 @@ class TracePod:
     gpu_spec: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
+        _check_sizes(self.cpu_milli, self.memory_mib, gpu_field="num_gpu", gpus=self.num_gpu)
         if not 0 <= self.gpu_milli <= MILLI_PER_GPU:
             raise InvalidRequestError("gpu_milli", self.gpu_milli, "must be 0..1000")
         if self.num_gpu == 0 and self.gpu_milli > 0:

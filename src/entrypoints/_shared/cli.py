@@ -11,6 +11,12 @@ import argparse
 from typing import NoReturn
 
 
+def one_line(message: object) -> str:
+    """``message`` as the one line an ``error:`` report must be: line breaks (say, in a value quoted in it) are
+    written ``\\n`` and ``\\r``."""
+    return str(message).replace("\r", "\\r").replace("\n", "\\n")
+
+
 class UsageError(Exception):
     """A command-line error; the message is the whole explanation."""
 

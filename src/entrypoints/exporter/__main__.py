@@ -24,7 +24,7 @@ from pathlib import Path
 from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 from ports.runtime import NodeRuntimeError
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk exporter",
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

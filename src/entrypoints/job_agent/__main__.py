@@ -35,7 +35,7 @@ from pathlib import Path
 
 from domain.kube.objects import MAX_TERMINATION_MESSAGE
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
     (settings still taken from ``argv``) lets tests override the operation."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     def failed(message: str, code: int) -> int:

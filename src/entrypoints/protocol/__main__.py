@@ -24,7 +24,7 @@ from pathlib import Path
 from adapters.protocolfile import ProtocolFileError, dump_protocol, find_protocols, load_protocol, protocol_items
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
 
@@ -89,14 +89,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk protocol") -> i
     except SystemExit as done:  # --help
         return done.code if isinstance(done.code, int) else EXIT_OK
     except UsageError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if args.command == "check":
             return check(args.files)
         protocol = load_protocol(args.protocol)
     except ProtocolFileError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     print(f"# fingerprint: {protocol.fingerprint()}")
     print(dump_protocol(protocol), end="")

@@ -16,6 +16,7 @@ Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
@@ -45,8 +46,8 @@ def _seconds(text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or 'never')") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    if not 0 <= value < math.inf:  # NaN would never compare true: a GPU that never recovers, silently
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0 (or 'never')")
     return value
 
 
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

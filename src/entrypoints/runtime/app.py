@@ -24,6 +24,7 @@ mig-manager); ``dynamic`` also creates the instances the scheduler placed at All
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from socket import gethostname
 
@@ -84,9 +85,10 @@ class RuntimeSettings:
             raise SettingsError("--simulated-gpus/--simulated-gpus-file need --backend simulated or auto")
         if len(str(self.socket.absolute()).encode()) > MAX_SOCKET_PATH:
             raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
-        if self.recovery_quiet_period_s is not None and self.recovery_quiet_period_s < 0:
-            raise SettingsError(f"--recovery-quiet-period {self.recovery_quiet_period_s}: must be >= 0")
-        if not 0 <= self.health_hold_s < float("inf"):
+        quiet = self.recovery_quiet_period_s
+        if quiet is not None and not 0 <= quiet < math.inf:  # refuses NaN too
+            raise SettingsError(f"--recovery-quiet-period {quiet}: must be a finite number of seconds >= 0")
+        if not 0 <= self.health_hold_s < math.inf:
             raise SettingsError(f"--health-hold {self.health_hold_s}: must be a finite number of seconds >= 0")
         bad = sorted(x for x in self.ignored_xids if not 1 <= x <= MAX_XID)
         if bad:

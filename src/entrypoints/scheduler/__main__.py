@@ -37,7 +37,7 @@ from domain.errors import DomainError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
 
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk scheduler", sto
     (module docstring). ``--help`` prints help and returns 0."""
 
     def fail(message: object, code: int = EXIT_USAGE) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

@@ -52,9 +52,15 @@ class SettingsError(ValueError):
     """A scheduler setting is invalid; the message names the setting and the fix."""
 
 
+MAX_SECONDS = float(2**31 - 1)
+"""Longest period or timeout a setting may give (about 68 years, so ``1e9`` still means "practically never"): an
+infinite or larger one would only fail later, in a wait (beyond ``threading.TIMEOUT_MAX``) or in a Lease's int32
+seconds."""
+
+
 def _positive(field: str, value: float) -> None:
-    if not value > 0:
-        raise SettingsError(f"{field}={value!r}: must be > 0")
+    if not 0 < value <= MAX_SECONDS:  # also refuses NaN
+        raise SettingsError(f"{field}={value!r}: must be > 0 and at most {MAX_SECONDS:.0f} seconds")
 
 
 @attrs.frozen
@@ -115,6 +121,8 @@ class SchedulerSettings:
             hold_window(self.admission_hold_seconds)
         except InvalidRequestError as error:
             raise SettingsError(str(error)) from None
+        for field in ("lease_duration", "renew_deadline", "retry_period"):
+            _positive(field, getattr(self, field))
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
             raise SettingsError("leader timings: need lease_duration > renew_deadline > retry_period > 0")
         if not self.identity:

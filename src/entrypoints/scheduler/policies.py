@@ -16,7 +16,7 @@
 * **Filters** — every scheduler starts with :class:`~domain.scheduling.candidates.CandidateNodes` (the
   extender's candidate list), then the node-fit filters of :func:`~domain.scheduling.nodefit.node_filters`
   (cordon, nodeSelector, required node affinity, taints, inventory gate), then the policy's own (CPU/memory/pod
-  slots, GPU model/UUID, per-GPU fit). All policies share one tie rule instance (one node order).
+  slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies share one tie rule instance (one node order).
 
 Not thread-safe: :class:`~entrypoints.scheduler.service.SchedulerService` calls it under its lock.
 """
@@ -33,7 +33,7 @@ from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import pod_request
+from domain.kube.translate import mig_stem, pod_request
 from domain.ledger import ClusterLedger
 from domain.scheduling.candidates import CandidateNodes
 from domain.scheduling.fragmentation import PodClass, TypicalPods
@@ -135,7 +135,7 @@ class SchedulerSet:
         if self._tie is None:
             self._tie = make_tie_breaker(self.config.tie_break, ledger, rng)
         typical = self.typical_pods() if get_policy(policy).needs_typical_pods else None
-        profile = build_profile(policy, ledger, rng=rng, typical=typical)
+        profile = build_profile(policy, ledger, rng=rng, typical=typical, mig_stem=mig_stem(self.protocol))
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
                              enable_label=self.protocol.node_label, held=sync.held_nodes)

@@ -27,6 +27,10 @@ Both drivers (the kube-scheduler extender and the standalone loop) call into one
   their reservation is node-only in the time-sharing ledger plus instances in the MIG books, and :meth:`commit`
   writes the MIG part of the plan (what each container receives at Allocate) the same way. An unknown profile
   name is an invalid request whose reason says "unknown profile" (B30), never a silent Pending.
+* **Book problems** — a node quarantined for impossible books (a GPU booked beyond its core or memory) and a pod
+  whose plan names a GPU gone from its node's inventory are found by the ledger sync while booking; :mod:`.alerts`
+  turns them into Warning Events (leader only), log lines and the ``overbooked_nodes``/``vanished_gpu_pods``
+  gauges after every informer event, resync and tick.
 * **Policies** — :mod:`.policies`: default ``fgd``, per-pod override annotation (unknown → unschedulable with
   a reason), FGD's typical pods from the observed pods topped up by the synthetic workload. GPU model and UUID
   selection/exclusion annotations are read by :func:`domain.kube.translate.pod_request`.
@@ -68,6 +72,7 @@ from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
 
+from .alerts import BookAlerts
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .policies import SchedulerSet, ServiceConfig
 
@@ -146,6 +151,7 @@ class SchedulerService:
         self._term = 0  # bumped on every leadership change, so a late rebuild of an old term serves nothing
         self._floor: tuple[int | None, int | None] = (None, None)  # (nodes, pods) RVs of the adopted listing
         self._mismatched: dict[str, dict[str, str]] = {}  # node → {component: fingerprint} differing from ours
+        self.alerts = BookAlerts(metrics)
         metrics.watch_ledger(self._ledger_view)
         metrics.set_protocol(protocol.fingerprint())
         metrics.set_protocol_mismatches(dict.fromkeys(PROTOCOL_PUBLISHERS, 0))
@@ -161,6 +167,8 @@ class SchedulerService:
             if new and self._known(node.name):
                 self._changed()
             appeared = self._track_protocol(node.name, protocol_mismatches(node, self.protocol))
+            events = self.alerts.collect(self.sync)
+        self._emit(events)
         for component, fingerprint in appeared.items():
             self._node_event(node, "ProtocolMismatch", f"{component} on node {node.name} runs protocol "
                              f"{fingerprint}, the scheduler {self.protocol.fingerprint()}: no GPU pods are placed "
@@ -172,6 +180,8 @@ class SchedulerService:
             name = node if isinstance(node, str) else node.name
             self.sync.on_node_deleted(name)
             self._track_protocol(name, {})
+            events = self.alerts.collect(self.sync)
+        self._emit(events)
 
     def _track_protocol(self, node: str, mismatches: dict[str, str]) -> dict[str, str]:
         """Record ``node``'s protocol mismatches, update the per-component node counts; returns the mismatches
@@ -192,15 +202,20 @@ class SchedulerService:
         return {c: f for c, f in mismatches.items() if before.get(c) != f}
 
     def _node_event(self, node: NodeObject, reason: str, message: str) -> None:
-        """A Warning Event on ``node`` (leader only, so replicas do not repeat it); best effort: failures are
-        logged, never raised."""
-        if not self.is_leader():
+        """A Warning Event on ``node`` (:meth:`_emit`)."""
+        self._emit([ClusterEvent("Node", node.name, reason, message[:1000], type="Warning", uid=node.uid)])
+
+    def _emit(self, events: list[ClusterEvent]) -> None:
+        """Write ``events`` (leader only, so replicas do not repeat them); best effort: failures are logged, never
+        raised. Call without the lock."""
+        if not events or not self.is_leader():
             return
-        try:
-            self.cluster.create_event(ClusterEvent("Node", node.name, reason, message[:1000], type="Warning",
-                                                   uid=node.uid))
-        except Exception as error:  # an Event is never worth an informer failure
-            log.warning("event not recorded", extra=fields(node=node.name, reason=reason, error=str(error)))
+        for event in events:
+            try:
+                self.cluster.create_event(event)
+            except Exception as error:  # an Event is never worth an informer failure
+                log.warning("event not recorded", extra=fields(kind=event.kind, name=event.name, reason=event.reason,
+                                                               error=str(error)))
 
     def on_pod(self, pod: PodObject) -> None:
         """Pod added or updated: books, observed pod classes, listeners; a finished pod wakes waiting pods. Idempotent
@@ -223,6 +238,8 @@ class SchedulerService:
                 listener(pod)
             if pod.phase.terminal or replaced or unheld:
                 self._changed()
+            events = self.alerts.collect(self.sync)
+        self._emit(events)
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> None:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); releases what it held. Never raises."""
@@ -234,6 +251,8 @@ class SchedulerService:
             for listener in self.deletion_listeners:
                 listener(item)
             self._changed()
+            events = self.alerts.collect(self.sync)
+        self._emit(events)
 
     def _forget(self, uid: str) -> None:
         self.schedulers.forget(uid)
@@ -431,10 +450,14 @@ class SchedulerService:
         return expired
 
     def tick(self) -> None:
-        """Re-check inventory staleness (no node event comes when a device plugin dies) and expire reservations."""
+        """Re-check inventory staleness (no node event comes when a device plugin dies), expire reservations and
+        report book problems (:mod:`.alerts`)."""
         with self.lock:
             self.sync.tick()
         self.expire_assumed()
+        with self.lock:
+            events = self.alerts.collect(self.sync)  # a lapsed reservation may have ended an over-booking
+        self._emit(events)
 
     def resync(self) -> DriftReport:
         """List nodes and pods, rebuild the books from the listing and adopt them (repairing the live books in
@@ -462,12 +485,14 @@ class SchedulerService:
                         self._changed()  # holds the listing ended (a mark the informer had not shown yet)
                     self._floor = (_rv(nodes.resource_version), _rv(pods.resource_version))
                     count = drift_count(report)
+                    events = self.alerts.collect(self.sync)
                     break
             log.info("resync listing older than the informers; listing again",
                      extra=fields(attempt=attempt, behind=behind))
         else:
             raise StaleListingError(f"{RESYNC_ATTEMPTS} listings were older than what the informers had applied")
         self.metrics.drift_repaired(count)
+        self._emit(events)
         if count:
             log.warning("ledger drift repaired", extra=fields(
                 count=count, missing=list(report.missing), extra_pods=list(report.extra),
@@ -499,6 +524,7 @@ class SchedulerService:
             self._term += 1
             self._leading, self._rebuilt = True, False
             self.metrics.set_leader(True)
+            self.alerts.forget()  # the term's first report writes the Events a follower did not
             term = self._term
         log.info("leadership gained; rebuilding the ledger", extra=fields(term=term))
         return term

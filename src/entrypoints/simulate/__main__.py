@@ -21,7 +21,7 @@ from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.scheduling.tiebreak import TIE_BREAKS
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from ports.report import PlotUnavailableError, ReportError
 from ports.trace import TraceError
 
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> i
     parser = build_parser(prog)
 
     def fail(message: object, code: int = EXIT_USAGE) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError
+from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 from ports.trace import TraceError
 
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk up", stop: thre
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers (tests)."""
 
     def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
         return code
 
     try:
