@@ -350,6 +350,7 @@ def _expected_counts(pods: int) -> dict[str, int]:
         **{PREFIX + spec.name: 1 for spec in NODE_METRICS},
         **{PREFIX + name: 1 for name in (*EXPORTER_GAUGES, *EXPORTER_COUNTERS)},
         f"{PREFIX}protocol_info": 1,  # component="exporter", the embedded protocol's fingerprint
+        f"{PREFIX}node_missing_gpus": 1,  # 0: no container holds a GPU the Runtime no longer lists
     }
 
 

@@ -307,7 +307,7 @@ def test_nvml_backend_without_nvml_fails_clearly(sock_dir: Path, capsys: pytest.
          "error: --simulated-gpus-file: simulated GPUs GPUS_FILE: gpus[0]: count 65 is above 64"),
         (["--socket-too-long"], "at most 107 bytes"),
         (["--backend", "nvml", "--simulated-gpus", SPEC], "need --backend simulated or auto"),
-        (["--recovery-quiet-period", "-3"], "must be >= 0"),
+        (["--recovery-quiet-period", "-3"], "must be a finite number of seconds >= 0"),
     ],
 )
 def test_usage_errors_exit_2(
