@@ -2,7 +2,8 @@
 
 Covers: while it runs, the host's kernel tunables are the ones from before (kubelet saw its wanted values only in
 its private mount namespace), the host sees none of its mounts and nothing in the folders it mounts over (pod
-network namespaces, CNI results, kubelet's folders); a pod bound to it runs; after ``stop`` no process of it is
+network namespaces, CNI results, kubelet's folders); a pod bound to it runs and reads a Secret volume kubelet
+mounted (containerd shares kubelet's mount namespace); after ``stop`` no process of it is
 left (kubelet, containerd, shims, the namespace holder, the containers), no mount, no container cgroup, every host
 folder is as before and its work folder is gone.
 """
@@ -47,10 +48,19 @@ def test_second_node_runs_a_pod_and_stop_leaves_nothing(kubelet_plane: ControlPl
             core = client.CoreV1Api(api)
             eventually(lambda: node_ready(api, SECOND_NODE_NAME), 90, "Ready")
             pods = Pods(api, "default", node)
-            name = pods.create(pod_manifest(unique("plain"), [container("main")], scheduler=None,
-                                            node_name=SECOND_NODE_NAME))
+            secret = unique("secret")
+            core.create_namespaced_secret("default", {"apiVersion": "v1", "kind": "Secret",
+                                                      "metadata": {"name": secret}, "stringData": {"token": "t0k3n"}})
+            manifest = pod_manifest(unique("plain"), [container("main")], scheduler=None, node_name=SECOND_NODE_NAME)
+            main = manifest["spec"]["containers"][0]
+            main["command"][-1] = "cat /s/token; echo; " + main["command"][-1]
+            main["volumeMounts"] = [{"name": "s", "mountPath": "/s"}]
+            manifest["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": secret}}]
+            name = pods.create(manifest)
             pods.wait_running(name)
             assert "HOSTNAME" in pods.env(name, "main")
+            log = node.pod_logs_dir / f"default_{name}_{pods.get(name).metadata.uid}" / "main" / "0.log"
+            assert " t0k3n\n" in log.read_text()  # a volume kubelet mounted (tmpfs) is seen by the container
             assert _tunables() == tunables
             assert not any(str(workdir) in m for m in _mounts() - mounts)
             assert all(_host_folders()[p] in (None, [], folders[p]) for p in HOST_MOUNT_POINTS)  # netns, CNI cache
