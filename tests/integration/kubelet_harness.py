@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -45,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from k8s_harness import free_ports
 from kubelet_cleanup import (
     CGROUP_PARENT,
     container_cgroups,
@@ -89,19 +89,6 @@ def node_dir() -> Path | None:
         return None
     out = result.stdout.strip()
     return Path(out) if result.returncode == 0 and out else None
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -365,7 +352,7 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
         result = node._ctr("images", "import", str(nodes / "images" / f"{image}.tar"), timeout=60)
         if result.returncode != 0:
             raise NodeError(f"ctr images import {image}.tar failed: {result.stderr.strip()}")
-    ports = _free_ports(3)
+    ports = free_ports(3)
     state.kubelet_port, state.read_only_port, state.healthz_port = ports
     config = workdir / "kubelet-config.json"
     config.write_text(json.dumps(kubelet_config(ports), indent=2))
