@@ -24,6 +24,7 @@ from typing import Protocol
 
 from domain.kube.objects import (
     ClusterEvent,
+    ConfigMapObject,
     ContainerTermination,
     JobObject,
     JobStatus,
@@ -69,7 +70,7 @@ class UnavailableError(ClusterError):
 
 
 class ClusterApi(Protocol):
-    """Nodes, pods, bindings, events, leases and Jobs."""
+    """Nodes, pods, bindings, events, leases, Jobs and (read, create) ConfigMaps."""
 
     def list_nodes(self) -> Listing[NodeObject]:
         """All nodes and the list's resourceVersion."""
@@ -196,4 +197,15 @@ class ClusterApi(Protocol):
     def set_job_status(self, namespace: str, name: str, status: JobStatus) -> JobObject:
         """Write the Job's ``status`` through the status subresource (what the Job controller does; tests and
         the local cluster). A ``Complete``/``Failed`` condition marks it finished. Raises NotFoundError."""
+        ...
+
+    def list_config_maps(self, namespace: str) -> Listing[ConfigMapObject]:
+        """Every ConfigMap of ``namespace`` (a namespaced list: a Role suffices; a namespace that does not exist
+        lists nothing) and the list's resourceVersion. Raises ClusterError."""
+        ...
+
+    def create_config_map(self, config_map: ConfigMapObject) -> ConfigMapObject:
+        """Create a ConfigMap (tests, local cluster); the server assigns its resourceVersion. Raises ConflictError
+        if the name exists, NotFoundError if the namespace does not (the in-memory twin has implicit namespaces),
+        ClusterError (422) if invalid."""
         ...

@@ -1,5 +1,5 @@
-"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api, CoordinationV1Api and (in
-:mod:`.jobs`) BatchV1Api.
+"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api (ConfigMaps in
+:mod:`.configmaps`), CoordinationV1Api and (in :mod:`.jobs`) BatchV1Api.
 
 Protocol facts this relies on (k8s-protocols.md §3.3, §3.6, §4; checked by ``tests/contract`` against a real
 kube-apiserver 1.20):
@@ -48,6 +48,7 @@ from domain.kube.objects import (
 )
 from ports.cluster import ClusterError
 
+from .configmaps import KubernetesConfigMaps
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
 from .translate import (
@@ -94,8 +95,9 @@ def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> c
     return client.ApiClient(configuration)
 
 
-class KubernetesCluster(KubernetesJobs):
-    """:class:`~ports.cluster.ClusterApi` over a configured ``kubernetes.client.ApiClient`` (module docstring).
+class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
+    """:class:`~ports.cluster.ClusterApi` over a configured ``kubernetes.client.ApiClient`` (module docstring;
+    Jobs in :mod:`.jobs`, ConfigMaps in :mod:`.configmaps`).
 
     ``pod_image`` — image used by :meth:`create_pod`; ``component`` — ``source.component`` of Events;
     ``request_timeout`` — client timeout (s) of one non-watch call. The caller owns and closes ``api_client``.

@@ -30,7 +30,8 @@ It mirrors what kube-apiserver 1.20 does with no kubelet (k8s-protocols.md §3.3
   (:mod:`adapters.memory.cluster_watch`).
 * **label selectors** (pods, Jobs): :func:`~adapters.memory.cluster_watch.parse_label_selector`.
 * **Jobs** (batch/v1) with label selectors, and no Job controller: :mod:`adapters.memory.cluster_jobs`; Events and
-  Leases: :mod:`adapters.memory.cluster_leases`.
+  Leases: :mod:`adapters.memory.cluster_leases`; ConfigMaps (create, namespaced list):
+  :mod:`adapters.memory.cluster_configmaps`.
 
 Differences from a real server, by design (no validation or admission): namespaces are implicit (the server
 answers 404 for a missing namespace); objects are not validated (the server answers 422, e.g. for a pod without
@@ -53,6 +54,7 @@ import attrs
 from domain.kube.events import EventCorrelator
 from domain.kube.objects import (
     ClusterEvent,
+    ConfigMapObject,
     ContainerTermination,
     EventType,
     JobObject,
@@ -66,6 +68,7 @@ from domain.kube.objects import (
 )
 from ports.cluster import ConflictError, GoneError, NotFoundError
 
+from .cluster_configmaps import InMemoryConfigMaps
 from .cluster_jobs import InMemoryJobs
 from .cluster_leases import InMemoryLeasesAndEvents
 from .cluster_watch import (
@@ -102,7 +105,7 @@ def _always(_: object) -> bool:
     return True
 
 
-class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents):
+class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents, InMemoryConfigMaps):
     """Nodes, pods, bindings, events, leases and Jobs held in memory with kube-apiserver semantics (module
     docstring).
 
@@ -128,6 +131,7 @@ class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents):
         self._jobs: dict[tuple[str, str], JobObject] = {}
         self._job_history: History[JobObject] = History(history_limit)
         self._job_deletions: list[tuple[str, str, Propagation]] = []
+        self._config_maps: dict[tuple[str, str], ConfigMapObject] = {}
 
     # ------------------------------------------------------------------ test helpers
     @property

@@ -202,6 +202,18 @@ class LeaseRecord:
 
 
 @attrs.frozen
+class ConfigMapObject:
+    """A core/v1 ConfigMap: ``namespace``, ``name``, ``labels`` and its string ``data`` (``binaryData`` is not
+    read); ``resource_version`` as the API wrote it."""
+
+    namespace: str
+    name: str
+    data: Mapping[str, str] = attrs.field(factory=dict)
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    resource_version: str = ""
+
+
+@attrs.frozen
 class ClusterEvent:
     """A core/v1 Event about an object: ``kind``/``namespace``/``name`` of the object, ``reason``, ``message``,
     ``type`` (Normal or Warning) and the object's ``uid`` (empty = unknown, not sent).

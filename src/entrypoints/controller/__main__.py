@@ -8,7 +8,10 @@ Command contract (issue 6)::
 
 Watches Nodes for the enable label of the protocol (``node-label``, default ``lj_runtimekit_enable``): ``true``
 runs an enable Job on the node, ``false`` or no label a disable Job; the state is written back to the node's
-``runtime-state`` annotation. ``--kubeconfig`` absent = the pod's in-cluster service account. ``--namespace``
+``runtime-state`` annotation. ``--pod-name``/``--pod-namespace`` (default: ``$POD_NAME``/``$POD_NAMESPACE``, set
+from the downward API by the manifest): the replica annotates its own Pod with its protocol fingerprint (key
+``annotations.node-protocol``), read by ``ljrk protocol check --kubeconfig``; unset = nothing published.
+``--kubeconfig`` absent = the pod's in-cluster service account. ``--namespace``
 (default ``kube-system``) is where the Jobs run and, by default, where the leader Lease lives. ``--max-retries``
 counts retries after the first failed try (default 4: five tries). Hidden development options: ``--in-memory``,
 ``--backoff-cap``, ``--job-timeout``, ``--job-deadline``, ``--job-service-account``, ``--lease-namespace``,
@@ -69,6 +72,10 @@ def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:
                         help="address of /healthz, /readyz and /metrics (default: :8081)")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
                         help="elect a leader over a Lease (default: on)")
+    parser.add_argument("--pod-name", default=os.environ.get("POD_NAME", ""), metavar="NAME",
+                        help="this replica's Pod, annotated with its protocol fingerprint (default: $POD_NAME)")
+    parser.add_argument("--pod-namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                        help="namespace of --pod-name (default: $POD_NAMESPACE)")
     parser.add_argument("--in-memory", action="store_true", help=hidden)
     for name, default in (("backoff-cap", 300.0), ("job-timeout", 60.0), ("job-deadline", 300.0),
                           ("lease-duration", 15.0), ("renew-deadline", 10.0), ("retry-period", 2.0),
@@ -95,6 +102,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
         in_memory=args.in_memory, watch_timeout_seconds=args.watch_timeout_seconds,
         resync_seconds=args.resync_seconds, retry_seconds=args.retry_seconds, log_level=args.log_level,
+        pod_name=args.pod_name, pod_namespace=args.pod_namespace if args.pod_name else "",
     )
 
 

@@ -53,7 +53,9 @@ class ControllerSettings:
     ``activeDeadlineSeconds``; ``host``/``port``: the listener; ``leader_elect`` with ``lease_namespace`` (empty
     = ``namespace``), ``lease_name``, ``identity`` and ``lease_duration``/``renew_deadline``/``retry_period``
     (s); ``in_memory``: an empty in-memory cluster (development); ``watch_timeout_seconds``,
-    ``resync_seconds``, ``retry_seconds`` (s); ``log_level``. Raises :class:`SettingsError`.
+    ``resync_seconds``, ``retry_seconds`` (s); ``log_level``; ``pod_namespace``/``pod_name``: this replica's own
+    Pod, annotated with the protocol fingerprint (:mod:`entrypoints._shared.publish`; empty = not in a pod,
+    nothing published). Raises :class:`SettingsError`.
     """
 
     kubeconfig: Path | None = None
@@ -82,6 +84,8 @@ class ControllerSettings:
     resync_seconds: float = 600.0
     retry_seconds: float = 5.0
     log_level: str = "INFO"
+    pod_namespace: str = ""
+    pod_name: str = ""
 
     def __attrs_post_init__(self) -> None:
         if not self.namespace:
@@ -105,6 +109,9 @@ class ControllerSettings:
             raise SettingsError("identity: must not be empty")
         if logging.getLevelName(self.log_level.upper()) not in (10, 20, 30, 40, 50):
             raise SettingsError(f"log_level={self.log_level!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        if bool(self.pod_name) != bool(self.pod_namespace):
+            raise SettingsError(f"pod_name={self.pod_name!r}, pod_namespace={self.pod_namespace!r}: give both "
+                                "(the downward API's metadata.name and metadata.namespace) or neither")
 
     @property
     def max_tries(self) -> int:
@@ -113,7 +120,9 @@ class ControllerSettings:
 
 
 class ControllerApp(RunUntilStopped):
-    """One controller replica's threads (module docstring). ``elector`` None = always leader."""
+    """One controller replica's threads (module docstring). ``elector`` None = always leader. ``publisher`` (None:
+    none) runs once on a thread of its own, not watched by :meth:`health` (it ends once it has written the
+    fingerprint on the replica's Pod)."""
 
     def __init__(
         self,
@@ -123,10 +132,13 @@ class ControllerApp(RunUntilStopped):
         controller: ToggleController,
         elector: LeaderElector | None,
         metrics_text: Callable[[], bytes],
+        publisher: Callable[[threading.Event], None] | None = None,
     ) -> None:
         self.settings = settings
         self.controller = controller
         self.elector = elector
+        self.publisher = publisher
+        self._publishing: threading.Thread | None = None
         namespace, timeout = settings.namespace, settings.watch_timeout_seconds
         self.nodes: Informer[NodeObject] = Informer(
             name="nodes", list_fn=cluster.list_nodes,
@@ -179,6 +191,10 @@ class ControllerApp(RunUntilStopped):
         else:
             self.controller.begin_leading()
         self._spawn("worker", lambda: self.controller.run(stop))
+        if self.publisher is not None:
+            publisher = self.publisher
+            self._publishing = threading.Thread(target=lambda: publisher(stop), name="publish-protocol", daemon=True)
+            self._publishing.start()  # not in _threads: it ends once written, which health() must not mind
         host, port = self.http.address
         log.info("controller started", extra=fields(namespace=self.settings.namespace, listen=f"{host}:{port}",
                                                     leader_elect=self.elector is not None))
@@ -192,7 +208,8 @@ class ControllerApp(RunUntilStopped):
             if thread.name == "leader-election":
                 thread.join(join_seconds)
         self.http.stop()
-        for thread in self._threads:
+        publishing = [] if self._publishing is None else [self._publishing]
+        for thread in [*self._threads, *publishing]:
             thread.join(max(0.0, deadline - time.monotonic()))
         log.info("controller stopped")
 

@@ -24,6 +24,7 @@ from domain.toggle.policy import TogglePolicy
 from domain.toggle.reconcile import ToggleSettings
 from entrypoints._shared.leader import LeaderConfig, LeaderElector
 from entrypoints._shared.logs import configure_logging
+from entrypoints._shared.publish import ProtocolPublisher
 from ports.cluster import ClusterApi
 from ports.metrics import ControllerMetrics
 
@@ -82,13 +83,25 @@ def leader_flag(elector: LeaderElector | None) -> Callable[[], bool]:
     return lambda: elector.is_leader
 
 
+def make_publisher(
+    cluster: ClusterApi, settings: ControllerSettings, protocol: ProtocolConstants
+) -> ProtocolPublisher | None:
+    """Writes the protocol fingerprint on this replica's Pod under the key ``annotations.node-protocol`` (the
+    same key the device plugin writes on its Node), or None outside a pod (no ``--pod-name``)."""
+    if not settings.pod_name:
+        return None
+    return ProtocolPublisher(cluster, pod=(settings.pod_namespace, settings.pod_name),
+                             key=protocol.annotations.node_protocol, fingerprint=protocol.fingerprint())
+
+
 def exposition(metrics: PrometheusControllerMetrics) -> Callable[[], bytes]:
     """The metrics page renderer."""
     return metrics.exposition
 
 
 class ControllerContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, controller, app."""
+    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, controller, publisher,
+    app."""
 
     settings: providers.Dependency[ControllerSettings] = providers.Dependency(instance_of=ControllerSettings)
     logging: providers.Provider[object] = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -104,6 +117,8 @@ class ControllerContainer(containers.DeclarativeContainer):
         ToggleController, cluster, toggle, metrics, enable_label=providers.Callable(enable_label, protocol),
         is_leader=providers.Callable(leader_flag, elector), retry_seconds=settings.provided.retry_seconds,
         resync_seconds=settings.provided.resync_seconds)
+    publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
+        make_publisher, cluster, settings, protocol)
     app: providers.Provider[ControllerApp] = providers.Singleton(
         ControllerApp, settings=settings, cluster=cluster, controller=controller, elector=elector,
-        metrics_text=metrics_text)
+        metrics_text=metrics_text, publisher=publisher)

@@ -11,7 +11,11 @@ name says — ``static``: pods take free pre-created instances; ``dynamic``: the
 and the Runtime creates the instance at Allocate. It must match the Runtimes' (a node publishing another strategy
 takes no MIG pods).
 
-``--kubeconfig`` absent = the pod's in-cluster service account. ``--identity`` defaults to ``<hostname>-<pid>``.
+``--pod-name``/``--pod-namespace`` (default: the ``POD_NAME``/``POD_NAMESPACE`` environment variables, which the
+manifest sets from the downward API): the replica annotates its own Pod with its protocol fingerprint (key
+``annotations.node-protocol`` of the protocol), read by ``ljrk protocol check --kubeconfig``; unset = nothing
+published. ``--kubeconfig`` absent = the pod's in-cluster service account. ``--identity`` defaults to
+``<hostname>-<pid>``.
 Hidden development options: ``--in-memory`` (an empty in-memory cluster instead of an API server),
 ``--resync-seconds``, ``--tick-seconds``, ``--assumed-ttl-seconds``, ``--watch-timeout-seconds``,
 ``--lease-duration``, ``--renew-deadline``, ``--retry-period``, ``--tie-break``, ``--log-level``.
@@ -78,6 +82,10 @@ def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
     parser.add_argument("--admission-hold", type=float, default=60.0, metavar="SECONDS",
                         help="keep a pod off a node while a pod with a confusable GPU request there still waits for "
                              "its devices (the device plugin marks it), at most this long; 0 = off (default: 60)")
+    parser.add_argument("--pod-name", default=os.environ.get("POD_NAME", ""), metavar="NAME",
+                        help="this replica's Pod, annotated with its protocol fingerprint (default: $POD_NAME)")
+    parser.add_argument("--pod-namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
+                        help="namespace of --pod-name (default: $POD_NAMESPACE)")
     parser.add_argument("--in-memory", action="store_true", help=hidden)
     for name, default in (("resync-seconds", 300.0), ("tick-seconds", 5.0), ("assumed-ttl-seconds", 60.0),
                           ("watch-timeout-seconds", 30.0), ("lease-duration", 15.0), ("renew-deadline", 10.0),
@@ -99,7 +107,8 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
         resync_seconds=args.resync_seconds, tick_seconds=args.tick_seconds,
         assumed_ttl_seconds=args.assumed_ttl_seconds, watch_timeout_seconds=args.watch_timeout_seconds,
         log_level=args.log_level, rank_all_pods=args.rank_all_pods, mig_strategy=args.mig_strategy,
-        admission_hold_seconds=args.admission_hold,
+        admission_hold_seconds=args.admission_hold, pod_name=args.pod_name,
+        pod_namespace=args.pod_namespace if args.pod_name else "",
     )
 
 

@@ -78,6 +78,8 @@ class SchedulerSettings:
     ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
     ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
     node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.holds.hold_window`).
+    ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
+    (:mod:`entrypoints._shared.publish`); empty = not in a pod, nothing published.
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
@@ -104,6 +106,8 @@ class SchedulerSettings:
     rank_all_pods: bool = False
     mig_strategy: str = "static"
     admission_hold_seconds: float = 60.0
+    pod_namespace: str = ""
+    pod_name: str = ""
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -129,10 +133,15 @@ class SchedulerSettings:
             raise SettingsError("identity: must not be empty")
         if logging.getLevelName(self.log_level.upper()) not in (10, 20, 30, 40, 50):
             raise SettingsError(f"log_level={self.log_level!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        if bool(self.pod_name) != bool(self.pod_namespace):
+            raise SettingsError(f"pod_name={self.pod_name!r}, pod_namespace={self.pod_namespace!r}: give both "
+                                "(the downward API's metadata.name and metadata.namespace) or neither")
 
 
 class SchedulerApp(RunUntilStopped):
-    """One scheduler replica's threads (module docstring). ``elector`` None = always leader (tests, dev)."""
+    """One scheduler replica's threads (module docstring). ``elector`` None = always leader (tests, dev).
+    ``publisher`` (None: none) runs once on a thread of its own, not watched by :meth:`health` (it ends when it
+    has written the fingerprint on the replica's Pod)."""
 
     def __init__(
         self,
@@ -142,11 +151,13 @@ class SchedulerApp(RunUntilStopped):
         service: SchedulerService,
         elector: LeaderElector | None,
         metrics_text: Callable[[], bytes],
+        publisher: Callable[[threading.Event], None] | None = None,
     ) -> None:
         self.settings = settings
         self.cluster = cluster
         self.service = service
         self.elector = elector
+        self.publisher = publisher
         self.loop = StandaloneLoop(service) if settings.mode == "standalone" else None
         self.extender = (Extender(service, rank_all_pods=settings.rank_all_pods) if settings.mode == "extender"
                          else None)
@@ -169,6 +180,7 @@ class SchedulerApp(RunUntilStopped):
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._rebuilds: list[threading.Thread] = []
+        self._publishing: threading.Thread | None = None
 
     @property
     def synced(self) -> bool:
@@ -210,6 +222,10 @@ class SchedulerApp(RunUntilStopped):
         else:  # always leader: one rebuild once the informers have listed
             self._on_started()
         self._spawn("maintenance", self._maintain)
+        if self.publisher is not None:
+            publisher = self.publisher
+            self._publishing = threading.Thread(target=lambda: publisher(stop), name="publish-protocol", daemon=True)
+            self._publishing.start()  # not in _threads: it ends once written, which health() must not mind
         if self.loop is not None:
             loop = self.loop
             self._spawn("standalone-loop", lambda: loop.run(stop))
@@ -253,6 +269,7 @@ class SchedulerApp(RunUntilStopped):
                 thread.join(join_seconds)
         self.http.stop()
         deadline = time.monotonic() + join_seconds
-        for thread in [*self._threads, *self._rebuilds]:
+        publishing = [] if self._publishing is None else [self._publishing]
+        for thread in [*self._threads, *self._rebuilds, *publishing]:
             thread.join(max(0.0, deadline - time.monotonic()))
         log.info("scheduler stopped")

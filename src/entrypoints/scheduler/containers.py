@@ -28,6 +28,7 @@ from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.leader import LeaderConfig, LeaderElector
 from entrypoints._shared.logs import configure_logging
+from entrypoints._shared.publish import ProtocolPublisher
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
 
@@ -78,6 +79,17 @@ def service_config(settings: SchedulerSettings) -> ServiceConfig:
                          admission_hold_seconds=settings.admission_hold_seconds)
 
 
+def make_publisher(
+    cluster: ClusterApi, settings: SchedulerSettings, protocol: ProtocolConstants
+) -> ProtocolPublisher | None:
+    """Writes the protocol fingerprint on this replica's Pod under the key ``annotations.node-protocol`` (the
+    same key the device plugin writes on its Node), or None outside a pod (no ``--pod-name``)."""
+    if not settings.pod_name:
+        return None
+    return ProtocolPublisher(cluster, pod=(settings.pod_namespace, settings.pod_name),
+                             key=protocol.annotations.node_protocol, fingerprint=protocol.fingerprint())
+
+
 def leader_flag(elector: LeaderElector) -> Callable[[], bool]:
     """``elector.is_leader`` as a callable."""
     return lambda: elector.is_leader
@@ -94,7 +106,7 @@ def epoch_clock() -> Callable[[], float]:
 
 
 class SchedulerContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, service, app."""
+    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, service, publisher, app."""
 
     settings: providers.Dependency[SchedulerSettings] = providers.Dependency(instance_of=SchedulerSettings)
     logging: providers.Provider[object] = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -109,6 +121,8 @@ class SchedulerContainer(containers.DeclarativeContainer):
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
         commit_cluster=providers.Callable(commit_cluster, cluster, settings))
+    publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
+        make_publisher, cluster, settings, protocol)
     app: providers.Provider[SchedulerApp] = providers.Singleton(
         SchedulerApp, settings=settings, cluster=cluster, service=service, elector=elector,
-        metrics_text=metrics_text)
+        metrics_text=metrics_text, publisher=publisher)
