@@ -88,7 +88,11 @@ def test_check_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["protocol", "check"], "the following arguments are required: FILE"),
+        (["protocol", "check"], "give FILEs to compare, or --kubeconfig FILE to check a live cluster"),
+        (["protocol", "check", "--namespace", "gpu", "a.yaml"], "--namespace and --context need --kubeconfig"),
+        (["protocol", "check", "--kubeconfig", "k", "a.yaml"], "give FILEs or --kubeconfig, not both"),
+        (["protocol", "check", "--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig: "
+                                                                           "cannot load it"),
         (["protocol", "check", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: cannot read"),
         (["protocol"], "required: command"),
     ],

@@ -1,4 +1,5 @@
-"""``ljrk protocol``: compare the protocol constants of ConfigMaps, rendered manifests or ``protocol.yaml`` files.
+"""``ljrk protocol``: compare the protocol constants of ConfigMaps, rendered manifests or ``protocol.yaml`` files,
+or of a live cluster's ConfigMaps and running components.
 
 ``ljrk protocol check FILE…`` loads every protocol found in the files (``-`` reads standard input, e.g.
 ``deploy/deploy-all.sh render | ljrk protocol check -``): a bare ``protocol.yaml``, or each ConfigMap whose data
@@ -7,11 +8,19 @@ fingerprint, then every constant whose value differs between them, as ``KEY: LOC
 that load different protocols disagree on resource names or annotation keys, so a platform engineer runs this
 before an upgrade; CI runs it on the rendered manifests.
 
+``ljrk protocol check --kubeconfig FILE [--namespace NS] [--context C]`` (no FILE arguments) reads a live
+cluster instead (:mod:`.live`): the protocol ConfigMaps of NS (default ``kube-system``), and the fingerprint each
+running component publishes (device plugin and exporter on their Node, scheduler and controller on their Pod),
+naming every instance that runs another protocol than its own component's ConfigMap (not yet restarted) with the
+command that restarts it.
+
 ``ljrk protocol show [--protocol FILE]`` prints the fingerprint and the full YAML of one protocol (the embedded
 default without ``--protocol``): the value components publish as ``lj_runtimekit_protocol_info``.
 
-Exit codes: 0 all protocols agree (at least one found); 1 some constant differs; 2 bad command line, unreadable
-or invalid file, or no protocol found.
+Exit codes: 0 all protocols agree (at least one found; with ``--kubeconfig`` every running instance too); 1 some
+constant differs, or an instance runs another protocol, publishes none, or has no ConfigMap; 2 bad command line,
+unreadable or invalid file or ConfigMap, no protocol found, or a kubeconfig that does not load or an API server
+that cannot be reached or refuses (one line on stderr).
 """
 
 from __future__ import annotations
@@ -21,36 +30,37 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapters.protocolfile import ProtocolFileError, dump_protocol, find_protocols, load_protocol, protocol_items
+from adapters.protocolfile import ProtocolFileError, dump_protocol, find_protocols, load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError, one_line
+from ports.cluster import ClusterError
+
+from .compare import differences
+from .live import KubeconfigError, check_cluster, open_cluster
+
+__all__ = ["EXIT_DIFFERENT", "EXIT_OK", "EXIT_USAGE", "build_parser", "check", "differences", "main"]
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
+DEFAULT_NAMESPACE = "kube-system"
+"""Namespace of the live check when ``--namespace`` is not given (the manifests' namespace)."""
 
 
 def build_parser(prog: str = "ljrk protocol") -> argparse.ArgumentParser:
     """The ``protocol`` parser with subcommands ``check`` and ``show`` (errors raise :class:`UsageError`)."""
     parser = _Parser(prog=prog, description="Compare or show LJ RuntimeKit protocol constants.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    check = commands.add_parser("check", help="compare the protocols in FILEs; exit 1 when any constant differs")
-    check.add_argument("files", nargs="+", metavar="FILE", help="protocol.yaml, ConfigMap or manifests; - = stdin")
+    check = commands.add_parser("check", help="compare the protocols in FILEs, or of a live cluster (--kubeconfig); "
+                                "exit 1 when any differs")
+    check.add_argument("files", nargs="*", metavar="FILE", help="protocol.yaml, ConfigMap or manifests; - = stdin")
+    check.add_argument("--kubeconfig", metavar="FILE",
+                       help="check a live cluster: its ConfigMaps and the fingerprints its components publish")
+    check.add_argument("--namespace", metavar="NS", help="with --kubeconfig: the stack's namespace (default: "
+                       f"{DEFAULT_NAMESPACE})")
+    check.add_argument("--context", metavar="C", help="with --kubeconfig: the kubeconfig context (default: current)")
     show = commands.add_parser("show", help="print one protocol's fingerprint and YAML")
     show.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: the embedded one)")
     return parser
-
-
-def differences(found: Sequence[tuple[str, ProtocolConstants]]) -> dict[str, dict[str, object]]:
-    """``{key: {location: value}}`` for every constant whose value is not the same at all ``found`` locations
-    (keys as in ``protocol.yaml``, dotted)."""
-    flat = [(where, protocol_items(protocol)) for where, protocol in found]
-    keys = sorted({key for _, items in flat for key in items})
-    result: dict[str, dict[str, object]] = {}
-    for key in keys:
-        values = {where: items.get(key) for where, items in flat}
-        if len({repr(v) for v in values.values()}) > 1:
-            result[key] = values
-    return result
 
 
 def _read(name: str) -> str:
@@ -82,6 +92,23 @@ def check(files: Sequence[str]) -> int:
     return EXIT_DIFFERENT
 
 
+def _check(args: argparse.Namespace) -> int:
+    """``check`` in the mode its arguments choose. Raises UsageError for FILEs with ``--kubeconfig``, neither,
+    or ``--namespace``/``--context`` without ``--kubeconfig``; what :func:`check` and
+    :func:`~.live.check_cluster` raise."""
+    if args.kubeconfig is None:
+        if args.namespace is not None or args.context is not None:
+            raise UsageError("--namespace and --context need --kubeconfig")
+        if not args.files:
+            raise UsageError("give FILEs to compare, or --kubeconfig FILE to check a live cluster")
+        return check(args.files)
+    if args.files:
+        raise UsageError(f"give FILEs or --kubeconfig, not both (FILEs: {' '.join(args.files)})")
+    namespace = args.namespace or DEFAULT_NAMESPACE
+    with open_cluster(args.kubeconfig, args.context) as cluster:
+        return check_cluster(cluster, namespace)
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk protocol") -> int:
     """Entry point; returns the exit code (module docstring)."""
     try:
@@ -93,9 +120,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk protocol") -> i
         return EXIT_USAGE
     try:
         if args.command == "check":
-            return check(args.files)
+            return _check(args)
         protocol = load_protocol(args.protocol)
-    except ProtocolFileError as error:
+    except UsageError as error:
+        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ProtocolFileError, KubeconfigError, ClusterError) as error:
         print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     print(f"# fingerprint: {protocol.fingerprint()}")
