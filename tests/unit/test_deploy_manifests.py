@@ -104,7 +104,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
             ("", "events", "patch", "")},
         ("Role", "lj-runtimekit-controller"): {
             *{("batch", "jobs", verb, "") for verb in ("get", "list", "watch", "create", "delete")},
-            ("", "pods", "list", ""),
+            ("", "pods", "list", ""), ("", "pods", "patch", ""),  # patch: the fingerprint on its own Pod
             ("coordination.k8s.io", "leases", "create", ""),
             ("coordination.k8s.io", "leases", "get", "lj-runtimekit-controller"),
             ("coordination.k8s.io", "leases", "update", "lj-runtimekit-controller"),
@@ -594,3 +594,14 @@ def test_deploy_all_is_shellcheck_clean() -> None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
     result = run([shellcheck, str(SCRIPT)])
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("name", ["lj-runtimekit-scheduler-framework", "lj-runtimekit-controller"])
+def test_pod_components_know_their_own_pod_from_the_downward_api(rendered: list[dict[str, Any]], name: str) -> None:
+    """The scheduler and the controller annotate their own Pod with their protocol fingerprint
+    (``ljrk protocol check --kubeconfig``); ``--pod-name``/``--pod-namespace`` default to these variables."""
+    [workload] = [o for o in rendered if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+    [container] = our_containers(pod_spec(workload))
+    fields = {v["name"]: v["valueFrom"]["fieldRef"]["fieldPath"] for v in container["env"]
+              if "fieldRef" in v.get("valueFrom", {})}
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
