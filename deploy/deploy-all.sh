@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # deploy-all.sh: render, deploy or delete the LJ RuntimeKit stack (all components or some) with kubectl/kustomize.
 #
-#   deploy/deploy-all.sh deploy|delete|render [--components=a,b] [--image-registry R] [--tag T]
-#                        [--namespace NS] [--kube-scheduler-tag T] [--dry-run]
+#   deploy/deploy-all.sh deploy|delete|render [--components=a,b] [--with-monitoring] [--image-registry R]
+#                        [--tag T] [--namespace NS] [--kube-scheduler-tag T] [--dry-run]
 #
 # render  prints the manifests (kustomize, through `kubectl kustomize`) on stdout: deploy/kustomization.yaml (or,
 #         with --components, the components' own kustomizations) under the overrides; with no option exactly what
@@ -12,6 +12,9 @@
 #
 # --components=a,b       any of: runtime, deviceplugin (or device-plugin), exporter, scheduler, controller
 #                        (default: all). Each component is self-contained (its own RBAC and ConfigMap).
+#                        Optional, never in the default: monitoring (deploy/monitoring: PodMonitors and the
+#                        PrometheusRule; needs prometheus-operator's CRDs, which deploy checks first).
+# --with-monitoring      add monitoring to the components (all of them by default)
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
 # --namespace NS         namespace of every namespaced object, and of the RBAC subjects (default: kube-system)
@@ -31,6 +34,7 @@ PROG="deploy-all.sh"
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$DEPLOY_DIR")"
 ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller)
+OPTIONAL_COMPONENTS=(monitoring)  # not in the default set: needs prometheus-operator's CRDs
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
 FIELD_MANAGER="lj-runtimekit"
@@ -51,6 +55,7 @@ tag=""
 namespace=""
 kube_scheduler_tag=""
 dry_run=0
+with_monitoring=0
 
 need_value() {  # need_value OPTION REMAINING_ARG_COUNT
     [[ $2 -ge 2 ]] || die 2 "$1 needs a value"
@@ -72,6 +77,7 @@ while [[ $# -gt 0 ]]; do
         --kube-scheduler-tag=*) kube_scheduler_tag="${1#*=}" ;;
         --kube-scheduler-tag) need_value "$1" "$#"; kube_scheduler_tag="$2"; shift ;;
         --dry-run) dry_run=1 ;;
+        --with-monitoring) with_monitoring=1 ;;
         -h|--help) usage; exit 0 ;;
         *) die 2 "unknown argument '$1' (see $0 --help)" ;;
     esac
@@ -89,22 +95,29 @@ else
         if [[ "$name" == "device-plugin" ]]; then name="deviceplugin"; fi
         [[ -n "$name" ]] || continue
         known=0
-        for c in "${ALL_COMPONENTS[@]}"; do
+        for c in "${ALL_COMPONENTS[@]}" "${OPTIONAL_COMPONENTS[@]}"; do
             if [[ "$c" == "$name" ]]; then known=1; fi
         done
-        [[ $known -eq 1 ]] || die 2 "unknown component '$name' (known: ${ALL_COMPONENTS[*]})"
+        [[ $known -eq 1 ]] || die 2 "unknown component '$name' (known: ${ALL_COMPONENTS[*]} ${OPTIONAL_COMPONENTS[*]})"
         components+=("$name")
     done
     [[ ${#components[@]} -gt 0 ]] || die 2 "--components is empty (known: ${ALL_COMPONENTS[*]})"
 fi
-# canonical order (as in deploy/kustomization.yaml), each component once
+[[ $with_monitoring -eq 0 ]] || components+=(monitoring)
+# canonical order (as in deploy/kustomization.yaml, then the optional ones), each component once
 ordered=()
-for c in "${ALL_COMPONENTS[@]}"; do
+for c in "${ALL_COMPONENTS[@]}" "${OPTIONAL_COMPONENTS[@]}"; do
     for r in "${components[@]}"; do
         if [[ "$c" == "$r" ]]; then ordered+=("$c"); break; fi
     done
 done
 components=("${ordered[@]}")
+core=()  # the selected components of the default set
+for c in "${components[@]}"; do
+    [[ " ${OPTIONAL_COMPONENTS[*]} " == *" $c "* ]] || core+=("$c")
+done
+monitoring=0
+[[ " ${components[*]} " != *" monitoring "* ]] || monitoring=1
 
 if [[ -n "$namespace" && ! "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
     die 2 "--namespace '$namespace' is not a valid namespace name (DNS label)"
@@ -160,11 +173,12 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         echo "kind: Kustomization"
         [[ -z "$namespace" ]] || echo "namespace: $namespace"
         echo "resources:"
-        if [[ ${#components[@]} -eq ${#ALL_COMPONENTS[@]} ]]; then
+        if [[ ${#core[@]} -eq ${#ALL_COMPONENTS[@]} ]]; then
             echo "- ../deploy"  # deploy/kustomization.yaml, with whatever it adds
         else
-            for c in "${components[@]}"; do echo "- ../deploy/$c"; done
+            for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
         fi
+        [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
         if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then
             echo "images:"
             if [[ -n "$registry" || -n "$tag" ]]; then
@@ -211,6 +225,14 @@ split_workloads() {
 
 case "$action" in
     deploy)
+        if [[ $monitoring -eq 1 ]]; then  # before anything is applied: a half-applied stack helps nobody
+            crds="$("$kubectl_bin" api-resources --api-group=monitoring.coreos.com -o name 2>/dev/null)" || crds=""
+            for kind in podmonitors prometheusrules; do
+                [[ $'\n'"$crds"$'\n' == *$'\n'"$kind.monitoring.coreos.com"$'\n'* ]] || die 1 "the monitoring component
+  needs prometheus-operator's CRDs, and the cluster does not serve $kind.monitoring.coreos.com: install the
+  operator (or its CRDs) first, or leave out monitoring"
+            done
+        fi
         target_ns="${namespace:-kube-system}"
         if ! "$kubectl_bin" get namespace "$target_ns" >/dev/null 2>&1; then
             if [[ $dry_run -eq 1 ]]; then

@@ -1,5 +1,6 @@
 """Metrics ports: the scheduler's (decisions, drift, a live view of the ledger), the node controller's
-(toggle transitions, Jobs, failures, API writes, nodes per state) and the device plugin's (a status view).
+(toggle transitions, Jobs, failures, API writes, nodes per state, the failed nodes by name) and the device
+plugin's (a status view).
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
 (milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs,
@@ -74,6 +75,10 @@ class DevicePluginMetrics(Protocol):
 StateView = Callable[[], Mapping[ToggleState, int]]
 """Returns how many managed nodes are in each toggle state at the time of the call (a scrape)."""
 
+FailedView = Callable[[], Mapping[str, Action | None]]
+"""Returns the managed nodes in the ``failed`` state at the time of the call (a scrape): node name → the target
+whose tries all failed (None when the record names none)."""
+
 
 class ControllerMetrics(Protocol):
     """Where the node controller reports what it does (``ljrk controller``; series in ``adapters.prometheus``)."""
@@ -102,6 +107,10 @@ class ControllerMetrics(Protocol):
 
     def watch_states(self, view: StateView) -> None:
         """Read the number of nodes per state from ``view`` at every scrape."""
+        ...
+
+    def watch_failed_nodes(self, view: FailedView) -> None:
+        """Read the names of the nodes in the ``failed`` state (and their targets) from ``view`` at every scrape."""
         ...
 
     def set_leader(self, leader: bool) -> None:

@@ -243,10 +243,15 @@ def test_failed_job_is_retried_with_backoff_then_node_failed() -> None:
     assert 'lj_runtimekit_controller_job_failures_total{action="enable"} 3.0' in text
     assert 'lj_runtimekit_controller_transitions_total{from="enabling",to="failed"} 1.0' in text
     assert 'lj_runtimekit_controller_nodes{state="failed"} 1.0' in text
+    assert 'lj_runtimekit_controller_node_failed{node="n1",target="enable"} 1.0' in text  # the alert names it
     world.advance(3600)
     assert world.active("n1") == []
     assert world.state("n1") == "failed"
     assert world.our_jobs("n1") == []  # TTL passed
+    world.set_label("n1", "false")  # a new episode: the node leaves failed, and the page
+    world.settle()
+    assert world.state("n1") == "disabling"
+    assert "lj_runtimekit_controller_node_failed{" not in world.metrics.exposition().decode()
 
 
 def test_standby_writes_nothing_and_leadership_sweeps() -> None:
@@ -318,6 +323,7 @@ def test_metrics_page_counts_jobs_writes_and_states() -> None:
     assert 'lj_runtimekit_controller_nodes{state="enabled"} 1.0' in text
     assert 'lj_runtimekit_controller_nodes{state="disabled"} 1.0' in text
     assert 'lj_runtimekit_controller_transitions_total{from="disabling",to="disabled"} 1.0' in text
+    assert "lj_runtimekit_controller_node_failed{" not in text  # no node failed: the family is empty
     writes = sum(world.api.writes.values())
     assert 'lj_runtimekit_controller_api_writes_total{result="ok",verb="create_job"} 2.0' in text
     assert writes == world.controller.writes

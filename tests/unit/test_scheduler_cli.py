@@ -4,7 +4,8 @@ Covers: ``--help`` exits 0; unknown policy, bad ``--listen``, missing ``--mode``
 with one ``error:`` line before anything starts; the container resolves every provider with the in-memory
 cluster (check_dependencies); ``main`` runs with ``--in-memory`` and returns 0 once stopped; ``parse_listen``;
 ``/readyz`` (``SchedulerApp.ready``) is 200 only for the leader with a rebuilt ledger, in standalone mode as in
-extender mode (a standalone standby used to answer 200);
+extender mode (a standalone standby used to answer 200); ``--metrics-listen`` serves ``/metrics`` and the probes but
+never the extender verbs, and a bad one exits 2;
 commits over the API server use a request timeout below ``lease_duration − renew_deadline``.
 """
 
@@ -35,6 +36,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     ([*BASE, "--policy", "nope"], "unknown policy"),
     (["--mode", "extender", "--listen", "localhost"], "HOST:PORT"),
     (["--listen", "127.0.0.1:0"], "--mode"),
+    (["--mode", "extender", "--listen", "127.0.0.1:0", "--metrics-listen", "9402"], "HOST:PORT"),
     ([*BASE, "--tie-break", "coin"], "tie_break"),
 ])
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,3 +159,47 @@ def test_commits_over_the_api_server_time_out_before_a_successor_can_lead() -> N
         assert cluster.request_timeout == 30.0  # listings keep their own, longer timeout
     memory = InMemoryCluster()
     assert commit_cluster(memory, settings) is memory
+
+
+def test_metrics_listener_serves_metrics_and_probes_but_no_verbs() -> None:
+    import urllib.error
+    import urllib.request
+
+    settings = SchedulerSettings(mode="extender", host="127.0.0.1", port=0, metrics_listen=("127.0.0.1", 0),
+                                 in_memory=True, watch_timeout_seconds=0.2)
+    from entrypoints.scheduler.__main__ import build_parser, settings_from_args
+
+    parsed = settings_from_args(build_parser().parse_args(
+        ["--mode", "extender", "--listen", "127.0.0.1:8888", "--metrics-listen", ":9402"]))
+    assert parsed.metrics_listen == ("0.0.0.0", 9402)
+    bare = build_parser().parse_args(["--mode", "extender", "--listen", ":1"])
+    assert settings_from_args(bare).metrics_listen is None
+    container = SchedulerContainer(settings=settings)
+    container.init_resources()
+    try:
+        app = container.app()
+        assert app.metrics_http is not None
+        app.http.start()
+        app.metrics_http.start()
+        host, port = app.metrics_http.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
+            page = reply.read().decode()
+        assert "lj_runtimekit_scheduler_drift_repairs_total" in page
+        assert "# TYPE lj_runtimekit_scheduler_protocol_mismatch_nodes gauge" in page
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/filter", data=b"{}", method="POST"),
+                                   timeout=5)
+        refused.value.close()
+        assert refused.value.code == 501  # no POST handler at all on this listener
+        with pytest.raises(urllib.error.HTTPError) as standby:
+            urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=5)
+        standby.value.close()
+        assert standby.value.code == 503  # the same readiness as the main listener: informers not synced
+        verbs_host, verbs_port = app.http.address
+        with urllib.request.urlopen(f"http://{verbs_host}:{verbs_port}/metrics", timeout=5) as reply:
+            assert reply.status == 200  # the main listener keeps its /metrics
+    finally:
+        app.stop(join_seconds=0.5)
+        container.shutdown_resources()
+    with pytest.raises(SettingsError, match="metrics_listen"):
+        SchedulerSettings(metrics_listen=("0.0.0.0", 70000))

@@ -6,6 +6,9 @@
 * ``lj_runtimekit_controller_api_writes_total{verb,result}`` — every write to the API server (``ok``/``error``);
 * ``lj_runtimekit_controller_nodes{state}`` — managed nodes per state, read at scrape time through a collector
   (every state always present, so a state that empties reads 0 rather than vanishing);
+* ``lj_runtimekit_controller_node_failed{node,target}`` — 1 per managed node in the ``failed`` state (every try
+  for ``target``, ``enable`` or ``disable``, failed), read at scrape time, so an alert can name the node; a node
+  that leaves ``failed`` leaves the page;
 * ``lj_runtimekit_controller_leader`` — 1 while this replica leads.
 """
 
@@ -19,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from adapters.prometheus.protocol import protocol_info_gauge
 from domain.toggle.states import Action, ToggleState
-from ports.metrics import StateView
+from ports.metrics import FailedView, StateView
 
 PREFIX = "lj_runtimekit_controller"
 
@@ -27,6 +30,7 @@ PREFIX = "lj_runtimekit_controller"
 class _StateCollector(Collector):
     def __init__(self) -> None:
         self.view: StateView | None = None
+        self.failed: FailedView | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(f"{PREFIX}_nodes", "Managed nodes per Runtime toggle state", labels=["state"])
@@ -34,6 +38,11 @@ class _StateCollector(Collector):
         for state in ToggleState:
             family.add_metric([state.value], counts.get(state, 0))
         yield family
+        failed = GaugeMetricFamily(f"{PREFIX}_node_failed", "1 for a managed node whose every toggle try for "
+                                   "target failed (state failed)", labels=["node", "target"])
+        for node, target in sorted((self.failed() if self.failed is not None else {}).items()):
+            failed.add_metric([node, "" if target is None else target.value], 1)
+        yield failed
 
 
 class PrometheusControllerMetrics:
@@ -85,6 +94,10 @@ class PrometheusControllerMetrics:
     def watch_states(self, view: StateView) -> None:
         """Serve the per-state node gauge from ``view`` at scrape time."""
         self._states.view = view
+
+    def watch_failed_nodes(self, view: FailedView) -> None:
+        """Serve ``…_node_failed{node,target}`` from ``view`` at scrape time."""
+        self._states.failed = view
 
     def set_leader(self, leader: bool) -> None:
         """1 while leading, else 0."""

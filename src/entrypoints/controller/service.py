@@ -51,7 +51,7 @@ from domain.toggle.reconcile import (
     reconcile,
 )
 from domain.toggle.record import NodeToggle
-from domain.toggle.states import ToggleState
+from domain.toggle.states import Action, ToggleState
 from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
 from ports.metrics import ControllerMetrics
@@ -117,6 +117,7 @@ class ToggleController:
         self._causes = JobCauses(cluster)
         self._next_resync = clock() + resync_seconds
         metrics.watch_states(self.state_counts)
+        metrics.watch_failed_nodes(self.failed_nodes)
 
     # ------------------------------------------------------------------ informer handlers
     def on_node(self, node: NodeObject) -> None:
@@ -197,6 +198,11 @@ class ToggleController:
         """Managed nodes per state (for the metrics)."""
         with self._lock:
             return dict(Counter(r.state for r in self._records.values()))
+
+    def failed_nodes(self) -> dict[str, Action | None]:
+        """Managed nodes in the ``failed`` state → the target whose tries failed (for the metrics)."""
+        with self._lock:
+            return {r.node: r.target for r in self._records.values() if r.state is ToggleState.FAILED}
 
     def record(self, node: str) -> NodeToggle | None:
         """The record of ``node`` (None when not managed)."""

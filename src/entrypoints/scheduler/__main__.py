@@ -2,9 +2,12 @@
 
 Command contract (issue 3 §3)::
 
-    ljrk scheduler --mode extender|standalone --listen HOST:PORT [--kubeconfig FILE] [--protocol FILE]
-                   [--policy NAME] [--lease-namespace NS] [--lease-name NAME] [--identity ID]
-                   [--mig-strategy static|dynamic]
+    ljrk scheduler --mode extender|standalone --listen HOST:PORT [--metrics-listen HOST:PORT]
+                   [--kubeconfig FILE] [--protocol FILE] [--policy NAME] [--lease-namespace NS]
+                   [--lease-name NAME] [--identity ID] [--mig-strategy static|dynamic]
+
+``--metrics-listen``: a second listener with only ``/metrics``, ``/healthz`` and ``/readyz`` (no extender verbs),
+so Prometheus can scrape a scheduler whose ``--listen`` is the pod's loopback (the deployment's extender).
 
 ``--mig-strategy`` (default ``static``): how MIG instances come to exist, as the node Runtimes' flag of the same
 name says — ``static``: pods take free pre-created instances; ``dynamic``: the scheduler chooses profile placements
@@ -66,6 +69,9 @@ def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, required=True, help="extender (beside kube-scheduler) or standalone")
     parser.add_argument("--listen", type=parse_listen, required=True, metavar="HOST:PORT",
                         help="address of the extender verbs, /healthz, /readyz and /metrics")
+    parser.add_argument("--metrics-listen", type=parse_listen, default=None, metavar="HOST:PORT",
+                        help="also serve /metrics, /healthz and /readyz (never the verbs) here, for Prometheus "
+                             "(default: off)")
     parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
     parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: embedded defaults)")
     parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
@@ -100,7 +106,8 @@ def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
     """Validated settings. Raises :class:`SettingsError` or :class:`DomainError` (unknown policy)."""
     host, port = args.listen
     return SchedulerSettings(
-        mode=args.mode, host=host, port=port, kubeconfig=args.kubeconfig, protocol_file=args.protocol,
+        mode=args.mode, host=host, port=port, metrics_listen=args.metrics_listen, kubeconfig=args.kubeconfig,
+        protocol_file=args.protocol,
         policy=args.policy, tie_break=args.tie_break, in_memory=args.in_memory,
         lease_namespace=args.lease_namespace, lease_name=args.lease_name, identity=args.identity or default_identity(),
         lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,

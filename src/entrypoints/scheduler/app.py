@@ -1,15 +1,16 @@
 """The ``scheduler`` use case: settings, and the threads that keep one replica running.
 
-:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or
-node re-created under a known name is released by UID first; their resourceVersions are the service's resync
-watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender
-mode), the leader elector (on gaining leadership a new term opens at once on the elector's thread, and the ledger
-is rebuilt from a full listing on a thread of its own — so the Lease keeps being renewed — once both informers
-have listed, retried with backoff until it succeeds or the term ends; only then does the replica schedule:
-``SchedulerService.serving``), the maintenance thread (inventory staleness and reservation expiry every
-``tick_seconds``, full resync every ``resync_seconds``) and, in standalone mode, the scheduling loop. Every
-thread logs and survives any exception. :meth:`SchedulerApp.stop` reverses it: the Lease is released first so
-a standby takes over at once, then the loop, the listener and the informers stop.
+:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or node
+re-created under a known name is released by UID first; their resourceVersions are the service's resync
+watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender mode;
+with ``metrics_listen`` a second one without the verbs, for Prometheus), the leader elector (on gaining leadership
+a new term opens at once on the elector's thread, and the ledger is rebuilt from a full listing on a thread of its
+own — so the Lease keeps being renewed — once both informers have listed, retried with backoff until it succeeds or
+the term ends; only then does the replica schedule: ``SchedulerService.serving``), the maintenance thread
+(inventory staleness and reservation expiry every ``tick_seconds``, full resync every ``resync_seconds``) and, in
+standalone mode, the scheduling loop. Every thread logs and survives any exception. :meth:`SchedulerApp.stop`
+reverses it: the Lease is released first so a standby takes over at once, then the loop, the listeners and the
+informers stop.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from domain.kube.objects import NodeObject, PodObject
 from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
+from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.informer import Informer
 from entrypoints._shared.leader import LeaderElector
 from entrypoints._shared.lifecycle import RunUntilStopped
@@ -68,6 +70,8 @@ class SchedulerSettings:
     """Validated settings of ``ljrk scheduler``.
 
     ``mode``: ``extender`` or ``standalone``; ``host``/``port``: the listener (port 0 = any free port);
+    ``metrics_listen``: ``(host, port)`` of a second listener serving only ``/metrics``, ``/healthz`` and
+    ``/readyz`` (None = none);
     ``kubeconfig``: file, or None for the in-cluster service account; ``protocol_file``: ``protocol.yaml``, or
     None for the embedded defaults; ``policy``: default policy name; ``tie_break``: tie rule name;
     ``in_memory``: use an empty in-memory cluster (development); ``lease_namespace``/``lease_name``/
@@ -87,6 +91,7 @@ class SchedulerSettings:
     mode: str = "extender"
     host: str = "0.0.0.0"
     port: int = 8888
+    metrics_listen: tuple[str, int] | None = None
     kubeconfig: Path | None = None
     protocol_file: Path | None = None
     policy: str = DEFAULT_POLICY
@@ -116,6 +121,8 @@ class SchedulerSettings:
             raise SettingsError(f"mig_strategy={self.mig_strategy!r}: must be one of {', '.join(MIG_STRATEGIES)}")
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
+        if self.metrics_listen is not None and not 0 <= self.metrics_listen[1] <= 65535:
+            raise SettingsError(f"metrics_listen={self.metrics_listen!r}: the port must be 0..65535")
         get_policy(self.policy)
         if self.tie_break not in TIE_BREAKS:
             raise SettingsError(f"tie_break={self.tie_break!r}: must be one of {', '.join(TIE_BREAKS)}")
@@ -177,6 +184,14 @@ class SchedulerApp(RunUntilStopped):
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
                                  metrics=metrics_text, verbs=verbs)
+        self.metrics_http: HealthEndpoint | None = None
+        if settings.metrics_listen is not None:
+            try:
+                self.metrics_http = HealthEndpoint(*settings.metrics_listen, health=self.health, ready=self.ready,
+                                                   metrics=metrics_text, name="scheduler-metrics")
+            except OSError:
+                self.http.stop()  # do not keep the first port bound
+                raise
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._rebuilds: list[threading.Thread] = []
@@ -215,6 +230,8 @@ class SchedulerApp(RunUntilStopped):
         self._spawn("informer-nodes", lambda: self.nodes.run(stop))
         self._spawn("informer-pods", lambda: self.pods.run(stop))
         self.http.start()
+        if self.metrics_http is not None:
+            self.metrics_http.start()
         if self.elector is not None:
             elector = self.elector
             self._spawn("leader-election", lambda: elector.run(
@@ -268,6 +285,8 @@ class SchedulerApp(RunUntilStopped):
             if thread.name == "leader-election":
                 thread.join(join_seconds)
         self.http.stop()
+        if self.metrics_http is not None:
+            self.metrics_http.stop()
         deadline = time.monotonic() + join_seconds
         publishing = [] if self._publishing is None else [self._publishing]
         for thread in [*self._threads, *self._rebuilds, *publishing]:
