@@ -2,14 +2,14 @@
 
 :class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or
 node re-created under a known name is released by UID first; their resourceVersions are the service's resync
-watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender
-mode), the leader elector (on gaining leadership a new term opens at once on the elector's thread, and the ledger
-is rebuilt from a full listing on a thread of its own — so the Lease keeps being renewed — once both informers
-have listed, retried with backoff until it succeeds or the term ends; only then does the replica schedule:
-``SchedulerService.serving``), the maintenance thread (inventory staleness and reservation expiry every
-``tick_seconds``, full resync every ``resync_seconds``) and, in standalone mode, the scheduling loop. Every
-thread logs and survives any exception. :meth:`SchedulerApp.stop` reverses it: the Lease is released first so
-a standby takes over at once, then the loop, the listener and the informers stop.
+watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, the read-only ``/debug/ledger`` view of
+the books, and the extender verbs in extender mode), the leader elector (on gaining leadership a new term opens at
+once on the elector's thread, and the ledger is rebuilt from a full listing on a thread of its own — so the Lease
+keeps being renewed — once both informers have listed, retried with backoff until it succeeds or the term ends;
+only then does the replica schedule: ``SchedulerService.serving``), the maintenance thread (inventory staleness
+and reservation expiry every ``tick_seconds``, full resync every ``resync_seconds``) and, in standalone mode, the
+scheduling loop. Every thread logs and survives any exception. :meth:`SchedulerApp.stop` reverses it: the Lease
+is released first so a standby takes over at once, then the loop, the listener and the informers stop.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 
 from domain.errors import InvalidRequestError
+from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import NodeObject, PodObject
 from domain.scheduling.holds import hold_window
@@ -165,7 +166,7 @@ class SchedulerApp(RunUntilStopped):
         verbs = {} if self.extender is None else {
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
-                                 metrics=metrics_text, verbs=verbs)
+                                 metrics=metrics_text, verbs=verbs, views={VIEW_PATH: self.ledger_view})
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._rebuilds: list[threading.Thread] = []
@@ -191,6 +192,13 @@ class SchedulerApp(RunUntilStopped):
         if not self.service.serving:
             return False, "standby (not the leader, or rebuilding the ledger)"
         return True, "ok"
+
+    def ledger_view(self) -> dict[str, object]:
+        """``GET /debug/ledger``: the books as JSON (:mod:`domain.inspection.view`), read under the service's lock."""
+        service = self.service
+        with service.lock:
+            view = scheduler_view(service.sync, serving=service.serving)
+        return encode_view(view)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
