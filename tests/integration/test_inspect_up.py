@@ -72,15 +72,14 @@ def _ours(cluster: ClusterApi) -> list[PodObject]:
 
 
 def _check(app: UpApp, argv: list[str], capsys: pytest.CaptureFixture[str], *, cluster: ClusterApi | None) -> None:
-    scheduler = app.stack.scheduler
-    assert scheduler is not None
-    host, port = scheduler.http.address
+    metrics_url = app.stack.scheduler_url()  # what ljrk up prints: http://127.0.0.1:PORT/metrics
+    assert metrics_url.endswith("/metrics")
     container = InspectContainer()
     if cluster is not None:
         container.cluster.override(providers.Object(cluster))
     results = []
     for node in NODES:  # one node at a time: a shared API server may hold other tests' nodes
-        code = main([node, *argv, "--scheduler", f"http://{host}:{port}", "-o", "json"], container=container)
+        code = main([node, *argv, "--scheduler", metrics_url, "-o", "json"], container=container)
         out, err = capsys.readouterr()
         assert err == ""
         results.append((code, json.loads(out)))

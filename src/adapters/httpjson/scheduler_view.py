@@ -1,7 +1,8 @@
 """The scheduler-view port over HTTP: ``GET <scheduler>/debug/ledger`` (:mod:`domain.inspection.view`).
 
 ``url`` is the scheduler's listener (``http://host:8888``, the ``--listen`` address), to which the view's path is
-appended, or the view's own URL (ending in ``/debug/ledger``). Stdlib ``urllib`` does the GET, as in the Prometheus
+appended; its ``/metrics`` URL (as ``ljrk up`` prints it) names the same listener; a URL already ending in
+``/debug/ledger`` is used as is. Stdlib ``urllib`` does the GET, as in the Prometheus
 scrape adapter: one request, no session, nothing to close. Every failure — connection refused, a timeout, an HTTP
 error status, a body that is not JSON or not a view — raises :class:`~ports.scheduler_view.SchedulerViewError`
 naming the URL.
@@ -29,7 +30,7 @@ def view_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise SchedulerViewError(f"--scheduler={url!r}: must be an http:// or https:// URL with a host, such as "
                                  "http://127.0.0.1:8888")
-    path = parts.path.rstrip("/")
+    path = parts.path.rstrip("/").removesuffix("/metrics")
     if not path.endswith(VIEW_PATH):
         path += VIEW_PATH
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
