@@ -36,6 +36,7 @@ from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import (
     KUBELET_UNREGISTERED,
+    AllocationSource,
     heartbeat_problem,
     names_gpu_resources,
     pod_request,
@@ -123,8 +124,8 @@ def node_flags(node: NodeObject, *, gpus: Sequence[Gpu], pods: Iterable[PodObjec
         if gpu.health is not Health.HEALTHY:
             flags.append(Flag(GPU_UNHEALTHY, f"GPU {gpu.index} ({gpu.uuid}) is {gpu.health.value}"))
     for pod in sorted(pods, key=lambda p: p.key):
-        if pod.phase.terminal:
-            continue
+        if pod.phase.terminal or sync.sources.get(pod.uid) is not AllocationSource.NODE_ONLY:
+            continue  # a request that cannot be read is booked node-only: only those are read again
         try:
             pod_request(pod, protocol)
         except InvalidRequestError as error:

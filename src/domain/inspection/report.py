@@ -244,6 +244,9 @@ def build_report(
     pod_list = list(pods)
     sync = book(node_list, pod_list, protocol, now=now, mig_mode=mig_mode)
     by_uid = {p.uid: p for p in pod_list}
+    on_node: dict[str, list[PodObject]] = {}
+    for pod in pod_list:
+        on_node.setdefault(pod.node_name, []).append(pod)
     reports: list[NodeReport] = []
     ours: dict[str, NodeBooks] = {}
     for node in node_list:
@@ -256,7 +259,7 @@ def build_report(
         inventory = sync.ledger.inventory(name).gpus
         gpus = tuple(_gpu_report(g, books[g.index], holders.get(g.index, []), mig.get(g.index, []))
                      for g in inventory)
-        flags = node_flags(node, gpus=inventory, pods=[p for p in pod_list if p.node_name == name], sync=sync,
+        flags = node_flags(node, gpus=inventory, pods=on_node.get(name, []), sync=sync,
                            protocol=protocol, now=now)
         keys = {h.pod_key for g in gpus for h in g.holders}
         keys |= {by_uid[uid].key if uid in by_uid else uid for uid in mig_uids}
