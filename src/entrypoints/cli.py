@@ -80,6 +80,12 @@ def _controller(argv: Sequence[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _inspect(argv: Sequence[str], prog: str) -> int:
+    from entrypoints.inspect.__main__ import main
+
+    return main(argv, prog=prog)
+
+
 def _up(argv: Sequence[str], prog: str) -> int:
     from entrypoints.up.__main__ import main
 
@@ -88,6 +94,8 @@ def _up(argv: Sequence[str], prog: str) -> int:
 
 COMMANDS: dict[str, Command] = {
     "up": Command("run the whole stack on this machine (simulated nodes), submit a workload, check agreement", _up),
+    "inspect": Command("per node and GPU: allocation, holders, MIG instances and problems, from the API (and "
+                       "the scheduler)", _inspect),
     "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
     "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
     "runtime": Command("reference node Runtime: the Runtime gRPC contract over NVML or simulated GPUs", _runtime),

@@ -2,7 +2,8 @@
 
 :class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or node
 re-created under a known name is released by UID first; their resourceVersions are the service's resync
-watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, and the extender verbs in extender mode;
+watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, the read-only ``/debug/ledger`` view
+of the books, and the extender verbs in extender mode;
 with ``metrics_listen`` a second one without the verbs, for Prometheus), the leader elector (on gaining leadership
 a new term opens at once on the elector's thread, and the ledger is rebuilt from a full listing on a thread of its
 own — so the Lease keeps being renewed — once both informers have listed, retried with backoff until it succeeds or
@@ -24,6 +25,7 @@ from pathlib import Path
 import attrs
 
 from domain.errors import InvalidRequestError
+from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import NodeObject, PodObject
 from domain.scheduling.holds import hold_window
@@ -183,7 +185,7 @@ class SchedulerApp(RunUntilStopped):
         verbs = {} if self.extender is None else {
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
-                                 metrics=metrics_text, verbs=verbs)
+                                 metrics=metrics_text, verbs=verbs, views={VIEW_PATH: self.ledger_view})
         self.metrics_http: HealthEndpoint | None = None
         if settings.metrics_listen is not None:
             try:
@@ -218,6 +220,13 @@ class SchedulerApp(RunUntilStopped):
         if not self.service.serving:
             return False, "standby (not the leader, or rebuilding the ledger)"
         return True, "ok"
+
+    def ledger_view(self) -> dict[str, object]:
+        """``GET /debug/ledger``: the books as JSON (:mod:`domain.inspection.view`), read under the service's lock."""
+        service = self.service
+        with service.lock:
+            view = scheduler_view(service.sync, serving=service.serving)
+        return encode_view(view)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -10,7 +10,10 @@ Routes:
 * ``GET /healthz`` — liveness: 200 ``ok`` while the component's threads run, else 500 with the reason;
 * ``GET /readyz`` — readiness: 200 when the replica serves (informers synced, leading, ledger rebuilt; in both
   modes), else 503;
-* ``GET /metrics`` — Prometheus text exposition format 0.0.4.
+* ``GET /metrics`` — Prometheus text exposition format 0.0.4;
+* ``GET /debug/ledger`` (and any other ``views`` route) — read-only JSON: the scheduler's per-node books
+  (:mod:`domain.inspection.view`, what ``ljrk inspect --scheduler`` compares with the API objects); 500
+  (``{"Error": …}``) for a bug.
 """
 
 from __future__ import annotations
@@ -32,12 +35,30 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 Verb = Callable[[object], object]
 """Decoded JSON body → JSON-serialisable reply; raises :class:`ExtenderArgsError` for a malformed body."""
 
+View = Callable[[], object]
+"""A read-only GET route: → JSON-serialisable value."""
+
 
 class _Handler(ProbeHandler):
     """The probe routes plus ``POST /<verb>`` (module docstring)."""
 
     def _json(self, status: int, value: object) -> None:
         self._reply(status, json.dumps(value, separators=(",", ":")).encode(), "application/json")
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's method name)
+        endpoint = self.server.endpoint
+        views = endpoint.views if isinstance(endpoint, HttpEndpoint) else {}
+        view = views.get(self.path.split("?", 1)[0].rstrip("/"))
+        if view is None:
+            super().do_GET()
+            return
+        try:
+            value = view()
+        except Exception as error:
+            log.exception("view failed", extra=fields(path=self.path[:100]))
+            self._json(500, {"Error": f"internal error: {error}"[:500]})
+            return
+        self._json(200, value)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's method name)
         endpoint = self.server.endpoint
@@ -68,7 +89,8 @@ class _Handler(ProbeHandler):
 
 class HttpEndpoint(HealthEndpoint):
     """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`). ``verbs`` maps verb names
-    to handlers (empty in standalone mode); ``health``/``ready`` are probes; ``metrics`` renders the exposition.
+    to handlers (empty in standalone mode); ``views`` maps GET paths (``/debug/ledger``) to read-only JSON views;
+    ``health``/``ready`` are probes; ``metrics`` renders the exposition.
     :meth:`stop` joins every request thread. Raises OSError when the address cannot be bound."""
 
     def __init__(
@@ -80,8 +102,10 @@ class HttpEndpoint(HealthEndpoint):
         ready: Probe,
         metrics: Callable[[], bytes],
         verbs: Mapping[str, Verb] | None = None,
+        views: Mapping[str, View] | None = None,
     ) -> None:
         self.verbs: Mapping[str, Verb] = dict(verbs or {})
+        self.views: Mapping[str, View] = dict(views or {})
         super().__init__(host, port, health=health, ready=ready, metrics=metrics, name="scheduler",
                          handler=_Handler, join_requests=True)
 

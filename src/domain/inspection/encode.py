@@ -1,0 +1,85 @@
+"""The JSON form of an :class:`~domain.inspection.report.InspectionReport` (``ljrk inspect -o json``).
+
+Keys are stable (additive changes only; ``version`` changes if one ever changes meaning). Core in milli-GPU
+(``corePercent`` = milli / 10, of 100 per GPU), memory in bytes, times in epoch seconds::
+
+    {"version": 1, "generatedAt": 1700000000.0,
+     "scheduler": null | {"serving": true},
+     "nodes": [{"name": "n1", "gate": "", "heartbeat": 1700000000.0 | null,
+                "flags": [{"code": "inventory-stale", "message": "…"}],
+                "gpus": [{"index": 0, "uuid": "GPU-…", "model": "A100", "health": "Healthy", "mig": false,
+                          "memoryBytes": 17179869184, "coreUsedMilli": 600, "corePercent": 60.0,
+                          "memoryUsedBytes": 8589934592,
+                          "holders": [{"namespace": "default", "pod": "a", "container": "main", "init": false,
+                                       "coreMilli": 600, "memoryBytes": 8589934592, "source": "plan"}],
+                          "migInstances": [{"profile": "3g.40gb", "start": 4, "uuid": "MIG-…", "free": true,
+                                            "holder": ""}]}],
+                "pods": ["default/a", …],
+                "disagreements": [{"node": "n1", "gpu": 0, "field": "coreUsedMilli", "api": "600",
+                                   "scheduler": "300"}]}],
+     "flags": [{"code": "pod-on-unknown-node", "message": "…"}],
+     "disagreements": [… every node's …],
+     "totals": {"nodes": 4, "flaggedNodes": 0, "gpus": 8, "healthyGpus": 8, "migGpus": 0,
+                "coreUsedMilli": 1600, "coreCapacityMilli": 8000, "memoryUsedBytes": …, "memoryCapacityBytes": …,
+                "gpuPods": 5, "migInstances": 0, "migHeld": 0},
+     "problems": false}
+
+``flags[].code`` values are listed in :mod:`domain.inspection.flags`; ``holders[].source`` is ``plan``,
+``inferred`` or ``assumed``; ``migInstances[].free`` is null for an instance only booked (created at Allocate);
+``problems`` is what the exit code 1 of ``ljrk inspect`` says.
+"""
+
+from __future__ import annotations
+
+from domain.inspection.compare import Disagreement
+from domain.inspection.flags import Flag
+from domain.inspection.report import GpuReport, InspectionReport, NodeReport
+
+REPORT_VERSION = 1
+"""Schema version of the JSON form."""
+
+
+def _flag(flag: Flag) -> dict[str, object]:
+    return {"code": flag.code, "message": flag.message}
+
+
+def _disagreement(d: Disagreement) -> dict[str, object]:
+    return {"node": d.node, "gpu": d.gpu, "field": d.field, "api": d.api, "scheduler": d.scheduler}
+
+
+def _gpu(gpu: GpuReport) -> dict[str, object]:
+    return {
+        "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model, "health": gpu.health, "mig": gpu.mig,
+        "memoryBytes": gpu.memory_bytes, "coreUsedMilli": gpu.core_used_milli, "corePercent": gpu.core_percent,
+        "memoryUsedBytes": gpu.memory_used_bytes,
+        "holders": [{"namespace": h.namespace, "pod": h.name, "container": h.container, "init": h.init,
+                     "coreMilli": h.core_milli, "memoryBytes": h.memory_bytes, "source": h.source}
+                    for h in gpu.holders],
+        "migInstances": [{"profile": m.profile, "start": m.start, "uuid": m.uuid, "free": m.free, "holder": m.holder}
+                         for m in gpu.mig_instances],
+    }
+
+
+def _node(node: NodeReport) -> dict[str, object]:
+    return {"name": node.name, "gate": node.gate, "heartbeat": node.heartbeat,
+            "flags": [_flag(f) for f in node.flags], "gpus": [_gpu(g) for g in node.gpus],
+            "pods": list(node.gpu_pods), "disagreements": [_disagreement(d) for d in node.disagreements]}
+
+
+def report_json(report: InspectionReport) -> dict[str, object]:
+    """The JSON value of ``report`` (module docstring), ready for ``json.dumps``."""
+    t = report.totals
+    return {
+        "version": REPORT_VERSION,
+        "generatedAt": report.generated_at,
+        "scheduler": None if report.scheduler_serving is None else {"serving": report.scheduler_serving},
+        "nodes": [_node(n) for n in report.nodes],
+        "flags": [_flag(f) for f in report.flags],
+        "disagreements": [_disagreement(d) for d in report.disagreements],
+        "totals": {"nodes": t.nodes, "flaggedNodes": t.flagged_nodes, "gpus": t.gpus, "healthyGpus": t.healthy_gpus,
+                   "migGpus": t.mig_gpus, "coreUsedMilli": t.core_used_milli,
+                   "coreCapacityMilli": t.core_capacity_milli, "memoryUsedBytes": t.memory_used_bytes,
+                   "memoryCapacityBytes": t.memory_capacity_bytes, "gpuPods": t.gpu_pods,
+                   "migInstances": t.mig_instances, "migHeld": t.mig_held},
+        "problems": report.problems,
+    }

@@ -1,0 +1,1 @@
+"""``ljrk inspect``: per node and GPU, what is allocated, to whom, and what is wrong."""

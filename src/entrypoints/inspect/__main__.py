@@ -1,0 +1,102 @@
+"""``ljrk inspect`` (also ``python -m entrypoints.inspect``): argument parsing, then the container.
+
+Command contract (issue 14 §3)::
+
+    ljrk inspect [NODE] [--kubeconfig FILE] [-o table|wide|json] [--scheduler URL] [--protocol FILE]
+                 [--mig-strategy static|dynamic] [--timeout SECONDS]
+
+Reads the Nodes (GPU inventory annotations) and Pods (plan annotations, requests) from the API server and books
+them as the scheduler does, then prints per node and GPU: model, health, core allocated (% of the GPU) and memory
+allocated of capacity, the pods (namespace/name/container) holding each share, MIG instances, the node's flags
+(:mod:`domain.inspection.flags`) and cluster totals. ``NODE`` shows that node only. ``--scheduler URL`` (the
+scheduler's listener, e.g. ``http://127.0.0.1:8888``) also reads its books (``GET /debug/ledger``) and lists where
+they differ. ``-o wide`` adds GPU UUIDs, the holders and MIG instances under each GPU, every flag's message and
+every disagreement; ``-o json`` is the stable JSON of :mod:`domain.inspection.encode`. ``--protocol``: the
+``protocol.yaml`` the components run with (default: the embedded one), whose fingerprint decides protocol
+mismatches; ``--mig-strategy``: the scheduler's (default ``static``). ``--kubeconfig`` absent = in-cluster config.
+Inspect only reads: it writes nothing to the cluster.
+
+Exit codes: 0 nothing flagged; 1 the report flags a problem (a node's or the cluster's flag, or a disagreement
+with the scheduler), so a script can alert on it; 2 bad command line or protocol file, an unknown ``NODE``, the
+API server or the scheduler unreachable or refusing — one line ``ljrk inspect: error: …`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from adapters.protocolfile import ProtocolFileError
+from domain.inspection.encode import report_json
+from domain.kube.annotations import MIG_STRATEGIES
+from entrypoints._shared.cli import Parser as _Parser
+from entrypoints._shared.cli import UsageError, one_line
+from ports.scheduler_view import SchedulerViewError
+
+from .app import OUTPUTS, InspectError, InspectSettings
+from .containers import InspectContainer
+from .render import render
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser(prog: str = "ljrk inspect") -> argparse.ArgumentParser:
+    """The ``inspect`` argument parser (its errors raise :class:`UsageError`)."""
+    parser = _Parser(prog=prog, description="Per node and GPU: allocated core and memory, the pods holding them, MIG "
+                     "instances and problems, read from the API server (and the scheduler with --scheduler).")
+    parser.add_argument("node", nargs="?", default="", metavar="NODE", help="show this node only")
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="table (default), wide (UUIDs, holders, MIG instances, flag details) or json")
+    parser.add_argument("--scheduler", default="", metavar="URL",
+                        help="the scheduler's listener (http://HOST:PORT): compare its books with the API objects")
+    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: embedded defaults)")
+    parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default="static",
+                        help="the scheduler's MIG strategy (default: static)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="per request to the API server or the scheduler (default: 10)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
+         container: InspectContainer | None = None) -> int:
+    """Print the report; returns the exit code (module docstring). ``container``: a container whose settings are
+    given here (tests override its cluster); ``--help`` prints help and returns 0."""
+
+    def fail(message: object) -> int:
+        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
+        return EXIT_USAGE
+
+    try:
+        args = build_parser(prog).parse_args(argv)
+        settings = InspectSettings(node=args.node, output=args.output, kubeconfig=args.kubeconfig,
+                                   protocol_file=args.protocol, scheduler=args.scheduler,
+                                   mig_strategy=args.mig_strategy, timeout_s=args.timeout)
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else EXIT_OK
+    except (UsageError, InspectError) as error:
+        return fail(error)
+    container = container or InspectContainer()
+    container.settings.override(settings)
+    try:
+        container.protocol()
+        container.init_resources()
+        report = container.app().report()
+    except (ProtocolFileError, SchedulerViewError, InspectError) as error:
+        return fail(error)
+    except Exception as error:  # kubeconfig / in-cluster configuration errors of the client library
+        return fail(f"cannot reach the cluster: {error}")
+    finally:
+        container.shutdown_resources()
+    if settings.output == "json":
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print(render(report, wide=settings.output == "wide"), end="")
+    return EXIT_PROBLEMS if report.problems else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The ``inspect`` use case: list the cluster (one node or all), read the scheduler's view when asked, build the
+report (:func:`domain.inspection.report.build_report`).
+
+With a node name only that node and the pods bound to it are listed (``spec.nodeName`` field selector), so
+inspecting one node of a large cluster stays cheap; the scheduler's view is restricted to it. Failures a user can
+act on raise :class:`InspectError` with one line naming what failed: the API server unreachable or refusing, an
+unknown node, an unreachable scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from domain.inspection.report import InspectionReport, build_report
+from domain.inspection.view import SchedulerView, only
+from domain.kube.annotations import MIG_STRATEGIES
+from domain.kube.objects import NodeObject, PodObject
+from domain.kube.protocol import ProtocolConstants
+from domain.mig.gpu import PlacementMode
+from ports.cluster import ClusterApi, ClusterError, NotFoundError
+from ports.scheduler_view import SchedulerViewError, SchedulerViewSource
+
+OUTPUTS = ("table", "wide", "json")
+
+
+class InspectError(Exception):
+    """The report cannot be made; the message is the one-line explanation (exit code 2)."""
+
+
+@attrs.frozen
+class InspectSettings:
+    """Validated settings of ``ljrk inspect``: ``node`` (empty: all), ``output`` (``table``, ``wide``, ``json``),
+    ``kubeconfig`` (None: in-cluster service account), ``protocol_file`` (None: embedded defaults), ``scheduler``
+    (the scheduler's URL, empty: not read), ``mig_strategy`` (the scheduler's, ``static`` or ``dynamic``),
+    ``timeout_s`` (seconds per API or scheduler request, > 0). Raises :class:`InspectError` naming the setting."""
+
+    node: str = ""
+    output: str = "table"
+    kubeconfig: Path | None = None
+    protocol_file: Path | None = None
+    scheduler: str = ""
+    mig_strategy: str = "static"
+    timeout_s: float = 10.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise InspectError(f"output={self.output!r}: must be one of {', '.join(OUTPUTS)}")
+        if self.mig_strategy not in MIG_STRATEGIES:
+            raise InspectError(f"mig_strategy={self.mig_strategy!r}: must be one of {', '.join(MIG_STRATEGIES)}")
+        if not 0 < self.timeout_s <= 3600:  # also refuses NaN
+            raise InspectError(f"timeout={self.timeout_s!r}: must be > 0 and at most 3600 seconds")
+
+
+class InspectApp:
+    """Makes the report of ``settings`` from ``cluster`` and, when given, the scheduler's ``view`` source, at the
+    time ``clock`` gives (epoch seconds)."""
+
+    def __init__(self, *, settings: InspectSettings, cluster: ClusterApi, protocol: ProtocolConstants,
+                 view: SchedulerViewSource | None, clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.protocol = protocol
+        self.view = view
+        self.clock = clock
+
+    def _listing(self) -> tuple[list[NodeObject], list[PodObject]]:
+        node = self.settings.node
+        try:
+            if not node:
+                return list(self.cluster.list_nodes().items), list(self.cluster.list_pods().items)
+            try:
+                found = self.cluster.get_node(node)
+            except NotFoundError:
+                raise InspectError(f"node {node!r} not found") from None
+            return [found], list(self.cluster.list_pods(field_selector=f"spec.nodeName={node}").items)
+        except ClusterError as error:
+            raise InspectError(f"cannot list the cluster: {error}") from error
+
+    def _scheduler_view(self) -> SchedulerView | None:
+        if self.view is None:
+            return None
+        try:
+            view = self.view.fetch()
+        except SchedulerViewError as error:
+            raise InspectError(f"cannot read the scheduler's view: {error}") from error
+        return only(view, {self.settings.node}) if self.settings.node else view
+
+    def report(self) -> InspectionReport:
+        """List, read, build (module docstring). Raises :class:`InspectError`."""
+        nodes, pods = self._listing()
+        view = self._scheduler_view()
+        return build_report(nodes, pods, self.protocol, now=self.clock(), view=view,
+                            mig_mode=PlacementMode(self.settings.mig_strategy))

@@ -1,0 +1,59 @@
+"""Composition root of ``ljrk inspect``: which adapter implements each port.
+
+The API server comes from the kubeconfig (None: the in-cluster service account) through
+:class:`~adapters.kubernetes.KubernetesCluster`, its client closed on shutdown (a ``Resource``); the scheduler's view,
+when a URL is given, from :class:`~adapters.httpjson.HttpSchedulerView`. Tests override ``cluster`` with an
+in-memory cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+from dependency_injector import containers, providers
+
+from adapters.httpjson import HttpSchedulerView
+from adapters.kubernetes import KubernetesCluster, from_kubeconfig
+from adapters.protocolfile import load_protocol
+from domain.kube.protocol import ProtocolConstants
+from ports.cluster import ClusterApi
+from ports.scheduler_view import SchedulerViewSource
+
+from .app import InspectApp, InspectSettings
+
+COMPONENT = "lj-runtimekit-inspect"
+"""``source.component`` of the Kubernetes client (inspect writes nothing)."""
+
+
+def open_cluster(settings: InspectSettings) -> Iterator[ClusterApi]:
+    """The API server of ``settings.kubeconfig`` with request timeout ``settings.timeout_s``; the client is closed
+    on shutdown. Raises the client's configuration errors."""
+    api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
+    with contextlib.closing(api_client):
+        yield KubernetesCluster(api_client, component=COMPONENT, request_timeout=settings.timeout_s)
+
+
+def scheduler_view(settings: InspectSettings) -> SchedulerViewSource | None:
+    """The scheduler's view at ``settings.scheduler``, or None without one. Raises
+    :class:`~ports.scheduler_view.SchedulerViewError` for a malformed URL."""
+    return HttpSchedulerView(settings.scheduler, timeout_s=settings.timeout_s) if settings.scheduler else None
+
+
+def epoch_clock() -> Callable[[], float]:
+    """Wall-clock epoch seconds (inventory heartbeats are epoch times)."""
+    return time.time
+
+
+class InspectContainer(containers.DeclarativeContainer):
+    """``settings`` (required) → protocol, cluster, scheduler view, app."""
+
+    settings: providers.Dependency[InspectSettings] = providers.Dependency(instance_of=InspectSettings)
+    protocol: providers.Provider[ProtocolConstants] = providers.Singleton(
+        load_protocol, settings.provided.protocol_file)
+    cluster: providers.Provider[ClusterApi] = providers.Resource(open_cluster, settings)
+    view: providers.Provider[SchedulerViewSource | None] = providers.Singleton(scheduler_view, settings)
+    app: providers.Provider[InspectApp] = providers.Singleton(
+        InspectApp, settings=settings, cluster=cluster, protocol=protocol, view=view,
+        clock=providers.Callable(epoch_clock))
