@@ -151,7 +151,7 @@ def test_mig_pod_is_planned_bound_admitted_and_gets_its_instance(mig_world: tupl
     assert (instance.start in after) is (mode is PlacementMode.STATIC)
     world.cluster.delete_pod("default", "a", grace_period_seconds=0)
     service.on_pod_deleted(bound)
-    assert service.sync.mig_record(bound.uid) is None
+    assert service.sync.books.record(bound.uid) is None
     world.service.publish_inventory()
     service.on_node(world.cluster.get_node(NODE))
     assert service.schedule_pod(world.cluster.get_pod("default", "c")).allocation is not None

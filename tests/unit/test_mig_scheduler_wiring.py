@@ -93,7 +93,7 @@ def test_static_pods_take_free_instances_and_the_plan_names_them() -> None:
     plans = [plan_of(w, first), plan_of(w, second)]
     assert sorted(plans) == [[(0, "GPU-n1-0", "3g.40gb", 0, False, "1")],
                              [(0, "GPU-n1-0", "3g.40gb", 4, False, "5")]]
-    assert w.service.sync.mig_assumed == {}  # confirmed by the plans
+    assert w.service.sync.books.assumed == {}  # confirmed by the plans
     third = w.service.schedule_pod(w.pending("c"))
     assert third.allocation is None
     assert "no free instance or placement for 3g.40gb" in third.reason
@@ -138,17 +138,17 @@ def test_reservation_kept_while_valid_and_released_when_not() -> None:
     first = w.service.schedule_pod(pod)
     assert first.allocation is not None
     assert w.service.schedule_pod(pod).reason == "already reserved"
-    [booking] = w.service.sync.mig_assumed[pod.uid].bookings
+    [booking] = w.service.sync.books.assumed[pod.uid].bookings
     w.service.on_node(mig_node("n1", {0: [("3g.40gb", 0)], 1: [("3g.40gb", 0)]},
                                gpus=mig_gpus("n1", unhealthy=(booking.gpu_index,)), heartbeat=NOW + 1))
     again = w.service.schedule_pod(pod)
     assert again.allocation is not None
     assert again.reason == ""
-    [moved] = w.service.sync.mig_assumed[pod.uid].bookings
+    [moved] = w.service.sync.books.assumed[pod.uid].bookings
     assert moved.gpu_index != booking.gpu_index
     w.clock.now += 3600
     assert w.service.expire_assumed() == [pod.uid]
-    assert w.service.sync.mig_record(pod.uid) is None
+    assert w.service.sync.books.record(pod.uid) is None
 
 
 def test_commit_without_mig_reservation_fails_and_releases() -> None:
@@ -171,7 +171,7 @@ def test_leadership_loss_drops_uncommitted_mig_reservations() -> None:
     pod = w.pending("a")
     assert w.service.schedule_pod(pod).allocation is not None
     w.service.stop_leading()
-    assert w.service.sync.mig_record(pod.uid) is None
+    assert w.service.sync.books.record(pod.uid) is None
 
 
 # ---------------------------------------------------------------------------------------------- extender

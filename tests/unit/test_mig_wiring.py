@@ -286,7 +286,7 @@ def test_mig_books_follow_the_inventory() -> None:
     [gpu] = sync.mig.node("n1").gpus()
     assert [(i.profile.name, i.start, i.instance_id) for i in gpu.instances] == [("3g.40gb", 0, "1"),
                                                                                    ("3g.40gb", 4, "5")]
-    assert "GPU 1 (Tesla T4) left out" in sync.mig_problems["n1"]
+    assert "GPU 1 (Tesla T4) left out" in sync.books.problems["n1"]
     slot = sync.ledger.slot("n1")
     assert list(sync.ledger.gpu_ok[slot, :3]) == [False, False, True]  # MIG GPUs take no time-sharing pod
     sync.on_node(mig_node("n1", {0: [("7g.80gb", 0)]}, gpus=gpus))
@@ -294,8 +294,8 @@ def test_mig_books_follow_the_inventory() -> None:
     sync.on_node(make_node("n1", 2))
     assert sync.mig.node_names() == []
     sync.on_node_deleted("n1")
-    assert sync.mig_problems == {}
-    assert sync.mig_gates == {}
+    assert sync.books.problems == {}
+    assert sync.books.gates == {}
 
 
 def test_bound_pod_is_counted_from_its_plan_and_released_on_every_ending() -> None:
@@ -337,10 +337,10 @@ def test_rebuild_from_objects_equals_the_live_books() -> None:
     for uid in ("a", "b"):
         result = sync.schedule(scheduler, mig_pod(uid))
         assert result.allocation is not None
-        mig = sync.mig_assumed[uid]
+        mig = sync.books.assumed[uid]
         pods.append(with_mig_plan(mig_pod(uid), mig, GPUS))
         sync.on_pod(pods[-1])
-    assert sync.mig_assumed == {}  # the plans confirmed the reservations
+    assert sync.books.assumed == {}  # the plans confirmed the reservations
     fresh = sync.rebuild([node], pods)
     assert fresh.mig.node("n1").records() == sync.mig.node("n1").records()
     assert fresh.mig.node("n1").gpus() == sync.mig.node("n1").gpus()
@@ -377,18 +377,18 @@ def test_dynamic_placeholders_keep_slices_taken_until_the_runtime_destroys_them(
     assert sync.schedule(scheduler, mig_pod("big", "7g.80gb")).allocation is None
     result = sync.schedule(scheduler, mig_pod("small", "3g.40gb"))
     assert result.allocation is not None
-    assert sync.mig_assumed["small"].bookings == (MigBooking(0, "3g.40gb", 4, "main", create=True),)
+    assert sync.books.assumed["small"].bookings == (MigBooking(0, "3g.40gb", 4, "main", create=True),)
 
 
 def test_strategy_mismatch_gates_mig_pods() -> None:
     sync = mig_sync(mig_node("n1", {0: [("3g.40gb", 0)]}, strategy="dynamic"))
-    assert "dynamic" in sync.mig_gates["n1"]
-    assert "--mig-strategy" in sync.mig_gates["n1"]
+    assert "dynamic" in sync.books.gates["n1"]
+    assert "--mig-strategy" in sync.books.gates["n1"]
     result = sync.schedule(make_scheduler(sync), mig_pod("a"))
     assert result.allocation is None
     assert "takes no MIG pods" in result.reason
     sync.on_node(mig_node("n1", {0: [("3g.40gb", 0)]}, strategy="static", heartbeat=NOW + 1))
-    assert sync.mig_gates == {}
+    assert sync.books.gates == {}
 
 
 def test_mig_gpus_and_time_sharing_gpus_never_mix() -> None:
@@ -401,7 +401,7 @@ def test_mig_gpus_and_time_sharing_gpus_never_mix() -> None:
     assert sync.schedule(scheduler, make_pod("s", core="10", mem="1")).allocation is None
     mig = sync.schedule(scheduler, mig_pod("m", "7g.80gb"))
     assert mig.allocation is not None
-    assert sync.mig_assumed["m"].bookings[0].gpu_index == 0
+    assert sync.books.assumed["m"].bookings[0].gpu_index == 0
     assert sync.schedule(scheduler, mig_pod("m2", "1g.10gb")).allocation is None  # GPU 1 is not a MIG GPU
 
 
@@ -411,7 +411,7 @@ def test_reservation_rollback_and_node_level_filters() -> None:
     scheduler = make_scheduler(sync)
     result = sync.schedule(scheduler, mig_pod("a"))
     assert result.allocation is not None
-    assert "a" in sync.mig_assumed
+    assert "a" in sync.books.assumed
     assert sync.forget("a")
     assert booked(sync) == {}
     assert "a" not in sync.ledger
@@ -501,7 +501,7 @@ def test_property_live_mig_books_equal_rebuild_from_final_objects(
         if kind == "place" and pod is None:
             fresh = mig_pod(uid, profile)
             if sync.schedule(scheduler, fresh).allocation is not None:
-                ever[uid] = sync.mig_assumed[uid]
+                ever[uid] = sync.books.assumed[uid]
                 pods[uid] = with_mig_plan(fresh, ever[uid], GPUS)
                 sync.on_pod(pods[uid])
         elif kind == "finish" and pod is not None:

@@ -113,6 +113,7 @@ def write_csv(directory: Path, header: tuple[str, ...], body: list[list[str]]) -
 @given(rows, st.sampled_from(["nodes", "pods"]))
 @example([["n1", "9" * 5000, "1", "1", "T4"]], "nodes")  # was ValueError: Exceeds the limit (4300 digits)
 @example([["n1", "1", "1", "100000000", "T4"]], "nodes")  # was 10^8 Gpu objects (the process was killed)
+@example([["0", "0", "0", "1", ""]], "nodes")  # was InvalidRequestError from Gpu: a GPU without a model
 def test_any_trace_cells_are_rows_or_an_error_naming_file_and_line(tmp_path_factory: pytest.TempPathFactory,
                                                                    body: list[list[str]], kind: str) -> None:
     path = write_csv(tmp_path_factory.mktemp("trace"), NODE_COLUMNS if kind == "nodes" else (*POD_COLUMNS, "gpu_spec"),

@@ -41,7 +41,7 @@ class TraceNode:
     """One trace node: ``name``, ``cpu_milli``, ``memory_mib``, ``gpus`` (count), ``model``.
 
     Raises :class:`InvalidRequestError` for CPU or memory beyond ``MAX_NODE_QUANTITY`` or more than
-    ``MAX_GPUS_PER_NODE`` GPUs (field ``gpu``, the trace column), or a negative value.
+    ``MAX_GPUS_PER_NODE`` GPUs (field ``gpu``, the trace column), a negative value, or GPUs without a ``model``.
     """
 
     name: str
@@ -52,6 +52,8 @@ class TraceNode:
 
     def __attrs_post_init__(self) -> None:
         _check_sizes(self.cpu_milli, self.memory_mib, gpu_field="gpu", gpus=self.gpus)
+        if self.gpus and not self.model.strip():
+            raise InvalidRequestError("model", self.model, f"must name the GPU model of a node with {self.gpus} GPU(s)")
 
     def inventory(self) -> NodeInventory:
         """The node as the ledger sees it (simulated GPUs ``<name>-gpu<i>``)."""

@@ -51,6 +51,7 @@ from domain.errors import DomainError, InvalidRequestError
 from domain.kube.objects import PodObject
 from domain.kube.translate import pod_request
 from domain.scheduling.candidates import rejection_reasons
+from domain.scheduling.sync import mig_reasons
 from entrypoints._shared.logs import fields
 from ports.cluster import ClusterError
 
@@ -162,7 +163,8 @@ class Extender:
                 try:
                     scheduler = service.schedulers.get(service.schedulers.policy_for(pod))
                     if request.wants_mig:
-                        failed.update(service.sync.mig_reasons(scheduler, request, known, fallback=result.reason))
+                        failed.update(mig_reasons(service.sync.books, scheduler, request, known,
+                                                  fallback=result.reason))
                     else:
                         failed.update(rejection_reasons(scheduler, request, known, fallback=result.reason))
                 except DomainError:  # unknown policy and the like: the cycle's reason says it all

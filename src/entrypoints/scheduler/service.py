@@ -326,7 +326,7 @@ class SchedulerService:
         if (request.wants_gpu or request.wants_mig) and node in self.sync.gates:
             return f"node {node} is not taking GPU pods: {self.sync.gates[node]}"
         if request.wants_mig:
-            problem = self.sync.mig_held_problem(pod.uid)
+            problem = self.sync.books.held_problem(pod.uid)
             if problem:
                 return problem
         obj = self.sync.nodes.get(slot)
@@ -378,7 +378,7 @@ class SchedulerService:
                 raise CommitError(f"pod {pod.key} is already being bound")
             try:
                 request = pod_request(pod, self.protocol)
-                mig = self.sync.mig_assumed.get(uid) if request.wants_mig else None
+                mig = self.sync.books.reservation(uid) if request.wants_mig else None
                 if request.wants_mig and (mig is None or mig.node != allocation.node):
                     raise CommitError(f"pod {pod.key}: no MIG reservation on node {allocation.node} (it expired or "
                                       "was released); schedule the pod again")
@@ -388,7 +388,7 @@ class SchedulerService:
                     self._reserved_at[uid] = self.clock()
                 gpus = self.sync.ledger.inventory(allocation.node).gpus
                 mig_plans = () if mig is None else mig_container_plans(
-                    request, mig, gpus, self.sync.mig_instance_ids(allocation.node))
+                    request, mig, gpus, self.sync.books.instance_ids(allocation.node))
                 plan = encode_plan(allocation, gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
             except Exception as error:  # nothing is written yet: release and fail
                 self.release(uid)
@@ -473,7 +473,7 @@ class SchedulerService:
             nodes = self.cluster.list_nodes()
             pods = self.cluster.list_pods()
             with self.lock:
-                last_good, mig_last_good = self.sync.last_good(), self.sync.mig_last_good()
+                last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
             fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
             with self.lock:
                 behind = self._behind(nodes.resource_version, pods.resource_version)

@@ -1,0 +1,235 @@
+"""The scheduler's ledger lifecycle: :class:`LedgerSync` = the event-driven books (:mod:`.events`) plus our
+reservations (assume, forget) and the rebuild from a full listing (rebuild, adopt, resync).
+
+Invariants: a reservation is booked in the ledger (and the MIG books) all or nothing and counts until the pod's
+object speaks for it, a failed bind rolls it back, a resync listing that lacks its pod drops it after
+``assumed_ttl_seconds``; :meth:`LedgerSync.rebuild` from the same objects gives the same books whatever order the
+events came in; :meth:`LedgerSync.adopt` repairs the live ledger in place (readers keep their references).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from domain.allocation import PodAllocation
+from domain.errors import DomainError, InvalidRequestError
+from domain.gpu import Gpu
+from domain.kube.annotations import MigInstanceRecord
+from domain.kube.objects import NodeObject, PodObject
+from domain.kube.translate import AllocationSource, pod_request
+from domain.ledger import ClusterLedger
+from domain.mig.ledger import MigPodAllocation
+from domain.request import PodRequest
+from domain.scheduling.drift import DriftReport, compare_books
+from domain.scheduling.framework import Scheduler, ScheduleResult
+from domain.scheduling.nodefit import PodConstraints
+from domain.scheduling.overbooking import checks_books
+from domain.scheduling.sync.events import LedgerEvents
+from domain.scheduling.sync.migcycle import schedule_mig
+
+
+class LedgerSync(LedgerEvents):
+    """Keeps ``ledger`` equal to the cluster plus this scheduler's reservations (module docstring; state and
+    events: :class:`~domain.scheduling.sync.events.LedgerEvents`)."""
+
+    # ------------------------------------------------------------------ reservations
+    @checks_books
+    def assume(self, allocation: PodAllocation, *, mig: MigPodAllocation | None = None) -> None:
+        """Count our reservation of a pending pod until the watch confirms it (keyed by UID, B04); ``mig``: its
+        MIG instances (a MIG pod's ``allocation`` is node-only). Books it with :meth:`ClusterLedger.reserve`
+        unless the ledger already holds this exact record (the scheduler reserved it), and ``mig`` in the MIG
+        books likewise, both or neither. Raises what ``reserve`` raises (and :meth:`MigBooks.reserve`). A pod
+        already seen bound is left to its object."""
+        uid = allocation.pod_uid
+        if uid in self._pods:
+            return
+        booked = False
+        if self.ledger.record(uid) != allocation:
+            self.ledger.reserve(allocation)
+            booked = True
+        if mig is not None and self.books.record(uid) != mig:
+            try:
+                self.books.reserve(mig)
+            except DomainError:
+                if booked:
+                    self.ledger.release(uid)
+                raise
+        if mig is not None:
+            self.books.remember(uid, mig)
+        self._assumed[uid] = (allocation, self.clock())
+        self.sources[uid] = AllocationSource.ASSUMED
+        self._reinfer(allocation.node)
+
+    @checks_books
+    def forget(self, uid: str) -> bool:
+        """Roll back our reservation of ``uid`` (bind failed, B06); idempotent; returns True if one existed. A pod
+        already seen bound stays counted from its object."""
+        entry = self._assumed.pop(uid, None)
+        mig = self.books.forget(uid)
+        if uid in self._pods:
+            if mig is not None:
+                self._count_mig(uid)  # only a trusted plan counts now
+            return entry is not None
+        self.holds.release(uid)
+        self.books.release(uid)
+        record = self.ledger.release(uid)
+        self.sources.pop(uid, None)
+        if record is not None:
+            self._reinfer(record.node)
+        return entry is not None or record is not None
+
+    @property
+    def assumed(self) -> dict[str, PodAllocation]:
+        """Reservations not yet confirmed by the watch, by pod UID (a copy)."""
+        return {uid: allocation for uid, (allocation, _) in self._assumed.items()}
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """Make every unreserve of ``scheduler`` (failed bind, B06) forget the reservation here too."""
+
+        def rollback(pod: PodRequest, allocation: PodAllocation) -> None:
+            self.forget(allocation.pod_uid)
+
+        scheduler.on_unreserve.append(rollback)
+
+    def schedule(self, scheduler: Scheduler, pod: PodObject) -> ScheduleResult:
+        """One scheduling cycle for a pending ``pod``: translate, record its node constraints, run ``scheduler``
+        (sharing this ledger; :func:`~domain.scheduling.sync.migcycle.schedule_mig` for a MIG pod), and assume
+        the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
+        whose reason names the container, resource and value."""
+        try:
+            request = pod_request(pod, self.protocol)
+        except InvalidRequestError as error:
+            return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
+        self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
+        if request.wants_mig:
+            result, mig = schedule_mig(self.ledger, self.books, scheduler, request)
+            if result.allocation is not None:
+                self.assume(result.allocation, mig=mig)
+        else:
+            result = scheduler.schedule(request)
+            if result.allocation is not None:
+                self.assume(result.allocation)
+        if result.allocation is not None and pod.uid not in self._pods:
+            self.holds.hold(pod.uid, result.allocation.node, request, label=pod.key, now=self.clock())
+        return result
+
+    # ------------------------------------------------------------------ rebuild and resync
+    def rebuild(
+        self,
+        nodes: Iterable[NodeObject],
+        pods: Iterable[PodObject],
+        *,
+        keep_assumed: bool = False,
+        last_good: Mapping[str, tuple[Gpu, ...]] | None = None,
+        mig_last_good: Mapping[str, tuple[Mapping[int, tuple[MigInstanceRecord, ...]], str]] | None = None,
+    ) -> LedgerSync:
+        """A new :class:`LedgerSync` on a fresh ledger, built from API objects only (same protocol and clock).
+
+        ``last_good``: per node, the GPU list a node with a missing or malformed inventory is counted on (default:
+        this instance's, :meth:`last_good`); ``mig_last_good`` likewise its MIG layout and strategy (default:
+        :meth:`MigBooks.last_good`). Given explicitly and with ``keep_assumed`` False, this reads nothing of this
+        instance that changes, so a caller may run it without its lock and :meth:`adopt` the result under it.
+        With ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
+        """
+        fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
+                           assumed_ttl_seconds=self.assumed_ttl_seconds, mig_mode=self.mig_mode,
+                           hold_window_seconds=self.holds.window_s)
+        fresh._last_good = dict(self._last_good if last_good is None else last_good)
+        fresh.books.seed(self.books.last_good() if mig_last_good is None else mig_last_good)
+        for node in nodes:
+            fresh.on_node(node)
+        fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
+        fresh.books.prune(fresh._counted)
+        pods = list(pods)
+        fresh._listed = {p.uid: p for p in pods}
+        for pod in pods:
+            fresh.on_pod(pod)
+        if keep_assumed:
+            fresh._carry(self._assumed, self.constraints, self.books.assumed)
+        return fresh
+
+    def _carry(self, assumed: Mapping[str, tuple[PodAllocation, float]],
+               constraints: Mapping[str, PodConstraints], mig_assumed: Mapping[str, MigPodAllocation]) -> None:
+        """Book ``assumed`` (another instance's reservations) here, unless their pod is listed in a terminal
+        phase, or is absent from the listing and was reserved more than ``assumed_ttl_seconds`` ago, or their
+        node is gone; take over the constraints of pods not seen bound."""
+        now = self.clock()
+        for uid, (allocation, since) in assumed.items():
+            pod = self._listed.get(uid)
+            expired = pod is None and now - since > self.assumed_ttl_seconds
+            if expired or (pod is not None and pod.phase.terminal) or allocation.node not in self._counted:
+                continue
+            mig = mig_assumed.get(uid)
+            stored = self._pods.get(uid)
+            if stored is not None:  # bound: its object speaks; the reservation only stands in for a missing plan
+                self._assumed[uid] = (allocation, since)
+                if mig is not None:
+                    self.books.remember(uid, mig)
+                if stored.node_name in self._counted and self._count(uid):
+                    self._reinfer(stored.node_name)
+                continue
+            try:
+                self.ledger.observe(allocation)
+            except InvalidRequestError:
+                continue  # names a GPU the node no longer has: dropped
+            if mig is not None:
+                if self.books.observe(mig):
+                    self.ledger.release(uid)
+                    continue  # its MIG GPUs are gone: dropped
+                self.books.remember(uid, mig)
+            self.sources[uid] = AllocationSource.ASSUMED
+            self._assumed[uid] = (allocation, since)
+            self._reinfer(allocation.node)  # plan-less pods go on top of the reservation
+        self._listed = {}
+        self.constraints.update({k: v for k, v in constraints.items() if k not in self._pods})
+
+    @checks_books
+    def adopt(self, fresh: LedgerSync) -> DriftReport:
+        """Make the live books equal ``fresh`` (a :meth:`rebuild` from a listing, without reservations) plus this
+        instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
+        their reference), and report the drift. The caller holds its lock; cost: the reservations and the
+        differences, not the cluster."""
+        fresh._carry(self._assumed, self.constraints, self.books.assumed)
+        report = compare_books(self.ledger, fresh.ledger)
+        self._adopt(fresh, report)
+        return report
+
+    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
+        """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
+        in place (the scheduler and its plugins keep their reference), and report the drift."""
+        return self.adopt(self.rebuild(nodes, pods))
+
+    def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
+        """Repair the live ledger in place; cost: the differences (and one pass over the node table). Only nodes
+        whose books may be off are verified: those with differing totals, those the record repairs touched, new
+        ones and quarantined ones (any other node's totals equal the rebuild's, derived from the same records)."""
+        ledger, records = self.ledger, fresh.ledger.records()
+        suspect = {*report.totals, *report.nodes_missing, *ledger.quarantine}
+        for uid in (*report.extra, *report.changed):
+            released = ledger.release(uid)
+            if released is not None:
+                suspect.add(released.node)
+        for name in report.nodes_extra:
+            self.nodes.drop(ledger.slot(name))
+            ledger.remove_node(name)
+        for name, inventory in fresh._counted.items():
+            same = self._counted.get(name) == inventory and name not in report.nodes_missing
+            slot = ledger.slot(name) if same else ledger.upsert_node(inventory)
+            self.nodes.put(slot, fresh._node_objects[name])
+        for uid in (*report.missing, *report.changed):
+            ledger.observe(records[uid])
+            suspect.add(records[uid].node)
+        for name in sorted(suspect & set(fresh._counted)):
+            if ledger.verify_node(name) or name in ledger.quarantine:
+                ledger.repair(name)
+        self._gates.adopt(fresh._gates)  # the node filters hold the gates mapping: refilled in place
+        self.vanished = fresh.vanished
+        self.constraints.clear()
+        self.constraints.update(fresh.constraints)
+        self.problems, self.sources = fresh.problems, fresh.sources
+        self._node_objects, self._counted, self._pods = fresh._node_objects, fresh._counted, fresh._pods
+        self._last_good = fresh._last_good
+        self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
+        self._assumed = fresh._assumed
+        self.holds.adopt(fresh.holds, keep=self._assumed)
+        self.books.adopt(fresh.books)
