@@ -136,10 +136,10 @@ def node_flags(node: NodeObject, *, gpus: Sequence[Gpu], pods: Iterable[PodObjec
         if hold.node == name:
             flags.append(Flag(VANISHED_GPU, f"pod {hold.pod_key} holds {', '.join(hold.gpu_uuids)}, which the "
                               "node no longer lists"))
-    if name in sync.mig_gates:
-        flags.append(Flag(MIG_GATED, sync.mig_gates[name]))
-    if name in sync.mig_problems:
-        flags.append(Flag(MIG_PROBLEM, sync.mig_problems[name]))
+    if name in sync.books.gates:
+        flags.append(Flag(MIG_GATED, sync.books.gates[name]))
+    if name in sync.books.problems:
+        flags.append(Flag(MIG_PROBLEM, sync.books.problems[name]))
     gate = sync.gates.get(name)
     if gate and not any(f.code in _EXPLAINS_GATE for f in flags):
         flags.append(Flag(GATED, gate))
