@@ -28,9 +28,10 @@ from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"
 _NEVER = np.iinfo(np.int64).min  # no slot state and fit pattern packs to this
-SLOT_MEMO_CLASSES = 64
-"""Pod classes whose per-slot scores are kept (two int64 per ledger row each: 5 MiB at 5000 nodes): enough for
-the distinct (CPU, share) classes one workload's recent pods fall into; older classes fall back to the state memo."""
+SLOT_MEMO_BYTES = 64 * 2**20
+"""Memory for the per-slot scores (two int64 per ledger row and pod class): 838 pod classes at 5000 nodes, more
+than the ~500 distinct (CPU, share) classes of the synthetic workload; the least recently used class beyond it
+falls back to the state memo."""
 
 
 def sigmoid_score(delta: F64) -> I64:
@@ -151,7 +152,7 @@ class FgdScore:
     def _slot_memo(self, key: tuple[int, int, int, int], rows: int) -> tuple[I64, I64]:
         """Per ledger slot, the ``(slot state << width) | fit bits`` value last scored for pod class ``key`` and
         its packed result (``score · 64 + choice + 1``): a slot whose value is unchanged needs no lookup. At most
-        :data:`SLOT_MEMO_CLASSES` classes are kept (least recently used dropped)."""
+        :data:`SLOT_MEMO_BYTES` worth of classes are kept (least recently used dropped; at least 16)."""
         entry = self._by_slot.pop(key, None)
         if entry is None or len(entry[0]) < rows:
             seen = np.full(rows, _NEVER, np.int64)
@@ -160,7 +161,7 @@ class FgdScore:
                 seen[: len(entry[0])], values[: len(entry[1])] = entry
             entry = (seen, values)
         self._by_slot[key] = entry
-        while len(self._by_slot) > SLOT_MEMO_CLASSES:
+        while len(self._by_slot) > max(16, SLOT_MEMO_BYTES // (16 * rows)):
             del self._by_slot[next(iter(self._by_slot))]
         return entry
 
