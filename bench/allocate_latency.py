@@ -52,8 +52,8 @@ from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
-from entrypoints.device_plugin.service import DevicePluginService
-from entrypoints.runtime.service import RuntimeService
+from services.device_plugin.service import DevicePluginService
+from services.runtime.service import RuntimeService
 
 GIB = 2**30
 NODE = "bench-node"

@@ -115,7 +115,7 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     from domain.kube.protocol import ProtocolConstants
     from domain.units import GiB
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-    from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+    from services.scheduler.service import SchedulerService, ServiceConfig
 
     protocol = ProtocolConstants()
     res, keys = protocol.resources, protocol.annotations

@@ -487,8 +487,8 @@ def naive_extender(service: Any) -> Any:
     from domain.kube.translate import pod_request
     from domain.scheduling.framework import CycleState
     from domain.scheduling.nodefit import PodConstraints
-    from entrypoints.scheduler.extender import Extender
-    from entrypoints.scheduler.podjson import pod_from_json
+    from services.scheduler.extender import Extender
+    from services.scheduler.podjson import pod_from_json
 
     class NaiveExtender(Extender):
         def _cycle(self, body: Any) -> tuple[list[str], list[str], list[int]]:
@@ -571,7 +571,7 @@ def extender_replay(
     from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache
     from domain.simulation.replay import planned_arrivals, typical_pods
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-    from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+    from services.scheduler.service import SchedulerService, ServiceConfig
 
     started = time.perf_counter()
     protocol = ProtocolConstants()

@@ -2,7 +2,7 @@
 
 ``adapters.grpc.deviceplugin`` serves ``v1beta1.DevicePlugin`` (research/k8s-protocols.md §1) for one
 :class:`~domain.deviceplugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
-``entrypoints.device_plugin.service.DevicePluginService`` implements it. Semantics:
+``services.device_plugin.service.DevicePluginService`` implements it. Semantics:
 
 * ``devices`` returns a generation number and the complete device list of a kind; the generation grows on every
   change of any GPU's health, and ``wait_change`` blocks until it passes a given one (ListAndWatch sends the full

@@ -1,7 +1,7 @@
 """Contract of the node Runtime port (``ports.runtime.NodeRuntime``) and the config port (``ports.node_config``).
 
 Every case runs four times: ``[memory]`` on InMemoryNodeRuntime, ``[reference]`` on the reference Runtime
-(``entrypoints.runtime.service.RuntimeService`` over simulated GPUs), and both again behind gRPC
+(``services.runtime.service.RuntimeService`` over simulated GPUs), and both again behind gRPC
 (``[memory-grpc]``, ``[reference-grpc]``: GrpcRuntimeServer on a unix socket, GrpcNodeRuntime/GrpcNodeConfig as
 clients), so the wire adds and loses nothing.
 
@@ -56,7 +56,6 @@ from domain.runtime.types import (
     RuntimeState,
 )
 from domain.units import GiB
-from entrypoints.runtime.service import RuntimeService
 from ports.node_config import NodeConfig
 from ports.runtime import (
     AllocationConflictError,
@@ -66,6 +65,7 @@ from ports.runtime import (
     RuntimeDisabledError,
     UnsupportedFeatureError,
 )
+from services.runtime.service import RuntimeService
 
 A = GpuUuid("GPU-0a0a0a0a-0000-4000-8000-000000000000")
 B = GpuUuid("GPU-0b0b0b0b-0000-4000-8000-000000000000")

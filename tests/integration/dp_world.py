@@ -25,9 +25,9 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 from entrypoints.device_plugin.app import DevicePluginApp
-from entrypoints.device_plugin.reconciler import RecordReconciler
-from entrypoints.device_plugin.service import DevicePluginService
 from ports.runtime import NodeRuntime
+from services.device_plugin.reconciler import RecordReconciler
+from services.device_plugin.service import DevicePluginService
 
 GIB = 2**30
 NODE = "n1"

@@ -33,7 +33,7 @@ from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.kube.objects import ContainerSpec, PodObject
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
 """No device plugin here marks pods allocated, so admission holds are off."""

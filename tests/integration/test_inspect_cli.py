@@ -42,7 +42,7 @@ from entrypoints.cli import main as ljrk
 from entrypoints.inspect.__main__ import main
 from entrypoints.inspect.containers import InspectContainer
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 
 def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:

@@ -30,7 +30,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
 from entrypoints.inspect.__main__ import main
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 pytestmark = pytest.mark.k8s
 

@@ -30,7 +30,7 @@ from domain.kube.objects import ContainerSpec, PodObject
 from domain.mig.gpu import PlacementMode
 from domain.mig.resources import mig_resource_names
 from domain.units import GiB
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 MIG_UUID = GpuUuid("GPU-00000000-aaaa-bbbb-cccc-000000000000")
 SHARED_UUID = GpuUuid("GPU-00000001-aaaa-bbbb-cccc-000000000000")

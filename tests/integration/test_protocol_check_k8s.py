@@ -4,7 +4,7 @@ Behaviours covered, in one namespace of the shared plane:
 
 * the five ConfigMaps of ``deploy/*/02-configmap.yaml`` created as ``kubectl apply`` would (moved to the test's
   namespace), a Node, and the components' pods (labels of the manifests, Running) whose fingerprints are written
-  by the components' own publisher (:class:`entrypoints._shared.publish.ProtocolPublisher`: the device plugin's
+  by the components' own publisher (:class:`services._shared.publish.ProtocolPublisher`: the device plugin's
   and the exporter's on the Node, the scheduler's and the controller's on their Pod) → exit 0, every ConfigMap
   and the four instances listed;
 * the device plugin's ConfigMap edited (``memory-unit: 2Gi``, as the product documentation's hand edit does) and
@@ -33,9 +33,9 @@ from adapters.kubernetes import KubernetesCluster
 from adapters.protocolfile import parse_protocol
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
-from entrypoints._shared.publish import ProtocolPublisher
 from entrypoints.cli import main as ljrk
 from ports.cluster import NotFoundError
+from services._shared.publish import ProtocolPublisher
 
 pytestmark = pytest.mark.k8s
 

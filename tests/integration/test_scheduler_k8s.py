@@ -38,9 +38,9 @@ from domain.kube.annotations import encode_inventory, encode_plan
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
-from entrypoints._shared.leader import LeaderConfig, LeaderElector
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services._shared.leader import LeaderConfig, LeaderElector
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 pytestmark = pytest.mark.k8s
 

@@ -48,10 +48,10 @@ from domain.kube.annotations import encode_inventory
 from domain.kube.objects import ContainerSpec, LeaseRecord, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
-from entrypoints._shared.leader import LeaderConfig, LeaderElector
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
 from ports.cluster import ClusterError
+from services._shared.leader import LeaderConfig, LeaderElector
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 pytestmark = pytest.mark.k8s
 

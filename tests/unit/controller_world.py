@@ -17,9 +17,9 @@ from domain.kube.protocol import ProtocolConstants
 from domain.toggle.jobs import JOB_SELECTOR, JobTemplate, is_ours, job_node
 from domain.toggle.policy import TogglePolicy
 from domain.toggle.reconcile import ToggleSettings
-from entrypoints._shared.informer import Informer
-from entrypoints.controller.service import ToggleController
 from ports.cluster import GoneError
+from services._shared.informer import Informer
+from services.controller.service import ToggleController
 
 PROTOCOL = ProtocolConstants()
 LABEL = PROTOCOL.node_label

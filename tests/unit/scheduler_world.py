@@ -17,7 +17,7 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import decode_plan, encode_plan
 from domain.kube.objects import Listing, PodObject, PodPhase
 from domain.units import GiB
-from entrypoints.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 NONE_SCHEDULER = "nobody"
 

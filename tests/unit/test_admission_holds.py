@@ -26,8 +26,8 @@ from domain.units import GiB
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import service_config
-from entrypoints.scheduler.extender import Extender
-from entrypoints.scheduler.policies import ServiceConfig
+from services.scheduler.extender import Extender
+from services.scheduler.policies import ServiceConfig
 
 KEY = PROTOCOL.annotations.pod_allocated
 

@@ -17,7 +17,7 @@ import pytest
 from adapters.memory.runtime import MEMORY_RUNTIME_VERSION
 from domain.runtime.features import CONTRACT_VERSION, OLDEST_RUNTIME, RUNTIME_FEATURES, SemVer
 from entrypoints.cli import RUNTIME_GRPC_PACKAGE, main, version_text
-from entrypoints.runtime.service import RUNTIME_VERSION
+from services.runtime.service import RUNTIME_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 

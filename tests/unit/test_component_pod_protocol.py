@@ -17,7 +17,6 @@ import pytest
 from adapters.memory.cluster import InMemoryCluster
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
-from entrypoints._shared.publish import ProtocolPublisher
 from entrypoints.controller.__main__ import build_parser as controller_parser
 from entrypoints.controller.__main__ import settings_from_args as controller_settings
 from entrypoints.controller.app import ControllerSettings
@@ -28,6 +27,7 @@ from entrypoints.scheduler.__main__ import settings_from_args as scheduler_setti
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import SchedulerContainer
 from ports.cluster import UnavailableError
+from services._shared.publish import ProtocolPublisher
 
 NAMESPACE, POD = "kube-system", "replica-0"
 KEY = ProtocolConstants().annotations.node_protocol

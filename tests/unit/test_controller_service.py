@@ -1,4 +1,4 @@
-"""The node controller (entrypoints.controller.service) over the in-memory cluster, with a fake clock.
+"""The node controller (services.controller.service) over the in-memory cluster, with a fake clock.
 
 Behaviours covered (failure cases from research/failure-cases.md):
 - B25: 50 nodes, 200 unrelated label/annotation updates → no reconcile, no API write, no Job; then flipping

@@ -48,7 +48,7 @@ def test_a_runtime_lacking_a_required_feature_is_refused_at_start() -> None:
     from domain.kube.protocol import ProtocolConstants
     from domain.runtime.errors import UnsupportedFeatureError
     from domain.units import GiB
-    from entrypoints.device_plugin.service import REQUIRED_FEATURES, DevicePluginService
+    from services.device_plugin.service import REQUIRED_FEATURES, DevicePluginService
 
     gpus = [Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB)]
     old = InMemoryNodeRuntime(gpus, capabilities={"inventory", "allocate"})

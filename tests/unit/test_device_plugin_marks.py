@@ -1,5 +1,5 @@
 """The device plugin's allocated mark and release reconciler on in-memory adapters (no sockets):
-``entrypoints.device_plugin.service`` / ``.marks`` / ``.reconciler`` / ``.app`` status.
+``services.device_plugin.service`` / ``.marks`` / ``.reconciler`` / ``.app`` status.
 
 Behaviours covered:
 
@@ -43,10 +43,10 @@ from domain.runtime.types import ContainerAllocationRequest, ExporterData, Plann
 from domain.units import GiB
 from entrypoints.device_plugin.__main__ import build_parser, settings_from_args
 from entrypoints.device_plugin.app import DevicePluginApp, SettingsError
-from entrypoints.device_plugin.reconciler import RecordReconciler
-from entrypoints.device_plugin.service import DevicePluginService
 from ports.cluster import ConflictError, UnavailableError
 from ports.runtime import NodeRuntimeError
+from services.device_plugin.reconciler import RecordReconciler
+from services.device_plugin.service import DevicePluginService
 
 NODE = "n1"
 PROTOCOL = ProtocolConstants()

@@ -22,7 +22,7 @@ from domain.exporter.attribution import AttributionMismatch, PodContainerDevices
 from domain.exporter.metrics import PREFIX
 from domain.gpu import Gpu, GpuUuid
 from domain.runtime.types import ContainerAllocationRequest, ExporterData, PlannedGpu
-from entrypoints.exporter.collector import SnapshotCollector
+from services.exporter.collector import SnapshotCollector
 
 GIB = 1 << 30
 MISMATCH_GAUGE = PREFIX + "exporter_attribution_mismatched_containers"
@@ -116,7 +116,7 @@ def test_collector_counts_and_logs_each_mismatch_once(caplog: pytest.LogCaptureF
     pods = InMemoryPodResources([_ours("p1", 3), _ours("p2", 2)])
     collector = SnapshotCollector(runtime, pods, deadline_s=2)
     metrics = PrometheusExporterMetrics(collector.snapshot, node="n1")
-    caplog.set_level(logging.WARNING, logger="entrypoints.exporter.collector")
+    caplog.set_level(logging.WARNING, logger="services.exporter.collector")
     try:
         for _ in range(3):
             assert collector.refresh()

@@ -39,9 +39,9 @@ from domain.exporter.snapshot import Snapshot
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.runtime.types import ContainerAllocationRequest, ExporterData, GpuData, GpuSample, PlannedGpu
 from entrypoints.exporter.app import ExporterApp, ExporterSettings, SettingsError, parse_listen
-from entrypoints.exporter.collector import SnapshotCollector
 from entrypoints.exporter.containers import ExporterContainer
 from ports.runtime import RuntimeUnavailableError
+from services.exporter.collector import SnapshotCollector
 
 GIB = 1 << 30
 NODE = "node-a"

@@ -1,5 +1,5 @@
 """The exporter's detector as Kubernetes Events: the pure transition function (``domain.exporter.detector``), the
-recorder over the in-memory cluster (``entrypoints.exporter.events``) and the collector driving both (no I/O).
+recorder over the in-memory cluster (``services.exporter.events``) and the collector driving both (no I/O).
 
 Covers: the first state yields Warnings for what is wrong now and nothing else; Runtime unreachable / reachable,
 GPU unhealthy / recovered (message names index and UUID), data stale / fresh and XID count increases are one
@@ -50,11 +50,11 @@ from domain.kube.objects import ClusterEvent, NodeObject
 from domain.runtime.types import ExporterData
 from entrypoints.exporter.__main__ import build_parser, settings_from_args
 from entrypoints.exporter.app import ExporterSettings
-from entrypoints.exporter.collector import SnapshotCollector
 from entrypoints.exporter.containers import ExporterContainer
-from entrypoints.exporter.events import NodeEventRecorder
 from ports.cluster import UnavailableError
 from ports.runtime import RuntimeUnavailableError
+from services.exporter.collector import SnapshotCollector
+from services.exporter.events import NodeEventRecorder
 
 GIB = 1 << 30
 NODE = "node-a"

@@ -43,7 +43,7 @@ from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import MigOwner, PlacementMode
 from domain.runtime.miglayout import simulated_mig_uuid
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceData, MigInstanceInfo, PlannedMig
-from entrypoints.exporter.collector import SnapshotCollector
+from services.exporter.collector import SnapshotCollector
 
 GIB = 1 << 30
 NODE = "node-a"

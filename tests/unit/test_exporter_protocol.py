@@ -16,8 +16,8 @@ from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
 from entrypoints.exporter.app import ExporterSettings
 from entrypoints.exporter.containers import ExporterContainer
-from entrypoints.exporter.publish import ProtocolPublisher
 from ports.cluster import UnavailableError
+from services.exporter.publish import ProtocolPublisher
 
 NODE = "n1"
 

@@ -33,8 +33,8 @@ from domain.runtime.damping import HealthDamper
 from domain.runtime.health import HealthTracker
 from domain.runtime.types import DeviceInfo, HealthChange
 from domain.units import GiB
-from entrypoints.device_plugin.service import DevicePluginService
-from entrypoints.runtime.service import RuntimeService
+from services.device_plugin.service import DevicePluginService
+from services.runtime.service import RuntimeService
 
 A = GpuUuid("GPU-a")
 B = GpuUuid("GPU-b")

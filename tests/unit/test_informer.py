@@ -1,4 +1,4 @@
-"""The list+watch informer (entrypoints._shared.informer) on the in-memory cluster.
+"""The list+watch informer (services._shared.informer) on the in-memory cluster.
 
 Covers: initial list delivers every object; watch events update the cache in order; a 410 Gone (compaction)
 relists and delivers deletions for objects that vanished meanwhile (tombstones); an object deleted and re-created
@@ -15,7 +15,7 @@ import attrs
 
 from adapters.memory.cluster import InMemoryCluster
 from domain.kube.objects import ContainerSpec, EventType, PodObject, WatchEvent
-from entrypoints._shared.informer import Informer
+from services._shared.informer import Informer
 
 
 def pod(name: str) -> PodObject:

@@ -1,4 +1,4 @@
-"""Leader election over a Lease (entrypoints._shared.leader), on the in-memory cluster.
+"""Leader election over a Lease (services._shared.leader), on the in-memory cluster.
 
 Covers: first candidate creates the Lease and leads; a second candidate stays standby while the holder renews;
 takeover only after the record stayed unchanged for lease_duration on the standby's own clock; a leader that
@@ -17,8 +17,8 @@ import pytest
 
 from adapters.memory.cluster import InMemoryCluster
 from domain.errors import InvalidRequestError
-from entrypoints._shared.leader import LeaderConfig, LeaderElector
 from ports.cluster import ConflictError, UnavailableError
+from services._shared.leader import LeaderConfig, LeaderElector
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""MIG in the device plugin (domain.deviceplugin, entrypoints.device_plugin.service) without sockets.
+"""MIG in the device plugin (domain.deviceplugin, services.device_plugin.service) without sockets.
 
 Behaviours covered:
 
@@ -42,7 +42,7 @@ from domain.runtime.features import SemVer
 from domain.runtime.types import ContainerAllocationRequest, PlannedMig
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
-from entrypoints.device_plugin.service import DevicePluginService
+from services.device_plugin.service import DevicePluginService
 
 NODE = "n1"
 MIG = GpuUuid("GPU-mig-0")

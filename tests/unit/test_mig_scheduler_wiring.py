@@ -38,9 +38,9 @@ from domain.scheduling.sync import Tombstone
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import service_config
-from entrypoints.scheduler.extender import Extender
-from entrypoints.scheduler.service import CommitError, SchedulerService, ServiceConfig
-from entrypoints.scheduler.standalone import StandaloneLoop
+from services.scheduler.extender import Extender
+from services.scheduler.service import CommitError, SchedulerService, ServiceConfig
+from services.scheduler.standalone import StandaloneLoop
 
 RESOURCE = "alibabacloud.com/mig-3g.40gb"
 

@@ -22,7 +22,7 @@ from domain.mig.profiles import MIG_MODELS
 from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.migonly import fitting_profiles
 from domain.units import GiB
-from entrypoints.scheduler.extender import Extender
+from services.scheduler.extender import Extender
 
 STEM = "alibabacloud.com/mig-"
 

@@ -1,4 +1,4 @@
-"""The four top-level packages resolve inside this repository's ``src/``.
+"""The five top-level packages resolve inside this repository's ``src/``.
 
 PyPI has distributions named ``entrypoints``, ``adapters`` and ``domain``; if one were installed and shadowed
 ours, every import would silently go elsewhere. This test fails in that case.
@@ -14,7 +14,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-@pytest.mark.parametrize("name", ["domain", "ports", "adapters", "entrypoints"])
+@pytest.mark.parametrize("name", ["domain", "ports", "services", "adapters", "entrypoints"])
 def test_top_level_package_resolves_inside_src(name: str) -> None:
     module = importlib.import_module(name)
     assert module.__file__ is not None

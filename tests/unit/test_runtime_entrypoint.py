@@ -40,9 +40,9 @@ from domain.units import GiB
 from entrypoints.runtime.__main__ import build_parser, settings_from_args
 from entrypoints.runtime.app import RuntimeApp, RuntimeSettings, SettingsError, select_backend
 from entrypoints.runtime.containers import RuntimeContainer
-from entrypoints.runtime.service import RuntimeService
 from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
 from ports.runtime_state import StateStoreError
+from services.runtime.service import RuntimeService
 
 A = GpuUuid("GPU-aaaa")
 GPUS = (Gpu(0, A, "A100", 16 * GiB),)

@@ -119,7 +119,7 @@ def test_main_runs_in_memory_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch) 
 def test_only_the_leader_with_a_rebuilt_ledger_is_ready(mode: str) -> None:
     from adapters.prometheus import PrometheusSchedulerMetrics
     from domain.kube.protocol import ProtocolConstants
-    from entrypoints.scheduler.service import SchedulerService
+    from services.scheduler.service import SchedulerService
 
     leader = [False]
     cluster = InMemoryCluster()

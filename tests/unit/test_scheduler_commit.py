@@ -1,4 +1,4 @@
-"""Commits (entrypoints.scheduler.commit, SchedulerService.commit) when things go wrong, on the in-memory cluster.
+"""Commits (services.scheduler.commit, SchedulerService.commit) when things go wrong, on the in-memory cluster.
 
 Covers:
 * any exception — a transport error (UnavailableError), a raw OSError an adapter let through, a bug — during the
@@ -26,9 +26,9 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import PodObject
 from domain.units import GiB
-from entrypoints.scheduler.commit import REMOVE_ATTEMPTS, Undo, remove_plan, write_plan_and_bind
-from entrypoints.scheduler.service import CommitError, NotLeaderError
 from ports.cluster import ClusterError, ConflictError, UnavailableError
+from services.scheduler.commit import REMOVE_ATTEMPTS, Undo, remove_plan, write_plan_and_bind
+from services.scheduler.service import CommitError, NotLeaderError
 
 WRITER = PROTOCOL.scheduler_name
 

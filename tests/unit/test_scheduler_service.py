@@ -1,4 +1,4 @@
-"""The scheduler service (entrypoints.scheduler.service) on the in-memory cluster.
+"""The scheduler service (services.scheduler.service) on the in-memory cluster.
 
 Covers: the issue's scenario (core=60 mem=8 where only one node has a GPU with that much free → bound there, plan
 annotation written before the binding); failure cases B01 (tombstone; resync variant), B03 (restart rebuild with
@@ -30,7 +30,8 @@ from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, PodObject, Taint, TaintEffect
 from domain.scheduling.sync import Tombstone
 from domain.units import GiB
-from entrypoints.scheduler.service import (
+from ports.cluster import ClusterError, ConflictError, UnavailableError
+from services.scheduler.service import (
     CommitError,
     NotLeaderError,
     SchedulerService,
@@ -38,7 +39,6 @@ from entrypoints.scheduler.service import (
     StaleListingError,
     drift_count,
 )
-from ports.cluster import ClusterError, ConflictError, UnavailableError
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -1,4 +1,4 @@
-"""The standalone scheduling loop (entrypoints.scheduler.standalone) driven attempt by attempt.
+"""The standalone scheduling loop (services.scheduler.standalone) driven attempt by attempt.
 
 Covers: only pending pods with our schedulerName are queued, FIFO, and leave the queue once bound or deleted;
 a successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with
@@ -20,9 +20,9 @@ from kube_builders import KEYS
 from scheduler_world import new_pod, world
 
 from domain.kube.objects import PodObject, Taint, TaintEffect
-from entrypoints.scheduler import standalone
-from entrypoints.scheduler.standalone import StandaloneLoop
 from ports.cluster import UnavailableError
+from services.scheduler import standalone
+from services.scheduler.standalone import StandaloneLoop
 
 
 class Monotonic:

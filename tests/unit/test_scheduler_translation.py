@@ -22,7 +22,7 @@ from domain.scheduling.framework import CycleState
 from domain.scheduling.nodefit import PodConstraints
 from domain.scheduling.typical import blend_typical, pod_class
 from domain.units import GiB
-from entrypoints.scheduler.podjson import PodJsonError, pod_from_json
+from services.scheduler.podjson import PodJsonError, pod_from_json
 
 RAW = {
     "apiVersion": "v1", "kind": "Pod",

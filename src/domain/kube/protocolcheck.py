@@ -3,7 +3,7 @@ check --kubeconfig``; issue 14 §1).
 
 Where each component publishes its fingerprint (:data:`PUBLISHERS`): the device plugin and the exporter on their
 Node (annotation keys ``annotations.node-protocol`` and ``annotations.node-exporter-protocol``), the scheduler and
-the controller on their own Pod (key ``annotations.node-protocol``, :mod:`entrypoints._shared.publish`). The
+the controller on their own Pod (key ``annotations.node-protocol``, :mod:`services._shared.publish`). The
 Runtime does not load the protocol: its ConfigMap is compared with the others, no instance is expected.
 
 Invariants:

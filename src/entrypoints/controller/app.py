@@ -21,13 +21,12 @@ import attrs
 from domain.kube.objects import JobObject, NodeObject
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
 from entrypoints._shared.httpserver import HealthEndpoint
-from entrypoints._shared.informer import Informer
-from entrypoints._shared.leader import LeaderElector
 from entrypoints._shared.lifecycle import RunUntilStopped
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
-
-from .service import ToggleController
+from services._shared.informer import Informer
+from services._shared.leader import LeaderElector
+from services._shared.logs import fields
+from services.controller.service import ToggleController
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class ControllerSettings:
     = ``namespace``), ``lease_name``, ``identity`` and ``lease_duration``/``renew_deadline``/``retry_period``
     (s); ``in_memory``: an empty in-memory cluster (development); ``watch_timeout_seconds``,
     ``resync_seconds``, ``retry_seconds`` (s); ``log_level``; ``pod_namespace``/``pod_name``: this replica's own
-    Pod, annotated with the protocol fingerprint (:mod:`entrypoints._shared.publish`; empty = not in a pod,
+    Pod, annotated with the protocol fingerprint (:mod:`services._shared.publish`; empty = not in a pod,
     nothing published). Raises :class:`SettingsError`.
     """
 

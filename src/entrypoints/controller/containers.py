@@ -22,14 +22,14 @@ from domain.kube.protocol import ProtocolConstants
 from domain.toggle.jobs import JobTemplate
 from domain.toggle.policy import TogglePolicy
 from domain.toggle.reconcile import ToggleSettings
-from entrypoints._shared.leader import LeaderConfig, LeaderElector
-from entrypoints._shared.logs import configure_logging
-from entrypoints._shared.publish import ProtocolPublisher
 from ports.cluster import ClusterApi
 from ports.metrics import ControllerMetrics
+from services._shared.leader import LeaderConfig, LeaderElector
+from services._shared.logs import configure_logging
+from services._shared.publish import ProtocolPublisher
+from services.controller.service import ToggleController
 
 from .app import ControllerApp, ControllerSettings
-from .service import ToggleController
 
 COMPONENT = "lj-runtimekit-controller"
 """``source.component`` of the Events the controller writes."""

@@ -47,9 +47,8 @@ from domain.deviceplugin.pods import resource_names
 from domain.deviceplugin.status import DevicePluginStatus
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
-
-from .reconciler import DEFAULT_INTERVAL_S, RecordReconciler
-from .service import DevicePluginService
+from services.device_plugin.reconciler import DEFAULT_INTERVAL_S, RecordReconciler
+from services.device_plugin.service import DevicePluginService
 
 log = logging.getLogger(__name__)
 

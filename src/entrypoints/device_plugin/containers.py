@@ -21,13 +21,13 @@ from adapters.protocolfile import load_protocol
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.httpserver import HealthEndpoint, parse_listen
-from entrypoints._shared.logs import configure_logging
 from ports.cluster import ClusterApi
 from ports.runtime import NodeRuntime
+from services._shared.logs import configure_logging
+from services.device_plugin.reconciler import RecordReconciler
+from services.device_plugin.service import DevicePluginService
 
 from .app import DevicePluginApp, DevicePluginSettings
-from .reconciler import RecordReconciler
-from .service import DevicePluginService
 
 
 def make_protocol(settings: DevicePluginSettings) -> ProtocolConstants:

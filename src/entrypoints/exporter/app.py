@@ -19,8 +19,7 @@ import attrs
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
 from entrypoints._shared.lifecycle import RunUntilStopped
-
-from .collector import SnapshotCollector
+from services.exporter.collector import SnapshotCollector
 
 log = logging.getLogger(__name__)
 

@@ -24,16 +24,16 @@ from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
-from entrypoints._shared.logs import configure_logging
 from ports.cluster import ClusterApi
 from ports.pod_resources import PodResourcesLister
 from ports.runtime import NodeRuntime
+from services._shared.logs import configure_logging
+from services.exporter.collector import SnapshotCollector
+from services.exporter.events import NodeEventRecorder
+from services.exporter.podphases import EndedPods
+from services.exporter.publish import ProtocolPublisher
 
 from .app import REQUIRED_FEATURES, ExporterApp, ExporterSettings, parse_listen
-from .collector import SnapshotCollector
-from .events import NodeEventRecorder
-from .podphases import EndedPods
-from .publish import ProtocolPublisher
 
 log = logging.getLogger(__name__)
 

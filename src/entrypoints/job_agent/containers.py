@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from dependency_injector import containers, providers
 
 from adapters.grpc import GrpcNodeConfig
-from entrypoints._shared.logs import configure_logging
 from ports.node_config import NodeConfig
 from ports.runtime import RuntimeUnavailableError
+from services._shared.logs import configure_logging
 
 from .app import JobAgent, JobAgentSettings, OperationConnector, SettingsError
 

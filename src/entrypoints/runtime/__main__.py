@@ -31,10 +31,10 @@ from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.signals import stop_on_signals
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
+from services.runtime.service import HEALTH_HOLD_S
 
 from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings, SettingsError
 from .containers import RuntimeContainer
-from .service import HEALTH_HOLD_S
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

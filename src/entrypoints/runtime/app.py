@@ -39,8 +39,7 @@ from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
-
-from .service import HEALTH_HOLD_S, RUNTIME_VERSION, RuntimeService
+from services.runtime.service import HEALTH_HOLD_S, RUNTIME_VERSION, RuntimeService
 
 log = logging.getLogger(__name__)
 

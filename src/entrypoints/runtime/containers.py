@@ -14,14 +14,14 @@ from dependency_injector import containers, providers
 from adapters.grpc import GrpcRuntimeServer
 from adapters.statefile import JsonRuntimeStateStore
 from domain.runtime.edits import ContainerEdits
-from entrypoints._shared.logs import configure_logging
 from ports.gpu_backend import GpuBackend
 from ports.node_config import NodeConfig
 from ports.runtime import NodeRuntime
 from ports.runtime_state import RuntimeStateStore
+from services._shared.logs import configure_logging
+from services.runtime.service import RuntimeService
 
 from .app import RuntimeApp, RuntimeSettings, build_edits, select_backend
-from .service import RuntimeService
 
 
 def _as_runtime(service: RuntimeService) -> NodeRuntime:

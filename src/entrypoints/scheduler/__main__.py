@@ -47,10 +47,10 @@ from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError, one_line
 from entrypoints._shared.httpserver import parse_listen
 from entrypoints._shared.signals import stop_on_signals
+from services.scheduler.policies import DEFAULT_POLICY
 
 from .app import MODES, SchedulerSettings, SettingsError
 from .containers import SchedulerContainer
-from .policies import DEFAULT_POLICY
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

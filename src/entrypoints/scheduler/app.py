@@ -32,17 +32,17 @@ from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
 from entrypoints._shared.httpserver import HealthEndpoint
-from entrypoints._shared.informer import Informer
-from entrypoints._shared.leader import LeaderElector
 from entrypoints._shared.lifecycle import RunUntilStopped
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
+from services._shared.informer import Informer
+from services._shared.leader import LeaderElector
+from services._shared.logs import fields
+from services.scheduler.extender import Extender
+from services.scheduler.policies import DEFAULT_POLICY
+from services.scheduler.service import SchedulerService
+from services.scheduler.standalone import StandaloneLoop
 
-from .extender import Extender
 from .httpserver import HttpEndpoint
-from .policies import DEFAULT_POLICY
-from .service import SchedulerService
-from .standalone import StandaloneLoop
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class SchedulerSettings:
     ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
     node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.holds.hold_window`).
     ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
-    (:mod:`entrypoints._shared.publish`); empty = not in a pod, nothing published.
+    (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """

@@ -26,14 +26,14 @@ from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
-from entrypoints._shared.leader import LeaderConfig, LeaderElector
-from entrypoints._shared.logs import configure_logging
-from entrypoints._shared.publish import ProtocolPublisher
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
+from services._shared.leader import LeaderConfig, LeaderElector
+from services._shared.logs import configure_logging
+from services._shared.publish import ProtocolPublisher
+from services.scheduler.service import SchedulerService, ServiceConfig
 
 from .app import SchedulerApp, SchedulerSettings
-from .service import SchedulerService, ServiceConfig
 
 COMPONENT = "lj-runtimekit-scheduler"
 """``source.component`` of the Events the scheduler writes."""

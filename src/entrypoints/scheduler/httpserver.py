@@ -23,9 +23,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from entrypoints._shared.httpserver import HealthEndpoint, Probe, ProbeHandler
-from entrypoints._shared.logs import fields
-
-from .extender import ExtenderArgsError
+from services._shared.logs import fields
+from services.scheduler.extender import ExtenderArgsError
 
 log = logging.getLogger(__name__)
 

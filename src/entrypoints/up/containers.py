@@ -27,9 +27,9 @@ from adapters.prometheus.scrape import Sample, scrape
 from adapters.protocolfile import load_protocol
 from adapters.tqdm_progress import TqdmProgress
 from domain.kube.protocol import ProtocolConstants
-from entrypoints._shared.logs import configure_logging
 from ports.cluster import ClusterApi
 from ports.progress import ProgressBar
+from services._shared.logs import configure_logging
 
 from .app import Scraper, UpApp, UpSettings, resolve_speedup
 from .events import EventTap, as_cluster

@@ -45,11 +45,11 @@ from domain.kube.objects import (
     PodPhase,
 )
 from entrypoints._shared.cli import UsageError
-from entrypoints._shared.informer import Informer
 from entrypoints.job_agent.__main__ import build_parser, settings_from_args
 from entrypoints.job_agent.app import JobAgentError, SettingsError
 from entrypoints.job_agent.containers import JobAgentContainer
 from ports.cluster import ClusterApi, ClusterError, NotFoundError
+from services._shared.informer import Informer
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from domain.errors import UnknownNodeError
 from domain.kube.objects import ClusterEvent
 from domain.scheduling.sync import LedgerSync
 from domain.scheduling.vanished import VanishedHold
-from entrypoints._shared.logs import fields
 from ports.metrics import SchedulerMetrics
+from services._shared.logs import fields
 
 log = logging.getLogger(__name__)
 

@@ -52,9 +52,9 @@ from domain.toggle.reconcile import (
 )
 from domain.toggle.record import NodeToggle
 from domain.toggle.states import Action, ToggleState
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
 from ports.metrics import ControllerMetrics
+from services._shared.logs import fields
 
 from .causes import JobCauses
 from .workqueue import WorkQueue

@@ -18,7 +18,7 @@
   (cordon, nodeSelector, required node affinity, taints, inventory gate), then the policy's own (CPU/memory/pod
   slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies share one tie rule instance (one node order).
 
-Not thread-safe: :class:`~entrypoints.scheduler.service.SchedulerService` calls it under its lock.
+Not thread-safe: :class:`~services.scheduler.service.SchedulerService` calls it under its lock.
 """
 
 from __future__ import annotations

@@ -68,9 +68,9 @@ from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
 from domain.scheduling.sync import LedgerSync, Tombstone
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
+from services._shared.logs import fields
 
 from .alerts import BookAlerts
 from .commit import CommitError, NotLeaderError, write_plan_and_bind

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from domain.errors import InvalidRequestError
 from domain.kube.annotations import plan_owner
 from domain.kube.objects import PodObject
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
+from services._shared.logs import fields
 
 log = logging.getLogger(__name__)
 

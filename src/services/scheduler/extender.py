@@ -52,8 +52,8 @@ from domain.kube.objects import PodObject
 from domain.kube.translate import pod_request
 from domain.scheduling.candidates import rejection_reasons
 from domain.scheduling.sync import mig_reasons
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterError
+from services._shared.logs import fields
 
 from .commit import CommitError
 from .podjson import PodJsonError, pod_from_json

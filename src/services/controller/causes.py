@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from domain.kube.objects import JobObject, JobPhase
 from domain.toggle.jobs import JOB_NAME_POD_LABEL, FailureCause, failure_cause
-from entrypoints._shared.logs import fields
 from ports.cluster import ClusterApi, ClusterError
+from services._shared.logs import fields
 
 log = logging.getLogger(__name__)
 

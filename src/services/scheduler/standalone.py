@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from domain.kube.objects import ClusterEvent, PodObject
 from domain.scheduling.sync import Tombstone
-from entrypoints._shared.logs import fields
+from services._shared.logs import fields
 
 from .commit import CommitError
 from .service import NotLeaderError, SchedulerService
