@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import sys
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -148,3 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with 2 for an unknown command and 0 for ``--help``/``--version``."""
     args = build_parser().parse_args(argv)
     return COMMANDS[args.command].run(args.args, f"ljrk {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
