@@ -496,12 +496,12 @@ def naive_extender(service: Any) -> Any:
             pod = pod_from_json(body["Pod"])
             names = list(body["NodeNames"])
             service = self.service
-            with service.lock:
+            with service.books() as books:  # a cycle of its own: the candidates and constraints are its scratch
                 request = pod_request(pod, service.protocol)
                 sets = service.schedulers
                 scheduler = sets.get(sets.policy_for(pod))
                 sets.candidates[pod.uid] = frozenset(names)
-                service.sync.constraints[pod.uid] = PodConstraints.of(pod)
+                books.constraints[pod.uid] = PodConstraints.of(pod)
                 try:
                     state = CycleState()
                     slots, _ = scheduler.feasible(request, state)
@@ -608,12 +608,12 @@ def extender_replay(
             if time.monotonic() > deadline:
                 raise RuntimeError("the scheduler never became ready")
             time.sleep(0.01)
-        with service.lock:
+        with service.books() as books:
             missing = [n for n in kube.names if not service.knows_node(n)]
             if missing:
                 raise RuntimeError(f"{len(missing)} node(s) unknown to the scheduler, e.g. {missing[0]}")
             service.schedulers.get(config.policy)  # draws the tie order now, over every node (as replay does)
-            states = NodeStateCache(FragmentationModel(typical, service.sync.ledger))
+            states = NodeStateCache(FragmentationModel(typical, books.ledger))
         host, port = app.http.address
         client = ExtenderClient(host, port)
         setup_seconds = time.perf_counter() - started
@@ -644,16 +644,16 @@ def extender_replay(
                     raise RuntimeError(f"pod {pod.name}: kube-scheduler chose {node}, the API shows {seen}")
                 kube.assume(node, request)
                 used += trace_pod.total_gpu_milli
-            with service.lock:
+            with service.books():
                 frag, idle = states.cluster_fragmentation()
             series["arrived"].append(arrived)
             series["used"].append(used)
             series["frag"].append(frag)
             series["idle"].append(idle)
         loop_seconds = time.perf_counter() - loop_started
-        with service.lock:
-            booked = sum(record.gpu_milli for record in service.sync.ledger.records().values())
-            assumed = len(service.sync.assumed)
+        with service.books() as books:
+            booked = sum(record.gpu_milli for record in books.ledger.records().values())
+            assumed = len(books.assumed)
     finally:
         app.stop()
     if booked != used:

@@ -80,8 +80,8 @@ class World:
 
     def caught_up(self) -> bool:
         """The scheduler books every bound pod of the cluster."""
-        with self.service.lock:
-            counted = set(self.service.sync.ledger.records())
+        with self.service.books() as books:
+            counted = set(books.ledger.records())
         return {p.uid for p in self.cluster.list_pods().items if p.node_name} <= counted
 
     def inspect(self, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -89,8 +89,8 @@ class World:
         return name
 
     def caught_up(self, count: int) -> bool:
-        with self.service.lock:
-            return sum(len(self.service.sync.ledger.pods_on(n)) for n in self.nodes
+        with self.service.books() as books:
+            return sum(len(books.ledger.pods_on(n)) for n in self.nodes
                        if self.service.knows_node(n)) == count
 
     def close(self) -> None:

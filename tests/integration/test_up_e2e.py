@@ -113,8 +113,8 @@ class Harness:
     def ledger_pods(self) -> set[str]:
         scheduler = self.app.stack.scheduler
         assert scheduler is not None
-        with scheduler.service.lock:
-            uids = set(scheduler.service.sync.ledger.records())
+        with scheduler.service.books() as books:
+            uids = set(books.ledger.records())
         return {p.name for p in self.cluster.list_pods().items if p.uid in uids}
 
     def assert_agreement(self) -> None:

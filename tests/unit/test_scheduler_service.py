@@ -462,8 +462,9 @@ def test_resync_lists_and_rebuilds_without_holding_the_lock() -> None:
         got: list[bool] = []
 
         def grab() -> None:
-            if w.service.lock.acquire(timeout=1):
-                w.service.lock.release()
+            lock = w.service._lock  # the test asserts the lock is free while the service lists
+            if lock.acquire(timeout=1):
+                lock.release()
                 got.append(True)
 
         thread = threading.Thread(target=grab)

@@ -224,8 +224,8 @@ class SchedulerApp(RunUntilStopped):
     def ledger_view(self) -> dict[str, object]:
         """``GET /debug/ledger``: the books as JSON (:mod:`domain.inspection.view`), read under the service's lock."""
         service = self.service
-        with service.lock:
-            view = scheduler_view(service.sync, serving=service.serving)
+        with service.books() as books:
+            view = scheduler_view(books, serving=service.serving)
         return encode_view(view)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:

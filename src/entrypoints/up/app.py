@@ -297,9 +297,9 @@ class UpApp:
         assert scheduler is not None, "start() first"
         service = scheduler.service
         names = list(self.stack.nodes)
-        with service.lock:
+        with service.books() as books:
             ledger_gpus = {n: service.gpus(n) for n in names if service.knows_node(n)}
-            ledger_pods = {uid: r for uid, r in service.sync.ledger.records().items() if r.node in self.stack.nodes}
+            ledger_pods = {uid: r for uid, r in books.ledger.records().items() if r.node in self.stack.nodes}
         runtime: dict[str, ExporterData] = {}
         for name, node in self.stack.nodes.items():
             try:

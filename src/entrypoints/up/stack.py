@@ -551,8 +551,8 @@ class LocalStack:
         scheduler = self.scheduler
         if scheduler is not None:
             service = scheduler.service
-            with service.lock:
-                assumed = len(service.sync.assumed)
+            with service.books() as books:
+                assumed = len(books.assumed)
             if assumed:
                 moving.append(f"{assumed} reservation(s) awaiting their binding")
             loop = scheduler.loop

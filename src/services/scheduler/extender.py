@@ -47,15 +47,12 @@ import collections
 import logging
 from collections.abc import Mapping
 
-from domain.errors import DomainError, InvalidRequestError
 from domain.kube.objects import PodObject
-from domain.kube.translate import pod_request
-from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.sync import mig_reasons
 from ports.cluster import ClusterError
 from services._shared.logs import fields
 
 from .commit import CommitError
+from .decision import NOT_SERVING
 from .podjson import PodJsonError, pod_from_json
 from .service import SchedulerService
 
@@ -64,19 +61,12 @@ log = logging.getLogger(__name__)
 MAX_PRIORITY = 10
 """``extenderv1.MaxExtenderPriority``."""
 
-UNKNOWN_NODE = "node unknown to lj-runtimekit (no Node object seen yet)"
-NOT_SERVING = "this lj-runtimekit scheduler replica is not the leader (or is still rebuilding its ledger)"
 PENDING_PODS_KEPT = 4096
 """Pods remembered between filter and bind (their resourceVersion makes the plan write conditional)."""
 
 
 class ExtenderArgsError(ValueError):
     """The request body is not what kube-scheduler sends; the HTTP layer answers 400."""
-
-
-def chose_reason(node: str) -> str:
-    """The ``FailedNodes`` reason of candidates our policy did not choose."""
-    return f"lj-runtimekit chose node {node}"
 
 
 def _mapping(value: object, what: str) -> Mapping[str, object]:
@@ -136,43 +126,18 @@ class Extender:
         return reply
 
     def _decide(self, pod: PodObject, names: list[str]) -> tuple[list[str], dict[str, str], str]:
-        service = self.service
-        if not service.serving:
-            return [], {}, NOT_SERVING
-        with service.lock:
-            try:
-                request = pod_request(pod, service.protocol)
-            except InvalidRequestError as error:
-                service.metrics.decision(scheduled=False, reason="invalid-request")
-                return [], dict.fromkeys(names, f"invalid request: {error}"), ""
-            if not (request.wants_gpu or request.wants_mig) and not self.rank_all_pods:
-                return names, {}, ""
-            known = [n for n in names if service.knows_node(n)]
-            known_set = set(known)
-            failed = {n: UNKNOWN_NODE for n in names if n not in known_set}
-            if not known:
-                return [], failed, ""
-            result = service.schedule_pod(pod, candidates=known)
-            if result.allocation is not None:
-                chosen = result.allocation.node
-                failed.update({n: chose_reason(chosen) for n in known if n != chosen})
-                self._remember(pod)
-                log.info("filter chose a node", extra=fields(pod=pod.key, node=chosen, candidates=len(names)))
-                return [chosen], failed, ""
-            if known:
-                try:
-                    scheduler = service.schedulers.get(service.schedulers.policy_for(pod))
-                    if request.wants_mig:
-                        failed.update(mig_reasons(service.sync.books, scheduler, request, known,
-                                                  fallback=result.reason))
-                    else:
-                        failed.update(rejection_reasons(scheduler, request, known, fallback=result.reason))
-                except DomainError:  # unknown policy and the like: the cycle's reason says it all
-                    failed.update(dict.fromkeys(known, result.reason))
-            for name in known:
-                failed.setdefault(name, result.reason)
-            log.info("filter found no node", extra=fields(pod=pod.key, reason=result.reason))
-            return [], failed, ""
+        """``(passed, FailedNodes, Error)`` for ``filter`` from the service's :class:`Decision`."""
+        decision = self.service.decide(pod, names, rank_all_pods=self.rank_all_pods)
+        if decision.error:
+            return [], {}, decision.error
+        if not decision.managed:
+            return names, {}, ""
+        if decision.node is not None:
+            self._remember(pod)
+            log.info("filter chose a node", extra=fields(pod=pod.key, node=decision.node, candidates=len(names)))
+            return [decision.node], dict(decision.reasons), ""
+        log.info("filter found no node", extra=fields(pod=pod.key, reason=decision.reason))
+        return [], dict(decision.reasons), ""
 
     def _remember(self, pod: PodObject) -> None:
         self._pods[pod.uid] = pod

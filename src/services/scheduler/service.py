@@ -44,9 +44,10 @@ Both drivers (the kube-scheduler extender and the standalone loop) call into one
   same port), which the composition root gives a request timeout below ``lease_duration − renew_deadline``, so
   a binding sent just before leadership expires cannot land after a successor took over (client-side bound).
 
-Thread safety: :attr:`SchedulerService.lock` (re-entrant) serialises informer events, cycles, the adoption
-step of resyncs and extender calls; API calls (a commit's writes, a resync's LISTs) and rebuilds run outside it,
-the commit protected by the reservation.
+Thread safety: one private re-entrant lock serialises informer events, cycles (:meth:`SchedulerService.decide`,
+:meth:`SchedulerService.schedule_pod`) and the adoption step of resyncs; API calls (a commit's writes, a resync's
+LISTs) and rebuilds run outside it, the commit protected by the reservation. Readers take it through
+:meth:`SchedulerService.books`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
@@ -64,16 +66,17 @@ from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import PROTOCOL_PUBLISHERS, mig_container_plans, pod_request, protocol_mismatches
 from domain.ledger import ClusterLedger, GpuUsage
 from domain.mig.gpu import PlacementMode
+from domain.scheduling.candidates import rejection_reasons
 from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
-from domain.scheduling.nodefit import PodConstraints, node_fit_reason
-from domain.scheduling.sync import LedgerSync, Tombstone
+from domain.scheduling.sync import LedgerSync, Tombstone, mig_reasons
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
 from services._shared.logs import fields
 
 from .alerts import BookAlerts
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
+from .decision import NOT_SERVING, UNKNOWN_NODE, Decision, chose_reason
 from .policies import SchedulerSet, ServiceConfig
 
 log = logging.getLogger(__name__)
@@ -133,7 +136,7 @@ class SchedulerService:
         self.config = config or ServiceConfig()
         self.clock = clock
         self.is_leader = is_leader
-        self.lock = threading.RLock()
+        self._lock = threading.RLock()
         self.sync = LedgerSync(ClusterLedger(), protocol, clock=clock,
                                assumed_ttl_seconds=self.config.assumed_ttl_seconds,
                                mig_mode=PlacementMode(self.config.mig_strategy),
@@ -160,7 +163,7 @@ class SchedulerService:
     def on_node(self, node: NodeObject) -> None:
         """Node added or updated (LedgerSync rules); a new node wakes waiting pods. Never raises for bad node content
         (the node is gated instead: ``sync.gates``)."""
-        with self.lock:
+        with self._lock:
             new = not self._known(node.name)
             if not self._adopted(node.resource_version, self._floor[0]):
                 self.sync.on_node(node)
@@ -176,7 +179,7 @@ class SchedulerService:
 
     def on_node_deleted(self, node: NodeObject | str) -> None:
         """Node deleted (its object or its name); its reservations are dropped. Never raises."""
-        with self.lock:
+        with self._lock:
             name = node if isinstance(node, str) else node.name
             self.sync.on_node_deleted(name)
             self._track_protocol(name, {})
@@ -221,7 +224,7 @@ class SchedulerService:
         """Pod added or updated: books, observed pod classes, listeners; a finished pod wakes waiting pods. Idempotent
         (B04); never raises for bad pod content (recorded in ``sync.problems``). A new UID under a known
         ``namespace/name`` first forgets the old UID (its delete was missed)."""
-        with self.lock:
+        with self._lock:
             previous = self.sync.uid_of(pod.key)
             replaced = previous is not None and previous != pod.uid
             if previous is not None and replaced:
@@ -243,7 +246,7 @@ class SchedulerService:
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> None:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); releases what it held. Never raises."""
-        with self.lock:
+        with self._lock:
             self.sync.on_pod_deleted(item)
             uid = item.uid if isinstance(item, PodObject) else (item.obj.uid if item.obj is not None else None)
             if uid is not None:
@@ -270,18 +273,57 @@ class SchedulerService:
             listener()
 
     # ------------------------------------------------------------------ cycles
+    def decide(self, pod: PodObject, candidates: Sequence[str], *, rank_all_pods: bool = False) -> Decision:
+        """The one entry of a driver that offers candidate nodes (the extender's ``filter``): pending ``pod`` over
+        ``candidates`` (node names) → :class:`Decision`, with the reservation made (:meth:`schedule_pod`) and a
+        reason for every candidate not chosen (nodes the ledger does not know, the first node filter or MIG
+        reason that removes each, or the node chosen instead). A pod asking for none of our resources is not
+        ours (``managed`` False) unless ``rank_all_pods``. Never raises for bad pod content: an invalid request
+        is every candidate's reason; a replica that is not serving answers with ``error`` only."""
+        if not self.serving:
+            return Decision(pod.uid, error=NOT_SERVING)
+        names = list(candidates)
+        with self._lock:
+            try:
+                request = pod_request(pod, self.protocol)
+            except InvalidRequestError as error:
+                self.metrics.decision(scheduled=False, reason="invalid-request")
+                return Decision(pod.uid, reasons=dict.fromkeys(names, f"invalid request: {error}"))
+            if not (request.wants_gpu or request.wants_mig) and not rank_all_pods:
+                return Decision(pod.uid, managed=False)
+            known = [n for n in names if self._known(n)]
+            reasons = {n: UNKNOWN_NODE for n in names if not self._known(n)}
+            if not known:
+                return Decision(pod.uid, reasons=reasons, reason="no candidate node is known")
+            result = self.schedule_pod(pod, candidates=known)
+            if result.allocation is not None:
+                chosen = result.allocation.node
+                reasons.update({n: chose_reason(chosen) for n in known if n != chosen})
+                return Decision(pod.uid, result.allocation, reasons)
+            try:
+                scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
+                if request.wants_mig:
+                    reasons.update(mig_reasons(self.sync.books, scheduler, request, known, fallback=result.reason))
+                else:
+                    reasons.update(rejection_reasons(scheduler, request, known, fallback=result.reason))
+            except DomainError:  # unknown policy and the like: the cycle's reason says it all
+                reasons.update(dict.fromkeys(known, result.reason))
+            for name in known:
+                reasons.setdefault(name, result.reason)
+            return Decision(pod.uid, reasons=reasons, reason=result.reason)
+
     def schedule_pod(self, pod: PodObject, *, candidates: Collection[str] | None = None) -> ScheduleResult:
         """One cycle for pending ``pod``, restricted to ``candidates`` (node names) when given; the placement
         is reserved in the ledger as an assumed pod. A pod already holding a reservation on a node among the
-        candidates keeps it while the reservation still passes :meth:`held_problem` (its resources are in the
+        candidates keeps it while :meth:`LedgerSync.reservation_problem` finds nothing (its resources are in the
         books already); otherwise it is released and the cycle runs again. Never raises for bad pod content:
         invalid requests and unknown policies come back unscheduled with a reason, and are counted in the
         metrics."""
-        with self.lock:
+        with self._lock:
             held = self.sync.assumed.get(pod.uid)
             if held is not None:
                 if candidates is None or held.node in candidates:
-                    problem = self.held_problem(pod, held)
+                    problem = self.sync.reservation_problem(pod, held)
                     if not problem:
                         return ScheduleResult(pod.uid, held, reason="already reserved", feasible_nodes=1)
                     log.info("reservation no longer valid; deciding again",
@@ -305,59 +347,21 @@ class SchedulerService:
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
             return result
 
-    def held_problem(self, pod: PodObject, held: PodAllocation) -> str:
-        """Why ``held`` (the pod's reservation) must not be kept any more, or empty: the pod's request no longer
-        reads, its node is unknown, quarantined or gated for GPU pods (stale inventory and the like), fails the
-        pod's node fit (cordon, nodeSelector, required affinity, taints), or a granted GPU is gone, unhealthy,
-        or excluded by the pod's GPU model/UUID selection; for a MIG pod, also when its MIG reservation is gone,
-        its node takes no MIG pods, a booked GPU is unhealthy or the record no longer applies. Capacity is not
-        re-checked: the reservation holds it. Call under the lock."""
-        try:
-            request = pod_request(pod, self.protocol)
-        except InvalidRequestError as error:
-            return f"invalid request: {error}"
-        ledger, node = self.sync.ledger, held.node
-        try:
-            slot = ledger.slot(node)
-        except UnknownNodeError:
-            return f"node {node} is unknown"
-        if not ledger.admitting[slot]:
-            return f"node {node} is quarantined"
-        if (request.wants_gpu or request.wants_mig) and node in self.sync.gates:
-            return f"node {node} is not taking GPU pods: {self.sync.gates[node]}"
-        if request.wants_mig:
-            problem = self.sync.books.held_problem(pod.uid)
-            if problem:
-                return problem
-        obj = self.sync.nodes.get(slot)
-        fit = "" if obj is None else node_fit_reason(PodConstraints.of(pod), obj)
-        if fit:
-            return f"node {node}: {fit}"
-        gpus = {g.index: g for g in ledger.inventory(node).gpus}
-        for container in held.containers:
-            for grant in container.grants:
-                gpu = gpus.get(grant.gpu_index)
-                if gpu is None or not ledger.gpu_ok[slot, grant.gpu_index]:
-                    return f"GPU {grant.gpu_index} of node {node} is gone or not schedulable"
-                if not request.selector.allows(gpu):
-                    return f"GPU {gpu.uuid} ({gpu.model}) of node {node} is excluded by the pod's GPU selection"
-        return ""
-
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""
-        with self.lock:
+        with self._lock:
             self._reserved_at.pop(uid, None)
             self._committed.discard(uid)
             return self.sync.forget(uid)
 
     def reservation(self, uid: str) -> PodAllocation | None:
         """The assumed (not yet confirmed) placement of ``uid``, if any."""
-        with self.lock:
+        with self._lock:
             return self.sync.assumed.get(uid)
 
     def committed(self, uid: str) -> bool:
         """True when ``uid`` was bound by this replica and the watch has not shown it bound yet."""
-        with self.lock:
+        with self._lock:
             return uid in self._committed
 
     def commit(self, pod: PodObject, allocation: PodAllocation) -> None:
@@ -370,7 +374,7 @@ class SchedulerService:
         annotation rolled back (best effort) before the error propagates. Messages name the pod.
         """
         uid, key = pod.uid, self.protocol.annotations.pod_plan
-        with self.lock:
+        with self._lock:
             if not self.is_leader():
                 self.release(uid)
                 raise NotLeaderError(f"pod {pod.key}: this replica is not the leader; it writes nothing")
@@ -412,7 +416,7 @@ class SchedulerService:
             log.exception("commit failed", extra=fields(pod=pod.key, node=allocation.node))
             raise CommitError(f"pod {pod.key}: binding to node {allocation.node} failed: {error!r}") from error
         finally:
-            with self.lock:
+            with self._lock:
                 self._committing.discard(uid)
                 if bound:
                     if self.sync.assumed.get(uid) is not None:
@@ -425,7 +429,7 @@ class SchedulerService:
 
     def _may_write(self, term: int) -> bool:
         """True while this replica leads in term ``term`` (asked right before a binding)."""
-        with self.lock:
+        with self._lock:
             return self._term == term and self.is_leader()
 
     # ------------------------------------------------------------------ maintenance
@@ -433,7 +437,7 @@ class SchedulerService:
         """Release reservations older than ``assumed_ttl_seconds`` that were never committed (the bind never
         came); returns their UIDs."""
         expired = []
-        with self.lock:
+        with self._lock:
             now = self.clock()
             assumed = self.sync.assumed
             for uid in [u for u in self._reserved_at if u not in assumed]:
@@ -452,10 +456,10 @@ class SchedulerService:
     def tick(self) -> None:
         """Re-check inventory staleness (no node event comes when a device plugin dies), expire reservations and
         report book problems (:mod:`.alerts`)."""
-        with self.lock:
+        with self._lock:
             self.sync.tick()
         self.expire_assumed()
-        with self.lock:
+        with self._lock:
             events = self.alerts.collect(self.sync)  # a lapsed reservation may have ended an over-booking
         self._emit(events)
 
@@ -472,10 +476,10 @@ class SchedulerService:
         for attempt in range(1, RESYNC_ATTEMPTS + 1):
             nodes = self.cluster.list_nodes()
             pods = self.cluster.list_pods()
-            with self.lock:
+            with self._lock:
                 last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
             fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
-            with self.lock:
+            with self._lock:
                 behind = self._behind(nodes.resource_version, pods.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())
@@ -520,7 +524,7 @@ class SchedulerService:
     def begin_leading(self) -> int:
         """Leadership gained: open a new term (not serving until :meth:`rebuild_ledger` succeeds for it) and
         publish the leader gauge. Call synchronously where leadership is learnt; returns the term token."""
-        with self.lock:
+        with self._lock:
             self._term += 1
             self._leading, self._rebuilt = True, False
             self.metrics.set_leader(True)
@@ -531,7 +535,7 @@ class SchedulerService:
 
     def current_term(self, term: int) -> bool:
         """True while ``term`` is the open term."""
-        with self.lock:
+        with self._lock:
             return self._leading and self._term == term
 
     def rebuild_ledger(
@@ -560,7 +564,7 @@ class SchedulerService:
                 stop.wait(delay)
                 delay = min(delay * 2, longest)
                 continue
-            with self.lock:
+            with self._lock:
                 if not (self._leading and self._term == term):
                     break
                 self._rebuilt = True
@@ -582,7 +586,7 @@ class SchedulerService:
     def stop_leading(self) -> None:
         """Leadership lost: close the term, publish it and drop reservations that were never committed (no bind
         will follow)."""
-        with self.lock:
+        with self._lock:
             self._term += 1
             self._leading, self._rebuilt = False, False
             self.metrics.set_leader(False)
@@ -592,9 +596,16 @@ class SchedulerService:
         log.info("leadership lost")
 
     # ------------------------------------------------------------------ views
+    @contextmanager
+    def books(self) -> Iterator[LedgerSync]:
+        """Read the books consistently: yields the :class:`LedgerSync` while holding the service's lock (events and
+        cycles wait). For reading only and briefly; every change goes through the methods above."""
+        with self._lock:
+            yield self.sync
+
     def knows_node(self, name: str) -> bool:
         """True when the ledger books node ``name``."""
-        with self.lock:
+        with self._lock:
             return self._known(name)
 
     def _known(self, name: str) -> bool:
@@ -606,11 +617,11 @@ class SchedulerService:
 
     def gpus(self, node: str) -> list[GpuUsage]:
         """Per-GPU books of ``node`` (core milli-GPU, memory bytes). Raises UnknownNodeError."""
-        with self.lock:
+        with self._lock:
             return self.sync.ledger.gpus(node)
 
     def _ledger_view(self) -> Iterator[tuple[str, GpuUsage]]:
-        with self.lock:
+        with self._lock:
             ledger = self.sync.ledger
             rows = [(name, gpu) for name in ledger.node_names() for gpu in ledger.gpus(name)]
         return iter(rows)

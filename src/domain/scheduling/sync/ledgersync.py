@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from domain.allocation import PodAllocation
-from domain.errors import DomainError, InvalidRequestError
+from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
 from domain.gpu import Gpu
 from domain.kube.annotations import MigInstanceRecord
 from domain.kube.objects import NodeObject, PodObject
@@ -22,7 +22,7 @@ from domain.mig.ledger import MigPodAllocation
 from domain.request import PodRequest
 from domain.scheduling.drift import DriftReport, compare_books
 from domain.scheduling.framework import Scheduler, ScheduleResult
-from domain.scheduling.nodefit import PodConstraints
+from domain.scheduling.nodefit import PodConstraints, node_fit_reason
 from domain.scheduling.overbooking import checks_books
 from domain.scheduling.sync.events import LedgerEvents
 from domain.scheduling.sync.migcycle import schedule_mig
@@ -77,6 +77,44 @@ class LedgerSync(LedgerEvents):
         if record is not None:
             self._reinfer(record.node)
         return entry is not None or record is not None
+
+    def reservation_problem(self, pod: PodObject, held: PodAllocation) -> str:
+        """Why ``held`` (pending ``pod``'s reservation) must not be kept any more, or empty: the pod's request no
+        longer reads, its node is unknown, quarantined or gated for GPU pods (stale inventory and the like), fails
+        the pod's node fit (cordon, nodeSelector, required affinity, taints), or a granted GPU is gone, unhealthy,
+        or excluded by the pod's GPU model/UUID selection; for a MIG pod, also when its MIG reservation is gone,
+        its node takes no MIG pods, a booked GPU is unhealthy or the record no longer applies
+        (:meth:`MigBooks.held_problem`). Capacity is not re-checked: the reservation holds it."""
+        try:
+            request = pod_request(pod, self.protocol)
+        except InvalidRequestError as error:
+            return f"invalid request: {error}"
+        ledger, node = self.ledger, held.node
+        try:
+            slot = ledger.slot(node)
+        except UnknownNodeError:
+            return f"node {node} is unknown"
+        if not ledger.admitting[slot]:
+            return f"node {node} is quarantined"
+        if (request.wants_gpu or request.wants_mig) and node in self.gates:
+            return f"node {node} is not taking GPU pods: {self.gates[node]}"
+        if request.wants_mig:
+            problem = self.books.held_problem(pod.uid)
+            if problem:
+                return problem
+        obj = self.nodes.get(slot)
+        fit = "" if obj is None else node_fit_reason(PodConstraints.of(pod), obj)
+        if fit:
+            return f"node {node}: {fit}"
+        gpus = {g.index: g for g in ledger.inventory(node).gpus}
+        for container in held.containers:
+            for grant in container.grants:
+                gpu = gpus.get(grant.gpu_index)
+                if gpu is None or not ledger.gpu_ok[slot, grant.gpu_index]:
+                    return f"GPU {grant.gpu_index} of node {node} is gone or not schedulable"
+                if not request.selector.allows(gpu):
+                    return f"GPU {gpu.uuid} ({gpu.model}) of node {node} is excluded by the pod's GPU selection"
+        return ""
 
     @property
     def assumed(self) -> dict[str, PodAllocation]:
