@@ -482,7 +482,7 @@ def test_resync_adopts_only_a_listing_at_least_as_new_as_the_informers() -> None
     w.node("n1", 1)
     schedule_and_commit(w, w.pending("a", core="100", mem="16"))
     applied = {"pods": "0"}
-    w.service.watermarks = lambda: ("0", applied["pods"])
+    w.service.listing.watermarks = lambda: ("0", applied["pods"])
 
     def informer_overtakes() -> None:  # the pod is deleted, and its delete applied, after this listing
         w.cluster.on_list = None

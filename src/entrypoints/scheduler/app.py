@@ -181,7 +181,7 @@ class SchedulerApp(RunUntilStopped):
             watch_fn=lambda rv, t: cluster.watch_pods(resource_version=rv, timeout_seconds=t),
             key=lambda p: p.key, uid=lambda p: p.uid, on_upsert=service.on_pod,
             on_delete=service.on_pod_deleted, watch_timeout=timeout)
-        service.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
+        service.listing.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
         verbs = {} if self.extender is None else {
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,

@@ -1,53 +1,16 @@
 """The scheduler component's state: one ledger kept equal to the cluster, one scheduler per policy, commits.
 
 Both drivers (the kube-scheduler extender and the standalone loop) call into one :class:`SchedulerService`:
+informer events keep the books (:class:`~domain.scheduling.sync.LedgerSync`); :meth:`SchedulerService.decide` and
+:meth:`SchedulerService.schedule_pod` reserve a placement; :meth:`SchedulerService.commit` writes the plan, then
+binds, and releases the reservation on any failure; resyncs repair drift without stalling events; only the leader
+of the current term, with its books rebuilt, schedules and writes. Invariants: a reservation exists exactly while
+its pod is pending and ours (:mod:`.reservations`); a listing older than the informers is never adopted
+(:mod:`.listing`). The rules in full: ``docs/scheduler-service.md``.
 
-* **Ledger lifecycle** — :class:`~domain.scheduling.sync.LedgerSync` fed by the node and pod informers
-  (``on_node``/``on_node_deleted``/``on_pod``/``on_pod_deleted``); :meth:`SchedulerService.resync` lists
-  everything, repairs drift and counts it in the metrics (run periodically and on gaining leadership, which
-  rebuilds the books from the API before the replica serves). A standby replica keeps its ledger warm the same
-  way, so a takeover needs no cold start.
-* **Resync without stalling** — the LISTs and the rebuild run *outside* the lock; only the adoption (carry the
-  current reservations over, compare, repair in place) takes it, and only when the listing is consistent with
-  what the informers already applied: each listing's resourceVersion must be at least the informer's
-  (:attr:`SchedulerService.watermarks`, set by the app), else an event newer than the listing was applied and
-  adopting would undo it, so the service lists again (:data:`RESYNC_ATTEMPTS` times, then
-  :class:`StaleListingError`). After an adoption, informer updates whose object resourceVersion is not newer than
-  the adopted listing are not re-applied to the books (they are already in it); listeners still see them.
-* **Cycles** — :meth:`schedule_pod` reserves the chosen placement in the ledger as an *assumed* pod, so every
-  later cycle sees it while the API calls run; a repeated cycle for a pod that holds a reservation keeps it only
-  while it still passes the node-level checks (inventory gate, node fit, GPU selection and health), else
-  decides again. :meth:`commit` writes the plan annotation, then binds (:mod:`.commit`), and releases the
-  reservation on any failure — any exception at all (B06/B07). Reservations whose commit never comes
-  (kube-scheduler gave up on the pod after our filter) expire after ``assumed_ttl_seconds``
-  (:meth:`expire_assumed`).
-* **MIG** — pods asking for ``<prefix>/mig-<profile>`` instances are routed by
-  :meth:`~domain.scheduling.sync.LedgerSync.schedule` to the MIG plugin (node-level filters of the policy's
-  scheduler, then MIG filter, score and reserve on the MIG books, in the placement mode ``config.mig_strategy``);
-  their reservation is node-only in the time-sharing ledger plus instances in the MIG books, and :meth:`commit`
-  writes the MIG part of the plan (what each container receives at Allocate) the same way. An unknown profile
-  name is an invalid request whose reason says "unknown profile" (B30), never a silent Pending.
-* **Book problems** — a node quarantined for impossible books (a GPU booked beyond its core or memory) and a pod
-  whose plan names a GPU gone from its node's inventory are found by the ledger sync while booking; :mod:`.alerts`
-  turns them into Warning Events (leader only), log lines and the ``overbooked_nodes``/``vanished_gpu_pods``
-  gauges after every informer event, resync and tick.
-* **Policies** — :mod:`.policies`: default ``fgd``, per-pod override annotation (unknown → unschedulable with
-  a reason), FGD's typical pods from the observed pods topped up by the synthetic workload. GPU model and UUID
-  selection/exclusion annotations are read by :func:`domain.kube.translate.pod_request`.
-* **Leadership** — only the leader writes (plan, binding, events): :meth:`commit` raises
-  :class:`NotLeaderError` on a standby and releases the reservation, and asks again right before the binding
-  (a replica deposed meanwhile binds nothing). Each leadership gain opens a *term*
-  (:meth:`SchedulerService.begin_leading`, synchronous, on the elector's thread); the rebuild of that term
-  (:meth:`SchedulerService.rebuild_ledger`, on a thread of its own) waits for both informers to have listed,
-  retries failed rebuilds with backoff, and stops as soon as the term is over; :attr:`serving` and the leader
-  gauge follow the current term only. The commit's API calls go through ``commit_cluster`` (by default the
-  same port), which the composition root gives a request timeout below ``lease_duration − renew_deadline``, so
-  a binding sent just before leadership expires cannot land after a successor took over (client-side bound).
-
-Thread safety: one private re-entrant lock serialises informer events, cycles (:meth:`SchedulerService.decide`,
-:meth:`SchedulerService.schedule_pod`) and the adoption step of resyncs; API calls (a commit's writes, a resync's
-LISTs) and rebuilds run outside it, the commit protected by the reservation. Readers take it through
-:meth:`SchedulerService.books`.
+Thread safety: one private re-entrant lock serialises informer events, cycles and the adoption step of resyncs;
+API calls (a commit's writes, a resync's LISTs) and rebuilds run outside it, the commit protected by the
+reservation. Readers take it through :meth:`SchedulerService.books`.
 """
 
 from __future__ import annotations
@@ -61,9 +24,9 @@ from contextlib import contextmanager
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
-from domain.kube.objects import ClusterEvent, NodeObject, PodObject
+from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import PROTOCOL_PUBLISHERS, mig_container_plans, pod_request, protocol_mismatches
+from domain.kube.translate import mig_container_plans, pod_request, protocol_mismatches
 from domain.ledger import ClusterLedger, GpuUsage
 from domain.mig.gpu import PlacementMode
 from domain.scheduling.candidates import rejection_reasons
@@ -77,35 +40,15 @@ from services._shared.logs import fields
 from .alerts import BookAlerts
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision, chose_reason
+from .leadership import REBUILD_BACKOFF, Terms, rebuild_until_serving
+from .listing import RESYNC_ATTEMPTS, ListingFloor, StaleListingError, drift_count
+from .notices import Notices
 from .policies import SchedulerSet, ServiceConfig
+from .reservations import Reservations
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CommitError", "NotLeaderError", "SchedulerService", "ServiceConfig", "StaleListingError", "drift_count"]
-
-RESYNC_ATTEMPTS = 3
-"""Listings a resync tries before giving up when each one is older than what the informers applied."""
-REBUILD_BACKOFF = (0.5, 30.0)
-"""First and longest wait (s) between failed rebuilds of a new term (doubling)."""
-READY_POLL = 0.1
-"""Seconds between checks of the informers' readiness while a new term waits to rebuild."""
-
-
-class StaleListingError(Exception):
-    """Every listing of a resync was older than what the informers had already applied; nothing was adopted."""
-
-
-def drift_count(report: DriftReport) -> int:
-    """Entries a resync repaired: pods missing, extra or changed, nodes missing or extra, plus nodes whose
-    totals differed (``report.totals``; a corrupted running total can drift with every record equal)."""
-    return sum(map(len, (report.missing, report.extra, report.changed, report.nodes_missing, report.nodes_extra,
-                         report.totals)))
-
-
-def _rv(text: str) -> int | None:
-    """A resourceVersion as a number (kube-apiserver's are etcd revisions), None when it is not one."""
-    return int(text) if text.isdigit() else None
-
 
 class SchedulerService:
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
@@ -114,8 +57,7 @@ class SchedulerService:
     replica may write; ``commit_cluster`` carries the commit's API calls (default: ``cluster``). Listeners (set
     by the drivers, called under the lock, must be quick): ``pod_listeners(pod)`` after every pod add/update,
     ``deletion_listeners(pod)`` after a pod delete, ``change_listeners()`` when capacity may have appeared (node
-    added, pod deleted or finished). ``watermarks`` (set by the app; None = no check): returns the node and
-    pod informers' resourceVersions, against which :meth:`resync` checks its listings.
+    added, pod deleted or finished).
     """
 
     def __init__(
@@ -144,20 +86,14 @@ class SchedulerService:
         self.pod_listeners: list[Callable[[PodObject], None]] = []
         self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
         self.change_listeners: list[Callable[[], None]] = []
-        self.watermarks: Callable[[], tuple[str, str]] | None = None
         self.schedulers = SchedulerSet(self.sync, protocol, self.config)
-        self._reserved_at: dict[str, float] = {}
-        self._committing: set[str] = set()
-        self._committed: set[str] = set()
-        self._rebuilt = False  # the current term's rebuild succeeded
-        self._leading = False  # a term is open (begin_leading … stop_leading)
-        self._term = 0  # bumped on every leadership change, so a late rebuild of an old term serves nothing
-        self._floor: tuple[int | None, int | None] = (None, None)  # (nodes, pods) RVs of the adopted listing
-        self._mismatched: dict[str, dict[str, str]] = {}  # node → {component: fingerprint} differing from ours
+        self.listing = ListingFloor()
+        """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
+        self._reservations = Reservations(self.sync, clock)
+        self._terms = Terms()
+        self.notices = Notices(cluster, metrics, protocol, is_leader=is_leader)
         self.alerts = BookAlerts(metrics)
         metrics.watch_ledger(self._ledger_view)
-        metrics.set_protocol(protocol.fingerprint())
-        metrics.set_protocol_mismatches(dict.fromkeys(PROTOCOL_PUBLISHERS, 0))
 
     # ------------------------------------------------------------------ informer events
     def on_node(self, node: NodeObject) -> None:
@@ -165,60 +101,23 @@ class SchedulerService:
         (the node is gated instead: ``sync.gates``)."""
         with self._lock:
             new = not self._known(node.name)
-            if not self._adopted(node.resource_version, self._floor[0]):
+            if not self.listing.holds_node(node.resource_version):
                 self.sync.on_node(node)
             if new and self._known(node.name):
                 self._changed()
-            appeared = self._track_protocol(node.name, protocol_mismatches(node, self.protocol))
+            appeared = self.notices.track_protocol(node.name, protocol_mismatches(node, self.protocol))
             events = self.alerts.collect(self.sync)
-        self._emit(events)
-        for component, fingerprint in appeared.items():
-            self._node_event(node, "ProtocolMismatch", f"{component} on node {node.name} runs protocol "
-                             f"{fingerprint}, the scheduler {self.protocol.fingerprint()}: no GPU pods are placed "
-                             f"here until they agree (compare the ConfigMaps with `ljrk protocol check`)")
+        self.notices.emit(events)
+        self.notices.protocol_mismatch(node, appeared)
 
     def on_node_deleted(self, node: NodeObject | str) -> None:
         """Node deleted (its object or its name); its reservations are dropped. Never raises."""
         with self._lock:
             name = node if isinstance(node, str) else node.name
             self.sync.on_node_deleted(name)
-            self._track_protocol(name, {})
+            self.notices.track_protocol(name, {})
             events = self.alerts.collect(self.sync)
-        self._emit(events)
-
-    def _track_protocol(self, node: str, mismatches: dict[str, str]) -> dict[str, str]:
-        """Record ``node``'s protocol mismatches, update the per-component node counts; returns the mismatches
-        that are new (a component that started differing, or now differs in another way). Caller holds the
-        lock."""
-        before = self._mismatched.get(node, {})
-        if mismatches == before:
-            return {}
-        if mismatches:
-            self._mismatched[node] = mismatches
-        else:
-            self._mismatched.pop(node, None)
-        counts = dict.fromkeys(PROTOCOL_PUBLISHERS, 0)
-        for found in self._mismatched.values():
-            for component in found:
-                counts[component] += 1
-        self.metrics.set_protocol_mismatches(counts)
-        return {c: f for c, f in mismatches.items() if before.get(c) != f}
-
-    def _node_event(self, node: NodeObject, reason: str, message: str) -> None:
-        """A Warning Event on ``node`` (:meth:`_emit`)."""
-        self._emit([ClusterEvent("Node", node.name, reason, message[:1000], type="Warning", uid=node.uid)])
-
-    def _emit(self, events: list[ClusterEvent]) -> None:
-        """Write ``events`` (leader only, so replicas do not repeat them); best effort: failures are logged, never
-        raised. Call without the lock."""
-        if not events or not self.is_leader():
-            return
-        for event in events:
-            try:
-                self.cluster.create_event(event)
-            except Exception as error:  # an Event is never worth an informer failure
-                log.warning("event not recorded", extra=fields(kind=event.kind, name=event.name, reason=event.reason,
-                                                               error=str(error)))
+        self.notices.emit(events)
 
     def on_pod(self, pod: PodObject) -> None:
         """Pod added or updated: books, observed pod classes, listeners; a finished pod wakes waiting pods. Idempotent
@@ -231,18 +130,18 @@ class SchedulerService:
                 self.sync.on_pod_deleted(Tombstone(pod.key))  # names ``previous``
                 self._forget(previous)
             held = self.sync.holds.holding(pod.uid)
-            if not self._adopted(pod.resource_version, self._floor[1]):
+            if not self.listing.holds_pod(pod.resource_version):
                 self.sync.on_pod(pod)
             unheld = held and not self.sync.holds.holding(pod.uid)  # its devices came: twins may come now
             if pod.node_name or pod.phase.terminal:
-                self._committed.discard(pod.uid)
+                self._reservations.confirmed(pod.uid)
             self.schedulers.observe(pod)
             for listener in self.pod_listeners:
                 listener(pod)
             if pod.phase.terminal or replaced or unheld:
                 self._changed()
             events = self.alerts.collect(self.sync)
-        self._emit(events)
+        self.notices.emit(events)
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> None:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); releases what it held. Never raises."""
@@ -255,18 +154,11 @@ class SchedulerService:
                 listener(item)
             self._changed()
             events = self.alerts.collect(self.sync)
-        self._emit(events)
+        self.notices.emit(events)
 
     def _forget(self, uid: str) -> None:
         self.schedulers.forget(uid)
-        self._committed.discard(uid)
-        self._reserved_at.pop(uid, None)
-
-    @staticmethod
-    def _adopted(resource_version: str, floor: int | None) -> bool:
-        """True when an object at ``resource_version`` is already reflected by the adopted listing."""
-        rv = _rv(resource_version)
-        return floor is not None and rv is not None and rv <= floor
+        self._reservations.forget(uid)
 
     def _changed(self) -> None:
         for listener in self.change_listeners:
@@ -341,7 +233,7 @@ class SchedulerService:
             finally:
                 self.schedulers.candidates.pop(pod.uid, None)
             if result.allocation is not None:
-                self._reserved_at[pod.uid] = self.clock()
+                self._reservations.made(pod.uid)
             else:
                 invalid = result.reason.startswith("invalid request")
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
@@ -350,9 +242,7 @@ class SchedulerService:
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""
         with self._lock:
-            self._reserved_at.pop(uid, None)
-            self._committed.discard(uid)
-            return self.sync.forget(uid)
+            return self._reservations.release(uid)
 
     def reservation(self, uid: str) -> PodAllocation | None:
         """The assumed (not yet confirmed) placement of ``uid``, if any."""
@@ -362,7 +252,7 @@ class SchedulerService:
     def committed(self, uid: str) -> bool:
         """True when ``uid`` was bound by this replica and the watch has not shown it bound yet."""
         with self._lock:
-            return uid in self._committed
+            return self._reservations.committed(uid)
 
     def commit(self, pod: PodObject, allocation: PodAllocation) -> None:
         """Write the plan annotation of ``allocation`` on ``pod``, then bind it (:mod:`.commit`).
@@ -378,7 +268,7 @@ class SchedulerService:
             if not self.is_leader():
                 self.release(uid)
                 raise NotLeaderError(f"pod {pod.key}: this replica is not the leader; it writes nothing")
-            if uid in self._committing:
+            if self._reservations.committing(uid):
                 raise CommitError(f"pod {pod.key} is already being bound")
             try:
                 request = pod_request(pod, self.protocol)
@@ -389,7 +279,7 @@ class SchedulerService:
                 if self.sync.assumed.get(uid) != allocation:
                     self.release(uid)
                     self.sync.assume(allocation, mig=mig)
-                    self._reserved_at[uid] = self.clock()
+                    self._reservations.made(uid)
                 gpus = self.sync.ledger.inventory(allocation.node).gpus
                 mig_plans = () if mig is None else mig_container_plans(
                     request, mig, gpus, self.sync.books.instance_ids(allocation.node))
@@ -402,8 +292,8 @@ class SchedulerService:
                 why = ("the reservation was lost and no longer fits" if isinstance(error, DomainError)
                        else "the plan could not be prepared")
                 raise CommitError(f"pod {pod.key}: {why}: {error}") from error
-            term = self._term
-            self._committing.add(uid)
+            term = self._terms.number
+            self._reservations.start_commit(uid)
         bound = False
         try:
             write_plan_and_bind(self.commit_cluster, pod, node=allocation.node, key=key, plan=plan,
@@ -417,38 +307,24 @@ class SchedulerService:
             raise CommitError(f"pod {pod.key}: binding to node {allocation.node} failed: {error!r}") from error
         finally:
             with self._lock:
-                self._committing.discard(uid)
+                self._reservations.end_commit(uid, bound=bound)
                 if bound:
-                    if self.sync.assumed.get(uid) is not None:
-                        self._committed.add(uid)
                     self.metrics.decision(scheduled=True)
                 else:
-                    self.release(uid)
                     self.metrics.decision(scheduled=False, reason="bind-failed")
         log.info("pod bound", extra=fields(pod=pod.key, node=allocation.node, plan=plan))
 
     def _may_write(self, term: int) -> bool:
         """True while this replica leads in term ``term`` (asked right before a binding)."""
         with self._lock:
-            return self._term == term and self.is_leader()
+            return self._terms.number == term and self.is_leader()
 
     # ------------------------------------------------------------------ maintenance
     def expire_assumed(self) -> list[str]:
         """Release reservations older than ``assumed_ttl_seconds`` that were never committed (the bind never
         came); returns their UIDs."""
-        expired = []
         with self._lock:
-            now = self.clock()
-            assumed = self.sync.assumed
-            for uid in [u for u in self._reserved_at if u not in assumed]:
-                del self._reserved_at[uid]
-            for uid in assumed:
-                if uid in self._committing or uid in self._committed:
-                    continue
-                since = self._reserved_at.setdefault(uid, now)
-                if now - since > self.config.assumed_ttl_seconds:
-                    self.release(uid)
-                    expired.append(uid)
+            expired = self._reservations.expire(self.config.assumed_ttl_seconds)
         for uid in expired:
             log.info("reservation expired", extra=fields(pod_uid=uid, ttl=self.config.assumed_ttl_seconds))
         return expired
@@ -461,14 +337,14 @@ class SchedulerService:
         self.expire_assumed()
         with self._lock:
             events = self.alerts.collect(self.sync)  # a lapsed reservation may have ended an over-booking
-        self._emit(events)
+        self.notices.emit(events)
 
     def resync(self) -> DriftReport:
         """List nodes and pods, rebuild the books from the listing and adopt them (repairing the live books in
         place), report the drift (counted in the metrics), and refresh FGD's typical pods.
 
         The listing and the rebuild run without the lock; the adoption takes it and happens only when each
-        listing's resourceVersion is at least the informer's (:attr:`watermarks`): otherwise an event newer than
+        listing's resourceVersion is at least the informer's (:attr:`listing`): otherwise an event newer than
         the listing was already applied, so the service lists again (module docstring). Raises
         :class:`ports.cluster.ClusterError` when listing fails and :class:`StaleListingError` after
         :data:`RESYNC_ATTEMPTS` listings that were all too old.
@@ -480,14 +356,14 @@ class SchedulerService:
                 last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
             fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
             with self._lock:
-                behind = self._behind(nodes.resource_version, pods.resource_version)
+                behind = self.listing.behind(nodes.resource_version, pods.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
                     self.schedulers.reobserve(pods.items)
                     if held - set(self.sync.holds.holders()):
                         self._changed()  # holds the listing ended (a mark the informer had not shown yet)
-                    self._floor = (_rv(nodes.resource_version), _rv(pods.resource_version))
+                    self.listing.adopted(nodes.resource_version, pods.resource_version)
                     count = drift_count(report)
                     events = self.alerts.collect(self.sync)
                     break
@@ -496,7 +372,7 @@ class SchedulerService:
         else:
             raise StaleListingError(f"{RESYNC_ATTEMPTS} listings were older than what the informers had applied")
         self.metrics.drift_repaired(count)
-        self._emit(events)
+        self.notices.emit(events)
         if count:
             log.warning("ledger drift repaired", extra=fields(
                 count=count, missing=list(report.missing), extra_pods=list(report.extra),
@@ -504,82 +380,43 @@ class SchedulerService:
                 nodes_extra=list(report.nodes_extra), totals=sorted(report.totals)))
         return report
 
-    def _behind(self, nodes_rv: str, pods_rv: str) -> str:
-        """Which listing (``nodes``/``pods``) is older than its informer, or empty. Unnumbered versions pass."""
-        if self.watermarks is None:
-            return ""
-        late = []
-        for what, listed, applied in zip(("nodes", "pods"), (nodes_rv, pods_rv), self.watermarks(), strict=True):
-            have, seen = _rv(listed), _rv(applied)
-            if have is not None and seen is not None and have < seen:
-                late.append(f"{what} {have} < {seen}")
-        return ", ".join(late)
-
     @property
     def serving(self) -> bool:
         """True while this replica leads and has rebuilt its books in the current term: only then do the
         drivers schedule."""
-        return self._rebuilt and self.is_leader()
+        return self._terms.rebuilt and self.is_leader()
 
     def begin_leading(self) -> int:
         """Leadership gained: open a new term (not serving until :meth:`rebuild_ledger` succeeds for it) and
         publish the leader gauge. Call synchronously where leadership is learnt; returns the term token."""
         with self._lock:
-            self._term += 1
-            self._leading, self._rebuilt = True, False
+            term = self._terms.open()
             self.metrics.set_leader(True)
             self.alerts.forget()  # the term's first report writes the Events a follower did not
-            term = self._term
         log.info("leadership gained; rebuilding the ledger", extra=fields(term=term))
         return term
 
     def current_term(self, term: int) -> bool:
         """True while ``term`` is the open term."""
         with self._lock:
-            return self._leading and self._term == term
+            return self._terms.current(term)
 
-    def rebuild_ledger(
-        self,
-        term: int,
-        *,
-        ready: Callable[[], bool] = lambda: True,
-        stop: threading.Event | None = None,
-        backoff: tuple[float, float] = REBUILD_BACKOFF,
-    ) -> bool:
-        """Rebuild the books for ``term`` and then serve: wait until ``ready()`` (both informers have listed),
-        :meth:`resync`, and on success mark the term rebuilt. A failed rebuild is logged and retried after
-        ``backoff`` (first, longest; seconds, doubling). Returns True once serving; False as soon as the term is
-        over or ``stop`` is set."""
-        stop = stop or threading.Event()
-        delay, longest = backoff
-        while not stop.is_set() and self.current_term(term):
-            if not ready():
-                stop.wait(READY_POLL)
-                continue
-            try:
-                self.resync()
-            except Exception as error:  # listing failed or stayed too old: retry, never serve unrebuilt books
-                log.warning("ledger rebuild failed; retrying", extra=fields(term=term, error=str(error),
-                                                                            retry_in=delay))
-                stop.wait(delay)
-                delay = min(delay * 2, longest)
-                continue
-            with self._lock:
-                if not (self._leading and self._term == term):
-                    break
-                self._rebuilt = True
-                self._changed()
-            log.info("ledger rebuilt; serving", extra=fields(term=term))
+    def rebuild_ledger(self, term: int, *, ready: Callable[[], bool] = lambda: True,
+                       stop: threading.Event | None = None, backoff: tuple[float, float] = REBUILD_BACKOFF) -> bool:
+        """Rebuild the books for ``term`` and then serve (:func:`.leadership.rebuild_until_serving` with
+        :meth:`resync`); returns True once serving, False as soon as the term is over or ``stop`` is set."""
+        return rebuild_until_serving(term, current=self.current_term, resync=self.resync, serve=self._serve,
+                                     ready=ready, stop=stop or threading.Event(), backoff=backoff)
+
+    def _serve(self, term: int) -> bool:
+        with self._lock:
+            if not self._terms.serve(term):
+                return False
+            self._changed()
             return True
-        return False
 
-    def start_leading(
-        self,
-        *,
-        ready: Callable[[], bool] = lambda: True,
-        stop: threading.Event | None = None,
-        backoff: tuple[float, float] = REBUILD_BACKOFF,
-    ) -> bool:
+    def start_leading(self, *, ready: Callable[[], bool] = lambda: True, stop: threading.Event | None = None,
+                      backoff: tuple[float, float] = REBUILD_BACKOFF) -> bool:
         """:meth:`begin_leading`, then :meth:`rebuild_ledger` for that term on this thread."""
         return self.rebuild_ledger(self.begin_leading(), ready=ready, stop=stop, backoff=backoff)
 
@@ -587,12 +424,9 @@ class SchedulerService:
         """Leadership lost: close the term, publish it and drop reservations that were never committed (no bind
         will follow)."""
         with self._lock:
-            self._term += 1
-            self._leading, self._rebuilt = False, False
+            self._terms.close()
             self.metrics.set_leader(False)
-            for uid in list(self.sync.assumed):
-                if uid not in self._committing and uid not in self._committed:
-                    self.release(uid)
+            self._reservations.drop_uncommitted()
         log.info("leadership lost")
 
     # ------------------------------------------------------------------ views
