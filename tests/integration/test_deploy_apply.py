@@ -7,7 +7,9 @@ Behaviours covered:
   OpenAPI schema, so a field newer than the server is an error), nothing is stored;
 * the same with ``--namespace`` and a subset of components, and plain ``kubectl apply -k deploy/``;
 * a real ``deploy`` creates the namespace (labelled for privileged pods) and every object, a second ``deploy`` is
-  a clean no-op re-apply, ``delete`` removes every object again, cluster-scoped RBAC included.
+  a clean no-op re-apply, ``delete`` removes every object again, cluster-scoped RBAC included;
+* ``--kube-scheduler-tag`` of another minor than the API server's (``kubectl version``) draws a warning on
+  stderr from ``render`` and ``deploy --dry-run``, which still succeed; the server's own version draws none.
 
 This module starts its own etcd + kube-apiserver (a few seconds) instead of the session's shared plane because
 the Runtime DaemonSet is privileged, which an API server only admits with ``--allow-privileged=true`` (kubeadm
@@ -16,7 +18,9 @@ and managed clusters set it; the shared test plane does not). No object needed a
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +180,23 @@ def test_documented_configmap_edit_apply_restart_and_deploy_all(plane: ControlPl
                    "jsonpath={.data.protocol\\.yaml}")
     assert "gpu-memory.percentage" in exporter.stdout  # nothing applied
     assert run(plane, "bash", str(script), "delete").returncode == 0
+
+
+def test_kube_scheduler_tag_of_another_minor_warns_and_the_servers_does_not(plane: ControlPlane) -> None:
+    version = run(plane, kubectl(), "version", "-o", "json")
+    assert version.returncode == 0, version.stderr
+    server = json.loads(version.stdout)["serverVersion"]["gitVersion"]
+    match = re.match(r"v1\.([0-9]+)\.", server)
+    assert match is not None, server
+    minor = int(match.group(1))
+    other = f"v1.{minor + 12}.0"
+    for action in (["render"], ["deploy", "--dry-run", "--components=scheduler"]):
+        same = deploy_all(plane, *action, "--kube-scheduler-tag", server)
+        assert same.returncode == 0, same.stderr
+        assert same.stderr == ""
+        newer = deploy_all(plane, *action, "--kube-scheduler-tag", other)
+        assert newer.returncode == 0, newer.stderr
+        assert newer.stderr == (f"deploy-all.sh: warning: --kube-scheduler-tag {other} is Kubernetes 1.{minor + 12} "
+                                f"but the API server is {server} (1.{minor}): use a kube-scheduler of the server's "
+                                "minor\n")
+        assert newer.stdout.replace(other, server) == same.stdout
