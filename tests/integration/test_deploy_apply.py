@@ -13,6 +13,8 @@ Behaviours covered:
   PrometheusRule exist (``x-kubernetes-preserve-unknown-fields``), the discovery the script checks lists both.
   Applying the custom resources themselves is not tested here: this Debian-built kube-apiserver 1.20 (Go 1.19)
   segfaults on any custom-resource write (json-iterator/reflect2 map iteration in ``objectmeta.GetObjectMeta``).
+* ``--kube-scheduler-tag`` of another minor than the API server's (``kubectl version``) draws a warning on
+  stderr from ``render`` and ``deploy --dry-run``, which still succeed; the server's own version draws none.
 
 This module starts its own etcd + kube-apiserver (a few seconds) instead of the session's shared plane because
 the Runtime DaemonSet is privileged, which an API server only admits with ``--allow-privileged=true`` (kubeadm
@@ -21,7 +23,9 @@ and managed clusters set it; the shared test plane does not). No object needed a
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -216,3 +220,23 @@ def test_monitoring_is_refused_without_the_operator_crds(plane: ControlPlane, tm
         assert not [line for line in core.stdout.splitlines() if "monitoring.coreos.com" in line]
     finally:
         run(plane, kubectl(), "delete", "--ignore-not-found", "-f", str(crds))
+
+
+def test_kube_scheduler_tag_of_another_minor_warns_and_the_servers_does_not(plane: ControlPlane) -> None:
+    version = run(plane, kubectl(), "version", "-o", "json")
+    assert version.returncode == 0, version.stderr
+    server = json.loads(version.stdout)["serverVersion"]["gitVersion"]
+    match = re.match(r"v1\.([0-9]+)\.", server)
+    assert match is not None, server
+    minor = int(match.group(1))
+    other = f"v1.{minor + 12}.0"
+    for action in (["render"], ["deploy", "--dry-run", "--components=scheduler"]):
+        same = deploy_all(plane, *action, "--kube-scheduler-tag", server)
+        assert same.returncode == 0, same.stderr
+        assert same.stderr == ""
+        newer = deploy_all(plane, *action, "--kube-scheduler-tag", other)
+        assert newer.returncode == 0, newer.stderr
+        assert newer.stderr == (f"deploy-all.sh: warning: --kube-scheduler-tag {other} is Kubernetes 1.{minor + 12} "
+                                f"but the API server is {server} (1.{minor}): use a kube-scheduler of the server's "
+                                "minor\n")
+        assert newer.stdout.replace(other, server) == same.stdout

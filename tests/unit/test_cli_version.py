@@ -3,19 +3,23 @@
 Covers: the output is two lines, the installed distribution's version then the contract version with the gRPC
 package and the oldest Runtime served; the contract version is the newest minimum of the feature table and the
 version the reference and in-memory Runtimes report (the components follow the Runtime version, as the product
-documentation says); the gRPC package named is the one of ``runtime.proto``.
+documentation says); the gRPC package named is the one of ``runtime.proto``; the project version in
+``pyproject.toml`` (the wheel's, the Makefile's image tags', the manifests') is the contract version, and so is the
+controller's default job-agent image tag.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from adapters.memory.runtime import MEMORY_RUNTIME_VERSION
 from domain.runtime.features import CONTRACT_VERSION, OLDEST_RUNTIME, RUNTIME_FEATURES, SemVer
+from domain.toggle.jobs import DEFAULT_IMAGE
 from entrypoints.cli import RUNTIME_GRPC_PACKAGE, main, version_text
 from services.runtime.service import RUNTIME_VERSION
 
@@ -50,3 +54,11 @@ def test_the_contract_version_is_the_newest_feature_minimum_and_what_the_runtime
 def test_the_grpc_package_is_the_contracts() -> None:
     proto = (REPO / "proto" / "ljrk" / "runtime" / "v1" / "runtime.proto").read_text()
     assert re.findall(r"^package (\S+);$", proto, re.MULTILINE) == [RUNTIME_GRPC_PACKAGE]
+
+
+def test_the_project_version_is_the_contract_version() -> None:
+    """One number: bumping the contract (a new feature row) without the project version fails here, and back."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert SemVer.parse(project) == CONTRACT_VERSION
+    assert project == str(CONTRACT_VERSION) == "1.1.0"
+    assert f"lj-runtimekit/job-agent:{project}" == DEFAULT_IMAGE

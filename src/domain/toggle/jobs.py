@@ -34,6 +34,7 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.kube.objects import HostPathMount, JobObject, OwnerReference, PodObject, PodPhase, Toleration
+from domain.runtime.features import CONTRACT_VERSION
 
 from .states import Action
 
@@ -52,7 +53,8 @@ MAX_NAME = 63
 """Longest Job name (it becomes the pods' ``job-name`` label value)."""
 MAX_LABEL_VALUE = 63
 SOCKET_VOLUME = "config-daemon"
-DEFAULT_IMAGE = "lj-runtimekit/job-agent:0.1.0"
+DEFAULT_IMAGE = f"lj-runtimekit/job-agent:{CONTRACT_VERSION}"
+"""The job-agent image of this release: component versions follow the Runtime contract version."""
 DEFAULT_SOCKET = "/run/lj-runtimekit/runtime.sock"
 ALL_TAINTS = Toleration(operator="Exists")
 """Empty key with ``Exists``: tolerates every taint, every effect."""

@@ -1,0 +1,304 @@
+"""``hack/download-deps.sh``: switching the build and the deployment to a Kubernetes version, and verifying it.
+
+Every case runs the script on a copy of the repository's ``pyproject.toml``, ``hack/``, ``scripts/`` and
+``deploy/`` under ``tmp_path`` (the real tree is never written). Behaviours covered:
+
+* the table follows the rule and the documentation: one entry per documented minor (1.28, 1.30, 1.32, 1.34,
+  1.35), each client's major equal to its Kubernetes minor, kubescheduler.config.k8s.io/v1 for each (>= 1.25);
+* ``vX.Y.Z`` of each supported minor pins ``kubernetes==<client>`` in pyproject.toml, sets the kube-scheduler
+  image tag and the configuration apiVersion, leaves every other line and file alone, keeps deploy/generate.py
+  current and prints each change; a second run changes nothing; ``--default`` restores the committed files;
+* malformed and unsupported versions (1.29, the older 1.20, v2) exit 2 listing the supported minors, writing
+  nothing; a manifest without the line to edit exits 1, writing nothing;
+* ``--verify`` (``make build``) passes when pyproject.toml, the installed client (this interpreter's, or a given
+  distribution's metadata first on PYTHONPATH) and the manifests agree, and exits 1 naming each disagreement:
+  client major, a client without the per-call ``_content_type`` the adapter passes (every client before 37),
+  kube-scheduler tag, stale generated files, a requirement no table entry pins;
+* the wrapper is shellcheck-clean and refuses a missing Python.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCUMENTED = ("1.28", "1.30", "1.32", "1.34", "1.35")
+"""The product documentation, section 2: pre-built images support Kubernetes v1.28, v1.30, v1.32, v1.34, v1.35."""
+TABLE = tomllib.loads((REPO / "hack" / "kubernetes-versions.toml").read_text())
+EDITED = ("pyproject.toml", "deploy/scheduler/03-deployment.yaml", "deploy/scheduler/02-configmap.yaml")
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+    for folder in ("hack", "scripts", "deploy"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def deps(root: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(root / "hack" / "download-deps.sh"), *args], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=root,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})
+
+
+def verify(root: Path, installed: str | None = None, tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``--verify`` under this interpreter; ``installed`` puts a ``kubernetes`` distribution of that version first
+    on the path (metadata only: verify reads the version, as it would after ``make`` installed it)."""
+    env = dict(os.environ)
+    if installed is not None:
+        assert tmp_path is not None
+        dist = tmp_path / "site" / f"kubernetes-{installed}.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kubernetes\nVersion: {installed}\n")
+        env["PYTHONPATH"] = str(tmp_path / "site")
+    return subprocess.run([sys.executable, str(root / "scripts" / "download_deps.py"), "--verify"],
+                          capture_output=True, text=True, timeout=60, check=False, cwd=root, env=env)
+
+
+def requirement(root: Path) -> str:
+    (hit,) = [d for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+              if re.match(r"kubernetes\b", d)]
+    return str(hit)
+
+
+def scheduler_tag(root: Path) -> str:
+    (tag,) = re.findall(r"image: registry\.k8s\.io/kube-scheduler:(\S+)",
+                        (root / "deploy/scheduler/03-deployment.yaml").read_text())
+    return str(tag)
+
+
+def scheduler_api(root: Path) -> str:
+    (api,) = re.findall(r"^    apiVersion: (\S+)$", (root / "deploy/scheduler/02-configmap.yaml").read_text(), re.M)
+    return str(api)
+
+
+# ---------------------------------------------------------------- the table
+def test_the_table_covers_the_documented_minors_with_clients_of_the_same_major() -> None:
+    minors = TABLE["minors"]
+    assert tuple(minors) == DOCUMENTED
+    for minor, entry in minors.items():
+        assert entry["client"].split(".")[0] == minor.split(".")[1], minor  # client majors follow minors
+        assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", entry["client"])
+        assert entry["scheduler-config-api"] == "kubescheduler.config.k8s.io/v1"  # v1 from 1.25 on
+    default = TABLE["default"]
+    assert requirement(REPO) == f"kubernetes{default['client']}"
+    assert scheduler_tag(REPO) == default["kube-scheduler-tag"]
+    assert scheduler_api(REPO) == default["scheduler-config-api"]
+
+
+# ---------------------------------------------------------------- switching
+@pytest.mark.parametrize("minor", DOCUMENTED)
+def test_a_supported_version_pins_the_client_and_sets_the_scheduler(minor: str, tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    before = snapshot(root)
+    version = f"v{minor}.3"
+    client = TABLE["minors"][minor]["client"]
+    result = deps(root, version)
+    assert result.returncode == 0, result.stderr
+    assert requirement(root) == f"kubernetes=={client}"
+    assert scheduler_tag(root) == version
+    assert scheduler_api(root) == "kubescheduler.config.k8s.io/v1"
+    assert result.stdout.splitlines() == [
+        f"switched to Kubernetes {version}:",
+        f"  pyproject.toml: kubernetes>=37 -> kubernetes=={client}",
+        f"  deploy/scheduler/03-deployment.yaml: kube-scheduler image v1.32.4 -> {version}",
+        f"next: make build (installs kubernetes=={client} into .venv and verifies)",
+    ]
+    after = snapshot(root)
+    assert {name for name in after if after[name] != before[name]} == {EDITED[0], EDITED[1]}
+    for name in EDITED[:2]:  # exactly one line differs in each edited file
+        old, new = before[name].decode().splitlines(), after[name].decode().splitlines()
+        assert len(old) == len(new)
+        assert sum(a != b for a, b in zip(old, new, strict=True)) == 1
+    old_deps = tomllib.loads(before["pyproject.toml"].decode())["project"]["dependencies"]
+    new_deps = tomllib.loads(after["pyproject.toml"].decode())["project"]["dependencies"]
+    assert [d for d in old_deps if not d.startswith("kubernetes")] == [d for d in new_deps
+                                                                        if not d.startswith("kubernetes")]
+    check = subprocess.run([sys.executable, str(root / "deploy" / "generate.py"), "--check"], capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert check.returncode == 0, check.stderr
+
+
+def test_a_second_run_changes_nothing_and_default_restores_the_committed_files(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    committed = snapshot(root)
+    assert deps(root, "v1.28.0").returncode == 0
+    switched = snapshot(root)
+    again = deps(root, "v1.28.0")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "already set for Kubernetes v1.28.0: nothing changed\n"
+    assert snapshot(root) == switched
+    other = deps(root, "v1.35.1")  # switching between two versions goes straight there
+    assert other.returncode == 0
+    assert "  pyproject.toml: kubernetes==28.1.0 -> kubernetes==35.0.0" in other.stdout.splitlines()
+    back = deps(root, "--default")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout.splitlines()[0] == "switched to the default:"
+    assert snapshot(root) == committed
+    assert deps(root, "--default").stdout == "already set for the default: nothing changed\n"
+
+
+@pytest.mark.parametrize(("version", "why"), [
+    ("v1.29.0", "Kubernetes 1.29 (v1.29.0) is not supported"),
+    ("v1.20.2", "Kubernetes 1.20 (v1.20.2) is not supported"),  # the tests' control plane, but not the client
+    ("v1.36.0", "Kubernetes 1.36 (v1.36.0) is not supported"),
+    ("1.28.0", "version '1.28.0' is not vMAJOR.MINOR.PATCH"),
+    ("v1.28", "version 'v1.28' is not vMAJOR.MINOR.PATCH"),
+    ("v2.28.0", "version 'v2.28.0' is not vMAJOR.MINOR.PATCH"),
+    ("v1.28.0-rc.1", "version 'v1.28.0-rc.1' is not vMAJOR.MINOR.PATCH"),
+])
+def test_unsupported_or_malformed_versions_exit_2_listing_the_supported(version: str, why: str,
+                                                                        tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    before = snapshot(root)
+    result = deps(root, version)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"hack/download-deps.sh: error: {why}")
+    assert "supported: v1.28, v1.30, v1.32, v1.34, v1.35" in result.stderr
+    assert snapshot(root) == before
+
+
+def test_no_argument_or_two_exit_2(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    for args in ([], ["v1.28.0", "--default"]):
+        result = deps(root, *args)
+        assert result.returncode == 2, args
+        assert "usage: hack/download-deps.sh" in result.stderr
+
+
+def test_a_manifest_without_the_line_to_edit_exits_1_and_writes_nothing(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    deployment = root / "deploy/scheduler/03-deployment.yaml"
+    deployment.write_text(deployment.read_text().replace("image: registry.k8s.io/kube-scheduler:",
+                                                         "image: mirror.example.com/kube-scheduler:"))
+    before = snapshot(root)
+    result = deps(root, "v1.30.0")
+    assert result.returncode == 1
+    assert result.stderr == ("hack/download-deps.sh: error: deploy/scheduler/03-deployment.yaml: expected one "
+                             "kube-scheduler image line, found 0\n")
+    assert snapshot(root) == before  # pyproject.toml untouched too
+
+
+def test_list_prints_each_supported_minor() -> None:
+    result = deps(REPO, "--list")  # read-only
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == [
+        f"v{m}  kubernetes=={TABLE['minors'][m]['client']}  kubescheduler.config.k8s.io/v1" for m in DOCUMENTED]
+
+
+# ---------------------------------------------------------------- verify (make build)
+def test_verify_passes_on_the_committed_tree_with_this_client(tmp_path: Path) -> None:
+    result = verify(copy_repo(tmp_path))
+    assert result.returncode == 0, result.stderr
+    installed = importlib.metadata.version("kubernetes")
+    assert result.stdout == f"verified: the default, kubernetes client {installed}, manifests agree\n"
+
+
+def test_verify_needs_the_pinned_clients_major(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    assert deps(root, "v1.28.0").returncode == 0
+    installed = importlib.metadata.version("kubernetes")  # the newest client, not 28
+    wrong = verify(root)
+    assert wrong.returncode == 1
+    assert wrong.stderr.splitlines() == [
+        f"hack/download-deps.sh --verify: installed kubernetes client {installed} does not follow Kubernetes 1.28 "
+        "(needs 28.1.0): run make, which reinstalls from pyproject.toml",
+    ]
+    right = verify(root, "28.1.0", tmp_path)
+    assert right.returncode == 0, right.stderr
+    assert right.stdout == "verified: Kubernetes 1.28, kubernetes client 28.1.0, manifests agree\n"
+
+
+def test_verify_refuses_a_client_without_per_call_content_type(tmp_path: Path) -> None:
+    """Clients 35 and older take ``**kwargs`` and reject ``_content_type`` when called (measured with the real
+    28.1.0 wheel against the test control plane: every node patch of the contract tests failed with ApiTypeError);
+    a package of that shape first on the path stands in for one here."""
+    root = copy_repo(tmp_path)
+    assert deps(root, "v1.28.0").returncode == 0
+    package = tmp_path / "site" / "kubernetes" / "client"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("class CoreV1Api:\n    def patch_node(self, name, body, **kwargs): ...\n")
+    result = verify(root, "28.1.0", tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "hack/download-deps.sh --verify: installed kubernetes client 28.1.0 does not take a per-call _content_type, "
+        "which adapters/kubernetes passes for its merge patches (clients >= 37 do): the components' node, pod and "
+        "Job patches would fail with it"]
+
+
+def test_verify_names_a_manifest_that_disagrees_and_stale_generated_files(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    assert deps(root, "v1.30.2").returncode == 0
+    deployment = root / "deploy/scheduler/03-deployment.yaml"
+    deployment.write_text(deployment.read_text().replace("kube-scheduler:v1.30.2", "kube-scheduler:v1.32.4"))
+    configmap = root / "deploy/scheduler/02-configmap.yaml"
+    configmap.write_text(configmap.read_text().replace("LJRK_LOG_LEVEL: INFO", "LJRK_LOG_LEVEL: DEBUG"))
+    result = verify(root, "30.1.0", tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == ("hack/download-deps.sh --verify: deploy/scheduler/03-deployment.yaml: kube-scheduler tag "
+                        "v1.32.4 is not Kubernetes 1.30")
+    assert lines[1].startswith("hack/download-deps.sh --verify: deploy/generate.py --check: ")
+    assert "03-deployment.yaml (run: python3 deploy/generate.py)" in lines[1]  # its checksum is stale
+
+
+def test_verify_refuses_a_requirement_no_entry_pins(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"kubernetes>=37"', '"kubernetes==29.0.0"'))
+    result = verify(root, "29.0.0", tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == ("hack/download-deps.sh: error: pyproject.toml: requirement 'kubernetes==29.0.0' is "
+                             "neither the default (kubernetes>=37) nor a pin of hack/kubernetes-versions.toml: run "
+                             "hack/download-deps.sh\n")
+
+
+def test_verify_refuses_an_older_client_for_the_default(tmp_path: Path) -> None:
+    result = verify(copy_repo(tmp_path), "35.0.0", tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == ("hack/download-deps.sh --verify: installed kubernetes client 35.0.0 "
+                                             "does not satisfy the default kubernetes>=37: run make")
+
+
+def test_make_build_verifies_before_the_wheel() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^build: \$\(STAMP\)\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe is not None
+    assert recipe.group(1).splitlines() == ["\t$(BIN)/python scripts/download_deps.py --verify",
+                                            "\t$(BIN)/python -m pip wheel --no-deps --wheel-dir dist ."]
+
+
+# ---------------------------------------------------------------- the wrapper
+def test_the_wrapper_is_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    result = subprocess.run([shellcheck, str(REPO / "hack" / "download-deps.sh")], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_wrapper_without_python_says_so(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    result = deps(root, "v1.28.0", env={"PYTHON": str(tmp_path / "no-python")})
+    assert result.returncode == 1
+    assert result.stderr == (f"download-deps.sh: error: {tmp_path / 'no-python'} not found: install Python >= 3.11 "
+                             "or set PYTHON=/path/to/python3\n")
