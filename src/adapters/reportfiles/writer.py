@@ -1,4 +1,4 @@
-"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (trace-replay-method.md §2.3, §5).
+"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (``docs/trace-replay.md`` §2.3).
 
 ``summary.json`` — a JSON list, one object per run in run order, with exactly these keys:
 

@@ -53,11 +53,11 @@
   percent, and must agree. Container order is preserved (JSON objects keep insertion order), so a decoded plan
   equals the :class:`PodAllocation` it was encoded from (failure case B04 relies on that equality).
 
-Trust (failure case B07, peers.md L1): a pod's annotations can be written by anyone who can edit the pod, and a
-plan can be left over from an aborted attempt. The plan is therefore only trusted when the pod is bound
+Trust (failure case B07, ``docs/failure-cases.md``): a pod's annotations can be written by anyone who can edit the pod,
+and a plan can be left over from an aborted attempt. The plan is therefore only trusted when the pod is bound
 (``spec.nodeName`` set, which only a scheduler can do) or while this scheduler is reserving it; and even then
-:mod:`domain.kube.translate` checks it against the pod's own resource requests and the node's inventory. The
-GPU's UUID is authoritative: on decode it must name a GPU of the node's current inventory, whose index wins.
+:mod:`domain.kube.translate` checks it against the pod's own resource requests and the node's inventory. The GPU's UUID
+is authoritative: on decode it must name a GPU of the node's current inventory, whose index wins.
 
 Errors: unknown versions, malformed JSON, missing fields and wrong types raise :class:`InvalidRequestError`
 whose field is ``<annotation key>.<json path>`` (for example ``lj-runtimekit.io/gpu-plan.containers.main.gpus[0]
