@@ -14,7 +14,7 @@ instance no container listed by kubelet holds (``domain.exporter.attribution``, 
 listed (B22). A GPU in MIG mode keeps its per-GPU series; it takes no time-sharing grants, so it is left out of the
 node's allocatable compute and memory.
 
-Missing GPUs (issue 16 item 6): a container may hold a GPU the Runtime no longer lists (it fell off the bus or left
+Missing GPUs: a container may hold a GPU the Runtime no longer lists (it fell off the bus or left
 the inventory). Its container series stay, labelled with the grant's index and UUID and an empty ``model`` (nothing
 says what the GPU was), and three families say so plainly: ``gpu_missing`` (1 per such GPU, :data:`GPU_LABELS` with
 an empty ``model``), ``container_gpu_missing`` (1 per container on one, :data:`CONTAINER_LABELS`) and
