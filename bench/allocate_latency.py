@@ -18,7 +18,7 @@ Measured:
 
 * **Allocate round trip**: per iteration a fresh pod (core=30 %, memory=2 GiB, planned on GPU1) is created
   outside the timing; then kubelet's two calls are timed: the core Allocate (pod lookup + plan + the one Runtime
-  Allocate) and the memory Allocate (pod lookup, cached response). Target p99 ≤ 5 ms (issue 4 §4).
+  Allocate) and the memory Allocate (pod lookup, cached response). Target p99 ≤ 5 ms.
 * **Health update**: the Runtime flips GPU0's health; the time until the open ListAndWatch stream of the core
   resource delivers a list showing the new health. Target ≤ 1 s.
 

@@ -20,7 +20,7 @@ Phases:
 
 1. **Fill**: ``--containers-per-gpu`` one-container pods on each GPU (before any exporter starts).
 2. **Steady scrapes**: an exporter at ``--interval`` (default 10 s, the command's default) shows the full node;
-   ``--scrapes`` back-to-back scrapes of it are timed. Target p99 ≤ 100 ms (issue 5).
+   ``--scrapes`` back-to-back scrapes of it are timed. Target p99 ≤ 100 ms.
 3. **Churn**: a second exporter at ``--churn-interval`` (fast, so 1,000 cycles take minutes, not hours; each
    cycle's scrapes then compete with a pull every ``--churn-interval``). A cycle creates one pod (Allocate, then
    listed by pod-resources), scrapes until the page shows it (so the exporter has refreshed, and the previous

@@ -1,6 +1,7 @@
 """End-to-end scheduling throughput through the extender, against a real API server and a real kube-scheduler.
 
-Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, k8s-protocols.md §3.5):
+Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernetes
+``test/integration/scheduler_perf``):
 
 1. start etcd + kube-apiserver + kube-scheduler 1.20 on 127.0.0.1 (``tests/integration/k8s_harness.py``; binaries
    from ``$LJRK_K8S_BIN`` or ``scripts/k8s-control-plane.sh bin-dir``), kube-scheduler configured with our extender

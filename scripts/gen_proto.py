@@ -5,7 +5,7 @@ Usage: ``python scripts/gen_proto.py`` (regenerate in place; ``make proto``) or 
 --check`` (regenerate into a temporary directory and compare byte for byte with the committed tree; exit 1 and
 list the differing files on drift; ``make proto-check``).
 
-Pipeline (house rules, style-anchors.md "Generated protobuf code"): assert the pinned generator versions, run
+Pipeline: assert the pinned generator versions, run
 the bundled protoc of ``grpcio-tools`` (no system binary) with ``-I proto`` and the outputs ``--python_out``,
 ``--grpc_python_out``, ``--mypy_out`` and ``--mypy_grpc_out=only_sync`` (we serve and call synchronously;
 plugins passed by absolute path, so PATH does not matter), rewrite the absolute imports of our proto packages

@@ -26,7 +26,7 @@ PiB: Final = 1024 * 1024 * GiB
 MAX_GPU_MEMORY_BYTES: Final = PiB
 """Largest GPU memory one share may ask for (bytes, 1 PiB). No GPU comes near it (the largest hold a few hundred
 GiB), and it keeps the planner's ``1000 × memory`` and the ledger's per-GPU sums within int64 (2^63 bytes), where a
-larger request used to escape as ``OverflowError`` (issue 16 item 1)."""
+larger request used to escape as ``OverflowError``."""
 
 MAX_NODE_QUANTITY: Final = PiB
 """Largest node-level request of one pod: host memory in bytes (1 PiB) or CPU in milli-cores (about 1.1e12 cores).

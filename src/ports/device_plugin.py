@@ -1,7 +1,7 @@
 """The device plugin port: what the kubelet-facing gRPC servers need from the plugin's logic, in domain types.
 
-``adapters.grpc.deviceplugin`` serves ``v1beta1.DevicePlugin`` (research/k8s-protocols.md §1) for one
-:class:`~domain.deviceplugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
+``adapters.grpc.deviceplugin`` serves ``v1beta1.DevicePlugin`` (k8s.io/kubelet ``pkg/apis/deviceplugin/v1beta1``) for
+one :class:`~domain.deviceplugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
 ``services.device_plugin.service.DevicePluginService`` implements it. Semantics:
 
 * ``devices`` returns a generation number and the complete device list of a kind; the generation grows on every

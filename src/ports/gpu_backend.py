@@ -4,7 +4,7 @@ Implementations: ``adapters.nvml.NvmlGpuBackend`` (real GPUs through NVML) and
 ``adapters.simulated.SimulatedGpuBackend`` (deterministic fake GPUs for tests, demos and the local cluster).
 Speaks domain types only; no NVML handle ever crosses it.
 
-MIG (issue 8): ``devices`` lists each MIG GPU's instances (unowned: the Runtime adds owners from its records);
+MIG: ``devices`` lists each MIG GPU's instances (unowned: the Runtime adds owners from its records);
 ``create_mig_instance`` / ``destroy_mig_instance`` change the layout for the dynamic strategy, each all or nothing
 (a GPU instance whose compute instance cannot be created is destroyed again before the error is raised).
 """

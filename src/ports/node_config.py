@@ -1,6 +1,6 @@
 """The node config port: enable or disable GPU sharing on a node (``proto/ljrk/config/v1/config_service.proto``).
 
-Called by the job agent (issue 6). Enable and Disable are idempotent and return the resulting status; the state
+Called by the job agent. Enable and Disable are idempotent and return the resulting status; the state
 persists across Runtime restarts. While disabled the Runtime refuses new allocations and keeps existing ones.
 Errors: ``ports.runtime.RuntimeUnavailableError`` / ``NodeRuntimeError`` as for the Runtime port.
 """

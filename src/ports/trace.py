@@ -1,6 +1,6 @@
 """Trace input port: where a replay's nodes and pods come from.
 
-A reader turns a node list and a pod list (the Alibaba GPU trace schema, trace-replay-method.md §1) into domain
+A reader turns a node list and a pod list (the Alibaba GPU trace schema, ``docs/trace-replay.md`` §1) into domain
 :class:`TraceNode` / :class:`TracePod` values, or fails with a :class:`TraceError` that names the file and, where
 one applies, the 1-based file line (header = line 1) and 1-based column at fault — so an operator can open the
 file at the right spot without reading code.

@@ -1,5 +1,5 @@
 """The fake kubelet of the device-plugin tests: the production kubelet emulator's device manager
-(:class:`adapters.grpc.kubelet_emulator.DeviceManager`, research/k8s-protocols.md §1.4) plus one test-only helper.
+(:class:`adapters.grpc.kubelet_emulator.DeviceManager`) plus one test-only helper.
 
 Everything kubelet does — Registration with dial-back and GetDevicePluginOptions before the reply, ListAndWatch per
 resource, replaced endpoints, :meth:`restart` wiping sockets, :meth:`cut_stream`, :meth:`preferred` and

@@ -1,6 +1,6 @@
 """The node controller (services.controller.service) over the in-memory cluster, with a fake clock.
 
-Behaviours covered (failure cases from research/failure-cases.md):
+Behaviours covered (failure cases of ``docs/failure-cases.md``):
 - B25: 50 nodes, 200 unrelated label/annotation updates → no reconcile, no API write, no Job; then flipping
   ``enable`` false → true on node-7 creates exactly one Job; at scale, 1,000 nodes (half enabled, half not
   managed) and 10,000 unrelated updates → zero API writes, zero Jobs, zero reconciles; our own state write-back

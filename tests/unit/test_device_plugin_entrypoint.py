@@ -41,7 +41,7 @@ def test_settings_validation(tmp_path: Path) -> None:
 
 
 def test_a_runtime_lacking_a_required_feature_is_refused_at_start() -> None:
-    """Issue 4: components check GetVersion at start and refuse a feature the Runtime lacks, clearly."""
+    """Components check GetVersion at start and refuse a feature the Runtime lacks, clearly."""
     from adapters.memory.cluster import InMemoryCluster
     from adapters.memory.runtime import InMemoryNodeRuntime
     from domain.gpu import Gpu, GpuUuid

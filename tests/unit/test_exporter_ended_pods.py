@@ -1,4 +1,4 @@
-"""Series of ended pods leave ``/metrics`` at the next pull (issue 16 item 8), on the in-memory Runtime,
+"""Series of ended pods leave ``/metrics`` at the next pull, on the in-memory Runtime,
 pod-resources and cluster.
 
 Kubelet 1.20 keeps listing a terminated pod in pod-resources until the pod is deleted, and the Runtime keeps its

@@ -1,4 +1,4 @@
-"""Exporter series for a GPU gone from the Runtime's list while a container still holds it (issue 16 item 6).
+"""Exporter series for a GPU gone from the Runtime's list while a container still holds it.
 
 Behaviours covered:
 

@@ -1,4 +1,4 @@
-"""Failure cases from research/failure-cases.md, at the domain level (ledger + scheduler, no Kubernetes).
+"""Failure cases of ``docs/failure-cases.md``, at the domain level (ledger + scheduler, no Kubernetes).
 
 Behaviours covered (test names carry the case id):
 

@@ -1,4 +1,4 @@
-"""Typical pods and the fragmentation metric (trace-replay-method.md §3.1 and §4).
+"""Typical pods and the fragmentation metric (``docs/trace-replay.md`` §3.1 and §4).
 
 Behaviours covered:
 

@@ -1,4 +1,4 @@
-"""Health damping of a flapping GPU and the configurable application XIDs (issue 16 item 7).
+"""Health damping of a flapping GPU and the configurable application XIDs.
 
 Behaviours covered:
 - a GPU whose backend reports Unhealthy/Healthy five times in 10 s makes the reference Runtime publish one

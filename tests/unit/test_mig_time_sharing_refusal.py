@@ -1,4 +1,4 @@
-"""A time-sharing request on a node whose GPUs are in MIG mode (issue 16 item 9).
+"""A time-sharing request on a node whose GPUs are in MIG mode.
 
 Behaviours covered:
 

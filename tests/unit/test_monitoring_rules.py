@@ -150,7 +150,7 @@ def test_every_alert_has_severity_summary_and_description() -> None:
     issue = {"LJRuntimeKitExporterDown", "LJRuntimeKitExporterDataStale", "LJRuntimeKitGpuUnhealthy",
              "LJRuntimeKitGpuXidErrors", "LJRuntimeKitLedgerDriftRepaired", "LJRuntimeKitProtocolMismatch",
              "LJRuntimeKitNodeEnableFailed", "LJRuntimeKitContainerGpuMemoryOverLimit"}
-    assert issue <= set(names)  # issue 14 §4's list
+    assert issue <= set(names)  # the alerts that must exist
 
 
 def test_every_alert_fires_and_stays_quiet_in_the_promtool_tests() -> None:

@@ -1,4 +1,4 @@
-"""Impossible books caught when they happen (domain.scheduling.overbooking; issue 16 item 5).
+"""Impossible books caught when they happen (domain.scheduling.overbooking).
 
 Behaviours covered:
 

@@ -1,4 +1,4 @@
-"""Node-scoring policies, GPU choosers and tie rules on hand-built tiny clusters (trace-replay-method.md §3.4-§3.6).
+"""Node-scoring policies, GPU choosers and tie rules on hand-built tiny clusters (``docs/trace-replay.md`` §3.4-§3.6).
 
 Behaviours covered (every expected score is worked out by hand from the §3.6 formula in the test):
 

@@ -1,4 +1,4 @@
-"""Property tests at the boundaries that read files and flags (issue 16 item 4): whatever the input, the result is a
+"""Property tests at the boundaries that read files and flags: whatever the input, the result is a
 valid value or the boundary's own typed error naming the file (and line, key or item) or the flag, never another
 exception.
 

@@ -1,4 +1,4 @@
-"""Property tests at the boundaries that read Kubernetes objects (issue 16 item 4): whatever the input, the result is a
+"""Property tests at the boundaries that read Kubernetes objects: whatever the input, the result is a
 valid value or our :class:`~domain.errors.InvalidRequestError` naming the field, never another exception.
 
 Behaviours covered:

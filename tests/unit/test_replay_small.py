@@ -1,4 +1,4 @@
-"""Trace replay on tiny traces with results derived by hand (trace-replay-method.md §2), plus the curve binning.
+"""Trace replay on tiny traces with results derived by hand (``docs/trace-replay.md`` §2), plus the curve binning.
 
 Behaviours covered:
 

@@ -6,7 +6,7 @@ Behaviours covered:
   or a bool, and the error names the field (``container[<name>].core_percent``) and the rejected value;
 * ``ContainerRequest`` rejects zero/negative/over-100 % ``core_milli``, zero or negative memory, negative
   whole-GPU counts, bools in any integer field, an empty name, and whole GPUs combined with a share; memory
-  above 1 PiB (``MAX_GPU_MEMORY_BYTES``: 2^63 bytes used to overflow the planner, issue 16 item 1);
+  above 1 PiB (``MAX_GPU_MEMORY_BYTES``: 2^63 bytes used to overflow the planner);
 * percent → milli-GPU conversion at the edge (``core_percent=30`` is 300 milli-GPU);
 * ``kind`` and ``nominal_milli`` of whole, share, memory-only and GPU-less containers;
 * ``PodRequest`` rejects an empty UID, duplicate container names and negative, non-integer or

@@ -1,4 +1,4 @@
-"""Book problems made visible by the scheduler service (services.scheduler.alerts; issue 16 items 5 and 6).
+"""Book problems made visible by the scheduler service (services.scheduler.alerts).
 
 Behaviours covered:
 

@@ -3,7 +3,7 @@
 Behaviours covered:
 - spec grammar ``[COUNTx]MEMORY[:MODEL]`` (several items, default model, default count) and its errors;
 - at most 64 GPUs in all, in a spec (``99999999999x16Gi``, ``40x16Gi,40x16Gi``) or a YAML file, refused with the
-  item or file named (they were accepted and grew memory without limit; issue 16 item 2);
+  item or file named (they were accepted and grew memory without limit);
 - YAML inventories: counts, fixed UUIDs, health and MIG mode; unknown keys, a fixed UUID with count > 1, missing
   memory, unreadable files are refused with the file and item named;
 - UUIDs are stable for one seed and differ between seeds (two simulated nodes never share one); indexes dense;

@@ -1,4 +1,4 @@
-"""A failed toggle Job reports the job agent's own cause, not only the Job condition (issue 16 item 12).
+"""A failed toggle Job reports the job agent's own cause, not only the Job condition.
 
 Behaviours covered:
 - the job agent writes its one-line cause to ``--termination-log`` (kubelet's terminationMessagePath, default

@@ -1,4 +1,4 @@
-"""Pods holding GPUs their node no longer lists (domain.scheduling.vanished; issue 16 item 6).
+"""Pods holding GPUs their node no longer lists (domain.scheduling.vanished).
 
 Behaviours covered:
 

@@ -1,4 +1,4 @@
-"""CSV trace reader: the Alibaba GPU trace's node and pod lists (trace-replay-method.md §1.1, §1.2) → domain.
+"""CSV trace reader: the Alibaba GPU trace's node and pod lists (``docs/trace-replay.md`` §1) → domain.
 
 Strict by design — a replay silently fed a mangled row gives plausible, wrong curves — so every problem stops
 the read with a :class:`TraceFormatError` naming file, 1-based line (header = line 1) and 1-based column:

@@ -1,12 +1,12 @@
 """Kubelet device plugin API v1beta1 (``proto/kubelet/deviceplugin/v1beta1``): one plugin server per resource,
 and the registration client.
 
-Protocol facts followed (research/k8s-protocols.md §1): each server listens on its own unix socket in the
-device-plugin directory and is serving *before* Register is sent, because kubelet dials back and calls
-GetDevicePluginOptions before it answers Register; RegisterRequest carries version ``v1beta1``, the socket's file
-name as endpoint, the resource name and options (GetPreferredAllocationAvailable=true, PreStartRequired=false);
-ListAndWatch sends the complete list on every change; Allocate gets one ContainerAllocateRequest and must answer
-at least one ContainerAllocateResponse.
+Protocol facts followed (k8s.io/kubelet ``pkg/apis/deviceplugin/v1beta1``; kubelet's devicemanager): each server listens
+on its own unix socket in the device-plugin directory and is serving *before* Register is sent, because kubelet dials
+back and calls GetDevicePluginOptions before it answers Register; RegisterRequest carries version ``v1beta1``, the
+socket's file name as endpoint, the resource name and options (GetPreferredAllocationAvailable=true,
+PreStartRequired=false); ListAndWatch sends the complete list on every change; Allocate gets one
+ContainerAllocateRequest and must answer at least one ContainerAllocateResponse.
 
 Error mapping of Allocate (details name the pod/container or the cause): ``NoMatchingContainerError`` →
 NOT_FOUND; ``AmbiguousContainerError``, ``UntrustedPlanError``, ``UnhealthyPlanError`` → FAILED_PRECONDITION;

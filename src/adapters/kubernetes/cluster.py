@@ -1,8 +1,8 @@
 """The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api (ConfigMaps in
 :mod:`.configmaps`), CoordinationV1Api and (in :mod:`.jobs`) BatchV1Api.
 
-Protocol facts this relies on (k8s-protocols.md §3.3, §3.6, §4; checked by ``tests/contract`` against a real
-kube-apiserver 1.20):
+Protocol facts this relies on (core/v1 and coordination.k8s.io/v1 API reference; checked by ``tests/contract`` against a
+real kube-apiserver 1.20):
 
 * **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding

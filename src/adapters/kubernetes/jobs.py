@@ -1,7 +1,7 @@
 """The Job half of :class:`~adapters.kubernetes.cluster.KubernetesCluster` over ``BatchV1Api`` (a mixin sharing
 its client, request timeout and watch loop).
 
-Protocol facts (batch/v1 API reference; k8s-protocols.md §4.4; checked by ``tests/contract``):
+Protocol facts (batch/v1 API reference; checked by ``tests/contract``):
 
 * deletes pass ``propagationPolicy`` explicitly: the batch/v1 default orphans the Job's pods;
 * status is written with a JSON merge patch through ``jobs/status`` (:func:`~.translate_jobs.job_status_patch`);

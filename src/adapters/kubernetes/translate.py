@@ -4,7 +4,7 @@ Private to this adapter (house rule 6). Quantities stay strings as the API write
 (float). ``metav1.MicroTime`` (Lease acquire/renew times) is parsed by kube-apiserver with the strict layout
 ``2006-01-02T15:04:05.000000Z07:00`` (apimachinery ``micro_time.go``), while ``datetime.isoformat()`` drops the
 fraction when it is zero, so Lease times are sent as :class:`MicroTime`, which always writes six digits.
-Source of the field names: core/v1 and coordination.k8s.io/v1 API reference; k8s-protocols.md §3.6, §4.
+Source of the field names: core/v1 and coordination.k8s.io/v1 API reference.
 """
 
 from __future__ import annotations

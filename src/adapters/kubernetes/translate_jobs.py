@@ -8,7 +8,7 @@ path :data:`TERMINATION_MESSAGE_PATH` (where ``ljrk job-agent`` writes its outco
 controller always has a cause to report. The phase is read from the conditions as kube-controller-manager's
 ``IsJobFinished`` does (a ``Complete`` or ``Failed`` condition with status ``True``). Status writes are JSON merge
 patches of ``status`` through the status subresource; times go out as RFC 3339 in UTC with whole seconds
-(``metav1.Time``). Source: batch/v1 Job and core/v1 PodSpec API reference; k8s-protocols.md §4.4.
+(``metav1.Time``). Source: batch/v1 Job and core/v1 PodSpec API reference.
 """
 
 from __future__ import annotations

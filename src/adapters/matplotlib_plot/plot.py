@@ -1,7 +1,7 @@
 """Allocation-curve chart with matplotlib (Agg, headless): one line per policy, the mean over its seeds.
 
-x = arrived GPU request as % of cluster GPU capacity (0..130), y = milli-GPU allocation % (trace-replay-method.md
-§2.3; the paper's Fig. 9(a) shape). The dashed line ``y = min(x, 100)`` is the ideal: every arrived request
+x = arrived GPU request as % of cluster GPU capacity (0..130), y = milli-GPU allocation % (``docs/trace-replay.md``
+§2.3; the FGD paper's Fig. 9(a) shape). The dashed line ``y = min(x, 100)`` is the ideal: every arrived request
 placed. A point where no seed has a value (NaN in every run) is left as a gap.
 
 matplotlib is an optional dependency (``lj-runtimekit[plot]``); it is imported only when a chart is requested,

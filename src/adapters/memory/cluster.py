@@ -1,7 +1,8 @@
 """In-memory :class:`~ports.cluster.ClusterApi`: a single-process twin of kube-apiserver for tests and dry runs.
 
-It mirrors what kube-apiserver 1.20 does with no kubelet (k8s-protocols.md §3.3, §4.2, §5.4); the contract suite in
-``tests/contract`` runs the same cases against this class and a real server. Invariants:
+It mirrors what kube-apiserver 1.20 does with no kubelet (Kubernetes docs "API Concepts": resource versions, watches,
+conflicts); the contract suite in ``tests/contract`` runs the same cases against this class and a real server.
+Invariants:
 
 * **resourceVersion** — one global counter, written as a decimal string, bumped by every write of any kind
   (pods, nodes, leases, events); it starts at 1, so no list answers ``"0"`` (which a watch reads as "any

@@ -1,10 +1,10 @@
 """``NvmlGpuBackend``: real GPUs through NVML (``pynvml`` from the ``nvidia-ml-py`` distribution).
 
 The ``pynvml`` module is injected (``NvmlGpuBackend(nvml=module)``), so tests pass a fake module and nothing is
-monkey-patched; :meth:`NvmlGpuBackend.open` imports the real one. Calls used (k8s-protocols.md §6): nvmlInit /
-nvmlShutdown; nvmlDeviceGetCount, …GetHandleByIndex, …GetUUID, …GetName, …GetMemoryInfo (bytes),
-…GetMigMode; nvmlDeviceGetUtilizationRates (%), …GetTemperature(NVML_TEMPERATURE_GPU) (°C), …GetPowerUsage (mW,
-reported in W), …GetComputeRunningProcesses (per-process bytes); nvmlEventSetCreate, nvmlDeviceGetSupportedEventTypes,
+monkey-patched; :meth:`NvmlGpuBackend.open` imports the real one. Calls used (NVML API reference; ``nvidia-ml-py``):
+nvmlInit / nvmlShutdown; nvmlDeviceGetCount, …GetHandleByIndex, …GetUUID, …GetName, …GetMemoryInfo (bytes), …GetMigMode;
+nvmlDeviceGetUtilizationRates (%), …GetTemperature(NVML_TEMPERATURE_GPU) (°C), …GetPowerUsage (mW, reported in W),
+…GetComputeRunningProcesses (per-process bytes); nvmlEventSetCreate, nvmlDeviceGetSupportedEventTypes,
 nvmlDeviceRegisterEvents, nvmlEventSetWait (ms; NVML_ERROR_TIMEOUT when idle), nvmlEventSetFree.
 
 Errors: an NVML library or driver that is missing (or any nvmlInit failure) raises

@@ -4,7 +4,7 @@ Series (prefix ``lj_runtimekit_device_plugin_``): ``resource_registered{resource
 current kubelet), ``registrations_total``, ``reregistrations_total``, ``runtime_allocates_total`` (one per
 container), ``gpus{health}``, ``released_records_total`` (Runtime records of ended pods released by the release
 reconciler); plus ``lj_runtimekit_protocol_info{component="device-plugin",fingerprint}`` = 1
-when a fingerprint is given (issue 7: every component publishes the protocol it loaded).
+when a fingerprint is given (every component publishes the protocol it loaded).
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (trace-replay-method.md §2.3, §5).
+"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (``docs/trace-replay.md`` §2.3).
 
-``summary.json`` — a JSON list, one object per run in run order, with exactly these keys:
-
-- ``policy`` (str), ``seed`` (int);
-- ``alloc_at_100`` / ``alloc_at_130`` — milli-GPU allocation % at x = 100 and x = 130 of the allocation curve
-  (the published bar-chart point and the end of the tuned stream), 2 decimals;
-- ``frag_ratio_at_80`` — frag ratio % (100 × fragmented / idle GPU milli) at x = 80, where the published
-  comparison separates policies before saturation, 2 decimals;
-- ``arrivals``, ``failed_pods`` (int); ``wall_seconds`` (float, 3 decimals).
-
-A curve point with no nearby event is NaN in the domain; it is written as ``null`` (JSON has no NaN).
-
-``curves.csv`` — the published ``analysis_allo_discrete.csv`` layout: header
-``workload,sc_policy,tune,seed,total_gpus,0,1,…,130``, one row per run, allocation % per x; a NaN point is an
-empty cell. Floats use Python's shortest round-trip form, so equal results give byte-identical files.
-
-Both files are written to a temporary name in the output folder and renamed into place, so a reader never sees
-half a file.
+Layouts: ``docs/simulation-reports.md``. Invariants: a NaN curve point is written as JSON ``null`` / an empty CSV
+cell; floats use Python's shortest round-trip form, so equal results give byte-identical files; each file is written
+under a temporary name in the output folder and renamed into place, so a reader never sees half a file.
 """
 
 from __future__ import annotations

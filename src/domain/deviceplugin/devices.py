@@ -17,7 +17,8 @@ so kubelet's count never blocks a pod; the scheduler's MIG books are the real co
 than ``max_instances`` of a profile, and the books refuse placements that do not fit). The three time-sharing kinds
 advertise no IDs on GPUs in MIG mode (MIG GPUs take no time-sharing pods).
 
-Source: research/k8s-protocols.md §1.2 (``Device``: ID ≤ 63 characters, health string), §1.3 (constants).
+Source: k8s.io/kubelet ``pkg/apis/deviceplugin/v1beta1``: ``api.proto`` (``Device``: ID ≤ 63 characters, health
+string) and ``constants.go``.
 """
 
 from __future__ import annotations

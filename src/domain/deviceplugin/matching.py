@@ -1,9 +1,9 @@
 """Which pod container a kubelet Allocate call is for, decided from the scheduler's plans, never from device IDs.
 
 Kubelet's Allocate carries only device IDs (one ``ContainerAllocateRequest`` per call, one call per container per
-resource; research/k8s-protocols.md §1.4). IDs are fungible tokens kubelet may pick freely (failure case B17), so
-the plugin must find the container another way. **Matching rule** (:func:`select_container`), for a call on
-resource ``kind`` with ``count`` IDs:
+resource; kubelet ``pkg/kubelet/cm/devicemanager/manager.go``). IDs are fungible tokens kubelet may pick freely (failure
+case B17), so the plugin must find the container another way. **Matching rule** (:func:`select_container`), for a call
+on resource ``kind`` with ``count`` IDs:
 
 1. Candidates are the containers of pods bound to this node (``spec.nodeName``, which only a scheduler can set),
    still ``Pending`` (kubelet allocates every container of a pod during admission, before any runs) and not

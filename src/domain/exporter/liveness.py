@@ -1,4 +1,4 @@
-"""Which of the Runtime's container rows belong to pods that ended, from the Kubernetes API (issue 16 item 8).
+"""Which of the Runtime's container rows belong to pods that ended, from the Kubernetes API.
 
 Pod-resources alone is not enough: kubelet 1.20 keeps listing a terminated pod until it is deleted, and the
 Runtime keeps the pod's record until the device plugin releases it, so without the API a completed pod's series

@@ -1,34 +1,10 @@
 """The exporter's metric specs and the series built from a :class:`~domain.exporter.snapshot.Snapshot`.
 
-Naming: one prefix :data:`PREFIX`, snake_case, base units (``_bytes``, ``_ratio`` 0–1, ``_celsius``,
-``_watts``, ``_seconds``, ``_total``). Labels: ``node``, ``gpu_index``, ``gpu_uuid``, ``model`` per GPU;
-per-container series add ``namespace``, ``pod``, ``container``; per-node series carry ``node`` only.
-
-MIG (Runtime 1.1.0, ``ExporterData.mig``): per MIG instance the parent GPU's labels plus ``profile``,
-``gpu_instance_id``, ``compute_instance_id`` (NVML ids; empty for a GPU instance without compute instance) and
-``mig_uuid`` (``MIG-…``; empty likewise) (:data:`MIG_LABELS`); a container on MIG gets its own families, labelled
-with the container's labels plus ``profile`` and ``mig_uuid`` (:data:`CONTAINER_MIG_LABELS`), so the label sets of
-the time-sharing container families never change; per node, instances total and allocated by ``profile``.
-``mig_allocated`` is 1 while the instance has an owner in the served data: attribution clears the owner of an
-instance no container listed by kubelet holds (``domain.exporter.attribution``, B20), and free instances are always
-listed (B22). A GPU in MIG mode keeps its per-GPU series; it takes no time-sharing grants, so it is left out of the
-node's allocatable compute and memory.
-
-Missing GPUs (issue 16 item 6): a container may hold a GPU the Runtime no longer lists (it fell off the bus or left
-the inventory). Its container series stay, labelled with the grant's index and UUID and an empty ``model`` (nothing
-says what the GPU was), and three families say so plainly: ``gpu_missing`` (1 per such GPU, :data:`GPU_LABELS` with
-an empty ``model``), ``container_gpu_missing`` (1 per container on one, :data:`CONTAINER_LABELS`) and
-``node_missing_gpus`` (their count, 0 when none).
-
-Every series is rebuilt from the snapshot at each scrape, so a pod that is gone is gone at the next scrape and
-the series count depends only on what exists now, never on history (failure case B20); every GPU row yields its
-series whatever its allocation (B22). A value the Runtime does not know (None) yields no sample, never 0.
-
-Extension point — to add a metric from the Runtime data, append one spec to :data:`GPU_METRICS`,
-:data:`CONTAINER_METRICS` or :data:`NODE_METRICS`: a name (without the prefix), a help text and a function from
-the row to the value (None = no sample); MIG metrics go to :data:`MIG_METRICS`, :data:`CONTAINER_MIG_METRICS` or
-:data:`NODE_MIG_METRICS`. Nothing else changes: :func:`build_families` and the Prometheus adapter render every spec
-in those tables.
+Names, units, label sets, the MIG and missing-GPU families, and how to add a metric: ``docs/metrics.md``.
+Invariants: every series is rebuilt from the snapshot at each scrape, so a pod that is gone is gone at the next scrape
+and the series count depends only on what exists now (failure case B20); every GPU row yields its series whatever its
+allocation, free MIG instances included (B22); a value the Runtime does not know (None) yields no sample, never 0;
+the label sets of the time-sharing container families never change (MIG containers get their own families).
 """
 
 from __future__ import annotations

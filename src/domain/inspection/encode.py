@@ -1,32 +1,7 @@
 """The JSON form of an :class:`~domain.inspection.report.InspectionReport` (``ljrk inspect -o json``).
 
-Keys are stable (additive changes only; ``version`` changes if one ever changes meaning). Core in milli-GPU
-(``corePercent`` = milli / 10, of 100 per GPU), memory in bytes, times in epoch seconds::
-
-    {"version": 1, "generatedAt": 1700000000.0,
-     "scheduler": null | {"serving": true},
-     "nodes": [{"name": "n1", "gate": "", "heartbeat": 1700000000.0 | null,
-                "flags": [{"code": "inventory-stale", "message": "…"}],
-                "gpus": [{"index": 0, "uuid": "GPU-…", "model": "A100", "health": "Healthy", "mig": false,
-                          "memoryBytes": 17179869184, "coreUsedMilli": 600, "corePercent": 60.0,
-                          "memoryUsedBytes": 8589934592,
-                          "holders": [{"namespace": "default", "pod": "a", "container": "main", "init": false,
-                                       "coreMilli": 600, "memoryBytes": 8589934592, "source": "plan"}],
-                          "migInstances": [{"profile": "3g.40gb", "start": 4, "uuid": "MIG-…", "free": true,
-                                            "holder": ""}]}],
-                "pods": ["default/a", …],
-                "disagreements": [{"node": "n1", "gpu": 0, "field": "coreUsedMilli", "api": "600",
-                                   "scheduler": "300"}]}],
-     "flags": [{"code": "pod-on-unknown-node", "message": "…"}],
-     "disagreements": [… every node's …],
-     "totals": {"nodes": 4, "flaggedNodes": 0, "gpus": 8, "healthyGpus": 8, "migGpus": 0,
-                "coreUsedMilli": 1600, "coreCapacityMilli": 8000, "memoryUsedBytes": …, "memoryCapacityBytes": …,
-                "gpuPods": 5, "migInstances": 0, "migHeld": 0},
-     "problems": false}
-
-``flags[].code`` values are listed in :mod:`domain.inspection.flags`; ``holders[].source`` is ``plan``,
-``inferred`` or ``assumed``; ``migInstances[].free`` is null for an instance only booked (created at Allocate);
-``problems`` is what the exit code 1 of ``ljrk inspect`` says.
+Layout and units (core in milli-GPU, memory in bytes, times in epoch seconds): ``docs/inspect-json.md``. Keys are
+stable: changes are additive only, and ``version`` changes if a key ever changes meaning.
 """
 
 from __future__ import annotations

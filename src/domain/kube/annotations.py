@@ -1,67 +1,14 @@
 """Versioned JSON codecs for the two annotations the components exchange through the API server.
 
-* **Node GPU inventory** (key ``protocol.annotations.node_inventory``), published by the device plugin::
+The node GPU inventory (published by the device plugin) and the pod GPU plan (written by the scheduler before it
+binds); their layouts, versions and field meanings are in ``docs/annotations.md``. Invariants: decoding an encoded
+value gives it back (container order kept, failure case B04); ``coreMilli`` is authoritative and ``corePercent`` must
+equal ``ceil(coreMilli / 10)``; a plan names its pod's UID and writer, and version 1 plans are refused; a decoded GPU
+UUID must be in the node's current inventory, whose index wins. A plan is pod-written data (failure case B07): it is
+trusted only on a bound pod or during this scheduler's own reservation, and :mod:`domain.kube.translate` checks it.
 
-      {"version": 1, "heartbeat": <epoch s, float>, "protocol": "<fingerprint>",
-       "gpus": [{"index": 0, "uuid": "GPU-…", "model": "A100", "memoryBytes": 17179869184,
-                 "health": "Healthy", "migMode": "disabled"}]}
-
-  Version 2 (written only when a GPU is in MIG mode, so nodes without MIG keep the version 1 text older readers
-  know) adds, additively, the node's MIG strategy and each MIG GPU's layout as the node Runtime lists it::
-
-      {"version": 2, …, "migStrategy": "static",
-       "gpus": [{…, "migMode": "enabled",
-                 "migInstances": [{"gi": 5, "ci": 0, "profile": "3g.40gb", "start": 4,
-                                   "uuid": "MIG-…", "free": true}]}]}
-
-  ``gi``/``ci``: NVML GPU and compute instance ids (``ci`` null: a GPU instance without compute instance, which
-  takes slices but cannot be handed out; its ``uuid`` is then empty); ``profile``: canonical profile name;
-  ``start``: placement start (memory slice); ``free``: no container holds it. ``migStrategy``: ``static`` or
-  ``dynamic``, the Runtime's MIG strategy (the scheduler's ``--mig-strategy`` must match). Readers take versions 1
-  and 2; a version 1 text (or a GPU without ``migInstances``) has no MIG instances.
-
-  Either version may carry ``"kubeletRegistered": false`` (written only then, so other texts are unchanged):
-  the device plugin is not registered with the kubelet now listening (kubelet restarting, or the plugin not yet
-  registered), so kubelet would refuse GPU pods; absent means registered (older device plugins).
-
-* **Pod GPU plan** (key ``protocol.annotations.pod_plan``), written by the scheduler before it binds::
-
-      {"version": 2, "podUID": "<uid of the pod>", "writer": "lj-runtimekit-scheduler", "node": "n1",
-       "containers": {"main": {"init": false, "whole": false,
-                               "gpus": [{"index": 0, "uuid": "GPU-…", "corePercent": 60, "coreMilli": 600,
-                                         "memoryBytes": 8589934592}]}}}
-
-  A container that receives MIG instances (additive in version 2) has ``"gpus": []`` and lists, in the order the
-  container sees them, the instances it gets at Allocate::
-
-      "main": {"init": false, "whole": false, "gpus": [],
-               "mig": [{"index": 0, "uuid": "GPU-…", "profile": "3g.40gb", "start": 4, "create": false,
-                        "instanceId": "5"}]}
-
-  ``uuid`` is the parent GPU (authoritative, as for ``gpus``); ``profile`` canonical; ``start`` the placement
-  start (memory slice); ``create``: the Runtime creates the instance at Allocate (dynamic strategy), else it takes
-  the existing one at ``start``, whose NVML GPU instance id ``instanceId`` is informational (null for ``create``).
-  An init container lists the instances kubelet hands on to the app containers after it (the same instance may
-  appear in an init and an app container); every instance of the pod's MIG books appears at least once.
-  Version-2 readers without MIG support refuse such a plan (a container without GPUs), never misread it.
-
-  ``podUID`` ties the plan to one pod object: a pod deleted and re-created under the same name (new UID) never
-  inherits the old pod's plan. ``writer`` names the scheduler that wrote it, so a scheduler recognises its own
-  leftover plan on a pod it is binding again (:func:`plan_owner`). Version 1 plans (no ``podUID``) are refused:
-  they cannot be tied to a pod object, so they are never trusted (the pod is counted by inference instead).
-  ``coreMilli`` is authoritative; ``corePercent`` is ``ceil(coreMilli / 10)``, for people and tools that read
-  percent, and must agree. Container order is preserved (JSON objects keep insertion order), so a decoded plan
-  equals the :class:`PodAllocation` it was encoded from (failure case B04 relies on that equality).
-
-Trust (failure case B07, peers.md L1): a pod's annotations can be written by anyone who can edit the pod, and a
-plan can be left over from an aborted attempt. The plan is therefore only trusted when the pod is bound
-(``spec.nodeName`` set, which only a scheduler can do) or while this scheduler is reserving it; and even then
-:mod:`domain.kube.translate` checks it against the pod's own resource requests and the node's inventory. The
-GPU's UUID is authoritative: on decode it must name a GPU of the node's current inventory, whose index wins.
-
-Errors: unknown versions, malformed JSON, missing fields and wrong types raise :class:`InvalidRequestError`
-whose field is ``<annotation key>.<json path>`` (for example ``lj-runtimekit.io/gpu-plan.containers.main.gpus[0]
-.uuid``). Encoders raise it for an allocation naming a GPU index the node lacks.
+Errors: :class:`InvalidRequestError` whose field is ``<annotation key>.<json path>``, for unknown versions, malformed
+JSON, missing fields and wrong types, and from encoders for a GPU index the node lacks.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ client-go's recorder (``tools/record``, ``EventCorrelator``) keys every Event by
 (kind, namespace, name, UID), type, reason and message. The first occurrence creates an Event with ``count`` 1; a
 repeat of the same key patches that Event instead, raising ``count`` and moving ``lastTimestamp`` (``firstTimestamp``
 stays). So a pod that fails to schedule 5 times for the same reason has one ``FailedScheduling`` Event with count 5,
-not 5 objects (issue 16 item 13). Keys live in a bounded LRU cache (:data:`MAX_KEYS`, client-go's
+not 5 objects. Keys live in a bounded LRU cache (:data:`MAX_KEYS`, client-go's
 ``maxLruCacheEntries``); a key evicted or whose Event expired on the server (the API server keeps Events 1 h by
 default) starts a new Event. client-go's further *aggregation* of similar Events with different messages ("combined
 from similar events") is not done: every distinct message keeps its own Event.

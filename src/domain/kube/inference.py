@@ -1,10 +1,10 @@
 """Checking a decoded plan against the pod, and inferring the placement of pods that carry no usable plan.
 
-**Plan check** (:func:`check_plan`). A plan is pod-written data (peers.md L1): even on a bound pod it is only
-used when it matches the pod's own requests exactly — every GPU container has an entry with the same init
-flag; whole-GPU containers hold exactly ``gpus`` whole GPUs; a share holds one GPU with the grant the default
-rule gives on that GPU (:func:`domain.request.resolve_share`); no extra containers. So a plan can only ever
-tell *which* GPU, never *how much*.
+**Plan check** (:func:`check_plan`). A plan is pod-written data (anyone who may edit the pod may write it): even on a
+bound pod it is only used when it matches the pod's own requests exactly — every GPU container has an entry with the
+same init flag; whole-GPU containers hold exactly ``gpus`` whole GPUs; a share holds one GPU with the grant the default
+rule gives on that GPU (:func:`domain.request.resolve_share`); no extra containers. So a plan can only ever tell *which*
+GPU, never *how much*.
 
 **Inference** (:func:`infer_allocation`, failure case B08). A pod bound by another scheduler (or whose plan was
 refused) still runs on its node, so its usage must be counted even though its GPUs are unknown:

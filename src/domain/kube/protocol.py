@@ -35,9 +35,9 @@ _FACTORS = {
 def parse_quantity(field: str, text: str) -> int:
     """Parse an integer Kubernetes quantity (``16Gi``, ``500M``, ``100``) to an int (bytes or count).
 
-    Only integral values are accepted: fractions (``0.5``) and milli (``500m``) are rejected — extended
-    resources must be integers (k8s-protocols.md §0.7). Raises :class:`InvalidRequestError` naming ``field``
-    (also for more than :data:`MAX_QUANTITY_DIGITS` digits).
+    Only integral values are accepted: fractions (``0.5``) and milli (``500m``) are rejected — extended resources must
+    be integers (Kubernetes docs, "Extended resources"). Raises :class:`InvalidRequestError` naming ``field`` (also for
+    more than :data:`MAX_QUANTITY_DIGITS` digits).
     """
     match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if match is None:

@@ -1,5 +1,5 @@
 """Which protocol each running component instance loaded, against its own component's ConfigMap (``ljrk protocol
-check --kubeconfig``; issue 14 §1).
+check --kubeconfig``).
 
 Where each component publishes its fingerprint (:data:`PUBLISHERS`): the device plugin and the exporter on their
 Node (annotation keys ``annotations.node-protocol`` and ``annotations.node-exporter-protocol``), the scheduler and

@@ -21,8 +21,8 @@ under that stem the table does not know is rejected with the table's "unknown pr
 so the scheduler reports it instead of leaving the pod Pending. :func:`read_mig_plan` reads the MIG part of a
 bound pod's plan (same trust rules as the GPU plan), :func:`mig_container_plans` writes it.
 
-Sources: research/k8s-protocols.md §0.7 (extended resources: integers, requests = limits), Kubernetes "Resource
-sharing within containers" (effective requests with init containers), research/failure-cases.md B07/B08/B12.
+Sources: Kubernetes docs "Extended resources" (integers, requests = limits), "Resource sharing within containers"
+(effective requests with init containers); failure cases B07/B08/B12 (``docs/failure-cases.md``).
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """MIG profile tables per GPU model, profile-name resolution and memory → profile mapping.
 
-Source: NVIDIA *Multi-Instance GPU User Guide* (docs.nvidia.com/datacenter/tesla/mig-user-guide), sections
-"Supported MIG Profiles" (one table per product: A100 40GB, A100 80GB, H100 80GB, H200 141GB, A30 24GB) and
-"Concepts → Partitioning" with its placement diagrams, plus the guide's ``nvidia-smi mig -lgip`` (profiles) and
-``nvidia-smi mig -lgipp`` (possible placements, printed as ``{starts}:size``) examples. **Every value below was
-entered from memory of that guide, not copied from it**; the profile names, slice counts, instance counts and
-placements are the well-known ones, but check them against ``nvidia-smi mig -lgipp`` on real hardware. At run
-time the Runtime's NVML listing is the authority for what exists; these tables drive planning only.
-
-Geometry. A GPU has ``compute_slots`` compute slices (7; 4 on A30) and ``memory_slots`` memory slices (8; 4 on
-A30). A profile ``<c>g.<n>gb`` takes ``c`` compute slices and ``k`` memory slices. An instance placed at start
-``s`` occupies memory slices ``[s, s + k)`` and compute slices ``[s, s + c)``; ``s`` must be one of the
-profile's placements, which are multiples of ``k`` (NVML's ``nvmlGpuInstancePlacement_t.start``; ``-lgipp``
-prints the size ``k``). On the 7/8 GPUs the placements are: 1-slice profiles at 0..6 (slot 7 has no compute
-slice), ``1g`` with 2 memory slices at 0, 2, 4, 6, ``2g`` at 0, 2, 4, ``3g`` at 0, 4, ``4g`` and ``7g`` at 0.
-Because ``c ≤ k`` for every profile, a compute overlap implies a memory overlap; the compute range only
-bounds the start (``s + c ≤ compute_slots``).
-
-Media extensions (``+me``: the instance gets the GPU's NVDEC/NVJPG/OFA engines) share the base profile's
-geometry and are limited to one instance per GPU. Media-engine accounting beyond that limit is not modelled.
-
-Memory. ``memory_bytes`` of a profile is *nominal*: ``k × (model memory / memory_slots)``, with the model's
-marketing size in GiB (40, 80, 80, 141, 24). The profile name's ``<n>gb`` is this rounded half up (H200:
-17.625 → ``1g.18gb``, 70.5 → ``3g.71gb``). NVML reports slightly less usable memory per instance (the guide's
-``-lgip`` example on A100-SXM4-40GB: 4.75 GiB for ``1g.5gb``), so a memory request is matched against the
-nominal size, as the profile name promises.
-
-Names. Each profile has one canonical name (the guide's spelling) plus aliases: the truncated spelling where
-rounding differs (``3g.70gb`` for ``3g.71gb``) and explicit extras (``7g.140gb``). Resolution ignores case,
-surrounding blanks and a ``mig-``/``MIG `` prefix, and reads ``.me`` as ``+me``.
+Source: NVIDIA *Multi-Instance GPU User Guide* (docs.nvidia.com/datacenter/tesla/mig-user-guide), "Supported MIG
+Profiles" and "Concepts → Partitioning"; the values were entered from memory of that guide, not copied, so check them
+against ``nvidia-smi mig -lgipp``. Geometry, placements, nominal memory and name rules: ``docs/mig-profiles.md``.
+Invariants: an instance at start ``s`` of a profile with ``c`` compute and ``k`` memory slices occupies memory slices
+``[s, s + k)`` and compute slices ``[s, s + c)``, ``s`` one of the profile's placements; a memory request is matched
+against the nominal size (``k × model memory / memory slices``); each profile has one canonical name. At run time the
+Runtime's NVML listing is the authority for what exists; these tables drive planning only.
 """
 
 from __future__ import annotations

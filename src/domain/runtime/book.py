@@ -1,6 +1,6 @@
 """The Runtime's allocation records: resolve a plan against the node's GPUs, idempotently, per container.
 
-Rules (issue 4 §2 and the device plugin's "up to three per-resource Allocate calls become one"):
+Rules (the device plugin's "up to three per-resource Allocate calls become one"):
 
 * The key is (pod UID, container). Allocating a key again with an identical request returns the recorded
   allocation unchanged (same response, same ``allocated_at``); a different request for the key raises

@@ -2,7 +2,7 @@
 
 A backend reports every fault and every recovery (``domain.runtime.health``); a GPU whose XIDs come and go, or
 whose NVML recovery events say "none" right after each fault, would flip kubelet's device lists, the node
-inventory, the exporter's ``gpu_healthy`` and its Events once per flip (issue 16: 10 ListAndWatch updates per
+inventory, the exporter's ``gpu_healthy`` and its Events once per flip (10 ListAndWatch updates per
 resource for five flaps in 10 s). The Runtime passes the backend's changes through :class:`HealthDamper`, and
 everything it serves (WatchHealth, ListDevices, ExporterGetDataList) says the damped health:
 

@@ -14,7 +14,7 @@ Two optional edits, both off by default, chosen per node by the Runtime's flags:
   :data:`HAMI_LIBRARY_PATH` and a host file listing that path mounted read-only at ``/etc/ld.so.preload``, so the
   dynamic loader preloads the library into every process of the container and the ``CUDA_DEVICE_*_LIMIT`` envs
   (``domain.runtime.limits``) are enforced. These are the paths the open-source HAMi device plugin uses
-  (peers.md "In-container enforcement"). The Runtime writes the preload file at start.
+  (HAMi-core, github.com/Project-HAMi/HAMi-core). The Runtime writes the preload file at start.
 
 A MIG container gets the device nodes of its instances' parent GPUs (:meth:`ContainerEdits.devices_for`) and no
 mounts. The MIG capability nodes (``/dev/nvidia-caps/nvidia-cap<N>`` of each GPU and compute instance, listed in

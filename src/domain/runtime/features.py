@@ -1,7 +1,7 @@
 """Runtime versions and the feature table: which contract feature needs which minimum Runtime version.
 
 A Runtime reports a semantic version and a capability list through ``GetVersion``. Components call it at start
-and refuse, with a clear error, any feature they need that the Runtime lacks (issue 4 §1): either its version is
+and refuse, with a clear error, any feature they need that the Runtime lacks: either its version is
 below the feature's minimum in :data:`RUNTIME_FEATURES`, or it does not advertise the feature. A new feature gets
 a row here with the first Runtime version that serves it; rows are never removed or lowered (the same "only add,
 never change" policy as the protos).

@@ -1,11 +1,11 @@
 """GPU health from XID events, with a recovery path (a GPU is not unhealthy forever).
 
-Classification follows NVIDIA's device plugin (k8s-protocols.md §6, peers.md health row): by default XIDs 13, 31,
-43, 45, 68 and 109 are raised by applications (illegal address, MMU fault of one context, kernel reset, preemptive
-cleanup, video processor exception, context-switch timeout) and leave the device healthy (the set is
+Classification follows NVIDIA's device plugin (github.com/NVIDIA/k8s-device-plugin, its NVML health check): by
+default XIDs 13, 31, 43, 45, 68 and 109 are raised by applications (illegal address, MMU fault of one context, kernel
+reset, preemptive cleanup, video processor exception, context-switch timeout) and leave the device healthy (the set is
 ``ignored_xids``, ``ljrk runtime --ignored-xids``); every other critical XID marks the GPU unhealthy, and an XID
-without a device marks every GPU unhealthy. Unlike NVIDIA's plugin and HAMi (peers.md: "unhealthy never recovers"),
-an unhealthy GPU becomes healthy again either
+without a device marks every GPU unhealthy. Unlike NVIDIA's plugin and HAMi, where an unhealthy device never
+recovers, an unhealthy GPU becomes healthy again either
 
 * after ``quiet_period_s`` seconds without another fault on it (a later fault restarts the clock), or
 * on an explicit reset (:meth:`HealthTracker.reset`: an operator, or an NVML "recovery action: none" event).

@@ -6,11 +6,11 @@
 * Our own limits, exact: ``LJRK_GPU_UUID_<i>``, ``LJRK_CORE_MILLI_<i>`` (milli-GPU), ``LJRK_CORE_PERCENT_<i>``
   (see :attr:`GrantedGpu.core_percent`), ``LJRK_MEMORY_LIMIT_BYTES_<i>``; plus ``LJRK_POD_UID`` and
   ``LJRK_CONTAINER_NAME`` so node tools can attribute a process to its allocation.
-* HAMi-core compatible limits (the open-source LD_PRELOAD enforcement library; peers.md "In-container
-  enforcement"): ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` as whole MiB with HAMi's ``m`` suffix (``3000m``), floored so
-  the limit never exceeds the grant, and at least ``1m``; ``CUDA_DEVICE_SM_LIMIT``, one integer percent for the
-  whole container (HAMi sets one value per container): the smallest core percent of its GPUs, so no GPU gets
-  more than its grant. Never ``0``, which HAMi-core reads as "unlimited" (failure case B09).
+* HAMi-core compatible limits (the open-source LD_PRELOAD enforcement library, github.com/Project-HAMi/HAMi-core):
+  ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` as whole MiB with HAMi's ``m`` suffix (``3000m``), floored so the limit never exceeds
+  the grant, and at least ``1m``; ``CUDA_DEVICE_SM_LIMIT``, one integer percent for the whole container (HAMi sets one
+  value per container): the smallest core percent of its GPUs, so no GPU gets more than its grant. Never ``0``, which
+  HAMi-core reads as "unlimited" (failure case B09).
 * MIG containers (:func:`mig_envs`): ``NVIDIA_VISIBLE_DEVICES`` lists the granted instances' ``MIG-…`` UUIDs in
   plan order (the NVIDIA container toolkit accepts MIG device UUIDs there); per instance ``LJRK_MIG_UUID_<i>``,
   ``LJRK_MIG_PROFILE_<i>`` (canonical profile), ``LJRK_MIG_GPU_UUID_<i>`` (parent GPU) and

@@ -1,9 +1,10 @@
 """Scheduling among the nodes another scheduler offers, and explaining per node why a pod does not fit.
 
-The kube-scheduler extender driver (research/k8s-protocols.md §3.2) receives, for each pod, the names of the
-nodes that passed kube-scheduler's own filters. To keep our policy's ranking *and* tie rule (extender priorities
-are only 0..10 and kube-scheduler breaks equal totals at random), the driver runs our whole cycle restricted to
-those names and hands back only the node it chose; every other candidate is reported as failed with a reason.
+The kube-scheduler extender driver (``ExtenderArgs.NodeNames``, k8s.io/kube-scheduler/extender/v1) receives, for each
+pod, the names of the nodes that passed kube-scheduler's own filters. To keep our policy's ranking *and* tie rule
+(extender priorities are only 0..10 and kube-scheduler breaks equal totals at random), the driver runs our whole cycle
+restricted to those names and hands back only the node it chose; every other candidate is reported as failed with a
+reason.
 
 * :class:`CandidateNodes` is the filter that restricts a cycle: a mapping pod UID → allowed node names, filled by
   the caller just for the cycle; a pod without an entry is unrestricted (the standalone loop).

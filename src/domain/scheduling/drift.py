@@ -1,7 +1,7 @@
 """Drift between a live ledger and one rebuilt from a full listing: what :meth:`LedgerSync.resync` reports.
 
 Drift means events were lost or mishandled (a delete that never arrived, B01; a missed bind; a corrupted
-running total). Reporting it, not only repairing it, keeps the problem visible (peers.md L3).
+running total). Reporting it, not only repairing it, keeps the problem visible.
 """
 
 from __future__ import annotations

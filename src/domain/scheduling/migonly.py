@@ -1,5 +1,5 @@
 """A time-sharing request on a node whose GPUs are in MIG mode: refused with a reason that names MIG and the
-profiles that would hold it (issue 16 item 9).
+profiles that would hold it.
 
 A GPU in MIG mode takes MIG instances only (``<prefix>/mig-<profile>``, :mod:`domain.mig.resources`); a pod asking
 for time-sharing resources (whole GPUs, core, memory) finds no schedulable GPU there. The request is *not* mapped to

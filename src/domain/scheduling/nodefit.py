@@ -34,7 +34,7 @@ annotation's value changes (and only then).
 
 Sources: kube-scheduler's ``nodeunschedulable``, ``tainttoleration``, ``nodeaffinity`` plugins
 (``pkg/scheduler/framework/plugins``) and the core/v1 API reference for ``NodeSelectorRequirement`` and
-``Toleration``; research/k8s-protocols.md §3.1.
+``Toleration``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Impossible books, caught when they happen: a node whose ledger books a GPU beyond its capacity is quarantined at
-once (issue 16 item 5).
+once.
 
 Books are *impossible* when a GPU the node's inventory lists carries more than 100 % core (1000 milli-GPU) or more
 memory than the GPU has. The ledger counts such bookings anyway (observed pods are reality: a plan annotation on a

@@ -1,5 +1,5 @@
 """Pods holding GPUs their node no longer lists: found when the pod is booked, kept until it ends or the GPU
-is back (issue 16 item 6).
+is back.
 
 A bound pod's plan names its GPUs by UUID. When the node's inventory stops listing one of them (the GPU fell off
 the bus, was reset, or left the device plugin's list), the plan can no longer be trusted for that GPU, so

@@ -20,7 +20,7 @@ error), which the controller reads through the cluster port and reports in the n
 Names are deterministic per node, node UID, action and generation (the node's Job counter):
 ``ljrk-<action>-<node stem>-<8 hex of sha256(node/uid)>-<generation>``, at most 63 characters (the API server
 copies Job names into a label value). A node re-created under the same name gets other names. Source: batch/v1 Job
-and core/v1 PodSpec API reference; k8s-protocols.md §4.4.
+and core/v1 PodSpec API reference.
 """
 
 from __future__ import annotations

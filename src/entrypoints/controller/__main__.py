@@ -1,6 +1,6 @@
 """``ljrk controller`` (also ``python -m entrypoints.controller``): argument parsing, then the container.
 
-Command contract (issue 6)::
+Command contract::
 
     ljrk controller [--kubeconfig FILE] [--protocol FILE] [--namespace NS] [--job-image IMG]
                     [--config-daemon-socket PATH] [--max-retries N] [--backoff-base S] [--failed-job-ttl S]

@@ -1,1 +1,1 @@
-"""``ljrk device-plugin``: the kubelet device plugin of the GPU-sharing stack (issue 4 §3)."""
+"""``ljrk device-plugin``: the kubelet device plugin of the GPU-sharing stack."""

@@ -1,16 +1,15 @@
 """``ljrk device-plugin`` settings and the serving loop: per-resource plugin servers, kubelet (re-)registration,
 the health follower, the inventory heartbeat, the allocated-mark writer and the release reconciler.
 
-Registration (research/k8s-protocols.md §1.4): each resource's server is started on
-``<device-plugin-dir>/ljrk-<kind>.sock`` *before* its Register call, because kubelet dials back before it
-answers. Kubelet restarts are detected by polling every ``poll_s`` seconds (failure case B18): when
-``kubelet.sock`` has a new inode, one of our sockets is gone or kubelet ended a ListAndWatch stream, every
-resource is stopped (its worker threads joined, its socket removed), served again and re-registered; a failed
-registration is retried at the next poll. Sockets are made only once ``kubelet.sock`` accepts connections: a
-starting kubelet deletes every file in the folder before it listens, so a socket made beside a dead kubelet's
-file would vanish under kubelet's dial-back; Register is sent only while ``kubelet.sock`` is still the one seen
-and every socket of ours exists.
-Until ``kubelet.sock`` exists nothing is served (kubelet would delete our sockets when it starts anyway).
+Registration (kubelet's ``pkg/kubelet/cm/devicemanager``; Kubernetes docs "Device Plugins"): each resource's server is
+started on ``<device-plugin-dir>/ljrk-<kind>.sock`` *before* its Register call, because kubelet dials back before it
+answers. Kubelet restarts are detected by polling every ``poll_s`` seconds (failure case B18): when ``kubelet.sock`` has
+a new inode, one of our sockets is gone or kubelet ended a ListAndWatch stream, every resource is stopped (its worker
+threads joined, its socket removed), served again and re-registered; a failed registration is retried at the next poll.
+Sockets are made only once ``kubelet.sock`` accepts connections: a starting kubelet deletes every file in the folder
+before it listens, so a socket made beside a dead kubelet's file would vanish under kubelet's dial-back; Register is
+sent only while ``kubelet.sock`` is still the one seen and every socket of ours exists. Until ``kubelet.sock`` exists
+nothing is served (kubelet would delete our sockets when it starts anyway).
 
 MIG resources (``<prefix>/mig-<profile>``, :meth:`DevicePluginService.mig_resources`) get one server and one
 registration each, beside the three time-sharing ones (socket ``ljrk-mig-<profile>.sock``). Every poll compares the

@@ -1,1 +1,1 @@
-"""``ljrk exporter``: Runtime data to Prometheus metrics, attributed to pods (issue 5)."""
+"""``ljrk exporter``: Runtime data to Prometheus metrics, attributed to pods."""

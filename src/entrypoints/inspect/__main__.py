@@ -1,6 +1,6 @@
 """``ljrk inspect`` (also ``python -m entrypoints.inspect``): argument parsing, then the container.
 
-Command contract (issue 14 §3)::
+Command contract::
 
     ljrk inspect [NODE] [--kubeconfig FILE] [-o table|wide|json] [--scheduler URL] [--protocol FILE]
                  [--mig-strategy static|dynamic] [--timeout SECONDS]

@@ -2,7 +2,7 @@
 
 Backend choice (``--backend``): ``nvml`` needs NVML and fails with a clear error without it; ``simulated`` serves
 the GPUs of ``--simulated-gpus`` / ``--simulated-gpus-file``; ``auto`` (default) uses NVML when it initialises and
-otherwise simulated GPUs, and logs which it took and why (issue 4: simulated is the default when NVML is absent).
+otherwise simulated GPUs, and logs which it took and why.
 
 Health (``--recovery-quiet-period``, ``--health-hold``, ``--ignored-xids``): the backend turns an unhealthy GPU
 healthy after the recovery quiet period without a fault; the service reports a recovery only once ``--health-hold``

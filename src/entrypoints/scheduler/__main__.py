@@ -1,6 +1,6 @@
 """``ljrk scheduler`` (also ``python -m entrypoints.scheduler``): argument parsing, then the container.
 
-Command contract (issue 3 §3)::
+Command contract::
 
     ljrk scheduler --mode extender|standalone --listen HOST:PORT [--metrics-listen HOST:PORT]
                    [--kubeconfig FILE] [--protocol FILE] [--policy NAME] [--lease-namespace NS]

@@ -1,11 +1,11 @@
 """A reliable list+watch loop (an informer) over the cluster port, with a local cache.
 
-Algorithm (k8s-protocols.md §4.3): LIST, replace the cache and remember the list's resourceVersion; WATCH from
-it and apply ADDED/MODIFIED (upsert) and DELETED (remove), advancing the resourceVersion with every event
-(BOOKMARK included); a watch that ends normally is resumed from the last resourceVersion; 410 Gone relists and
-*diffs* the new list against the cache, delivering deletions for vanished objects (their last known state, the
-"tombstone" of client-go); other errors back off (0.5 s doubling to 30 s) and retry. Handlers run on the
-informer's thread and must be quick.
+Algorithm (client-go's ``tools/cache`` Reflector): LIST, replace the cache and remember the list's resourceVersion;
+WATCH from it and apply ADDED/MODIFIED (upsert) and DELETED (remove), advancing the resourceVersion with every event
+(BOOKMARK included); a watch that ends normally is resumed from the last resourceVersion; 410 Gone relists and *diffs*
+the new list against the cache, delivering deletions for vanished objects (their last known state, the "tombstone" of
+client-go); other errors back off (0.5 s doubling to 30 s) and retry. Handlers run on the informer's thread and must be
+quick.
 
 Identity: with ``uid`` given, an object whose key is cached under another UID (deleted and re-created under the
 same name while the watch was down, or a missed DELETED) first gets ``on_delete(cached)``, then

@@ -1,6 +1,6 @@
 """Leader election over a coordination.k8s.io/v1 Lease: a small loop of our own that can be stopped and tested.
 
-Algorithm (client-go's ``leaderelection``, k8s-protocols.md §3.6): safety comes from optimistic concurrency
+Algorithm (client-go's ``tools/leaderelection``): safety comes from optimistic concurrency
 (every write carries the read resourceVersion; a stale write gets 409). A candidate takes over only when the
 Lease record has not changed for ``lease_duration`` seconds *as measured on its own clock since it last saw a
 change* (so clocks need not agree). The leader renews every ``retry_period`` and steps down when it could not

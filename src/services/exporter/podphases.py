@@ -1,4 +1,4 @@
-"""The exporter's view of which pods on its node ended, learned from the Kubernetes API (issue 16 item 8).
+"""The exporter's view of which pods on its node ended, learned from the Kubernetes API.
 
 :class:`EndedPods` lists the node's pods (``spec.nodeName=<node>``) once per collector pull, right after the
 Runtime's data was read, and applies ``domain.exporter.liveness``: a pod terminal in the listing or missing from it

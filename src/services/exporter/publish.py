@@ -1,6 +1,6 @@
 """Publishes the exporter's protocol fingerprint on its Node (annotation ``protocol.annotations.
 node_exporter_protocol``), so the scheduler can keep GPU pods off a node whose exporter runs another protocol
-(issue 7; the device plugin publishes ``node_protocol`` the same way).
+(the device plugin publishes ``node_protocol`` the same way).
 
 The publisher is the shared one (:class:`services._shared.publish.ProtocolPublisher`, also used by the scheduler
 and the controller on their own Pods): written once at start, retried with capped exponential backoff while the

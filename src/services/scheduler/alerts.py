@@ -1,5 +1,5 @@
 """Book problems made visible: Warning Events, log lines and gauges for nodes quarantined with impossible books
-(issue 16 item 5) and pods holding GPUs gone from their node's inventory (item 6).
+and pods holding GPUs gone from their node's inventory.
 
 The ledger sync finds both as part of booking (:attr:`~domain.scheduling.sync.LedgerSync.overbooked`,
 :attr:`~domain.scheduling.sync.LedgerSync.vanished`); :meth:`BookAlerts.collect` compares them with what it

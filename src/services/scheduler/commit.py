@@ -1,7 +1,8 @@
 """Making a scheduling decision durable: write the plan annotation, then bind; undo the annotation on failure.
 
-Order (issue 3 §3; research/k8s-protocols.md §3.3): the node agent reads the plan when the pod starts, and a pod
-starts only once bound, so the plan must be on the pod *before* the binding. Steps and failure handling:
+Order (binding through ``pods/binding``: core/v1 Binding API reference): the node agent reads the plan when the pod
+starts, and a pod starts only once bound, so the plan must be on the pod *before* the binding. Steps and failure
+handling:
 
 1. JSON merge patch of the plan annotation carrying the pod's ``resourceVersion`` (optimistic concurrency).
    A 409 means the pod changed since we read it: re-read it and retry once if it is the same pod (UID), still

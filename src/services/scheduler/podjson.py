@@ -1,9 +1,10 @@
 """The ``Pod`` of a kube-scheduler extender call (raw core/v1 Pod JSON) as a :class:`PodObject`.
 
-kube-scheduler sends the whole ``v1.Pod`` with its JSON (camelCase) field names (research/k8s-protocols.md §3.2).
-Only the fields :class:`PodObject` carries are read; everything else is ignored, so pods from newer API versions
-still translate. This is a pure function over dicts rather than a detour through the official client's models
-(``kubernetes`` 37.x models forbid unknown fields and may only be imported by ``adapters.kubernetes``).
+kube-scheduler sends the whole ``v1.Pod`` with its JSON (camelCase) field names (``ExtenderArgs.Pod``,
+k8s.io/kube-scheduler/extender/v1). Only the fields :class:`PodObject` carries are read; everything else is ignored, so
+pods from newer API versions still translate. This is a pure function over dicts rather than a detour through the
+official client's models (``kubernetes`` 37.x models forbid unknown fields and may only be imported by
+``adapters.kubernetes``).
 
 Source of the field names: core/v1 API reference (Pod, Container, ResourceRequirements, Toleration, NodeAffinity).
 """

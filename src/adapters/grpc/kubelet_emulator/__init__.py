@@ -1,8 +1,8 @@
 """A kubelet emulator for one node, speaking kubelet's real gRPC protocols on unix sockets (for ``ljrk up`` and
-integration tests): device-plugin Registration and the device manager's pod admission
-(:mod:`.devicemanager`), pod-resources ``List`` (:mod:`.podresources`) and the pod lifecycle over the cluster port
-(:mod:`.node`). Behaviour follows research/k8s-protocols.md §1.4 and §2; what is not emulated is listed in
-:mod:`.devicemanager`.
+integration tests): device-plugin Registration and the device manager's pod admission (:mod:`.devicemanager`),
+pod-resources ``List`` (:mod:`.podresources`) and the pod lifecycle over the cluster port (:mod:`.node`). Behaviour
+follows kubelet's ``pkg/kubelet/cm/devicemanager`` and ``pkg/kubelet/apis/podresources``; what is not emulated is listed
+in :mod:`.devicemanager`.
 
 It lives inside ``adapters.grpc`` because only that package may import ``grpc`` and the generated kubelet code
 (import-linter contracts in ``pyproject.toml``).

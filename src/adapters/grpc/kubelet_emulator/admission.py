@@ -1,5 +1,5 @@
 """Pod admission as kubelet's device manager does it, without I/O: the result types, the device pick and the merge
-of a container's Allocate responses (research/k8s-protocols.md §1.4, "How kubelet picks device IDs").
+of a container's Allocate responses (kubelet ``pkg/kubelet/cm/devicemanager/manager.go``, ``devicesToAllocate``).
 
 Kubelet admits one pod at a time. For each container (init containers first, then app containers, each in spec
 order) and each device-plugin resource in its limits, it picks device IDs (:func:`pick_devices`), sends them to the

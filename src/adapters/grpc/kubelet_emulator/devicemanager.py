@@ -1,5 +1,5 @@
 """Kubelet's device manager for one node: pod admission over the plugins of :class:`~.registration.PluginRegistry`
-(research/k8s-protocols.md §1.4, "How kubelet picks device IDs").
+(kubelet ``pkg/kubelet/cm/devicemanager/manager.go``).
 
 :meth:`DeviceManager.admit_pod` admits one pod at a time (kubelet's admit handlers run serially): per container
 (init containers first, then app containers) and per registered resource in its limits it picks IDs

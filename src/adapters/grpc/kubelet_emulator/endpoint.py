@@ -1,6 +1,7 @@
 """One registered device plugin as kubelet's device manager sees it: the channel to its socket, the options it
-answered to GetDevicePluginOptions, its ListAndWatch call and the per-container RPCs (research/k8s-protocols.md
-§1.1-§1.4). gRPC errors propagate as ``grpc.RpcError``; :func:`go_status` renders them as kubelet would.
+answered to GetDevicePluginOptions, its ListAndWatch call and the per-container RPCs (kubelet
+``pkg/kubelet/cm/devicemanager/endpoint.go``). gRPC errors propagate as ``grpc.RpcError``; :func:`go_status` renders
+them as kubelet would.
 """
 
 from __future__ import annotations

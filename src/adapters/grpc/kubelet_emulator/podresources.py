@@ -1,5 +1,5 @@
-"""Kubelet's pod-resources API v1 ``List`` (research/k8s-protocols.md §2; proto vendored at v1.20.2, which has
-``List`` only) on ``<pod-resources-dir>/kubelet.sock``.
+"""Kubelet's pod-resources API v1 ``List`` (k8s.io/kubelet ``pkg/apis/podresources/v1/api.proto``, vendored at v1.20.2,
+which has ``List`` only) on ``<pod-resources-dir>/kubelet.sock``.
 
 ``List`` reports every active pod — admitted and not yet ended — with each app container and, per resource, the
 device IDs kubelet allocated to it (init containers are not listed, as in kubelet; a container without devices is

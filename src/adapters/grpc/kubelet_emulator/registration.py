@@ -1,5 +1,5 @@
-"""Kubelet's side of device-plugin registration (research/k8s-protocols.md §1.4, "Registration order",
-"ListAndWatch", "Kubelet restart"): :class:`PluginRegistry` serves ``v1beta1.Registration`` on
+"""Kubelet's side of device-plugin registration (kubelet ``pkg/kubelet/cm/devicemanager/plugin/v1beta1``
+``server.go``/``handler.go``): :class:`PluginRegistry` serves ``v1beta1.Registration`` on
 ``<plugin-dir>/kubelet.sock`` and keeps the latest device list of every registered resource.
 
 Kubelet's ``Register`` rejects a version outside ``SupportedVersions`` and a resource name that is not an extended
