@@ -18,8 +18,6 @@ NOTES = re.compile(
     r"(research/)?\b(k8s-protocols|peers|trace-replay-method|failure-cases|real-kubelet|style-anchors)\.md"
 )
 PENDING = {
-    "src/services/scheduler/extender.py",
-    "src/services/scheduler/standalone.py",
     "src/entrypoints/simulate/app.py",
     "src/domain/scheduling/fragmentation.py",
     "src/domain/scheduling/tiebreak.py",

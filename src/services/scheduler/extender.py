@@ -1,44 +1,12 @@
-"""The kube-scheduler extender verbs: ``filter``, ``prioritize``, ``bind`` (research/k8s-protocols.md §3.2, §3.3).
+"""The kube-scheduler extender verbs over :meth:`SchedulerService.decide`: ``filter``, ``prioritize``, ``bind``
+(HTTP JSON of ``k8s.io/kube-scheduler/extender/v1``: Go field names, no JSON tags).
 
-Wire format: the Go types of ``k8s.io/kube-scheduler/extender/v1`` have no JSON tags, so keys are the Go field
-names — ``ExtenderArgs{Pod, Nodes, NodeNames}``, ``ExtenderFilterResult{Nodes, NodeNames, FailedNodes, Error}``,
-``HostPriority{Host, Score}`` (0..10), ``ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}``,
-``ExtenderBindingResult{Error}``. With ``nodeCacheCapable: true`` kube-scheduler sends ``NodeNames`` and reads
-``NodeNames`` back; otherwise it sends a ``Nodes`` NodeList and reads one back. Both are accepted.
-
-**Why filter returns one node.** Extender priorities are integers 0..10, and kube-scheduler breaks equal totals
-at random, which on the trace replay costs FGD about 5 pp of GPU allocation. So ``filter`` runs our whole cycle
-(filter, score, our tie rule) over the candidate nodes kube-scheduler sends, reserves the winner in the ledger
-as an *assumed* pod (so concurrent cycles see it) and returns only that node; every other candidate is in
-``FailedNodes`` with ``lj-runtimekit chose node X`` (or, when nothing fits, the real reason per node).
-kube-scheduler, left with one feasible node, takes it without scoring; ``prioritize`` (10 for the chosen node,
-0 for the rest) only matters if it is called anyway. ``bind`` commits the reservation (plan annotation, then
-binding) or rolls it back. A second ``filter`` for a pod that still holds a reservation keeps it when that node
-is among the candidates, else releases it and decides again.
-
-Deployment requirement for full fidelity: ``percentageOfNodesToScore: 100`` in the KubeSchedulerConfiguration.
-On clusters of 100+ nodes kube-scheduler otherwise stops its own filtering once it has "enough" feasible nodes
-(research/k8s-protocols.md §3.4) and the extender only ever sees that subset, so our choice is the best of a
-sample rather than of the cluster.
-
-MIG pods (``<prefix>/mig-<profile>`` resources) are answered the same way: ``filter`` runs the cycle (node-level
-filters, then the MIG plugin) and returns the one node whose MIG books took the reservation; the other candidates
-carry the node filter's or the MIG plugin's reason (``MIG: …``); an unknown profile name is an invalid request on
-every candidate (B30). List the MIG resource names in ``managedResources`` (or rank all pods) so kube-scheduler
-calls the extender for them.
-
-Pods that ask for none of our resources pass untouched (``managedResources`` in the scheduler configuration
-already keeps them away), unless the extender ranks all pods (``rank_all_pods``; setting ``rank_all_pods``, CLI
-``--rank-all-pods``): then the scheduler configuration drops ``managedResources``, kube-scheduler calls the
-extender for every pod, and pods without GPU requests get our policy's one node too. That is what keeps the
-policy's result on GPU nodes shared with CPU-only pods: on the trace replay, CPU-only pods left to kube-scheduler's
-default scoring (LeastAllocated + BalancedAllocation spread them over every node) cost FGD 5.3 pp and best-fit
-7.5 pp of GPU allocation at 130 % load (10 seeds), while ranking them here reproduces the in-process replay
-exactly (``bench/trace_replay.py --driver extender --cpu-pods kube|extender``).
-
-A standby replica (or a leader still rebuilding its ledger) answers ``filter`` and ``bind`` with ``Error`` (only
-the leader reserves and writes); put the extender Service behind the ``/readyz`` probe so only the serving leader
-receives calls.
+``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and returns only
+that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy);
+every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or rolls it back. A
+standby replica answers ``Error``. Invariant: each verb translates its JSON once into domain values and back; no
+scheduling rule lives here. The wire format, the deployment requirements (``percentageOfNodesToScore: 100``,
+``managedResources``, ``rank_all_pods``) and what they cost: ``docs/extender.md``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The standalone scheduling loop: schedules pods whose ``spec.schedulerName`` is ours, without kube-scheduler.
 
 For clusters without extender configuration and for the local cluster. Queue rules (modelled on kube-scheduler's
-active and backoff queues, research/k8s-protocols.md §3.1):
+active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubernetes):
 
 * the pod informer offers every pod (:meth:`StandaloneLoop.offer`); pending, unbound, not terminating pods with
   our scheduler name are queued FIFO by ``namespace/name`` (a repeated offer only refreshes the stored object);
