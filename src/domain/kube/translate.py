@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -429,13 +429,15 @@ def read_allocation(
     ledger: ClusterLedger | None = None,
     assumed: PodAllocation | None = None,
     infer: bool = True,
+    parse: Callable[[PodObject], PodRequest] | None = None,
 ) -> AllocationReading:
     """The ledger record of ``pod`` as it exists in the cluster (module docstring), never raising.
 
     ``node_gpus``: current GPUs of ``pod.node_name``. ``ledger``: the live books, which inference reads to
     place a plan-less pod on GPUs that are actually free (the pod's own record is discounted). ``assumed``: the
     caller's reservation of this pod, if any; ``infer=False`` returns source INFERRED with no allocation instead
-    of computing it (for callers that infer several pods together).
+    of computing it (for callers that infer several pods together). ``parse``: how the pod's request is read
+    (default :func:`pod_request`; :class:`domain.kube.requests.PodRequests` memoises it).
 
     Order: terminal → not counted; unbound → ``assumed`` or not counted (a plan on a pending pod is never
     trusted, B07); unreadable request → node-only (``gpu_unknown`` when it names our GPU resources); no GPU
@@ -448,7 +450,7 @@ def read_allocation(
             return AllocationReading(assumed, AllocationSource.ASSUMED)
         return AllocationReading(None, AllocationSource.NONE, "not bound")
     try:
-        request = pod_request(pod, protocol)
+        request = pod_request(pod, protocol) if parse is None else parse(pod)
     except InvalidRequestError as error:
         try:
             cpu, memory = node_requests(pod)

@@ -33,7 +33,7 @@ from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import mig_stem, pod_request
+from domain.kube.translate import mig_stem
 from domain.ledger import ClusterLedger
 from domain.scheduling.candidates import CandidateNodes
 from domain.scheduling.fragmentation import PodClass, TypicalPods
@@ -152,7 +152,7 @@ class SchedulerSet:
             self._observed.pop(pod.uid, None)
             return
         try:
-            request = pod_request(pod, self.protocol)
+            request = self.sync.requests.get(pod)
         except InvalidRequestError:
             self._observed.pop(pod.uid, None)
             return

@@ -26,7 +26,7 @@ from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, Un
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import mig_container_plans, pod_request, protocol_mismatches
+from domain.kube.translate import mig_container_plans, protocol_mismatches
 from domain.ledger import ClusterLedger, GpuUsage
 from domain.mig.gpu import PlacementMode
 from domain.scheduling.candidates import rejection_reasons
@@ -177,7 +177,7 @@ class SchedulerService:
         names = list(candidates)
         with self._lock:
             try:
-                request = pod_request(pod, self.protocol)
+                request = self.sync.requests.get(pod)
             except InvalidRequestError as error:
                 self.metrics.decision(scheduled=False, reason="invalid-request")
                 return Decision(pod.uid, reasons=dict.fromkeys(names, f"invalid request: {error}"))
@@ -271,7 +271,7 @@ class SchedulerService:
             if self._reservations.committing(uid):
                 raise CommitError(f"pod {pod.key} is already being bound")
             try:
-                request = pod_request(pod, self.protocol)
+                request = self.sync.requests.get(pod)
                 mig = self.sync.books.reservation(uid) if request.wants_mig else None
                 if request.wants_mig and (mig is None or mig.node != allocation.node):
                     raise CommitError(f"pod {pod.key}: no MIG reservation on node {allocation.node} (it expired or "

@@ -19,7 +19,8 @@ from domain.gpu import Gpu, NodeInventory
 from domain.kube.inference import infer_allocation
 from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
-from domain.kube.translate import AllocationSource, mig_table, pod_request, read_allocation, read_node
+from domain.kube.requests import PodRequests
+from domain.kube.translate import AllocationSource, mig_table, read_allocation, read_node
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
 from domain.mig.plugin import MigPlugin
@@ -88,6 +89,8 @@ class LedgerEvents:
         except InvalidRequestError:
             mig_names = set()
         self._our_resources = frozenset({names.gpu, names.core, names.memory} | mig_names)
+        self.requests = PodRequests(protocol)
+        """Each pod's request, parsed once per content (:mod:`domain.kube.requests`)."""
         self.vanished = VanishedGpus(protocol)
         """Bound pods whose plan names GPUs their node no longer lists (:mod:`domain.scheduling.vanished`)."""
         self.books_guard = OverbookingGuard(ledger, label=self._label)
@@ -234,7 +237,7 @@ class LedgerEvents:
             self.holds.release(pod.uid)
             return
         try:
-            request = pod_request(pod, self.protocol)
+            request = self.requests.get(pod)
         except InvalidRequestError:
             self.holds.release(pod.uid)
             return
@@ -271,7 +274,8 @@ class LedgerEvents:
         node = pod.node_name
         assumed = self._assumed.get(uid)
         reading = read_allocation(pod, self._counted[node].gpus, self.protocol,
-                                  assumed=None if assumed is None else assumed[0], infer=False)
+                                  assumed=None if assumed is None else assumed[0], infer=False,
+                                  parse=self.requests.get)
         self._note(uid, reading.problem)
         self._gates.mark_gpu_unknown(node, uid, reading.problem if reading.gpu_unknown else None, now=self.clock())
         judged = node in self._last_good and reading.source is not AllocationSource.PLAN  # a trusted plan: all listed
@@ -317,7 +321,7 @@ class LedgerEvents:
             self.ledger.release(uid)
         gpus = self._counted[node].gpus
         for uid in sorted(inferred):
-            request = pod_request(self._pods[uid], self.protocol)  # readable: unreadable ones are node-only
+            request = self.requests.get(self._pods[uid])  # readable: unreadable ones are node-only
             allocation, note = infer_allocation(request, node, gpus, self.ledger)
             self.ledger.observe(allocation)
             self.sources[uid] = AllocationSource.INFERRED
@@ -356,6 +360,7 @@ class LedgerEvents:
             self._reinfer(record.node)  # the node's plan-less pods may now sit elsewhere
 
     def _drop(self, uid: str) -> None:
+        self.requests.forget(uid)
         self.holds.release(uid)
         self._assumed.pop(uid, None)
         self.books.forget(uid)

@@ -16,7 +16,7 @@ from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
 from domain.gpu import Gpu
 from domain.kube.annotations import MigInstanceRecord
 from domain.kube.objects import NodeObject, PodObject
-from domain.kube.translate import AllocationSource, pod_request
+from domain.kube.translate import AllocationSource
 from domain.ledger import ClusterLedger
 from domain.mig.ledger import MigPodAllocation
 from domain.request import PodRequest
@@ -86,7 +86,7 @@ class LedgerSync(LedgerEvents):
         its node takes no MIG pods, a booked GPU is unhealthy or the record no longer applies
         (:meth:`MigBooks.held_problem`). Capacity is not re-checked: the reservation holds it."""
         try:
-            request = pod_request(pod, self.protocol)
+            request = self.requests.get(pod)
         except InvalidRequestError as error:
             return f"invalid request: {error}"
         ledger, node = self.ledger, held.node
@@ -135,7 +135,7 @@ class LedgerSync(LedgerEvents):
         the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
         whose reason names the container, resource and value."""
         try:
-            request = pod_request(pod, self.protocol)
+            request = self.requests.get(pod)
         except InvalidRequestError as error:
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
         self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
@@ -271,3 +271,4 @@ class LedgerSync(LedgerEvents):
         self._assumed = fresh._assumed
         self.holds.adopt(fresh.holds, keep=self._assumed)
         self.books.adopt(fresh.books)
+        self.requests = fresh.requests
