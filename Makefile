@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test lint typecheck imports unit proto proto-check bench build docker deploy render clean
+.PHONY: run test lint typecheck imports unit proto proto-check bench build docker images deploy render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,14 +51,25 @@ build: $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
 ## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)
+## images: the same six images without Docker or a registry (root): buildah on a local mmdebstrap base, written
+##         as dist/images/<image>.tar (docker-archive; scripts/images.sh, cached by a hash of the inputs).
+##         `make docker BUILDER=buildah` does the same.
 IMAGES        := scheduler device-plugin exporter controller runtime job-agent
 DOCKER        ?= docker
+BUILDER       ?= docker
 REGISTRY      ?=
 IMAGE_PREFIX  := $(if $(REGISTRY),$(REGISTRY)/,)lj-runtimekit/
 DOCKER_IMAGES := $(addprefix docker-,$(IMAGES))
 .PHONY: $(DOCKER_IMAGES)
 
+ifeq ($(BUILDER),buildah)
+docker: images
+else
 docker: $(DOCKER_IMAGES)
+endif
+
+images: $(STAMP)
+	PYTHON=$(BIN)/python IMAGE_PREFIX=$(IMAGE_PREFIX) bash scripts/images.sh build
 
 $(DOCKER_IMAGES): docker-%:
 	$(DOCKER) build -f docker/$*.Dockerfile -t $(IMAGE_PREFIX)$*:$(VERSION) .

@@ -7,13 +7,16 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
+# WHEELHOUSE: a folder of wheels mounted into the build (scripts/images.sh); pip then installs offline from it.
+ARG WHEELHOUSE=
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src/ src/
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+RUN python -m pip wheel ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} --no-deps --wheel-dir /wheels . \
  && python -m venv --without-pip /opt/lj-runtimekit \
- && python -m pip --python /opt/lj-runtimekit/bin/python install /wheels/*.whl \
+ && python -m pip --python /opt/lj-runtimekit/bin/python install \
+    ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} /wheels/*.whl \
  && /opt/lj-runtimekit/bin/ljrk --version
 
 FROM ${PYTHON_IMAGE}

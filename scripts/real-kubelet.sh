@@ -28,12 +28,12 @@ CACHE="${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}"
 NODE="$CACHE/node"
 SRC_ROOT="$CACHE/src"
 APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static buildah gcc libc6-dev util-linux)
-POLICY_RC="/usr/sbin/policy-rc.d"
 PAUSE_IMAGE="ljrk.local/pause:3.2"
 WORKLOAD_IMAGE="ljrk.local/workload:1"
 
-log() { printf '[real-kubelet] %s\n' "$*" >&2; }
-die() { printf '[real-kubelet] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG="real-kubelet"
+# shellcheck source=scripts/lib/common.sh
+source "$HERE/lib/common.sh"  # log, die, apt_install, buildah_store
 
 usage() {
     cat >&2 <<'EOF'
@@ -63,30 +63,7 @@ cmd_node_dir() {
     return 1
 }
 
-install_packages() {
-    local missing=() p
-    for p in "${APT_PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    if ((${#missing[@]} == 0)); then
-        log "Debian packages already installed: ${APT_PACKAGES[*]}"
-        return 0
-    fi
-    local own_policy=0
-    if [[ ! -e "$POLICY_RC" ]]; then  # containerd's package would otherwise try to start its service
-        printf '#!/bin/sh\n# scripts/real-kubelet.sh: no service starts while packages install\nexit 101\n' >"$POLICY_RC"
-        chmod 0755 "$POLICY_RC"
-        own_policy=1
-        trap 'rm -f "$POLICY_RC"' EXIT
-    fi
-    log "apt-get install ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    if [[ "$own_policy" == 1 ]]; then
-        rm -f "$POLICY_RC"
-        trap - EXIT
-    fi
-}
+install_packages() { apt_install "${APT_PACKAGES[@]}"; }
 
 build_kubelet() {
     if [[ "${LJRK_KUBELET_REBUILD:-0}" != 1 && -x "$NODE/bin/kubelet" ]]; then
@@ -124,9 +101,10 @@ build_kubelet() {
 
 # One-layer image from the folder $2, entrypoint $3 (JSON array), written as docker-archive $4 named $1.
 pack_image() {
-    local name="$1" rootfs="$2" entrypoint="$3" out="$4" store ctr
+    local name="$1" rootfs="$2" entrypoint="$3" out="$4" store ctr BH
     store="$(mktemp -d /tmp/ljrk-buildah-XXXXXX)"
-    local bh=(buildah --root "$store/root" --runroot "$store/run" --storage-driver vfs)
+    buildah_store "$store"
+    local bh=("${BH[@]}")
     ctr="$("${bh[@]}" from scratch)"
     "${bh[@]}" copy --quiet "$ctr" "$rootfs/" / >/dev/null
     "${bh[@]}" config --entrypoint "$entrypoint" --cmd '' --os linux --arch amd64 "$ctr"

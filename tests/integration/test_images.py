@@ -1,0 +1,104 @@
+"""The six images `make images` builds (scripts/images.sh) run as the README's table says.
+
+For each image's docker-archive tarball in ``dist/images`` (the set matching the current inputs hash): it carries
+the name the manifests in ``deploy/`` use, its entrypoint is ``ljrk <command>``, and run by runc with a read-only
+root filesystem as the image's own user, ``--help`` prints that command's usage; inside it the process has uid
+65532 (scheduler, controller) or 0 (node components) and cannot write to its root filesystem.
+
+Without current images (or without root and runc) these tests are skipped with the command that builds them;
+``LJRK_REQUIRE_IMAGES=1`` (set by .ci/run, which runs ``make images`` first) turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from image_runner import Archive, images_dir, read_archive, run, runc_available, unpack
+
+pytestmark = pytest.mark.images
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+MAKE_IMAGES = re.search(r"^IMAGES\s*:=\s*(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+IMAGES = MAKE_IMAGES.group(1).split() if MAKE_IMAGES else []
+NON_ROOT = {"scheduler", "controller"}
+"""The README's table: scheduler and controller run as uid 65532, the node components (and the Jobs) as root."""
+
+PROBE = (
+    "import errno, os\n"
+    "try:\n"
+    "    open('/opt/lj-runtimekit/probe', 'w')\n"
+    "    print(os.getuid(), os.getgid(), 'writable')\n"
+    "except OSError as exc:\n"
+    "    print(os.getuid(), os.getgid(), errno.errorcode[exc.errno])\n"
+)
+"""Prints ``uid gid`` and what writing a file into the image's own folder gave (``EROFS`` when read-only)."""
+
+
+@pytest.fixture(scope="module")
+def image_dir() -> Path:
+    """dist/images with the current set (skips, or fails with LJRK_REQUIRE_IMAGES=1, when it cannot be used)."""
+    found, why = images_dir()
+    if found is None or not runc_available():
+        reason = why if found is None else "runc needs root and runc on PATH"
+        hint = f"{reason}; build them with: make images (as root)"
+        if os.environ.get("LJRK_REQUIRE_IMAGES") == "1":
+            pytest.fail(f"LJRK_REQUIRE_IMAGES=1 but the images cannot be run: {hint}", pytrace=False)
+        pytest.skip(f"no current images: {hint}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def names(image_dir: Path) -> dict[str, str]:
+    """Image → name, from the set's images.tsv (image, name, bytes, build seconds)."""
+    rows = [line.split("\t") for line in (image_dir / "images.tsv").read_text().splitlines() if line]
+    return {row[0]: row[1] for row in rows}
+
+
+@pytest.fixture(scope="module", params=IMAGES)
+def unpacked(request: pytest.FixtureRequest, image_dir: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Archive, Path, Path]]:
+    """(image, archive, root filesystem, bundle folder) of one image, unpacked once for its tests (~450 MB,
+    removed afterwards)."""
+    image = str(request.param)
+    archive = read_archive(image_dir / f"{image}.tar")
+    work = tmp_path_factory.mktemp(f"image-{image}")
+    unpack(archive, work / "rootfs")
+    try:
+        yield image, archive, work / "rootfs", work / "bundle"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_set_holds_the_six_images_under_the_manifests_names(image_dir: Path, names: dict[str, str]) -> None:
+    assert sorted(names) == sorted(IMAGES)
+    assert len(IMAGES) == 6
+    for image in IMAGES:
+        # the manifests say lj-runtimekit/<image>:<version>; containerd and kubelet read it as docker.io/…
+        assert names[image] == f"docker.io/lj-runtimekit/{image}:{VERSION}"
+        assert names[image] in read_archive(image_dir / f"{image}.tar").tags
+
+
+def test_help_runs_in_the_image_read_only_as_its_user(unpacked: tuple[str, Archive, Path, Path]) -> None:
+    image, archive, rootfs, bundle = unpacked
+    config = archive.config
+    assert config["Entrypoint"] == ["ljrk", image]
+    assert config["User"] == ("65532:65532" if image in NON_ROOT else "0:0")
+    assert "PYTHONDONTWRITEBYTECODE=1" in config["Env"]
+    result = run(archive, rootfs, bundle / "help", ["--help"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: ljrk {image} "), result.stdout[:300]
+
+
+def test_the_process_runs_as_the_readme_says_on_a_read_only_root(unpacked: tuple[str, Archive, Path, Path]) -> None:
+    image, archive, rootfs, bundle = unpacked
+    result = run(archive, rootfs, bundle / "probe", ["-c", PROBE], entrypoint=["python"])
+    assert result.returncode == 0, result.stderr
+    uid = 65532 if image in NON_ROOT else 0
+    assert result.stdout.split() == [str(uid), str(uid), "EROFS"]
