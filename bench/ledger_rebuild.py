@@ -51,18 +51,20 @@ def main(argv: list[str] | None = None) -> None:
             keys.node_inventory: encode_inventory(gpus, heartbeat=now, protocol=protocol.fingerprint())},
             allocatable={"cpu": "256", "memory": "2Ti", "pods": "110"}))
     rng = np.random.default_rng(args.seed)
-    free = {name: [1000] * args.gpus_per_node for name in gpus_of}
+    free = {name: [1000] * args.gpus_per_node for name in gpus_of}  # milli-GPU core left per GPU
+    free_gib = {name: [16] * args.gpus_per_node for name in gpus_of}  # GiB left per GPU
     node_names = list(gpus_of)
     started = time.perf_counter()
     placed = 0
     for i in range(args.pods):
         core = int(rng.choice([100, 200, 250, 300, 400, 500]))
+        gib = int(rng.choice([1, 2, 4, 8]))
         node = node_names[i % len(node_names)]
-        gpu = next((g for g, left in enumerate(free[node]) if left >= core), None)
+        gpu = next((g for g in range(args.gpus_per_node) if free[node][g] >= core and free_gib[node][g] >= gib), None)
         if gpu is None:
             continue
         free[node][gpu] -= core
-        gib = int(rng.choice([1, 2, 4, 8]))
+        free_gib[node][gpu] -= gib
         memory = gib * GiB
         limits = {names.core: str(core // 10), names.memory: str(gib), "cpu": "1", "memory": "1Gi"}
         spec = (ContainerSpec("main", limits=limits),)

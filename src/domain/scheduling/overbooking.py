@@ -23,14 +23,14 @@ Events and a gauge.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from domain.errors import UnknownNodeError
 from domain.ledger import ClusterLedger
 from domain.units import format_bytes
 
@@ -50,11 +50,26 @@ class OverbookingGuard:
         self.ledger = ledger
         self.label = label
         self.overbooked: dict[str, str] = {}
+        self._slots: dict[int, str] = {}  # slot → name of each node in overbooked
+        self._deferred = False
         self._seen: npt.NDArray[np.int64] = np.zeros(0, np.int64)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block, :meth:`check` does nothing; one check runs when it ends (a rebuild from a listing
+        books every pod before anyone reads the quarantine)."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+            self.check()
 
     def check(self) -> None:
         """Judge every node whose books changed since the last call; cost: one comparison of the version column,
-        plus the changed nodes."""
+        plus the changed nodes (a removed node's slot changes too, and its quarantine is forgotten)."""
+        if self._deferred:
+            return
         ledger = self.ledger
         version = ledger.version
         if len(self._seen) != len(version):
@@ -65,11 +80,12 @@ class OverbookingGuard:
         moved = np.flatnonzero(version != self._seen)
         self._seen[moved] = version[moved]
         changed = moved[ledger.active[moved]]
-        for name in list(self.overbooked):
-            try:
-                ledger.slot(name)
-            except UnknownNodeError:
-                del self.overbooked[name]  # node gone, its quarantine with it
+        if self._slots and len(moved):  # a removed node's slot moves too: its quarantine goes with it
+            for slot in moved.tolist():
+                name = self._slots.get(slot)
+                if name is not None and (not ledger.active[slot] or ledger.name(slot) != name):
+                    del self._slots[slot]  # removed, or its slot reused by another node within one change
+                    self.overbooked.pop(name, None)
         for slot in changed:
             self._judge(ledger.name(int(slot)))
 
@@ -80,10 +96,12 @@ class OverbookingGuard:
         current = ledger.quarantine.get(name)
         if reason:
             self.overbooked[name] = reason
+            self._slots[ledger.slot(name)] = name
             if current is None or current == old:
                 ledger.quarantine_node(name, reason)
         elif old is not None:
             del self.overbooked[name]
+            self._slots.pop(ledger.slot(name), None)
             if current == old:
                 ledger.lift_quarantine(name)
 

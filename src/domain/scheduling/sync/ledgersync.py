@@ -174,16 +174,17 @@ class LedgerSync(LedgerEvents):
                            hold_window_seconds=self.holds.window_s)
         fresh._last_good = dict(self._last_good if last_good is None else last_good)
         fresh.books.seed(self.books.last_good() if mig_last_good is None else mig_last_good)
-        for node in nodes:
-            fresh.on_node(node)
-        fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
-        fresh.books.prune(fresh._counted)
-        pods = list(pods)
-        fresh._listed = {p.uid: p for p in pods}
-        for pod in pods:
-            fresh.on_pod(pod)
-        if keep_assumed:
-            fresh._carry(self._assumed, self.constraints, self.books.assumed)
+        with fresh.books_guard.deferred():  # judged once, after every object is booked
+            for node in nodes:
+                fresh.on_node(node)
+            fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
+            fresh.books.prune(fresh._counted)
+            pods = list(pods)
+            fresh._listed = {p.uid: p for p in pods}
+            for pod in pods:
+                fresh.on_pod(pod)
+            if keep_assumed:
+                fresh._carry(self._assumed, self.constraints, self.books.assumed)
         return fresh
 
     def _carry(self, assumed: Mapping[str, tuple[PodAllocation, float]],
