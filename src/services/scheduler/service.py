@@ -55,6 +55,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from typing import Protocol
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
@@ -68,7 +69,7 @@ from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
 from domain.scheduling.sync import LedgerSync, Tombstone
-from ports.cluster import ClusterApi
+from ports.cluster import EventsApi, NodesApi, PodsApi
 from ports.metrics import SchedulerMetrics
 from services._shared.logs import fields
 
@@ -104,6 +105,10 @@ def _rv(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+class SchedulerCluster(NodesApi, PodsApi, EventsApi, Protocol):
+    """The cluster roles the scheduler service uses: list nodes and pods, read a pod, record Events."""
+
+
 class SchedulerService:
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
@@ -117,17 +122,17 @@ class SchedulerService:
 
     def __init__(
         self,
-        cluster: ClusterApi,
+        cluster: SchedulerCluster,
         protocol: ProtocolConstants,
         metrics: SchedulerMetrics,
         *,
         config: ServiceConfig | None = None,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
-        commit_cluster: ClusterApi | None = None,
+        commit_cluster: PodsApi | None = None,
     ) -> None:
         self.cluster = cluster
-        self.commit_cluster = cluster if commit_cluster is None else commit_cluster
+        self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
         self.protocol = protocol
         self.metrics = metrics
         self.config = config or ServiceConfig()
