@@ -17,7 +17,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from adapters.memory.runtime import InMemoryRuntimeStateStore
+from adapters.memory.runtime_state import InMemoryRuntimeStateStore
 from adapters.statefile import JsonRuntimeStateStore
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import PlacementMode
