@@ -3,12 +3,13 @@
 Usage (from the repository root, with the project's virtual environment)::
 
     .venv/bin/python bench/allocate_latency.py [--iterations 500] [--background-pods 100] [--health-flips 20]
-        [--runtime reference|memory] [--resident-containers 100]
+        [--runtime reference|in-process] [--resident-containers 100]
 
 Set-up, all in one process but every hop over a real unix socket: the node Runtime served by
 ``GrpcRuntimeServer`` and reached by ``GrpcNodeRuntime`` — by default the reference Runtime (``RuntimeService``
 over simulated GPUs, persisting every allocation to its state file and journal in a temporary directory, with
-``--resident-containers`` allocations already recorded, as on a busy node), or the in-memory one; the device
+``--resident-containers`` allocations already recorded, as on a busy node), or the in-process one (the same
+service with an in-memory state store and synchronous health, ``entrypoints.runtime.inprocess``); the device
 plugin's per-resource servers (``KubeletPluginServer`` over ``DevicePluginService``) on their own sockets; a
 kubelet-side gRPC client calling them as kubelet does. The cluster is the in-memory ClusterApi holding
 ``--background-pods`` running pods on the node (the Allocate path lists the node's pods on every call). Two GPUs
@@ -42,7 +43,6 @@ from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer, KubeletPluginServe
 from adapters.grpc._pb.kubelet.deviceplugin.v1beta1 import api_pb2 as dp
 from adapters.grpc._pb.kubelet.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.simulated import SimulatedGpuBackend
 from adapters.statefile import JsonRuntimeStateStore
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
@@ -52,6 +52,7 @@ from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.device_plugin.service import DevicePluginService
 from services.runtime.service import RuntimeService
 
@@ -71,7 +72,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--background-pods", type=int, default=100)
     parser.add_argument("--health-flips", type=int, default=20)
-    parser.add_argument("--runtime", choices=["reference", "memory"], default="reference",
+    parser.add_argument("--runtime", choices=["reference", "in-process"], default="reference",
                         help="node Runtime behind the socket (default: reference, with its state file)")
     parser.add_argument("--resident-containers", type=int, default=100,
                         help="allocations the reference Runtime already holds (default: 100)")
@@ -82,10 +83,10 @@ def main() -> None:
     names = protocol.resources
     gpus = [Gpu(i, GpuUuid(f"GPU-{i:08d}-bench-0000-0000-000000000000"), "A100", 16 * GIB) for i in range(2)]
     set_health: Callable[[str, Health], object]
-    if args.runtime == "memory":
-        memory_runtime = InMemoryNodeRuntime(gpus)
-        runtime_server = GrpcRuntimeServer(root / "rt.sock", memory_runtime)
-        set_health = lambda uuid, health: memory_runtime.set_health(uuid, health, "bench")  # noqa: E731
+    if args.runtime == "in-process":
+        in_process = InProcessRuntime(gpus)
+        runtime_server = GrpcRuntimeServer(root / "rt.sock", in_process, in_process)
+        set_health = lambda uuid, health: in_process.set_health(uuid, health, "bench")  # noqa: E731
         reference = None
     else:
         backend = SimulatedGpuBackend(gpus)

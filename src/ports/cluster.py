@@ -1,5 +1,9 @@
 """The cluster port: what the components need from the Kubernetes API, in domain types only.
 
+Role protocols, one per kind of object: :class:`NodesApi`, :class:`PodsApi` (bindings included),
+:class:`EventsApi`, :class:`LeasesApi`, :class:`JobsApi`, :class:`ConfigMapsApi`; :class:`ClusterApi` is all of
+them (what the adapters implement). A component's dependency is typed with the roles it uses only.
+
 Semantics every adapter must honour (the contract suite in ``tests/contract`` checks them against the in-memory
 adapter and a real kube-apiserver):
 
@@ -69,8 +73,8 @@ class UnavailableError(ClusterError):
     status = 0
 
 
-class ClusterApi(Protocol):
-    """Nodes, pods, bindings, events, leases, Jobs and (read, create) ConfigMaps."""
+class NodesApi(Protocol):
+    """Nodes: list, watch, read, create, delete and patch their metadata."""
 
     def list_nodes(self) -> Listing[NodeObject]:
         """All nodes and the list's resourceVersion."""
@@ -102,6 +106,10 @@ class ClusterApi(Protocol):
     ) -> NodeObject:
         """Set/delete labels and annotations. Raises NotFoundError, ConflictError (stale RV)."""
         ...
+
+
+class PodsApi(Protocol):
+    """Pods: list, watch, read, create, delete, write their phase and annotations, and bind them."""
 
     def list_pods(
         self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
@@ -147,12 +155,20 @@ class ClusterApi(Protocol):
         """POST pods/binding. Raises ConflictError if already bound (or UID mismatch), NotFoundError."""
         ...
 
+
+class EventsApi(Protocol):
+    """Events: record one (with the event recorder's de-duplication)."""
+
     def create_event(self, event: ClusterEvent) -> None:
         """Record an Event (best effort; errors are the caller's to log). As Kubernetes' event recorder does: a
         repeat of an Event recorded before (same object, type, reason and message) raises that Event's ``count``
         and ``lastTimestamp`` instead of creating another object (:mod:`domain.kube.events`); ``event``'s own
         count and timestamps are ignored."""
         ...
+
+
+class LeasesApi(Protocol):
+    """coordination.k8s.io Leases: read, create, replace (leader election)."""
 
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:
         """A Lease. Raises NotFoundError."""
@@ -166,6 +182,10 @@ class ClusterApi(Protocol):
         """Replace a Lease; ``lease.resource_version`` must be current, else ConflictError (empty: ClusterError
         422). A missing Lease is created: kube-apiserver allows create-on-PUT for Leases."""
         ...
+
+
+class JobsApi(Protocol):
+    """batch/v1 Jobs: list, watch, read, create, delete and write their status."""
 
     def list_jobs(self, namespace: str, *, label_selector: str = "") -> Listing[JobObject]:
         """batch/v1 Jobs of ``namespace`` matching ``label_selector`` (module docstring), and the list's
@@ -199,6 +219,10 @@ class ClusterApi(Protocol):
         the local cluster). A ``Complete``/``Failed`` condition marks it finished. Raises NotFoundError."""
         ...
 
+
+class ConfigMapsApi(Protocol):
+    """ConfigMaps: list a namespace's and create one (the protocol ConfigMaps)."""
+
     def list_config_maps(self, namespace: str) -> Listing[ConfigMapObject]:
         """Every ConfigMap of ``namespace`` (a namespaced list: a Role suffices; a namespace that does not exist
         lists nothing) and the list's resourceVersion. Raises ClusterError."""
@@ -209,3 +233,8 @@ class ClusterApi(Protocol):
         if the name exists, NotFoundError if the namespace does not (the in-memory twin has implicit namespaces),
         ClusterError (422) if invalid."""
         ...
+
+
+class ClusterApi(NodesApi, PodsApi, EventsApi, LeasesApi, JobsApi, ConfigMapsApi, Protocol):
+    """Every role: nodes, pods and bindings, events, leases, Jobs and (read, create) ConfigMaps. What the adapters
+    implement; a component asks only for the roles it uses (a Protocol inheriting those roles)."""

@@ -2,7 +2,8 @@
 
 Implementations: ``adapters.nvml.NvmlGpuBackend`` (real GPUs through NVML) and
 ``adapters.simulated.SimulatedGpuBackend`` (deterministic fake GPUs for tests, demos and the local cluster).
-Speaks domain types only; no NVML handle ever crosses it.
+Speaks domain types only; no NVML handle ever crosses it. ``tests/contract/test_gpu_backend_contract.py`` checks
+the behaviour below against the simulated backend, NVML over a fake ``pynvml`` and (marker ``gpu``) real NVML.
 
 MIG: ``devices`` lists each MIG GPU's instances (unowned: the Runtime adds owners from its records);
 ``create_mig_instance`` / ``destroy_mig_instance`` change the layout for the dynamic strategy, each all or nothing

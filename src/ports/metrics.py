@@ -1,6 +1,7 @@
-"""Metrics ports: the scheduler's (decisions, drift, a live view of the ledger), the node controller's
-(toggle transitions, Jobs, failures, API writes, nodes per state, the failed nodes by name) and the device
-plugin's (a status view).
+"""Metrics ports: the scheduler's (decisions, drift, a live view of the ledger) and the node controller's
+(toggle transitions, Jobs, failures, API writes, nodes per state, the failed nodes by name): the services report
+through them. The device plugin has none: its service reports nothing as it goes; its ``/metrics`` is its app's
+status read at scrape time, which only its wiring connects to ``adapters.prometheus.deviceplugin``.
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
 (milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs,
@@ -12,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from domain.deviceplugin.status import DevicePluginStatus
 from domain.ledger import GpuUsage
 from domain.toggle.states import Action, ToggleState
 
@@ -57,18 +57,6 @@ class SchedulerMetrics(Protocol):
     def set_vanished_gpu_pods(self, count: int) -> None:
         """How many bound pods hold a GPU their node's inventory no longer lists
         (:mod:`domain.scheduling.vanished`)."""
-        ...
-
-
-DevicePluginView = Callable[[], DevicePluginStatus]
-"""Returns the device plugin's status at the time of the call (a scrape)."""
-
-
-class DevicePluginMetrics(Protocol):
-    """Where the device plugin's status is published (``ljrk device-plugin --listen``)."""
-
-    def watch(self, view: DevicePluginView) -> None:
-        """Read the status from ``view`` at every scrape."""
         ...
 
 

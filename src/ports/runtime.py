@@ -2,8 +2,8 @@
 
 Speaks domain types only (``domain.runtime.types``); the wire form is ``proto/ljrk/runtime/v1/runtime.proto``,
 spoken by ``adapters.grpc.GrpcNodeRuntime``. Semantics every implementation honours (checked by
-``tests/contract/test_node_runtime_contract.py`` against the in-memory Runtime, the reference Runtime and both
-behind gRPC):
+``tests/contract/test_node_runtime_contract.py`` against the reference Runtime wired in process
+(``entrypoints.runtime.inprocess``), as ``ljrk runtime`` runs it, and both behind gRPC):
 
 * ``allocate`` is idempotent per (pod UID, container): an identical repeat returns the same response; a
   different plan for the key raises :class:`AllocationConflictError`; a GPU that is not on the node or a

@@ -1,7 +1,11 @@
 """The Runtime state port: where the reference Runtime persists its config state and allocation records.
 
-``load`` returns None when nothing was saved yet; ``save`` replaces the whole snapshot atomically (a crash
-leaves either the old or the new snapshot, never a torn one). Errors: :class:`StateStoreError`.
+``load`` returns None when nothing was saved yet, else a snapshot equal to the last one saved (every field);
+``save`` replaces the whole snapshot atomically (a crash leaves either the old or the new snapshot, never a torn
+one). Errors: :class:`StateStoreError`. Implementations: ``adapters.statefile.JsonRuntimeStateStore`` (durable:
+a new store over the same directory loads it) and ``adapters.memory.runtime_state.InMemoryRuntimeStateStore`` (the
+snapshot lives in the object, for the process only: tests and the in-process Runtime). The contract suite
+``tests/contract/test_runtime_state_store_contract.py`` checks both.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Contract of the node Runtime port (``ports.runtime.NodeRuntime``) and the config port (``ports.node_config``).
 
-Every case runs four times: ``[memory]`` on InMemoryNodeRuntime, ``[reference]`` on the reference Runtime
-(``services.runtime.service.RuntimeService`` over simulated GPUs), and both again behind gRPC
-(``[memory-grpc]``, ``[reference-grpc]``: GrpcRuntimeServer on a unix socket, GrpcNodeRuntime/GrpcNodeConfig as
-clients), so the wire adds and loses nothing.
+Every case runs four times: ``[in-process]`` on ``entrypoints.runtime.inprocess.InProcessRuntime`` (the reference
+Runtime wired in this process, health changed synchronously, what the other tests use), ``[reference]`` on the
+reference Runtime as ``ljrk runtime`` runs it (``services.runtime.service.RuntimeService`` over simulated GPUs with
+its health pump thread), and both again behind gRPC (``[in-process-grpc]``, ``[reference-grpc]``:
+GrpcRuntimeServer on a unix socket, GrpcNodeRuntime/GrpcNodeConfig as clients), so the wire adds and loses
+nothing.
 
 Behaviours covered:
 - GetVersion: version ≥ 1.1.0 with every 1.0 feature and the MIG features advertised; a feature the Runtime lacks
@@ -41,7 +43,7 @@ import attrs
 import pytest
 
 from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime, GrpcRuntimeServer
-from adapters.memory.runtime import InMemoryNodeRuntime, InMemoryRuntimeStateStore
+from adapters.memory.runtime_state import InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.mig.gpu import MigOwner, PlacementMode
@@ -56,6 +58,7 @@ from domain.runtime.types import (
     RuntimeState,
 )
 from domain.units import GiB
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.node_config import NodeConfig
 from ports.runtime import (
     AllocationConflictError,
@@ -91,8 +94,8 @@ Parts = tuple[NodeRuntime, NodeConfig, Callable[[str, Health, str], None], Calla
 """(runtime, config, set_health, close)."""
 
 
-def _memory(mode: PlacementMode) -> Parts:
-    runtime = InMemoryNodeRuntime(GPUS, mig_layouts=LAYOUTS, mig_mode=mode)
+def _in_process(mode: PlacementMode) -> Parts:
+    runtime = InProcessRuntime(GPUS, mig_layouts=LAYOUTS, mig_mode=mode)
     return runtime, runtime, runtime.set_health, runtime.close
 
 
@@ -111,7 +114,7 @@ def _reference(mode: PlacementMode) -> Parts:
     return service, service, inject, close
 
 
-KINDS = ["memory", "memory-grpc", "reference", "reference-grpc"]
+KINDS = ["in-process", "in-process-grpc", "reference", "reference-grpc"]
 
 
 @pytest.fixture(params=KINDS)
@@ -127,7 +130,7 @@ def rut_static(request: pytest.FixtureRequest) -> Iterator[RuntimeUnderTest]:
 
 
 def _under_test(kind: str, mode: PlacementMode) -> Iterator[RuntimeUnderTest]:
-    runtime, config, inject, close = _memory(mode) if kind.startswith("memory") else _reference(mode)
+    runtime, config, inject, close = _in_process(mode) if kind.startswith("in-process") else _reference(mode)
     if not kind.endswith("grpc"):
         yield RuntimeUnderTest(kind, runtime, config, inject)
         close()

@@ -1,4 +1,4 @@
-"""Test world of the device plugin: GPUs, an in-memory Runtime behind a real gRPC unix socket, an in-memory
+"""Test world of the device plugin: GPUs, an in-process Runtime behind a real gRPC unix socket, an in-memory
 cluster with pods carrying scheduler plans, the plugin app and a fake kubelet (``fake_kubelet.py``)."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from fake_kubelet import FakeKubelet
 
 from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.deviceplugin.pods import resource_names
 from domain.gpu import Gpu, GpuUuid
@@ -25,6 +24,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 from entrypoints.device_plugin.app import DevicePluginApp
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.runtime import NodeRuntime
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
@@ -62,7 +62,7 @@ class World:
 
     root: Path
     gpus: list[Gpu]
-    memory_runtime: InMemoryNodeRuntime
+    in_process_runtime: InProcessRuntime
     runtime_server: GrpcRuntimeServer
     client: GrpcNodeRuntime
     runtime: RecordingRuntime
@@ -142,8 +142,8 @@ def make_world(
     reconciler over gRPC (None: none)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
-    memory_runtime = InMemoryNodeRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
-    server = GrpcRuntimeServer(root / "rt.sock", memory_runtime)
+    in_process_runtime = InProcessRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
+    server = GrpcRuntimeServer(root / "rt.sock", in_process_runtime)
     server.start()
     client = GrpcNodeRuntime.connect(root / "rt.sock")
     client.wait_ready(5)
@@ -161,7 +161,7 @@ def make_world(
     stop = threading.Event()
     thread = threading.Thread(target=app.run, args=(stop,), daemon=True)
     thread.start()
-    return World(root, inventory, memory_runtime, server, client, runtime, cluster, service, app, kubelet, stop,
+    return World(root, inventory, in_process_runtime, server, client, runtime, cluster, service, app, kubelet, stop,
                  thread)
 
 

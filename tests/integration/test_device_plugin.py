@@ -1,4 +1,4 @@
-"""The device plugin against a fake kubelet over real unix sockets, with the in-memory Runtime behind gRPC.
+"""The device plugin against a fake kubelet over real unix sockets, with the in-process Runtime behind gRPC.
 
 Covers: serve-before-register and registration of all three resources (version, endpoint, options); device
 counts and ID format; an unhealthy GPU marking all its IDs Unhealthy and recovery; B18 (plugin socket deleted and
@@ -17,11 +17,11 @@ import pytest
 from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan, world_fixture
 
 from adapters.grpc import GrpcRuntimeServer
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.deviceplugin.devices import parse_device_id
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import decode_inventory
 from domain.units import GiB
+from entrypoints.runtime.inprocess import InProcessRuntime
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -56,7 +56,7 @@ def test_device_counts_and_ids_embed_the_uuid(world: World) -> None:
 
 def test_unhealthy_gpu_marks_all_its_ids_then_recovers(world: World) -> None:
     bad = world.gpus[1].uuid
-    world.memory_runtime.set_health(bad, Health.UNHEALTHY, "XID 79")
+    world.in_process_runtime.set_health(bad, Health.UNHEALTHY, "XID 79")
 
     def all_marked(state: str) -> bool:
         return all(
@@ -66,7 +66,7 @@ def test_unhealthy_gpu_marks_all_its_ids_then_recovers(world: World) -> None:
 
     assert world.kubelet.wait_for(lambda: all_marked("Unhealthy"), 3)
     assert len(world.kubelet.devices[CORE]) == 200  # full list every time
-    world.memory_runtime.set_health(bad, Health.HEALTHY)
+    world.in_process_runtime.set_health(bad, Health.HEALTHY)
     assert world.kubelet.wait_for(lambda: all_marked("Healthy"), 3)
 
 
@@ -77,8 +77,8 @@ def test_runtime_restarted_with_other_gpus_changes_the_device_lists(world: World
     newcomer = Gpu(1, GpuUuid("GPU-99999999-1111-2222-3333-444444444444"), "A100", 16 * GiB)
     extra = Gpu(2, GpuUuid("GPU-88888888-1111-2222-3333-444444444444"), "A100", 16 * GiB)
     world.runtime_server.stop()
-    world.memory_runtime = InMemoryNodeRuntime([kept, newcomer, extra])
-    world.runtime_server = GrpcRuntimeServer(world.root / "rt.sock", world.memory_runtime)
+    world.in_process_runtime = InProcessRuntime([kept, newcomer, extra])
+    world.runtime_server = GrpcRuntimeServer(world.root / "rt.sock", world.in_process_runtime)
     world.runtime_server.start()
 
     def uuids(name: str) -> set[str]:
@@ -182,7 +182,7 @@ def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> No
     time.sleep(0.5)
     second = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
     assert second.heartbeat > first.heartbeat
-    world.memory_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
+    world.in_process_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
         record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)

@@ -68,7 +68,7 @@ def test_one_idempotent_runtime_allocate_per_container(world: World) -> None:
     _, second = world.kubelet.admit(CORE, 50)
     assert len(world.runtime.requests) == 1
     assert dict(first.envs) == dict(second.envs)
-    assert len(world.memory_runtime.exporter_data().containers) == 1
+    assert len(world.in_process_runtime.exporter_data().containers) == 1
 
 
 def test_device_specs_and_mounts_reach_the_kubelet() -> None:
@@ -133,7 +133,7 @@ def test_pod_without_trusted_plan_and_unknown_amounts_are_errors(world: World) -
 def test_b14_unhealthy_gpu3_never_reaches_runtime_allocate(world4: World) -> None:
     world = world4
     bad = world.gpus[3].uuid
-    world.memory_runtime.set_health(bad, Health.UNHEALTHY, "XID 79")
+    world.in_process_runtime.set_health(bad, Health.UNHEALTHY, "XID 79")
     assert world.kubelet.wait_for(lambda: all(
         h == "Unhealthy" for n in NAMES.values() for i, h in world.kubelet.devices[n].items() if i.startswith(bad)), 3)
     assert len(world.kubelet.healthy(GPU)) == 3

@@ -1,4 +1,4 @@
-"""The device plugin's allocated mark and release reconciler through the fake kubelet, with the in-memory Runtime
+"""The device plugin's allocated mark and release reconciler through the fake kubelet, with the in-process Runtime
 behind gRPC (``dp_world``).
 
 Covers: the pod gets ``lj-runtimekit.io/gpu-allocated`` from the plugin's own worker once kubelet's last Allocate
@@ -40,7 +40,7 @@ def _wait(condition: object, timeout: float) -> bool:
 
 
 def _held(world: World) -> set[str]:
-    return {c.pod_uid for c in world.memory_runtime.exporter_data().containers}
+    return {c.pod_uid for c in world.in_process_runtime.exporter_data().containers}
 
 
 def test_pod_is_marked_allocated_after_kubelets_last_call(world: World) -> None:

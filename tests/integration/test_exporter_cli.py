@@ -1,4 +1,4 @@
-"""``ljrk exporter`` against real gRPC: the in-memory Runtime behind ``GrpcRuntimeServer`` and a fake kubelet
+"""``ljrk exporter`` against real gRPC: the in-process Runtime behind ``GrpcRuntimeServer`` and a fake kubelet
 pod-resources server, both on unix sockets; scraped over HTTP.
 
 Covers: the gRPC pod-resources client maps ``List`` to domain rows; the command serves ``/metrics`` (parsed by
@@ -32,12 +32,12 @@ from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
 from adapters.grpc.client import unix_target
 from adapters.grpc.podresources import GrpcPodResourcesLister
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.exporter.attribution import PodContainerDevices
 from domain.gpu import Gpu, GpuUuid
 from domain.runtime.features import SemVer
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
 from entrypoints.exporter.__main__ import main as exporter_main
+from entrypoints.runtime.inprocess import InProcessRuntime
 
 GIB = 1 << 30
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def _request(pod: str, gpu: int) -> ContainerAllocationRequest:
 class World:
     def __init__(self, root: Path, *, capabilities: frozenset[str] | None = None) -> None:
         gpus = [Gpu(i, GpuUuid(f"GPU-{i}"), "A100", 16 * GIB) for i in range(4)]
-        self.runtime = InMemoryNodeRuntime(gpus, version=SemVer(1, 0, 0), capabilities=capabilities)
+        self.runtime = InProcessRuntime(gpus, version=SemVer(1, 0, 0), capabilities=capabilities)
         self.runtime_server = GrpcRuntimeServer(root / "rt.sock", self.runtime, max_workers=4)
         self.kubelet = FakePodResources()
         self.pr_socket = root / "pr.sock"

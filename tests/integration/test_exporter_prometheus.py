@@ -9,7 +9,7 @@ afterwards. Waits poll with deadlines; nothing sleeps for a fixed time.
 
 Covers: ``promtool check metrics`` exits 0 and reports nothing, on the stack's page and on a page with MIG series
 (an allocated and a free instance with measurements, a GPU instance without compute instance; built in-process from
-the in-memory Runtime: the stack has no MIG GPU, so the counts below hold no MIG series); Prometheus scrapes the
+the in-process Runtime: the stack has no MIG GPU, so the counts below hold no MIG series); Prometheus scrapes the
 target (``up`` 1) and its latest samples hold exactly the expected series per family, with exact label sets and
 values (per GPU: node, gpu_index, gpu_uuid, model; per container: plus namespace, pod, container; per node:
 allocatable versus allocated; the exporter's own health; the XID counter), ``/api/v1/series`` lists them and
@@ -47,7 +47,6 @@ from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
 from adapters.grpc.client import unix_target
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from adapters.simulated import SimulatedGpuBackend
 from domain.exporter.metrics import CONTAINER_METRICS, GPU_METRICS, NODE_METRICS, PREFIX
@@ -57,6 +56,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceData, MigInstanceInfo, PlannedGpu, PlannedMig
 from entrypoints.runtime.app import RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 
 pytestmark = pytest.mark.prometheus
 
@@ -381,7 +381,7 @@ def test_promtool_check_metrics_passes(stack: Stack, promtool: Path) -> None:
 
 def test_promtool_check_metrics_passes_with_mig_series(promtool: Path) -> None:
     uuid = GpuUuid(UUID_B)
-    runtime = InMemoryNodeRuntime([Gpu(0, uuid, "NVIDIA H100 80GB HBM3", 80 * GIB, mig_mode=MigMode.ENABLED)],
+    runtime = InProcessRuntime([Gpu(0, uuid, "NVIDIA H100 80GB HBM3", 80 * GIB, mig_mode=MigMode.ENABLED)],
                                   mig_layouts={0: [("3g.40gb", 0), ("1g.10gb", 4)]})
     runtime.allocate(ContainerAllocationRequest("uid-mig", "team-c", "mig", "main", (),
                                                 mig=(PlannedMig(0, uuid, "3g.40gb", 0),)))

@@ -1,4 +1,4 @@
-"""The kubelet emulator end to end on one node: in-memory cluster, the in-memory Runtime behind gRPC, the real device
+"""The kubelet emulator end to end on one node: in-memory cluster, the in-process Runtime behind gRPC, the real device
 plugin (``dp_world``), the emulator's device manager, pod-resources server and pod runner (``NodeKubelet``).
 
 Covers: a bound pod with a plan → Running with the planned GPU's ``NVIDIA_VISIBLE_DEVICES``, its kubelet-chosen IDs

@@ -1,4 +1,4 @@
-"""A MIG pod end to end over the real device plugin, the fake kubelet and the in-memory Runtime behind gRPC.
+"""A MIG pod end to end over the real device plugin, the fake kubelet and the in-process Runtime behind gRPC.
 
 Covers, for the static and the dynamic strategy: the device plugin publishes the node's MIG layout and strategy in
 the inventory annotation and registers one kubelet resource per MIG profile it serves (names from the shared
@@ -22,7 +22,6 @@ import pytest
 from dp_world import NAMES, NODE, PROTOCOL, World, make_world
 
 from adapters.grpc import GrpcRuntimeServer
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.annotations import decode_inventory, decode_mig_plan
@@ -30,6 +29,7 @@ from domain.kube.objects import ContainerSpec, PodObject
 from domain.mig.gpu import PlacementMode
 from domain.mig.resources import mig_resource_names
 from domain.units import GiB
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.scheduler.service import SchedulerService, ServiceConfig
 
 MIG_UUID = GpuUuid("GPU-00000000-aaaa-bbbb-cccc-000000000000")
@@ -111,7 +111,7 @@ def test_mig_pod_is_planned_bound_admitted_and_gets_its_instance(mig_world: tupl
     assert (instance.gpu_uuid, instance.profile) == (MIG_UUID, "3g.40gb")
     assert instance.create is (mode is PlacementMode.DYNAMIC)
 
-    before = {i.start for d in world.memory_runtime.list_devices() for i in d.mig_instances}
+    before = {i.start for d in world.in_process_runtime.list_devices() for i in d.mig_instances}
     assert before == ({0, 4} if mode is PlacementMode.STATIC else set())  # dynamic: created at Allocate
     result = world.kubelet.admit_pod(bound)
     assert result.admitted, result.message
@@ -124,7 +124,7 @@ def test_mig_pod_is_planned_bound_admitted_and_gets_its_instance(mig_world: tupl
     [planned] = request.mig
     assert (planned.uuid, planned.profile, planned.start, planned.create, request.gpus) == (
         MIG_UUID, "3g.40gb", instance.start, mode is PlacementMode.DYNAMIC, ())
-    listed = {i.start: i for d in world.memory_runtime.list_devices() for i in d.mig_instances}
+    listed = {i.start: i for d in world.in_process_runtime.list_devices() for i in d.mig_instances}
     granted = listed[instance.start]
     assert granted.uuid == envs["NVIDIA_VISIBLE_DEVICES"]
     assert granted.owner is not None
@@ -146,8 +146,8 @@ def test_mig_pod_is_planned_bound_admitted_and_gets_its_instance(mig_world: tupl
     assert "3g.40gb" in third.reason
 
     # the pod ends: the Runtime releases it (dynamic: destroys the instance), the scheduler frees the slot
-    assert world.memory_runtime.release(bound.uid) == 1
-    after = {i.start for d in world.memory_runtime.list_devices() for i in d.mig_instances}
+    assert world.in_process_runtime.release(bound.uid) == 1
+    after = {i.start for d in world.in_process_runtime.list_devices() for i in d.mig_instances}
     assert (instance.start in after) is (mode is PlacementMode.STATIC)
     world.cluster.delete_pod("default", "a", grace_period_seconds=0)
     service.on_pod_deleted(bound)
@@ -196,9 +196,9 @@ def test_static_layout_change_registers_the_new_resource() -> None:
         assert wait_for(lambda: RESOURCE in world.kubelet.devices)
         assert "alibabacloud.com/mig-1g.10gb" not in world.kubelet.devices
         # an operator re-partitions the GPU and restarts the Runtime (same socket): the plugin follows
-        fresh = InMemoryNodeRuntime(INVENTORY, mig_layouts={0: [("3g.40gb", 0), ("1g.10gb", 6)]})
+        fresh = InProcessRuntime(INVENTORY, mig_layouts={0: [("3g.40gb", 0), ("1g.10gb", 6)]})
         world.runtime_server.stop()
-        world.memory_runtime = fresh
+        world.in_process_runtime = fresh
         world.runtime_server = GrpcRuntimeServer(world.root / "rt.sock", fresh)
         world.runtime_server.start()
         assert wait_for(lambda: "alibabacloud.com/mig-1g.10gb" in world.kubelet.devices, timeout=10)

@@ -2,7 +2,7 @@
 
 Covers: the output is two lines, the installed distribution's version then the contract version with the gRPC
 package and the oldest Runtime served; the contract version is the newest minimum of the feature table and the
-version the reference and in-memory Runtimes report (the components follow the Runtime version, as the product
+version the reference and in-process Runtimes report (the components follow the Runtime version, as the product
 documentation says); the gRPC package named is the one of ``runtime.proto``; the project version in
 ``pyproject.toml`` (the wheel's, the Makefile's image tags', the manifests') is the contract version, and so is the
 controller's default job-agent image tag.
@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.memory.runtime import MEMORY_RUNTIME_VERSION
+from domain.gpu import Gpu, GpuUuid
 from domain.runtime.features import CONTRACT_VERSION, OLDEST_RUNTIME, RUNTIME_FEATURES, SemVer
 from domain.toggle.jobs import DEFAULT_IMAGE
 from entrypoints.cli import RUNTIME_GRPC_PACKAGE, main, version_text
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.runtime.service import RUNTIME_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +49,8 @@ def test_the_contract_version_is_the_newest_feature_minimum_and_what_the_runtime
     minimums = [feature.minimum for feature in RUNTIME_FEATURES.values()]
     assert CONTRACT_VERSION == max(minimums) == SemVer(1, 1, 0)
     assert OLDEST_RUNTIME == min(minimums) == SemVer(1, 0, 0)
-    assert RUNTIME_VERSION == MEMORY_RUNTIME_VERSION == CONTRACT_VERSION
+    in_process = InProcessRuntime([Gpu(0, GpuUuid("GPU-0"), "A100", 2**34)])
+    assert RUNTIME_VERSION == in_process.get_version().version == CONTRACT_VERSION
 
 
 def test_the_grpc_package_is_the_contracts() -> None:

@@ -10,12 +10,12 @@ import pytest
 from dependency_injector import providers
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.deviceplugin.devices import ResourceKind
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import NodeObject
 from entrypoints.device_plugin.app import DevicePluginApp, DevicePluginSettings, SettingsError
 from entrypoints.device_plugin.containers import DevicePluginContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 
 
 def test_container_resolves_with_memory_overrides(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_container_resolves_with_memory_overrides(tmp_path: Path) -> None:
     container.check_dependencies()
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject("n1"))
-    runtime = InMemoryNodeRuntime([Gpu(0, GpuUuid("GPU-a"), "A100", 16 * 2**30)])
+    runtime = InProcessRuntime([Gpu(0, GpuUuid("GPU-a"), "A100", 16 * 2**30)])
     with container.cluster.override(providers.Object(cluster)), container.runtime.override(providers.Object(runtime)):
         app = container.app()
         assert isinstance(app, DevicePluginApp)
@@ -43,18 +43,18 @@ def test_settings_validation(tmp_path: Path) -> None:
 def test_a_runtime_lacking_a_required_feature_is_refused_at_start() -> None:
     """Components check GetVersion at start and refuse a feature the Runtime lacks, clearly."""
     from adapters.memory.cluster import InMemoryCluster
-    from adapters.memory.runtime import InMemoryNodeRuntime
     from domain.gpu import Gpu, GpuUuid
     from domain.kube.protocol import ProtocolConstants
     from domain.runtime.errors import UnsupportedFeatureError
     from domain.units import GiB
+    from entrypoints.runtime.inprocess import InProcessRuntime
     from services.device_plugin.service import REQUIRED_FEATURES, DevicePluginService
 
     gpus = [Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB)]
-    old = InMemoryNodeRuntime(gpus, capabilities={"inventory", "allocate"})
+    old = InProcessRuntime(gpus, capabilities={"inventory", "allocate"})
     with pytest.raises(UnsupportedFeatureError, match="health-watch"):
         DevicePluginService(node="n1", runtime=old, cluster=InMemoryCluster(), protocol=ProtocolConstants())
-    full = InMemoryNodeRuntime(gpus)
+    full = InProcessRuntime(gpus)
     service = DevicePluginService(node="n1", runtime=full, cluster=InMemoryCluster(), protocol=ProtocolConstants())
     assert [g.uuid for g in service.gpus()] == ["GPU-0"]
     assert set(REQUIRED_FEATURES) <= set(full.get_version().capabilities)

@@ -29,7 +29,6 @@ from kube_builders import Clock
 from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.deviceplugin.devices import MigResource, ResourceKind
@@ -43,6 +42,7 @@ from domain.runtime.types import ContainerAllocationRequest, ExporterData, Plann
 from domain.units import GiB
 from entrypoints.device_plugin.__main__ import build_parser, settings_from_args
 from entrypoints.device_plugin.app import DevicePluginApp, SettingsError
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import ConflictError, UnavailableError
 from ports.runtime import NodeRuntimeError
 from services.device_plugin.reconciler import RecordReconciler
@@ -80,8 +80,8 @@ class FlakyCluster(InMemoryCluster):
 
 
 def plugin(gpus: Sequence[Gpu] = GPUS, **runtime_args: object) -> tuple[DevicePluginService, FlakyCluster,
-                                                                         InMemoryNodeRuntime]:
-    runtime = InMemoryNodeRuntime(gpus, **runtime_args)  # type: ignore[arg-type]
+                                                                         InProcessRuntime]:
+    runtime = InProcessRuntime(gpus, **runtime_args)  # type: ignore[arg-type]
     cluster = FlakyCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(ALLOCATABLE)))
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL, clock=Clock(1234.9))
@@ -246,14 +246,14 @@ def _wait(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 
 # ------------------------------------------------------------------ the release reconciler
-def allocate_record(runtime: InMemoryNodeRuntime, pod: PodObject, container: str = "main") -> None:
+def allocate_record(runtime: InProcessRuntime, pod: PodObject, container: str = "main") -> None:
     runtime.allocate(ContainerAllocationRequest(pod.uid, pod.namespace, pod.name, container,
                                                 (PlannedGpu(0, GPUS[0].uuid, core_milli=100, memory_bytes=GiB),)))
 
 
-def reconciler_world() -> tuple[RecordReconciler, InMemoryCluster, InMemoryNodeRuntime, Clock]:
+def reconciler_world() -> tuple[RecordReconciler, InMemoryCluster, InProcessRuntime, Clock]:
     clock = Clock(10_000.0)
-    runtime = InMemoryNodeRuntime(GPUS, clock=clock)
+    runtime = InProcessRuntime(GPUS, clock=clock)
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE))
     return RecordReconciler(node=NODE, runtime=runtime, cluster=cluster, interval_s=30, clock=clock), cluster, \
@@ -266,7 +266,7 @@ def running_pod(cluster: InMemoryCluster, name: str) -> PodObject:
     return cluster.set_pod_phase("default", name, PodPhase.RUNNING)
 
 
-def held(runtime: InMemoryNodeRuntime) -> set[str]:
+def held(runtime: InProcessRuntime) -> set[str]:
     return {c.pod_uid for c in runtime.exporter_data().containers}
 
 
@@ -305,7 +305,7 @@ def test_reconciler_releases_terminal_and_replaced_pods() -> None:
     assert held(runtime) == {new.uid}
 
 
-class FlakyRuntime(InMemoryNodeRuntime):
+class FlakyRuntime(InProcessRuntime):
     """Fails the next ``fail`` Release calls; ``racer`` runs just before each Release (another releaser)."""
 
     fail = 0
@@ -338,12 +338,12 @@ def test_failed_release_is_retried_and_a_racing_releaser_is_harmless() -> None:
     assert held(runtime) == {failed}
     assert reconciler.released == 1
     other_released: list[int] = []
-    runtime.racer = lambda uid: other_released.append(InMemoryNodeRuntime.release(runtime, uid))
+    runtime.racer = lambda uid: other_released.append(InProcessRuntime.release(runtime, uid))
     reconciler.run_once()  # the other releaser gets there first: Release returns 0, nothing counted twice
     assert held(runtime) == set()
     assert other_released == [1]
     assert reconciler.released == 1
-    assert InMemoryNodeRuntime.release(runtime, failed) == 0  # idempotent
+    assert InProcessRuntime.release(runtime, failed) == 0  # idempotent
 
 
 def test_reconciler_skips_a_pass_when_the_runtime_or_the_api_fails(caplog: pytest.LogCaptureFixture) -> None:
@@ -356,7 +356,7 @@ def test_reconciler_skips_a_pass_when_the_runtime_or_the_api_fails(caplog: pytes
         def list_pods(self, *, field_selector: str = "") -> Listing[PodObject]:
             raise UnavailableError("connection refused")
 
-    class DownRuntime(InMemoryNodeRuntime):
+    class DownRuntime(InProcessRuntime):
         def exporter_data(self) -> ExporterData:
             raise NodeRuntimeError("unavailable")
 
@@ -403,4 +403,4 @@ def test_release_interval_flag() -> None:
     with pytest.raises(SettingsError, match="release_interval_s"):
         settings_from_args(build_parser().parse_args([*base, "--release-interval", "0"]))
     with pytest.raises(ValueError, match="interval_s"):
-        RecordReconciler(node=NODE, runtime=InMemoryNodeRuntime(GPUS), cluster=InMemoryCluster(), interval_s=0)
+        RecordReconciler(node=NODE, runtime=InProcessRuntime(GPUS), cluster=InMemoryCluster(), interval_s=0)

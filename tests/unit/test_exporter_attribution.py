@@ -1,5 +1,5 @@
 """GPU UUID cross-check of the exporter's attribution (``domain.exporter.attribution``), on domain rows and through
-the collector with the in-memory Runtime and pod-resources (no I/O).
+the collector with the in-process Runtime and pod-resources (no I/O).
 
 Covers: a container whose listed device IDs name the Runtime row's GPU is kept; one whose IDs name another GPU is
 dropped and reported (both GPU sets); a container listing only foreign device IDs, or none, is kept by name; a
@@ -16,20 +16,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.podresources import InMemoryPodResources
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from domain.exporter.attribution import AttributionMismatch, PodContainerDevices, attribute, attribute_checked
 from domain.exporter.metrics import PREFIX
 from domain.gpu import Gpu, GpuUuid
 from domain.runtime.types import ContainerAllocationRequest, ExporterData, PlannedGpu
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.exporter.collector import SnapshotCollector
 
 GIB = 1 << 30
 MISMATCH_GAUGE = PREFIX + "exporter_attribution_mismatched_containers"
 
 
-def _runtime(*pods: tuple[str, tuple[int, ...]]) -> InMemoryNodeRuntime:
-    runtime = InMemoryNodeRuntime([Gpu(i, GpuUuid(f"GPU-{i}"), "A100", 16 * GIB) for i in range(4)])
+def _runtime(*pods: tuple[str, tuple[int, ...]]) -> InProcessRuntime:
+    runtime = InProcessRuntime([Gpu(i, GpuUuid(f"GPU-{i}"), "A100", 16 * GIB) for i in range(4)])
     for pod, gpus in pods:
         planned = tuple(PlannedGpu(g, GpuUuid(f"GPU-{g}"), core_milli=250) for g in gpus)
         runtime.allocate(ContainerAllocationRequest(f"uid-{pod}", "ns", pod, "main", planned))

@@ -1,4 +1,4 @@
-"""The exporter's collector and metric builder on the in-memory Runtime and pod-resources (no I/O).
+"""The exporter's collector and metric builder on the in-process Runtime and pod-resources (no I/O).
 
 Covers: device-ID UUID parsing; attribution drops containers pod-resources no longer lists (B20) and keeps all
 without a pod-resources source; every GPU is reported in every scrape whatever its allocation (B22); a
@@ -22,7 +22,6 @@ from dependency_injector import providers
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.podresources import InMemoryPodResources
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from domain.exporter.attribution import PodContainerDevices, attribute, device_uuid
 from domain.exporter.metrics import (
@@ -37,9 +36,18 @@ from domain.exporter.metrics import (
 )
 from domain.exporter.snapshot import Snapshot
 from domain.gpu import Gpu, GpuUuid, Health
-from domain.runtime.types import ContainerAllocationRequest, ExporterData, GpuData, GpuSample, PlannedGpu
+from domain.runtime.exporter import build_exporter_data
+from domain.runtime.types import (
+    ContainerAllocationRequest,
+    ExporterData,
+    GpuData,
+    GpuSample,
+    PlannedGpu,
+    UsageSample,
+)
 from entrypoints.exporter.app import ExporterApp, ExporterSettings, SettingsError, parse_listen
 from entrypoints.exporter.containers import ExporterContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.runtime import RuntimeUnavailableError
 from services.exporter.collector import SnapshotCollector
 
@@ -60,7 +68,7 @@ def _listed(pod: str, *, gpu: int = 0, container: str = "main") -> PodContainerD
     return PodContainerDevices("ns", pod, container, [f"GPU-{gpu}::core::0", f"GPU-{gpu}::memory::3"])
 
 
-class HangingRuntime(InMemoryNodeRuntime):
+class HangingRuntime(InProcessRuntime):
     """exporter_data blocks while ``hang`` is set (released by ``release``)."""
 
     def __init__(self) -> None:
@@ -104,7 +112,7 @@ def test_device_uuid_parsing() -> None:
 
 
 def test_attribution_keeps_only_listed_containers() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     runtime.allocate(_request("alive"))
     runtime.allocate(_request("gone", gpu=1))
     data = runtime.exporter_data()
@@ -115,7 +123,7 @@ def test_attribution_keeps_only_listed_containers() -> None:
 
 
 def test_every_gpu_in_every_scrape_whatever_allocation() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     pods = InMemoryPodResources()
     collector = SnapshotCollector(runtime, pods, deadline_s=2)
     metrics = PrometheusExporterMetrics(collector.snapshot, node=NODE)
@@ -133,7 +141,7 @@ def test_every_gpu_in_every_scrape_whatever_allocation() -> None:
 
 
 def test_terminated_pod_vanishes_at_next_scrape_even_if_runtime_keeps_it() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     pods = InMemoryPodResources([_listed("p1")])
     runtime.allocate(_request("p1"))
     collector = SnapshotCollector(runtime, pods, deadline_s=2)
@@ -151,7 +159,7 @@ def test_terminated_pod_vanishes_at_next_scrape_even_if_runtime_keeps_it() -> No
 
 
 def test_series_count_flat_under_1000_pod_cycles() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     pods = InMemoryPodResources()
     collector = SnapshotCollector(runtime, pods, deadline_s=2)
     metrics = PrometheusExporterMetrics(collector.snapshot, node=NODE)
@@ -222,7 +230,7 @@ def test_failing_runtime_keeps_last_data(hanging: HangingRuntime) -> None:
 
 
 def test_pod_resources_failure_keeps_last_list() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     runtime.allocate(_request("p1"))
     runtime.allocate(_request("p2", gpu=1))
     pods = InMemoryPodResources([_listed("p1")])
@@ -239,7 +247,7 @@ def test_pod_resources_failure_keeps_last_list() -> None:
 
 
 def test_no_pod_list_yet_shows_no_containers() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     runtime.allocate(_request("p1"))
     pods = InMemoryPodResources()
     pods.fail("not yet")
@@ -251,11 +259,14 @@ def test_no_pod_list_yet_shows_no_containers() -> None:
 
 
 def test_unknown_values_have_no_sample_and_health_is_reported() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     runtime.set_health("GPU-1", Health.UNHEALTHY, "XID 79")
-    snap = Snapshot(data=runtime.exporter_data(), pulled_at=100.0, runtime_up=True)
+    data = runtime.exporter_data()
+    assert [g.sample.utilization_percent for g in data.gpus] == [0.0] * 4  # the simulated usage model, idle
+    unknown = build_exporter_data(runtime.list_devices(), (), UsageSample(at=100.0), allocated={})  # no reading
+    snap = Snapshot(data=unknown, pulled_at=100.0, runtime_up=True)
     families = {f.name: f for f in build_families(snap, node=NODE, now=103.0)}
-    assert families[PREFIX + "gpu_utilization_ratio"].samples == ()  # the in-memory Runtime measures nothing
+    assert families[PREFIX + "gpu_utilization_ratio"].samples == ()
     health = {labels[1]: v for labels, v in families[PREFIX + "gpu_healthy"].samples}
     assert health == {"0": 1.0, "1": 0.0, "2": 1.0, "3": 1.0}
     assert families[PREFIX + "node_gpu_core_allocatable_gpus"].samples == ((("node-a",), 3.0),)
@@ -271,7 +282,7 @@ def test_metric_names_follow_conventions() -> None:
     for name in names:
         assert name == name.lower(), name
         assert name.endswith(suffixes), name
-    snap = Snapshot(data=InMemoryNodeRuntime(_gpus()).exporter_data(), runtime_up=True)
+    snap = Snapshot(data=InProcessRuntime(_gpus()).exporter_data(), runtime_up=True)
     for family in build_families(snap, node=NODE, now=0.0):
         assert family.name.startswith(PREFIX)
 
@@ -281,7 +292,7 @@ def test_container_resolves_with_memory_overrides(tmp_path: Path) -> None:
                                 pod_resources_socket=tmp_path / "pr.sock")
     container = ExporterContainer(settings=settings)
     container.check_dependencies()
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     pods = InMemoryPodResources()
     with container.runtime.override(providers.Object(runtime)), \
             container.pod_resources.override(providers.Object(pods)):
@@ -300,7 +311,7 @@ def test_settings_validation(tmp_path: Path) -> None:
 
 
 def test_xid_counts_are_a_counter_by_code() -> None:
-    data = InMemoryNodeRuntime(_gpus(1)).exporter_data()
+    data = InProcessRuntime(_gpus(1)).exporter_data()
     row = data.gpus[0]
     sample = GpuSample(uuid=row.sample.uuid, xid_counts={79: 2, 13: 1})
     data = ExporterData(gpus=(GpuData(row.device, sample),))
@@ -310,7 +321,7 @@ def test_xid_counts_are_a_counter_by_code() -> None:
 
 
 def test_data_part_is_rendered_once_per_pull_and_the_page_equals_a_full_render() -> None:
-    runtime = InMemoryNodeRuntime(_gpus())
+    runtime = InProcessRuntime(_gpus())
     runtime.allocate(_request("p1", gpu=1))
     pods = InMemoryPodResources([_listed("p1", gpu=1)])
     collector = SnapshotCollector(runtime, pods, deadline_s=2)

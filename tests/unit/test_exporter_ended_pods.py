@@ -1,4 +1,4 @@
-"""Series of ended pods leave ``/metrics`` at the next pull, on the in-memory Runtime,
+"""Series of ended pods leave ``/metrics`` at the next pull, on the in-process Runtime,
 pod-resources and cluster.
 
 Kubelet 1.20 keeps listing a terminated pod in pod-resources until the pod is deleted, and the Runtime keeps its
@@ -25,7 +25,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.podresources import InMemoryPodResources
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.exporter.attribution import PodContainerDevices
 from domain.exporter.liveness import drop_pods, ended_uids
 from domain.gpu import Gpu, GpuUuid
@@ -42,6 +41,7 @@ from domain.runtime.types import (
 )
 from entrypoints.exporter.app import ExporterApp, ExporterSettings
 from entrypoints.exporter.containers import ExporterContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 
 GIB = 1 << 30
@@ -63,7 +63,7 @@ class World:
     """Runtime, kubelet's pod-resources and the API as the exporter container sees them."""
 
     def __init__(self, tmp_path: Path, *, pod_resources: bool = True, cluster: InMemoryCluster | None = None) -> None:
-        self.runtime = InMemoryNodeRuntime(GPUS)
+        self.runtime = InProcessRuntime(GPUS)
         self.kubelet = InMemoryPodResources()
         self.cluster = cluster or InMemoryCluster()
         settings = ExporterSettings(node_name=NODE, runtime_socket=tmp_path / "rt.sock", listen="127.0.0.1:0",

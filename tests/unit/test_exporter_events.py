@@ -25,7 +25,6 @@ from dependency_injector import providers
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from domain.exporter.detector import (
     DATA_FRESH,
@@ -51,6 +50,7 @@ from domain.runtime.types import ExporterData
 from entrypoints.exporter.__main__ import build_parser, settings_from_args
 from entrypoints.exporter.app import ExporterSettings
 from entrypoints.exporter.containers import ExporterContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from ports.runtime import RuntimeUnavailableError
 from services.exporter.collector import SnapshotCollector
@@ -223,7 +223,7 @@ def test_full_queue_drops_and_counts(cluster: BrokenCluster) -> None:
 # ---------------------------------------------------------------- the collector
 
 
-class FlakyRuntime(InMemoryNodeRuntime):
+class FlakyRuntime(InProcessRuntime):
     """exporter_data raises while ``fail``; ``xids`` are added to GPU 0's sample."""
 
     def __init__(self) -> None:

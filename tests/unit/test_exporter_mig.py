@@ -1,4 +1,4 @@
-"""The exporter's MIG series over the in-memory Runtime with a GPU in MIG mode and the in-memory pod-resources (no I/O).
+"""The exporter's MIG series over the in-process Runtime with a MIG GPU and the in-memory pod-resources (no I/O).
 
 Covers: every MIG instance is on the page while idle, with exact labels (parent GPU's node, gpu_index, gpu_uuid,
 model plus profile, NVML GPU and compute instance ids, MIG UUID), memory total and ``mig_allocated`` 0, and the
@@ -21,7 +21,6 @@ import attrs
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.podresources import InMemoryPodResources
-from adapters.memory.runtime import InMemoryNodeRuntime
 from adapters.prometheus.exporter import PrometheusExporterMetrics
 from domain.exporter.attribution import (
     AttributionMismatch,
@@ -43,6 +42,7 @@ from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import MigOwner, PlacementMode
 from domain.runtime.miglayout import simulated_mig_uuid
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceData, MigInstanceInfo, PlannedMig
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.exporter.collector import SnapshotCollector
 
 GIB = 1 << 30
@@ -58,8 +58,8 @@ SMALL = simulated_mig_uuid(C, "1g.10gb", 4)  # GPU instance id 5
 Parsed = dict[str, list[tuple[dict[str, str], float]]]
 
 
-def _runtime(mode: PlacementMode = PlacementMode.STATIC) -> InMemoryNodeRuntime:
-    return InMemoryNodeRuntime(GPUS, mig_layouts=LAYOUTS, mig_mode=mode)
+def _runtime(mode: PlacementMode = PlacementMode.STATIC) -> InProcessRuntime:
+    return InProcessRuntime(GPUS, mig_layouts=LAYOUTS, mig_mode=mode)
 
 
 def _request(pod: str, *planned: PlannedMig, container: str = "main", init: bool = False) -> ContainerAllocationRequest:
@@ -104,9 +104,9 @@ def _node(parsed: Parsed, name: str) -> float:
 
 
 class Exporter:
-    """The in-memory Runtime and pod-resources behind a collector and the Prometheus page."""
+    """The in-process Runtime and pod-resources behind a collector and the Prometheus page."""
 
-    def __init__(self, runtime: InMemoryNodeRuntime, pods: InMemoryPodResources | None = None) -> None:
+    def __init__(self, runtime: InProcessRuntime, pods: InMemoryPodResources | None = None) -> None:
         self.runtime = runtime
         self.pods = InMemoryPodResources() if pods is None else pods
         self.collector = SnapshotCollector(runtime, self.pods, deadline_s=2)
@@ -128,8 +128,8 @@ def test_idle_instances_are_reported_with_exact_labels() -> None:
         (_mig_labels(BIG), 1.0), (_mig_labels(SMALL), 1.0)]
     assert _by_mig(page, "mig_memory_total_bytes") == {BIG: 40 * GIB, SMALL: 10 * GIB}
     assert _by_mig(page, "mig_allocated") == {BIG: 0.0, SMALL: 0.0}
-    for name in ("mig_memory_used_bytes", "mig_utilization_ratio"):  # the in-memory Runtime measures nothing
-        assert PREFIX + name not in page
+    assert _by_mig(page, "mig_memory_used_bytes") == {BIG: 0.0, SMALL: 0.0}  # simulated: a free instance is idle
+    assert _by_mig(page, "mig_utilization_ratio") == {BIG: 0.0, SMALL: 0.0}
     for spec in MIG_METRICS:
         labels = [row[0] for row in page.get(PREFIX + spec.name, [])]
         assert all(set(label) == set(_mig_labels(BIG)) for label in labels), spec.name
@@ -155,7 +155,8 @@ def test_allocated_instance_then_pod_gone() -> None:
     container = {**{k: v for k, v in _mig_labels(BIG).items() if "instance_id" not in k},
                  "namespace": "ns", "pod": "p1", "container": "main"}
     assert page[PREFIX + "container_mig_memory_limit_bytes"] == [(container, 40.0 * GIB)]
-    assert PREFIX + "container_mig_memory_used_bytes" not in page  # unknown: no sample
+    # the simulated usage model: a held instance uses half its memory (adapters.simulated)
+    assert page[PREFIX + "container_mig_memory_used_bytes"] == [(container, 20.0 * GIB)]
     assert all(PREFIX + spec.name not in page for spec in CONTAINER_METRICS)  # no time-sharing GPU row
     assert _node(page, "node_containers") == 1.0
     assert _node(page, "exporter_attribution_mismatched_containers") == 0.0
@@ -203,7 +204,8 @@ def test_measured_values_and_unknowns() -> None:
     runtime.allocate(_request("p1"))
     data = runtime.exporter_data()
     measured = tuple(attrs.evolve(m, memory_used_bytes=12 * GIB, utilization_percent=25.0)
-                     if m.instance.uuid == BIG else m for m in data.mig)
+                     if m.instance.uuid == BIG else attrs.evolve(m, memory_used_bytes=None, utilization_percent=None)
+                     for m in data.mig)  # SMALL unknown
     snapshot = Snapshot(data=attrs.evolve(data, mig=measured), pulled_at=1.0, runtime_up=True)
     families = {f.name: f for f in build_families(snapshot, node=NODE, now=2.0)}
 
@@ -267,7 +269,7 @@ def test_data_part_with_mig_is_rendered_once_per_pull() -> None:
 
 
 def test_node_without_mig_prints_help_and_type_only() -> None:
-    runtime = InMemoryNodeRuntime([Gpu(0, A, "A100", 16 * GIB)])
+    runtime = InProcessRuntime([Gpu(0, A, "A100", 16 * GIB)])
     text = PrometheusExporterMetrics(lambda: Snapshot(data=runtime.exporter_data(), runtime_up=True),
                                      node=NODE).exposition().decode()
     for spec in (*MIG_METRICS, *CONTAINER_MIG_METRICS, *NODE_MIG_METRICS):

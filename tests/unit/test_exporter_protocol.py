@@ -9,13 +9,13 @@ from pathlib import Path
 from dependency_injector import providers
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
 from entrypoints.exporter.app import ExporterSettings
 from entrypoints.exporter.containers import ExporterContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from services.exporter.publish import ProtocolPublisher
 
@@ -64,7 +64,7 @@ def test_exporter_publishes_its_protocol_on_the_node_and_on_its_page(tmp_path: P
     container = ExporterContainer(settings=settings)
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE))
-    runtime = InMemoryNodeRuntime([Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB)])
+    runtime = InProcessRuntime([Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB)])
     with container.runtime.override(providers.Object(runtime)), \
             container.cluster.override(providers.Object(cluster)):
         app = container.app()

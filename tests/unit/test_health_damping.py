@@ -25,7 +25,7 @@ import pytest
 from kube_builders import Clock
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryRuntimeStateStore
+from adapters.memory.runtime_state import InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.protocol import ProtocolConstants

@@ -1,4 +1,4 @@
-"""``ljrk job-agent`` logic and exit codes over the in-memory Runtime as the node operation (no sockets).
+"""``ljrk job-agent`` logic and exit codes over the in-process Runtime as the node operation (no sockets).
 
 Behaviours covered:
 - enable and disable set the state and verify it with GetStatus; the reason is recorded;
@@ -26,7 +26,7 @@ import attrs
 import pytest
 from dependency_injector import providers
 
-from adapters.memory.runtime import InMemoryNodeRuntime
+from domain.gpu import Gpu, GpuUuid
 from domain.runtime.types import ConfigStatus, RuntimeState
 from entrypoints import cli
 from entrypoints.job_agent.__main__ import main
@@ -40,6 +40,7 @@ from entrypoints.job_agent.app import (
     VerifyMismatchError,
 )
 from entrypoints.job_agent.containers import JobAgentContainer, grpc_operation, select_operation
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.node_config import NodeConfig
 from ports.runtime import NodeRuntimeError, RuntimeUnavailableError
 
@@ -101,7 +102,7 @@ class FlakyConfig:
 class LostToggle:
     """A NodeConfig whose Enable/Disable answer as asked but change nothing (a daemon that lies)."""
 
-    def __init__(self, inner: InMemoryNodeRuntime) -> None:
+    def __init__(self, inner: InProcessRuntime) -> None:
         self.inner = inner
 
     def enable(self, reason: str = "") -> ConfigStatus:
@@ -132,8 +133,12 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def runtime(state: RuntimeState = RuntimeState.DISABLED) -> InMemoryNodeRuntime:
-    return InMemoryNodeRuntime((), state=state, clock=lambda: 1.0)
+ONE_GPU = (Gpu(0, GpuUuid("GPU-0"), "A100", 16 * 2**30),)
+"""The node's GPUs: the config service is what these tests use."""
+
+
+def runtime(state: RuntimeState = RuntimeState.DISABLED) -> InProcessRuntime:
+    return InProcessRuntime(ONE_GPU, state=state, clock=lambda: 1.0)
 
 
 def agent(connect: OperationConnector, clock: FakeClock, call_timeout_s: float = 5.0) -> JobAgent:

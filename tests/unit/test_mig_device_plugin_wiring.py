@@ -26,7 +26,6 @@ from kube_builders import KEYS, PROTOCOL, Clock, make_scheduler
 from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.memory.runtime import InMemoryNodeRuntime
 from domain.deviceplugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
 from domain.deviceplugin.matching import UnhealthyPlanError, UntrustedPlanError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
@@ -42,6 +41,7 @@ from domain.runtime.features import SemVer
 from domain.runtime.types import ContainerAllocationRequest, PlannedMig
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
+from entrypoints.runtime.inprocess import InProcessRuntime
 from services.device_plugin.service import DevicePluginService
 
 NODE = "n1"
@@ -53,7 +53,7 @@ def inventory(model: str = "NVIDIA A100-SXM4-80GB", memory: int = 80 * GiB) -> l
     return [Gpu(0, MIG, model, memory, mig_mode=MigMode.ENABLED), Gpu(1, SHARED, "A100", 16 * GiB)]
 
 
-def plugin(runtime: InMemoryNodeRuntime) -> tuple[DevicePluginService, InMemoryCluster]:
+def plugin(runtime: InProcessRuntime) -> tuple[DevicePluginService, InMemoryCluster]:
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(ALLOCATABLE)))
     return DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL, clock=Clock()), cluster
@@ -80,7 +80,7 @@ def schedulable(sync: LedgerSync, name: str, uid: str) -> bool:
 @pytest.mark.parametrize("model", sorted(MIG_MODELS))
 def test_plugin_registers_exactly_the_names_the_mig_plugin_schedules(model: str) -> None:
     table = MIG_MODELS[model]
-    runtime = InMemoryNodeRuntime(inventory(model, table.memory_bytes), mig_mode=PlacementMode.DYNAMIC)
+    runtime = InProcessRuntime(inventory(model, table.memory_bytes), mig_mode=PlacementMode.DYNAMIC)
     service, cluster = plugin(runtime)
     names = set(service.mig_resources().values())
     assert names == set(mig_resource_names(PROTOCOL, [model]))
@@ -91,7 +91,7 @@ def test_plugin_registers_exactly_the_names_the_mig_plugin_schedules(model: str)
 
 def test_static_plugin_serves_the_listed_profiles_and_each_is_schedulable() -> None:
     layout = {0: [("3g.40gb", 0), ("1g.10gb+me", 4), ("1g.10gb", 5)]}
-    service, cluster = plugin(InMemoryNodeRuntime(inventory(), mig_layouts=layout))
+    service, cluster = plugin(InProcessRuntime(inventory(), mig_layouts=layout))
     names = service.mig_resources()
     assert names == {MigResource("3g.40gb"): "alibabacloud.com/mig-3g.40gb",
                      MigResource("1g.10gb+me"): "alibabacloud.com/mig-1g.10gb.me",
@@ -106,23 +106,23 @@ def test_static_plugin_serves_the_listed_profiles_and_each_is_schedulable() -> N
 # ---------------------------------------------------------------------------------------------- features
 def test_a_1_0_runtime_serves_a_node_without_mig_but_not_a_mig_node() -> None:
     old = SemVer(1, 0, 0)
-    service, _ = plugin(InMemoryNodeRuntime([Gpu(0, SHARED, "A100", 16 * GiB)], version=old))
+    service, _ = plugin(InProcessRuntime([Gpu(0, SHARED, "A100", 16 * GiB)], version=old))
     assert service.mig_resources() == {}
     assert len(service.devices(ResourceKind.GPU)[1]) == 1
     with pytest.raises(UnsupportedFeatureError, match="mig-inventory"):
-        plugin(InMemoryNodeRuntime(inventory(), version=old))
+        plugin(InProcessRuntime(inventory(), version=old))
 
 
 # ---------------------------------------------------------------------------------------------- device IDs
 def test_device_ids_of_mig_and_time_sharing_resources() -> None:
-    service, _ = plugin(InMemoryNodeRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
+    service, _ = plugin(InProcessRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
     for kind in ResourceKind:
         assert all(d.id.startswith(SHARED) for d in service.devices(kind)[1])
     _, devices = service.devices(MigResource("3g.40gb"))
     assert [d.id for d in devices] == [f"{MIG}::mig-3g.40gb::1", f"{MIG}::mig-3g.40gb::5"]
     assert parse_device_id(devices[1].id) == DeviceId(MIG, MigResource("3g.40gb"), 5)
     assert parse_device_id(f"{MIG}::mig-1g.10gb.me::0").kind == MigResource("1g.10gb+me")
-    dynamic, _ = plugin(InMemoryNodeRuntime(inventory(), mig_mode=PlacementMode.DYNAMIC))
+    dynamic, _ = plugin(InProcessRuntime(inventory(), mig_mode=PlacementMode.DYNAMIC))
     assert len(dynamic.devices(MigResource("1g.10gb"))[1]) == 7
     assert len(dynamic.devices(MigResource("7g.80gb"))[1]) == 1
     assert dynamic.mig_strategy == "dynamic"
@@ -136,7 +136,7 @@ def test_preferred_ids_put_the_exact_ids_first() -> None:
 
 # ---------------------------------------------------------------------------------------------- inventory
 def test_published_inventory_follows_the_runtime_owners() -> None:
-    runtime = InMemoryNodeRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
+    runtime = InProcessRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
     service, cluster = plugin(runtime)
     runtime.allocate(ContainerAllocationRequest("p", "default", "p", "main", (),
                                                 mig=(PlannedMig(0, MIG, profile="3g.40gb", start=4),)))
@@ -154,7 +154,7 @@ def test_published_inventory_follows_the_runtime_owners() -> None:
 
 # ---------------------------------------------------------------------------------------------- allocate
 def test_allocate_sends_the_planned_instances_and_refuses_bad_plans() -> None:
-    runtime = InMemoryNodeRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
+    runtime = InProcessRuntime(inventory(), mig_layouts={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
     service, cluster = plugin(runtime)
     gpus = tuple(inventory())
     created = cluster.create_pod(attrs.evolve(mig_pod(""), name="a"))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.memory.runtime import InMemoryRuntimeStateStore
+from adapters.memory.runtime_state import InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
 from adapters.statefile import JsonRuntimeStateStore
 from domain.gpu import Gpu, GpuUuid, Health, MigMode

@@ -25,7 +25,7 @@ from controller_world import DETAIL_KEY, NAMESPACE, World
 from dependency_injector import providers
 
 from adapters.kubernetes.translate_jobs import job_to_v1
-from adapters.memory.runtime import InMemoryNodeRuntime
+from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import ContainerSpec, ContainerTermination, PodObject, PodPhase
 from domain.runtime.types import RuntimeState
 from domain.toggle.jobs import JobTemplate
@@ -33,11 +33,15 @@ from domain.toggle.states import Action
 from entrypoints.job_agent.__main__ import main
 from entrypoints.job_agent.app import JobAgent
 from entrypoints.job_agent.containers import JobAgentContainer
+from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from ports.runtime import NodeRuntimeError
 
 SOCKET = "/run/ljrk/runtime.sock"
 CAUSE = f"disable via {SOCKET}: NodeRuntimeError: node Runtime Disable: INTERNAL: OSError: disk full"
+
+ONE_GPU = (Gpu(0, GpuUuid("GPU-0"), "A100", 16 * 2**30),)
+"""The node's GPUs: the config service is what these tests use."""
 
 
 class BrokenConfig:
@@ -73,7 +77,7 @@ def test_agent_writes_its_cause_to_the_termination_log(tmp_path: Path) -> None:
     args = ["--action", "disable", "--config-daemon-socket", SOCKET, "--termination-log", str(log)]
     assert _run_agent(args, BrokenConfig()) == 1
     assert log.read_text() == CAUSE
-    node = InMemoryNodeRuntime((), state=RuntimeState.ENABLED, clock=lambda: 1.0)
+    node = InProcessRuntime(ONE_GPU, state=RuntimeState.ENABLED, clock=lambda: 1.0)
     assert _run_agent(args, node) == 0
     assert log.read_text().startswith(f"disable via {SOCKET}: verified disabled")
 

@@ -198,16 +198,16 @@ class NvmlGpuBackend:
             log.warning("GPU %s: listing MIG instances failed: %s", uuid, error)
             return ()
 
-    def _mig_gpu(self, uuid: GpuUuid) -> Gpu:
+    def _mig_gpu(self, uuid: GpuUuid, profile: str, start: int) -> Gpu:
         gpu = self._mig_gpus.get(uuid)
         if gpu is None:
-            raise GpuBackendError(f"GPU {uuid} is not a GPU in MIG mode on this node")
+            raise GpuBackendError(f"GPU {uuid}: MIG {profile} at start {start}: not a GPU in MIG mode on this node")
         return gpu
 
     def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
         """A GPU instance of ``profile`` at ``start`` plus one compute instance (``adapters.nvml.mig``); all or
         nothing. Raises :class:`GpuBackendError`."""
-        found = self._mig_gpu(gpu)
+        found = self._mig_gpu(gpu, profile.name, start)
         with self._mig_lock:
             instance = self._mig.create(found, self._handles[gpu], profile, start)
         log.info("created MIG %s at start %d on %s: %s", profile.name, start, gpu, instance.uuid)
@@ -216,7 +216,7 @@ class NvmlGpuBackend:
     def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
         """Destroy the instance's compute instance and GPU instance; gone already is fine. Raises
         :class:`GpuBackendError`."""
-        self._mig_gpu(instance.gpu_uuid)
+        self._mig_gpu(instance.gpu_uuid, instance.profile, instance.start)
         with self._mig_lock:
             self._mig.destroy(self._handles[instance.gpu_uuid], instance)
         log.info("destroyed MIG %s at start %d on %s", instance.profile, instance.start, instance.gpu_uuid)

@@ -9,17 +9,20 @@ when a fingerprint is given (every component publishes the protocol it loaded).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ports.metrics import DevicePluginView
+from domain.deviceplugin.status import DevicePluginStatus
 
 from .protocol import protocol_info_gauge
 
 PREFIX = "lj_runtimekit_device_plugin"
+
+DevicePluginView = Callable[[], DevicePluginStatus]
+"""Returns the device plugin's status at the time of the call (a scrape)."""
 
 
 class _StatusCollector(Collector):
@@ -51,7 +54,8 @@ class _StatusCollector(Collector):
 
 
 class PrometheusDevicePluginMetrics:
-    """:class:`ports.metrics.DevicePluginMetrics` on its own registry (module docstring)."""
+    """The device plugin's series on their own registry, read from the view given to :meth:`watch` (module
+    docstring). No port: only the wiring (``entrypoints.device_plugin``) connects it to the app's status."""
 
     def __init__(self, *, protocol_fingerprint: str | None = None) -> None:
         self.registry = prometheus_client.CollectorRegistry()

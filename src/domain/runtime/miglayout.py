@@ -1,4 +1,4 @@
-"""``MigLayouts``: the driver's MIG state of some GPUs, kept in memory (simulated backend, in-memory Runtime).
+"""``MigLayouts``: the driver's MIG state of some GPUs, kept in memory (simulated backend, in-process Runtime).
 
 Each GPU in MIG mode is a :class:`domain.mig.gpu.MigGpu` (geometry checked on every change, NVIDIA MIG user guide
 tables of :mod:`domain.mig.profiles`), so a simulated node can never hold an instance real hardware would refuse.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
@@ -20,7 +21,7 @@ from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.mig.gpu import PlacementMode
-from ports.cluster import ClusterApi, ClusterError, NotFoundError
+from ports.cluster import ClusterError, NodesApi, NotFoundError, PodsApi
 from ports.scheduler_view import SchedulerViewError, SchedulerViewSource
 
 OUTPUTS = ("table", "wide", "json")
@@ -54,11 +55,15 @@ class InspectSettings:
             raise InspectError(f"timeout={self.timeout_s!r}: must be > 0 and at most 3600 seconds")
 
 
+class InspectCluster(NodesApi, PodsApi, Protocol):
+    """The cluster roles the inspection reads: nodes and pods."""
+
+
 class InspectApp:
     """Makes the report of ``settings`` from ``cluster`` and, when given, the scheduler's ``view`` source, at the
     time ``clock`` gives (epoch seconds)."""
 
-    def __init__(self, *, settings: InspectSettings, cluster: ClusterApi, protocol: ProtocolConstants,
+    def __init__(self, *, settings: InspectSettings, cluster: InspectCluster, protocol: ProtocolConstants,
                  view: SchedulerViewSource | None, clock: Callable[[], float]) -> None:
         self.settings = settings
         self.cluster = cluster

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.protocolfile import PROTOCOL_DATA_KEY, ProtocolFileError, parse_protocol
@@ -26,7 +27,7 @@ from domain.kube.protocolcheck import (
     read_instances,
     restart_hint,
 )
-from ports.cluster import ClusterApi
+from ports.cluster import ClusterApi, ConfigMapsApi, NodesApi, PodsApi
 
 from .compare import differences
 
@@ -52,7 +53,7 @@ def open_cluster(kubeconfig: str, context: str | None) -> Iterator[ClusterApi]:
         yield KubernetesCluster(api_client, component="ljrk-protocol-check", request_timeout=REQUEST_TIMEOUT)
 
 
-def read_configmaps(cluster: ClusterApi, namespace: str) -> list[ConfigMapProtocol]:
+def read_configmaps(cluster: ConfigMapsApi, namespace: str) -> list[ConfigMapProtocol]:
     """The protocol ConfigMaps of ``namespace`` by name. Raises ClusterError, :class:`ProtocolFileError` for an
     invalid ``protocol.yaml`` (naming the ConfigMap and the key) or when there is none."""
     found: list[ConfigMapProtocol] = []
@@ -94,7 +95,11 @@ def describe(instance: Instance, namespace: str) -> str:
     return f"{name} runs {instance.fingerprint}"
 
 
-def check_cluster(cluster: ClusterApi, namespace: str, *, out: Callable[[str], None] = print) -> int:
+class CheckedCluster(NodesApi, PodsApi, ConfigMapsApi, Protocol):
+    """The cluster roles the live check reads: ConfigMaps, nodes and the components' pods."""
+
+
+def check_cluster(cluster: CheckedCluster, namespace: str, *, out: Callable[[str], None] = print) -> int:
     """Run the live check (module docstring) over ``cluster``, printing with ``out``. Returns :data:`EXIT_OK` or
     :data:`EXIT_DIFFERENT`. Raises ClusterError, ProtocolFileError."""
     configmaps = read_configmaps(cluster, namespace)

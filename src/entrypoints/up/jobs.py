@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
@@ -48,7 +49,7 @@ from entrypoints._shared.cli import UsageError
 from entrypoints.job_agent.__main__ import build_parser, settings_from_args
 from entrypoints.job_agent.app import JobAgentError, SettingsError
 from entrypoints.job_agent.containers import JobAgentContainer
-from ports.cluster import ClusterApi, ClusterError, NotFoundError
+from ports.cluster import ClusterError, JobsApi, NotFoundError, PodsApi
 from services._shared.informer import Informer
 
 log = logging.getLogger(__name__)
@@ -117,13 +118,18 @@ def run_agent(command: Sequence[str], mounts: Sequence[HostPathMount], root: Pat
     return JobOutcome(True, f"{where}: verified {status.state.value} after {agent.attempts} attempt(s)")
 
 
+class JobsCluster(JobsApi, PodsApi, Protocol):
+    """The cluster roles the Job runner uses: list, watch, read Jobs and write their status; watch pods and write
+    their phase."""
+
+
 class JobRunner:
     """Runs toggle Jobs pinned to the nodes of ``nodes`` (node name → its host directory) in ``namespace`` over
     ``cluster`` (module docstring). ``watch_timeout_s``: seconds one watch request lasts (bounds how long
     :meth:`stop` waits for the watch thread). Counters: :attr:`succeeded`, :attr:`failed`. Thread-safe."""
 
     def __init__(
-        self, cluster: ClusterApi, *, namespace: str, nodes: Mapping[str, Path], mode: JobMode = JobMode.JOB_STATUS,
+        self, cluster: JobsCluster, *, namespace: str, nodes: Mapping[str, Path], mode: JobMode = JobMode.JOB_STATUS,
         watch_timeout_s: float = 1.0, clock: Callable[[], float] = time.time,
     ) -> None:
         self.cluster = cluster

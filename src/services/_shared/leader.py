@@ -20,7 +20,7 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.kube.objects import LeaseRecord
-from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, LeasesApi, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        cluster: ClusterApi,
+        cluster: LeasesApi,
         config: LeaderConfig,
         *,
         clock: Callable[[], float] = time.monotonic,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
-from ports.cluster import ClusterApi
+from ports.cluster import NodesApi, PodsApi
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +22,16 @@ FIRST_RETRY_S, MAX_RETRY_S = 1.0, 60.0
 """Retry delays after a failed write, seconds (doubling up to the cap)."""
 
 
+class PublishCluster(NodesApi, PodsApi, Protocol):
+    """The cluster roles the publisher uses: annotate a Node or a Pod."""
+
+
 class ProtocolPublisher:
     """Writes ``{key: fingerprint}`` on Node ``node``, or on Pod ``pod`` (``(namespace, name)``), through
     ``cluster``; exactly one of the two is given, else ValueError. Call it with the stop event on its own thread
     (module docstring). :attr:`published` is set once the write succeeded."""
 
-    def __init__(self, cluster: ClusterApi, *, key: str, fingerprint: str, node: str | None = None,
+    def __init__(self, cluster: PublishCluster, *, key: str, fingerprint: str, node: str | None = None,
                  pod: tuple[str, str] | None = None, first_retry_s: float = FIRST_RETRY_S,
                  max_retry_s: float = MAX_RETRY_S) -> None:
         if (node is None) == (pod is None):

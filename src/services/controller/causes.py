@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from domain.kube.objects import JobObject, JobPhase
 from domain.toggle.jobs import JOB_NAME_POD_LABEL, FailureCause, failure_cause
-from ports.cluster import ClusterApi, ClusterError
+from ports.cluster import ClusterError, PodsApi
 from services._shared.logs import fields
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ MEMORY = 1000
 class JobCauses:
     """Causes of failed Jobs (module docstring). Called from the controller's one worker thread."""
 
-    def __init__(self, cluster: ClusterApi, *, memory: int = MEMORY) -> None:
+    def __init__(self, cluster: PodsApi, *, memory: int = MEMORY) -> None:
         self._cluster = cluster
         self._memory = memory
         self._known: dict[str, FailureCause] = {}

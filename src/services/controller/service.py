@@ -35,6 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from domain.kube.objects import JobObject, NodeObject, Propagation
 from domain.toggle.jobs import is_ours, job_action, job_generation, job_node
@@ -52,7 +53,7 @@ from domain.toggle.reconcile import (
 )
 from domain.toggle.record import NodeToggle
 from domain.toggle.states import Action, ToggleState
-from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, EventsApi, JobsApi, NodesApi, NotFoundError, PodsApi
 from ports.metrics import ControllerMetrics
 from services._shared.logs import fields
 
@@ -73,6 +74,11 @@ class _StepFailedError(Exception):
         self.immediate = immediate
 
 
+class ControllerCluster(NodesApi, PodsApi, EventsApi, JobsApi, Protocol):
+    """The cluster roles the controller uses: patch Nodes, create/read/delete Jobs, list a Job's pods (failure
+    causes), record Events."""
+
+
 class ToggleController:
     """The node controller (module docstring).
 
@@ -85,7 +91,7 @@ class ToggleController:
 
     def __init__(
         self,
-        cluster: ClusterApi,
+        cluster: ControllerCluster,
         settings: ToggleSettings,
         metrics: ControllerMetrics,
         *,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import attrs
 
 from domain.kube.objects import PodObject
-from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, NotFoundError, PodsApi
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class AllocatedMarker:
     """
 
     def __init__(
-        self, cluster: ClusterApi, *, node: str, key: str, clock: Callable[[], float] = time.time,
+        self, cluster: PodsApi, *, node: str, key: str, clock: Callable[[], float] = time.time,
         retry_s: float = MARK_RETRY_S,
     ) -> None:
         self._cluster = cluster

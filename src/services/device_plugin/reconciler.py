@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from domain.deviceplugin.releases import ReleaseDecision, stale_records
-from ports.cluster import ClusterApi, ClusterError
+from ports.cluster import ClusterError, PodsApi
 from ports.runtime import NodeRuntime, NodeRuntimeError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class RecordReconciler:
     counts records released, ``passes`` completed passes. Raises ValueError for a non-positive interval."""
 
     def __init__(
-        self, *, node: str, runtime: NodeRuntime, cluster: ClusterApi, interval_s: float = DEFAULT_INTERVAL_S,
+        self, *, node: str, runtime: NodeRuntime, cluster: PodsApi, interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if interval_s <= 0:

@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -76,7 +77,7 @@ from domain.runtime.types import (
     PlannedGpu,
     PlannedMig,
 )
-from ports.cluster import ClusterApi
+from ports.cluster import NodesApi, PodsApi
 from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
 
 from .marks import AllocatedMarker, PodRef
@@ -91,6 +92,10 @@ REQUIRED_FEATURES = ("inventory", "health-watch", "allocate", "release", "export
 """Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the device plugin uses; checked at start."""
 
 
+class DevicePluginCluster(NodesApi, PodsApi, Protocol):
+    """The cluster roles the device plugin uses: annotate its Node (inventory), list and annotate its pods."""
+
+
 class DevicePluginService:
     """Implements ``ports.device_plugin.DevicePluginHandler`` for node ``node`` (module docstring).
 
@@ -102,7 +107,7 @@ class DevicePluginService:
     """
 
     def __init__(
-        self, *, node: str, runtime: NodeRuntime, cluster: ClusterApi, protocol: ProtocolConstants,
+        self, *, node: str, runtime: NodeRuntime, cluster: DevicePluginCluster, protocol: ProtocolConstants,
         memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node

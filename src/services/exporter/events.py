@@ -1,6 +1,6 @@
 """Kubernetes Events on this node for the detector's transitions (``domain.exporter.detector``).
 
-:class:`NodeEventRecorder` writes through the cluster port (``ClusterApi.create_event``) on its own worker thread,
+:class:`NodeEventRecorder` writes through the cluster port (``EventsApi.create_event``) on its own worker thread,
 so a slow or unreachable API server never delays a pull or a scrape. Events are best effort: a failure is logged
 (one line per lost Event) and counted, never raised into the collector. At most ``max_pending`` Events wait for
 the worker; more are dropped, logged and counted as errors — transitions are rare, so a full queue means the API
@@ -19,10 +19,11 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from typing import Protocol
 
 from domain.exporter.detector import Transition, node_event
 from domain.exporter.snapshot import EventCounts
-from ports.cluster import ClusterApi, ClusterError
+from ports.cluster import ClusterError, EventsApi, NodesApi
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +31,14 @@ DEFAULT_MAX_PENDING = 100
 """Events waiting for the worker before new ones are dropped (a burst is one per GPU and XID code)."""
 
 
+class EventsCluster(NodesApi, EventsApi, Protocol):
+    """The cluster roles the recorder uses: read its Node (for the uid), record Events."""
+
+
 class NodeEventRecorder:
     """Sends transitions as Events on Node ``node`` through ``cluster`` (module docstring). Thread-safe."""
 
-    def __init__(self, cluster: ClusterApi, *, node: str, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(self, cluster: EventsCluster, *, node: str, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self._cluster = cluster
         self._node = node
         self._max_pending = max_pending

@@ -18,7 +18,7 @@ from collections.abc import Collection
 
 from domain.exporter.liveness import ended_uids
 from domain.kube.objects import Listing, PodObject
-from ports.cluster import ClusterApi
+from ports.cluster import PodsApi
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class EndedPods:
     """Ended pods of node ``node`` (module docstring); ``deadline_s``: seconds one listing may take. Thread-safe."""
 
-    def __init__(self, cluster: ClusterApi, *, node: str, deadline_s: float = 5.0) -> None:
+    def __init__(self, cluster: PodsApi, *, node: str, deadline_s: float = 5.0) -> None:
         self._cluster = cluster
         self._selector = f"spec.nodeName={node}"
         self._deadline_s = deadline_s

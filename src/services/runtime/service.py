@@ -138,23 +138,31 @@ class RuntimeService:
     def _pump_health(self) -> None:
         while not self._stop.is_set():
             try:
-                changes = self._backend.poll_health(self._health_poll_s)
+                self.pump_health(self._health_poll_s)
             except Exception:
                 log.exception("health poll failed")
                 self._stop.wait(self._health_poll_s)
-                continue
-            with self._health_lock:
-                damped = self._damper.observe(changes)
-                damped.extend(self._damper.tick(self._clock()))
-            for change in changes:
-                if change not in damped:
-                    log.info("GPU %s (index %d) is %s: %s; held until %g s without a fault", change.uuid,
-                             change.index, change.health.value, change.reason, self._damper.hold_s)
-            for change in damped:
-                log.warning("GPU %s (index %d) is %s: %s", change.uuid, change.index, change.health.value,
-                            change.reason)
-            if damped:
-                self._broadcast.publish(damped)
+
+    def pump_health(self, timeout_s: float) -> tuple[HealthChange, ...]:
+        """One round of the health pump: poll the backend for up to ``timeout_s`` seconds, damp its changes, and
+        publish the ones to report now to every WatchHealth stream; returns those. The thread :meth:`start`
+        starts calls it in a loop; a caller that does not start it (an in-process Runtime in tests) calls it
+        after changing the backend's health, so the change is served before it returns. Raises what the
+        backend's ``poll_health`` raises."""
+        changes = self._backend.poll_health(timeout_s)
+        with self._health_lock:
+            damped = self._damper.observe(changes)
+            damped.extend(self._damper.tick(self._clock()))
+        for change in changes:
+            if change not in damped:
+                log.info("GPU %s (index %d) is %s: %s; held until %g s without a fault", change.uuid,
+                         change.index, change.health.value, change.reason, self._damper.hold_s)
+        for change in damped:
+            log.warning("GPU %s (index %d) is %s: %s", change.uuid, change.index, change.health.value,
+                        change.reason)
+        if damped:
+            self._broadcast.publish(damped)
+        return tuple(damped)
 
     def _devices(self) -> tuple[DeviceInfo, ...]:
         devices = self._backend.devices()

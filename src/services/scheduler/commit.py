@@ -32,7 +32,7 @@ from collections.abc import Callable
 from domain.errors import InvalidRequestError
 from domain.kube.annotations import plan_owner
 from domain.kube.objects import PodObject
-from ports.cluster import ClusterApi, ClusterError, ConflictError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, NotFoundError, PodsApi
 from services._shared.logs import fields
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def _ours(text: str | None, pod: PodObject, key: str, plan: str, writer: str) ->
         return False
 
 
-def _write_plan(cluster: ClusterApi, pod: PodObject, key: str, plan: str, writer: str) -> None:
+def _write_plan(cluster: PodsApi, pod: PodObject, key: str, plan: str, writer: str) -> None:
     try:
         cluster.patch_pod_annotations(pod.namespace, pod.name, {key: plan}, resource_version=pod.resource_version
                                       or None)
@@ -98,7 +98,7 @@ def _write_plan(cluster: ClusterApi, pod: PodObject, key: str, plan: str, writer
         raise CommitError(f"pod {pod.key}: writing the plan annotation failed twice: {error}") from error
 
 
-def remove_plan(cluster: ClusterApi, pod: PodObject, key: str, plan: str, *, node: str = "") -> Undo:
+def remove_plan(cluster: PodsApi, pod: PodObject, key: str, plan: str, *, node: str = "") -> Undo:
     """Remove the plan annotation ``key`` from ``pod`` if it is the same pod object (UID), still unbound, and
     still holds exactly ``plan``, with a conditional merge patch; a 409 (the pod changed meanwhile) re-reads and
     tries again, up to :data:`REMOVE_ATTEMPTS` times.
@@ -131,7 +131,7 @@ def remove_plan(cluster: ClusterApi, pod: PodObject, key: str, plan: str, *, nod
 
 
 def write_plan_and_bind(
-    cluster: ClusterApi,
+    cluster: PodsApi,
     pod: PodObject,
     *,
     node: str,

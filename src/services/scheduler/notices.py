@@ -13,7 +13,7 @@ from collections.abc import Callable
 from domain.kube.objects import ClusterEvent, NodeObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import PROTOCOL_PUBLISHERS
-from ports.cluster import ClusterApi
+from ports.cluster import EventsApi
 from ports.metrics import SchedulerMetrics
 from services._shared.logs import fields
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class Notices:
     """Events through ``cluster`` while ``is_leader()``, protocol mismatch counts into ``metrics``."""
 
-    def __init__(self, cluster: ClusterApi, metrics: SchedulerMetrics, protocol: ProtocolConstants, *,
+    def __init__(self, cluster: EventsApi, metrics: SchedulerMetrics, protocol: ProtocolConstants, *,
                  is_leader: Callable[[], bool]) -> None:
         self.cluster = cluster
         self.metrics = metrics

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Protocol
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
@@ -33,7 +34,7 @@ from domain.scheduling.candidates import rejection_reasons
 from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
 from domain.scheduling.sync import LedgerSync, Tombstone, mig_reasons
-from ports.cluster import ClusterApi
+from ports.cluster import EventsApi, NodesApi, PodsApi
 from ports.metrics import SchedulerMetrics
 from services._shared.logs import fields
 
@@ -50,6 +51,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CommitError", "NotLeaderError", "SchedulerService", "ServiceConfig", "StaleListingError", "drift_count"]
 
+class SchedulerCluster(NodesApi, PodsApi, EventsApi, Protocol):
+    """The cluster roles the scheduler service uses: list nodes and pods, read a pod, record Events."""
+
+
 class SchedulerService:
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
@@ -62,17 +67,17 @@ class SchedulerService:
 
     def __init__(
         self,
-        cluster: ClusterApi,
+        cluster: SchedulerCluster,
         protocol: ProtocolConstants,
         metrics: SchedulerMetrics,
         *,
         config: ServiceConfig | None = None,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
-        commit_cluster: ClusterApi | None = None,
+        commit_cluster: PodsApi | None = None,
     ) -> None:
         self.cluster = cluster
-        self.commit_cluster = cluster if commit_cluster is None else commit_cluster
+        self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
         self.protocol = protocol
         self.metrics = metrics
         self.config = config or ServiceConfig()
