@@ -14,12 +14,16 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
    plugin would, allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
 4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
    memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
-5. a watch records when each pod is first seen bound; the bound count is sampled every second.
+5. a watch records when each pod is first seen bound; the bound count is sampled every second;
+6. then the same number of pods asking only for cpu and memory, which kube-scheduler places alone (our extender
+   is not called for pods without our ``managedResources``), on the same nodes and API server.
 
 Printed: setup times, the average throughput (pods ÷ seconds from the first create request to the last binding
 seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them), per-pod create→bound latency
 percentiles (from just before the create request to the watch event showing ``spec.nodeName``), and our extender's
-verb latencies. The last lines are ``pods_per_second=<float>`` and ``p99_ms=<float>`` (create→bound p99).
+verb latencies, for both batches. The last lines are ``kube_scheduler_alone_pods_per_second=<float>``,
+``extender_ratio=<float>`` (our pods/s ÷ kube-scheduler alone, measured in the same run: the machine's speed
+cancels), ``pods_per_second=<float>`` and ``p99_ms=<float>`` (create→bound p99, ours).
 
 Without control-plane binaries the script says so and exits 0 (nothing measured). Not part of the test run.
 """
@@ -38,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = REPO / "scripts" / "k8s-control-plane.sh"
@@ -104,15 +109,109 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(binaries, args)
 
 
+class Phase:
+    """One measured batch of pods: when each was created and first seen bound (monotonic s), 1 s samples."""
+
+    def __init__(self, what: str, created: dict[str, float], bound: dict[str, float], samples: list[int]) -> None:
+        self.what, self.created, self.bound, self.samples = what, created, bound, samples
+
+    @property
+    def average(self) -> float:
+        """Pods ÷ seconds from the first create request to the last binding seen."""
+        return len(self.bound) / (max(self.bound.values()) - min(self.created.values()))
+
+    @property
+    def latencies(self) -> list[float]:
+        """Create→bound latency per pod, ms."""
+        return [1000 * (self.bound[n] - self.created[n]) for n in self.bound]
+
+    def report(self) -> None:
+        """Print the phase's throughput and latency lines."""
+        first, last = min(self.created.values()), max(self.bound.values())
+        per_second = [b - a for a, b in zip([0, *self.samples], self.samples, strict=False)]
+        full = per_second[:-1] if len(per_second) > 1 else per_second
+        latencies = self.latencies
+        print(f"{self.what}: {len(self.bound)} pods bound in {last - first:.2f} s (creation took "
+              f"{max(self.created.values()) - first:.2f} s); average {self.average:.1f} pods/s; 1 s samples "
+              f"({len(full)}): p50 {percentile(full, 50):.0f}, p90 {percentile(full, 90):.0f}, max "
+              f"{max(full, default=0):.0f} pods/s; create→bound p50 {percentile(latencies, 50):.0f} ms, "
+              f"p99 {percentile(latencies, 99):.0f} ms")
+
+
+def measure(core: Any, load: Any, run_id: str, what: str, resources: Callable[[int], dict[str, str]],
+            args: argparse.Namespace) -> Phase:
+    """Create ``args.pods`` pods (``resources(i)`` as requests = limits) from ``args.create_workers`` threads and
+    watch until each is bound (or ``args.timeout``); pods asking for our resources go through the extender
+    (``managedResources``), the others through kube-scheduler alone."""
+    from kubernetes import watch
+
+    from domain.kube.objects import ContainerSpec, PodObject
+
+    label = {"ljrk-bench": run_id}
+    created: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    lock = threading.Lock()
+    done = threading.Event()
+    listing = core.list_namespaced_pod(NAMESPACE, label_selector=f"ljrk-bench={run_id}")
+
+    def watch_bindings() -> None:
+        rv = listing.metadata.resource_version
+        stream = watch.Watch()
+        while not done.is_set():
+            for event in stream.stream(core.list_namespaced_pod, NAMESPACE, resource_version=rv,
+                                       label_selector=f"ljrk-bench={run_id}", timeout_seconds=5):
+                obj = event["object"]
+                rv = obj.metadata.resource_version
+                if obj.spec.node_name:
+                    with lock:
+                        bound.setdefault(obj.metadata.name, time.monotonic())
+                        if len(bound) >= args.pods:
+                            done.set()
+                if done.is_set():
+                    stream.stop()
+                    break
+
+    pods = [f"p-{run_id}-{i:05d}" for i in range(args.pods)]
+
+    def create(worker: int) -> None:
+        for i in range(worker, args.pods, args.create_workers):
+            wanted = resources(i)
+            pod = PodObject("", NAMESPACE, pods[i], labels=label, containers=(
+                ContainerSpec("main", requests=dict(wanted), limits=dict(wanted)),))
+            with lock:
+                created[pods[i]] = time.monotonic()
+            load.create_pod(pod)
+
+    watcher = threading.Thread(target=watch_bindings, name="bound-watch", daemon=True)
+    watcher.start()
+    samples: list[int] = []
+    creators = [threading.Thread(target=create, args=(w,), daemon=True) for w in range(args.create_workers)]
+    started = time.monotonic()
+    for thread in creators:
+        thread.start()
+    give_up = started + args.timeout
+    while not done.wait(1.0):
+        with lock:
+            samples.append(len(bound))
+        if time.monotonic() > give_up:
+            break
+    with lock:
+        samples.append(len(bound))
+        bound_at, created_at = dict(bound), dict(created)
+    for thread in creators:
+        thread.join(10)
+    done.set()
+    return Phase(what, created_at, bound_at, samples)
+
+
 def run(binaries: Path, args: argparse.Namespace) -> int:
     from k8s_harness import control_plane, free_ports
-    from kubernetes import client, watch
+    from kubernetes import client
 
     from adapters.kubernetes import KubernetesCluster
     from adapters.prometheus import PrometheusSchedulerMetrics
     from domain.gpu import Gpu, GpuUuid
     from domain.kube.annotations import encode_inventory
-    from domain.kube.objects import ContainerSpec, PodObject
     from domain.kube.protocol import ProtocolConstants
     from domain.units import GiB
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
@@ -168,88 +267,34 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
                 time.sleep(0.05)
             print(f"{args.nodes} nodes ready in {time.perf_counter() - nodes_started:.1f} s", flush=True)
 
-            label = {"ljrk-bench": run_id}
-            created: dict[str, float] = {}
-            bound: dict[str, float] = {}
-            lock = threading.Lock()
-            done = threading.Event()
-            listing = core.list_namespaced_pod(NAMESPACE, label_selector=f"ljrk-bench={run_id}")
+            def share(i: int) -> dict[str, str]:
+                core_pct, mem = SHARES[i % len(SHARES)]
+                return {"cpu": "100m", "memory": "128Mi", res.core: str(core_pct), res.memory: str(mem)}
 
-            def watch_bindings() -> None:
-                rv = listing.metadata.resource_version
-                stream = watch.Watch()
-                while not done.is_set():
-                    for event in stream.stream(core.list_namespaced_pod, NAMESPACE, resource_version=rv,
-                                               label_selector=f"ljrk-bench={run_id}", timeout_seconds=5):
-                        obj = event["object"]
-                        rv = obj.metadata.resource_version
-                        if obj.spec.node_name:
-                            with lock:
-                                bound.setdefault(obj.metadata.name, time.monotonic())
-                                if len(bound) >= args.pods:
-                                    done.set()
-                        if done.is_set():
-                            stream.stop()
-                            break
-
-            pods = [f"p-{run_id}-{i:05d}" for i in range(args.pods)]
-
-            def create(worker: int) -> None:
-                for i in range(worker, args.pods, args.create_workers):
-                    core_pct, mem = SHARES[i % len(SHARES)]
-                    resources = {"cpu": "100m", "memory": "128Mi", res.core: str(core_pct), res.memory: str(mem)}
-                    pod = PodObject("", NAMESPACE, pods[i], labels=label, containers=(
-                        ContainerSpec("main", requests=dict(resources), limits=dict(resources)),))
-                    with lock:
-                        created[pods[i]] = time.monotonic()
-                    load.create_pod(pod)
-
-            watcher = threading.Thread(target=watch_bindings, name="bound-watch", daemon=True)
-            watcher.start()
-            samples: list[int] = []
-            creators = [threading.Thread(target=create, args=(w,), daemon=True) for w in range(args.create_workers)]
-            measure_started = time.monotonic()
-            for thread in creators:
-                thread.start()
-            give_up = measure_started + args.timeout
-            while not done.wait(1.0):
-                with lock:
-                    samples.append(len(bound))
-                if time.monotonic() > give_up:
-                    break
-            with lock:
-                samples.append(len(bound))
-                bound_at, created_at = dict(bound), dict(created)
-            for thread in creators:
-                thread.join(10)
-            done.set()
+            ours = measure(core, load, f"{run_id}-x", "through the extender (GPU shares)", share, args)
+            alone = measure(core, load, f"{run_id}-k", "kube-scheduler alone (cpu/memory only)",
+                            lambda i: {"cpu": "100m", "memory": "128Mi"}, args)
         finally:
             app.stop(join_seconds=5)
             api.close()
             load_api.close()
-    if len(bound_at) < args.pods:
-        print(f"FAILED: only {len(bound_at)} of {args.pods} pods bound within {args.timeout:.0f} s")
-        return 1
-    first_create, last_bound = min(created_at.values()), max(bound_at.values())
-    average = args.pods / (last_bound - first_create)
-    latencies = [1000 * (bound_at[n] - created_at[n]) for n in bound_at]
-    per_second = [b - a for a, b in zip([0, *samples], samples, strict=False)]
-    full_seconds = per_second[:-1] if len(per_second) > 1 else per_second
+    for phase in (ours, alone):
+        if len(phase.bound) < args.pods:
+            print(f"FAILED: {phase.what}: only {len(phase.bound)} of {args.pods} pods bound within "
+                  f"{args.timeout:.0f} s")
+            return 1
     print()
-    print(f"pods bound: {len(bound_at)}/{args.pods} in {last_bound - first_create:.2f} s "
-          f"(creation took {max(created_at.values()) - first_create:.2f} s)")
-    print(f"throughput: average {average:.1f} pods/s; 1 s samples ({len(full_seconds)}): "
-          f"p50 {percentile(full_seconds, 50):.0f}, p90 {percentile(full_seconds, 90):.0f}, "
-          f"p99 {percentile(full_seconds, 99):.0f}, max {max(full_seconds, default=0):.0f} pods/s")
-    print(f"create→bound latency: p50 {percentile(latencies, 50):.0f} ms, p90 {percentile(latencies, 90):.0f} ms, "
-          f"p99 {percentile(latencies, 99):.0f} ms, max {max(latencies):.0f} ms")
+    for phase in (ours, alone):
+        phase.report()
     for verb, values in verb_latency.items():
         if values:
             ms = [1000 * v for v in values]
             print(f"extender {verb}: {len(ms)} calls, mean {statistics.fmean(ms):.1f} ms, "
                   f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms")
-    print(f"pods_per_second={average:.3f}")
-    print(f"p99_ms={percentile(latencies, 99):.3f}")
+    print(f"kube_scheduler_alone_pods_per_second={alone.average:.3f}")
+    print(f"extender_ratio={ours.average / alone.average:.3f}")
+    print(f"pods_per_second={ours.average:.3f}")
+    print(f"p99_ms={percentile(ours.latencies, 99):.3f}")
     return 0
 
 
