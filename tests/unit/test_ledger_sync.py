@@ -167,7 +167,8 @@ def test_heartbeat_in_the_future_beyond_the_limit_gates_the_node() -> None:
 
 def test_tick_reuses_the_last_reading_and_decodes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import domain.kube.annotations as codecs
-    import domain.kube.translate as translate
+    import domain.kube.translate.nodes as translate
+    import domain.scheduling.sync.events as events
 
     clock = Clock()
     sync = make_sync(make_node("n1"), make_node("n2", fingerprint="ffffffffffffffff"), clock=clock)
@@ -178,6 +179,7 @@ def test_tick_reuses_the_last_reading_and_decodes_nothing(monkeypatch: pytest.Mo
     monkeypatch.setattr(translate, "decode_inventory", forbidden)
     monkeypatch.setattr(codecs, "decode_inventory", forbidden)
     monkeypatch.setattr(translate, "read_node", forbidden)
+    monkeypatch.setattr(events, "read_node", forbidden)  # the name the books call
     clock.now = NOW + 61
     sync.tick()
     assert "stale GPU inventory" in sync.gates["n1"]
