@@ -49,7 +49,7 @@ from domain.runtime.types import RuntimeState
 from domain.simulation.workload import TracePod
 from entrypoints.up.app import UpApp, UpSettings
 from entrypoints.up.containers import UpContainer
-from entrypoints.up.stack import HOSTNAME_LABEL, SimNode
+from entrypoints.up.simnode import HOSTNAME_LABEL, SimNode
 from entrypoints.up.workload import Arrival, pod_object
 from ports.cluster import NotFoundError
 

@@ -33,7 +33,7 @@ from ports.trace import TraceError
 
 from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SettingsError, UpError, UpSettings
 from .containers import UpContainer
-from .stack import StackError
+from .simnode import StackError
 from .workload import SYNTHETIC, WorkloadError
 
 

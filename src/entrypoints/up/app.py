@@ -167,7 +167,7 @@ class UpApp:
     # ------------------------------------------------------------------ the run
     def run(self, stop: threading.Event) -> int:
         """Steps 1-5 (module docstring); returns the exit code. Raises :class:`UpError`, or
-        ``stack.StackError`` when a component does not start (the stack is stopped either way)."""
+        ``simnode.StackError`` when a component does not start (the stack is stopped either way)."""
         began = time.monotonic()
         try:
             self.start(stop)

@@ -34,7 +34,8 @@ from services._shared.logs import configure_logging
 from .app import Scraper, UpApp, UpSettings, resolve_speedup
 from .events import EventTap, as_cluster
 from .jobs import JobMode
-from .stack import LocalStack, StackSettings, node_gpus
+from .simnode import StackSettings, node_gpus
+from .stack import LocalStack
 from .workload import SYNTHETIC, Workload, WorkloadError, check_pod, synthetic_workload, trace_workload
 
 LOG_FILE = "ljrk-up.log"
@@ -66,7 +67,7 @@ def open_cluster(settings: UpSettings) -> Iterator[ClusterApi]:
 def load_workload(settings: UpSettings, trace: CsvTraceReader) -> Workload:
     """The workload of ``--workload`` (``entrypoints.up.workload``), sized for the cluster's GPUs. Raises
     ``ports.trace.TraceError`` (unreadable CSV), :class:`~.workload.WorkloadError` or
-    :class:`~.stack.StackError` (bad ``--gpus-per-node``)."""
+    :class:`~.simnode.StackError` (bad ``--gpus-per-node``)."""
     gpus = settings.nodes * len(node_gpus(settings.gpus_per_node, node="probe"))
     if settings.workload == SYNTHETIC:
         workload = synthetic_workload(settings.pod_count, cluster_gpus=gpus, seed=settings.seed)
