@@ -1,45 +1,10 @@
 """In-memory :class:`~ports.cluster.ClusterApi`: a single-process twin of kube-apiserver for tests and dry runs.
 
-It mirrors what kube-apiserver 1.20 does with no kubelet (Kubernetes docs "API Concepts": resource versions, watches,
-conflicts); the contract suite in ``tests/contract`` runs the same cases against this class and a real server.
-Invariants:
-
-* **resourceVersion** — one global counter, written as a decimal string, bumped by every write of any kind
-  (pods, nodes, leases, events); it starts at 1, so no list answers ``"0"`` (which a watch reads as "any
-  state"). Each object carries the RV of its last write. A write that changes nothing is no write: no RV bump,
-  no watch event (the server skips such etcd updates too).
-* **create** assigns a uuid4 ``uid`` and an RV; an existing name raises :class:`ConflictError` (409 AlreadyExists).
-  Pods start ``Pending`` with no deletion timestamp; an empty ``scheduler_name`` defaults to ``default-scheduler``.
-* **optimistic concurrency** — a write carrying a stale ``resource_version`` raises :class:`ConflictError`.
-  Lease updates are PUTs: they need an RV (422 without one) and create a missing Lease (create-on-PUT).
-* **binding** — :class:`ConflictError` when the pod is already bound, is terminating, or has another UID (1.20
-  itself ignores the binding's UID; later servers check it as a precondition); the target node is not checked.
-* **graceful delete** (pod strategy ``CheckGracefulDelete`` + ``rest.BeforeDelete``) — grace defaults to 30 s
-  (``terminationGracePeriodSeconds``); an unbound pod or one in a terminal phase is deleted at once whatever the
-  grace. Grace > 0 sets ``deletion_timestamp`` (now + grace) and keeps the pod until :meth:`finalize_deletions`
-  (what a kubelet would do) or a later delete with a shorter grace; a second delete may only shorten the grace.
-  Every delete first writes the deletion timestamp (a MODIFIED event), then removes the pod (a DELETED event).
-* **watches** — each resource keeps a bounded history of its last ``history_limit`` changes; a watch from an RV
-  older than that window (or older than :meth:`compact`) raises :class:`GoneError` (410). RV ``"0"`` or ``""``
-  first lists the current state as ADDED events. Field-selected watches translate transitions like the API
-  server's watch cache: an object that stops matching yields DELETED (its previous state at the event's RV), one
-  that starts matching yields ADDED. Watch iterators block on a condition variable until an event or the
-  timeout; errors are raised by the iterator (lazily), as with the real client. A watcher that falls behind the
-  window ends its stream (the server closes slow watchers); resuming from its last RV then raises GoneError.
-* **field selectors** (pods): ``metadata.name``, ``metadata.namespace``, ``spec.nodeName``, ``spec.schedulerName``,
-  ``status.phase`` with ``=``, ``==`` or ``!=``, comma-ANDed; anything else is a 400 :class:`ClusterError`
-  (:mod:`adapters.memory.cluster_watch`).
-* **label selectors** (pods, Jobs): :func:`~adapters.memory.cluster_watch.parse_label_selector`.
-* **Jobs** (batch/v1) with label selectors, and no Job controller: :mod:`adapters.memory.cluster_jobs`; Events and
-  Leases: :mod:`adapters.memory.cluster_leases`; ConfigMaps (create, namespaced list):
-  :mod:`adapters.memory.cluster_configmaps`.
-
-Differences from a real server, by design (no validation or admission): namespaces are implicit (the server
-answers 404 for a missing namespace); objects are not validated (the server answers 422, e.g. for a pod without
-containers or a bad name); nodes get no ``node.kubernetes.io/not-ready:NoSchedule`` taint
-(``TaintNodesByCondition``) and pods no ``not-ready``/``unreachable`` NoExecute tolerations
-(``DefaultTolerationSeconds``); quantities are kept as written (the server canonicalises, ``1024Mi`` → ``1Gi``).
-All methods are thread-safe (one lock).
+It mirrors what kube-apiserver 1.20 does with no kubelet (resource versions, watches and their 410 window,
+optimistic concurrency, binding, graceful delete, field and label selectors); the contract suite in
+``tests/contract`` runs the same cases against this class and a real server. Invariant: every write bumps one global
+resourceVersion, a write that changes nothing is no write. The rules and the differences by design (no validation
+or admission): ``docs/memory-cluster.md``. All methods are thread-safe (one lock).
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """One node's emulated kubelet: the pod lifecycle on top of the device manager and the pod-resources server.
 
-:class:`NodeKubelet` lists and watches the pods bound to its node (field selector ``spec.nodeName=<node>``) through
-the cluster port and does what kubelet does with them, minus real containers:
-
-* a new, non-terminal pod is admitted (:meth:`DeviceManager.admit_pod <.devicemanager.DeviceManager.admit_pod>`,
-  one pod at a time); admitted → phase ``Running``; rejected → a Warning event with kubelet's reason
-  (``UnexpectedAdmissionError``, ``OutOf<resource>``…) and message, then phase ``Failed`` (the cluster port writes
-  the phase only, not ``status.reason``/``message``: the reason is in the event and in
-  :meth:`NodeKubelet.rejections`);
-* a running pod's containers "exit 0" after the duration in its :data:`DURATION_ANNOTATION` annotation (seconds of
-  trace time, divided by ``speedup``; absent = run until deleted): its devices are freed, then phase ``Succeeded``;
-* a pod being deleted (deletion timestamp set) has its devices freed at once and is then removed with grace 0, as
-  kubelet's status manager does once containers are gone; a pod that disappears frees its devices;
-* a terminal pod holds nothing; a pod already ``Running`` when first seen (the emulator restarted) is admitted
-  again: containers that kept their devices (same device manager) keep them, others go through Allocate (which our
-  device plugin refuses for a pod that is no longer Pending, so the pod fails), and its duration counts from then.
-
-Cluster writes that fail with anything but NotFound are retried every ``retry_s`` seconds of the clock; watch
-errors relist. :meth:`NodeKubelet.restart` is a kubelet restart (sockets wiped and served again, plugins
-re-register) during which running pods keep running and keep their devices. ``registration_wait_s`` > 0 makes
-admission wait that long for the plugins of a pod's resources to be listed again after a restart (kubelet does
-not wait: the default 0 rejects such a pod with "no healthy devices present", as kubelet does).
-
-Threads: one watcher (list+watch, ends within ``watch_timeout_s`` of :meth:`NodeKubelet.stop`) and one worker
-(admission, timers, writes); the worker sleeps on a condition until an event, a deadline or a retry is due.
+:class:`NodeKubelet` lists and watches the pods bound to its node and does what kubelet does with them, minus real
+containers: admission through the device manager (one pod at a time; rejected → a Warning event and phase
+``Failed``), emulated durations (:data:`DURATION_ANNOTATION`), device release on exit or delete, restarts that keep
+running pods and their devices. Invariant: a pod's devices are freed exactly once, before its terminal phase or
+removal is written. The rules in full and what is not emulated: ``docs/kubelet-emulator.md``.
+Threads: one watcher (list+watch) and one worker (admission, timers, writes).
 """
 
 from __future__ import annotations
