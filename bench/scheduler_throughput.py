@@ -4,7 +4,9 @@ Method (after kube-scheduler's scheduler_perf, k8s-protocols.md §3.5): N nodes 
 (16 GiB each, 64 cores, 256 GiB), a warm-up fill of ``--prefill`` of GPU capacity with a mixed workload, then
 ``--pods`` measured pods drawn from the published pod mix (synthetic workload of :mod:`domain.simulation.synthetic`)
 scheduled one at a time through the same framework, ledger and policy as production. Pods that do not fit count
-as decisions too. Prints a table and, as its last lines, ``pods_per_second=<float>`` and ``p99_ms=<float>``.
+as decisions too. Prints a table and, as its last lines, ``pods_per_second=<float>`` and ``p99_ms=<float>``; with
+``--compare OTHER`` it then measures OTHER the same way in the same run and prints ``<OTHER>_pods_per_second`` and
+``ratio=`` (``--policy`` pods/s ÷ OTHER's: on a noisy machine the ratio is the figure to quote).
 
 Targets (issue 3): ≥ 270 pods/s (kube-scheduler's SchedulingBasic 5000-node gate) and p99 ≤ 20 ms at 5000 × 8
 for ``binpack`` and ``fgd``.
@@ -38,21 +40,13 @@ def cluster(nodes: int, gpus: int) -> list[NodeInventory]:
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark (module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--policy", default="binpack")
-    parser.add_argument("--pods", type=int, default=3000, help="measured pods")
-    parser.add_argument("--prefill", type=float, default=0.5, help="fraction of GPU capacity filled before measuring")
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args(argv)
-    get_policy(args.policy)
+def measure(policy: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Prefill and measure one policy (module docstring); prints its table, returns (pods/s, p99 ms)."""
+    get_policy(policy)
     workload = synthetic_pods(scale=1.0, seed=args.seed)
     rng = np.random.default_rng(args.seed)
     ledger = ClusterLedger(cluster(args.nodes, args.gpus_per_node), max_gpus=args.gpus_per_node)
-    profile = build_profile(args.policy, ledger, rng=rng, typical=typical_pods(workload))
+    profile = build_profile(policy, ledger, rng=rng, typical=typical_pods(workload))
     scheduler = Scheduler(ledger, profile)
     capacity = args.nodes * args.gpus_per_node * 1000
     filled, number = 0, 0
@@ -76,13 +70,32 @@ def main(argv: list[str] | None = None) -> None:
         latencies[i] = time.perf_counter() - t0
         placed += result.allocation is not None
     wall = time.perf_counter() - started
-    print(f"nodes={args.nodes} gpus_per_node={args.gpus_per_node} policy={args.policy}")
+    print(f"nodes={args.nodes} gpus_per_node={args.gpus_per_node} policy={policy}")
     print(f"prefill: {number} pods, {100 * filled / capacity:.1f} % of GPU milli, {prefill_seconds:.1f} s")
     print(f"measured: {args.pods} pods, {placed} placed, {wall:.2f} s")
     print(f"latency ms: p50={1000 * np.percentile(latencies, 50):.2f} p90={1000 * np.percentile(latencies, 90):.2f} "
           f"p99={1000 * np.percentile(latencies, 99):.2f} max={1000 * latencies.max():.2f}")
-    print(f"pods_per_second={args.pods / wall:.1f}")
-    print(f"p99_ms={1000 * np.percentile(latencies, 99):.2f}")
+    return args.pods / wall, float(1000 * np.percentile(latencies, 99))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark (module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--policy", default="binpack")
+    parser.add_argument("--compare", metavar="POLICY", help="also measure POLICY in this run and print the ratio")
+    parser.add_argument("--pods", type=int, default=3000, help="measured pods")
+    parser.add_argument("--prefill", type=float, default=0.5, help="fraction of GPU capacity filled before measuring")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    rate, p99 = measure(args.policy, args)
+    if args.compare:
+        other, _ = measure(args.compare, args)
+        print(f"{args.compare}_pods_per_second={other:.1f}")
+        print(f"ratio={rate / other:.3f}")
+    print(f"pods_per_second={rate:.1f}")
+    print(f"p99_ms={p99:.2f}")
 
 
 if __name__ == "__main__":
