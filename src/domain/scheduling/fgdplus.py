@@ -1,0 +1,95 @@
+"""FGD+ — FGD's node ranking, with its ties broken by how much GPU the node could still absorb (saturation residue).
+
+FGD (:mod:`domain.scheduling.fgd`, Weng et al., ATC '23) truncates its score to an integer, so most decisions end
+in large ties (every node where a CPU-only pod changes no typical pod's fit scores exactly 50; nodes in equal
+states score equally), which the fixed node order then settles. FGD+ keeps FGD's score as the first key and
+settles its ties by a second, finer measure before the node order does.
+
+**Saturation residue** of node ``n`` for typical pod ``t`` (``r_t(n)``, milli-GPU, exact integers): the free
+GPU milli of ``n`` left idle when ``n`` is filled with as many copies of ``t`` as its free CPU and its GPUs allow::
+
+    copies_t(n) = min(⌊cpuLeft / c_t⌋, gpuCopies_t(n))         (CPU-only t: 0 copies)
+    gpuCopies_t(n) = Σ_g ⌊free_g / u_t⌋  (a share, u_t < 1000)  or  ⌊#fully free GPUs / k_t⌋  (k_t whole GPUs)
+    r_t(n) = Σ_g free_g − copies_t(n) · u_t · k_t
+
+counting only GPUs of a model ``t`` allows. ``R(n) = Σ_t p_t r_t(n)`` over FGD's typical pods. FGD's own measure
+``f_t`` asks only whether *one* copy of ``t`` still fits; ``r_t`` also sees the CPU a pod takes from the GPUs
+beside it (a CPU-only pod on a GPU node with little CPU per GPU strands GPUs that whole-GPU pods would have
+used) and the slivers repeated copies leave. It is the one-class fixed point of the recursive ("Bellman-style")
+fragmentation the FGD authors describe but did not release. Memory is left out, as in FGD (§6.11 of
+trace-replay-method.md: typical pods are keyed without it, and it rarely binds).
+
+Decision rule: node value ``(FGD score, round(R(n) − R(n')))`` compared lexicographically (``n'`` = the node
+after placing the pod: the smaller the increase of the residue, the better); GPU choice inside a node by the same
+key (first index on ties). :meth:`FgdPlusScore.score` returns FGD's 0..99 score; :meth:`FgdPlusScore.refine`
+gives the second key for the tied best nodes (:class:`~domain.scheduling.framework.Scheduler` calls it before
+the tie rule). No constant is fitted to a trace: the only numbers are FGD's (σ scale 1000 milli, score 0..100).
+
+Cost: one more ``(nodes × options) × typical pods × GPUs`` integer pass per evaluation, shared by FGD's
+memoisation (values are cached per pod class and node state), so about 1.3× FGD per decision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from domain.ledger import ClusterLedger
+from domain.request import PodRequest
+from domain.scheduling.fgd import FgdScore
+from domain.scheduling.fragmentation import I64, FragmentationModel, schedulable_free
+from domain.scheduling.framework import CycleState
+from domain.units import MILLI_PER_GPU
+
+SECONDARY_SPAN = 1 << 24
+"""Values pack ``FGD score · SPAN + (Δ residue + SPAN/2)``; ``|ΔR| ≤ 2 · 64 GPUs · 1000 milli`` fits easily."""
+
+_SECONDARY = "fgd-plus.secondary"
+
+
+def residue_vectors(model: FragmentationModel, cpu_left: I64, free: I64, models: I64) -> I64:
+    """``r_t`` (module docstring) for ``M`` node states: ``cpu_left`` (M,) CPU-milli, ``free`` (M, G) milli per GPU,
+    ``models`` (M, G) ledger model ids (−1 = no GPU) → int64 (M, T) milli-GPU. Raises nothing."""
+    allowed = model.allowed_table()[:, models].transpose(1, 0, 2)  # (M, T, G)
+    share = model.u_t < MILLI_PER_GPU
+    unit = np.maximum(model.u_t, 1)[None, :, None]
+    per_gpu = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)  # share copies, or fully free GPUs
+    gpu_copies = np.where(share[None, :], per_gpu, per_gpu // np.maximum(model.k_t, 1)[None, :])
+    cpu = np.maximum(cpu_left, 0)[:, None]
+    cpu_copies = np.where(model.cpu_t[None, :] > 0, cpu // np.maximum(model.cpu_t, 1)[None, :], gpu_copies)
+    copies = np.where(model.cpu_only_t[None, :], 0, np.minimum(gpu_copies, cpu_copies))
+    residue: I64 = (free.sum(axis=-1)[:, None] - copies * (model.u_t * model.k_t)[None, :]).astype(np.int64)
+    return residue
+
+
+class FgdPlusScore(FgdScore):
+    """FGD+ score plugin, tie refiner and GPU chooser (module docstring)."""
+
+    name = "fgd-plus"
+
+    def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
+        """``FGD score · SPAN + clip(round(R(n) − R(n')) + SPAN/2)`` per option (see :meth:`FgdScore._rate`)."""
+        primary = super()._rate(slots, rows, cpu_left, after, models)
+        ledger, model = self.ledger, self.cache.model
+        where = slots[rows]
+        now = residue_vectors(model, ledger.cpu_cap[where] - ledger.cpu_used[where],
+                              schedulable_free(ledger, where), ledger.gpu_model[where])
+        delta = model.weighted(now - residue_vectors(model, cpu_left, after, models))
+        half = SECONDARY_SPAN // 2
+        secondary = np.clip(np.rint(delta).astype(np.int64) + half, 0, SECONDARY_SPAN - 1)
+        return primary * SECONDARY_SPAN + secondary
+
+    def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
+        """FGD's score (0..99); the second key goes to ``state`` for :meth:`refine`."""
+        state.data[_SECONDARY] = dict(zip(slots.tolist(), (values % SECONDARY_SPAN).tolist(), strict=True))
+        result: I64 = values // SECONDARY_SPAN
+        return result
+
+    def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
+        """Second key (higher is better) for ``tied`` slots, all scored in this cycle: the residue change,
+        shifted to be ≥ 0. Raises :class:`KeyError` for a slot that was not scored."""
+        keys = state.data.get(_SECONDARY)
+        if not isinstance(keys, dict):
+            self.score(pod, ledger, state, tied)
+            keys = state.data[_SECONDARY]
+            assert isinstance(keys, dict)
+        return np.array([keys[int(s)] for s in tied], np.int64)
