@@ -2,7 +2,8 @@
 
 ``summary.json`` — a JSON list, one object per run in run order, with exactly these keys:
 
-- ``policy`` (str), ``seed`` (int);
+- ``policy`` (str), ``seed`` (int), ``typical`` (str: ``trace`` or ``online``, where the policy's typical pods
+  came from);
 - ``alloc_at_100`` / ``alloc_at_130`` — milli-GPU allocation % at x = 100 and x = 130 of the allocation curve
   (the published bar-chart point and the end of the tuned stream), 2 decimals;
 - ``frag_ratio_at_80`` — frag ratio % (100 × fragmented / idle GPU milli) at x = 80, where the published
@@ -38,8 +39,8 @@ _Filler = Callable[[TextIO], object]
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.csv"
 
-SUMMARY_KEYS = ("policy", "seed", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals", "failed_pods",
-                "wall_seconds")
+SUMMARY_KEYS = ("policy", "seed", "typical", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals",
+                "failed_pods", "wall_seconds")
 """Keys of each ``summary.json`` object, in written order."""
 
 
@@ -53,6 +54,7 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | None]:
     return {
         "policy": result.config.policy,
         "seed": result.config.seed,
+        "typical": result.config.typical,
         "alloc_at_100": _finite(headline.alloc_at_100, 2),
         "alloc_at_130": _finite(headline.alloc_at_130, 2),
         "frag_ratio_at_80": _finite(headline.frag_ratio_at_80, 2),

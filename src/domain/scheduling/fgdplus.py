@@ -35,9 +35,9 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fragmentation import I64, FragmentationModel, schedulable_free
-from domain.scheduling.framework import CycleState
+from domain.scheduling.fgd import FgdScore, sigmoid_score
+from domain.scheduling.fragmentation import I64, FragmentationModel, NodeStateCache, schedulable_free
+from domain.scheduling.framework import BoolArray, CycleState
 from domain.units import MILLI_PER_GPU
 
 SECONDARY_SPAN = 1 << 24
@@ -46,10 +46,14 @@ SECONDARY_SPAN = 1 << 24
 _SECONDARY = "fgd-plus.secondary"
 
 
-def residue_vectors(model: FragmentationModel, cpu_left: I64, free: I64, models: I64) -> I64:
+def residue_vectors(
+    model: FragmentationModel, cpu_left: I64, free: I64, models: I64, *, allowed: BoolArray | None = None
+) -> I64:
     """``r_t`` (module docstring) for ``M`` node states: ``cpu_left`` (M,) CPU-milli, ``free`` (M, G) milli per GPU,
-    ``models`` (M, G) ledger model ids (−1 = no GPU) → int64 (M, T) milli-GPU. Raises nothing."""
-    allowed = model.allowed_table()[:, models].transpose(1, 0, 2)  # (M, T, G)
+    ``models`` (M, G) ledger model ids (−1 = no GPU) → int64 (M, T) milli-GPU. ``allowed``:
+    :meth:`FragmentationModel.allowed_for` of ``models``, when the caller already has it. Raises nothing."""
+    if allowed is None:
+        allowed = model.allowed_for(models)
     share = model.u_t < MILLI_PER_GPU
     unit = np.maximum(model.u_t, 1)[None, :, None]
     per_gpu = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)  # share copies, or fully free GPUs
@@ -61,19 +65,53 @@ def residue_vectors(model: FragmentationModel, cpu_left: I64, free: I64, models:
     return residue
 
 
+def _first_slots(where: I64, states: I64, wanted: I64) -> I64:
+    """For each state id in ``wanted`` (sorted, unique), one slot of ``where`` whose state it is."""
+    unique, first = np.unique(states, return_index=True)
+    found: I64 = where[first[np.searchsorted(unique, wanted)]]
+    return found
+
+
 class FgdPlusScore(FgdScore):
     """FGD+ score plugin, tie refiner and GPU chooser (module docstring)."""
 
     name = "fgd-plus"
 
+    def __init__(self, cache: NodeStateCache) -> None:
+        super().__init__(cache)
+        self._residue: I64 = np.zeros((0, len(cache.model.p)), np.int64)
+        self._known: BoolArray = np.zeros(0, np.bool_)
+
+    def _residue_now(self, where: I64) -> I64:
+        """``r_t`` of the current state of slots ``where`` (after :meth:`NodeStateCache.refresh`), cached per state."""
+        states = self.cache.slot_state[where]
+        top = int(states.max()) + 1 if len(states) else 0
+        if top > len(self._known):
+            size = max(top, 2 * len(self._known))
+            grown = np.zeros((size, self._residue.shape[1]), np.int64)
+            grown[: len(self._residue)] = self._residue
+            known = np.zeros(size, np.bool_)
+            known[: len(self._known)] = self._known
+            self._residue, self._known = grown, known
+        missing = np.unique(states[~self._known[states]])
+        if len(missing):
+            first = _first_slots(where, states, missing)
+            ledger = self.ledger
+            self._residue[missing] = residue_vectors(self.cache.model, ledger.cpu_cap[first] - ledger.cpu_used[first],
+                                                     schedulable_free(ledger, first), ledger.gpu_model[first])
+            self._known[missing] = True
+        result: I64 = self._residue[states]
+        return result
+
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
         """``FGD score · SPAN + clip(round(R(n) − R(n')) + SPAN/2)`` per option (see :meth:`FgdScore._rate`)."""
-        primary = super()._rate(slots, rows, cpu_left, after, models)
-        ledger, model = self.ledger, self.cache.model
+        model = self.cache.model
         where = slots[rows]
-        now = residue_vectors(model, ledger.cpu_cap[where] - ledger.cpu_used[where],
-                              schedulable_free(ledger, where), ledger.gpu_model[where])
-        delta = model.weighted(now - residue_vectors(model, cpu_left, after, models))
+        allowed = model.allowed_for(models)
+        f_now = self.cache.f[self.cache.slot_state[where]]
+        primary = sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models, allowed=allowed)))
+        delta = model.weighted(self._residue_now(where) - residue_vectors(model, cpu_left, after, models,
+                                                                          allowed=allowed))
         half = SECONDARY_SPAN // 2
         secondary = np.clip(np.rint(delta).astype(np.int64) + half, 0, SECONDARY_SPAN - 1)
         return primary * SECONDARY_SPAN + secondary

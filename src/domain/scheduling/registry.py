@@ -17,7 +17,7 @@ from domain.scheduling.fgd import FgdScore
 from domain.scheduling.fgdplus import FgdPlusScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
-from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, WeightedScore
+from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
 from domain.scheduling.migonly import MigModeGpus
 from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.policies import (
@@ -117,12 +117,15 @@ def build_profile(
     tie_break: str = "fixed-order",
     binder: BindPlugin | None = None,
     mig_stem: str | None = None,
+    tie_breaker: TieBreaker | None = None,
 ) -> Profile:
     """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit),
     its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
 
     ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
     mode (:class:`~domain.scheduling.migonly.MigModeGpus`).
+
+    ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 
     ``typical`` (or a ready ``states`` cache) is required for ``fgd`` and ``fgd-plus``. Raises
     :class:`UnknownPolicyError`.
@@ -136,6 +139,6 @@ def build_profile(
         filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit()),
         scores=(WeightedScore(score),),
         planner=ChooserPlanner(chooser),
-        tie_breaker=make_tie_breaker(tie_break, ledger, rng),
+        tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),
         binder=binder,
     )
