@@ -83,7 +83,8 @@ class FgdPlusScore(FgdScore):
         self._known: BoolArray = np.zeros(0, np.bool_)
 
     def _residue_now(self, where: I64) -> I64:
-        """``r_t`` of the current state of slots ``where`` (after :meth:`NodeStateCache.refresh`), cached per state."""
+        """``r_t`` (int64 ``(len(where), T)``) of the current state of slots ``where`` (after
+        :meth:`NodeStateCache.refresh`), cached per interned state: a state id never changes meaning."""
         states = self.cache.slot_state[where]
         top = int(states.max()) + 1 if len(states) else 0
         if top > len(self._known):
@@ -110,24 +111,27 @@ class FgdPlusScore(FgdScore):
         allowed = model.allowed_for(models)
         f_now = self.cache.f[self.cache.slot_state[where]]
         primary = sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models, allowed=allowed)))
-        delta = model.weighted(self._residue_now(where) - residue_vectors(model, cpu_left, after, models,
-                                                                          allowed=allowed))
+        now = self._residue_now(slots)[rows]
+        delta = model.weighted(now - residue_vectors(model, cpu_left, after, models, allowed=allowed))
         half = SECONDARY_SPAN // 2
         secondary = np.clip(np.rint(delta).astype(np.int64) + half, 0, SECONDARY_SPAN - 1)
         return primary * SECONDARY_SPAN + secondary
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
-        """FGD's score (0..99); the second key goes to ``state`` for :meth:`refine`."""
-        state.data[_SECONDARY] = dict(zip(slots.tolist(), (values % SECONDARY_SPAN).tolist(), strict=True))
+        """FGD's score (0..99); the second key goes to ``state`` (an array over ledger rows) for :meth:`refine`."""
+        keys = np.full(self.ledger.rows, -1, np.int64)
+        keys[slots] = values % SECONDARY_SPAN
+        state.data[_SECONDARY] = keys
         result: I64 = values // SECONDARY_SPAN
         return result
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
-        """Second key (higher is better) for ``tied`` slots, all scored in this cycle: the residue change,
-        shifted to be ≥ 0. Raises :class:`KeyError` for a slot that was not scored."""
+        """Second key (higher is better) for ``tied`` slots: the residue change, shifted to be ≥ 0 (scored now if
+        this cycle has not scored them)."""
         keys = state.data.get(_SECONDARY)
-        if not isinstance(keys, dict):
+        if not isinstance(keys, np.ndarray) or len(keys) != ledger.rows or (keys[tied] < 0).any():
             self.score(pod, ledger, state, tied)
             keys = state.data[_SECONDARY]
-            assert isinstance(keys, dict)
-        return np.array([keys[int(s)] for s in tied], np.int64)
+            assert isinstance(keys, np.ndarray)
+        result: I64 = keys[tied]
+        return result
