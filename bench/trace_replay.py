@@ -92,6 +92,37 @@ PUBLISHED_DEFAULT_CURVE: dict[str, tuple[float, ...]] = {
 }
 """Published ``default`` curve shape: mean alloc% at x = 50, 80, 90, 95, 98 (§5, last table)."""
 
+PUBLISHED_FGD: dict[str, tuple[float, float]] = {
+    "default": (95.23, 95.39), "cpu050": (95.00, 95.21), "cpu100": (95.21, 95.35), "cpu200": (94.82, 95.05),
+    "cpu250": (93.20, 93.41), "gpushare40": (93.96, 94.15), "gpushare60": (91.25, 91.40),
+    "gpushare80": (89.08, 89.30), "gpushare100": (86.64, 86.90), "gpuspec10": (94.66, 94.95),
+    "gpuspec20": (94.66, 94.84), "gpuspec25": (93.91, 94.74), "gpuspec33": (87.84, 94.55),
+    "multigpu20": (95.53, 95.65), "multigpu30": (96.36, 96.46), "multigpu40": (96.91, 96.99),
+    "multigpu50": (97.09, 97.18),
+}
+"""Published FGD 10-seed means (alloc% at x = 100, x = 130) per pod file ``openb_pod_list_<name>.csv``
+(trace-replay-method.md §5), the bar any new policy is measured against (issue 18)."""
+
+
+def published_fgd(pods_path: str) -> tuple[float, float] | None:
+    """FGD's published ``(alloc@100, alloc@130)`` for the pod file, or None for a file without them."""
+    name = os.path.basename(pods_path).removeprefix("openb_pod_list_").removesuffix(".csv")
+    return PUBLISHED_FGD.get(name)
+
+
+def versus_fgd_lines(runs: Sequence[dict[str, Any]], pods_path: str) -> list[str]:
+    """``<policy>_vs_published_fgd_alloc{100,130}_pp=<mean − published FGD>`` per policy, when published."""
+    bar = published_fgd(pods_path)
+    if bar is None:
+        return []
+    lines = [f"published_fgd_alloc100={bar[0]:.2f}", f"published_fgd_alloc130={bar[1]:.2f}"]
+    for policy in dict.fromkeys(r["policy"] for r in runs):
+        for key, value in (("alloc100", bar[0]), ("alloc130", bar[1])):
+            mean = spread([r[key] for r in runs if r["policy"] == policy])[0]
+            lines.append(f"{policy}_vs_published_fgd_{key}_pp={mean - value:+.3f}")
+    return lines
+
+
 METRICS = (("alloc100", "alloc@100"), ("alloc130", "alloc@130"), ("frag80", "frag%@80"))
 
 
@@ -259,12 +290,16 @@ def read_pods(path: str) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------------- one run (child)
-def run_one(nodes_path: str, pods_path: str, policy: str, seed: int, tune: float, tie_break: str) -> dict[str, Any]:
-    """One replay in the current (fresh) process; returns its figures and the process's peak RSS (MiB)."""
+def run_one(
+    nodes_path: str, pods_path: str, policy: str, seed: int, tune: float, tie_break: str, typical: str = "trace"
+) -> dict[str, Any]:
+    """One replay in the current (fresh) process; returns its figures and the process's peak RSS (MiB).
+    ``typical``: ``trace`` (the whole pod file's typical pods) or ``online`` (learned from the arrivals)."""
     from domain.simulation.replay import ReplayConfig, replay
 
     started = time.perf_counter()
-    result = replay(read_nodes(nodes_path), read_pods(pods_path), ReplayConfig(policy, seed, tune, tie_break))
+    config = ReplayConfig(policy, seed, tune, tie_break, typical)
+    result = replay(read_nodes(nodes_path), read_pods(pods_path), config)
     alloc = result.allocation_curve()
     frag = result.fragmentation_curve()
     return {
@@ -824,6 +859,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tie-break", default="fixed-order", choices=TIE_BREAKS, help="tie rule (default: fixed-order)"
     )
+    parser.add_argument("--typical", default="trace", choices=("trace", "online"),
+                        help="inprocess driver: typical pods of FGD-family policies from the whole pod file (trace, "
+                             "default, as published) or learned from the arrivals so far (online)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, one process each (default: 1)")
     parser.add_argument("--driver", default="inprocess", choices=("inprocess", "extender"),
                         help="inprocess (default): the replay alone; extender: every run also through the extender's "
@@ -859,14 +897,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     published = published_for(args.pods)
     tasks = [(p, s) for p in policies for s in seeds]
     print(f"trace replay: nodes={args.nodes} pods={args.pods} tune={args.tune} tie_break={args.tie_break} "
-          f"policies={','.join(policies)} seeds={args.seeds} jobs={args.jobs} runs={len(tasks)}", flush=True)
+          f"typical={args.typical} policies={','.join(policies)} seeds={args.seeds} jobs={args.jobs} "
+          f"runs={len(tasks)}", flush=True)
     runs: list[dict[str, Any]] = []
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(args.jobs, 1), mp_context=context,
                                                 max_tasks_per_child=1) as pool:
         futures = {
-            pool.submit(run_one, args.nodes, args.pods, p, s, args.tune, args.tie_break): (p, s) for p, s in tasks
+            pool.submit(run_one, args.nodes, args.pods, p, s, args.tune, args.tie_break, args.typical): (p, s)
+            for p, s in tasks
         }
         for future in concurrent.futures.as_completed(futures):
             run = future.result()
@@ -886,6 +926,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"total_wall_seconds={time.perf_counter() - started:.1f}")
     for line in closing_lines(runs, published):
+        print(line)
+    for policy in policies:
+        walls = [r["wall_seconds"] for r in runs if r["policy"] == policy]
+        if walls:
+            print(f"{policy}_wall_seconds_mean={statistics.fmean(walls):.3f}")
+    for line in versus_fgd_lines(runs, args.pods):
         print(line)
     return 0
 

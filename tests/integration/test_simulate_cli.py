@@ -325,3 +325,16 @@ def test_unwritable_plot_path_fails_before_the_replays(tmp_path: Path, capsys: p
     assert code == 2
     assert f"--plot {blocker / 'x.png'}: cannot be written there" in capsys.readouterr().err
     assert not (out / "summary.json").exists()
+
+
+def test_typical_online_runs_fgd_plus_and_records_the_mode(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "online"
+    code, _, err = run(trace_args(trace, out, "--policy", "fgd,fgd-plus", "--typical", "online"), capsys)
+    assert code == 0, err
+    assert [(r["policy"], r["typical"]) for r in summary(out)] == [("fgd", "online"), ("fgd-plus", "online")]
+    code, _, err = run(trace_args(trace, tmp_path / "bad", "--typical", "oracle"), capsys)
+    assert code == 2
+    assert "--typical" in err
+    assert "oracle" in err

@@ -265,3 +265,14 @@ def test_exporter_scrape_bench_in_a_tiny_configuration() -> None:
     assert float(figures["scrape_p50_ms"]) <= float(figures["scrape_p99_ms"]) <= float(figures["scrape_max_ms"])
     for text in ("scrape, steady back-to-back", "scrape, during churn", "identical set", "exporter RSS: start"):
         assert text in run.stdout, text
+
+
+def test_versus_published_fgd_lines_per_pod_file(bench: ModuleType) -> None:
+    assert bench.published_fgd("x/openb_pod_list_multigpu30.csv") == (96.36, 96.46)
+    assert bench.published_fgd("x/openb_pod_list_mine.csv") is None
+    runs = [fake_run("fgd-plus", 42, 95.9, 10.0, 60.0), fake_run("fgd-plus", 43, 96.1, 10.0, 60.0)]
+    lines = bench.versus_fgd_lines(runs, "openb_pod_list_default.csv")
+    assert "published_fgd_alloc130=95.39" in lines
+    assert "fgd-plus_vs_published_fgd_alloc130_pp=+0.610" in lines  # mean 96.0 − 95.39
+    assert "fgd-plus_vs_published_fgd_alloc100_pp=+0.570" in lines  # mean 95.8 − 95.23
+    assert bench.versus_fgd_lines(runs, "openb_pod_list_mine.csv") == []

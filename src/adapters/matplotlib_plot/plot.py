@@ -1,8 +1,9 @@
-"""Allocation-curve chart with matplotlib (Agg, headless): one line per policy, the mean over its seeds.
+"""Allocation and fragmentation charts with matplotlib (Agg, headless): one line per policy, the mean over its seeds.
 
-x = arrived GPU request as % of cluster GPU capacity (0..130), y = milli-GPU allocation % (``docs/trace-replay.md``
-§2.3; the FGD paper's Fig. 9(a) shape). The dashed line ``y = min(x, 100)`` is the ideal: every arrived request
-placed. A point where no seed has a value (NaN in every run) is left as a gap.
+Both panels share x = arrived GPU request as % of cluster GPU capacity (0..130). Left: y = milli-GPU allocation %
+(``docs/trace-replay.md`` §2.3; the FGD paper's Fig. 9(a) shape), with the dashed ideal ``y = min(x, 100)`` (every
+arrived request placed). Right: y = frag ratio % (100 × idle GPU milli the typical pods cannot use / idle milli;
+the paper's Fig. 7). A point where no seed has a value (NaN in every run) is left as a gap.
 
 matplotlib is an optional dependency (``lj-runtimekit[plot]``); it is imported only when a chart is requested,
 so the rest of the CLI works without it. The figure is drawn through the object API with an explicit
@@ -24,12 +25,16 @@ from ports.report import PlotUnavailableError, ReportError
 INSTALL_HINT = "install it with: pip install 'lj-runtimekit[plot]'"
 
 
-def mean_curves(results: Sequence[ReplayResult]) -> dict[str, list[float]]:
-    """Per policy (first-run order), the pointwise mean allocation curve over its runs (131 floats), ignoring
-    NaN points; NaN where every run is NaN."""
+def mean_curves(results: Sequence[ReplayResult], *, kind: str = "allocation") -> dict[str, list[float]]:
+    """Per policy (first-run order), the pointwise mean ``kind`` curve (``allocation`` or ``fragmentation``, %)
+    over its runs (131 floats), ignoring NaN points; NaN where every run is NaN. Raises ValueError for another
+    ``kind``."""
+    if kind not in ("allocation", "fragmentation"):
+        raise ValueError(f"kind: {kind!r} is neither 'allocation' nor 'fragmentation'")
     grouped: dict[str, list[list[float]]] = {}
     for result in results:
-        grouped.setdefault(result.config.policy, []).append(result.allocation_curve())
+        curve = result.allocation_curve() if kind == "allocation" else result.fragmentation_curve()
+        grouped.setdefault(result.config.policy, []).append(curve)
     means: dict[str, list[float]] = {}
     for policy, curves in grouped.items():
         column: list[float] = []
@@ -59,24 +64,29 @@ class MatplotlibCurvePlot:
         _matplotlib()
 
     def plot(self, results: Sequence[ReplayResult], path: Path, *, title: str) -> Path:
-        """Draw the mean allocation curve of each policy in ``results`` into ``path`` (parents created).
-        Raises :class:`PlotUnavailableError` or :class:`ReportError` (cannot write ``path``)."""
+        """Draw the mean allocation and fragmentation curves of each policy in ``results`` into ``path`` (parents
+        created). Raises :class:`PlotUnavailableError` or :class:`ReportError` (cannot write ``path``)."""
         figure, backend_agg = _matplotlib()
-        fig: Any = figure.Figure(figsize=(8, 5), dpi=120)
+        fig: Any = figure.Figure(figsize=(13, 5), dpi=120)
         backend_agg.FigureCanvasAgg(fig)
-        axes: Any = fig.add_subplot()
+        alloc: Any = fig.add_subplot(1, 2, 1)
+        frag: Any = fig.add_subplot(1, 2, 2)
         xs = list(range(X_MAX + 1))
-        axes.plot(xs, [min(x, 100) for x in xs], linestyle="--", color="grey", linewidth=1, label="ideal")
+        alloc.plot(xs, [min(x, 100) for x in xs], linestyle="--", color="grey", linewidth=1, label="ideal")
         seeds = {r.config.seed for r in results}
         for policy, curve in mean_curves(results).items():
-            axes.plot(xs, curve, linewidth=1.5, label=policy)
-        axes.set_xlim(0, X_MAX)
-        axes.set_ylim(0, 105)
-        axes.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
-        axes.set_ylabel("GPU allocation (milli-GPU, %)")
-        axes.set_title(f"{title} — mean over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}")
-        axes.grid(visible=True, alpha=0.3)
-        axes.legend(loc="lower right", fontsize="small")
+            alloc.plot(xs, curve, linewidth=1.5, label=policy)
+        for policy, curve in mean_curves(results, kind="fragmentation").items():
+            frag.plot(xs, curve, linewidth=1.5, label=policy)
+        for axes, ylabel, where in ((alloc, "GPU allocation (milli-GPU, %)", "lower right"),
+                                    (frag, "frag ratio (% of idle GPU milli)", "upper left")):
+            axes.set_xlim(0, X_MAX)
+            axes.set_ylim(0, 105)
+            axes.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+            axes.set_ylabel(ylabel)
+            axes.grid(visible=True, alpha=0.3)
+            axes.legend(loc=where, fontsize="small")
+        fig.suptitle(f"{title} — mean over {len(seeds)} seed{'s' if len(seeds) != 1 else ''}")
         fig.tight_layout()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,8 @@ _Filler = Callable[[TextIO], object]
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.csv"
 
-SUMMARY_KEYS = ("policy", "seed", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals", "failed_pods",
-                "wall_seconds")
+SUMMARY_KEYS = ("policy", "seed", "typical", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals",
+                "failed_pods", "wall_seconds")
 """Keys of each ``summary.json`` object, in written order."""
 
 
@@ -39,6 +39,7 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | None]:
     return {
         "policy": result.config.policy,
         "seed": result.config.seed,
+        "typical": result.config.typical,
         "alloc_at_100": _finite(headline.alloc_at_100, 2),
         "alloc_at_130": _finite(headline.alloc_at_130, 2),
         "frag_ratio_at_80": _finite(headline.frag_ratio_at_80, 2),

@@ -52,27 +52,34 @@ class FgdScore:
         self._by_slot: OrderedDict[tuple[int, int, int, int], tuple[I64, I64]] = OrderedDict()
 
     # ------------------------------------------------------------------ evaluation
+    def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
+        """Value of each option (higher is better, ≥ 0): option ``i`` leaves slot ``slots[rows[i]]`` with
+        ``cpu_left[i]`` CPU-milli and per-GPU free milli ``after[i]`` (models ``models[i]``). FGD's value is its
+        node score ``trunc(100 · σ(Δ/1000))``; subclasses may return finer values (they decode them in
+        :meth:`_publish`)."""
+        f_now = self.cache.f[self.cache.slot_state[slots[rows]]]
+        model = self.cache.model
+        return sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models)))
+
     def _evaluate(self, pod: PodRequest, state: CycleState, slots: I64) -> tuple[I64, I64]:
-        """Scores and chosen GPU (−1 when not a share) for ``slots``, computed without the memo."""
-        ledger, model = self.ledger, self.cache.model
+        """Values (:meth:`_rate`) and chosen GPU (−1 when not a share) for ``slots``, computed without the memo."""
+        ledger = self.ledger
         cpu_left = (ledger.cpu_cap - ledger.cpu_used)[slots] - pod.cpu_milli
         free = schedulable_free(ledger, slots)
         models = ledger.gpu_model[slots]
-        f_now = self.cache.f[self.cache.slot_state[slots]]
         shape = pod.simple_shape
         count = len(slots)
+        every = np.arange(count, dtype=np.int64)
         if not pod.wants_gpu:
-            delta = f_now - model.frag_vectors(cpu_left, free, models)
-            return sigmoid_score(model.weighted(delta)), np.full(count, -1, np.int64)
+            return self._rate(slots, every, cpu_left, free, models), np.full(count, -1, np.int64)
         if shape is None:
-            return self._evaluate_composite(pod, state, slots, cpu_left, free, models, f_now)
+            return self._evaluate_composite(pod, state, slots, cpu_left, free, models)
         assert state.gpu_fit is not None
         fit = state.gpu_fit[slots]
         if shape.kind is GpuKind.WHOLE:
             take = fit & (np.cumsum(fit, axis=1) <= shape.gpus)
             after = free - np.where(take, free, 0)
-            delta = f_now - model.frag_vectors(cpu_left, after, models)
-            return sigmoid_score(model.weighted(delta)), np.full(count, -1, np.int64)
+            return self._rate(slots, every, cpu_left, after, models), np.full(count, -1, np.int64)
         assert state.core_need is not None
         need = state.core_need[slots]
         width = free.shape[1]
@@ -88,14 +95,14 @@ class FgdScore:
         rows, options = np.nonzero(fit & ~twin)
         after = free[rows].copy()
         after[np.arange(len(rows)), options] = np.maximum(after[np.arange(len(rows)), options] - need[rows, options], 0)
-        f_after = model.frag_vectors(cpu_left[rows], after, models[rows])
+        values = self._rate(slots, rows.astype(np.int64), cpu_left[rows], after, models[rows])
         scores = np.full((count, width), -1, np.int64)
-        scores[rows, options] = sigmoid_score(model.weighted(f_now[rows] - f_after))
+        scores[rows, options] = values
         choice = np.argmax(scores, axis=1).astype(np.int64)
         return scores.max(axis=1), choice
 
     def _evaluate_composite(
-        self, pod: PodRequest, state: CycleState, slots: I64, cpu_left: I64, free: I64, models: I64, f_now: I64
+        self, pod: PodRequest, state: CycleState, slots: I64, cpu_left: I64, free: I64, models: I64
     ) -> tuple[I64, I64]:
         after = free.copy()
         for row, slot in enumerate(slots):
@@ -103,8 +110,8 @@ class FgdScore:
             if plan is not None:
                 for index, (core, _) in plan.per_gpu_usage().items():
                     after[row, index] = max(after[row, index] - core, 0)
-        delta = f_now - self.cache.model.frag_vectors(cpu_left, after, models)
-        return sigmoid_score(self.cache.model.weighted(delta)), np.full(len(slots), -1, np.int64)
+        every = np.arange(len(slots), dtype=np.int64)
+        return self._rate(slots, every, cpu_left, after, models), np.full(len(slots), -1, np.int64)
 
     def _memo_key(self, pod: PodRequest) -> tuple[int, int, int, int] | None:
         shape = pod.simple_shape
@@ -119,15 +126,16 @@ class FgdScore:
 
     # ------------------------------------------------------------------ plugin API
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
-        """FGD node scores (0..99) for ``slots``; records the chosen GPU per slot for Reserve."""
+        """FGD node scores (0..99) for ``slots``; records the chosen GPU per slot for Reserve. Values are memoised
+        per (pod class, node state, per-GPU fit) as ``value · 64 + choice + 1`` (at most 64 GPUs per node)."""
         self.cache.refresh()
         if pod.wants_gpu and pod.simple_shape is not None:
             ensure_gpu_fit(pod, ledger, state)
         key = self._memo_key(pod)
         if key is None:
-            scores, choice = self._evaluate(pod, state, slots)
+            values, choice = self._evaluate(pod, state, slots)
             state.data[_CHOICE] = (slots, choice)
-            return scores
+            return self._publish(state, slots, values)
         if self._memo_width != ledger.max_gpus:
             self._memo.clear()
             self._by_slot.clear()
@@ -146,8 +154,11 @@ class FgdScore:
             seen[slots[stale]] = combined[stale]
             values[slots[stale]] = per_slot[stale]
         state.data[_CHOICE] = (slots, per_slot % 64 - 1)
-        result: I64 = per_slot // 64
-        return result
+        return self._publish(state, slots, per_slot // 64)
+
+    def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
+        """Node scores (0..100) from the per-slot values of :meth:`_rate`; FGD's values are its scores."""
+        return values
 
     def _slot_memo(self, key: tuple[int, int, int, int], rows: int) -> tuple[I64, I64]:
         """Per ledger slot, the ``(slot state << width) | fit bits`` value last scored for pod class ``key`` and

@@ -99,7 +99,9 @@ class FragmentationModel:
                 ledger.model_id(model)
         self._allowed: npt.NDArray[np.bool_] = np.zeros((len(typical.classes), 0), np.bool_)
 
-    def _allowed_table(self) -> npt.NDArray[np.bool_]:
+    def allowed_table(self) -> npt.NDArray[np.bool_]:
+        """Bool ``(T, models + 1)``: typical pod ``t`` may run on model id ``m``; the last column (model id −1, a
+        slot without a GPU) is all False."""
         count = self.ledger.model_count
         if self._allowed.shape[1] != count:
             table = np.ones((len(self._allowed_lists), count + 1), np.bool_)
@@ -112,11 +114,18 @@ class FragmentationModel:
             self._allowed = table
         return self._allowed
 
-    def frag_vectors(self, cpu_left: I64, free: I64, models: I64) -> I64:
-        """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T)."""
-        table = self._allowed_table()
+    def allowed_for(self, models: I64) -> npt.NDArray[np.bool_]:
+        """Bool ``(M, T, G)``: GPU ``g`` of state ``m`` (model ids ``models`` (M, G), −1 = no GPU) may host ``t``."""
+        return self.allowed_table()[:, models].transpose(1, 0, 2)
+
+    def frag_vectors(
+        self, cpu_left: I64, free: I64, models: I64, *, allowed: npt.NDArray[np.bool_] | None = None
+    ) -> I64:
+        """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T).
+        ``allowed``: :meth:`allowed_for` of ``models``, when the caller already has it."""
         total = free.sum(axis=-1)
-        allowed = table[:, models].transpose(1, 0, 2)  # (M, T, G); model id -1 hits the padding column
+        if allowed is None:
+            allowed = self.allowed_for(models)
         usable = allowed & (free[:, None, :] >= self.u_t[None, :, None])
         count = usable.sum(axis=-1)
         usable_milli = (free[:, None, :] * usable).sum(axis=-1)

@@ -6,7 +6,8 @@ ledger slot arrays, so one call costs a few numpy operations whatever the cluste
 the scheduler benchmark). The phases and their contracts are the same:
 
 * ``filter(pod, ledger, state, candidates) -> mask``: a boolean mask over ledger slots (subset of candidates);
-* ``score(pod, ledger, state, slots) -> int64[len(slots)]`` in ``0..MAX_NODE_SCORE``, then ``normalize``;
+* ``score(pod, ledger, state, slots) -> int64[len(slots)]`` in ``0..MAX_NODE_SCORE``, then ``normalize``; a
+  plugin may also refine the tie among the best-scored nodes with a second key (:class:`TieRefiner`);
 * reserve: the :class:`GpuPlanner` turns the chosen node into a :class:`PodAllocation` booked in the ledger;
   ``unreserve`` releases it on any later failure;
 * bind: an optional :class:`BindPlugin`; a failing bind always unreserves (failure case B06).
@@ -19,7 +20,7 @@ outside ``0..100`` is a bug and raises :class:`DomainError`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 import numpy as np
@@ -76,6 +77,16 @@ class ScorePlugin(Protocol):
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
         """NormalizeScore extension point; return ``scores`` unchanged when not needed."""
+        ...
+
+
+@runtime_checkable
+class TieRefiner(Protocol):
+    """Optional extension of a score plugin: a second key (higher is better, int64) for the nodes tied on the
+    best total score, applied before the profile's tie rule (FGD+, :mod:`domain.scheduling.fgdplus`)."""
+
+    def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
+        """Second key for ``tied`` (ascending ledger slots, all scored in this cycle), same order."""
         ...
 
 
@@ -190,11 +201,16 @@ class Scheduler:
         return total
 
     def select(self, pod: PodRequest, state: CycleState, slots: I64) -> int:
-        """Pick the node: the only feasible one, else the best total score, ties by the profile's rule."""
+        """Pick the node: the only feasible one, else the best total score, then the best second key of each
+        plugin that is a :class:`TieRefiner` (in profile order), then the profile's tie rule."""
         if len(slots) == 1:
             return int(slots[0])
         total = self.scores(pod, state, slots)
         tied = slots[total == total.max()]
+        for weighted in self.profile.scores:
+            if len(tied) > 1 and isinstance(weighted.plugin, TieRefiner):
+                keys = weighted.plugin.refine(pod, self.ledger, state, tied)
+                tied = tied[keys == keys.max()]
         return self.profile.tie_breaker.pick(self.ledger, tied)
 
     def schedule(self, pod: PodRequest) -> ScheduleResult:

@@ -14,9 +14,10 @@ import numpy as np
 from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.ledger import ClusterLedger
 from domain.scheduling.fgd import FgdScore
+from domain.scheduling.fgdplus import FgdPlusScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
-from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, WeightedScore
+from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
 from domain.scheduling.migonly import MigModeGpus
 from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.policies import (
@@ -57,6 +58,13 @@ def _fgd(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
     return plugin, plugin
 
 
+def _fgd_plus(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+    if context.states is None:
+        raise InvalidRequestError("policy", "fgd-plus", "needs a typical-pod distribution (workload) to score against")
+    plugin = FgdPlusScore(context.states)
+    return plugin, plugin
+
+
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -72,6 +80,8 @@ POLICIES: dict[str, Policy] = {
                lambda c: (GpuPackingScore(), BestFitGpu())),
         Policy("best-fit", "least leftover CPU and GPU (ATC'23 BestFit)", lambda c: (BestFitScore(), BestFitGpu())),
         Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd, needs_typical_pods=True),
+        Policy("fgd-plus", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)", _fgd_plus,
+               needs_typical_pods=True),
     )
 }
 
@@ -107,6 +117,7 @@ def build_profile(
     tie_break: str = "fixed-order",
     binder: BindPlugin | None = None,
     mig_stem: str | None = None,
+    tie_breaker: TieBreaker | None = None,
 ) -> Profile:
     """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit),
     its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
@@ -114,7 +125,10 @@ def build_profile(
     ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
     mode (:class:`~domain.scheduling.migonly.MigModeGpus`).
 
-    ``typical`` (or a ready ``states`` cache) is required for ``fgd``. Raises :class:`UnknownPolicyError`.
+    ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
+
+    ``typical`` (or a ready ``states`` cache) is required for ``fgd`` and ``fgd-plus``. Raises
+    :class:`UnknownPolicyError`.
     """
     policy = get_policy(name)
     if states is None and typical is not None:
@@ -125,6 +139,6 @@ def build_profile(
         filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit()),
         scores=(WeightedScore(score),),
         planner=ChooserPlanner(chooser),
-        tie_breaker=make_tie_breaker(tie_break, ledger, rng),
+        tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),
         binder=binder,
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.scheduling.tiebreak import TIE_BREAKS
+from domain.simulation.replay import TYPICAL_MODES
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError, one_line
 from ports.report import PlotUnavailableError, ReportError
@@ -95,6 +96,10 @@ def build_parser(prog: str = "ljrk simulate") -> argparse.ArgumentParser:
                         help="arrived GPU request target, fraction of cluster GPU capacity (default: 1.3)")
     parser.add_argument("--tie-break", choices=TIE_BREAKS, default="fixed-order",
                         help="rule between equally scored nodes (default: fixed-order, as published)")
+    parser.add_argument("--typical", choices=TYPICAL_MODES, default="trace",
+                        help="typical pods of FGD-family policies: trace = the whole pod file (as published), "
+                        "online = only the pods arrived so far, as the production scheduler learns them "
+                        "(default: trace)")
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                         help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -113,7 +118,7 @@ def settings_from_args(args: argparse.Namespace) -> SimulateSettings:
     return SimulateSettings(
         policies=args.policy, seeds=args.seeds, tune=args.tune, tie_break=args.tie_break, output_dir=args.output_dir,
         nodes=args.nodes, pods=args.pods, plot=args.plot, progress=False if args.no_progress else None,
-        scale=args.scale,
+        scale=args.scale, typical=args.typical,
     )
 
 

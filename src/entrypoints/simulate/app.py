@@ -22,7 +22,14 @@ import attrs
 
 from domain.scheduling.registry import PUBLISHED_POLICIES, validate_policy_names
 from domain.scheduling.tiebreak import TIE_BREAKS
-from domain.simulation.replay import ReplayConfig, ReplayResult, planned_arrivals, replay, typical_pods
+from domain.simulation.replay import (
+    TYPICAL_MODES,
+    ReplayConfig,
+    ReplayResult,
+    planned_arrivals,
+    replay,
+    typical_pods,
+)
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
 from domain.simulation.workload import TraceNode, TracePod
 from ports.progress import ProgressBar
@@ -45,7 +52,9 @@ class SimulateSettings:
     ``policies``: registered policy names (default: the six published ones); ``seeds``: non-negative ints,
     distinct; ``tune``: arrived GPU request target as a fraction of capacity (> 0, 1.3 published);
     ``tie_break``: one of :data:`TIE_BREAKS`; ``output_dir``: report folder; ``plot``: optional chart file;
-    ``progress``: ``None`` = bar only on a terminal, ``False`` = never, ``True`` = always.
+    ``progress``: ``None`` = bar only on a terminal, ``False`` = never, ``True`` = always; ``typical``: where the
+    policies' typical pods come from, one of :data:`TYPICAL_MODES` (``trace``: the whole pod file, as published;
+    ``online``: only the pods arrived so far, as the production scheduler learns them).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` (message lists known policies).
     """
@@ -60,6 +69,7 @@ class SimulateSettings:
     plot: Path | None = None
     progress: bool | None = None
     scale: float = 0.1
+    typical: str = "trace"
 
     def __attrs_post_init__(self) -> None:
         validate_policy_names(list(self.policies))
@@ -67,6 +77,8 @@ class SimulateSettings:
             raise SettingsError(f"policies: a policy is named twice in {','.join(self.policies)}")
         if self.tie_break not in TIE_BREAKS:
             raise SettingsError(f"tie-break: unknown rule {self.tie_break!r}; known rules: {', '.join(TIE_BREAKS)}")
+        if self.typical not in TYPICAL_MODES:
+            raise SettingsError(f"typical: unknown mode {self.typical!r}; known: {', '.join(TYPICAL_MODES)}")
         if not self.seeds:
             raise SettingsError("seeds: name at least one seed")
         if any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
@@ -80,7 +92,8 @@ class SimulateSettings:
 
     def configs(self) -> list[ReplayConfig]:
         """One :class:`ReplayConfig` per policy × seed, policy-major (the report order)."""
-        return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break) for p in self.policies for s in self.seeds]
+        return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break, typical=self.typical)
+                for p in self.policies for s in self.seeds]
 
 
 @attrs.frozen
