@@ -1,14 +1,15 @@
 """In-process scheduler throughput: filter + score + reserve over a synthetic cluster.
 
-Method (after kube-scheduler's scheduler_perf, k8s-protocols.md §3.5): N nodes with ``--gpus-per-node`` GPUs
-(16 GiB each, 64 cores, 256 GiB), a warm-up fill of ``--prefill`` of GPU capacity with a mixed workload, then
-``--pods`` measured pods drawn from the published pod mix (synthetic workload of :mod:`domain.simulation.synthetic`)
-scheduled one at a time through the same framework, ledger and policy as production. Pods that do not fit count
-as decisions too. Prints a table and, as its last lines, ``pods_per_second=<float>`` and ``p99_ms=<float>``; with
-``--compare OTHER`` it then measures OTHER the same way in the same run and prints ``<OTHER>_pods_per_second`` and
-``ratio=`` (``--policy`` pods/s ÷ OTHER's: on a noisy machine the ratio is the figure to quote).
+Method (after kube-scheduler's scheduler_perf, kubernetes ``test/integration/scheduler_perf``): N nodes with
+``--gpus-per-node`` GPUs (16 GiB each, 64 cores, 256 GiB), a warm-up fill of ``--prefill`` of GPU capacity with a
+mixed workload, then ``--pods`` measured pods drawn from the published pod mix (synthetic workload of
+:mod:`domain.simulation.synthetic`) scheduled one at a time through the same framework, ledger and policy as
+production. Pods that do not fit count as decisions too. Prints a table and, as its last lines,
+``pods_per_second=<float>`` and ``p99_ms=<float>``; with ``--compare OTHER`` it then measures OTHER the same way
+in the same run and prints ``<OTHER>_pods_per_second`` and ``ratio=`` (``--policy`` pods/s ÷ OTHER's: on a noisy
+machine the ratio is the figure to quote).
 
-Targets (issue 3): ≥ 270 pods/s (kube-scheduler's SchedulingBasic 5000-node gate) and p99 ≤ 20 ms at 5000 × 8
+Targets: ≥ 270 pods/s (kube-scheduler's SchedulingBasic 5000-node gate) and p99 ≤ 20 ms at 5000 × 8
 for ``binpack`` and ``fgd``.
 """
 

@@ -17,7 +17,7 @@ figures exist only for the ``default`` pod file; other files print ``n/a``), the
 and the peak RSS per run (max); then the curve shape (mean alloc% at x = 50, 80, 90, 95, 98). The last lines are
 machine-readable ``key=value`` pairs (``fgd_wall_seconds_max``, ``peak_rss_mib_max``, ...).
 
-**Extender driver** (``--driver extender``, issue 3 §3: the policy's ranking must survive the production path).
+**Extender driver** (``--driver extender``: the policy's ranking must survive the production path).
 Each run replays the trace twice in its child process: in process (:func:`domain.simulation.replay.replay`, the
 reference) and through the production extender. The extender run builds the same arrival stream with the same
 seeded generator (:func:`planned_arrivals`), creates every node (inventory annotation, allocatable) and, one
@@ -41,7 +41,7 @@ and the difference in pp (target |Δ alloc@130| ≤ 0.3 pp), how many runs gave 
 times and extender verb latencies; last lines ``<policy>_extender_alloc130_diff_pp`` and
 ``extender_alloc130_max_abs_diff_pp``.
 
-Published values: trace-replay-method.md §5 (``analysis_allo_discrete.csv`` / ``analysis_frag_ratio_discrete.csv``
+Published values: docs/trace-replay.md §5 (``analysis_allo_discrete.csv`` / ``analysis_frag_ratio_discrete.csv``
 of the simulator's ``expected_results``). This script is not part of the test run; ``tests/unit/
 test_bench_smoke.py`` covers its pure helpers.
 """
@@ -80,7 +80,7 @@ PUBLISHED_DEFAULT: dict[str, dict[str, float]] = {
     "best-fit": {"alloc100": 92.86, "alloc130": 93.08, "frag80": 41.5},
     "fgd": {"alloc100": 95.23, "alloc130": 95.39, "frag80": 29.9},
 }
-"""Published 10-seed means for the ``default`` workload (trace-replay-method.md §5)."""
+"""Published 10-seed means for the ``default`` workload (docs/trace-replay.md §5)."""
 
 PUBLISHED_DEFAULT_CURVE: dict[str, tuple[float, ...]] = {
     "random": (49.97, 78.66, 85.02, 85.72, 86.08),
@@ -101,7 +101,7 @@ PUBLISHED_FGD: dict[str, tuple[float, float]] = {
     "multigpu50": (97.09, 97.18),
 }
 """Published FGD 10-seed means (alloc% at x = 100, x = 130) per pod file ``openb_pod_list_<name>.csv``
-(trace-replay-method.md §5), the bar any new policy is measured against (issue 18)."""
+(docs/trace-replay.md §5), the bar any new policy is measured against."""
 
 
 def published_fgd(pods_path: str) -> tuple[float, float] | None:
@@ -918,7 +918,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.sort(key=lambda r: (policies.index(r["policy"]), r["seed"]))
     print()
     print(f"Per-policy summary over seeds {args.seeds} (published: "
-          f"{'trace-replay-method.md §5, default' if published else 'n/a for this pod file'})")
+          f"{'docs/trace-replay.md §5, default' if published else 'n/a for this pod file'})")
     print(render_table(SUMMARY_HEADER, summary_rows(runs, policies, published)))
     print()
     print("Curve shape: mean alloc% ours / published")

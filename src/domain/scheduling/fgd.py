@@ -1,5 +1,5 @@
 """FGD — Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing
-Workloads with Fragmentation Gradient Descent", USENIX ATC '23; rules as in trace-replay-method.md §3.6).
+Workloads with Fragmentation Gradient Descent", USENIX ATC '23; rules as in docs/trace-replay.md §3.6).
 
 Node score: ``trunc(100 · σ((F(n) − F(n')) / 1000))`` with ``σ(x) = 1/(1+e^{−x})``, where ``n'`` is the node after
 placing the pod. Each typical pod's term ``f_t(n) − f_t(n')`` is computed exactly in integers and only then

@@ -16,8 +16,8 @@ counting only GPUs of a model ``t`` allows. ``R(n) = Σ_t p_t r_t(n)`` over FGD'
 ``f_t`` asks only whether *one* copy of ``t`` still fits; ``r_t`` also sees the CPU a pod takes from the GPUs
 beside it (a CPU-only pod on a GPU node with little CPU per GPU strands GPUs that whole-GPU pods would have
 used) and the slivers repeated copies leave. It is the one-class fixed point of the recursive ("Bellman-style")
-fragmentation the FGD authors describe but did not release. Memory is left out, as in FGD (§6.11 of
-trace-replay-method.md: typical pods are keyed without it, and it rarely binds).
+fragmentation the FGD authors describe but did not release. Memory is left out, as in FGD (typical pods
+are keyed without it, ``docs/trace-replay.md`` §3.1, and it rarely binds).
 
 Decision rule: node value ``(FGD score, round(R(n) − R(n')))`` compared lexicographically (``n'`` = the node
 after placing the pod: the smaller the increase of the residue, the better); GPU choice inside a node by the same

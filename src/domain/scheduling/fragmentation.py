@@ -1,6 +1,6 @@
 """GPU fragmentation against a typical-pod distribution (FGD, Weng et al., USENIX ATC '23, §3-§4).
 
-Typical pods (§3.1 of ``trace-replay-method.md``): the workload's pods grouped by
+Typical pods (§3.1 of ``docs/trace-replay.md``): the workload's pods grouped by
 ``(cpu_milli, per-GPU milli, GPU count, model allow-list)``; keys sorted by count descending, ties by key
 descending; the shortest prefix covering ≥ 95 % of pods is kept and renormalised to frequencies ``p_t``.
 

@@ -2,7 +2,7 @@
 
 Shares go to the GPU a :class:`ShareGpuChooser` picks among the GPUs that fit (best-fit, worst-fit, first,
 random, or a policy's own rule such as FGD's). Whole-GPU containers take the first ``k`` completely free
-eligible GPUs by index (the published simulator's rule, trace-replay-method.md §3.5). Pods with several GPU
+eligible GPUs by index (the published simulator's rule, docs/trace-replay.md §3.5). Pods with several GPU
 containers are planned greedily, container by container, with best-fit for shares; init containers are planned
 against the node as it was before the pod, because the pod holds ``max(app, init)`` per GPU.
 """

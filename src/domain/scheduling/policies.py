@@ -1,6 +1,6 @@
 """Scheduling policies: named, pure node-scoring strategies plus their GPU chooser and tie rule.
 
-The six policies of the published experiment follow trace-replay-method.md §3.6 exactly (integer truncation,
+The six policies of the published experiment follow docs/trace-replay.md §3.6 exactly (integer truncation,
 fixed normalisation constants 128000 CPU-milli and 8000 GPU-milli, no normalize step except best-fit's
 min-max), plus ``binpack`` and ``spread`` for production use. Notation: ``cpuLeft`` = free CPU-milli of the
 node, ``gL`` = free milli-GPU of its schedulable GPUs, ``c`` = the pod's CPU-milli, ``G`` = its total GPU milli.

@@ -1,6 +1,6 @@
 """Tie rules: how one node is chosen among equally scored best nodes.
 
-The published experiment (trace-replay-method.md §3.4) gives ties to the lexicographically smallest node name,
+The published experiment (docs/trace-replay.md §3.4) gives ties to the lexicographically smallest node name,
 where every name carries a random ``%04d-`` prefix drawn once per run: first-fit over a random node order fixed
 for the whole run (``fixed-order``). Uniform random ties (kube-scheduler's reservoir sampling, ``random``) cost
 FGD about 5 pp of allocation on the trace. ``name`` is the plain lexicographic rule.

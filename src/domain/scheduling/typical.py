@@ -7,7 +7,7 @@ there are at least ``min_observed`` of them, and until then the observed pods *p
 workload (the embedded synthetic workload, in production), so a young cluster is scored against a realistic
 mix rather than against its first few pods.
 
-Class keys follow §3.1 of trace-replay-method.md: ``(cpu milli-cores, per-GPU milli, GPU count, models)``;
+Class keys follow §3.1 of docs/trace-replay.md: ``(cpu milli-cores, per-GPU milli, GPU count, models)``;
 memory is not part of the key. A share that asks only for memory has no core figure: its per-GPU milli is the
 core the default rule (:func:`domain.request.resolve_share`) grants on a GPU of ``reference_gpu_memory`` bytes.
 """

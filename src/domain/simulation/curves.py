@@ -1,4 +1,4 @@
-"""Allocation-ratio and fragmentation curves over the arrived-GPU axis (trace-replay-method.md §2.3).
+"""Allocation-ratio and fragmentation curves over the arrived-GPU axis (docs/trace-replay.md §2.3).
 
 Per event row: ``arrive_ratio = round(arrived_milli / total_gpus / 10)`` (Python's round-half-to-even),
 ``alloc_ratio = round(used_milli / total_gpus / 10, 2)`` (milli-GPU allocation, %), ``frag_ratio =

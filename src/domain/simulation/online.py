@@ -1,6 +1,6 @@
 """Typical pods learned online: what a live scheduler knows of the workload when a pod arrives.
 
-The published replay gives FGD the typical pods of the whole trace (§3.1 of trace-replay-method.md), known before
+The published replay gives FGD the typical pods of the whole trace (§3.1 of docs/trace-replay.md), known before
 the first arrival. A production scheduler only knows the pods it has seen. :class:`OnlineTypical` replays that
 knowledge: it records every arrival (failed ones too: a pending pod is seen) and recomputes the distribution with
 the production rule :func:`domain.scheduling.typical.blend_typical` — the pods seen so far plus the embedded

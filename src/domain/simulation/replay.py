@@ -1,4 +1,4 @@
-"""Trace replay: the published GPU-sharing scheduling experiment (trace-replay-method.md §2), in process.
+"""Trace replay: the published GPU-sharing scheduling experiment (docs/trace-replay.md §2), in process.
 
 One run (policy P, seed s, tune τ):
 

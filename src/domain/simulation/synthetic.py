@@ -1,7 +1,7 @@
 """The embedded default workload: a synthetic cluster and pod list built from published figures only.
 
 Node types are the 15 (model, GPUs, CPU, memory) types of the Alibaba GPU trace with their node counts
-(trace-replay-method.md §1.1), scaled by ``scale``. Pods follow the published mix of the ``default`` workload
+(docs/trace-replay.md §1.1), scaled by ``scale``. Pods follow the published mix of the ``default`` workload
 (§1.2: 1088 CPU-only, 3078 sharing, 3911 one-GPU and 75 multi-GPU pods of 8152), the published sharing sizes
 (810, 470, 320, 650, 230, 460 milli-GPU with their counts; the remaining 401 sharing pods spread over four
 smaller sizes), and CPU requests around the published typical pods ((3152 CPU-milli, 810) for sharing pods,

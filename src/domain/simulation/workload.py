@@ -1,6 +1,6 @@
 """Trace-replay inputs: nodes and pods as the Alibaba GPU cluster trace describes them.
 
-Units (trace README, trace-replay-method.md §1): ``cpu_milli`` 1/1000 core; ``memory_mib`` MiB; ``gpu_milli``
+Units (trace README, docs/trace-replay.md §1): ``cpu_milli`` 1/1000 core; ``memory_mib`` MiB; ``gpu_milli``
 1/1000 of one GPU *per GPU* (a pod's total is ``num_gpu × gpu_milli``); ``gpu_spec`` an allow-list of GPU
 models (empty = any). GPU memory per model is not in the trace; the simulator's table below (MiB) is used only
 to give simulated GPUs a size — scheduling in the published experiment never uses GPU memory, and the default

@@ -3,7 +3,7 @@
 Order of work is chosen so every mistake surfaces before the first replay: settings (policy names, tie rule,
 tune, seeds) are validated on construction; then the plot backend is checked, the trace files are read and
 checked, and the output folder is created — only then do the runs start. Typical pods (§3.1 of
-trace-replay-method.md) are computed once per workload and shared by all runs, as the published experiment does.
+docs/trace-replay.md) are computed once per workload and shared by all runs, as the published experiment does.
 
 The progress total is exact: a run's arrival stream (shuffle + tune, §2.2 steps 4–6) depends only on the pods,
 the cluster capacity, ``tune`` and the seed — not on the policy — so it is rebuilt once per seed with
