@@ -95,8 +95,8 @@ def test_urllib3_2_beside_a_client_requiring_1_is_a_problem(monkeypatch: pytest.
     monkeypatch.setattr(compat.importlib.metadata, "requires",
                         lambda name: ["certifi>=14.05.14", "urllib3<2.0,>=1.24.2", "adal>=1.0.2; extra == 'adal'"])
     assert compat.client_problems(compat.HEADER) == [
-        "installed kubernetes client 28.1.0 requires urllib3 < 2 but urllib3 2.8.0 is installed (its errors would "
-        "fail on urllib3 2's responses): run make, which reinstalls from pyproject.toml and lets pip pick urllib3"]
+        "installed kubernetes client 28.1.0 requires urllib3 < 2 but urllib3 2.8.0 is installed (a pair pip would "
+        "not install, untested): run make, which reinstalls from pyproject.toml and lets pip pick urllib3"]
     versions["urllib3"] = "1.26.20"
     assert compat.client_problems(compat.HEADER) == []
     monkeypatch.setattr(compat.importlib.metadata, "requires", lambda name: ["urllib3!=2.6.0,>=1.24.2"])  # 35

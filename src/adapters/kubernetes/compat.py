@@ -19,7 +19,7 @@ within t, then each read within t).
 
 Also :func:`client_problems`, which ``scripts/download_deps.py --verify`` loads from this file by path (it must
 import nothing but the standard library and the client): unsupported shape, or a urllib3 2.x beside a client
-that requires urllib3 < 2 (28.x: its ``ApiException`` reads ``getheaders()``, gone in urllib3 2.1).
+whose own requirement says urllib3 < 2 (28.x; a pair pip never installs, so one nobody has tested).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def client_problems(style: str | None = STYLE) -> list[str]:
     below_two = any(re.match(r"urllib3\b[^;]*<\s*2(\.0)*\s*(,|;|$)", r) for r in requires or ())
     if urllib3 is not None and below_two and int(urllib3.split(".", 1)[0]) >= 2:
         problems.append(f"installed kubernetes client {version} requires urllib3 < 2 but urllib3 {urllib3} is "
-                        "installed (its errors would fail on urllib3 2's responses): run make, which reinstalls "
-                        "from pyproject.toml and lets pip pick urllib3")
+                        "installed (a pair pip would not install, untested): run make, which reinstalls from "
+                        "pyproject.toml and lets pip pick urllib3")
     return problems
 
 
