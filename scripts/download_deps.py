@@ -14,13 +14,15 @@ changes nothing (idempotent); ``--default`` returns to the committed state (the 
 ``--verify`` (``make build`` runs it) changes nothing and exits 1 naming each disagreement: the selection is read
 from the ``kubernetes`` requirement (``==N.*`` → Kubernetes 1.N; the default's requirement → the default), and the
 installed client's major (``importlib.metadata`` of this interpreter), the kube-scheduler tag's minor, the
-configuration's apiVersion and ``deploy/generate.py --check`` must all agree with it, and the client must take
-the per-call ``_content_type`` that ``adapters/kubernetes`` passes (only client 37 and later do, so today every
-pinned minor fails this check: the adapter needs porting first).
+configuration's apiVersion and ``deploy/generate.py --check`` must all agree with it, and the installed client must
+be one ``adapters/kubernetes`` works with: the rule is the adapter's own ``client_problems()``, loaded by path from
+``src/adapters/kubernetes/compat.py`` (clients 28-35 and >= 37 send merge patches; a client of another shape, or
+one requiring urllib3 < 2 beside urllib3 2.x, fails with a message naming it).
 
 Invariants: only those three lines change (each must occur exactly once, else exit 1 and nothing is written);
 ``pyproject.toml`` is edited as text (its comments stay) and re-read with ``tomllib`` to confirm the edit; all
-files are checked before any is written. Standard library only: it runs before ``.venv`` exists.
+files are checked before any is written. Standard library only: it runs before ``.venv`` exists (``--verify``
+alone imports the installed client, through ``compat.py``).
 Exit codes: 0 done (or verified); 1 verification failed or a file is not as expected; 2 bad command line or an
 unsupported version (the message lists the supported ones).
 """
@@ -42,6 +44,7 @@ PYPROJECT = Path("pyproject.toml")
 DEPLOYMENT = Path("deploy/scheduler/03-deployment.yaml")
 CONFIGMAP = Path("deploy/scheduler/02-configmap.yaml")
 GENERATE = Path("deploy/generate.py")
+COMPAT = Path("src/adapters/kubernetes/compat.py")
 
 VERSION = re.compile(r"^v(?P<major>1)\.(?P<minor>0|[1-9][0-9]*)\.(?P<patch>0|[1-9][0-9]*)$")
 """A Kubernetes release as ``download-deps.sh`` takes it: ``v1.MINOR.PATCH`` (e.g. ``v1.28.0``)."""
@@ -208,10 +211,8 @@ def verify(root: Path, installed: str | None) -> list[str]:
     elif minor is None and not _satisfies_floor(installed, target.client_spec):
         problems.append(f"installed kubernetes client {installed} does not satisfy the default "
                         f"kubernetes{target.client_spec}: run make")
-    if installed is not None and not _client_takes_content_type():
-        problems.append(f"installed kubernetes client {installed} does not take a per-call _content_type, which "
-                        "adapters/kubernetes passes for its merge patches (clients >= 37 do): the components' node, "
-                        "pod and Job patches would fail with it")
+    if installed is not None:
+        problems += _adapter_problems(root, installed)
     tag = TAG_LINE.search((root / DEPLOYMENT).read_text())
     api = API_LINE.search((root / CONFIGMAP).read_text())
     tag_value = None if tag is None else tag["value"]
@@ -239,14 +240,27 @@ def _satisfies_floor(installed: str, spec: str) -> bool:
     return int(installed.split(".", 1)[0]) >= int(floor.group(1))
 
 
-def _client_takes_content_type() -> bool:
-    """Whether the importable client's ``CoreV1Api.patch_node`` has a ``_content_type`` parameter (the generator
-    of client 37 writes one per method; clients 35 and older take ``**kwargs`` and reject it at call time)."""
-    import inspect
+def _adapter_problems(root: Path, installed: str) -> list[str]:
+    """``client_problems()`` of ``src/adapters/kubernetes/compat.py`` under ``root``, loaded by path (its package
+    ``__init__`` imports the whole adapter; this file imports only the standard library and the client), for
+    this interpreter's client; a client that does not import is one problem."""
+    import importlib.util
 
-    from kubernetes import client  # type: ignore[import-not-found,unused-ignore]
-
-    return "_content_type" in inspect.signature(client.CoreV1Api.patch_node).parameters
+    path = root / COMPAT
+    spec = importlib.util.spec_from_file_location("_ljrk_kubernetes_compat", path)
+    if spec is None or spec.loader is None:
+        raise DepsError(f"{COMPAT}: cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except OSError as error:
+        raise DepsError(f"{COMPAT}: {error}") from None
+    except Exception as error:  # the client itself fails to import: report it, whatever it raised
+        return [f"installed kubernetes client {installed} does not import ({type(error).__name__}: "
+                f"{str(error)[:200]}): run make, which reinstalls from pyproject.toml"]
+    problems: list[str] = module.client_problems()
+    return problems
 
 
 def _installed_client() -> str | None:

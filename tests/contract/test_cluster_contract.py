@@ -30,7 +30,8 @@ Behaviours covered:
 - Jobs (batch/v1: create/list/watch with label selectors, status, background delete): in
   ``test_cluster_jobs_contract.py``, on the same ``cluster`` fixture.
 Memory-only extras: finalize_deletions, the bounded history window, a watcher behind the window, RV "0".
-Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server);
+Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server,
+written for every supported client: 28-35 and 37 differ in ``ApiException`` and ``deserialize``);
 transport failures — connection refused, a server that never answers (timeout) — surface as UnavailableError
 (status 0, chained to the urllib3/socket error) from every call and from a watch iterator, never as a raw
 exception; ``with_request_timeout`` gives a view with its own timeout.
@@ -39,10 +40,12 @@ exception; ``with_request_timeout`` gives a view with its own timeout.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import socket
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -621,7 +624,7 @@ def test_kubernetes_error_translation_without_server() -> None:
     from adapters.kubernetes.translate import MAX_ERROR_DETAIL, cluster_error
 
     body = json.dumps({"kind": "Status", "code": 409, "message": "x" * 5000})
-    conflict = cluster_error(ApiException(status=409, reason="Conflict", body=body), "patch pod a/b")
+    conflict = cluster_error(_api_exception(409, "Conflict", body), "patch pod a/b")
     assert type(conflict) is ConflictError
     assert conflict.status == 409
     assert len(str(conflict)) < MAX_ERROR_DETAIL + 50
@@ -629,7 +632,7 @@ def test_kubernetes_error_translation_without_server() -> None:
     gone = cluster_error(ApiException(status=410, reason="Expired: too old resource version: 1 (5)"), "watch")
     assert type(gone) is GoneError
     assert "too old" in str(gone)
-    other = cluster_error(ApiException(status=422, reason="Unprocessable Entity", body="not json"), "create")
+    other = cluster_error(_api_exception(422, "Unprocessable Entity", "not json"), "create")
     assert type(other) is ClusterError
     assert other.status == 422
 
@@ -645,7 +648,25 @@ def test_kubernetes_lease_times_always_carry_microseconds() -> None:
         # metav1.MicroTime is parsed with the layout 2006-01-02T15:04:05.000000Z07:00: six digits, always
         assert wire["spec"]["acquireTime"] == "2023-11-14T22:13:20.000000+00:00"
         assert wire["spec"]["renewTime"] == "1970-01-01T00:00:01.500000+00:00"
-        assert lease_from_v1(api_client.deserialize(json.dumps(wire), "V1Lease", "application/json")) == lease
+        assert lease_from_v1(_deserialize(api_client, json.dumps(wire), "V1Lease")) == lease
+
+
+def _api_exception(status: int, reason: str, body: str) -> Any:
+    """An ``ApiException`` carrying a response ``body`` as the client's REST layer makes one: 37 takes ``body=``,
+    28-35 read it from ``http_resp`` only, so it is set as the attribute both keep it in."""
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body
+    return exc
+
+
+def _deserialize(api_client: Any, text: str, model: str) -> Any:
+    """``ApiClient.deserialize`` of the installed client: 37 takes the text and its content type, 28-35 a
+    response object with ``.data``."""
+    if "content_type" in inspect.signature(api_client.deserialize).parameters:
+        return api_client.deserialize(text, model, "application/json")
+    return api_client.deserialize(types.SimpleNamespace(data=text), model)
 
 
 @contextlib.contextmanager

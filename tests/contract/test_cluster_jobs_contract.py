@@ -13,6 +13,7 @@ Behaviours covered:
 - watch from the list RV through a selector: ADDED, MODIFIED (status), DELETED of matching Jobs only, RVs rising;
 - set_job_status: SUCCEEDED (``Complete`` condition, completion time) and FAILED (``Failed`` condition with reason
   and message) read back with their phase, counts and finish time; back to ACTIVE clears them;
+- (kubernetes only) a second finished status replaces the conditions: a merge patch, not a strategic one;
 - delete with background propagation: the Job is gone at once; delete/get/set status of a missing Job →
   NotFoundError.
 Memory-only extras: ``job_deletions`` records each propagation; namespaces separate Jobs; the domain's toggle Job
@@ -175,6 +176,23 @@ def test_set_job_status(cluster: ClusterUnderTest) -> None:
     assert failed.status == failed_status
     active = cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.ACTIVE, active=1))
     assert active.status == JobStatus(JobPhase.ACTIVE, active=1)
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("cluster", ["kubernetes"], indirect=True)
+def test_kubernetes_job_status_writes_are_merge_patches(cluster: ClusterUnderTest) -> None:
+    """A second finished status replaces ``status.conditions``: the write is a JSON merge patch on every client.
+    A strategic merge patch — what clients 28-35 send for a dict body unless told otherwise — merges the list by
+    ``type`` (patchMergeKey) and keeps the old condition beside the new one (measured on 1.20: [Failed, Complete])."""
+    from kubernetes import client
+
+    job = cluster.api.create_job(_job(cluster))
+    cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.SUCCEEDED, succeeded=1))
+    cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.FAILED, failed=1, reason="R"))
+    with cluster.plane.api_client() as api_client:
+        raw = client.BatchV1Api(api_client).read_namespaced_job_status(job.name, cluster.namespace)
+    assert [(c.type, c.status, c.reason) for c in raw.status.conditions] == [("Failed", "True", "R")]
+    assert raw.status.completion_time is None
 
 
 def test_delete_job_and_not_found(cluster: ClusterUnderTest) -> None:

@@ -12,7 +12,8 @@ Every case runs the script on a copy of the repository's ``pyproject.toml``, ``h
   nothing; a manifest without the line to edit exits 1, writing nothing;
 * ``--verify`` (``make build``) passes when pyproject.toml, the installed client (this interpreter's, or a given
   distribution's metadata first on PYTHONPATH) and the manifests agree, and exits 1 naming each disagreement:
-  client major, a client without the per-call ``_content_type`` the adapter passes (every client before 37),
+  client major, a client the adapter cannot send merge patches with (neither 37's per-call ``_content_type``
+  nor 28-35's ``call_api(response_type=…)``: 36's shape), a client requiring urllib3 < 2 beside urllib3 2.x,
   kube-scheduler tag, stale generated files, a requirement no table entry pins;
 * the wrapper is shellcheck-clean and refuses a missing Python.
 """
@@ -44,6 +45,9 @@ def copy_repo(tmp_path: Path) -> Path:
     shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
     for folder in ("hack", "scripts", "deploy"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    compat = Path("src/adapters/kubernetes/compat.py")  # --verify applies the adapter's own client rule
+    (root / compat).parent.mkdir(parents=True)
+    shutil.copy2(REPO / compat, root / compat)
     return root
 
 
@@ -57,15 +61,18 @@ def deps(root: Path, *args: str, env: Mapping[str, str] | None = None) -> subpro
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
-def verify(root: Path, installed: str | None = None, tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+def verify(root: Path, installed: str | None = None, tmp_path: Path | None = None,
+           requires: str = "") -> subprocess.CompletedProcess[str]:
     """``--verify`` under this interpreter; ``installed`` puts a ``kubernetes`` distribution of that version first
-    on the path (metadata only: verify reads the version, as it would after ``make`` installed it)."""
+    on the path (metadata only, with ``requires`` as its ``Requires-Dist`` lines: verify reads them, as it would
+    after ``make`` installed it)."""
     env = dict(os.environ)
     if installed is not None:
         assert tmp_path is not None
         dist = tmp_path / "site" / f"kubernetes-{installed}.dist-info"
         dist.mkdir(parents=True)
-        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kubernetes\nVersion: {installed}\n")
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: kubernetes\nVersion: {installed}\n{requires}")
         env["PYTHONPATH"] = str(tmp_path / "site")
     return subprocess.run([sys.executable, str(root / "scripts" / "download_deps.py"), "--verify"],
                           capture_output=True, text=True, timeout=60, check=False, cwd=root, env=env)
@@ -226,22 +233,52 @@ def test_verify_needs_the_pinned_clients_major(tmp_path: Path) -> None:
     assert right.stdout == "verified: Kubernetes 1.28, kubernetes client 28.1.0, manifests agree\n"
 
 
-def test_verify_refuses_a_client_without_per_call_content_type(tmp_path: Path) -> None:
-    """Clients 35 and older take ``**kwargs`` and reject ``_content_type`` when called (measured with the real
-    28.1.0 wheel against the test control plane: every node patch of the contract tests failed with ApiTypeError);
-    a package of that shape first on the path stands in for one here."""
+def test_verify_passes_a_pinned_client_the_adapter_supports(tmp_path: Path) -> None:
+    """Clients 28-35 take no ``_content_type`` but a ``call_api(response_type=…)``, through which the adapter
+    sends its merge patches (``adapters.kubernetes.compat``); a package of 28.1.0's shape first on the path stands
+    in for the real one (``tests/integration/test_kubernetes_client_versions.py`` runs the real one)."""
     root = copy_repo(tmp_path)
     assert deps(root, "v1.28.0").returncode == 0
+    fake_client(tmp_path, "def call_api(self, resource_path, method, path_params=None, response_type=None): ...")
+    result = verify(root, "28.1.0", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "verified: Kubernetes 1.28, kubernetes client 28.1.0, manifests agree\n"
+
+
+def test_verify_refuses_a_client_the_adapter_cannot_patch_with(tmp_path: Path) -> None:
+    """36.0.3's shape: ``_content_type`` only through ``**kwargs`` and a ``call_api(response_types_map=…)``."""
+    root = copy_repo(tmp_path)
+    fake_client(tmp_path, "def call_api(self, resource_path, method, response_types_map=None, **kwargs): ...")
+    result = verify(root, "37.0.0", tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "hack/download-deps.sh --verify: installed kubernetes client 37.0.0 is not supported by adapters/kubernetes: "
+        "its patch methods take no _content_type and its ApiClient.call_api takes no response_type, so it cannot "
+        "send merge patches (supported: 28-35 and >= 37, hack/kubernetes-versions.toml)"]
+
+
+def test_verify_refuses_a_client_requiring_urllib3_1_beside_urllib3_2(tmp_path: Path) -> None:
+    urllib3 = importlib.metadata.version("urllib3")
+    if int(urllib3.split(".")[0]) < 2:
+        pytest.skip(f"this interpreter has urllib3 {urllib3}: the combination needs urllib3 2")
+    root = copy_repo(tmp_path)
+    assert deps(root, "v1.28.0").returncode == 0
+    result = verify(root, "28.1.0", tmp_path, requires="Requires-Dist: urllib3<2.0,>=1.24.2\n")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"hack/download-deps.sh --verify: installed kubernetes client 28.1.0 requires urllib3 < 2 but urllib3 "
+        f"{urllib3} is installed (a pair pip would not install, untested): run make, which reinstalls from "
+        "pyproject.toml and lets pip pick urllib3"]
+
+
+def fake_client(tmp_path: Path, call_api: str) -> None:
+    """A ``kubernetes`` package first on the path whose ``CoreV1Api.patch_node`` takes ``**kwargs`` (28-36) and
+    whose ``ApiClient`` has ``call_api``."""
     package = tmp_path / "site" / "kubernetes" / "client"
     package.mkdir(parents=True)
     (package.parent / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("class CoreV1Api:\n    def patch_node(self, name, body, **kwargs): ...\n")
-    result = verify(root, "28.1.0", tmp_path)
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        "hack/download-deps.sh --verify: installed kubernetes client 28.1.0 does not take a per-call _content_type, "
-        "which adapters/kubernetes passes for its merge patches (clients >= 37 do): the components' node, pod and "
-        "Job patches would fail with it"]
+    (package / "__init__.py").write_text("class CoreV1Api:\n    def patch_node(self, name, body, **kwargs): ...\n"
+                                         f"class ApiClient:\n    {call_api}\n")
 
 
 def test_verify_names_a_manifest_that_disagrees_and_stale_generated_files(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The cluster port over the official Python client (``kubernetes`` 37.x): CoreV1Api (ConfigMaps in
-:mod:`.configmaps`), CoordinationV1Api and (in :mod:`.jobs`) BatchV1Api.
+"""The cluster port over the official Python client (``kubernetes`` 37.x, and 28–35 through :mod:`.compat`):
+CoreV1Api (ConfigMaps in :mod:`.configmaps`), CoordinationV1Api and (in :mod:`.jobs`) BatchV1Api.
 
 Protocol facts this relies on (core/v1 and coordination.k8s.io/v1 API reference; checked by ``tests/contract`` against a
 real kube-apiserver 1.20):
@@ -8,7 +8,8 @@ real kube-apiserver 1.20):
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
   carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409.
 * **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
-  strategic merge): null deletes a key, ``metadata.resourceVersion`` makes the patch conditional (409 when stale).
+  strategic merge), sent by :func:`.compat.merge_patch` on every supported client: null deletes a key,
+  ``metadata.resourceVersion`` makes the patch conditional (409 when stale).
 * **watches** use ``kubernetes.watch.Watch`` with ``timeout_seconds`` (server side; the client then never
   retries) and ``_request_timeout`` (client socket) a little longer. Too-old RVs come back as HTTP 410 or as an
   ``ERROR`` event with code 410, which the client raises as ``ApiException(410)``: both become :class:`GoneError`.
@@ -18,9 +19,10 @@ real kube-apiserver 1.20):
   included) become :class:`UnavailableError`. All chained with ``raise … from``; nothing else escapes a call
   or a watch iterator.
 * **timeouts** — ``request_timeout`` is the client's total timeout of one non-watch request (connect + read,
-  urllib3 ``Timeout(total=…)``); :meth:`KubernetesCluster.with_request_timeout` gives a view with another one
-  over the same ``ApiClient`` (the scheduler caps its commit calls with it). It is a client-side bound: a
-  request the server already received may still be applied after the client gave up.
+  urllib3 ``Timeout(total=…)``; on 28–35 see :func:`.compat.wire_timeout`);
+  :meth:`KubernetesCluster.with_request_timeout` gives a view with another one over the same ``ApiClient`` (the
+  scheduler caps its commit calls with it). It is a client-side bound: a request the server already received
+  may still be applied after the client gave up.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from domain.kube.objects import (
 )
 from ports.cluster import ClusterError
 
+from .compat import EVENT, MERGE_PATCH, NODE, POD, POD_STATUS, merge_patch, require_supported, wire_timeout
 from .configmaps import KubernetesConfigMaps
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
@@ -72,8 +75,6 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 
 WATCH_SOCKET_SLACK = 5.0
 """Seconds the client socket timeout of a watch exceeds its server-side ``timeoutSeconds``."""
-
-MERGE_PATCH = "application/merge-patch+json"
 
 _T = TypeVar("_T")
 
@@ -111,20 +112,22 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         component: str = "lj-runtimekit",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
+        require_supported()
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
         self._batch = client.BatchV1Api(api_client)
         self._pod_image = pod_image
         self._component = component
-        self._timeout = request_timeout
+        self._seconds = request_timeout
+        self._timeout = wire_timeout(request_timeout)  # what the client takes (compat: 28-35 drop a float)
         self._event_lock = threading.Lock()  # one Event write at a time, so a repeat never races its first create
         self._events = EventCorrelator()  # names: the Events' metadata.name
 
     @property
     def request_timeout(self) -> float:
         """Client timeout (s) of one non-watch call."""
-        return self._timeout
+        return self._seconds
 
     def with_request_timeout(self, seconds: float) -> KubernetesCluster:
         """A view over the same ``ApiClient`` (same connection pool) whose non-watch calls time out after
@@ -177,7 +180,9 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         """Merge-patch labels/annotations (None deletes). Raises NotFoundError, ConflictError (stale RV)."""
         body = metadata_patch(labels=labels, annotations=annotations, resource_version=resource_version)
         with _api_errors(f"patch node {name[:100]}"):
-            node = self._core.patch_node(name, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+            node = merge_patch(
+                lambda: self._core.patch_node(name, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout),
+                self._api_client, NODE, body, timeout=self._timeout, path={"name": name})
         return node_from_v1(node)
 
     # ------------------------------------------------------------------ pods
@@ -238,9 +243,10 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         subresource. Raises NotFoundError."""
         body = pod_status_patch(phase, terminations)
         with _api_errors(f"set phase of pod {namespace[:64]}/{name[:100]}"):
-            pod = self._core.patch_namespaced_pod_status(
-                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
-            )
+            pod = merge_patch(
+                lambda: self._core.patch_namespaced_pod_status(
+                    name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout),
+                self._api_client, POD_STATUS, body, timeout=self._timeout, path={"name": name, "namespace": namespace})
         return pod_from_v1(pod)
 
     def patch_pod_annotations(
@@ -249,9 +255,10 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         """Merge-patch annotations (None deletes). Raises NotFoundError, ConflictError (stale RV)."""
         body = metadata_patch(annotations=changes, resource_version=resource_version)
         with _api_errors(f"patch pod {namespace[:64]}/{name[:100]}"):
-            pod = self._core.patch_namespaced_pod(
-                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
-            )
+            pod = merge_patch(
+                lambda: self._core.patch_namespaced_pod(
+                    name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout),
+                self._api_client, POD, body, timeout=self._timeout, path={"name": name, "namespace": namespace})
         return pod_from_v1(pod)
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
@@ -287,9 +294,13 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
                 repeat = seen.repeated(now=now)
                 try:
                     with _api_errors(f"patch {what}"):
-                        self._core.patch_namespaced_event(
-                            seen.name, event.namespace, event_repeat_patch(count=repeat.count, now=repeat.last),
-                            _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+                        patch = event_repeat_patch(count=repeat.count, now=repeat.last)
+                        merge_patch(
+                            lambda: self._core.patch_namespaced_event(
+                                seen.name, event.namespace, patch, _content_type=MERGE_PATCH,
+                                _request_timeout=self._timeout),
+                            self._api_client, EVENT, patch, timeout=self._timeout,
+                            path={"name": seen.name, "namespace": event.namespace})
                 except ClusterError:  # expired (404), or no patch right (403, RBAC of an older release): create
                     self._events.forget(event)
                 else:
@@ -342,7 +353,7 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
             resource_version=resource_version,
             timeout_seconds=server_timeout,
             allow_watch_bookmarks=True,
-            _request_timeout=server_timeout + WATCH_SOCKET_SLACK,
+            _request_timeout=wire_timeout(server_timeout + WATCH_SOCKET_SLACK),
             **kwargs,
         )
         try:

@@ -27,7 +27,7 @@ class KubernetesConfigMaps:
     """The ConfigMap methods of :class:`~adapters.kubernetes.cluster.KubernetesCluster` (module docstring)."""
 
     _core: client.CoreV1Api
-    _timeout: float
+    _timeout: float | tuple[float, float]  # compat.wire_timeout of the request timeout
 
     def list_config_maps(self, namespace: str) -> Listing[ConfigMapObject]:
         """Every ConfigMap of ``namespace`` and the list's resourceVersion. Raises ClusterError."""

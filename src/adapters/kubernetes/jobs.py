@@ -19,10 +19,9 @@ from kubernetes import client
 
 from domain.kube.objects import JobObject, JobStatus, Listing, Propagation, WatchEvent
 
+from .compat import JOB_STATUS, MERGE_PATCH, merge_patch
 from .errors import api_errors
 from .translate_jobs import job_from_v1, job_status_patch, job_to_v1
-
-MERGE_PATCH = "application/merge-patch+json"
 
 _T = TypeVar("_T")
 
@@ -31,7 +30,7 @@ class KubernetesJobs:
     """The Job methods of :class:`~adapters.kubernetes.cluster.KubernetesCluster` (module docstring)."""
 
     _batch: client.BatchV1Api
-    _timeout: float
+    _timeout: float | tuple[float, float]  # compat.wire_timeout of the request timeout
 
     def _watch(
         self,
@@ -91,7 +90,9 @@ class KubernetesJobs:
         """Merge-patch ``status`` through the status subresource. Raises NotFoundError."""
         body = job_status_patch(status, now=time.time())
         with api_errors(f"set status of job {namespace[:64]}/{name[:100]}"):
-            job = self._batch.patch_namespaced_job_status(
-                name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout
-            )
+            job = merge_patch(
+                lambda: self._batch.patch_namespaced_job_status(
+                    name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout),
+                self._batch.api_client, JOB_STATUS, body, timeout=self._timeout,
+                path={"name": name, "namespace": namespace})
         return job_from_v1(job)

@@ -1,4 +1,5 @@
-"""Translation between the official client's V1 models (``kubernetes`` 37.x, pydantic) and the domain value types.
+"""Translation between the official client's V1 models (``kubernetes`` 37.x pydantic, or 28–35) and the domain
+value types.
 
 Private to this adapter (house rule 6). Quantities stay strings as the API writes them; times become epoch seconds
 (float). ``metav1.MicroTime`` (Lease acquire/renew times) is parsed by kube-apiserver with the strict layout
