@@ -18,12 +18,12 @@ import attrs
 import pytest
 
 from adapters.memory.runtime_state import InMemoryRuntimeStateStore
+from adapters.simulated.miglayout import MigLayouts
 from adapters.statefile import JsonRuntimeStateStore
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
 from domain.runtime.mig import MigNode
-from domain.runtime.miglayout import MigLayouts
 from domain.runtime.types import (
     ContainerAllocationRequest,
     PlannedGpu,

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory.podresources import InMemoryPodResources
 from adapters.prometheus.exporter import PrometheusExporterMetrics
+from adapters.simulated.miglayout import simulated_mig_uuid
 from domain.exporter.attribution import (
     AttributionMismatch,
     PodContainerDevices,
@@ -40,7 +41,6 @@ from domain.exporter.metrics import (
 from domain.exporter.snapshot import Snapshot
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import MigOwner, PlacementMode
-from domain.runtime.miglayout import simulated_mig_uuid
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceData, MigInstanceInfo, PlannedMig
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.exporter.collector import SnapshotCollector

@@ -37,13 +37,13 @@ import threading
 
 import pytest
 
+from adapters.simulated.miglayout import MigLayouts, simulated_mig_uuid
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.mig.errors import MigPlacementError
 from domain.mig.gpu import MigOwner, PlacementMode
 from domain.mig.profiles import MigProfile, resolve_profile
 from domain.request import resolve_share
 from domain.runtime.book import AllocationBook
-from domain.runtime.broadcast import HealthBroadcast
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.errors import (
     AllocationConflictError,
@@ -57,7 +57,6 @@ from domain.runtime.features import RUNTIME_FEATURES, RuntimeInfo, SemVer, featu
 from domain.runtime.health import APPLICATION_XIDS, HealthTracker
 from domain.runtime.limits import hami_memory_limit
 from domain.runtime.mig import MigNode, mig_gpu_of, with_owners
-from domain.runtime.miglayout import MigLayouts, simulated_mig_uuid
 from domain.runtime.types import (
     ContainerAllocationRequest,
     ContainerUsage,
@@ -73,6 +72,7 @@ from domain.runtime.types import (
     UsageSample,
 )
 from domain.units import GiB, MiB
+from services.runtime.broadcast import HealthBroadcast
 
 A = GpuUuid("GPU-aaaa")
 B = GpuUuid("GPU-bbbb")

@@ -7,7 +7,7 @@ containers capped at 100 %, its memory used the sum capped at its memory; temper
 ``idle_celsius + 0.4 × utilization`` °C and power ``idle_watts + (max_watts − idle_watts) × utilization / 100`` W.
 
 MIG (GPUs whose spec says ``migMode: enabled``, layouts checked against ``domain.mig.profiles``): instances live in
-a :class:`domain.runtime.miglayout.MigLayouts` (deterministic ids and ``MIG-…`` UUIDs), created and destroyed by
+a :class:`adapters.simulated.miglayout.MigLayouts` (deterministic ids and ``MIG-…`` UUIDs), created and destroyed by
 :meth:`SimulatedGpuBackend.create_mig_instance` / :meth:`destroy_mig_instance` for the dynamic strategy. An instance
 held by a record uses ``utilization_factor × 100`` % and ``floor(memory × memory_factor)`` bytes of its memory, a
 free one nothing. A MIG GPU's own sample has no utilization (NVML reports NotSupported in MIG mode), memory used
@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from adapters.simulated.miglayout import MigLayouts
 from domain.errors import DomainError
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.mig.profiles import MigProfile
 from domain.runtime.health import APPLICATION_XIDS, HealthTracker
 from domain.runtime.mig import mig_table
-from domain.runtime.miglayout import MigLayouts
 from domain.runtime.types import (
     ContainerAllocation,
     ContainerUsage,

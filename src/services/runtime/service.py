@@ -33,7 +33,6 @@ from collections.abc import Callable
 from domain.gpu import GpuUuid
 from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
-from domain.runtime.broadcast import HealthBroadcast, HealthSubscription
 from domain.runtime.damping import HealthDamper
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.exporter import build_exporter_data
@@ -53,6 +52,7 @@ from domain.runtime.types import (
 )
 from ports.gpu_backend import GpuBackend, GpuBackendError
 from ports.runtime_state import RuntimeStateStore
+from services.runtime.broadcast import HealthBroadcast, HealthSubscription
 
 log = logging.getLogger(__name__)
 
