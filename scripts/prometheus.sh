@@ -11,10 +11,10 @@ set -euo pipefail
 
 PACKAGE="prometheus"
 BINARIES=(prometheus promtool)
-POLICY_RC="/usr/sbin/policy-rc.d"
-
-log() { printf '[prometheus] %s\n' "$*" >&2; }
-die() { printf '[prometheus] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_TAG="prometheus"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$HERE/lib/common.sh"  # log, die, apt_install
 
 usage() {
     cat >&2 <<'EOF'
@@ -46,20 +46,7 @@ cmd_install() {
         return 0
     fi
     [[ "$(id -u)" == 0 ]] || die "install needs root (apt-get)"
-    local own_policy=0
-    if [[ ! -e "$POLICY_RC" ]]; then
-        printf '#!/bin/sh\n# scripts/prometheus.sh: no service starts while packages install\nexit 101\n' >"$POLICY_RC"
-        chmod 0755 "$POLICY_RC"
-        own_policy=1
-        trap 'rm -f "$POLICY_RC"' EXIT
-    fi
-    log "apt-get install $PACKAGE"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$PACKAGE" >/dev/null
-    if [[ "$own_policy" == 1 ]]; then
-        rm -f "$POLICY_RC"
-        trap - EXIT
-    fi
+    apt_install "$PACKAGE"
     local b
     for b in "${BINARIES[@]}"; do
         command -v "$b" >/dev/null || die "$PACKAGE installed but '$b' is not on PATH"

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Helpers shared by scripts/real-kubelet.sh and scripts/images.sh (sourced, never run). The caller sets LOG_TAG.
+# Helpers shared by scripts/real-kubelet.sh, scripts/images.sh and scripts/prometheus.sh (sourced, never run).
+# The caller sets LOG_TAG.
 #   log MESSAGE / die MESSAGE      one line on stderr tagged [LOG_TAG]; die exits 1
 #   apt_install PACKAGE...         apt-get installs the missing ones (root), no recommends, and no service starts
 #                                  while they install (a temporary policy-rc.d denies it; e.g. containerd's)

@@ -26,7 +26,7 @@ from ports.cluster import ClusterApi
 from ports.metrics import ControllerMetrics
 from services._shared.leader import LeaderConfig, LeaderElector
 from services._shared.logs import configure_logging
-from services._shared.publish import ProtocolPublisher
+from services._shared.publish import ProtocolPublisher, pod_publisher
 from services.controller.service import ToggleController
 
 from .app import ControllerApp, ControllerSettings
@@ -86,12 +86,8 @@ def leader_flag(elector: LeaderElector | None) -> Callable[[], bool]:
 def make_publisher(
     cluster: ClusterApi, settings: ControllerSettings, protocol: ProtocolConstants
 ) -> ProtocolPublisher | None:
-    """Writes the protocol fingerprint on this replica's Pod under the key ``annotations.node-protocol`` (the
-    same key the device plugin writes on its Node), or None outside a pod (no ``--pod-name``)."""
-    if not settings.pod_name:
-        return None
-    return ProtocolPublisher(cluster, pod=(settings.pod_namespace, settings.pod_name),
-                             key=protocol.annotations.node_protocol, fingerprint=protocol.fingerprint())
+    """The fingerprint publisher on this replica's Pod (:func:`services._shared.publish.pod_publisher`)."""
+    return pod_publisher(cluster, protocol, pod_name=settings.pod_name, pod_namespace=settings.pod_namespace)
 
 
 def exposition(metrics: PrometheusControllerMetrics) -> Callable[[], bytes]:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from domain.kube.protocol import ProtocolConstants
 from ports.cluster import NodesApi, PodsApi
 
 log = logging.getLogger(__name__)
@@ -70,3 +71,15 @@ class ProtocolPublisher:
             log.info("published protocol fingerprint %s on %s", self._fingerprint, self.target)
             self.published.set()
             return
+
+
+def pod_publisher(cluster: PublishCluster, protocol: ProtocolConstants, *, pod_name: str,
+                  pod_namespace: str) -> ProtocolPublisher | None:
+    """A publisher of ``protocol``'s fingerprint on this replica's own Pod (``pod_namespace/pod_name``, from the
+    downward API) under the key ``annotations.node-protocol`` (the one the device plugin writes on its Node; a new
+    key would change every fingerprint), or None outside a pod (empty ``pod_name``). Raises ValueError for an empty
+    namespace."""
+    if not pod_name:
+        return None
+    return ProtocolPublisher(cluster, pod=(pod_namespace, pod_name), key=protocol.annotations.node_protocol,
+                             fingerprint=protocol.fingerprint())
