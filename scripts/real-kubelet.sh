@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A real Kubernetes node for the integration tests: kubelet 1.20.2 built from Debian's source package, Debian's
-# containerd + runc, a pause image, a small workload image and a no-op CNI plugin, all made here without any
-# registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`,
+# containerd + runc, a pause image, a small workload image, a kube-scheduler image and a no-op CNI plugin, all made
+# here without any registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`,
 # through tests/integration/kubelet_cli.py).
 #
-#   bash scripts/real-kubelet.sh install        # Debian packages, kubelet, pause + workload images, CNI plugin
+#   bash scripts/real-kubelet.sh install        # Debian packages, kubelet, pause/workload/kube-scheduler images, CNI
 #   bash scripts/real-kubelet.sh node-dir       # print the cache folder holding them (exit 1 if not installed)
 #   bash scripts/real-kubelet.sh start DIR [--kubeconfig F --node-name N]   # containerd + kubelet in DIR
 #   bash scripts/real-kubelet.sh stop DIR       # stop them and remove every process, mount, cgroup and file
@@ -14,9 +14,12 @@
 #      gcc and libc6-dev (no service is started: a policy-rc.d denies it while packages install);
 #   2. runs scripts/k8s-control-plane.sh install (the source tree it unpacks) and builds cmd/kubelet in that tree
 #      under the same lock, with the same offline recipe (GOPROXY=off, vendored modules, CGO_ENABLED=0);
-#   3. compiles Kubernetes' own build/pause/linux/pause.c statically and packs it, and busybox-static, as one-layer
-#      images with buildah (vfs storage under a temporary root, removed afterwards), written as docker-archive
-#      tarballs that containerd imports (`ljrk.local/pause:3.2`, `ljrk.local/workload:1`);
+#   3. compiles Kubernetes' own build/pause/linux/pause.c statically and packs it, busybox-static, and the control
+#      plane's static kube-scheduler binary (scripts/k8s-control-plane.sh, built from the same source tree) as
+#      one-layer images with buildah (vfs storage under a temporary root, removed afterwards), written as
+#      docker-archive tarballs that containerd imports (`ljrk.local/pause:3.2`, `ljrk.local/workload:1`, and
+#      `registry.k8s.io/kube-scheduler:v<its version>`: the upstream image's name, so deploy/'s scheduler Deployment
+#      runs it with `deploy-all.sh --kube-scheduler-tag`; the binary at /usr/local/bin/kube-scheduler, on PATH);
 #   4. writes the no-op CNI plugin `ljrk-noop` (answers ADD with a fixed documentation-range address and touches no
 #      interface, route or firewall rule) beside a link to Debian's `loopback`.
 # Everything lands in ${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}/node; nothing built here is ever committed.
@@ -30,6 +33,7 @@ SRC_ROOT="$CACHE/src"
 APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static buildah gcc libc6-dev util-linux)
 PAUSE_IMAGE="ljrk.local/pause:3.2"
 WORKLOAD_IMAGE="ljrk.local/workload:1"
+KUBE_SCHEDULER_REPO="registry.k8s.io/kube-scheduler"
 
 LOG_TAG="real-kubelet"
 # shellcheck source=scripts/lib/common.sh
@@ -50,6 +54,7 @@ script_hash() { sha256sum "$0" | cut -c1-16; }
 
 is_installed() {
     [[ -x "$NODE/bin/kubelet" && -f "$NODE/images/pause.tar" && -f "$NODE/images/workload.tar" ]] || return 1
+    [[ -f "$NODE/images/kube-scheduler.tar" ]] || return 1
     [[ -x "$NODE/cni/bin/ljrk-noop" && -f "$NODE/.complete" ]] || return 1
     [[ "$(cat "$NODE/.complete")" == "$(script_hash)" ]]
 }
@@ -99,7 +104,8 @@ build_kubelet() {
     log "kubelet built in $((SECONDS - started)) s: $("$NODE/bin/kubelet" --version)"
 }
 
-# One-layer image from the folder $2, entrypoint $3 (JSON array), written as docker-archive $4 named $1.
+# One-layer image from the folder $2, entrypoint $3 (JSON array), written as docker-archive $4 named $1; PATH is
+# the usual one (a container command without a slash is looked up there).
 pack_image() {
     local name="$1" rootfs="$2" entrypoint="$3" out="$4" store ctr BH
     store="$(mktemp -d /tmp/ljrk-buildah-XXXXXX)"
@@ -107,7 +113,8 @@ pack_image() {
     local bh=("${BH[@]}")
     ctr="$("${bh[@]}" from scratch)"
     "${bh[@]}" copy --quiet "$ctr" "$rootfs/" / >/dev/null
-    "${bh[@]}" config --entrypoint "$entrypoint" --cmd '' --os linux --arch amd64 "$ctr"
+    "${bh[@]}" config --entrypoint "$entrypoint" --cmd '' --os linux --arch amd64 \
+        --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
     "${bh[@]}" commit --quiet "$ctr" "$name" >/dev/null
     rm -f "$out"
     "${bh[@]}" push --quiet "$name" "docker-archive:$out:$name" >/dev/null
@@ -130,10 +137,21 @@ make_images() {
         ln -s busybox "$work/workload/bin/$applet"
     done
     pack_image "$WORKLOAD_IMAGE" "$work/workload" '["/bin/sh"]' "$NODE/images/workload.tar"
+    local scheduler_bin scheduler_version scheduler_image
+    scheduler_bin="$CACHE/bin/kube-scheduler"
+    [[ -x "$scheduler_bin" ]] || die "no $scheduler_bin (scripts/k8s-control-plane.sh install builds it)"
+    scheduler_version="$("$scheduler_bin" --version | awk '{print $2}')"  # "Kubernetes v1.20.2"
+    [[ "$scheduler_version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "$scheduler_bin --version: no vX.Y.Z"
+    scheduler_image="$KUBE_SCHEDULER_REPO:$scheduler_version"
+    mkdir -p "$work/kube-scheduler/usr/local/bin" "$work/kube-scheduler/tmp"
+    install -m 0755 "$scheduler_bin" "$work/kube-scheduler/usr/local/bin/kube-scheduler"
+    pack_image "$scheduler_image" "$work/kube-scheduler" '["/usr/local/bin/kube-scheduler"]' \
+        "$NODE/images/kube-scheduler.tar"
     rm -rf "$work"
-    printf '%s\n%s\n' "$PAUSE_IMAGE" "$WORKLOAD_IMAGE" >"$NODE/images/names"
+    printf '%s\n%s\n%s\n' "$PAUSE_IMAGE" "$WORKLOAD_IMAGE" "$scheduler_image" >"$NODE/images/names"
     log "images: $PAUSE_IMAGE ($(du -h "$NODE/images/pause.tar" | cut -f1)), $WORKLOAD_IMAGE" \
-        "($(du -h "$NODE/images/workload.tar" | cut -f1))"
+        "($(du -h "$NODE/images/workload.tar" | cut -f1)), $scheduler_image" \
+        "($(du -h "$NODE/images/kube-scheduler.tar" | cut -f1))"
 }
 
 make_cni() {

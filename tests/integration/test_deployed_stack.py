@@ -1,12 +1,24 @@
 """The stack deployed by ``deploy-all.sh deploy`` from the images of ``make images``, as pods on a real node.
 
-A control plane of its own (kube-scheduler for the DaemonSet and Job pods; kube-controller-manager with the job,
+A control plane of its own (kube-scheduler for the stack's own pods; kube-controller-manager with the job,
 daemonset, deployment, replicaset and garbage-collector controllers; privileged pods allowed) and a real kubelet
-node (kubelet_harness.py). The six image tarballs are imported into the node's containerd, then a copy of deploy/
-with the test overlay of deployed_stack.py is applied with its own ``deploy-all.sh deploy`` (the node components
-and the controller; the scheduler's Deployment needs a kube-scheduler >= 1.25 image, which cannot be made here).
-Labelling the node ``lj_runtimekit_enable=true`` must then start the Runtime, device-plugin and exporter pods,
-the controller's enable Job must mark the node ``enabled``, and the node must show our three resources.
+node (kubelet_harness.py). The six image tarballs and the kube-scheduler image of ``scripts/real-kubelet.sh``
+(the test plane's 1.20.2 binary: no kube-scheduler >= 1.25 image can be had here) are imported into the node's
+containerd, then a copy of deploy/ with the test overlay of deployed_stack.py is applied with its own
+``deploy-all.sh deploy --kube-scheduler-tag v1.20.2``: all five components, the scheduler Deployment being
+kube-scheduler + our extender as deployed. The tests run in file order on that one deployment:
+
+1. labelling the node ``lj_runtimekit_enable=true`` starts every pod, the controller's enable Job marks the node
+   ``enabled`` and the node shows our three resources;
+2. a GPU-share pod with ``schedulerName: lj-runtimekit-scheduler`` runs with its grant in its environment, the
+   exporter's ``/metrics`` attribute it and the scheduler's ledger holds it; deleting it frees ledger, Runtime
+   records and series (the time from ``deploy-all.sh deploy`` to that pod running is printed);
+3. the documented ConfigMap change: ``resources.core`` renamed in the flat dotted form in every component's
+   ``02-configmap.yaml``, ``kubectl apply -f`` of each, ``kubectl rollout restart`` of the workloads that load the
+   protocol; ``ljrk protocol check --kubeconfig`` then exits 0 with every component on the new fingerprint, the
+   new name is allocatable and a pod asking for it runs;
+4. ``lj_runtimekit_enable=false`` makes the controller's disable Job mark the node ``disabled``;
+5. ``deploy-all.sh delete`` leaves none of the objects it rendered, no pod and no Job of ours.
 """
 
 from __future__ import annotations
@@ -16,34 +28,57 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from deployed_stack import prepare_deploy_copy, write_kubeconfig
+import yaml
+from deployed_stack import REPO_ROOT, Overlay, metric_values, prepare_deploy_copy, write_kubeconfig
 from image_runner import images_dir
 from k8s_harness import ControlPlane, free_ports, start_control_plane
-from real_node_world import allocatable, eventually, node_ready
+from real_node_world import (
+    allocatable,
+    container,
+    eventually,
+    expected_env,
+    gpu_env,
+    http_get,
+    node_ready,
+    pod_manifest,
+    pods_in_new_namespace,
+    unique,
+)
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.k8s, pytest.mark.images]
 
 NODE = "ljrk-deploy-node"
 NAMESPACE = "kube-system"
 CONTROLLERS = ("job", "daemonset", "deployment", "replicaset", "garbagecollector", "ttl-after-finished")
-COMPONENTS = "runtime,deviceplugin,exporter,controller"
+COMPONENTS = ("runtime", "device-plugin", "exporter", "scheduler", "controller")
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
+NEW_CORE = "example.com/gpu-core.percentage"
+STATE = "lj-runtimekit.io/runtime-state"
 
 
 @pytest.fixture(scope="module")
-def image_tarballs() -> list[Path]:
+def image_tarballs(real_node_files: Path) -> list[Path]:
     found, why = images_dir()
     if found is None:
         hint = f"{why}; build them with: make images (as root)"
         if os.environ.get("LJRK_REQUIRE_IMAGES") == "1":
             pytest.fail(f"LJRK_REQUIRE_IMAGES=1 but no current images: {hint}", pytrace=False)
         pytest.skip(f"no current images: {hint}")
-    return sorted(found.glob("*.tar"))
+    return [*sorted(found.glob("*.tar")), real_node_files / "images" / "kube-scheduler.tar"]
+
+
+@pytest.fixture(scope="module")
+def kube_scheduler_tag(real_node_files: Path) -> str:
+    """The tag of the kube-scheduler image scripts/real-kubelet.sh packed (``names`` lists the images)."""
+    names = (real_node_files / "images" / "names").read_text().split()
+    tags = [n.rpartition(":")[2] for n in names if n.startswith("registry.k8s.io/kube-scheduler:")]
+    assert tags, f"{real_node_files}/images/names lists no kube-scheduler image: run scripts/real-kubelet.sh install"
+    return tags[0]
 
 
 @pytest.fixture(scope="module")
@@ -79,34 +114,68 @@ def node(plane: ControlPlane, real_node_files: Path, image_tarballs: list[Path])
         started.stop()
 
 
+class Deployed:
+    """The deployment of the module: the overlay, kubectl's environment, ``deploy-all.sh``, what it applied."""
+
+    def __init__(self, overlay: Overlay, env: dict[str, str], tag: str, work: Path) -> None:
+        self.overlay, self.env, self.tag, self.work = overlay, env, tag, work
+        self.runtime_socket = work / "host" / "run" / "runtime.sock"
+        self.started = 0.0
+        self.objects: list[dict[str, Any]] = []
+        """The objects ``deploy-all.sh deploy`` applied (its ``render``)."""
+
+    def deploy_all(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(self.overlay.script), *args, f"--kube-scheduler-tag={self.tag}"],
+                              env=self.env, capture_output=True, text=True, timeout=180, check=False)
+
+    def kubectl(self, *args: str) -> str:
+        result = subprocess.run([KUBECTL, *args], env=self.env, capture_output=True, text=True, timeout=60,
+                                check=False)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def metrics(self, key: str) -> str:
+        return http_get(f"http://127.0.0.1:{self.overlay.ports[key]}/metrics")[1]
+
+
 @pytest.fixture(scope="module")
-def deployed(plane: ControlPlane, node: Any) -> Iterator[dict[str, Any]]:
+def deployed(plane: ControlPlane, node: Any, kube_scheduler_tag: str) -> Iterator[Deployed]:
     work = Path(tempfile.mkdtemp(prefix="ljrk-deploy-", dir="/tmp"))
     work.chmod(0o755)
     kube_dir = work / "kube"
     kube_dir.mkdir(mode=0o755)
     write_kubeconfig(kube_dir / "kubeconfig", plane.host, plane.ca_file, plane.token)
-    script = prepare_deploy_copy(work / "deploy", work / "host", kube_dir, free_ports(6))
+    overlay = prepare_deploy_copy(work / "deploy", work / "host", kube_dir, free_ports(10))
     env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "KUBECTL": KUBECTL}
-
-    def deploy_all(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(script), *args, f"--components={COMPONENTS}"], env=env,
-                              capture_output=True, text=True, timeout=180, check=False)
-
-    started = time.monotonic()
-    result = deploy_all("deploy")
+    stack = Deployed(overlay, env, kube_scheduler_tag, work)
+    stack.started = time.monotonic()
+    result = stack.deploy_all("deploy")
     assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr  # the kube-scheduler tag is the API server's minor
+    rendered = stack.deploy_all("render")  # what deploy applied (render refuses once ConfigMaps are hand-edited)
+    assert rendered.returncode == 0, rendered.stderr
+    stack.objects = [d for d in yaml.safe_load_all(rendered.stdout) if d]
     try:
-        yield {"env": env, "deploy_all": deploy_all, "started": started, "work": work}
+        yield stack
     finally:
-        deploy_all("delete")
+        stack.deploy_all("delete")
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
-def _kubectl(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
+@pytest.fixture(scope="module")
+def api(plane: ControlPlane) -> Iterator[Any]:
+    with plane.api_client() as client_:
+        yield client_
+
+
+@pytest.fixture
+def diagnose(deployed: Deployed, node: Any) -> Callable[[AssertionError], AssertionError]:
+    """Adds the pods of the cluster and the node's log tails to a failed wait."""
+    def wrap(exc: AssertionError) -> AssertionError:
+        pods = subprocess.run([KUBECTL, "get", "pods", "-A", "-o", "wide"], env=deployed.env, capture_output=True,
+                              text=True, timeout=60, check=False).stdout
+        return AssertionError(f"{exc}\n{pods}\n{node.log_tails()}")
+    return wrap
 
 
 def _running(api: Any, component: str) -> bool:
@@ -114,33 +183,195 @@ def _running(api: Any, component: str) -> bool:
 
     pods = client.CoreV1Api(api).list_namespaced_pod(
         NAMESPACE, label_selector=f"app.kubernetes.io/component={component}").items
-    return any(p.status.phase == "Running" and p.spec.node_name == NODE and all(
-        c.ready for c in p.status.container_statuses or [object()]) for p in pods)
+    return any(p.status.phase == "Running" and p.spec.node_name == NODE and p.metadata.deletion_timestamp is None
+               and all(c.ready for c in p.status.container_statuses or [object()]) for p in pods)
 
 
-def test_labelling_the_node_enables_it_and_its_resources_appear(plane: ControlPlane, node: Any,
-                                                               deployed: dict[str, Any]) -> None:
+def _state(api: Any) -> str | None:
     from kubernetes import client
 
+    return (client.CoreV1Api(api).read_node(NODE).metadata.annotations or {}).get(STATE)
+
+
+def _report(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    """Print a figure on the terminal, past pytest's capture."""
+    with capsys.disabled():
+        print(f"\n[deployed stack] {line}", flush=True)
+
+
+def test_labelling_the_node_enables_it_and_its_resources_appear(api: Any, deployed: Deployed,
+                                                               diagnose: Any) -> None:
     from domain.kube.protocol import ProtocolConstants
 
-    env = deployed["env"]
-    _kubectl(env, "label", "node", NODE, "lj_runtimekit_enable=true", "--overwrite")
+    deployed.kubectl("label", "node", NODE, "lj_runtimekit_enable=true", "--overwrite")
     res = ProtocolConstants().resources
-    with plane.api_client() as api:
+    try:
+        for component in COMPONENTS:
+            eventually(lambda c=component: _running(api, c), timeout=240, what=f"{component} pod Running", step=1.0)
+        eventually(lambda: _state(api) == "enabled", timeout=120, what="node runtime-state enabled", step=1.0)
+        eventually(lambda: all(int(allocatable(api, NODE).get(r, "0")) > 0 for r in (res.gpu, res.core, res.memory)),
+                   timeout=60, what="our three resources allocatable", step=1.0)
+    except AssertionError as exc:
+        raise diagnose(exc) from exc
+
+
+def test_gpu_share_pod_through_the_deployed_scheduler(api: Any, node: Any, deployed: Deployed, diagnose: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from adapters.grpc import GrpcNodeRuntime
+    from domain.kube.protocol import ProtocolConstants
+
+    res = ProtocolConstants().resources
+    with pods_in_new_namespace(api, node) as pods:
+        name = pods.create(pod_manifest(unique("share"), [container("main", {res.core: 30, res.memory: 4})]))
         try:
-            for component in ("runtime", "device-plugin", "exporter", "controller"):
-                eventually(lambda c=component: _running(api, c), timeout=180, what=f"{component} pod Running", step=1.0)
-            core = client.CoreV1Api(api)
-
-            def state() -> str | None:
-                annotations = core.read_node(NODE).metadata.annotations or {}
-                return annotations.get("lj-runtimekit.io/runtime-state")
-
-            eventually(lambda: state() == "enabled", timeout=120, what="node runtime-state enabled", step=1.0)
-            eventually(lambda: all(int(allocatable(api, NODE).get(r, "0")) > 0 for r in (res.gpu, res.core,
-                                                                                          res.memory)),
-                       timeout=60, what="our three resources allocatable", step=1.0)
+            pod = pods.wait_running(name, timeout=180)
         except AssertionError as exc:
-            pods = _kubectl(env, "get", "pods", "-A", "-o", "wide")
-            raise AssertionError(f"{exc}\n{pods}\n{node.log_tails()}") from exc
+            raise diagnose(exc) from exc
+        took = time.monotonic() - deployed.started
+        _report(capsys, f"deploy-all.sh deploy to the first GPU-share pod Running: {took:.1f} s")
+        plan = pods.plan(name)
+        env = gpu_env(pods.env(name, "main"))
+        assert {k: env.get(k) for k in expected_env(plan, "main")} == expected_env(plan, "main")
+
+        def series() -> list[float]:
+            return metric_values(deployed.metrics("exporter"), "lj_runtimekit_container_gpu_memory_limit_bytes",
+                                 namespace=pods.namespace, pod=name, container="main")
+
+        def ledger() -> float:
+            return sum(metric_values(deployed.metrics("scheduler-metrics"),
+                                     "lj_runtimekit_scheduler_gpu_core_allocated_milli", node=NODE))
+
+        assert eventually(series, 60, "exporter series of the pod") == [float(4 << 30)]
+        assert ledger() == 300.0
+        runtime = GrpcNodeRuntime.connect(deployed.runtime_socket)
+        try:
+            def records() -> bool:
+                return any(c.pod_uid == pod.metadata.uid for c in runtime.exporter_data().containers)
+
+            assert records()
+            pods.delete(name)
+            eventually(lambda: pods.gone(name), 90, "pod deleted by kubelet")
+            eventually(lambda: not records(), 60, "Runtime records released")
+        finally:
+            runtime.close()
+        eventually(lambda: not series(), 30, "exporter series gone")
+        eventually(lambda: ledger() == 0.0, 30, "ledger freed")
+
+
+def client_allocatable(api: Any) -> dict[str, str]:
+    """Every allocatable quantity of the node (the renamed resource is none of ``allocatable``'s three)."""
+    from kubernetes import client
+
+    return dict(client.CoreV1Api(api).read_node(NODE).status.allocatable or {})
+
+
+def _flat_protocol(text: str) -> str:
+    """``text`` (a 02-configmap.yaml) with its nested ``resources:`` block replaced by the documented flat dotted
+    form, ``resources.core`` renamed to :data:`NEW_CORE`."""
+    nested = ("    resources:\n      gpu: alibabacloud.com/gpu\n      core: alibabacloud.com/gpu-core.percentage\n"
+              "      memory: alibabacloud.com/gpu-memory\n")
+    flat = (f'    resources.memory: "alibabacloud.com/gpu-memory"\n    resources.core: "{NEW_CORE}"\n'
+            '    resources.gpu: "alibabacloud.com/gpu"\n')
+    assert nested in text, "no nested resources block in the ConfigMap's protocol.yaml"
+    return text.replace(nested, flat)
+
+
+def test_documented_configmap_change_reaches_every_component(api: Any, node: Any, plane: ControlPlane,
+                                                            deployed: Deployed, diagnose: Any) -> None:
+    from adapters.protocolfile import PROTOCOL_DATA_KEY, parse_protocol
+
+    old_core = client_allocatable(api).get("alibabacloud.com/gpu-core.percentage", "0")
+    assert int(old_core) > 0, "the node shows no gpu-core before the change"
+    folders = ("deviceplugin", "exporter", "scheduler", "controller", "runtime")
+    for folder in folders:
+        file = deployed.overlay.deploy / folder / "02-configmap.yaml"
+        file.write_text(_flat_protocol(file.read_text()))
+        deployed.kubectl("apply", "-f", str(file))
+    data = yaml.safe_load((deployed.overlay.deploy / "scheduler" / "02-configmap.yaml").read_text())["data"]
+    fingerprint = parse_protocol(data[PROTOCOL_DATA_KEY], source="scheduler ConfigMap").fingerprint()
+    for workload in ("ds/lj-runtimekit-device-plugin-ds", "ds/lj-runtimekit-exporter-ds",
+                     "deploy/lj-runtimekit-scheduler-framework", "deploy/lj-runtimekit-controller"):
+        deployed.kubectl("rollout", "restart", workload, "-n", NAMESPACE)
+
+    check_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+
+    last: list[str] = []
+
+    def check() -> subprocess.CompletedProcess[str] | None:
+        result = subprocess.run([sys.executable, "-m", "entrypoints.cli", "protocol", "check", "--kubeconfig",
+                                 str(plane.kubeconfig), "--namespace", NAMESPACE], env=check_env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        last[:] = [f"exit {result.returncode}", result.stdout, result.stderr]
+        lines = result.stdout.splitlines()
+        # exit 0 alone is not enough: pods that are terminating or starting are no problem for the check
+        on_new = all(any(line.startswith(f"{fingerprint}  {component} on ") and "(terminating)" not in line
+                         for line in lines) for component in ("device-plugin", "exporter", "scheduler", "controller"))
+        return result if result.returncode == 0 and on_new else None
+
+    try:
+        try:
+            result = eventually(check, 240, "ljrk protocol check exit 0 after the rollout", step=3.0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last check: {' / '.join(last)}") from exc
+        assert not any(line.startswith("problem:") for line in result.stdout.splitlines()), result.stdout
+        eventually(lambda: client_allocatable(api).get(NEW_CORE) == old_core, 120,
+                   f"{NEW_CORE} allocatable", step=1.0)
+        with pods_in_new_namespace(api, node) as pods:
+            name = pods.create(pod_manifest(unique("renamed"), [container("main", {NEW_CORE: 20})]))
+            pods.wait_running(name, timeout=180)
+            assert pods.plan(name)["containers"]["main"]["gpus"][0]["coreMilli"] == 200
+    except AssertionError as exc:
+        raise diagnose(exc) from exc
+
+
+def test_label_false_disables_the_node_through_a_job(api: Any, deployed: Deployed, diagnose: Any) -> None:
+    from kubernetes import client
+
+    deployed.kubectl("label", "node", NODE, "lj_runtimekit_enable=false", "--overwrite")
+    jobs: set[str] = set()
+
+    def disabled() -> bool:
+        listed = client.BatchV1Api(api).list_namespaced_job(
+            NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items
+        jobs.update(j.metadata.name for j in listed if "disable" in j.metadata.name)
+        return _state(api) == "disabled"
+
+    try:
+        eventually(disabled, 180, "node runtime-state disabled", step=0.5)
+    except AssertionError as exc:
+        raise diagnose(exc) from exc
+    assert jobs, "no disable Job was seen"
+
+
+def test_delete_removes_everything_deploy_created(api: Any, deployed: Deployed) -> None:
+    from kubernetes import client, dynamic
+
+    objects = deployed.objects
+    assert len(objects) >= 20, f"only {len(objects)} objects rendered"
+    result = deployed.deploy_all("delete")
+    assert result.returncode == 0, result.stderr
+    resources = dynamic.DynamicClient(api).resources
+
+    def remaining() -> list[str]:
+        left = []
+        for obj in objects:
+            kind = resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            namespace = obj["metadata"].get("namespace") if kind.namespaced else None
+            try:
+                kind.get(name=obj["metadata"]["name"], namespace=namespace)
+            except client.ApiException as error:
+                if error.status == 404:
+                    continue
+                raise
+            left.append(f"{obj['kind']} {namespace or ''}/{obj['metadata']['name']}")
+        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        left += [f"Pod {p.metadata.name}" for p in core.list_namespaced_pod(
+            NAMESPACE, label_selector="app.kubernetes.io/name=lj-runtimekit").items]
+        left += [f"Job {j.metadata.name}" for j in batch.list_namespaced_job(
+            NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items]
+        return left
+
+    try:
+        eventually(lambda: not remaining(), 180, "every object of ours gone", step=2.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still there: {remaining()}") from exc
