@@ -220,3 +220,15 @@ def test_cli_against_an_unreachable_api_server_exits_2(tmp_path: Path, capsys: p
     assert "ljrk protocol: error: list configmaps in kube-system: API server unavailable" in err[0]
     assert ljrk(["protocol", "check", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 2
     assert "cannot load it" in capsys.readouterr().err
+
+
+def test_live_check_without_any_running_instance_exits_1() -> None:
+    """ConfigMaps alone (nothing deployed, or every pod restarting after a rollout) prove nothing: exit 1."""
+    cluster = InMemoryCluster()
+    for component in COMPONENTS:
+        cluster.create_config_map(ConfigMapObject(
+            namespace=NS, name=f"lj-runtimekit-{component}-config", data={"protocol.yaml": dump_protocol(DEFAULT)},
+            labels={"app.kubernetes.io/component": component}))
+    code, lines = run(cluster)
+    assert code == 1
+    assert lines[-1].startswith(f"protocol check: {len(COMPONENTS)} ConfigMap(s) agree, but no running instance")

@@ -6,8 +6,9 @@ the namespace's pods labelled ``app.kubernetes.io/name=lj-runtimekit``; the comp
 :func:`domain.kube.protocolcheck.read_instances`. Prints each ConfigMap with its fingerprint and component, every
 constant that differs between them (as the file mode does), each running instance with the fingerprint it runs,
 then one line per problem naming the instance, both fingerprints and the command that restarts it. Returns 0 when
-every ConfigMap and every instance agree, 1 otherwise; an unreachable or refusing API server, an invalid ConfigMap
-or a namespace without any protocol ConfigMap raise (the caller prints one line and exits 2).
+every ConfigMap and every instance agree and at least one instance runs, 1 otherwise; an unreachable or refusing
+API server, an invalid ConfigMap or a namespace without any protocol ConfigMap raise (the caller prints one line
+and exits 2).
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ def check_cluster(cluster: CheckedCluster, namespace: str, *, out: Callable[[str
     for instance in problems:
         out(f"problem: {describe(instance, namespace)}")
     running = sum(i.verdict is Verdict.AGREES for i in instances)
+    if not differing and not problems and not running:
+        out(f"protocol check: {len(configmaps)} ConfigMap(s) agree, but no running instance publishes a fingerprint "
+            "(nothing deployed yet, or every component is restarting): nothing to compare them with")
+        return EXIT_DIFFERENT
     if not differing and not problems:
         out(f"protocol check: {len(configmaps)} ConfigMap(s) and {running} running instance(s) agree")
         return EXIT_OK
