@@ -108,17 +108,33 @@ def test_a_node_annotation_counts_only_while_the_component_runs_there() -> None:
         "device-plugin node n2": Verdict.UNPUBLISHED}
 
 
-def test_pods_that_are_not_running_or_not_ours_are_ignored_and_terminating_ones_pass() -> None:
+def test_pods_not_ours_are_ignored_terminating_ones_pass_and_pending_ones_are_starting() -> None:
     pods = [pod("pending", "scheduler", phase=PodPhase.PENDING),
+            pod("done", "scheduler", phase=PodPhase.SUCCEEDED),
             pod("other-ns", "scheduler", namespace="default"),
             pod("foreign", "scheduler", labels={"app.kubernetes.io/component": "scheduler"}),
             pod("old", "scheduler", annotations={KEYS.node_protocol: "0" * 16}, deletion_timestamp=1.0),
             pod("new", "scheduler")]
     found = verdicts(configmaps(), [], pods)
     assert found == {"scheduler pod kube-system/new": Verdict.UNPUBLISHED,
-                     "scheduler pod kube-system/old": Verdict.TERMINATING}
+                     "scheduler pod kube-system/old": Verdict.TERMINATING,
+                     "scheduler pod kube-system/pending": Verdict.STARTING}
     assert Verdict.UNPUBLISHED.problem
+    assert Verdict.STARTING.problem
     assert not Verdict.TERMINATING.problem
+
+
+def test_a_node_whose_component_pod_restarts_is_starting_not_left_over() -> None:
+    """During a DaemonSet rollout the Node still carries the old pod's fingerprint while the new pod is Pending:
+    that is not yet what the node runs, so the check must not pass on it."""
+    nodes, pods = world(dp_fp="0" * 16)
+    rolling = [p for p in pods if p.name != "dp-1"]
+    rolling += [pod("dp-1", "device-plugin", node="n1", deletion_timestamp=1.0),
+                pod("dp-2", "device-plugin", node="n1", phase=PodPhase.PENDING)]
+    found = {i.where: i for i in read_instances(configmaps(), nodes, rolling, namespace=NS)
+             if i.publisher.component == "device-plugin"}
+    assert found["node n1"].verdict is Verdict.STARTING
+    assert found["node n1"].pod == f"{NS}/dp-2"
 
 
 def test_an_instance_without_its_components_configmap_is_a_problem() -> None:

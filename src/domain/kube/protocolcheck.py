@@ -17,7 +17,9 @@ Invariants:
   ``app.kubernetes.io/name=lj-runtimekit`` and ``…/component``) is on that Node in the namespace; without one
   it is :attr:`Verdict.LEFT_OVER` (uninstalled, or deployed in another namespace), which is no problem;
 * a scheduler or controller pod is an instance while it is Running; a terminating one is
-  :attr:`Verdict.TERMINATING` (being replaced), no problem either;
+  :attr:`Verdict.TERMINATING` (being replaced), no problem either; a pod of a component that is not Running yet
+  (Pending after a rollout restart), and a Node whose component pod is such a pod, is :attr:`Verdict.STARTING`,
+  which fails the check: what it will run is not known yet (run the check again once it is up);
 * an instance is :attr:`Verdict.STALE` when its fingerprint is none of its component's ConfigMaps' (it loaded an
   older copy: restart it), :attr:`Verdict.UNPUBLISHED` when it runs but published nothing (starting, an older
   release, or its write is refused: see its log), :attr:`Verdict.NO_CONFIGMAP` when its component has no ConfigMap.
@@ -109,11 +111,12 @@ class Verdict(enum.Enum):
     NO_CONFIGMAP = "no-configmap"
     LEFT_OVER = "left-over"
     TERMINATING = "terminating"
+    STARTING = "starting"
 
     @property
     def problem(self) -> bool:
-        """True for the verdicts that make the check fail (stale, unpublished, no ConfigMap)."""
-        return self in (Verdict.STALE, Verdict.UNPUBLISHED, Verdict.NO_CONFIGMAP)
+        """True for the verdicts that make the check fail (stale, unpublished, no ConfigMap, still starting)."""
+        return self in (Verdict.STALE, Verdict.UNPUBLISHED, Verdict.NO_CONFIGMAP, Verdict.STARTING)
 
 
 @attrs.frozen
@@ -152,9 +155,13 @@ def _verdict(fingerprint: str | None, expected: Sequence[ConfigMapProtocol]) -> 
     return Verdict.AGREES if fingerprint in {c.fingerprint for c in expected} else Verdict.STALE
 
 
-def _running(pod: PodObject, component: str, namespace: str) -> bool:
+def _ours(pod: PodObject, component: str, namespace: str) -> bool:
     return (pod.namespace == namespace and pod.labels.get(NAME_LABEL) == PART_OF
-            and pod.labels.get(COMPONENT_LABEL) == component and pod.phase is PodPhase.RUNNING)
+            and pod.labels.get(COMPONENT_LABEL) == component and not pod.phase.terminal)
+
+
+def _running(pod: PodObject, component: str, namespace: str) -> bool:
+    return _ours(pod, component, namespace) and pod.phase is PodPhase.RUNNING
 
 
 def read_instances(
@@ -170,20 +177,30 @@ def read_instances(
         keys = _keys(publisher, configmaps, default)
         expected = tuple(c for c in configmaps if c.component == publisher.component)
         mine = sorted((p for p in pods if _running(p, publisher.component, namespace)), key=lambda p: p.key)
+        starting = sorted((p for p in pods if _ours(p, publisher.component, namespace)
+                           and p.phase is not PodPhase.RUNNING and p.deletion_timestamp is None), key=lambda p: p.key)
         if publisher.target is Target.NODE:
             for node in sorted(nodes, key=lambda n: n.name):
                 key, fingerprint = _published(node.annotations, keys)
                 here = [p for p in mine if p.node_name == node.name and p.deletion_timestamp is None]
-                if fingerprint is None and not here:
+                coming = [p for p in starting if p.node_name == node.name]
+                if fingerprint is None and not here and not coming:
                     continue
-                verdict = _verdict(fingerprint, expected) if here else Verdict.LEFT_OVER
-                found.append(Instance(publisher, f"node {node.name}", here[0].key if here else "", fingerprint,
-                                      key, expected, verdict))
+                if here:
+                    verdict, pod_key = _verdict(fingerprint, expected), here[0].key
+                elif coming:  # its pod is being (re)started: what the Node says is not yet what it will run
+                    verdict, pod_key = Verdict.STARTING, coming[0].key
+                else:
+                    verdict, pod_key = Verdict.LEFT_OVER, ""
+                found.append(Instance(publisher, f"node {node.name}", pod_key, fingerprint, key, expected, verdict))
             continue
         for pod in mine:
             key, fingerprint = _published(pod.annotations, keys)
             verdict = Verdict.TERMINATING if pod.deletion_timestamp is not None else _verdict(fingerprint, expected)
             found.append(Instance(publisher, f"pod {pod.key}", pod.key, fingerprint, key, expected, verdict))
+        for pod in starting:
+            key, fingerprint = _published(pod.annotations, keys)
+            found.append(Instance(publisher, f"pod {pod.key}", pod.key, fingerprint, key, expected, Verdict.STARTING))
     return found
 
 

@@ -93,6 +93,9 @@ def describe(instance: Instance, namespace: str) -> str:
                 f"{instance.publisher.component} pod there in {namespace})")
     if verdict is Verdict.TERMINATING:
         return f"{name} runs {instance.fingerprint} (terminating)"
+    if verdict is Verdict.STARTING:
+        return (f"{name}: pod {instance.pod} is not running yet (starting after a restart?): check again once it "
+                "is up")
     return f"{name} runs {instance.fingerprint}"
 
 
