@@ -51,12 +51,12 @@ def residue_vectors(
 ) -> I64:
     """``r_t`` (module docstring) for ``M`` node states: ``cpu_left`` (M,) CPU-milli, ``free`` (M, G) milli per GPU,
     ``models`` (M, G) ledger model ids (−1 = no GPU) → int64 (M, T) milli-GPU. ``allowed``:
-    :meth:`FragmentationModel.allowed_for` of ``models``, when the caller already has it. Raises nothing."""
+    :meth:`FragmentationModel.allowed_for` of ``models`` (M, U, G), when the caller already has it. Raises nothing."""
     if allowed is None:
         allowed = model.allowed_for(models)
     share = model.u_t < MILLI_PER_GPU
-    unit = np.maximum(model.u_t, 1)[None, :, None]
-    per_gpu = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)  # share copies, or fully free GPUs
+    unit = np.maximum(model.u_g, 1)[None, :, None]
+    per_gpu = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)[:, model.group_t]  # share copies or free GPUs
     gpu_copies = np.where(share[None, :], per_gpu, per_gpu // np.maximum(model.k_t, 1)[None, :])
     cpu = np.maximum(cpu_left, 0)[:, None]
     cpu_copies = np.where(model.cpu_t[None, :] > 0, cpu // np.maximum(model.cpu_t, 1)[None, :], gpu_copies)

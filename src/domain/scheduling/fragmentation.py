@@ -93,44 +93,54 @@ class FragmentationModel:
         self.u_t: I64 = np.array([c.gpu_milli for c in typical.classes], np.int64)
         self.k_t: I64 = np.array([c.gpu_count for c in typical.classes], np.int64)
         self.cpu_only_t = (self.u_t == 0) | (self.k_t == 0)
-        self._allowed_lists = [set(c.model_list) for c in typical.classes]
+        # Typical pods sharing (per-GPU milli, allow-list) see the same usable GPUs on every node, so the per-GPU
+        # work is done once per such group (a few dozen) and expanded to the T classes (hundreds) by ``group_t``.
+        groups: dict[tuple[int, str], int] = {}
+        self.group_t: I64 = np.array(
+            [groups.setdefault((c.gpu_milli, c.models), len(groups)) for c in typical.classes], np.int64)
+        self.u_g: I64 = np.zeros(len(groups), np.int64)
+        self._allowed_lists: list[set[str]] = [set() for _ in groups]
+        for (milli, models_key), g in groups.items():
+            self.u_g[g] = milli
+            self._allowed_lists[g] = set(PodClass(0, milli, 1, models_key).model_list)
         for models in self._allowed_lists:
             for model in models:
                 ledger.model_id(model)
-        self._allowed: npt.NDArray[np.bool_] = np.zeros((len(typical.classes), 0), np.bool_)
+        self._allowed: npt.NDArray[np.bool_] = np.zeros((len(groups), 0), np.bool_)
 
     def allowed_table(self) -> npt.NDArray[np.bool_]:
-        """Bool ``(T, models + 1)``: typical pod ``t`` may run on model id ``m``; the last column (model id −1, a
-        slot without a GPU) is all False."""
+        """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
+        the last column (model id −1, a slot without a GPU) is all False."""
         count = self.ledger.model_count
         if self._allowed.shape[1] != count:
             table = np.ones((len(self._allowed_lists), count + 1), np.bool_)
-            for t, models in enumerate(self._allowed_lists):
+            for g, models in enumerate(self._allowed_lists):
                 if models:
-                    table[t, :] = False
+                    table[g, :] = False
                     for model in models:
-                        table[t, self.ledger.model_id(model)] = True
+                        table[g, self.ledger.model_id(model)] = True
             table[:, count] = False  # padding column for GPU slots without a GPU (model id -1)
             self._allowed = table
         return self._allowed
 
     def allowed_for(self, models: I64) -> npt.NDArray[np.bool_]:
-        """Bool ``(M, T, G)``: GPU ``g`` of state ``m`` (model ids ``models`` (M, G), −1 = no GPU) may host ``t``."""
+        """Bool ``(M, U, G)``: GPU ``g`` of state ``m`` (model ids ``models`` (M, G), −1 = no GPU) may host the
+        typical pods of group ``u`` (:attr:`group_t`)."""
         return self.allowed_table()[:, models].transpose(1, 0, 2)
 
     def frag_vectors(
         self, cpu_left: I64, free: I64, models: I64, *, allowed: npt.NDArray[np.bool_] | None = None
     ) -> I64:
         """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T).
-        ``allowed``: :meth:`allowed_for` of ``models``, when the caller already has it."""
+        ``allowed``: :meth:`allowed_for` of ``models`` (M, U, G), when the caller already has it."""
         total = free.sum(axis=-1)
         if allowed is None:
             allowed = self.allowed_for(models)
-        usable = allowed & (free[:, None, :] >= self.u_t[None, :, None])
-        count = usable.sum(axis=-1)
-        usable_milli = (free[:, None, :] * usable).sum(axis=-1)
+        usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
+        count = usable.sum(axis=-1)[:, self.group_t]
+        usable_milli = (free[:, None, :] * usable).sum(axis=-1)[:, self.group_t]
         fits = (count >= self.k_t[None, :]) & (cpu_left[:, None] >= self.cpu_t[None, :]) & ~self.cpu_only_t[None, :]
-        frag: I64 = np.where(fits, total[:, None] - usable_milli, total[:, None]).astype(np.int64)
+        frag: I64 = (total[:, None] - np.where(fits, usable_milli, 0)).astype(np.int64)
         return frag
 
     def weighted(self, f: I64) -> F64:
