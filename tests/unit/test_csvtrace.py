@@ -14,7 +14,6 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -156,14 +155,11 @@ def test_real_node_list_loads_with_published_counts() -> None:
 
 
 @needs_traces
-def test_real_default_pod_list_loads_fast() -> None:
-    started = time.perf_counter()
+def test_real_default_pod_list_loads() -> None:
     pods = CsvTraceReader().read_pods(TRACES / "openb_pod_list_default.csv")
-    elapsed = time.perf_counter() - started
     assert len(pods) == 8152
     assert sum(p.total_gpu_milli for p in pods) == 6_086_800
     assert sum(1 for p in pods if p.num_gpu == 0) == 1088
-    assert elapsed < 0.5
 
 
 @needs_traces

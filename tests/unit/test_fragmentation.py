@@ -9,6 +9,8 @@ Behaviours covered:
   (xl/xr); a spec without the node's model (or naming a model no node has) is no_access; q1/q2/q4 count every
   idle milli; q3 counts only the GPUs too small for the typical pod; multi-GPU typical pods need k usable GPUs;
   unhealthy GPUs count as 0 free; ``F = Σ p_t f_t`` and the cluster totals.
+* ``weighted_frag`` (FGD's ``F`` by prefix sums): equals ``Σ p_t f_t`` on random states, bit for bit the same
+  whatever the batch, and exactly equal for two states whose ``f_t`` all agree.
 * ``NodeStateCache``: after hundreds of reserve/release operations (plus a node added and one removed) its
   running totals equal a from-scratch recomputation exactly (integer ``f_t`` totals and idle milli).
 * Real trace (skipped without ``../shared/traces/openb``): the ``default`` workload has 91 keys, keeps 35 typical
@@ -21,6 +23,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
@@ -182,6 +185,39 @@ def test_weighted_node_and_cluster_fragmentation() -> None:
     assert idle == 1900 + 2000 + 1000
     assert frag == pytest.approx(float((f_n + f_t + f_sick) @ np.array(p)), rel=1e-12)
     assert cache.total_f.tolist() == (f_n + f_t + f_sick).tolist()
+
+
+def random_states(
+    model: FragmentationModel, rng: np.random.Generator, count: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    cpu = rng.integers(-1, 20000, count)
+    free = rng.integers(0, 1001, (count, 4))
+    free[rng.random((count, 4)) < 0.3] = 1000
+    models = rng.integers(-1, model.ledger.model_count, (count, 4))
+    return cpu, free, models
+
+
+def test_weighted_frag_equals_the_weighted_f_vectors_and_does_not_depend_on_the_batch() -> None:
+    ledger = frag_ledger()
+    model = FragmentationModel(TypicalPods(CLASSES, (0.02, 0.08, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.05)), ledger)
+    cpu, free, models = random_states(model, np.random.default_rng(3), 400)
+    batch = model.weighted_frag(cpu, free, models)
+    assert batch == pytest.approx(model.weighted(model.frag_vectors(cpu, free, models)), abs=1e-9)
+    alone = [float(model.weighted_frag(cpu[i : i + 1], free[i : i + 1], models[i : i + 1])[0]) for i in range(400)]
+    assert alone == batch.tolist()  # bit for bit: each row is reduced on its own
+
+
+def test_weighted_frag_difference_is_exactly_zero_when_no_typical_pods_fit_changes() -> None:
+    ledger = frag_ledger()
+    model = FragmentationModel(TypicalPods(CLASSES, (0.02, 0.08, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.05)), ledger)
+    cpu, free, models = random_states(model, np.random.default_rng(4), 400)
+    thresholds = np.unique(model.cpu_t)
+    below = np.array([thresholds[thresholds <= c].max(initial=-1) for c in cpu])  # CPU drops, no threshold crossed
+    lower = np.maximum(below, cpu - 700)
+    same = (model.frag_vectors(cpu, free, models) == model.frag_vectors(lower, free, models)).all(axis=1)
+    assert same.all()
+    delta = model.weighted_frag(cpu, free, models) - model.weighted_frag(lower, free, models)
+    assert (delta == 0.0).all()  # FGD then scores exactly 50
 
 
 # ---------------------------------------------------------------------------------------------- NodeStateCache

@@ -57,9 +57,8 @@ class FgdScore:
         ``cpu_left[i]`` CPU-milli and per-GPU free milli ``after[i]`` (models ``models[i]``). FGD's value is its
         node score ``trunc(100 · σ(Δ/1000))``; subclasses may return finer values (they decode them in
         :meth:`_publish`)."""
-        f_now = self.cache.f[self.cache.slot_state[slots[rows]]]
-        model = self.cache.model
-        return sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models)))
+        now = self.cache.weighted_f[self.cache.slot_state[slots[rows]]]
+        return sigmoid_score(now - self.cache.model.weighted_frag(cpu_left, after, models))
 
     def _evaluate(self, pod: PodRequest, state: CycleState, slots: I64) -> tuple[I64, I64]:
         """Values (:meth:`_rate`) and chosen GPU (−1 when not a share) for ``slots``, computed without the memo."""

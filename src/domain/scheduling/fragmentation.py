@@ -107,6 +107,28 @@ class FragmentationModel:
             for model in models:
                 ledger.model_id(model)
         self._allowed: npt.NDArray[np.bool_] = np.zeros((len(groups), 0), np.bool_)
+        # The GPU-using typical pods of one (group, GPU count) differ only in CPU, so the weight of those that fit a
+        # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag` needs no (states × T) pass.
+        subgroups: dict[tuple[int, int], list[int]] = {}
+        for t in np.flatnonzero(~self.cpu_only_t).tolist():
+            subgroups.setdefault((int(self.group_t[t]), int(self.k_t[t])), []).append(t)
+        self.p_total = float(self.p.sum())
+        self._h_group: I64 = np.array([g for g, _ in subgroups], np.int64)
+        self._h_k: I64 = np.array([k for _, k in subgroups], np.int64)
+        self._stride = int(self.cpu_t.max(initial=0)) + 2
+        keys: list[int] = []
+        weights: list[float] = []
+        starts: list[int] = []
+        for h, members in enumerate(subgroups.values()):
+            starts.append(len(keys))
+            cumulative = 0.0
+            for t in sorted(members, key=lambda t: (int(self.cpu_t[t]), t)):
+                cumulative += float(self.p[t])
+                keys.append(h * self._stride + int(self.cpu_t[t]))
+                weights.append(cumulative)
+        self._h_keys: I64 = np.array(keys, np.int64)
+        self._h_weights: F64 = np.array(weights, np.float64)
+        self._h_starts: I64 = np.array(starts, np.int64)
 
     def allowed_table(self) -> npt.NDArray[np.bool_]:
         """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
@@ -143,6 +165,24 @@ class FragmentationModel:
         frag: I64 = (total[:, None] - np.where(fits, usable_milli, 0)).astype(np.int64)
         return frag
 
+    def weighted_frag(self, cpu_left: I64, free: I64, models: I64) -> F64:
+        """``F = Σ_t p_t f_t`` (float64, milli-GPU) for ``M`` node states, same inputs as :meth:`frag_vectors`,
+        computed per (group, GPU count) with prefix sums of ``p_t`` over CPU thresholds. Equal terms give equal
+        results whatever ``M`` (rows are reduced independently), so two states whose ``f_t`` all agree have
+        exactly the same ``F`` and FGD's "nothing changes" scores exactly 50. Raises nothing."""
+        total = free.sum(axis=-1)
+        usable = self.allowed_for(models) & (free[:, None, :] >= self.u_g[None, :, None])
+        count = usable.sum(axis=-1)[:, self._h_group]
+        usable_milli = (free[:, None, :] * usable).sum(axis=-1)[:, self._h_group]
+        heads = len(self._h_group)
+        cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
+        query = np.arange(heads, dtype=np.int64)[None, :] * self._stride + cpu
+        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(len(total), heads) - 1
+        share = np.where(index >= self._h_starts[None, :], self._h_weights[np.maximum(index, 0)], 0.0)
+        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * share
+        result: F64 = total * self.p_total - terms.sum(axis=1)
+        return result
+
     def weighted(self, f: I64) -> F64:
         """``F = Σ_t p_t f_t`` along the last axis (float64)."""
         return f.astype(np.float64) @ self.p
@@ -156,7 +196,8 @@ def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
 
 
 class NodeStateCache:
-    """Interns node states ``(cpuLeft, free vector, models)`` and caches their ``f_t`` vectors.
+    """Interns node states ``(cpuLeft, free vector, models)`` and caches their ``f_t`` vectors and ``F``
+    (:attr:`weighted_f`, :meth:`FragmentationModel.weighted_frag`).
 
     Identical nodes share one state id, so their fragmentation is computed once (the memoisation the published
     simulator uses, §6.13). Slots are refreshed lazily from :attr:`ClusterLedger.version`.
@@ -167,6 +208,7 @@ class NodeStateCache:
         self.ledger = model.ledger
         self._ids: dict[tuple[int, bytes, bytes], int] = {}
         self.f: I64 = np.zeros((64, len(model.p)), np.int64)
+        self.weighted_f: F64 = np.zeros(64, np.float64)
         self.slot_state: I64 = np.full(self.ledger.rows, -1, np.int64)
         self._seen: I64 = np.full(self.ledger.rows, -1, np.int64)
         self.total_f: I64 = np.zeros(len(model.p), np.int64)
@@ -202,7 +244,11 @@ class NodeStateCache:
                 grown = np.zeros((max(top, 2 * len(self.f)), self.f.shape[1]), np.int64)
                 grown[: len(self.f)] = self.f
                 self.f = grown
+                weighted = np.zeros(len(grown), np.float64)
+                weighted[: len(self.weighted_f)] = self.weighted_f
+                self.weighted_f = weighted
             self.f[ids[rows]] = self.model.frag_vectors(cpu_left[rows], free[rows], models[rows])
+            self.weighted_f[ids[rows]] = self.model.weighted_frag(cpu_left[rows], free[rows], models[rows])
         return ids
 
     def refresh(self) -> I64:
