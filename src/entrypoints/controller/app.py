@@ -20,6 +20,7 @@ import attrs
 
 from domain.kube.objects import JobObject, NodeObject
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.cluster import ClusterApi
@@ -32,10 +33,6 @@ log = logging.getLogger(__name__)
 
 JOIN_SECONDS = 2.0
 """How long :meth:`ControllerApp.stop` waits for its threads in all (they are daemons)."""
-
-
-class SettingsError(ValueError):
-    """A controller setting is invalid; the message names the setting and the fix."""
 
 
 @attrs.frozen

@@ -31,6 +31,7 @@ from domain.kube.objects import NodeObject, PodObject
 from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.cluster import ClusterApi
@@ -50,10 +51,6 @@ MODES = ("extender", "standalone")
 JOIN_SECONDS = 2.0
 """How long :meth:`SchedulerApp.stop` waits for its threads in all (an informer may sit in a watch until the
 watch times out; the threads are daemons, so the process can exit without them)."""
-
-
-class SettingsError(ValueError):
-    """A scheduler setting is invalid; the message names the setting and the fix."""
 
 
 MAX_SECONDS = float(2**31 - 1)
