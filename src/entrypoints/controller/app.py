@@ -17,14 +17,14 @@ from pathlib import Path
 
 import attrs
 
-from domain.kube.objects import JobObject, NodeObject
+from domain.kube.objects import JobObject
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
 from entrypoints._shared.threads import ReplicaThreads
 from ports.cluster import ClusterApi
-from services._shared.informer import Informer
+from services._shared.informer import Informer, node_informer
 from services._shared.leader import LeaderElector
 from services._shared.logs import fields
 from services.controller.service import ToggleController
@@ -135,11 +135,8 @@ class ControllerApp(RunUntilStopped):
         self.elector = elector
         self.publisher = publisher
         namespace, timeout = settings.namespace, settings.watch_timeout_seconds
-        self.nodes: Informer[NodeObject] = Informer(
-            name="nodes", list_fn=cluster.list_nodes,
-            watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
-            key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=controller.on_node,
-            on_delete=controller.on_node_deleted, watch_timeout=timeout)
+        self.nodes = node_informer(cluster, on_upsert=controller.on_node, on_delete=controller.on_node_deleted,
+                                   watch_timeout=timeout)
         self.jobs: Informer[JobObject] = Informer(
             name="jobs", list_fn=lambda: cluster.list_jobs(namespace, label_selector=JOB_SELECTOR),
             watch_fn=lambda rv, t: cluster.watch_jobs(namespace, resource_version=rv, timeout_seconds=t,

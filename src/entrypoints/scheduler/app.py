@@ -26,7 +26,7 @@ import attrs
 from domain.errors import InvalidRequestError
 from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
-from domain.kube.objects import NodeObject, PodObject
+from domain.kube.objects import PodObject
 from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
@@ -35,7 +35,7 @@ from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
 from entrypoints._shared.threads import ReplicaThreads
 from ports.cluster import ClusterApi
-from services._shared.informer import Informer
+from services._shared.informer import Informer, node_informer
 from services._shared.leader import LeaderElector
 from services._shared.logs import fields
 from services.scheduler.extender import Extender
@@ -168,11 +168,8 @@ class SchedulerApp(RunUntilStopped):
         self.extender = (Extender(service, rank_all_pods=settings.rank_all_pods) if settings.mode == "extender"
                          else None)
         timeout = settings.watch_timeout_seconds
-        self.nodes: Informer[NodeObject] = Informer(
-            name="nodes", list_fn=cluster.list_nodes,
-            watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
-            key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=service.on_node,
-            on_delete=service.on_node_deleted, watch_timeout=timeout)
+        self.nodes = node_informer(cluster, on_upsert=service.on_node, on_delete=service.on_node_deleted,
+                                   watch_timeout=timeout)
         self.pods: Informer[PodObject] = Informer(
             name="pods", list_fn=cluster.list_pods,
             watch_fn=lambda rv, t: cluster.watch_pods(resource_version=rv, timeout_seconds=t),
