@@ -149,14 +149,14 @@ def _run(settings: RuntimeSettings, stop: threading.Event | None) -> int:
     container.init_resources()
     with shutting_down(container):
         flag = "--simulated-gpus-file" if settings.simulated_gpus_file is not None else "--simulated-gpus"
-        with failing(SpecError, code=EXIT_USAGE, prefix=f"{flag}: "), failing(SettingsError, code=EXIT_USAGE), \
-                failing(GpuBackendError, code=EXIT_FAILED, prefix=f"--backend {settings.backend}: ",
-                        suffix="; use --backend simulated or auto"):
-            try:
+        try:  # the innermost mapping sees an error first: the spec, then settings, then the backend
+            with failing(GpuBackendError, code=EXIT_FAILED, prefix=f"--backend {settings.backend}: ",
+                         suffix="; use --backend simulated or auto"), \
+                    failing(SettingsError, code=EXIT_USAGE), failing(SpecError, code=EXIT_USAGE, prefix=f"{flag}: "):
                 app = container.app()
-            except StateStoreError as error:
-                container.backend().close()
-                raise CommandError(EXIT_FAILED, error) from error
+        except StateStoreError as error:
+            container.backend().close()
+            raise CommandError(EXIT_FAILED, error) from error
         with failing(OSError, code=EXIT_FAILED):
             serve(app, stop)
     return EXIT_OK

@@ -135,8 +135,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> i
 
 def _run(settings: SimulateSettings) -> int:
     container = SimulateContainer(settings=settings)
-    with failing(TraceError, SettingsError, DomainError, PlotUnavailableError, code=EXIT_USAGE), \
-            failing(ReportError, code=EXIT_FAILED):
+    # PlotUnavailableError is a ReportError: the innermost mapping (bad input) must see it first
+    with failing(ReportError, code=EXIT_FAILED), \
+            failing(TraceError, SettingsError, DomainError, PlotUnavailableError, code=EXIT_USAGE):
         try:
             container.app().run()
         except KeyboardInterrupt:
