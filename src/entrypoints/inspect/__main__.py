@@ -40,7 +40,7 @@ from .app import OUTPUTS, InspectError, InspectSettings
 from .containers import InspectContainer
 from .render import render
 
-__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 EXIT_PROBLEMS = 1
 
@@ -80,10 +80,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
 
 def _run(settings: InspectSettings, container: InspectContainer) -> int:
     container.settings.override(settings)
+    # any other exception comes from the client library: kubeconfig / in-cluster configuration errors
     with shutting_down(container), \
             failing(Exception, code=EXIT_USAGE, prefix="cannot reach the cluster: "), \
             failing(ProtocolFileError, SchedulerViewError, InspectError, code=EXIT_USAGE):
-        # any other exception: kubeconfig / in-cluster configuration errors of the client library
         container.protocol()
         container.init_resources()
         report = container.app().report()
