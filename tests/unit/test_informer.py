@@ -14,8 +14,8 @@ import time
 import attrs
 
 from adapters.memory.cluster import InMemoryCluster
-from domain.kube.objects import ContainerSpec, EventType, PodObject, WatchEvent
-from services._shared.informer import Informer
+from domain.kube.objects import ContainerSpec, EventType, NodeObject, PodObject, WatchEvent
+from services._shared.informer import Informer, node_informer
 
 
 def pod(name: str) -> PodObject:
@@ -160,3 +160,27 @@ def test_a_watch_event_with_a_new_uid_under_a_cached_key_deletes_the_old_object_
     informer.apply(WatchEvent(EventType.DELETED, gone, "999"))
     assert uids == [old.uid, new.uid, "third"]
     assert informer.cache == {}
+
+
+def test_node_informer_lists_and_watches_nodes_by_name() -> None:
+    cluster = InMemoryCluster()
+    cluster.create_node(NodeObject(name="n1"))
+    upserts: list[str] = []
+    deletes: list[str] = []
+    informer = node_informer(cluster, on_upsert=lambda n: upserts.append(n.name),
+                             on_delete=lambda n: deletes.append(n.name), watch_timeout=0.2)
+    assert (informer.name, informer.watch_timeout) == ("nodes", 0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=informer.run, args=(stop,))
+    thread.start()
+    try:
+        assert informer.synced.wait(5)
+        assert upserts == ["n1"]
+        cluster.create_node(NodeObject(name="n2"))
+        cluster.delete_node("n1")
+        assert wait_for(lambda: deletes == ["n1"])
+        assert sorted(informer.cache) == ["n2"]
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()

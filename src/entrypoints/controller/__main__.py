@@ -38,15 +38,13 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down, start
 from entrypoints._shared.httpserver import parse_listen
-from entrypoints._shared.signals import stop_on_signals
 
-from .app import ControllerSettings, SettingsError
+from .app import ControllerSettings
 from .containers import ControllerContainer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:
@@ -110,33 +108,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk controller", st
          ) -> int:
     """Run the controller until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
     (module docstring). ``--help`` prints help and returns 0."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop))
 
-    def fail(message: object, code: int = EXIT_USAGE) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError) as error:
-        return fail(error)
+def _run(settings: ControllerSettings, stop: threading.Event | None) -> int:
     container = ControllerContainer(settings=settings)
-    try:
+    with failing(ProtocolFileError, DomainError, code=EXIT_USAGE):
         container.toggle()
-    except (ProtocolFileError, DomainError) as error:
-        return fail(error)
-    try:
-        container.init_resources()
-        app = container.app()
-    except Exception as error:  # kubeconfig/in-cluster config errors, address in use, …
-        container.shutdown_resources()
-        return fail(f"cannot start: {error}", EXIT_FAILED)
-    try:
-        with stop_on_signals(stop) as event:
-            app.run(event)
-    finally:
-        container.shutdown_resources()
+    with shutting_down(container):
+        serve(start(container, container.app), stop)
     return EXIT_OK
 
 

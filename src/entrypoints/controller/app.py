@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
-from domain.kube.objects import JobObject, NodeObject
+from domain.kube.objects import JobObject
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET, JOB_SELECTOR
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
+from entrypoints._shared.threads import ReplicaThreads
 from ports.cluster import ClusterApi
-from services._shared.informer import Informer
+from services._shared.informer import Informer, node_informer
 from services._shared.leader import LeaderElector
 from services._shared.logs import fields
 from services.controller.service import ToggleController
@@ -32,10 +33,6 @@ log = logging.getLogger(__name__)
 
 JOIN_SECONDS = 2.0
 """How long :meth:`ControllerApp.stop` waits for its threads in all (they are daemons)."""
-
-
-class SettingsError(ValueError):
-    """A controller setting is invalid; the message names the setting and the fix."""
 
 
 @attrs.frozen
@@ -137,13 +134,9 @@ class ControllerApp(RunUntilStopped):
         self.controller = controller
         self.elector = elector
         self.publisher = publisher
-        self._publishing: threading.Thread | None = None
         namespace, timeout = settings.namespace, settings.watch_timeout_seconds
-        self.nodes: Informer[NodeObject] = Informer(
-            name="nodes", list_fn=cluster.list_nodes,
-            watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
-            key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=controller.on_node,
-            on_delete=controller.on_node_deleted, watch_timeout=timeout)
+        self.nodes = node_informer(cluster, on_upsert=controller.on_node, on_delete=controller.on_node_deleted,
+                                   watch_timeout=timeout)
         self.jobs: Informer[JobObject] = Informer(
             name="jobs", list_fn=lambda: cluster.list_jobs(namespace, label_selector=JOB_SELECTOR),
             watch_fn=lambda rv, t: cluster.watch_jobs(namespace, resource_version=rv, timeout_seconds=t,
@@ -151,10 +144,9 @@ class ControllerApp(RunUntilStopped):
             key=lambda j: j.name, uid=lambda j: j.uid, on_upsert=controller.on_job,
             on_delete=controller.on_job_deleted, watch_timeout=timeout)
         controller.synced = lambda: self.synced
+        self.threads = ReplicaThreads()
         self.http = HealthEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
                                    metrics=metrics_text, name="controller")
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
 
     @property
     def synced(self) -> bool:
@@ -163,37 +155,21 @@ class ControllerApp(RunUntilStopped):
 
     def health(self) -> tuple[bool, str]:
         """Liveness: every started thread still runs."""
-        dead = [t.name for t in self._threads if not t.is_alive()]
-        if dead and not self._stop.is_set():
-            return False, f"threads stopped: {', '.join(dead)}"
-        return True, "ok"
+        return self.threads.health()
 
     def ready(self) -> tuple[bool, str]:
         """Readiness: both informers have listed."""
         return (True, "ok") if self.synced else (False, "informers not synced")
 
-    def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
     def start(self) -> None:
         """Start every thread (module docstring); returns at once."""
-        stop = self._stop
-        self._spawn("informer-nodes", lambda: self.nodes.run(stop))
-        self._spawn("informer-jobs", lambda: self.jobs.run(stop))
+        threads, stop, controller = self.threads, self.threads.stop_event, self.controller
+        threads.spawn("informer-nodes", lambda: self.nodes.run(stop))
+        threads.spawn("informer-jobs", lambda: self.jobs.run(stop))
         self.http.start()
-        if self.elector is not None:
-            elector, controller = self.elector, self.controller
-            self._spawn("leader-election", lambda: elector.run(
-                stop, on_started=controller.begin_leading, on_stopped=controller.stop_leading))
-        else:
-            self.controller.begin_leading()
-        self._spawn("worker", lambda: self.controller.run(stop))
-        if self.publisher is not None:
-            publisher = self.publisher
-            self._publishing = threading.Thread(target=lambda: publisher(stop), name="publish-protocol", daemon=True)
-            self._publishing.start()  # not in _threads: it ends once written, which health() must not mind
+        threads.lead(self.elector, on_started=controller.begin_leading, on_stopped=controller.stop_leading)
+        threads.spawn("worker", lambda: controller.run(stop))
+        threads.publish(self.publisher)
         host, port = self.http.address
         log.info("controller started", extra=fields(namespace=self.settings.namespace, listen=f"{host}:{port}",
                                                     leader_elect=self.elector is not None))
@@ -201,14 +177,5 @@ class ControllerApp(RunUntilStopped):
     def stop(self, *, join_seconds: float = JOIN_SECONDS) -> None:
         """Stop every thread: the elector first (it releases the Lease), then the listener, then wait up to
         ``join_seconds`` in all for the rest; idempotent."""
-        self._stop.set()
-        deadline = time.monotonic() + join_seconds
-        for thread in self._threads:
-            if thread.name == "leader-election":
-                thread.join(join_seconds)
-        self.http.stop()
-        publishing = [] if self._publishing is None else [self._publishing]
-        for thread in [*self._threads, *publishing]:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self.threads.stop(join_seconds=join_seconds, then=self.http.stop)
         log.info("controller stopped")
-

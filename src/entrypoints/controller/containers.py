@@ -9,19 +9,17 @@ swaps the API server for an empty :class:`~adapters.memory.cluster.InMemoryClust
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 
 from dependency_injector import containers, providers
 
-from adapters.kubernetes import KubernetesCluster, from_kubeconfig
-from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus.controller import PrometheusControllerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from domain.toggle.jobs import JobTemplate
 from domain.toggle.policy import TogglePolicy
 from domain.toggle.reconcile import ToggleSettings
+from entrypoints._shared.cluster import in_memory_or_api_server
 from ports.cluster import ClusterApi
 from ports.metrics import ControllerMetrics
 from services._shared.leader import LeaderConfig, LeaderElector
@@ -38,12 +36,7 @@ COMPONENT = "lj-runtimekit-controller"
 def open_cluster(settings: ControllerSettings) -> Iterator[ClusterApi]:
     """The cluster port for ``settings``: in memory, or the API server from the kubeconfig (None = in-cluster
     service account); the API client is closed on shutdown. Raises the client's configuration errors."""
-    if settings.in_memory:
-        yield InMemoryCluster()
-        return
-    api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
-    with contextlib.closing(api_client):
-        yield KubernetesCluster(api_client, component=COMPONENT)
+    yield from in_memory_or_api_server(settings.in_memory, settings.kubeconfig, component=COMPONENT)
 
 
 def toggle_settings(settings: ControllerSettings, protocol: ProtocolConstants) -> ToggleSettings:

@@ -23,14 +23,13 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
-from entrypoints._shared.signals import stop_on_signals
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
 from ports.runtime import NodeRuntimeError
 
-from .app import DevicePluginSettings, SettingsError
+from .app import DevicePluginSettings
 from .containers import DevicePluginContainer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
@@ -74,45 +73,31 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop))
 
-    def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError) as error:
-        return fail(error, EXIT_USAGE)
+def _run(settings: DevicePluginSettings, stop: threading.Event | None) -> int:
     container = DevicePluginContainer(settings=settings)
     container.init_resources()
-    try:
-        try:
+    with shutting_down(container):
+        with failing(ProtocolFileError, InvalidRequestError, code=EXIT_USAGE):
             container.protocol()
-        except (ProtocolFileError, InvalidRequestError) as error:
-            return fail(error, EXIT_USAGE)
-        try:
+        # kubeconfig / in-cluster config problems come from the client library: any exception
+        with failing(Exception, code=EXIT_FAILED), failing(NodeRuntimeError, UnsupportedFeatureError,
+                                                           code=EXIT_FAILED,
+                                                           prefix=f"node Runtime on {settings.runtime_socket}: "):
             app = container.app()
-        except (NodeRuntimeError, UnsupportedFeatureError) as error:
-            return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
-        except Exception as error:  # kubeconfig / in-cluster config problems come from the client library
-            return fail(error, EXIT_FAILED)
-        try:
+        with failing(OSError, code=EXIT_FAILED):
             http = container.http()
             if http is not None:
                 http.start()
             try:
-                with stop_on_signals(stop) as event:
-                    app.run(event)
+                serve(app, stop)
             finally:
                 if http is not None:
                     http.stop()
-        except OSError as error:
-            return fail(error, EXIT_FAILED)
-        return EXIT_OK
-    finally:
-        container.shutdown_resources()
+    return EXIT_OK
 
 
 if __name__ == "__main__":

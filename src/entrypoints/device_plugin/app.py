@@ -44,16 +44,13 @@ from adapters.grpc.sockets import answers
 from domain.deviceplugin.devices import ResourceKey, ResourceKind
 from domain.deviceplugin.pods import resource_names
 from domain.deviceplugin.status import DevicePluginStatus
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
 from services.device_plugin.reconciler import DEFAULT_INTERVAL_S, RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
 log = logging.getLogger(__name__)
-
-
-class SettingsError(ValueError):
-    """Inconsistent settings; the message names the flag."""
 
 
 @attrs.frozen

@@ -24,14 +24,13 @@ from pathlib import Path
 from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
-from entrypoints._shared.signals import stop_on_signals
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
 from ports.runtime import NodeRuntimeError
 
-from .app import ExporterSettings, SettingsError
+from .app import ExporterSettings
 from .containers import ExporterContainer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:
@@ -71,34 +70,21 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk exporter",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop))
 
-    def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError) as error:
-        return fail(error, EXIT_USAGE)
+def _run(settings: ExporterSettings, stop: threading.Event | None) -> int:
     container = ExporterContainer(settings=settings)
     container.init_resources()
-    try:
-        try:
+    with shutting_down(container):
+        with failing(NodeRuntimeError, UnsupportedFeatureError, code=EXIT_FAILED,
+                     prefix=f"node Runtime on {settings.runtime_socket}: "), \
+                failing(ProtocolFileError, code=EXIT_USAGE):
             app = container.app()
-        except ProtocolFileError as error:
-            return fail(error, EXIT_USAGE)
-        except (NodeRuntimeError, UnsupportedFeatureError) as error:
-            return fail(f"node Runtime on {settings.runtime_socket}: {error}", EXIT_FAILED)
-        try:
-            with stop_on_signals(stop) as event:
-                app.run(event)
-        except OSError as error:
-            return fail(f"--listen {settings.listen}: {error}", EXIT_FAILED)
-        return EXIT_OK
-    finally:
-        container.shutdown_resources()
+        with failing(OSError, code=EXIT_FAILED, prefix=f"--listen {settings.listen}: "):
+            serve(app, stop)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

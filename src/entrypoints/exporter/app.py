@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
 from entrypoints._shared.lifecycle import RunUntilStopped
@@ -25,11 +26,6 @@ log = logging.getLogger(__name__)
 
 REQUIRED_FEATURES = ("exporter-data",)
 """Runtime features (``domain.runtime.features.RUNTIME_FEATURES``) the exporter uses; checked at start."""
-
-
-
-class SettingsError(ValueError):
-    """Inconsistent settings; the message names the flag."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:

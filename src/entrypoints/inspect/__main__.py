@@ -33,14 +33,16 @@ from adapters.protocolfile import ProtocolFileError
 from domain.inspection.encode import report_json
 from domain.kube.annotations import MIG_STRATEGIES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, command, failing, shutting_down
 from ports.scheduler_view import SchedulerViewError
 
 from .app import OUTPUTS, InspectError, InspectSettings
 from .containers import InspectContainer
 from .render import render
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+
+EXIT_PROBLEMS = 1
 
 
 def build_parser(prog: str = "ljrk inspect") -> argparse.ArgumentParser:
@@ -61,36 +63,30 @@ def build_parser(prog: str = "ljrk inspect") -> argparse.ArgumentParser:
     return parser
 
 
+def settings_from_args(args: argparse.Namespace) -> InspectSettings:
+    """Validated settings. Raises :class:`InspectError`."""
+    return InspectSettings(node=args.node, output=args.output, kubeconfig=args.kubeconfig,
+                           protocol_file=args.protocol, scheduler=args.scheduler,
+                           mig_strategy=args.mig_strategy, timeout_s=args.timeout)
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
          container: InspectContainer | None = None) -> int:
     """Print the report; returns the exit code (module docstring). ``container``: a container whose settings are
     given here (tests override its cluster); ``--help`` prints help and returns 0."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, container or InspectContainer()), errors=(InspectError,))
 
-    def fail(message: object) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return EXIT_USAGE
 
-    try:
-        args = build_parser(prog).parse_args(argv)
-        settings = InspectSettings(node=args.node, output=args.output, kubeconfig=args.kubeconfig,
-                                   protocol_file=args.protocol, scheduler=args.scheduler,
-                                   mig_strategy=args.mig_strategy, timeout_s=args.timeout)
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, InspectError) as error:
-        return fail(error)
-    container = container or InspectContainer()
+def _run(settings: InspectSettings, container: InspectContainer) -> int:
     container.settings.override(settings)
-    try:
+    # any other exception comes from the client library: kubeconfig / in-cluster configuration errors
+    with shutting_down(container), \
+            failing(Exception, code=EXIT_USAGE, prefix="cannot reach the cluster: "), \
+            failing(ProtocolFileError, SchedulerViewError, InspectError, code=EXIT_USAGE):
         container.protocol()
         container.init_resources()
         report = container.app().report()
-    except (ProtocolFileError, SchedulerViewError, InspectError) as error:
-        return fail(error)
-    except Exception as error:  # kubeconfig / in-cluster configuration errors of the client library
-        return fail(f"cannot reach the cluster: {error}")
-    finally:
-        container.shutdown_resources()
     if settings.output == "json":
         print(json.dumps(report_json(report), indent=2))
     else:

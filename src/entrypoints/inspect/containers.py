@@ -8,16 +8,15 @@ in-memory cluster.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 
 from dependency_injector import containers, providers
 
 from adapters.httpjson import HttpSchedulerView
-from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.cluster import api_server
 from ports.cluster import ClusterApi
 from ports.scheduler_view import SchedulerViewSource
 
@@ -30,9 +29,7 @@ COMPONENT = "lj-runtimekit-inspect"
 def open_cluster(settings: InspectSettings) -> Iterator[ClusterApi]:
     """The API server of ``settings.kubeconfig`` with request timeout ``settings.timeout_s``; the client is closed
     on shutdown. Raises the client's configuration errors."""
-    api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
-    with contextlib.closing(api_client):
-        yield KubernetesCluster(api_client, component=COMPONENT, request_timeout=settings.timeout_s)
+    yield from api_server(settings.kubeconfig, component=COMPONENT, request_timeout=settings.timeout_s)
 
 
 def scheduler_view(settings: InspectSettings) -> SchedulerViewSource | None:

@@ -35,7 +35,15 @@ from pathlib import Path
 
 from domain.kube.objects import MAX_TERMINATION_MESSAGE
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.command import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    SettingsError,
+    command,
+    shutting_down,
+)
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -46,13 +54,15 @@ from .app import (
     AgentTimeoutError,
     JobAgentSettings,
     OperationFailedError,
-    SettingsError,
 )
 from .containers import OPERATIONS, JobAgentContainer
 
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_TIMEOUT", "EXIT_USAGE", "TERMINATION_LOG", "build_parser",
+           "main", "settings_from_args", "write_termination_log"]
+
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_STOPPED = 0, 1, 2, 3, 4
+EXIT_TIMEOUT, EXIT_STOPPED = 3, 4
 
 TERMINATION_LOG = Path("/dev/termination-log")
 """Kubernetes' default ``terminationMessagePath``; the Job pod template keeps it (``adapters.kubernetes``)."""
@@ -118,48 +128,39 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
          stop: threading.Event | None = None, container: JobAgentContainer | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers and ``container``
     (settings still taken from ``argv``) lets tests override the operation."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop, container or JobAgentContainer()))
 
-    def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    def failed(message: str, code: int) -> int:
+def _run(settings: JobAgentSettings, stop: threading.Event | None, container: JobAgentContainer) -> int:
+
+    def failed(message: str, code: int) -> CommandError:
         write_termination_log(settings.termination_log, message)
-        return fail(message, code)
+        return CommandError(code, message)
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError) as error:
-        return fail(error, EXIT_USAGE)
-    if container is None:
-        container = JobAgentContainer()
     container.settings.override(settings)
     where = f"{settings.action.value} via {settings.config_daemon_socket}"
     container.init_resources()
-    try:
+    with shutting_down(container):
         try:
             agent = container.agent()
         except SettingsError as error:
-            return failed(str(error), EXIT_USAGE)
+            raise failed(str(error), EXIT_USAGE) from error
         log.info("%s (operation %s, timeout %g s)", where, settings.operation, settings.timeout_s)
         try:
             with stop_on_signals(stop) as event:
                 status = agent.run(settings.action, timeout_s=settings.timeout_s, reason=settings.reason, stop=event)
         except OperationFailedError as error:
-            return failed(f"{where}: {error}", EXIT_FAILED)
+            raise failed(f"{where}: {error}", EXIT_FAILED) from error
         except AgentTimeoutError as error:
-            return failed(f"{where}: {error}", EXIT_TIMEOUT)
+            raise failed(f"{where}: {error}", EXIT_TIMEOUT) from error
         except AgentStoppedError as error:
-            return failed(f"{where}: {error}", EXIT_STOPPED)
+            raise failed(f"{where}: {error}", EXIT_STOPPED) from error
         outcome = (f"{where}: verified {status.state.value} after {agent.attempts} attempt(s) "
-                f"({status.active_allocations} allocation record(s))")
+                   f"({status.active_allocations} allocation record(s))")
         log.info("%s", outcome)
         write_termination_log(settings.termination_log, outcome)
         return EXIT_OK
-    finally:
-        container.shutdown_resources()
 
 
 if __name__ == "__main__":

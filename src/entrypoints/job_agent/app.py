@@ -32,6 +32,7 @@ from pathlib import Path
 import attrs
 
 from domain.runtime.types import ConfigStatus, RuntimeState
+from entrypoints._shared.command import SettingsError as SettingsError
 from ports.node_config import NodeConfig
 from ports.runtime import RuntimeUnavailableError
 
@@ -51,10 +52,6 @@ MAX_SOCKET_PATH = 107
 OperationConnector = Callable[[float], AbstractContextManager[NodeConfig]]
 """``(call_timeout_s) -> context manager yielding a NodeConfig`` whose calls each take at most ``call_timeout_s``
 seconds; the context closes whatever the connection holds. May raise ``RuntimeUnavailableError`` (transient)."""
-
-
-class SettingsError(ValueError):
-    """Inconsistent settings; the message names the flag."""
 
 
 class Action(enum.Enum):

@@ -33,7 +33,8 @@ from pathlib import Path
 from adapters.protocolfile import ProtocolFileError, dump_protocol, find_protocols, load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.cli import UsageError
+from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, command, failing
 from ports.cluster import ClusterError
 
 from .compare import differences
@@ -41,7 +42,7 @@ from .live import KubeconfigError, check_cluster, open_cluster
 
 __all__ = ["EXIT_DIFFERENT", "EXIT_OK", "EXIT_USAGE", "build_parser", "check", "differences", "main"]
 
-EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
+EXIT_DIFFERENT = 1
 DEFAULT_NAMESPACE = "kube-system"
 """Namespace of the live check when ``--namespace`` is not given (the manifests' namespace)."""
 
@@ -111,23 +112,14 @@ def _check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk protocol") -> int:
     """Entry point; returns the exit code (module docstring)."""
-    try:
-        args = build_parser(prog).parse_args(argv)
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except UsageError as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
+    return command(prog, argv, parser=build_parser(prog), settings=lambda args: args, run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    with failing(UsageError, ProtocolFileError, KubeconfigError, ClusterError, code=EXIT_USAGE):
         if args.command == "check":
             return _check(args)
         protocol = load_protocol(args.protocol)
-    except UsageError as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ProtocolFileError, KubeconfigError, ClusterError) as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
-        return EXIT_USAGE
     print(f"# fingerprint: {protocol.fingerprint()}")
     print(dump_protocol(protocol), end="")
     return EXIT_OK

@@ -27,16 +27,25 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
-from entrypoints._shared.signals import stop_on_signals
+from entrypoints._shared.command import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    SettingsError,
+    command,
+    failing,
+    serve,
+    shutting_down,
+)
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
 from services.runtime.service import HEALTH_HOLD_S
 
-from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings, SettingsError
+from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings
 from .containers import RuntimeContainer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def _seconds(text: str) -> float | None:
@@ -131,40 +140,26 @@ def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop))
 
-    def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError) as error:
-        return fail(error, EXIT_USAGE)
+def _run(settings: RuntimeSettings, stop: threading.Event | None) -> int:
     container = RuntimeContainer(settings=settings)
     container.init_resources()
-    try:
-        try:
-            app = container.app()
-        except SpecError as error:
-            flag = "--simulated-gpus-file" if settings.simulated_gpus_file is not None else "--simulated-gpus"
-            return fail(f"{flag}: {error}", EXIT_USAGE)
-        except SettingsError as error:
-            return fail(error, EXIT_USAGE)
-        except GpuBackendError as error:
-            return fail(f"--backend {settings.backend}: {error}; use --backend simulated or auto", EXIT_FAILED)
+    with shutting_down(container):
+        flag = "--simulated-gpus-file" if settings.simulated_gpus_file is not None else "--simulated-gpus"
+        try:  # the innermost mapping sees an error first: the spec, then settings, then the backend
+            with failing(GpuBackendError, code=EXIT_FAILED, prefix=f"--backend {settings.backend}: ",
+                         suffix="; use --backend simulated or auto"), \
+                    failing(SettingsError, code=EXIT_USAGE), failing(SpecError, code=EXIT_USAGE, prefix=f"{flag}: "):
+                app = container.app()
         except StateStoreError as error:
             container.backend().close()
-            return fail(error, EXIT_FAILED)
-        try:
-            with stop_on_signals(stop) as event:
-                app.run(event)
-        except OSError as error:
-            return fail(error, EXIT_FAILED)
-        return EXIT_OK
-    finally:
-        container.shutdown_resources()
+            raise CommandError(EXIT_FAILED, error) from error
+        with failing(OSError, code=EXIT_FAILED):
+            serve(app, stop)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
 from services.runtime.service import HEALTH_HOLD_S, RUNTIME_VERSION, RuntimeService
@@ -48,10 +49,6 @@ MIG_STRATEGIES = tuple(mode.value for mode in PlacementMode)
 DEFAULT_SIMULATED_GPUS = "1x16Gi"
 MAX_SOCKET_PATH = 107
 """Linux ``sun_path`` holds 108 bytes including the terminating NUL."""
-
-
-class SettingsError(ValueError):
-    """Inconsistent settings; the message names the flag."""
 
 
 @attrs.frozen

@@ -44,16 +44,14 @@ from domain.errors import DomainError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down, start
 from entrypoints._shared.httpserver import parse_listen
-from entrypoints._shared.signals import stop_on_signals
 from services.scheduler.policies import DEFAULT_POLICY
 
-from .app import MODES, SchedulerSettings, SettingsError
+from .app import MODES, SchedulerSettings
 from .containers import SchedulerContainer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "default_identity", "main", "settings_from_args"]
 
 
 def default_identity() -> str:
@@ -123,33 +121,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk scheduler", sto
          ) -> int:
     """Run the scheduler until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
     (module docstring). ``--help`` prints help and returns 0."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop), errors=(DomainError,))
 
-    def fail(message: object, code: int = EXIT_USAGE) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError, DomainError) as error:
-        return fail(error)
+def _run(settings: SchedulerSettings, stop: threading.Event | None) -> int:
     container = SchedulerContainer(settings=settings)
-    try:
+    with failing(ProtocolFileError, code=EXIT_USAGE):
         container.protocol()
-    except ProtocolFileError as error:
-        return fail(error)
-    try:
-        container.init_resources()
-        app = container.app()
-    except Exception as error:  # kubeconfig/in-cluster config errors, address in use, …
-        container.shutdown_resources()
-        return fail(f"cannot start: {error}", EXIT_FAILED)
-    try:
-        with stop_on_signals(stop) as event:
-            app.run(event)
-    finally:
-        container.shutdown_resources()
+    with shutting_down(container):
+        serve(start(container, container.app), stop)
     return EXIT_OK
 
 

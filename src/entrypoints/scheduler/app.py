@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,14 +26,16 @@ import attrs
 from domain.errors import InvalidRequestError
 from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
-from domain.kube.objects import NodeObject, PodObject
+from domain.kube.objects import PodObject
 from domain.scheduling.holds import hold_window
 from domain.scheduling.registry import get_policy
 from domain.scheduling.tiebreak import TIE_BREAKS
+from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
+from entrypoints._shared.threads import ReplicaThreads
 from ports.cluster import ClusterApi
-from services._shared.informer import Informer
+from services._shared.informer import Informer, node_informer
 from services._shared.leader import LeaderElector
 from services._shared.logs import fields
 from services.scheduler.extender import Extender
@@ -50,10 +51,6 @@ MODES = ("extender", "standalone")
 JOIN_SECONDS = 2.0
 """How long :meth:`SchedulerApp.stop` waits for its threads in all (an informer may sit in a watch until the
 watch times out; the threads are daemons, so the process can exit without them)."""
-
-
-class SettingsError(ValueError):
-    """A scheduler setting is invalid; the message names the setting and the fix."""
 
 
 MAX_SECONDS = float(2**31 - 1)
@@ -171,17 +168,15 @@ class SchedulerApp(RunUntilStopped):
         self.extender = (Extender(service, rank_all_pods=settings.rank_all_pods) if settings.mode == "extender"
                          else None)
         timeout = settings.watch_timeout_seconds
-        self.nodes: Informer[NodeObject] = Informer(
-            name="nodes", list_fn=cluster.list_nodes,
-            watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
-            key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=service.on_node,
-            on_delete=service.on_node_deleted, watch_timeout=timeout)
+        self.nodes = node_informer(cluster, on_upsert=service.on_node, on_delete=service.on_node_deleted,
+                                   watch_timeout=timeout)
         self.pods: Informer[PodObject] = Informer(
             name="pods", list_fn=cluster.list_pods,
             watch_fn=lambda rv, t: cluster.watch_pods(resource_version=rv, timeout_seconds=t),
             key=lambda p: p.key, uid=lambda p: p.uid, on_upsert=service.on_pod,
             on_delete=service.on_pod_deleted, watch_timeout=timeout)
         service.listing.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
+        self.threads = ReplicaThreads()
         verbs = {} if self.extender is None else {
             "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
@@ -194,10 +189,6 @@ class SchedulerApp(RunUntilStopped):
             except OSError:
                 self.http.stop()  # do not keep the first port bound
                 raise
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._rebuilds: list[threading.Thread] = []
-        self._publishing: threading.Thread | None = None
 
     @property
     def synced(self) -> bool:
@@ -206,10 +197,7 @@ class SchedulerApp(RunUntilStopped):
 
     def health(self) -> tuple[bool, str]:
         """Liveness: every started thread still runs."""
-        dead = [t.name for t in self._threads if not t.is_alive()]
-        if dead and not self._stop.is_set():
-            return False, f"threads stopped: {', '.join(dead)}"
-        return True, "ok"
+        return self.threads.health()
 
     def ready(self) -> tuple[bool, str]:
         """Readiness ``(ready, reason)``: informers synced and serving, that is leading with a ledger rebuilt in
@@ -228,33 +216,21 @@ class SchedulerApp(RunUntilStopped):
             view = scheduler_view(books, serving=service.serving)
         return encode_view(view)
 
-    def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
     def start(self) -> None:
         """Start every thread (module docstring); returns at once."""
-        stop = self._stop
-        self._spawn("informer-nodes", lambda: self.nodes.run(stop))
-        self._spawn("informer-pods", lambda: self.pods.run(stop))
+        threads, stop = self.threads, self.threads.stop_event
+        threads.spawn("informer-nodes", lambda: self.nodes.run(stop))
+        threads.spawn("informer-pods", lambda: self.pods.run(stop))
         self.http.start()
         if self.metrics_http is not None:
             self.metrics_http.start()
-        if self.elector is not None:
-            elector = self.elector
-            self._spawn("leader-election", lambda: elector.run(
-                stop, on_started=self._on_started, on_stopped=self.service.stop_leading))
-        else:  # always leader: one rebuild once the informers have listed
-            self._on_started()
-        self._spawn("maintenance", self._maintain)
-        if self.publisher is not None:
-            publisher = self.publisher
-            self._publishing = threading.Thread(target=lambda: publisher(stop), name="publish-protocol", daemon=True)
-            self._publishing.start()  # not in _threads: it ends once written, which health() must not mind
+        # always leader (no elector): one rebuild once the informers have listed
+        threads.lead(self.elector, on_started=self._on_started, on_stopped=self.service.stop_leading)
+        threads.spawn("maintenance", self._maintain)
+        threads.publish(self.publisher)
         if self.loop is not None:
             loop = self.loop
-            self._spawn("standalone-loop", lambda: loop.run(stop))
+            threads.spawn("standalone-loop", lambda: loop.run(stop))
         log.info("scheduler started", extra=fields(mode=self.settings.mode, policy=self.settings.policy,
                                                    identity=self.settings.identity))
 
@@ -266,17 +242,15 @@ class SchedulerApp(RunUntilStopped):
 
         def rebuild() -> None:
             try:
-                self.service.rebuild_ledger(term, ready=lambda: self.synced, stop=self._stop)
+                self.service.rebuild_ledger(term, ready=lambda: self.synced, stop=self.threads.stop_event)
             except Exception:  # rebuild_ledger retries what it expects; never let a bug pass silently
                 log.exception("ledger rebuild thread failed", extra=fields(term=term))
 
-        thread = threading.Thread(target=rebuild, name=f"rebuild-term-{term}", daemon=True)
-        thread.start()
-        self._rebuilds = [t for t in self._rebuilds if t.is_alive()] + [thread]
+        self.threads.spawn(f"rebuild-term-{term}", rebuild, watched=False)
 
     def _maintain(self) -> None:
         settings, since_resync = self.settings, 0.0
-        while not self._stop.wait(settings.tick_seconds):
+        while not self.threads.stop_event.wait(settings.tick_seconds):
             try:
                 self.service.tick()
                 since_resync += settings.tick_seconds
@@ -287,17 +261,12 @@ class SchedulerApp(RunUntilStopped):
                 log.warning("maintenance failed", extra=fields(error=str(error)))
 
     def stop(self, *, join_seconds: float = JOIN_SECONDS) -> None:
-        """Stop every thread: the elector first (it releases the Lease), then the listener, then wait up to
+        """Stop every thread: the elector first (it releases the Lease), then the listeners, then wait up to
         ``join_seconds`` in all for the rest (default :data:`JOIN_SECONDS`); idempotent."""
-        self._stop.set()
-        for thread in self._threads:
-            if thread.name == "leader-election":
-                thread.join(join_seconds)
+        self.threads.stop(join_seconds=join_seconds, then=self._stop_listeners)
+        log.info("scheduler stopped")
+
+    def _stop_listeners(self) -> None:
         self.http.stop()
         if self.metrics_http is not None:
             self.metrics_http.stop()
-        deadline = time.monotonic() + join_seconds
-        publishing = [] if self._publishing is None else [self._publishing]
-        for thread in [*self._threads, *self._rebuilds, *publishing]:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        log.info("scheduler stopped")

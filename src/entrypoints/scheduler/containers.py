@@ -15,17 +15,16 @@ after the client gave up — the residual window is the server's own processing 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 
 from dependency_injector import containers, providers
 
-from adapters.kubernetes import KubernetesCluster, from_kubeconfig
-from adapters.memory.cluster import InMemoryCluster
+from adapters.kubernetes import KubernetesCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.cluster import in_memory_or_api_server
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
 from services._shared.leader import LeaderConfig, LeaderElector
@@ -45,12 +44,7 @@ COMMIT_TIMEOUT_SHARE = 0.8
 def open_cluster(settings: SchedulerSettings) -> Iterator[ClusterApi]:
     """The cluster port for ``settings``: in memory, or the API server from the kubeconfig (None = in-cluster
     service account); the API client is closed on shutdown. Raises the client's configuration errors."""
-    if settings.in_memory:
-        yield InMemoryCluster()
-        return
-    api_client = from_kubeconfig(None if settings.kubeconfig is None else str(settings.kubeconfig))
-    with contextlib.closing(api_client):
-        yield KubernetesCluster(api_client, component=COMPONENT)
+    yield from in_memory_or_api_server(settings.in_memory, settings.kubeconfig, component=COMPONENT)
 
 
 def commit_timeout(settings: SchedulerSettings) -> float:

@@ -22,15 +22,19 @@ from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.scheduling.tiebreak import TIE_BREAKS
 from domain.simulation.replay import TYPICAL_MODES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
+from entrypoints._shared.cli import UsageError
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, command, failing
 from ports.report import PlotUnavailableError, ReportError
 from ports.trace import TraceError
 
-from .app import SettingsError, SimulateSettings
+from .app import SimulateSettings
 from .containers import SimulateContainer
 
+__all__ = ["DEFAULT_OUTPUT_DIR", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main",
+           "parse_policies", "parse_seeds", "settings_from_args"]
+
 DEFAULT_OUTPUT_DIR = Path("out/simulate")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_INTERRUPTED = 130
 
 _SEED_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
@@ -125,28 +129,19 @@ def settings_from_args(args: argparse.Namespace) -> SimulateSettings:
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> int:
     """Run ``simulate`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (module docstring).
     ``--help`` prints help and returns 0."""
-    parser = build_parser(prog)
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args, run=_run,
+                   errors=(DomainError,))
 
-    def fail(message: object, code: int = EXIT_USAGE) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        args = parser.parse_args(argv)
-        settings = settings_from_args(args)
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError, DomainError) as exc:
-        return fail(exc)
+def _run(settings: SimulateSettings) -> int:
     container = SimulateContainer(settings=settings)
-    try:
-        container.app().run()
-    except KeyboardInterrupt:
-        return fail("interrupted", EXIT_INTERRUPTED)
-    except (TraceError, SettingsError, DomainError, PlotUnavailableError) as exc:
-        return fail(exc)
-    except ReportError as exc:
-        return fail(exc, EXIT_FAILED)
+    # PlotUnavailableError is a ReportError: the innermost mapping (bad input) must see it first
+    with failing(ReportError, code=EXIT_FAILED), \
+            failing(TraceError, SettingsError, DomainError, PlotUnavailableError, code=EXIT_USAGE):
+        try:
+            container.app().run()
+        except KeyboardInterrupt:
+            raise CommandError(EXIT_INTERRUPTED, "interrupted") from None
     return EXIT_OK
 
 

@@ -32,16 +32,13 @@ from domain.simulation.replay import (
 )
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
 from domain.simulation.workload import TraceNode, TracePod
+from entrypoints._shared.command import SettingsError as SettingsError
 from ports.progress import ProgressBar
 from ports.report import CurvePlotter, ReportError, SimulationReport
 from ports.trace import TraceReader
 
 SYNTHETIC_WORKLOAD = "synthetic"
 """Workload name of the embedded default in reports."""
-
-
-class SettingsError(ValueError):
-    """A simulate setting is invalid; the message names the setting and the fix."""
 
 
 @attrs.frozen

@@ -27,11 +27,10 @@ from pathlib import Path
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
 from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.cli import UsageError, one_line
-from entrypoints._shared.signals import stop_on_signals
+from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, command, failing, serve, shutting_down, start
 from ports.trace import TraceError
 
-from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SettingsError, UpError, UpSettings
+from .app import UpError, UpSettings
 from .containers import UpContainer
 from .simnode import StackError
 from .workload import SYNTHETIC, WorkloadError
@@ -102,35 +101,18 @@ def settings_from_args(args: argparse.Namespace) -> UpSettings:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk up", stop: threading.Event | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers (tests)."""
+    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
+                   run=lambda settings: _run(settings, stop), errors=(DomainError,))
 
-    def fail(message: object, code: int) -> int:
-        print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
-        return code
 
-    try:
-        settings = settings_from_args(build_parser(prog).parse_args(argv))
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else EXIT_OK
-    except (UsageError, SettingsError, DomainError) as error:
-        return fail(error, EXIT_USAGE)
+def _run(settings: UpSettings, stop: threading.Event | None) -> int:
     container = UpContainer(settings=settings)
-    try:
-        try:
+    with shutting_down(container):
+        with failing(TraceError, WorkloadError, StackError, DomainError, code=EXIT_USAGE):
             container.workload()
-        except (TraceError, WorkloadError, StackError, DomainError) as error:
-            return fail(error, EXIT_USAGE)
-        try:
-            container.init_resources()
-            app = container.app()
-        except Exception as error:  # log folder, kubeconfig, temp folder: one line, not a traceback
-            return fail(f"cannot start: {error}", EXIT_FAILED)
-        try:
-            with stop_on_signals(stop) as event:
-                return app.run(event)
-        except (UpError, StackError) as error:
-            return fail(error, EXIT_FAILED)
-    finally:
-        container.shutdown_resources()
+        app = start(container, container.app)  # log folder, kubeconfig, temp folder: one line, not a traceback
+        with failing(UpError, StackError, code=EXIT_FAILED):
+            return serve(app, stop)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ from domain.kube.objects import ClusterEvent, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ExporterData
 from domain.scheduling.registry import get_policy
+from entrypoints._shared.command import EXIT_FAILED as EXIT_FAILED
+from entrypoints._shared.command import EXIT_OK as EXIT_OK
+from entrypoints._shared.command import EXIT_USAGE as EXIT_USAGE
+from entrypoints._shared.command import SettingsError as SettingsError
 from ports.cluster import ClusterApi, ClusterError
 from ports.progress import ProgressBar
 from ports.runtime import NodeRuntimeError
@@ -52,17 +56,13 @@ from .workload import MANAGED_BY, NOT_READY_TOLERATION, SYNTHETIC, Workload, pod
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_DISAGREE, EXIT_INTERRUPTED = 3, 130
 
 DEFAULT_PODS_PER_NODE = 30
 """Pods submitted per node when ``--pods`` is not given."""
 
 Scraper = Callable[[str, float], Sequence[Sample]]
 """``(url, timeout_s) -> samples`` of a ``/metrics`` page; raises ``ScrapeError``."""
-
-
-class SettingsError(ValueError):
-    """An ``up`` setting is invalid; the message names the flag."""
 
 
 class UpError(Exception):

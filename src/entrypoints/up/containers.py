@@ -11,7 +11,6 @@ embedded synthetic pods or a trace CSV (``adapters.csvtrace``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 from collections.abc import Iterator, Sequence
@@ -21,12 +20,12 @@ from typing import TextIO
 from dependency_injector import containers, providers
 
 from adapters.csvtrace import CsvTraceReader
-from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus.scrape import Sample, scrape
 from adapters.protocolfile import load_protocol
 from adapters.tqdm_progress import TqdmProgress
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.cluster import api_server
 from ports.cluster import ClusterApi
 from ports.progress import ProgressBar
 from services._shared.logs import configure_logging
@@ -59,9 +58,7 @@ def open_cluster(settings: UpSettings) -> Iterator[ClusterApi]:
     if settings.kubeconfig is None:
         yield InMemoryCluster(history_limit=HISTORY_LIMIT)
         return
-    api_client = from_kubeconfig(str(settings.kubeconfig))
-    with contextlib.closing(api_client):
-        yield KubernetesCluster(api_client, component="ljrk-up")
+    yield from api_server(settings.kubeconfig, component="ljrk-up")
 
 
 def load_workload(settings: UpSettings, trace: CsvTraceReader) -> Workload:

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from domain.kube.objects import EventType, Listing, WatchEvent
-from ports.cluster import GoneError
+from domain.kube.objects import EventType, Listing, NodeObject, WatchEvent
+from ports.cluster import GoneError, NodesApi
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +117,14 @@ class Informer(Generic[T]):
                 log.warning("%s: %s; retrying in %.1f s", self.name, error, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+
+def node_informer(cluster: NodesApi, *, on_upsert: Callable[[NodeObject], None],
+                  on_delete: Callable[[NodeObject], None], watch_timeout: float) -> Informer[NodeObject]:
+    """The ``nodes`` informer of ``cluster``: keyed by node name, with UIDs (a node re-created under its name is
+    deleted first); ``watch_timeout`` in seconds (the server's ``timeoutSeconds``)."""
+    return Informer(
+        name="nodes", list_fn=cluster.list_nodes,
+        watch_fn=lambda rv, t: cluster.watch_nodes(resource_version=rv, timeout_seconds=t),
+        key=lambda n: n.name, uid=lambda n: n.uid, on_upsert=on_upsert, on_delete=on_delete,
+        watch_timeout=watch_timeout)

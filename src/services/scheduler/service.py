@@ -1,4 +1,4 @@
-"""The scheduler component's state: one ledger kept equal to the cluster, one scheduler per policy, commits.
+"""The scheduler component's service: one ledger kept equal to the cluster, one scheduler per policy, commits.
 
 Both drivers (the kube-scheduler extender and the standalone loop) call into one :class:`SchedulerService`:
 informer events keep the books (:class:`~domain.scheduling.sync.LedgerSync`); :meth:`SchedulerService.decide` and
@@ -11,51 +11,40 @@ its pod is pending and ours (:mod:`.reservations`); a listing older than the inf
 Thread safety: one private re-entrant lock serialises informer events, cycles and the adoption step of resyncs;
 API calls (a commit's writes, a resync's LISTs) and rebuilds run outside it, the commit protected by the
 reservation. Readers take it through :meth:`SchedulerService.books`.
+
+Split by responsibility: the shared state, the lock and the views are :mod:`.state`; reservation expiry, ticks,
+resyncs and leadership terms are :mod:`.upkeep`; informer events and cycles (decide, schedule, commit) are here.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Protocol
+from collections.abc import Collection, Sequence
 
 from domain.allocation import PodAllocation
-from domain.errors import DomainError, InvalidRequestError, UnknownNodeError, UnknownPolicyError
+from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
-from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import mig_container_plans, protocol_mismatches
-from domain.ledger import ClusterLedger, GpuUsage
-from domain.mig.gpu import PlacementMode
 from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.drift import DriftReport
 from domain.scheduling.framework import ScheduleResult
-from domain.scheduling.sync import LedgerSync, Tombstone, mig_reasons
-from ports.cluster import EventsApi, NodesApi, PodsApi
-from ports.metrics import SchedulerMetrics
+from domain.scheduling.sync import Tombstone, mig_reasons
 from services._shared.logs import fields
 
-from .alerts import BookAlerts
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision, chose_reason
-from .leadership import REBUILD_BACKOFF, Terms, rebuild_until_serving
-from .listing import RESYNC_ATTEMPTS, ListingFloor, StaleListingError, drift_count
-from .notices import Notices
-from .policies import SchedulerSet, ServiceConfig
-from .reservations import Reservations
+from .listing import StaleListingError, drift_count
+from .policies import ServiceConfig
+from .state import SchedulerCluster
+from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommitError", "NotLeaderError", "SchedulerService", "ServiceConfig", "StaleListingError", "drift_count"]
-
-class SchedulerCluster(NodesApi, PodsApi, EventsApi, Protocol):
-    """The cluster roles the scheduler service uses: list nodes and pods, read a pod, record Events."""
+__all__ = ["CommitError", "NotLeaderError", "SchedulerCluster", "SchedulerService", "ServiceConfig",
+           "StaleListingError", "drift_count"]
 
 
-class SchedulerService:
+class SchedulerService(ServiceUpkeep):
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
     ``clock`` returns epoch seconds (inventory heartbeats are epoch times); ``is_leader`` says whether this
@@ -64,41 +53,6 @@ class SchedulerService:
     ``deletion_listeners(pod)`` after a pod delete, ``change_listeners()`` when capacity may have appeared (node
     added, pod deleted or finished).
     """
-
-    def __init__(
-        self,
-        cluster: SchedulerCluster,
-        protocol: ProtocolConstants,
-        metrics: SchedulerMetrics,
-        *,
-        config: ServiceConfig | None = None,
-        clock: Callable[[], float] = time.time,
-        is_leader: Callable[[], bool] = lambda: True,
-        commit_cluster: PodsApi | None = None,
-    ) -> None:
-        self.cluster = cluster
-        self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
-        self.protocol = protocol
-        self.metrics = metrics
-        self.config = config or ServiceConfig()
-        self.clock = clock
-        self.is_leader = is_leader
-        self._lock = threading.RLock()
-        self.sync = LedgerSync(ClusterLedger(), protocol, clock=clock,
-                               assumed_ttl_seconds=self.config.assumed_ttl_seconds,
-                               mig_mode=PlacementMode(self.config.mig_strategy),
-                               hold_window_seconds=self.config.admission_hold_seconds)
-        self.pod_listeners: list[Callable[[PodObject], None]] = []
-        self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
-        self.change_listeners: list[Callable[[], None]] = []
-        self.schedulers = SchedulerSet(self.sync, protocol, self.config)
-        self.listing = ListingFloor()
-        """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
-        self._reservations = Reservations(self.sync, clock)
-        self._terms = Terms()
-        self.notices = Notices(cluster, metrics, protocol, is_leader=is_leader)
-        self.alerts = BookAlerts(metrics)
-        metrics.watch_ledger(self._ledger_view)
 
     # ------------------------------------------------------------------ informer events
     def on_node(self, node: NodeObject) -> None:
@@ -160,14 +114,6 @@ class SchedulerService:
             self._changed()
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
-
-    def _forget(self, uid: str) -> None:
-        self.schedulers.forget(uid)
-        self._reservations.forget(uid)
-
-    def _changed(self) -> None:
-        for listener in self.change_listeners:
-            listener()
 
     # ------------------------------------------------------------------ cycles
     def decide(self, pod: PodObject, candidates: Sequence[str], *, rank_all_pods: bool = False) -> Decision:
@@ -323,144 +269,3 @@ class SchedulerService:
         """True while this replica leads in term ``term`` (asked right before a binding)."""
         with self._lock:
             return self._terms.number == term and self.is_leader()
-
-    # ------------------------------------------------------------------ maintenance
-    def expire_assumed(self) -> list[str]:
-        """Release reservations older than ``assumed_ttl_seconds`` that were never committed (the bind never
-        came); returns their UIDs."""
-        with self._lock:
-            expired = self._reservations.expire(self.config.assumed_ttl_seconds)
-        for uid in expired:
-            log.info("reservation expired", extra=fields(pod_uid=uid, ttl=self.config.assumed_ttl_seconds))
-        return expired
-
-    def tick(self) -> None:
-        """Re-check inventory staleness (no node event comes when a device plugin dies), expire reservations and
-        report book problems (:mod:`.alerts`)."""
-        with self._lock:
-            self.sync.tick()
-        self.expire_assumed()
-        with self._lock:
-            events = self.alerts.collect(self.sync)  # a lapsed reservation may have ended an over-booking
-        self.notices.emit(events)
-
-    def resync(self) -> DriftReport:
-        """List nodes and pods, rebuild the books from the listing and adopt them (repairing the live books in
-        place), report the drift (counted in the metrics), and refresh FGD's typical pods.
-
-        The listing and the rebuild run without the lock; the adoption takes it and happens only when each
-        listing's resourceVersion is at least the informer's (:attr:`listing`): otherwise an event newer than
-        the listing was already applied, so the service lists again (module docstring). Raises
-        :class:`ports.cluster.ClusterError` when listing fails and :class:`StaleListingError` after
-        :data:`RESYNC_ATTEMPTS` listings that were all too old.
-        """
-        for attempt in range(1, RESYNC_ATTEMPTS + 1):
-            nodes = self.cluster.list_nodes()
-            pods = self.cluster.list_pods()
-            with self._lock:
-                last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
-            fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
-            with self._lock:
-                behind = self.listing.behind(nodes.resource_version, pods.resource_version)
-                if not behind:
-                    held = set(self.sync.holds.holders())
-                    report = self.sync.adopt(fresh)
-                    self.schedulers.reobserve(pods.items)
-                    if held - set(self.sync.holds.holders()):
-                        self._changed()  # holds the listing ended (a mark the informer had not shown yet)
-                    self.listing.adopted(nodes.resource_version, pods.resource_version)
-                    count = drift_count(report)
-                    events = self.alerts.collect(self.sync)
-                    break
-            log.info("resync listing older than the informers; listing again",
-                     extra=fields(attempt=attempt, behind=behind))
-        else:
-            raise StaleListingError(f"{RESYNC_ATTEMPTS} listings were older than what the informers had applied")
-        self.metrics.drift_repaired(count)
-        self.notices.emit(events)
-        if count:
-            log.warning("ledger drift repaired", extra=fields(
-                count=count, missing=list(report.missing), extra_pods=list(report.extra),
-                changed=list(report.changed), nodes_missing=list(report.nodes_missing),
-                nodes_extra=list(report.nodes_extra), totals=sorted(report.totals)))
-        return report
-
-    @property
-    def serving(self) -> bool:
-        """True while this replica leads and has rebuilt its books in the current term: only then do the
-        drivers schedule."""
-        return self._terms.rebuilt and self.is_leader()
-
-    def begin_leading(self) -> int:
-        """Leadership gained: open a new term (not serving until :meth:`rebuild_ledger` succeeds for it) and
-        publish the leader gauge. Call synchronously where leadership is learnt; returns the term token."""
-        with self._lock:
-            term = self._terms.open()
-            self.metrics.set_leader(True)
-            self.alerts.forget()  # the term's first report writes the Events a follower did not
-        log.info("leadership gained; rebuilding the ledger", extra=fields(term=term))
-        return term
-
-    def current_term(self, term: int) -> bool:
-        """True while ``term`` is the open term."""
-        with self._lock:
-            return self._terms.current(term)
-
-    def rebuild_ledger(self, term: int, *, ready: Callable[[], bool] = lambda: True,
-                       stop: threading.Event | None = None, backoff: tuple[float, float] = REBUILD_BACKOFF) -> bool:
-        """Rebuild the books for ``term`` and then serve (:func:`.leadership.rebuild_until_serving` with
-        :meth:`resync`); returns True once serving, False as soon as the term is over or ``stop`` is set."""
-        return rebuild_until_serving(term, current=self.current_term, resync=self.resync, serve=self._serve,
-                                     ready=ready, stop=stop or threading.Event(), backoff=backoff)
-
-    def _serve(self, term: int) -> bool:
-        with self._lock:
-            if not self._terms.serve(term):
-                return False
-            self._changed()
-            return True
-
-    def start_leading(self, *, ready: Callable[[], bool] = lambda: True, stop: threading.Event | None = None,
-                      backoff: tuple[float, float] = REBUILD_BACKOFF) -> bool:
-        """:meth:`begin_leading`, then :meth:`rebuild_ledger` for that term on this thread."""
-        return self.rebuild_ledger(self.begin_leading(), ready=ready, stop=stop, backoff=backoff)
-
-    def stop_leading(self) -> None:
-        """Leadership lost: close the term, publish it and drop reservations that were never committed (no bind
-        will follow)."""
-        with self._lock:
-            self._terms.close()
-            self.metrics.set_leader(False)
-            self._reservations.drop_uncommitted()
-        log.info("leadership lost")
-
-    # ------------------------------------------------------------------ views
-    @contextmanager
-    def books(self) -> Iterator[LedgerSync]:
-        """Read the books consistently: yields the :class:`LedgerSync` while holding the service's lock (events and
-        cycles wait). For reading only and briefly; every change goes through the methods above."""
-        with self._lock:
-            yield self.sync
-
-    def knows_node(self, name: str) -> bool:
-        """True when the ledger books node ``name``."""
-        with self._lock:
-            return self._known(name)
-
-    def _known(self, name: str) -> bool:
-        try:
-            self.sync.ledger.slot(name)
-        except UnknownNodeError:
-            return False
-        return True
-
-    def gpus(self, node: str) -> list[GpuUsage]:
-        """Per-GPU books of ``node`` (core milli-GPU, memory bytes). Raises UnknownNodeError."""
-        with self._lock:
-            return self.sync.ledger.gpus(node)
-
-    def _ledger_view(self) -> Iterator[tuple[str, GpuUsage]]:
-        with self._lock:
-            ledger = self.sync.ledger
-            rows = [(name, gpu) for name in ledger.node_names() for gpu in ledger.gpus(name)]
-        return iter(rows)

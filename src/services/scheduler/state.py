@@ -1,0 +1,112 @@
+"""The state of one scheduler replica that every part of :class:`~.service.SchedulerService` shares.
+
+:class:`ServiceState` owns the books (:class:`~domain.scheduling.sync.LedgerSync`), the schedulers, the
+reservations, the leadership terms and the one re-entrant lock that guards them, plus the read-only views of the
+books. Invariant: every read or change of that state happens under the lock; listeners are called under it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from domain.errors import UnknownNodeError
+from domain.kube.objects import PodObject
+from domain.kube.protocol import ProtocolConstants
+from domain.ledger import ClusterLedger, GpuUsage
+from domain.mig.gpu import PlacementMode
+from domain.scheduling.sync import LedgerSync, Tombstone
+from ports.cluster import EventsApi, NodesApi, PodsApi
+from ports.metrics import SchedulerMetrics
+
+from .alerts import BookAlerts
+from .leadership import Terms
+from .listing import ListingFloor
+from .notices import Notices
+from .policies import SchedulerSet, ServiceConfig
+from .reservations import Reservations
+
+
+class SchedulerCluster(NodesApi, PodsApi, EventsApi, Protocol):
+    """The cluster roles the scheduler service uses: list nodes and pods, read a pod, record Events."""
+
+
+class ServiceState:
+    """The shared state and views of :class:`~.service.SchedulerService` (its docstring gives the arguments)."""
+
+    def __init__(
+        self,
+        cluster: SchedulerCluster,
+        protocol: ProtocolConstants,
+        metrics: SchedulerMetrics,
+        *,
+        config: ServiceConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
+        commit_cluster: PodsApi | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
+        self.protocol = protocol
+        self.metrics = metrics
+        self.config = config or ServiceConfig()
+        self.clock = clock
+        self.is_leader = is_leader
+        self._lock = threading.RLock()
+        self.sync = LedgerSync(ClusterLedger(), protocol, clock=clock,
+                               assumed_ttl_seconds=self.config.assumed_ttl_seconds,
+                               mig_mode=PlacementMode(self.config.mig_strategy),
+                               hold_window_seconds=self.config.admission_hold_seconds)
+        self.pod_listeners: list[Callable[[PodObject], None]] = []
+        self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
+        self.change_listeners: list[Callable[[], None]] = []
+        self.schedulers = SchedulerSet(self.sync, protocol, self.config)
+        self.listing = ListingFloor()
+        """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
+        self._reservations = Reservations(self.sync, clock)
+        self._terms = Terms()
+        self.notices = Notices(cluster, metrics, protocol, is_leader=is_leader)
+        self.alerts = BookAlerts(metrics)
+        metrics.watch_ledger(self._ledger_view)
+
+    def _forget(self, uid: str) -> None:
+        self.schedulers.forget(uid)
+        self._reservations.forget(uid)
+
+    def _changed(self) -> None:
+        for listener in self.change_listeners:
+            listener()
+
+    # ------------------------------------------------------------------ views
+    @contextmanager
+    def books(self) -> Iterator[LedgerSync]:
+        """Read the books consistently: yields the :class:`LedgerSync` while holding the service's lock (events and
+        cycles wait). For reading only and briefly; every change goes through the service's methods."""
+        with self._lock:
+            yield self.sync
+
+    def knows_node(self, name: str) -> bool:
+        """True when the ledger books node ``name``."""
+        with self._lock:
+            return self._known(name)
+
+    def _known(self, name: str) -> bool:
+        try:
+            self.sync.ledger.slot(name)
+        except UnknownNodeError:
+            return False
+        return True
+
+    def gpus(self, node: str) -> list[GpuUsage]:
+        """Per-GPU books of ``node`` (core milli-GPU, memory bytes). Raises UnknownNodeError."""
+        with self._lock:
+            return self.sync.ledger.gpus(node)
+
+    def _ledger_view(self) -> Iterator[tuple[str, GpuUsage]]:
+        with self._lock:
+            ledger = self.sync.ledger
+            rows = [(name, gpu) for name in ledger.node_names() for gpu in ledger.gpus(name)]
+        return iter(rows)
