@@ -94,6 +94,37 @@ class ClusterLedger(LedgerSlots):
         self._apply(self._slot[record.node], record, self._usage[pod_uid], sign=-1)
         return record
 
+    def copy_node(self, source: ClusterLedger, name: str) -> int:
+        """Count every pod ``source`` books on node ``name`` here, where nothing is booked on it and none of those
+        pods is booked anywhere: the same books as :meth:`observe` of each record, in one row update (adopting a
+        rebuild). ``source`` must hold node ``name`` with the GPUs this ledger has for it. Returns the number of
+        records copied. Raises :class:`UnknownNodeError`, and :class:`InvalidRequestError` naming the node when it
+        already has records here or one of the pods is booked elsewhere.
+        """
+        slot, theirs = self.slot(name), source.slot(name)
+        uids = source._by_node[theirs]
+        if self._by_node[slot] or any(uid in self._records for uid in uids):
+            raise InvalidRequestError(f"node[{name}]", sorted(uids), "copy_node needs no record of these pods here")
+        if not uids:
+            return 0
+        columns = source.max_gpus
+        if columns > self.max_gpus:
+            self._grow(cols=columns)
+        self.core_used[slot, :columns] += source.core_used[theirs]
+        self.mem_used[slot, :columns] += source.mem_used[theirs]
+        self.cpu_used[slot] += source.cpu_used[theirs]
+        self.hostmem_used[slot] += source.hostmem_used[theirs]
+        self.pods_used[slot] += source.pods_used[theirs]
+        for column in np.flatnonzero(source.tag_counts[theirs]):
+            mine = self.tag_id(source._tags[column])  # may grow tag_counts, so resolve before indexing
+            self.tag_counts[slot, mine] += source.tag_counts[theirs, column]
+        for uid in uids:
+            self._records[uid] = source._records[uid]
+            self._usage[uid] = source._usage[uid]
+        self._by_node[slot].update(uids)
+        self.version[slot] += 1
+        return len(uids)
+
     def _check_indexes(self, slot: int, allocation: PodAllocation, usage: Usage) -> None:
         count = int(self.gpu_count[slot])
         for index in usage:

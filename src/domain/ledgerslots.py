@@ -273,6 +273,10 @@ class LedgerSlots:
         """UIDs of the pods counted on a node (sorted)."""
         return sorted(self._by_node[self.slot(name)])
 
+    def pod_count(self, name: str) -> int:
+        """Number of pods counted on a node. Raises :class:`UnknownNodeError`."""
+        return len(self._by_node[self.slot(name)])
+
     def __contains__(self, pod_uid: object) -> bool:
         return pod_uid in self._records
 

@@ -73,7 +73,8 @@ def parse_bytes(field: str, text: object) -> int:
 
 def parse_count(field: str, text: object) -> int:
     """Count quantity (``pods``) → int, rounded up. Raises :class:`InvalidRequestError` naming ``field``."""
-    return math.ceil(parse_decimal_quantity(field, text))
+    value = _bytes(text) if isinstance(text, str) else None  # the same rounding as bytes
+    return math.ceil(parse_decimal_quantity(field, text)) if value is None else value
 
 
 @functools.lru_cache(maxsize=4096)

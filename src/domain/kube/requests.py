@@ -10,6 +10,8 @@ they name the pod); an entry is replaced when any of those inputs changes and dr
 
 from __future__ import annotations
 
+import attrs
+
 from domain.errors import InvalidRequestError
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
@@ -17,8 +19,22 @@ from domain.kube.translate import pod_request
 from domain.request import PodRequest
 
 _Key = tuple[object, ...]
+_FIELDS = tuple(field.name for field in attrs.fields(PodRequest))
 SHARED_TEMPLATES = 4096
 """Most distinct valid pod contents kept for sharing (the table is emptied when full: a bound, not a cache policy)."""
+
+
+def _renamed(template: PodRequest, pod: PodObject) -> PodRequest:
+    """``template`` under ``pod``'s UID, namespace and name. The validation of :class:`PodRequest` is not run
+    again: it passed for ``template``, whose content is ``pod``'s, and of the identity it only requires a non-empty
+    UID (the caller's condition). Equals ``attrs.evolve(template, uid=..., namespace=..., name=...)``."""
+    clone = object.__new__(PodRequest)
+    for name in _FIELDS:
+        object.__setattr__(clone, name, getattr(template, name))
+    object.__setattr__(clone, "uid", pod.uid)
+    object.__setattr__(clone, "namespace", pod.namespace)
+    object.__setattr__(clone, "name", pod.name)
+    return clone
 
 
 class PodRequests:
@@ -56,9 +72,7 @@ class PodRequests:
     def _parse(self, pod: PodObject, content: _Key) -> PodRequest | InvalidRequestError:
         template = self._shared.get(content)
         if template is not None and pod.uid:  # an empty UID is refused by pod_request itself
-            return PodRequest(uid=pod.uid, containers=template.containers, namespace=pod.namespace, name=pod.name,
-                              cpu_milli=template.cpu_milli, memory_bytes=template.memory_bytes,
-                              selector=template.selector)
+            return _renamed(template, pod)
         try:
             value = pod_request(pod, self.protocol)
         except InvalidRequestError as error:

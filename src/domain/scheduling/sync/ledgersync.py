@@ -181,8 +181,12 @@ class LedgerSync(LedgerEvents):
             fresh.books.prune(fresh._counted)
             pods = list(pods)
             fresh._listed = {p.uid: p for p in pods}
+            fresh._reinfer_later = set()
             for pod in pods:
                 fresh.on_pod(pod)
+            later, fresh._reinfer_later = fresh._reinfer_later, None
+            for name in sorted(later):
+                fresh._reinfer(name)
             if keep_assumed:
                 fresh._carry(self._assumed, self.constraints, self.books.assumed)
         return fresh
@@ -255,7 +259,17 @@ class LedgerSync(LedgerEvents):
             same = self._counted.get(name) == inventory and name not in report.nodes_missing
             slot = ledger.slot(name) if same else ledger.upsert_node(inventory)
             self.nodes.put(slot, fresh._node_objects[name])
-        for uid in (*report.missing, *report.changed):
+        missing: dict[str, list[str]] = {}
+        for uid in report.missing:
+            missing.setdefault(records[uid].node, []).append(uid)
+        for name, uids in missing.items():  # a node the live books lack entirely (a new leader's) in one update
+            if ledger.pod_count(name) == 0 and len(uids) == fresh.ledger.pod_count(name):
+                ledger.copy_node(fresh.ledger, name)
+            else:
+                for uid in uids:
+                    ledger.observe(records[uid])
+            suspect.add(name)
+        for uid in report.changed:
             ledger.observe(records[uid])
             suspect.add(records[uid].node)
         for name in sorted(suspect & set(fresh._counted)):
