@@ -12,7 +12,8 @@ Behaviours covered:
 * adopting that rebuild into an empty live ledger (a new leader: whole rows copied) and into a drifted one gives
   the rebuilt books, and the drift report names every pod;
 * ``ClusterLedger.copy_node`` books what observing each record books, and refuses a node or pod already booked;
-* the lean plan decoder answers exactly what the full decoder answers, record or error, for every plan above;
+* the lean plan decoder answers exactly what the full decoder answers, record or error, for every plan above,
+  and the lean inventory reader what the full reader answers for well-formed and malformed GPU entries;
 * pod requests shared between replicas equal :func:`pod_request` of each pod, and an invalid pod's error names
   that pod, never a replica.
 """
@@ -27,7 +28,8 @@ from kube_builders import GPU16, KEYS, PROTOCOL, Clock, make_gpus, make_node, ma
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
-from domain.kube.annotations import decode_plan, encode_plan
+from domain.kube.annotations import decode_inventory, decode_plan, encode_plan
+from domain.kube.annotations import inventory as inventory_module
 from domain.kube.annotations import plan as plan_module
 from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.kube.requests import PodRequests
@@ -241,6 +243,35 @@ def test_the_lean_plan_decoder_answers_what_the_full_decoder_answers(monkeypatch
     assert lean == decode_all()
     assert any(isinstance(v, PodAllocation) and v.containers for v in lean)
     assert any(isinstance(v, str) for v in lean)
+
+
+GPU_ENTRY_EDITS: tuple[dict[str, object], ...] = (
+    {}, {"index": -1}, {"index": True}, {"index": "0"}, {"memoryBytes": 0}, {"memoryBytes": 2**51},
+    {"memoryBytes": 1.5}, {"uuid": ""}, {"uuid": 7}, {"model": ""}, {"health": "bogus"}, {"health": ["x"]},
+    {"migMode": "enabled"}, {"migMode": None}, {"migInstances": []},
+    {"migInstances": [{"gi": 1, "ci": 0, "profile": "1g.10gb", "start": 0, "uuid": "MIG-1", "free": False}]},
+)
+
+
+@pytest.mark.parametrize("edit", GPU_ENTRY_EDITS)
+def test_the_lean_inventory_reader_answers_what_the_full_reader_answers(
+        edit: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = make_node("n-x", 2).annotations[KEYS.node_inventory]
+    data = json.loads(text)
+    data["gpus"][1].update(edit)
+    for key in [k for k, v in edit.items() if v is None]:
+        del data["gpus"][1][key]
+    edited_text = json.dumps(data)
+
+    def read() -> object:
+        try:
+            return decode_inventory(edited_text, key="k")
+        except InvalidRequestError as error:
+            return str(error)
+
+    lean = read()
+    monkeypatch.setattr(inventory_module, "_plain_gpu", lambda entry: None)
+    assert lean == read()
 
 
 def test_requests_shared_between_replicas_equal_each_pods_own_parse() -> None:
