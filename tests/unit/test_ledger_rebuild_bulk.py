@@ -130,6 +130,8 @@ def fresh_sync() -> LedgerSync:
 def slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn the fast paths off: every plan through the full decoder, every request parsed on its own."""
     monkeypatch.setattr(plan_module, "_plain_containers", lambda *args: None)
+    monkeypatch.setattr(plan_module, "_plain_header", lambda *args, **kwargs: False)
+    monkeypatch.setattr(inventory_module, "_plain_gpu", lambda entry: None)
     monkeypatch.setattr(PodRequests, "_parse", lambda self, pod, content: _own_parse(pod))
 
 
@@ -222,6 +224,10 @@ def test_the_lean_plan_decoder_answers_what_the_full_decoder_answers(monkeypatch
     _, pods = mixed_cluster()
     gpus = make_gpus("n-a", 4)
     texts = [p.annotations[KEYS.pod_plan] for p in pods if KEYS.pod_plan in p.annotations]
+    header = json.loads(texts[0])
+    for change in ({"version": 1}, {"version": 3}, {"version": True}, {"writer": ""}, {"writer": None},
+                   {"node": "n-b"}, {"podUID": 5}):
+        texts.append(json.dumps({**header, **change}))
     texts.append(encode_plan(PodAllocation("x", "n-a", (
         ContainerGrant("init", (GpuGrant(0, 100, GiB),), init=True),
         ContainerGrant("main", (GpuGrant(0, 200, GiB), GpuGrant(1, 300, 2 * GiB))))), gpus))
@@ -240,6 +246,7 @@ def test_the_lean_plan_decoder_answers_what_the_full_decoder_answers(monkeypatch
 
     lean = decode_all()
     monkeypatch.setattr(plan_module, "_plain_containers", lambda *args: None)
+    monkeypatch.setattr(plan_module, "_plain_header", lambda *args, **kwargs: False)
     assert lean == decode_all()
     assert any(isinstance(v, PodAllocation) and v.containers for v in lean)
     assert any(isinstance(v, str) for v in lean)

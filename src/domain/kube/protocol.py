@@ -98,7 +98,7 @@ class AnnotationKeys:
     pod_gpu_uuids_exclude: str = "lj-runtimekit.io/gpu-uuids-exclude"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a memo key on every pod (MIG stem, MIG table, fingerprint): hashed once
 class ProtocolConstants:
     """All shared constants. Raises :class:`InvalidRequestError` (field dotted, e.g. ``resources.gpu``) for a
     bad memory unit, a percentage unit whose memory resource name does not end in ``.percentage``, an empty name
