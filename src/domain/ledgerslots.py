@@ -169,11 +169,12 @@ class LedgerSlots:
         self.mem_cap[slot] = 0
         self.gpu_ok[slot] = False
         self.gpu_model[slot] = -1
-        for gpu in node.gpus:
-            self.core_cap[slot, gpu.index] = MILLI_PER_GPU
-            self.mem_cap[slot, gpu.index] = gpu.memory_bytes
-            self.gpu_ok[slot, gpu.index] = gpu.schedulable
-            self.gpu_model[slot, gpu.index] = self.model_id(gpu.model)
+        count = node.gpu_count  # GPU indexes are 0..count-1 in order (NodeInventory checks it): one write per array
+        if count:
+            self.core_cap[slot, :count] = MILLI_PER_GPU
+            self.mem_cap[slot, :count] = [gpu.memory_bytes for gpu in node.gpus]
+            self.gpu_ok[slot, :count] = [gpu.schedulable for gpu in node.gpus]
+            self.gpu_model[slot, :count] = [self.model_id(gpu.model) for gpu in node.gpus]
         self.gpu_count[slot] = node.gpu_count
         self.cpu_cap[slot] = node.cpu_milli
         self.hostmem_cap[slot] = node.memory_bytes
