@@ -6,6 +6,8 @@ typical-pod observer, the extender's bind) reuses the parse, and a pod whose con
 of an already parsed valid pod (replicas of one template) reuses that parse under its own identity. Invariant: the
 memo answers exactly what :func:`pod_request` would, including its error (errors are never shared between pods:
 they name the pod); an entry is replaced when any of those inputs changes and dropped when the pod is forgotten.
+Pod objects are frozen and their mappings are never changed in place, so the very object seen before is a hit
+without comparing its content.
 """
 
 from __future__ import annotations
