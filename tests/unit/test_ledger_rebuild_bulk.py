@@ -14,12 +14,15 @@ Behaviours covered:
 * ``ClusterLedger.copy_node`` books what observing each record books, and refuses a node or pod already booked;
 * the lean plan decoder answers exactly what the full decoder answers, record or error, for every plan above,
   and the lean inventory reader what the full reader answers for well-formed and malformed GPU entries;
+* the cyclic garbage collector is paused within a rebuild and restored after it, also on error, and left paused
+  when it was paused before;
 * pod requests shared between replicas equal :func:`pod_request` of each pod, and an invalid pod's error names
   that pod, never a replica.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -36,6 +39,7 @@ from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
 from domain.scheduling.sync import LedgerSync
+from domain.scheduling.sync.ledgersync import collection_paused
 from domain.units import GiB
 
 TAGS = ("share-gpu", "1-gpu", "2-gpu")
@@ -300,3 +304,20 @@ def test_requests_shared_between_replicas_equal_each_pods_own_parse() -> None:
                          annotations={KEYS.pod_gpu_models: "H100"})
     assert requests.get(selected) == pod_request(selected, PROTOCOL)
     assert requests.get(selected).selector.models == ("H100",)
+
+
+def test_the_collector_is_paused_within_and_restored_after() -> None:
+    assert gc.isenabled()
+    with collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collection_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
