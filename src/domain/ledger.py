@@ -16,6 +16,8 @@ Invariants:
 * Before admitting a pod onto a node, ``reserve`` re-derives the node's totals from its records; any mismatch
   quarantines the node and raises :class:`LedgerCorruptedError` — a corrupted ledger never admits a pod.
 * Node updates (health, labels) never reset usage (failure case B14).
+* A record's per-GPU usage (:meth:`PodAllocation.per_gpu_usage`) is derived once, when it is booked, and that
+  same usage is given back on release and summed by the integrity checks.
 """
 
 
