@@ -308,7 +308,7 @@ class PodRequest:
     def wants_gpu(self) -> bool:
         """True when any container asks for a time-sharing GPU resource (whole GPUs, core, memory; MIG asks are
         :attr:`wants_mig`)."""
-        return bool(self.gpu_containers)
+        return any(c.kind is not GpuKind.NONE for c in self.containers)
 
     @property
     def effective_gpu_milli(self) -> int:

@@ -11,6 +11,7 @@ end in ``.percentage``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -39,11 +40,24 @@ def parse_quantity(field: str, text: str) -> int:
     be integers (Kubernetes docs, "Extended resources"). Raises :class:`InvalidRequestError` naming ``field`` (also for
     more than :data:`MAX_QUANTITY_DIGITS` digits).
     """
+    value = _integer_quantity(text) if isinstance(text, str) else None
+    if value is not None:
+        return value
     match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidRequestError(field, text, "must be a non-negative integer quantity such as 8, 16Gi or 500M")
     if len(match.group(1)) > MAX_QUANTITY_DIGITS:
         raise InvalidRequestError(field, text, f"more than {MAX_QUANTITY_DIGITS} digits: no resource is that large")
+    return int(match.group(1)) * _FACTORS[match.group(2)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _integer_quantity(text: str) -> int | None:
+    """:func:`parse_quantity` of a valid ``text`` (memoised: pods repeat a few amounts), None when invalid (the
+    caller parses again to raise the error naming its field)."""
+    match = _QUANTITY.match(text.strip())
+    if match is None or len(match.group(1)) > MAX_QUANTITY_DIGITS:
+        return None
     return int(match.group(1)) * _FACTORS[match.group(2)]
 
 
@@ -84,7 +98,7 @@ class AnnotationKeys:
     pod_gpu_uuids_exclude: str = "lj-runtimekit.io/gpu-uuids-exclude"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a memo key on every pod (MIG stem, MIG table, fingerprint): hashed once
 class ProtocolConstants:
     """All shared constants. Raises :class:`InvalidRequestError` (field dotted, e.g. ``resources.gpu``) for a
     bad memory unit, a percentage unit whose memory resource name does not end in ``.percentage``, an empty name
@@ -135,5 +149,11 @@ class ProtocolConstants:
 
     def fingerprint(self) -> str:
         """First 16 hex digits of SHA-256 over the canonical JSON of every constant (stable across runs)."""
-        canonical = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return _fingerprint(self)
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(protocol: ProtocolConstants) -> str:
+    """:meth:`ProtocolConstants.fingerprint`, computed once per (frozen, hashable) set of constants."""
+    canonical = json.dumps(attrs.asdict(protocol), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -11,6 +11,7 @@ Extended resources (our GPU resources) use the stricter integer parser
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -57,7 +58,8 @@ def parse_cpu_milli(field: str, text: object) -> int:
 
     Raises :class:`InvalidRequestError` naming ``field``.
     """
-    return math.ceil(parse_decimal_quantity(field, text) * 1000)
+    value = _cpu_milli(text) if isinstance(text, str) else None
+    return math.ceil(parse_decimal_quantity(field, text) * 1000) if value is None else value
 
 
 def parse_bytes(field: str, text: object) -> int:
@@ -65,9 +67,30 @@ def parse_bytes(field: str, text: object) -> int:
 
     Raises :class:`InvalidRequestError` naming ``field``.
     """
-    return math.ceil(parse_decimal_quantity(field, text))
+    value = _bytes(text) if isinstance(text, str) else None
+    return math.ceil(parse_decimal_quantity(field, text)) if value is None else value
 
 
 def parse_count(field: str, text: object) -> int:
     """Count quantity (``pods``) → int, rounded up. Raises :class:`InvalidRequestError` naming ``field``."""
-    return math.ceil(parse_decimal_quantity(field, text))
+    value = _bytes(text) if isinstance(text, str) else None  # the same rounding as bytes
+    return math.ceil(parse_decimal_quantity(field, text)) if value is None else value
+
+
+@functools.lru_cache(maxsize=4096)
+def _cpu_milli(text: str) -> int | None:
+    """:func:`parse_cpu_milli` of a valid ``text`` (memoised: pods repeat a few quantities), None when invalid
+    (the caller parses again to raise the error naming its field)."""
+    try:
+        return math.ceil(parse_decimal_quantity("", text) * 1000)
+    except InvalidRequestError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _bytes(text: str) -> int | None:
+    """:func:`parse_bytes` of a valid ``text`` (memoised like :func:`_cpu_milli`), None when invalid."""
+    try:
+        return math.ceil(parse_decimal_quantity("", text))
+    except InvalidRequestError:
+        return None

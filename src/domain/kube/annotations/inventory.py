@@ -158,6 +158,26 @@ def _gpu(field: str, entry: object) -> Gpu:
     return Gpu(index, GpuUuid(uuid), model, memory, health=health, mig_mode=mig)
 
 
+_HEALTH = {member.value: member for member in Health}
+_MIG_MODE = {member.value: member for member in MigMode}
+
+
+def _plain_gpu(entry: object) -> Gpu | None:
+    """:func:`_gpu` of a well-formed entry in one lean pass, or None wherever :func:`_gpu` might refuse it (the
+    full reader then gives the error): it accepts a subset of what :func:`_gpu` accepts and builds the same GPU."""
+    if type(entry) is not dict:
+        return None
+    index, uuid, model, memory = entry.get("index"), entry.get("uuid"), entry.get("model"), entry.get("memoryBytes")
+    health, mig = entry.get("health"), entry.get("migMode")
+    if type(index) is not int or type(memory) is not int or index < 0 or not 0 < memory <= MAX_GPU_MEMORY_BYTES:
+        return None
+    if type(uuid) is not str or type(model) is not str or type(health) is not str or type(mig) is not str:
+        return None
+    if not uuid or not model or health not in _HEALTH or mig not in _MIG_MODE:
+        return None
+    return Gpu(index, GpuUuid(uuid), model, memory, health=_HEALTH[health], mig_mode=_MIG_MODE[mig])
+
+
 def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     """Parse the node inventory annotation stored under ``key``.
 
@@ -174,11 +194,14 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
         raise InvalidRequestError(f"{key}.heartbeat", heartbeat, "must be a finite number of epoch seconds")
     protocol = _str(key, data, "protocol")
     entries = _list(key, data, "gpus")
-    parsed = [(f"{key}.gpus[{i}]", e, _gpu(f"{key}.gpus[{i}]", e)) for i, e in enumerate(entries)]
+    parsed = [(i, e, _plain_gpu(e) or _gpu(f"{key}.gpus[{i}]", e)) for i, e in enumerate(entries)]
     layouts: dict[int, tuple[MigInstanceRecord, ...]] = {}
     strategy = ""
     if version >= 2:
-        for field, entry, gpu in parsed:
+        for i, entry, gpu in parsed:
+            if isinstance(entry, dict) and "migInstances" not in entry:
+                continue  # no instances listed: nothing to read
+            field = f"{key}.gpus[{i}]"
             instances = _mig_instances(field, _object(field, entry), gpu)
             if instances:
                 layouts[gpu.index] = instances

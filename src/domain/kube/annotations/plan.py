@@ -179,9 +179,18 @@ def _grant(field: str, entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool
     return GpuGrant(gpu.index, core, memory)
 
 
+def _plain_header(data: Mapping[str, object], *, pod_uid: str, node: str) -> bool:
+    """True when :func:`_plan_header`'s checks all pass on ``data`` (one lean look; False may still pass them)."""
+    version, writer, owner, named = data.get("version"), data.get("writer"), data.get("podUID"), data.get("node")
+    return bool(type(version) is int and version == PLAN_VERSION and type(owner) is str and owner and owner == pod_uid
+                and type(named) is str and named and named == node and type(writer) is str and writer)
+
+
 def _plan_header(text: object, *, key: str, pod_uid: str, node: str) -> dict[str, object]:
     """The plan's JSON after the version, ``podUID``, ``writer`` and ``node`` checks of :func:`decode_plan`."""
     data = _load(key, text)
+    if _plain_header(data, pod_uid=pod_uid, node=node):
+        return data  # every check below passes: skip them (the usual plan)
     _plan_version(key, data)
     owner = _str(key, data, "podUID")
     if owner != pod_uid:
@@ -251,6 +260,50 @@ def decode_mig_plan(
     return tuple(out)
 
 
+def _plain_grant(entry: object, by_uuid: Mapping[str, Gpu], *, whole: bool) -> GpuGrant | None:
+    """:func:`_grant` of a well-formed entry, or None wherever :func:`_grant` might refuse it."""
+    if type(entry) is not dict:
+        return None
+    index, uuid, core = entry.get("index"), entry.get("uuid"), entry.get("coreMilli")
+    percent, memory = entry.get("corePercent"), entry.get("memoryBytes")
+    if type(index) is not int or type(core) is not int or type(percent) is not int or type(memory) is not int:
+        return None
+    gpu = by_uuid.get(uuid) if type(uuid) is str and uuid else None
+    if gpu is None or not 1 <= core <= MILLI_PER_GPU or percent != core_percent(core) or memory < 1:
+        return None
+    if whole:
+        if core != MILLI_PER_GPU:
+            return None
+        memory = gpu.memory_bytes
+    return GpuGrant(gpu.index, core, memory)
+
+
+def _plain_containers(containers: object, by_uuid: Mapping[str, Gpu]) -> tuple[ContainerGrant, ...] | None:
+    """The container grants :func:`decode_plan` reads from a plan whose every container is well formed and lists
+    GPU grants only (the usual plan), in one lean pass; None for anything else (MIG entries, a wrong type, a value
+    out of range, duplicates), which the full decoder then reads or refuses with its error. Equal by construction:
+    this accepts a subset of what the full decoder accepts and builds the same records from it."""
+    if type(containers) is not dict:
+        return None
+    out: list[ContainerGrant] = []
+    for name, body in containers.items():
+        if type(body) is not dict or body.get("mig"):
+            return None
+        init, whole, gpus = body.get("init"), body.get("whole"), body.get("gpus")
+        if type(init) is not bool or type(whole) is not bool or type(gpus) is not list or not gpus:
+            return None
+        grants: list[GpuGrant] = []
+        for entry in gpus:
+            grant = _plain_grant(entry, by_uuid, whole=whole)
+            if grant is None:
+                return None
+            grants.append(grant)
+        if len({g.gpu_index for g in grants}) != len(grants):
+            return None
+        out.append(ContainerGrant(name, tuple(grants), init=init, whole=whole))
+    return tuple(out)
+
+
 def decode_plan(
     text: object,
     *,
@@ -275,6 +328,9 @@ def decode_plan(
     """
     data = _plan_header(text, key=key, pod_uid=pod_uid, node=node)
     by_uuid: dict[str, Gpu] = {g.uuid: g for g in node_gpus}
+    fast = _plain_containers(data.get("containers"), by_uuid)
+    if fast is not None:
+        return PodAllocation(pod_uid, node, fast, cpu_milli=cpu_milli, memory_bytes=memory_bytes)
     containers: list[ContainerGrant] = []
     for name, entry in _object(f"{key}.containers", _get(key, data, "containers")).items():
         field = f"{key}.containers.{name}"

@@ -33,7 +33,7 @@ def asks_mig(pod: PodObject, protocol: ProtocolConstants) -> bool:
     request may still be invalid)."""
     stem = mig_stem(protocol)
     return stem is not None and any(
-        name.startswith(stem) for spec in pod.containers for name in (*spec.limits, *spec.requests))
+        name.startswith(stem) for spec in pod.containers for names in (spec.limits, spec.requests) for name in names)
 
 
 def mig_pod_request(request: PodRequest) -> MigPodRequest:

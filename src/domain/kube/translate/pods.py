@@ -31,6 +31,7 @@ def mig_table(protocol: ProtocolConstants) -> MigResourceTable:
     return mig_resource_table(protocol)
 
 
+@functools.lru_cache(maxsize=8)
 def mig_stem(protocol: ProtocolConstants) -> str | None:
     """``<prefix>/mig-``, the stem of every MIG resource name, or None when the GPU resource has no prefix."""
     try:

@@ -83,6 +83,7 @@ class LedgerEvents:
         self._on_node: dict[str, set[str]] = {}
         self._inferred: dict[str, set[str]] = {}
         self._assumed: dict[str, tuple[PodAllocation, float]] = {}
+        self._reinfer_later: set[str] | None = None  # rebuilds only: nodes to re-infer once every pod is counted
         names = protocol.resources
         try:
             mig_names = set(mig_table(protocol).names)
@@ -313,9 +314,13 @@ class LedgerEvents:
             del self.problems[uid]
 
     def _reinfer(self, node: str) -> None:
-        """Re-place every plan-less pod of ``node``, in UID order, on top of the others."""
+        """Re-place every plan-less pod of ``node``, in UID order, on top of the others (within a rebuild, once
+        at its end: the placement depends only on the other pods' records, not on the order they came in)."""
         inferred = self._inferred.get(node)
         if not inferred or node not in self._counted:
+            return
+        if self._reinfer_later is not None:
+            self._reinfer_later.add(node)
             return
         for uid in inferred:
             self.ledger.release(uid)
@@ -325,8 +330,9 @@ class LedgerEvents:
             allocation, note = infer_allocation(request, node, gpus, self.ledger)
             self.ledger.observe(allocation)
             self.sources[uid] = AllocationSource.INFERRED
-            if note:
-                self.problems[uid] = "; ".join(p for p in (self.problems.get(uid, ""), note) if p)
+            known = self.problems.get(uid, "")
+            if note and not known.endswith(note):  # said once, however often the node is re-inferred
+                self.problems[uid] = "; ".join(p for p in (known, note) if p)
 
     def _recount_node(self, node: str) -> None:
         """Re-derive every pod booked on or bound to ``node`` from the stored objects and reservations."""

@@ -9,7 +9,9 @@ events came in; :meth:`LedgerSync.adopt` repairs the live ledger in place (reade
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
@@ -26,6 +28,20 @@ from domain.scheduling.nodefit import PodConstraints, node_fit_reason
 from domain.scheduling.overbooking import checks_books
 from domain.scheduling.sync.events import LedgerEvents
 from domain.scheduling.sync.migcycle import schedule_mig
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector within the block (reference counting still frees every object that
+    is not in a cycle): a rebuild allocates many small objects that live on, and each full collection would walk
+    all of them again. Restored on exit, also on error; left paused when it was paused before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class LedgerSync(LedgerEvents):
@@ -174,15 +190,19 @@ class LedgerSync(LedgerEvents):
                            hold_window_seconds=self.holds.window_s)
         fresh._last_good = dict(self._last_good if last_good is None else last_good)
         fresh.books.seed(self.books.last_good() if mig_last_good is None else mig_last_good)
-        with fresh.books_guard.deferred():  # judged once, after every object is booked
+        with collection_paused(), fresh.books_guard.deferred():  # judged once, after every object is booked
             for node in nodes:
                 fresh.on_node(node)
             fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
             fresh.books.prune(fresh._counted)
             pods = list(pods)
             fresh._listed = {p.uid: p for p in pods}
+            fresh._reinfer_later = set()
             for pod in pods:
                 fresh.on_pod(pod)
+            later, fresh._reinfer_later = fresh._reinfer_later, None
+            for name in sorted(later):
+                fresh._reinfer(name)
             if keep_assumed:
                 fresh._carry(self._assumed, self.constraints, self.books.assumed)
         return fresh
@@ -228,9 +248,10 @@ class LedgerSync(LedgerEvents):
         instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
         their reference), and report the drift. The caller holds its lock; cost: the reservations and the
         differences, not the cluster."""
-        fresh._carry(self._assumed, self.constraints, self.books.assumed)
-        report = compare_books(self.ledger, fresh.ledger)
-        self._adopt(fresh, report)
+        with collection_paused():
+            fresh._carry(self._assumed, self.constraints, self.books.assumed)
+            report = compare_books(self.ledger, fresh.ledger)
+            self._adopt(fresh, report)
         return report
 
     def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
@@ -255,7 +276,17 @@ class LedgerSync(LedgerEvents):
             same = self._counted.get(name) == inventory and name not in report.nodes_missing
             slot = ledger.slot(name) if same else ledger.upsert_node(inventory)
             self.nodes.put(slot, fresh._node_objects[name])
-        for uid in (*report.missing, *report.changed):
+        missing: dict[str, list[str]] = {}
+        for uid in report.missing:
+            missing.setdefault(records[uid].node, []).append(uid)
+        for name, uids in missing.items():  # a node the live books lack entirely (a new leader's) in one update
+            if ledger.pod_count(name) == 0 and len(uids) == fresh.ledger.pod_count(name):
+                ledger.copy_node(fresh.ledger, name)
+            else:
+                for uid in uids:
+                    ledger.observe(records[uid])
+            suspect.add(name)
+        for uid in report.changed:
             ledger.observe(records[uid])
             suspect.add(records[uid].node)
         for name in sorted(suspect & set(fresh._counted)):
