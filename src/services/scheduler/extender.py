@@ -124,10 +124,10 @@ class Extender:
         return [{"Host": name, "Score": MAX_PRIORITY if name == chosen else 0} for name in names]
 
     def bind(self, body: object) -> dict[str, object]:
-        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``: commit the reservation (plan, then binding); a
-        pod without a reservation on that node gets a fresh cycle restricted to it first. Raises
-        :class:`ExtenderArgsError` for a malformed body; failures come back in ``Error`` (the reservation and the
-        plan annotation already rolled back)."""
+        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``: commit the reservation (one binding that carries
+        the plan annotation); a pod without a reservation on that node gets a fresh cycle restricted to it first.
+        Raises :class:`ExtenderArgsError` for a malformed body; failures come back in ``Error`` (the reservation
+        already released, no plan written)."""
         args = _mapping(body, "ExtenderBindingArgs")
         values = {key: args.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
         if not all(isinstance(v, str) and v for k, v in values.items() if k != "PodUID"):
