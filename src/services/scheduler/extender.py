@@ -3,7 +3,7 @@
 
 ``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and returns only
 that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy);
-every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or rolls it back. A
+every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or releases it. A
 standby replica answers ``Error``. Invariant: each verb translates its JSON once into domain values and back; no
 scheduling rule lives here. The wire format, the deployment requirements (``percentageOfNodesToScore: 100``,
 ``managedResources``, ``rank_all_pods``) and what they cost: ``docs/extender.md``.
@@ -30,7 +30,7 @@ MAX_PRIORITY = 10
 """``extenderv1.MaxExtenderPriority``."""
 
 PENDING_PODS_KEPT = 4096
-"""Pods remembered between filter and bind (their resourceVersion makes the plan write conditional)."""
+"""Pods remembered between filter and bind (the bind verb commits the pod as its filter saw it, with no re-read)."""
 
 
 class ExtenderArgsError(ValueError):
