@@ -10,8 +10,9 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
    1.20 defaults (QPS 50, burst 100);
 2. run one scheduler replica in extender mode in this process (``SchedulerApp`` + ``SchedulerService`` over
    ``KubernetesCluster``, no leader election: it leads), listening where kube-scheduler calls it;
-3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written as the device
-   plugin would, allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
+3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once as the device
+   plugin would — no device plugin refreshes its heartbeat, so the staleness limit is raised past the run —,
+   allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
 4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
    memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
 5. a watch records when each pod is first seen bound; the bound count is sampled every second;
@@ -217,7 +218,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
     from services.scheduler.service import SchedulerService, ServiceConfig
 
-    protocol = ProtocolConstants()
+    # no device plugin refreshes the inventory heartbeats here: written once, they must outlast the whole run
+    protocol = ProtocolConstants(inventory_stale_seconds=math.ceil(3 * args.timeout) + 600)
     res, keys = protocol.resources, protocol.annotations
     port = free_ports(1)[0]
     extender = {
