@@ -16,9 +16,9 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
 4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
    memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
 5. a watch records when each pod is first seen bound; the bound count is sampled every second. Steps 4 and 5 run
-   in a child process with its own API client (``--load-in-process``: in this process, as before), so the load's
-   request building and watch decoding do not compete with the extender for this interpreter's GIL — a deployed
-   extender runs alone in its process;
+   in this process, beside the extender (sharing its GIL), or with ``--load-apart`` in a child process with its
+   own API client (the extender then has the interpreter to itself, as deployed, but on a small machine the
+   child's CPU competes with kube-scheduler and the API server instead);
 6. then the same number of pods asking only for cpu and memory, which kube-scheduler places alone (our extender
    is not called for pods without our ``managedResources``), on the same nodes and API server.
 
@@ -99,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="fgd", help="the extender's policy (default: %(default)s)")
     parser.add_argument("--create-workers", type=int, default=4, help="threads creating pods (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many s (default: 600)")
-    parser.add_argument("--load-in-process", action="store_true",
-                        help="create and watch the pods from this process, beside the extender (default: a child "
-                             "process)")
+    parser.add_argument("--load-apart", action="store_true",
+                        help="create and watch the pods from a child process (default: this one, beside the "
+                             "extender)")
     args = parser.parse_args(argv)
     if min(args.nodes, args.gpus_per_node, args.pods, args.create_workers) < 1:
         parser.error("--nodes, --gpus-per-node, --pods and --create-workers must be >= 1")
@@ -286,7 +286,7 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     run_id = uuid.uuid4().hex[:6]
     print(f"extender throughput: nodes={args.nodes} gpus_per_node={args.gpus_per_node} pods={args.pods} "
           f"policy={args.policy} create_workers={args.create_workers} "
-          f"load={'in-process' if args.load_in_process else 'child process'} binaries={binaries}", flush=True)
+          f"load={'child process' if args.load_apart else 'in-process'} binaries={binaries}", flush=True)
     started = time.perf_counter()
     with control_plane(binaries, scheduler=True,
                        scheduler_config={"extenders": [extender], "percentageOfNodesToScore": 100}) as plane:
@@ -328,12 +328,12 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
 
             batches = ((f"{run_id}-x", "through the extender (GPU shares)", "share"),
                        (f"{run_id}-k", "kube-scheduler alone (cpu/memory only)", "plain"))
-            if args.load_in_process:
-                ours, alone = (measure(core, load, rid, what, lambda i, k=kind: resources_of(k, i), args)
-                               for rid, what, kind in batches)
-            else:
+            if args.load_apart:
                 server = (plane.host, str(plane.ca_file), plane.token)
                 ours, alone = (measure_apart(server, rid, what, kind, args) for rid, what, kind in batches)
+            else:
+                ours, alone = (measure(core, load, rid, what, lambda i, k=kind: resources_of(k, i), args)
+                               for rid, what, kind in batches)
         finally:
             app.stop(join_seconds=5)
             api.close()
