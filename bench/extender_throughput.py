@@ -10,11 +10,15 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
    1.20 defaults (QPS 50, burst 100);
 2. run one scheduler replica in extender mode in this process (``SchedulerApp`` + ``SchedulerService`` over
    ``KubernetesCluster``, no leader election: it leads), listening where kube-scheduler calls it;
-3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written as the device
-   plugin would, allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
+3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once as the device
+   plugin would — no device plugin refreshes its heartbeat, so the staleness limit is raised past the run —,
+   allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
 4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
    memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
-5. a watch records when each pod is first seen bound; the bound count is sampled every second;
+5. a watch records when each pod is first seen bound; the bound count is sampled every second. Steps 4 and 5 run
+   in this process, beside the extender (sharing its GIL), or with ``--load-apart`` in a child process with its
+   own API client (the extender then has the interpreter to itself, as deployed, but on a small machine the
+   child's CPU competes with kube-scheduler and the API server instead);
 6. then the same number of pods asking only for cpu and memory, which kube-scheduler places alone (our extender
    is not called for pods without our ``managedResources``), on the same nodes and API server.
 
@@ -95,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="fgd", help="the extender's policy (default: %(default)s)")
     parser.add_argument("--create-workers", type=int, default=4, help="threads creating pods (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many s (default: 600)")
+    parser.add_argument("--load-apart", action="store_true",
+                        help="create and watch the pods from a child process (default: this one, beside the "
+                             "extender)")
     args = parser.parse_args(argv)
     if min(args.nodes, args.gpus_per_node, args.pods, args.create_workers) < 1:
         parser.error("--nodes, --gpus-per-node, --pods and --create-workers must be >= 1")
@@ -204,6 +211,56 @@ def measure(core: Any, load: Any, run_id: str, what: str, resources: Callable[[i
     return Phase(what, created_at, bound_at, samples)
 
 
+def resources_of(kind: str, i: int) -> dict[str, str]:
+    """Requests (= limits) of the ``i``-th measured pod: ``share`` a GPU share from :data:`SHARES` in rotation,
+    ``plain`` cpu and memory only."""
+    from domain.kube.protocol import ProtocolConstants
+
+    res = ProtocolConstants().resources
+    if kind == "plain":
+        return {"cpu": "100m", "memory": "128Mi"}
+    core_pct, mem = SHARES[i % len(SHARES)]
+    return {"cpu": "100m", "memory": "128Mi", res.core: str(core_pct), res.memory: str(mem)}
+
+
+def _measure_child(conn: Any, server: tuple[str, str, str], run_id: str, what: str, kind: str,
+                   args: argparse.Namespace) -> None:
+    """:func:`measure` in a child process over its own API client (``server`` = host, CA file, bearer token);
+    sends ``(created, bound, samples)`` back over ``conn``."""
+    from kubernetes import client
+
+    from adapters.kubernetes import KubernetesCluster
+
+    host, ca_file, token = server
+    configuration = client.Configuration()
+    configuration.host, configuration.ssl_ca_cert, configuration.verify_ssl = host, ca_file, True
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(configuration) as api:
+        phase = measure(client.CoreV1Api(api), KubernetesCluster(api), run_id, what,
+                        lambda i: resources_of(kind, i), args)
+    conn.send((phase.created, phase.bound, phase.samples))
+    conn.close()
+
+
+def measure_apart(server: tuple[str, str, str], run_id: str, what: str, kind: str, args: argparse.Namespace) -> Phase:
+    """:func:`measure` run by :func:`_measure_child` in a spawned process (``kind`` as :func:`resources_of`).
+    Raises RuntimeError when the child sends nothing (it failed: its traceback is on stderr)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_measure_child, args=(send, server, run_id, what, kind, args), daemon=True)
+    child.start()
+    send.close()
+    try:
+        created, bound, samples = receive.recv()
+    except EOFError:
+        raise RuntimeError(f"the load process of {what!r} sent nothing (exit code {child.exitcode})") from None
+    finally:
+        child.join(30)
+    return Phase(what, created, bound, samples)
+
+
 def run(binaries: Path, args: argparse.Namespace) -> int:
     from k8s_harness import control_plane, free_ports
     from kubernetes import client
@@ -217,7 +274,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
     from services.scheduler.service import SchedulerService, ServiceConfig
 
-    protocol = ProtocolConstants()
+    # no device plugin refreshes the inventory heartbeats here: written once, they must outlast the whole run
+    protocol = ProtocolConstants(inventory_stale_seconds=math.ceil(3 * args.timeout) + 600)
     res, keys = protocol.resources, protocol.annotations
     port = free_ports(1)[0]
     extender = {
@@ -227,7 +285,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     }
     run_id = uuid.uuid4().hex[:6]
     print(f"extender throughput: nodes={args.nodes} gpus_per_node={args.gpus_per_node} pods={args.pods} "
-          f"policy={args.policy} create_workers={args.create_workers} binaries={binaries}", flush=True)
+          f"policy={args.policy} create_workers={args.create_workers} "
+          f"load={'child process' if args.load_apart else 'in-process'} binaries={binaries}", flush=True)
     started = time.perf_counter()
     with control_plane(binaries, scheduler=True,
                        scheduler_config={"extenders": [extender], "percentageOfNodesToScore": 100}) as plane:
@@ -267,13 +326,14 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
                 time.sleep(0.05)
             print(f"{args.nodes} nodes ready in {time.perf_counter() - nodes_started:.1f} s", flush=True)
 
-            def share(i: int) -> dict[str, str]:
-                core_pct, mem = SHARES[i % len(SHARES)]
-                return {"cpu": "100m", "memory": "128Mi", res.core: str(core_pct), res.memory: str(mem)}
-
-            ours = measure(core, load, f"{run_id}-x", "through the extender (GPU shares)", share, args)
-            alone = measure(core, load, f"{run_id}-k", "kube-scheduler alone (cpu/memory only)",
-                            lambda i: {"cpu": "100m", "memory": "128Mi"}, args)
+            batches = ((f"{run_id}-x", "through the extender (GPU shares)", "share"),
+                       (f"{run_id}-k", "kube-scheduler alone (cpu/memory only)", "plain"))
+            if args.load_apart:
+                server = (plane.host, str(plane.ca_file), plane.token)
+                ours, alone = (measure_apart(server, rid, what, kind, args) for rid, what, kind in batches)
+            else:
+                ours, alone = (measure(core, load, rid, what, lambda i, k=kind: resources_of(k, i), args)
+                               for rid, what, kind in batches)
         finally:
             app.stop(join_seconds=5)
             api.close()

@@ -151,8 +151,12 @@ class PodsApi(Protocol):
         """Set/delete annotations. Raises NotFoundError, ConflictError (stale RV)."""
         ...
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """POST pods/binding. Raises ConflictError if already bound (or UID mismatch), NotFoundError."""
+    def bind_pod(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """POST pods/binding: set ``spec.nodeName`` to ``node`` and merge ``annotations`` (the Binding's
+        ``metadata.annotations``; keys set, none removed) into the pod's, in one write. Raises ConflictError if
+        already bound or terminating (or UID mismatch), NotFoundError."""
         ...
 
 

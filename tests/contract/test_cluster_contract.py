@@ -17,7 +17,8 @@ Behaviours covered:
 - patch annotations/labels: stale RV → ConflictError, current RV → applied, None → key removed, a patch that
   changes nothing keeps the RV; six threads patching with the same RV → exactly one wins;
 - bind: node_name set; second bind → ConflictError; binding a terminating pod → ConflictError; a missing pod →
-  NotFoundError; UID mismatch → ConflictError (memory only: 1.20 ignores the binding's UID);
+  NotFoundError; UID mismatch → ConflictError (memory only: 1.20 ignores the binding's UID); the binding's
+  annotations are merged into the pod's in the same write (one watch event), and a failed binding writes none;
 - delete: unbound pod and finished pod go at once whatever the grace; a bound pod with the default grace gets a
   deletion timestamp (≈ now + 30 s) and stays listed, a repeat delete changes nothing, a shorter grace moves the
   timestamp, grace 0 removes it;
@@ -414,6 +415,28 @@ def test_bind_pod(cluster: ClusterUnderTest) -> None:
     assert cluster.api.get_pod(cluster.namespace, pod.name).node_name == "n1"
     with pytest.raises(NotFoundError):
         cluster.api.bind_pod(cluster.namespace, "missing", uid="", node="n1")
+
+
+def test_bind_pod_with_annotations_writes_them_with_the_node(cluster: ClusterUnderTest) -> None:
+    pod = cluster.api.create_pod(_pod(cluster, annotations={"kept": "1", "replaced": "old"}))
+    start = cluster.api.get_pod(cluster.namespace, pod.name).resource_version
+    cluster.api.bind_pod(cluster.namespace, pod.name, uid=pod.uid, node="n1",
+                         annotations={"replaced": "new", "added": "x"})
+    with pytest.raises(ConflictError):  # a failed binding writes no annotation either
+        cluster.api.bind_pod(cluster.namespace, pod.name, uid=pod.uid, node="n2", annotations={"added": "y"})
+    cluster.api.patch_pod_annotations(cluster.namespace, pod.name, {"end": "1"})
+    events = _collect(
+        cluster.api.watch_pods(resource_version=start, timeout_seconds=WATCH_SECONDS),
+        keep=lambda e: isinstance(e.object, PodObject) and e.object.uid == pod.uid,
+        done=lambda seen: isinstance(seen[-1].object, PodObject) and "end" in seen[-1].object.annotations,
+    )
+    assert _types(events) == [EventType.MODIFIED, EventType.MODIFIED]  # one write each: bind, then the marker
+    bound = events[0].object
+    assert isinstance(bound, PodObject)
+    assert bound.node_name == "n1"
+    assert {k: bound.annotations.get(k) for k in ("kept", "replaced", "added")} == {
+        "kept": "1", "replaced": "new", "added": "x"}
+    assert cluster.api.get_pod(cluster.namespace, pod.name).annotations.get("added") == "x"
 
 
 def test_bind_terminating_pod_conflicts(cluster: ClusterUnderTest) -> None:

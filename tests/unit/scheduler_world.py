@@ -40,10 +40,12 @@ class FlakyCluster(InMemoryCluster):
         self.list_failures: list[Exception] = []
         self.on_list: Callable[[], None] | None = None
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+    def bind_pod(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
         if self.bind_failures:
             raise self.bind_failures.pop(0)
-        super().bind_pod(namespace, name, uid=uid, node=node)
+        super().bind_pod(namespace, name, uid=uid, node=node, annotations=annotations)
         if self.lost_binds:
             raise self.lost_binds.pop(0)
 

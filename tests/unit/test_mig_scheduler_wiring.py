@@ -3,7 +3,7 @@
 Behaviours covered:
 
 * static strategy: a pending pod asking for ``alibabacloud.com/mig-3g.40gb: 1`` is reserved on a free instance,
-  the plan annotation written before the binding names that instance (GPU UUID, start, instance id), the bound pod's
+  the plan annotation the binding carries names that instance (GPU UUID, start, instance id), the bound pod's
   plan confirms the reservation; a second pod takes the other instance, a third finds none (reason names the
   profile); a restart rebuild counts the bound pods from their plans;
 * dynamic strategy: placements chosen by fragmentation loss (a 3g at slice 4 of an empty GPU) with ``create``;

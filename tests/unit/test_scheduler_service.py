@@ -1,23 +1,22 @@
 """The scheduler service (services.scheduler.service) on the in-memory cluster.
 
 Covers: the issue's scenario (core=60 mem=8 where only one node has a GPU with that much free → bound there, plan
-annotation written before the binding); failure cases B01 (tombstone; resync variant), B03 (restart rebuild with
-a terminating pod), B04 (repeated adds after our reservation), B06 (bind 500 and 409 → unreserve and plan
-annotation removed; retry succeeds with one record), B07 (leftover plan on a pending pod), B08 (foreign pods
-counted), B14 (unhealthy GPU, unrelated node update); a stale resourceVersion on the plan write is re-read and
-retried once; leader gating (a standby never writes; serving needs leadership and a rebuild; losing it drops
-uncommitted reservations); assumed-pod expiry; resync repairs drift and counts it in
-the metrics; per-pod policy override (unknown → unschedulable with a reason); GPU UUID selection; FGD is the
-default and its typical pods blend observed and synthetic pods; a huge gpu-memory or cpu request is refused with
-the field and value named (it used to escape as OverflowError), and a foreign pod with such a request gates its
-node (GPU usage unknown) instead of being booked as less than it may hold, also across a resync, until it goes.
-"""
+annotation carried by the binding); failure cases B01 (tombstone; resync variant), B03 (restart rebuild with a
+terminating pod), B04 (repeated adds after our reservation), B06 (bind 500 and 409 → unreserve, neither node nor plan on
+the pod; retry succeeds with one record), B07 (leftover plan on a pending pod), B08 (foreign pods counted), B14
+(unhealthy GPU, unrelated node update); a pod changed since the service read it is still bound (the binding has no
+resourceVersion precondition); leader gating (a standby never writes; serving needs leadership and a rebuild; losing it
+drops uncommitted reservations); assumed-pod expiry; resync repairs drift and counts it in the metrics; per-pod policy
+override (unknown → unschedulable with a reason); GPU UUID selection; FGD is the default and its typical pods blend
+observed and synthetic pods; a huge gpu-memory or cpu request is refused with the field and value named (it used to
+escape as OverflowError), and a foreign pod with such a request gates its node (GPU usage unknown) instead of being
+booked as less than it may hold, also across a resync, until it goes."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 import pytest
@@ -72,16 +71,16 @@ def test_core60_mem8_is_bound_to_the_only_gpu_with_room_and_annotated() -> None:
     assert w.sample("lj_runtimekit_scheduler_decisions_total", result="scheduled") == 1
 
 
-def test_the_plan_annotation_is_written_before_the_binding() -> None:
+def test_the_plan_annotation_travels_in_the_binding() -> None:
     w = world()
     w.node("n1", 1)
     pod = w.pending("a", core="50", mem="8")
     seen: list[tuple[str, bool]] = []
     bind = w.cluster.bind_pod
 
-    def spy(namespace: str, name: str, *, uid: str, node: str) -> None:
-        seen.append((node, KEYS.pod_plan in w.cluster.get_pod(namespace, name).annotations))
-        bind(namespace, name, uid=uid, node=node)
+    def spy(namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        seen.append((node, KEYS.pod_plan in (annotations or {})))
+        bind(namespace, name, uid=uid, node=node, annotations=annotations)
 
     w.cluster.bind_pod = spy  # type: ignore[method-assign]
     schedule_and_commit(w, pod)
@@ -167,7 +166,7 @@ def test_b06_failed_bind_unreserves_and_removes_the_plan(error: ClusterError) ->
     result = w.service.schedule_pod(a)
     assert result.allocation is not None
     w.cluster.bind_failures.append(error)
-    with pytest.raises(CommitError, match="plan annotation removed"):
+    with pytest.raises(CommitError, match="pod not bound when re-read"):
         w.service.commit(a, result.allocation)
     after = w.deliver("a")
     assert KEYS.pod_plan not in after.annotations
@@ -182,7 +181,7 @@ def test_b06_failed_bind_unreserves_and_removes_the_plan(error: ClusterError) ->
     assert w.service.schedule_pod(w.pending("b", core="60", mem="10")).allocation is None
 
 
-def test_stale_resource_version_on_the_plan_write_is_reread_and_retried_once() -> None:
+def test_a_pod_changed_since_the_service_read_it_is_still_bound() -> None:
     w = world()
     w.node("n1", 1)
     a = w.pending("a", core="30", mem="4")

@@ -6,7 +6,9 @@ real kube-apiserver 1.20):
 
 * **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
-  carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409.
+  carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409. Its ``metadata.annotations``
+  are merged into the pod's in the same update that sets ``spec.nodeName``
+  (``BindingREST.setPodHostAndAnnotations``).
 * **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
   strategic merge), sent by :func:`.compat.merge_patch` on every supported client: null deletes a key,
   ``metadata.resourceVersion`` makes the patch conditional (409 when stale).
@@ -261,13 +263,17 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
                 self._api_client, POD, body, timeout=self._timeout, path={"name": name, "namespace": namespace})
         return pod_from_v1(pod)
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """POST pods/binding (``_preload_content=False``, see module docstring). Raises ConflictError (already
-        bound or terminating; UID mismatch on servers newer than 1.20), NotFoundError."""
+    def bind_pod(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """POST pods/binding (``_preload_content=False``, see module docstring); ``annotations`` travel as the
+        Binding's ``metadata.annotations``, which the server merges into the pod's in the same write. Raises
+        ConflictError (already bound or terminating; UID mismatch on servers newer than 1.20), NotFoundError."""
         body = client.V1Binding(
             api_version="v1",
             kind="Binding",
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None,
+                                         annotations=dict(annotations) if annotations else None),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         with _api_errors(f"bind pod {namespace[:64]}/{name[:100]} to {node[:100]}"):

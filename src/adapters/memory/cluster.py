@@ -278,8 +278,11 @@ class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents, InMemoryConfigMaps)
             new = attrs.evolve(prev, annotations=_merge(prev.annotations, changes))
             return prev if new == prev else self._put_pod(new, prev)
 
-    def bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """Set ``node_name`` (POST pods/binding). Raises NotFoundError, ConflictError (bound, terminating, UID)."""
+    def bind_pod(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """Set ``node_name`` and merge ``annotations`` into the pod's in one write (POST pods/binding). Raises
+        NotFoundError, ConflictError (bound, terminating, UID)."""
         with self._cond:
             pod = self._pod(namespace, name)
             if uid and uid != pod.uid:
@@ -291,7 +294,8 @@ class InMemoryCluster(InMemoryJobs, InMemoryLeasesAndEvents, InMemoryConfigMaps)
                     f'Operation cannot be fulfilled on pods/binding "{name}": '
                     f'pod {name} is already assigned to node "{pod.node_name}"'
                 )
-            self._put_pod(attrs.evolve(pod, node_name=node), pod)
+            merged = _merge(pod.annotations, dict(annotations or {}))
+            self._put_pod(attrs.evolve(pod, node_name=node, annotations=merged), pod)
 
     # ------------------------------------------------------------------ internals (callers hold the lock)
     def _bump(self) -> int:

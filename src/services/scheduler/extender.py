@@ -3,7 +3,7 @@
 
 ``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and returns only
 that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy);
-every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or rolls it back. A
+every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or releases it. A
 standby replica answers ``Error``. Invariant: each verb translates its JSON once into domain values and back; no
 scheduling rule lives here. The wire format, the deployment requirements (``percentageOfNodesToScore: 100``,
 ``managedResources``, ``rank_all_pods``) and what they cost: ``docs/extender.md``.
@@ -30,7 +30,7 @@ MAX_PRIORITY = 10
 """``extenderv1.MaxExtenderPriority``."""
 
 PENDING_PODS_KEPT = 4096
-"""Pods remembered between filter and bind (their resourceVersion makes the plan write conditional)."""
+"""Pods remembered between filter and bind (the bind verb commits the pod as its filter saw it, with no re-read)."""
 
 
 class ExtenderArgsError(ValueError):
@@ -124,10 +124,10 @@ class Extender:
         return [{"Host": name, "Score": MAX_PRIORITY if name == chosen else 0} for name in names]
 
     def bind(self, body: object) -> dict[str, object]:
-        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``: commit the reservation (plan, then binding); a
-        pod without a reservation on that node gets a fresh cycle restricted to it first. Raises
-        :class:`ExtenderArgsError` for a malformed body; failures come back in ``Error`` (the reservation and the
-        plan annotation already rolled back)."""
+        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``: commit the reservation (one binding that carries
+        the plan annotation); a pod without a reservation on that node gets a fresh cycle restricted to it first.
+        Raises :class:`ExtenderArgsError` for a malformed body; failures come back in ``Error`` (the reservation
+        already released, no plan written)."""
         args = _mapping(body, "ExtenderBindingArgs")
         values = {key: args.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
         if not all(isinstance(v, str) and v for k, v in values.items() if k != "PodUID"):
