@@ -7,11 +7,13 @@ a repeated filter keeps the reservation, and drops it when its node is no longer
 gives the chosen node 10; ``/bind`` writes the plan and binds (and reports an error for a pod that no longer
 fits); a standby answers with ``Error``; ``/healthz``, ``/readyz``; ``/metrics`` parses with prometheus_client's
 parser and shows the booked GPU; malformed bodies → 400, unknown verbs → 404; the standalone app binds a pod
-end to end through its informers.
+end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
+body unread closes it, and stopping ends an idle kept-alive connection at once.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import threading
@@ -33,6 +35,7 @@ from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.kube.objects import ContainerSpec, PodObject
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
+from entrypoints.scheduler.httpserver import KEEP_ALIVE_IDLE
 from services.scheduler.service import SchedulerService, ServiceConfig
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
@@ -223,6 +226,46 @@ def test_malformed_requests(running: Running) -> None:
     assert status == 404
     assert "unknown verb" in reply["Error"]
     assert running.get("/nothing")[0] == 404
+
+
+def test_verbs_share_one_kept_alive_connection_and_error_replies_close_it(running: Running) -> None:
+    running.node("n1")
+    pod = running.pod("k", SHARE)
+    host, port = running.app.http.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        body = json.dumps({"Pod": raw_pod(pod), "NodeNames": ["n1"]}).encode()
+        replies = []
+        for _ in range(3):  # the same filter three times: one connection, one socket
+            connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            replies.append((response.status, json.loads(response.read())["NodeNames"], response.version))
+            first = connection.sock if not replies[:-1] else first
+            assert connection.sock is first
+        assert replies == [(200, ["n1"], 11)] * 3
+        connection.request("POST", "/preempt", b"{}", {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert (response.status, response.getheader("Connection")) == (404, "close")
+        response.read()
+        assert connection.sock is None  # the server said close, and http.client closed it
+    finally:
+        connection.close()
+
+
+def test_stop_ends_an_idle_kept_alive_connection_at_once() -> None:
+    r = Running()
+    r.app.start()
+    eventually(lambda: r.service.serving)
+    host, port = r.app.http.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    connection.request("GET", "/healthz")
+    response = connection.getresponse()
+    assert (response.status, response.read()) == (200, b"ok\n")
+    started = time.monotonic()
+    r.app.stop()  # joins request threads: the idle connection's thread must not wait out KEEP_ALIVE_IDLE
+    assert time.monotonic() - started < KEEP_ALIVE_IDLE / 4
+    assert connection.sock is not None and connection.sock.recv(1) == b""  # the server closed it
+    connection.close()
 
 
 def test_standalone_app_binds_through_its_informers() -> None:

@@ -11,8 +11,10 @@ its extender verbs by subclassing :class:`ProbeHandler` and :class:`HealthEndpoi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import logging
+import socket
 import threading
 from collections.abc import Callable
 
@@ -39,12 +41,41 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     endpoint: HealthEndpoint
 
+    def __init__(self, address: tuple[str, int], handler: type[ProbeHandler]) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                        client_address: object) -> None:
+        if isinstance(request, socket.socket):
+            with self._open_lock:
+                self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
+        if isinstance(request, socket.socket):
+            with self._open_lock:
+                self._open.discard(request)
+        super().shutdown_request(request)
+
+    def end_reads(self) -> None:
+        """Shut the read side of every open connection: a kept-alive idle one ends at once, one being answered
+        still sends its reply (its request was read) and then ends."""
+        with self._open_lock:
+            open_now = list(self._open)
+        for connection in open_now:
+            with contextlib.suppress(OSError):  # already closed by its thread
+                connection.shutdown(socket.SHUT_RD)
+
 
 class ProbeHandler(http.server.BaseHTTPRequestHandler):
     """Serves the GET routes of the module docstring; subclasses add other methods (the scheduler's POST verbs)."""
 
     server: _Server
     timeout = REQUEST_TIMEOUT
+    disable_nagle_algorithm = True  # TCP_NODELAY: a reply is not held back waiting for the peer's ACK
+    wbufsize = -1  # buffered: status line, headers and a small body leave in one send, at the request's end
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("http " + format, *args)
@@ -53,6 +84,8 @@ class ProbeHandler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -107,4 +140,5 @@ class HealthEndpoint:
             self._server.shutdown()
             self._thread.join()
             self._thread = None
+        self._server.end_reads()
         self._server.server_close()

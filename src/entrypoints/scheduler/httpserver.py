@@ -1,7 +1,11 @@
 """The scheduler's one HTTP listener: extender verbs (POST, JSON) plus ``/healthz``, ``/readyz`` and ``/metrics``.
 
-The shared probe server (``entrypoints._shared.httpserver``) with a POST route added: one thread per request,
-HTTP/1.0 (the connection closes after each reply, so :meth:`HttpEndpoint.stop` can join every request thread).
+The shared probe server (``entrypoints._shared.httpserver``) with a POST route added: HTTP/1.1 with keep-alive
+(one thread per connection; kube-scheduler's extender client reuses its connections, which saves a connect and a
+thread per verb call). A connection may stay idle :data:`KEEP_ALIVE_IDLE` seconds, longer than the 90 s after which
+the Go client (``http.Transport.IdleConnTimeout`` as Kubernetes sets it) drops an idle one itself, so the server
+never closes a connection a POST is just being sent on (Go does not retry a POST). An error reply that leaves the
+body unread closes the connection. :meth:`HttpEndpoint.stop` ends idle connections and joins every request thread.
 Routes:
 
 * ``POST /<verb>`` — the last path segment names the verb, so any ``urlPrefix`` path works (kube-scheduler posts
@@ -38,8 +42,15 @@ View = Callable[[], object]
 """A read-only GET route: → JSON-serialisable value."""
 
 
+KEEP_ALIVE_IDLE = 120.0
+"""Seconds a kept-alive connection may wait for its next request (module docstring)."""
+
+
 class _Handler(ProbeHandler):
     """The probe routes plus ``POST /<verb>`` (module docstring)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = KEEP_ALIVE_IDLE
 
     def _json(self, status: int, value: object) -> None:
         self._reply(status, json.dumps(value, separators=(",", ":")).encode(), "application/json")
@@ -64,6 +75,7 @@ class _Handler(ProbeHandler):
         verbs = endpoint.verbs if isinstance(endpoint, HttpEndpoint) else {}
         verb = verbs.get(self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
         if verb is None:
+            self.close_connection = True  # its body is not read
             self._json(404, {"Error": f"unknown verb in {self.path[:100]}"})
             return
         try:
@@ -71,6 +83,7 @@ class _Handler(ProbeHandler):
         except ValueError:
             length = -1
         if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True  # its body is not read
             self._json(400, {"Error": "a JSON body with a valid Content-Length is required"})
             return
         try:
