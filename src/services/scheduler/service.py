@@ -206,13 +206,14 @@ class SchedulerService(ServiceUpkeep):
             return self._reservations.committed(uid)
 
     def commit(self, pod: PodObject, allocation: PodAllocation) -> None:
-        """Write the plan annotation of ``allocation`` on ``pod``, then bind it (:mod:`.commit`).
+        """Bind ``pod`` as ``allocation`` says, its plan annotation carried by the binding in the same write
+        (:mod:`.commit`).
 
         Re-books the reservation if it vanished meanwhile (a MIG pod's MIG reservation must still be held: its
         instances are not re-planned here). Raises :class:`NotLeaderError` on a standby (or when
         leadership ends before the binding) and :class:`CommitError` on any other failure — whatever the
-        exception underneath, which is chained; in every case the reservation is released and the plan
-        annotation rolled back (best effort) before the error propagates. Messages name the pod.
+        exception underneath, which is chained; in every case the reservation is released before the error
+        propagates, and nothing stays written (the plan exists only on a bound pod). Messages name the pod.
         """
         uid, key = pod.uid, self.protocol.annotations.pod_plan
         with self._lock:
