@@ -1,12 +1,12 @@
 """Ledger rebuild from the API: what a new scheduler leader does before it serves (``SchedulerService.resync``).
 
 Method: an in-memory API server (``adapters.memory``) holds ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs
-(an inventory annotation each, as the device plugin writes it) and ``--pods`` pods bound to them, each with a
-plan annotation for a GPU share (10-50 % core, 1-8 GiB) and ``--planless`` of them without a plan
-(counted by inference, the slower path). A scheduler service on that cluster then resyncs once: LIST nodes and
-pods, rebuild the books from the objects, adopt them. Prints the listing and the resync times, what the books
-hold, the resync's CPU time (the wall clock on a shared machine includes waiting for a core), a reference loop's CPU
-time (how fast this machine's core runs Python), and as its last lines
+(an inventory annotation each, as the device plugin writes it) and ``--pods`` pods bound to them and Running (what
+a new leader finds after a restart), each with a plan annotation for a GPU share (10-50 % core, 1-8 GiB) and
+``--planless`` of them without a plan (counted by inference, the slower path). A scheduler service on that cluster
+then resyncs once: LIST nodes and pods, rebuild the books from the objects, adopt them. Prints the listing and the
+resync times, what the books hold, the resync's CPU time (the wall clock on a shared machine includes waiting for
+a core), a reference loop's CPU time (how fast this machine's core runs Python), and as its last lines
 ``rebuild_seconds=<float>`` (wall clock) and ``peak_rss_mib=<float>``. The defaults are the target's size.
 
 Target: 5,000 nodes × 8 GPUs with 50,000 bound pods rebuilt in ≤ 5 s.
@@ -80,11 +80,12 @@ def main(argv: list[str] | None = None) -> None:
         limits = {names.core: str(core // 10), names.memory: str(gib), "cpu": "1", "memory": "1Gi"}
         spec = (ContainerSpec("main", limits=limits),)
         pod = cluster.create_pod(PodObject("", "default", f"pod-{i}", containers=spec, node_name=node,
-                                           phase=PodPhase.RUNNING, scheduler_name=protocol.scheduler_name))
+                                           scheduler_name=protocol.scheduler_name))
         if rng.random() >= args.planless:  # the plan names the pod's UID, which the API server assigns
             allocation = PodAllocation(pod.uid, node, (ContainerGrant("main", (GpuGrant(gpu, core, memory),)),),
                                        cpu_milli=1000, memory_bytes=GiB)
             cluster.patch_pod_annotations("default", pod.name, {keys.pod_plan: encode_plan(allocation, gpus_of[node])})
+        cluster.set_pod_phase("default", pod.name, PodPhase.RUNNING)  # create_pod stores Pending; kubelet ran it
         placed += 1
     built = time.perf_counter() - started
     service = SchedulerService(cluster, protocol, PrometheusSchedulerMetrics())
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         inferred = sum(1 for source in books.sources.values() if source.name == "INFERRED")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"nodes={args.nodes} gpus_per_node={args.gpus_per_node} pods={placed} (made in {built:.1f} s)")
-    print(f"listing alone: {len(nodes.items)} nodes, {len(pods.items)} pods in {listing:.2f} s")
+    running = sum(1 for pod in pods.items if pod.phase is PodPhase.RUNNING)
+    print(f"listing alone: {len(nodes.items)} nodes, {len(pods.items)} pods ({running} Running) in {listing:.2f} s")
     print(f"resync (list + rebuild + adopt): {rebuild:.2f} s; books: {counted} pods ({inferred} inferred), "
           f"drift entries {len(report.missing)}")
     print(f"resync CPU time of this process: {cpu:.2f} s (wall clock above includes waiting for a busy CPU)")

@@ -6,9 +6,12 @@ Behaviours covered:
   unknown GPU UUID, malformed JSON, a percent that disagrees, a GPU listed twice, a partial whole GPU, a MIG
   entry on a GPU not in MIG mode —, plan-less pods inferred on one node, pods on a node that does not exist, an
   over-committed node, a node without inventory, an unreadable request, CPU-only, terminal and pending pods,
-  replicas of one spec) rebuilt from its objects equals the same objects fed as events, in two orders, with the
-  lean plan decoder and the shared request parses turned off (the path as it was before): the same per-GPU
-  books, records, tag counts, record sources, problems, gates and over-booked nodes;
+  replicas of one spec, a bound Pending and an Unknown pod with plans) rebuilt from its objects equals the same
+  objects fed as events, in two orders, with the lean booking, the lean plan decoder and the shared request
+  parses turned off (the path as it was before): the same per-GPU books, records, tag counts, record sources,
+  problems, gates and over-booked nodes;
+* the rebuild's lean booking takes exactly the Running pods with a trusted plan, and the rebuild without it
+  gives the same books;
 * adopting that rebuild into an empty live ledger (a new leader: whole rows copied) and into a drifted one gives
   the rebuilt books, and the drift report names every pod;
 * ``ClusterLedger.copy_node`` books what observing each record books, and refuses a node or pod already booked;
@@ -25,6 +28,7 @@ from __future__ import annotations
 import gc
 import json
 
+import attrs
 import pytest
 from kube_builders import GPU16, KEYS, PROTOCOL, Clock, make_gpus, make_node, make_pod, with_plan
 
@@ -105,6 +109,10 @@ def mixed_cluster() -> tuple[list[NodeObject], list[PodObject]]:
                   scheduler_name=ok.scheduler_name, annotations=dict(ok.annotations)),
         planned("leftover", share("leftover", "n-a", 1, 900, 1), core="90", mem="1"),
         *(bound(f"replica-{i}", "n-over", core="10", mem="1") for i in range(4)),
+        planned("ok-b", share("ok-b", "n-b", 2, 400, 4), core="40", mem="4"),  # trusted, beside plan-less pods
+        attrs.evolve(planned("held", share("held", "n-a", 3, 100, 1), core="10", mem="1"), phase=PodPhase.PENDING),
+        attrs.evolve(planned("unknown", share("unknown", "n-b", 3, 100, 1), core="10", mem="1"),
+                     phase=PodPhase.UNKNOWN),
     ]
     junk = pods.index(next(p for p in pods if p.uid == "junk-plan"))
     pods[junk] = PodObject("junk-plan", "default", "junk-plan", containers=pods[junk].containers, node_name="n-b",
@@ -132,7 +140,9 @@ def fresh_sync() -> LedgerSync:
 
 
 def slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Turn the fast paths off: every plan through the full decoder, every request parsed on its own."""
+    """Turn the fast paths off: every pod through ``on_pod``, every plan through the full decoder, every request
+    parsed on its own."""
+    monkeypatch.setattr(LedgerSync, "_book_planned", lambda self, pod: False)
     monkeypatch.setattr(plan_module, "_plain_containers", lambda *args: None)
     monkeypatch.setattr(plan_module, "_plain_header", lambda *args, **kwargs: False)
     monkeypatch.setattr(inventory_module, "_plain_gpu", lambda entry: None)
@@ -176,6 +186,27 @@ def test_rebuild_equals_the_event_path_on_a_mixed_cluster(pods_first: bool, monk
     assert "leftover" not in sources
     assert "n-over" in rebuilt.overbooked
     assert rebuilt.ledger.overcommitted("n-over") == [0]
+
+
+def test_the_lean_booking_takes_the_usual_pods_only_and_books_what_on_pod_books(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes, pods = mixed_cluster()
+    taken: list[str] = []
+    lean = LedgerSync._book_planned
+
+    def spy(self: LedgerSync, pod: PodObject) -> bool:
+        booked = lean(self, pod)
+        if booked:
+            taken.append(pod.uid)
+        return booked
+
+    monkeypatch.setattr(LedgerSync, "_book_planned", spy)
+    rebuilt = fresh_sync().rebuild(nodes, pods)
+    assert sorted(taken) == sorted(["ok-1", "ok-2", "whole-2", "over-0", "over-1", "over-2", "ok-b"])
+    monkeypatch.setattr(LedgerSync, "_book_planned", lambda self, pod: False)
+    assert state(fresh_sync().rebuild(nodes, pods)) == state(rebuilt)
+    for uid in ("ok-b", "held", "unknown"):  # the last two counted from their plans by on_pod
+        assert rebuilt.sources[uid].value == "plan", uid
 
 
 def test_adopting_the_rebuild_gives_its_books_for_a_new_leader_and_a_drifted_one() -> None:

@@ -4,23 +4,26 @@ reasons, FGD typical-pod blending.
 Covers: every PodObject field read from camelCase JSON (init containers first, tolerations, required node
 affinity, deletionTimestamp, defaults); wrong types name the field; CandidateNodes restricts a cycle and ignores
 unknown names; rejection_reasons names the first failing filter per node; pod_class keys shares, whole GPUs,
-memory-only shares and CPU-only pods; blend_typical adds the reference workload until enough pods are observed.
+memory-only shares and CPU-only pods; PodClasses (memoised per shared request template) answers what pod_class
+answers; blend_typical adds the reference workload until enough pods are observed.
 """
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
-from kube_builders import PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
+from kube_builders import KEYS, PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
 
 from domain.kube.objects import PodPhase, TaintEffect
+from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.candidates import CandidateNodes, rejection_reasons
 from domain.scheduling.fragmentation import PodClass
 from domain.scheduling.framework import CycleState
 from domain.scheduling.nodefit import PodConstraints
-from domain.scheduling.typical import blend_typical, pod_class
+from domain.scheduling.typical import PodClasses, blend_typical, pod_class
 from domain.units import GiB
 from services.scheduler.podjson import PodJsonError, pod_from_json
 
@@ -115,6 +118,23 @@ def test_pod_class_keys() -> None:
     assert pod_class(request(gpu_memory_bytes=4 * GiB)) == PodClass(2000, 250, 1)
     assert pod_class(request()) == PodClass(2000, 0, 0)
     assert pod_class(request(core_milli=500, models=("A100", "V100"))).models == "A100|V100"
+
+
+def test_pod_classes_answer_what_pod_class_answers_for_shared_and_distinct_requests() -> None:
+    requests = PodRequests(PROTOCOL)
+    replicas = [make_pod(f"r-{i}", core="30", mem="2", node="n1", phase=PodPhase.RUNNING) for i in range(3)]
+    others = [make_pod("w", gpu="2", node="n1", phase=PodPhase.RUNNING),
+              make_pod("c", cpu="3", node="n1", phase=PodPhase.RUNNING),
+              make_pod("m", mem="4", node="n1", phase=PodPhase.RUNNING,
+                       annotations={KEYS.pod_gpu_models: "A100,V100"})]
+    classes = PodClasses()
+    for pod in (*replicas, *others, *replicas):
+        request = requests.get(pod)
+        assert classes.of(request) == pod_class(request), pod.uid
+    shared = [requests.get(p) for p in replicas]
+    assert shared[0].containers is shared[1].containers  # replicas share the template: one memo entry
+    same_objects = attrs.evolve(shared[0], cpu_milli=shared[0].cpu_milli + 500)
+    assert classes.of(same_objects) == pod_class(same_objects) != pod_class(shared[0])
 
 
 def test_blend_typical_uses_the_reference_until_enough_pods_are_observed() -> None:

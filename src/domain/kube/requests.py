@@ -52,10 +52,11 @@ class PodRequests:
 
     def _content(self, pod: PodObject) -> _Key:
         """What :func:`pod_request` reads of ``pod`` besides its identity: containers and selector annotations."""
-        containers = tuple((c.name, c.init, tuple(sorted(c.requests.items())), tuple(sorted(c.limits.items())))
-                           for c in pod.containers)
-        annotations = pod.annotations
-        return (containers, tuple(annotations.get(k) for k in self._selector_keys))
+        containers = tuple([(c.name, c.init, tuple(sorted(c.requests.items())), tuple(sorted(c.limits.items())))
+                            for c in pod.containers])  # a list first: cheaper than a generator
+        get = pod.annotations.get
+        models, uuids, excluded = self._selector_keys
+        return (containers, (get(models), get(uuids), get(excluded)))
 
     def get(self, pod: PodObject) -> PodRequest:
         """The request of ``pod``. Raises :class:`InvalidRequestError` as :func:`pod_request` does."""

@@ -39,6 +39,34 @@ def pod_class(request: PodRequest, *, reference_gpu_memory: int = REFERENCE_GPU_
     return PodClass(request.cpu_milli, core, 1, models)
 
 
+SHARED_CLASSES = 4096
+"""Most request contents :class:`PodClasses` keeps (emptied when full: a bound, not a cache policy)."""
+
+
+class PodClasses:
+    """:func:`pod_class` memoised per request content shared between pods: replicas of one template get requests
+    whose ``containers`` tuple and ``selector`` are the very same objects (:class:`domain.kube.requests.PodRequests`
+    shares them), so one identity look answers for all of them. The memo holds those objects, so their identities
+    are never reused while an entry stands; any other request is computed (and kept). Answers exactly what
+    :func:`pod_class` answers (with the default reference GPU memory). Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[int, int, int], tuple[object, object, PodClass]] = {}
+
+    def of(self, request: PodRequest) -> PodClass:
+        """The typical-pod key of ``request`` (:func:`pod_class`). Raises nothing for a valid request."""
+        containers, selector = request.containers, request.selector
+        key = (id(containers), id(selector), request.cpu_milli)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is containers and hit[1] is selector:
+            return hit[2]
+        value = pod_class(request)
+        if len(self._memo) >= SHARED_CLASSES:
+            self._memo.clear()
+        self._memo[key] = (containers, selector, value)
+        return value
+
+
 def blend_typical(
     observed: Collection[PodClass], reference: Sequence[PodClass], *, min_observed: int
 ) -> TypicalPods:

@@ -44,7 +44,7 @@ from domain.scheduling.nodefit import node_filters
 from domain.scheduling.registry import POLICIES, build_profile, get_policy
 from domain.scheduling.sync import LedgerSync
 from domain.scheduling.tiebreak import make_tie_breaker
-from domain.scheduling.typical import blend_typical, pod_class
+from domain.scheduling.typical import PodClasses, blend_typical
 from domain.simulation.synthetic import synthetic_pods
 
 DEFAULT_POLICY = "fgd"
@@ -115,6 +115,7 @@ class SchedulerSet:
         self._schedulers: dict[str, Scheduler] = {}
         self._tie: TieBreaker | None = None
         self._observed: dict[str, PodClass] = {}
+        self._classes = PodClasses()  # typical-pod keys, one per shared request template
         self._typical: TypicalPods | None = None
 
     def policy_for(self, pod: PodObject) -> str:
@@ -160,7 +161,7 @@ class SchedulerSet:
         if request.wants_mig:  # a MIG pod takes no time-shared GPU: not a typical pod of FGD
             self._observed.pop(pod.uid, None)
             return
-        self._observed[pod.uid] = pod_class(request)
+        self._observed[pod.uid] = self._classes.of(request)
 
     def forget(self, uid: str) -> None:
         """Drop the class of a deleted pod."""

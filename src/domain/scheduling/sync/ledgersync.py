@@ -16,9 +16,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
 from domain.gpu import Gpu
-from domain.kube.annotations import MigInstanceRecord
-from domain.kube.objects import NodeObject, PodObject
+from domain.kube.annotations import MigInstanceRecord, decode_plan
+from domain.kube.inference import check_plan
+from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.kube.translate import AllocationSource
+from domain.kube.translate.mig import asks_mig
 from domain.ledger import ClusterLedger
 from domain.mig.ledger import MigPodAllocation
 from domain.request import PodRequest
@@ -199,13 +201,64 @@ class LedgerSync(LedgerEvents):
             fresh._listed = {p.uid: p for p in pods}
             fresh._reinfer_later = set()
             for pod in pods:
-                fresh.on_pod(pod)
+                if not fresh._book_planned(pod):
+                    fresh.on_pod(pod)
             later, fresh._reinfer_later = fresh._reinfer_later, None
             for name in sorted(later):
                 fresh._reinfer(name)
             if keep_assumed:
                 fresh._carry(self._assumed, self.constraints, self.books.assumed)
         return fresh
+
+    def _book_planned(self, pod: PodObject) -> bool:
+        """Within :meth:`rebuild` only (the books guard deferred, re-inference deferred): book the usual pod, a
+        Running one bound to a counted node, first seen under its UID and ``namespace/name``, without a
+        reservation, asking for our time-sharing GPU resources and no MIG instance, with a trusted plan, exactly
+        as :meth:`on_pod` would (same state, same record, same order of writes), in one lean pass. Returns False,
+        having changed nothing, for any other pod: :meth:`on_pod` then takes it."""
+        uid, node = pod.uid, pod.node_name
+        if (pod.phase is not PodPhase.RUNNING or not uid or not node or node not in self._counted
+                or pod.key in self._uid_by_key or uid in self._pods or uid in self._assumed
+                or asks_mig(pod, self.protocol)):
+            return False
+        key = self.protocol.annotations.pod_plan
+        text = pod.annotations.get(key)
+        if text is None:
+            return False
+        try:
+            request = self.requests.get(pod)
+        except InvalidRequestError:
+            return False
+        if not request.wants_gpu:
+            return False
+        gpus = self._counted[node].gpus
+        try:
+            plan = decode_plan(text, key=key, pod_uid=uid, node=node, node_gpus=gpus,
+                               cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes)
+            check_plan(plan, request, gpus, key=key)
+        except InvalidRequestError:
+            return False
+        self._uid_by_key[pod.key] = uid  # on_pod
+        self._pods[uid] = pod
+        self.holds.release(uid)  # _track_hold of a pod that is not Pending
+        self._on_node.setdefault(node, set()).add(uid)
+        self.constraints.pop(uid, None)
+        self.problems.pop(uid, None)  # _count with a trusted plan (and no MIG ask: _count_mig books nothing)
+        self._gates.mark_gpu_unknown(node, uid, None, now=self.clock())
+        self.vanished.track(pod, None)
+        inferred = self._inferred.setdefault(node, set())
+        was_inferred = uid in inferred
+        inferred.discard(uid)
+        self.sources[uid] = AllocationSource.PLAN
+        try:
+            changed = self.ledger.observe(plan)
+        except InvalidRequestError as error:
+            self.problems[uid] = f"reservation dropped: {error}"
+            inferred.add(uid)
+            changed = was_inferred = True
+        if inferred and (changed or was_inferred):
+            self._reinfer(node)
+        return True
 
     def _carry(self, assumed: Mapping[str, tuple[PodAllocation, float]],
                constraints: Mapping[str, PodConstraints], mig_assumed: Mapping[str, MigPodAllocation]) -> None:
