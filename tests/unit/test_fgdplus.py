@@ -5,8 +5,9 @@ Behaviours covered:
 * saturation residue ``r_t``: CPU-bound and GPU-bound copies of a share, whole-GPU classes with ``k`` GPUs,
   CPU-only classes (all free milli), model allow-lists (GPUs of other models never host a copy), a class
   asking for no CPU;
-* FGD+ returns FGD's score unchanged (its first key) and settles FGD's ties by the residue change: a CPU-only
-  pod goes to the node where its CPU strands no GPU, although the tie rule alone would pick the other;
+* FGD+ returns FGD's score unchanged (its first key) and settles FGD's ties by the residue change scored like
+  FGD's (``trunc(100·σ(ΔR/1000))``): a CPU-only pod goes to the node where its CPU strands no GPU, although the
+  tie rule alone would pick the other; residue differences that score the same stay ties for the tie rule;
 * the GPU chosen for a share follows the same two keys (FGD's pick when FGD's scores differ);
 * registry: ``fgd-plus`` is registered, needs typical pods and refuses to build without them;
 * a replay with ``fgd-plus`` is deterministic per seed and never books more than the capacity.
@@ -84,7 +85,8 @@ def test_cpu_only_pod_goes_where_its_cpu_strands_no_gpu() -> None:
     # Typical: whole GPU with 11000 CPU (p 0.5), CPU-only (p 0.5). "a": 8 GPUs, 96000 CPU; "b": 2 GPUs, 104000 CPU.
     # A 20000-CPU pod changes no fit on either node → FGD scores both 50 and the name rule picks "a".
     # Residue for the whole-GPU class: a 8 copies → 96000−20000 = 76000 // 11000 = 6 copies: 0 → 2000;
-    # b stays 2 copies (84000 CPU): 0 → 0. ΔR = 0.5·(0 − 2000) = −1000 on a, 0 on b → FGD+ picks "b".
+    # b stays 2 copies (84000 CPU): 0 → 0. ΔR = 0.5·(0 − 2000) = −1000 on a, 0 on b; residue scores
+    # trunc(100·σ(−1)) = 26 and trunc(100·σ(0)) = 50 → FGD+ picks "b".
     typical = TypicalPods((PodClass(11000, 1000, 1), PodClass(4000, 0, 0)), (0.5, 0.5))
     pod = single_container_pod("c", cpu_milli=20000)
     ledger = ClusterLedger([node("a", 8), node("b", 2, cpu=104000, model="T4")])
@@ -94,9 +96,29 @@ def test_cpu_only_pod_goes_where_its_cpu_strands_no_gpu() -> None:
     state = CycleState()
     assert plus.score(pod, ledger, state, slots).tolist() == [50, 50]
     keys = plus.refine(pod, ledger, state, slots)
-    assert int(keys[1] - keys[0]) == 1000
+    assert keys.tolist() == [26, 50]
     assert place(ledger, "fgd", pod, typical) == "a"
     assert place(ClusterLedger([node("a", 8), node("b", 2, cpu=104000, model="T4")]), "fgd-plus", pod, typical) == "b"
+
+
+def test_residue_differences_below_fgd_resolution_stay_ties_for_the_node_order() -> None:
+    # Typical: whole GPU with 11000 CPU (p 0.01), CPU-only (p 0.99). A 20000-CPU pod: FGD scores 50 on both
+    # nodes (no fit changes). Residue of the whole-GPU class: "a" (8 GPUs, 96000 CPU) 8 → 6 copies, +2000;
+    # "b" (2 GPUs, 35000 CPU) 2 → 1 copy, +1000. ΔR = −20 on a, −10 on b: an exact residue key would pick "b",
+    # but both score trunc(100·σ(−0.02)) = trunc(100·σ(−0.01)) = 49, so the tie goes to the name rule: "a".
+    typical = TypicalPods((PodClass(11000, 1000, 1), PodClass(4000, 0, 0)), (0.01, 0.99))
+    pod = single_container_pod("c", cpu_milli=20000)
+    assert residue(typical, 96000, [1000] * 8)[0] == 0
+    assert residue(typical, 76000, [1000] * 8)[0] == 2000
+    assert residue(typical, 35000, [1000] * 2)[0] == 0
+    assert residue(typical, 15000, [1000] * 2)[0] == 1000
+    ledger = ClusterLedger([node("a", 8), node("b", 2, cpu=35000)])
+    _, plus = plugins(ledger, typical)
+    slots = np.array([ledger.slot("a"), ledger.slot("b")], np.int64)
+    state = CycleState()
+    assert plus.score(pod, ledger, state, slots).tolist() == [50, 50]
+    assert plus.refine(pod, ledger, state, slots).tolist() == [49, 49]
+    assert place(ledger, "fgd-plus", pod, typical) == "a"
 
 
 def test_fgd_plus_keeps_fgd_scores_and_fgd_gpu_choice_when_they_differ() -> None:

@@ -3,7 +3,7 @@
 FGD (:mod:`domain.scheduling.fgd`, Weng et al., ATC '23) truncates its score to an integer, so most decisions end
 in large ties (every node where a CPU-only pod changes no typical pod's fit scores exactly 50; nodes in equal
 states score equally), which the fixed node order then settles. FGD+ keeps FGD's score as the first key and
-settles its ties by a second, finer measure before the node order does.
+settles its ties by a second measure, at FGD's own resolution, before the node order does.
 
 **Saturation residue** of node ``n`` for typical pod ``t`` (``r_t(n)``, milli-GPU, exact integers): the free
 GPU milli of ``n`` left idle when ``n`` is filled with as many copies of ``t`` as its free CPU and its GPUs allow::
@@ -19,14 +19,22 @@ used) and the slivers repeated copies leave. It is the one-class fixed point of 
 fragmentation the FGD authors describe but did not release. Memory is left out, as in FGD (typical pods
 are keyed without it, ``docs/trace-replay.md`` §3.1, and it rarely binds).
 
-Decision rule: node value ``(FGD score, round(R(n) − R(n')))`` compared lexicographically (``n'`` = the node
-after placing the pod: the smaller the increase of the residue, the better); GPU choice inside a node by the same
-key (first index on ties). :meth:`FgdPlusScore.score` returns FGD's 0..99 score; :meth:`FgdPlusScore.refine`
-gives the second key for the tied best nodes (:class:`~domain.scheduling.framework.Scheduler` calls it before
-the tie rule). No constant is fitted to a trace: the only numbers are FGD's (σ scale 1000 milli, score 0..100).
+Decision rule: node value ``(FGD score, residue score)`` compared lexicographically, where the residue score is
+``trunc(100 · σ((R(n) − R(n')) / 1000))`` — the residue change scored exactly as FGD scores its fragmentation
+change (``n'`` = the node after placing the pod; the smaller the increase of the residue, the higher). Both are
+milli-GPU expectations over the same typical pods, so they share FGD's unit, scale (σ over 1000 milli) and
+resolution (one point ≈ 40 milli-GPU near Δ = 0): a residue difference finer than what FGD itself can tell apart
+stays a tie, which the run's node order then settles as it does for FGD. That keeps FGD's first-fit-like
+concentration (ties go to the same early nodes, so untouched nodes stay whole for the large pods that only they
+can host); an unquantised residue key spreads the load instead and uses those nodes up early.
+The GPU inside a node is chosen by the same two keys (first index on ties). :meth:`FgdPlusScore.score` returns
+FGD's 0..99 score; :meth:`FgdPlusScore.refine` gives the residue score of the tied best nodes
+(:class:`~domain.scheduling.framework.Scheduler` calls it before the tie rule). No constant is fitted to a trace:
+the only numbers are FGD's (σ scale 1000 milli, scores 0..100) and the packing base :data:`SECONDARY_SPAN`.
 
-Cost: one more ``(nodes × options) × typical pods × GPUs`` integer pass per evaluation, shared by FGD's
-memoisation (values are cached per pod class and node state), so about 1.3× FGD per decision.
+Cost per decision: one more ``(nodes × options) × typical pods × GPUs`` integer pass per evaluation (the residue
+after placement; the residue before is cached per node state), shared by FGD's memoisation (values are cached
+per pod class and node state); the residue score adds one sigmoid per option. Measured cost: README.
 """
 
 from __future__ import annotations
@@ -40,8 +48,8 @@ from domain.scheduling.fragmentation import I64, FragmentationModel, NodeStateCa
 from domain.scheduling.framework import BoolArray, CycleState
 from domain.units import MILLI_PER_GPU
 
-SECONDARY_SPAN = 1 << 24
-"""Values pack ``FGD score · SPAN + (Δ residue + SPAN/2)``; ``|ΔR| ≤ 2 · 64 GPUs · 1000 milli`` fits easily."""
+SECONDARY_SPAN = 128
+"""Values pack ``FGD score · SPAN + residue score``; both scores are in 0..100, so any base above 100 works."""
 
 _SECONDARY = "fgd-plus.secondary"
 
@@ -105,7 +113,7 @@ class FgdPlusScore(FgdScore):
         return result
 
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
-        """``FGD score · SPAN + clip(round(R(n) − R(n')) + SPAN/2)`` per option (see :meth:`FgdScore._rate`)."""
+        """``FGD score · SPAN + trunc(100 · σ((R(n) − R(n')) / 1000))`` per option (see :meth:`FgdScore._rate`)."""
         model = self.cache.model
         where = slots[rows]
         allowed = model.allowed_for(models)
@@ -113,12 +121,10 @@ class FgdPlusScore(FgdScore):
         primary = sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models, allowed=allowed)))
         now = self._residue_now(slots)[rows]
         delta = model.weighted(now - residue_vectors(model, cpu_left, after, models, allowed=allowed))
-        half = SECONDARY_SPAN // 2
-        secondary = np.clip(np.rint(delta).astype(np.int64) + half, 0, SECONDARY_SPAN - 1)
-        return primary * SECONDARY_SPAN + secondary
+        return primary * SECONDARY_SPAN + sigmoid_score(delta)
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
-        """FGD's score (0..99); the second key goes to ``state`` (an array over ledger rows) for :meth:`refine`."""
+        """FGD's score (0..99); the residue score goes to ``state`` (an array over ledger rows) for :meth:`refine`."""
         keys = np.full(self.ledger.rows, -1, np.int64)
         keys[slots] = values % SECONDARY_SPAN
         state.data[_SECONDARY] = keys
@@ -126,8 +132,8 @@ class FgdPlusScore(FgdScore):
         return result
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
-        """Second key (higher is better) for ``tied`` slots: the residue change, shifted to be ≥ 0 (scored now if
-        this cycle has not scored them)."""
+        """Second key (higher is better, 0..99) for ``tied`` slots: the residue score of the best option on each
+        (scored now if this cycle has not scored them)."""
         keys = state.data.get(_SECONDARY)
         if not isinstance(keys, np.ndarray) or len(keys) != ledger.rows or (keys[tied] < 0).any():
             self.score(pod, ledger, state, tied)
