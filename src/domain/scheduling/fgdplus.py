@@ -115,12 +115,9 @@ class FgdPlusScore(FgdScore):
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
         """``FGD score · SPAN + trunc(100 · σ((R(n) − R(n')) / 1000))`` per option (see :meth:`FgdScore._rate`)."""
         model = self.cache.model
-        where = slots[rows]
-        allowed = model.allowed_for(models)
-        f_now = self.cache.f[self.cache.slot_state[where]]
-        primary = sigmoid_score(model.weighted(f_now - model.frag_vectors(cpu_left, after, models, allowed=allowed)))
+        primary = super()._rate(slots, rows, cpu_left, after, models)  # FGD's own score, computed as FGD does
         now = self._residue_now(slots)[rows]
-        delta = model.weighted(now - residue_vectors(model, cpu_left, after, models, allowed=allowed))
+        delta = model.weighted(now - residue_vectors(model, cpu_left, after, models))
         return primary * SECONDARY_SPAN + sigmoid_score(delta)
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
