@@ -4,7 +4,7 @@ Covers: ``/filter`` with ``NodeNames`` (nodeCacheCapable) returns exactly the no
 candidates in ``FailedNodes`` with "lj-runtimekit chose node X"; the ``Nodes`` NodeList form echoes the kept
 node object; a pod without our resources passes untouched; an unschedulable pod gets a real reason per node;
 a repeated filter keeps the reservation, and drops it when its node is no longer a candidate; ``/prioritize``
-gives the chosen node 10; ``/bind`` writes the plan and binds (and reports an error for a pod that no longer
+gives the chosen node 10; ``/bind`` binds with the plan in the same write (and reports an error for a pod that no longer
 fits); a standby answers with ``Error``; ``/healthz``, ``/readyz``; ``/metrics`` parses with prometheus_client's
 parser and shows the booked GPU; malformed bodies → 400, unknown verbs → 404; the standalone app binds a pod
 end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
@@ -229,6 +229,7 @@ def test_malformed_requests(running: Running) -> None:
 
 
 def test_verbs_share_one_kept_alive_connection_and_error_replies_close_it(running: Running) -> None:
+    assert KEEP_ALIVE_IDLE > 90.0  # outlasts the Go client's idle limit (entrypoints.scheduler.httpserver)
     running.node("n1")
     pod = running.pod("k", SHARE)
     host, port = running.app.http.address
@@ -264,7 +265,7 @@ def test_stop_ends_an_idle_kept_alive_connection_at_once() -> None:
     assert (response.status, response.read()) == (200, b"ok\n")
     started = time.monotonic()
     r.app.stop()  # joins request threads: the idle connection's thread must not wait out KEEP_ALIVE_IDLE
-    assert time.monotonic() - started < KEEP_ALIVE_IDLE / 4
+    assert time.monotonic() - started < 5.0
     assert connection.sock is not None
     assert connection.sock.recv(1) == b""  # the server closed it
     connection.close()

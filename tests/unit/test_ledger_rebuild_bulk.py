@@ -1,4 +1,4 @@
-"""The fast rebuild path gives exactly the books of the event-by-event path (issue 17).
+"""The fast rebuild path gives exactly the books of the event-by-event path.
 
 Behaviours covered:
 
@@ -43,8 +43,8 @@ from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
 from domain.scheduling.sync import LedgerSync
-from domain.scheduling.sync.ledgersync import collection_paused
 from domain.units import GiB
+from services._shared.gcpause import collection_paused
 
 TAGS = ("share-gpu", "1-gpu", "2-gpu")
 
@@ -132,7 +132,9 @@ def state(sync: LedgerSync) -> dict[str, object]:
             for name in ledger.node_names()}
     return {"books": ledger.books(), "records": ledger.records(), "tags": tags, "sources": dict(sync.sources),
             "problems": dict(sync.problems), "gates": dict(sync.gates), "overbooked": sync.overbooked,
-            "quarantine": dict(ledger.quarantine)}
+            "quarantine": dict(ledger.quarantine), "holds": sync.holds.holders(), "vanished": dict(sync.vanished.holds),
+            "uid_by_key": dict(sync._uid_by_key), "on_node": {n: set(u) for n, u in sync._on_node.items() if u},
+            "inferred": {n: set(u) for n, u in sync._inferred.items() if u}, "constraints": dict(sync.constraints)}
 
 
 def fresh_sync() -> LedgerSync:

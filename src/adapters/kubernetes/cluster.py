@@ -7,8 +7,8 @@ real kube-apiserver 1.20):
 * **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
   carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409. Its ``metadata.annotations``
-  are merged into the pod's in the same update that sets ``spec.nodeName``
-  (``BindingREST.setPodHostAndAnnotations``).
+  are merged into the pod's in the same update that sets ``spec.nodeName`` (checked by the contract test
+  ``test_bind_pod_with_annotations_writes_them_with_the_node``).
 * **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
   strategic merge), sent by :func:`.compat.merge_patch` on every supported client: null deletes a key,
   ``metadata.resourceVersion`` makes the patch conditional (409 when stale).

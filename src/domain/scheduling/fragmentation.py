@@ -108,7 +108,8 @@ class FragmentationModel:
                 ledger.model_id(model)
         self._allowed: npt.NDArray[np.bool_] = np.zeros((len(groups), 0), np.bool_)
         # The GPU-using typical pods of one (group, GPU count) differ only in CPU, so the weight of those that fit a
-        # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag` needs no (states × T) pass.
+        # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag`, which FGD's score calls for
+        # every option, needs no (states × T) pass (the per-class ``f_t`` is computed only for new node states).
         subgroups: dict[tuple[int, int], list[int]] = {}
         for t in np.flatnonzero(~self.cpu_only_t).tolist():
             subgroups.setdefault((int(self.group_t[t]), int(self.k_t[t])), []).append(t)

@@ -18,11 +18,12 @@ ELECTOR_THREAD = "leader-election"
 
 
 class ReplicaThreads:
-    """Named daemon threads sharing :attr:`stop_event` (module docstring). Not thread-safe: start and stop them
-    from one thread (the app's)."""
+    """Named daemon threads sharing :attr:`stop_event` (module docstring). Thread-safe: the elector's callback
+    spawns a ledger rebuild on the elector thread while the app thread spawns the others."""
 
     def __init__(self) -> None:
         self.stop_event = threading.Event()
+        self._lock = threading.Lock()
         self._watched: list[threading.Thread] = []
         self._unwatched: list[threading.Thread] = []
 
@@ -30,11 +31,12 @@ class ReplicaThreads:
         """Start ``target`` on a daemon thread called ``name``; ``watched`` ones count in :meth:`health`
         (unwatched ones that have ended are forgotten here). Returns the thread."""
         thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        if watched:
-            self._watched.append(thread)
-        else:
-            self._unwatched = [t for t in self._unwatched if t.is_alive()] + [thread]
+        with self._lock:
+            thread.start()
+            if watched:
+                self._watched.append(thread)
+            else:
+                self._unwatched = [t for t in self._unwatched if t.is_alive()] + [thread]
         return thread
 
     def lead(self, elector: LeaderElector | None, *, on_started: Callable[[], None],
@@ -56,7 +58,8 @@ class ReplicaThreads:
 
     def health(self) -> tuple[bool, str]:
         """Liveness ``(ok, text)``: every watched thread still runs (or the replica is stopping)."""
-        dead = [t.name for t in self._watched if not t.is_alive()]
+        with self._lock:
+            dead = [t.name for t in self._watched if not t.is_alive()]
         if dead and not self.stop_event.is_set():
             return False, f"threads stopped: {', '.join(dead)}"
         return True, "ok"
@@ -66,10 +69,13 @@ class ReplicaThreads:
         ``then`` (stop the listeners); then wait up to ``join_seconds`` in all for the other threads (daemons: the
         process may exit without them). Idempotent."""
         self.stop_event.set()
-        for thread in self._watched:
-            if thread.name == ELECTOR_THREAD:
-                thread.join(join_seconds)
+        with self._lock:
+            electors = [t for t in self._watched if t.name == ELECTOR_THREAD]
+        for thread in electors:
+            thread.join(join_seconds)
         then()
         deadline = time.monotonic() + join_seconds
-        for thread in [*self._watched, *self._unwatched]:
+        with self._lock:
+            others = [*self._watched, *self._unwatched]
+        for thread in others:
             thread.join(max(0.0, deadline - time.monotonic()))

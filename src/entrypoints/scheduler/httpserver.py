@@ -2,10 +2,13 @@
 
 The shared probe server (``entrypoints._shared.httpserver``) with a POST route added: HTTP/1.1 with keep-alive
 (one thread per connection; kube-scheduler's extender client reuses its connections, which saves a connect and a
-thread per verb call). A connection may stay idle :data:`KEEP_ALIVE_IDLE` seconds, longer than the 90 s after which
-the Go client (``http.Transport.IdleConnTimeout`` as Kubernetes sets it) drops an idle one itself, so the server
-never closes a connection a POST is just being sent on (Go does not retry a POST). An error reply that leaves the
-body unread closes the connection. :meth:`HttpEndpoint.stop` ends idle connections and joins every request thread.
+thread per verb call). A connection may stay idle :data:`KEEP_ALIVE_IDLE` seconds, longer than the 90 s idle limit
+of Go's ``net/http`` transport (pkg.go.dev/net/http, ``DefaultTransport``) that kube-scheduler's client keeps, so the
+client drops an idle connection before the server would, and the server never closes one a POST is just being sent
+on (``net/http`` does not retry a non-idempotent request). The same limit bounds a client that stalls mid-request.
+An error reply that leaves the body unread closes the connection. :meth:`HttpEndpoint.stop` shuts the read side of
+open connections (an idle one ends at once; a request whose body is still arriving then fails with 400) and joins
+every request thread.
 Routes:
 
 * ``POST /<verb>`` — the last path segment names the verb, so any ``urlPrefix`` path works (kube-scheduler posts

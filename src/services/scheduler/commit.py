@@ -2,8 +2,8 @@
 
 The node agent reads the plan when the pod starts, and a pod starts only once bound, so the plan must be on the
 pod no later than ``spec.nodeName``. ``pods/binding`` copies the Binding's ``metadata.annotations`` onto the pod in
-the same storage update that sets ``spec.nodeName`` (kube-apiserver ``pkg/registry/core/pod/storage/storage.go``,
-``BindingREST.setPodHostAndAnnotations``; the contract suite checks it against a real 1.20 server): one API write,
+the same storage update that sets ``spec.nodeName`` (the ``pods/binding`` subresource of the core/v1 API;
+``tests/contract/test_cluster_contract.py`` checks it against a real 1.20 server and the in-memory one): one API write,
 and no moment where a pod carries a plan but no node, or a node but no plan. Steps:
 
 1. ``may_write()`` is asked right before the binding (a deposed replica must not bind); False fails the commit
@@ -11,9 +11,11 @@ and no moment where a pod carries a plan but no node, or a node but no plan. Ste
 2. ``pods/binding`` with the plan annotation, replacing any plan the pending pod carries (a leftover plan is never
    trusted: B07). The server binds only a pod that is unbound and not being deleted (409 otherwise, checked
    inside the update), so a plan another replica wrote comes with its binding and ours then fails; releases
-   after 1.20 also refuse a Binding whose UID is not the pod's. The binding takes no resourceVersion
-   precondition: a change to the pod between the caller's read and the binding does not stop it (the resource
-   requests the plan is made of cannot change on a 1.20 pod).
+   after 1.20 also refuse a Binding whose UID is not the pod's. The binding carries no resourceVersion
+   precondition, so a change to the pod between the caller's read and the binding does not stop it; the GPU
+   extended resources the plan is made of cannot change on a pod (extended resources are not resizable in place).
+   A pod deleted and re-created under the same name in that window would get a plan naming the old UID, which
+   the plan decoder never trusts (the pod is then booked by inference).
 
 On **any** exception from the binding (API errors, transport errors, bugs alike) the pod is re-read: bound to the
 planned node, same UID, carrying exactly our plan means the binding went through and only its answer was lost —

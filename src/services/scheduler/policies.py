@@ -8,8 +8,8 @@
 * **Typical pods** (``fgd`` and ``fgd-plus``, :mod:`domain.scheduling.typical`) — the pods observed in the cluster
   (non-terminal, readable requests), topped up by the embedded synthetic workload (``synthetic_scale``) until
   ``min_observed_pods`` exist. They are recomputed at every resync; those policies' schedulers are rebuilt when
-  they changed. (``fgd-plus`` stays selectable, not the default: it does not yet beat FGD by issue 18's margin on
-  every trace, README.)
+  they changed. (``fgd-plus`` stays selectable, not the default: it does not yet beat FGD by half a point of
+  allocation on every trace, README.)
 * **MIG** — pods asking for ``<prefix>/mig-<profile>`` instances go through the same schedulers' node filters, then
   the MIG plugin (:meth:`~domain.scheduling.sync.LedgerSync.schedule`); ``mig_strategy`` (``static`` or
   ``dynamic``, the scheduler's ``--mig-strategy``) is the placement mode of the MIG books and must match the node

@@ -2,8 +2,8 @@
 
 Both drivers (the kube-scheduler extender and the standalone loop) call into one :class:`SchedulerService`:
 informer events keep the books (:class:`~domain.scheduling.sync.LedgerSync`); :meth:`SchedulerService.decide` and
-:meth:`SchedulerService.schedule_pod` reserve a placement; :meth:`SchedulerService.commit` writes the plan, then
-binds, and releases the reservation on any failure; resyncs repair drift without stalling events; only the leader
+:meth:`SchedulerService.schedule_pod` reserve a placement; :meth:`SchedulerService.commit` binds with the plan in the
+same write, and releases the reservation on any failure; resyncs repair drift without stalling events; only the leader
 of the current term, with its books rebuilt, schedules and writes. Invariants: a reservation exists exactly while
 its pod is pending and ours (:mod:`.reservations`); a listing older than the informers is never adopted
 (:mod:`.listing`). The rules in full: ``docs/scheduler-service.md``.

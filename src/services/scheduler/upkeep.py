@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from domain.scheduling.drift import DriftReport
+from services._shared.gcpause import collection_paused
 from services._shared.logs import fields
 
 from .leadership import REBUILD_BACKOFF, rebuild_until_serving
@@ -59,8 +60,9 @@ class ServiceUpkeep(ServiceState):
             pods = self.cluster.list_pods()
             with self._lock:
                 last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
-            fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
-            with self._lock:
+            with collection_paused():
+                fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
+            with self._lock, collection_paused():
                 behind = self.listing.behind(nodes.resource_version, pods.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())

@@ -9,9 +9,7 @@ events came in; :meth:`LedgerSync.adopt` repairs the live ledger in place (reade
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
@@ -30,20 +28,6 @@ from domain.scheduling.nodefit import PodConstraints, node_fit_reason
 from domain.scheduling.overbooking import checks_books
 from domain.scheduling.sync.events import LedgerEvents
 from domain.scheduling.sync.migcycle import schedule_mig
-
-
-@contextlib.contextmanager
-def collection_paused() -> Iterator[None]:
-    """Pause CPython's cyclic garbage collector within the block (reference counting still frees every object that
-    is not in a cycle): a rebuild allocates many small objects that live on, and each full collection would walk
-    all of them again. Restored on exit, also on error; left paused when it was paused before."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class LedgerSync(LedgerEvents):
@@ -192,7 +176,7 @@ class LedgerSync(LedgerEvents):
                            hold_window_seconds=self.holds.window_s)
         fresh._last_good = dict(self._last_good if last_good is None else last_good)
         fresh.books.seed(self.books.last_good() if mig_last_good is None else mig_last_good)
-        with collection_paused(), fresh.books_guard.deferred():  # judged once, after every object is booked
+        with fresh.books_guard.deferred():  # judged once, after every object is booked
             for node in nodes:
                 fresh.on_node(node)
             fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
@@ -301,10 +285,9 @@ class LedgerSync(LedgerEvents):
         instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
         their reference), and report the drift. The caller holds its lock; cost: the reservations and the
         differences, not the cluster."""
-        with collection_paused():
-            fresh._carry(self._assumed, self.constraints, self.books.assumed)
-            report = compare_books(self.ledger, fresh.ledger)
-            self._adopt(fresh, report)
+        fresh._carry(self._assumed, self.constraints, self.books.assumed)
+        report = compare_books(self.ledger, fresh.ledger)
+        self._adopt(fresh, report)
         return report
 
     def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
