@@ -151,17 +151,24 @@ class FragmentationModel:
         typical pods of group ``u`` (:attr:`group_t`)."""
         return self.allowed_table()[:, models].transpose(1, 0, 2)
 
+    def _usable(self, free: I64, models: I64, allowed: npt.NDArray[np.bool_] | None) -> tuple[I64, I64]:
+        """Per state and group (M, U): how many GPUs could host one GPU of the group's typical pods, and their free
+        milli summed; ``allowed`` as in :meth:`frag_vectors`."""
+        if allowed is None:
+            allowed = self.allowed_for(models)
+        usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
+        count: I64 = usable.sum(axis=-1)
+        milli: I64 = (free[:, None, :] * usable).sum(axis=-1)
+        return count, milli
+
     def frag_vectors(
         self, cpu_left: I64, free: I64, models: I64, *, allowed: npt.NDArray[np.bool_] | None = None
     ) -> I64:
         """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T).
         ``allowed``: :meth:`allowed_for` of ``models`` (M, U, G), when the caller already has it."""
         total = free.sum(axis=-1)
-        if allowed is None:
-            allowed = self.allowed_for(models)
-        usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
-        count = usable.sum(axis=-1)[:, self.group_t]
-        usable_milli = (free[:, None, :] * usable).sum(axis=-1)[:, self.group_t]
+        count_g, milli_g = self._usable(free, models, allowed)
+        count, usable_milli = count_g[:, self.group_t], milli_g[:, self.group_t]
         fits = (count >= self.k_t[None, :]) & (cpu_left[:, None] >= self.cpu_t[None, :]) & ~self.cpu_only_t[None, :]
         frag: I64 = (total[:, None] - np.where(fits, usable_milli, 0)).astype(np.int64)
         return frag
@@ -172,9 +179,8 @@ class FragmentationModel:
         results whatever ``M`` (rows are reduced independently), so two states whose ``f_t`` all agree have
         exactly the same ``F`` and FGD's "nothing changes" scores exactly 50. Raises nothing."""
         total = free.sum(axis=-1)
-        usable = self.allowed_for(models) & (free[:, None, :] >= self.u_g[None, :, None])
-        count = usable.sum(axis=-1)[:, self._h_group]
-        usable_milli = (free[:, None, :] * usable).sum(axis=-1)[:, self._h_group]
+        count_g, milli_g = self._usable(free, models, None)
+        count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
         heads = len(self._h_group)
         cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
         query = np.arange(heads, dtype=np.int64)[None, :] * self._stride + cpu
