@@ -61,37 +61,19 @@ def names(image_dir: Path) -> dict[str, str]:
     return {row[0]: row[1] for row in rows}
 
 
-@pytest.fixture(scope="module")
-def root_filesystems(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, ...], Path]]:
-    """Unpacked root filesystems by layer list, shared by the images made of the same layers (~450 MB each,
-    removed at the end of the module). The six images differ only in their config (entrypoint, user, env), so
-    they are normally one unpack, not six. The key is the layers' content digests (``rootfs.diff_ids``), so an
-    equal key means equal files; the containers mount them read-only, so sharing cannot leak a write."""
-    unpacked: dict[tuple[str, ...], Path] = {}
-    try:
-        yield unpacked
-    finally:
-        for root in unpacked.values():
-            shutil.rmtree(root.parent, ignore_errors=True)
-
-
 @pytest.fixture(scope="module", params=IMAGES)
-def unpacked(request: pytest.FixtureRequest, image_dir: Path, root_filesystems: dict[tuple[str, ...], Path],
+def unpacked(request: pytest.FixtureRequest, image_dir: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Archive, Path, Path]]:
-    """(image, archive, root filesystem, bundle folder) of one image; the root filesystem comes from
-    ``root_filesystems`` (unpacked on first use of its layer list)."""
+    """(image, archive, root filesystem, bundle folder) of one image, unpacked once for its tests (~450 MB,
+    removed afterwards)."""
     image = str(request.param)
     archive = read_archive(image_dir / f"{image}.tar")
-    layers = tuple(archive.diff_ids)
-    if layers not in root_filesystems:
-        rootfs = tmp_path_factory.mktemp(f"rootfs-{image}") / "rootfs"
-        unpack(archive, rootfs)
-        root_filesystems[layers] = rootfs
-    bundles = tmp_path_factory.mktemp(f"bundle-{image}")
+    work = tmp_path_factory.mktemp(f"image-{image}")
+    unpack(archive, work / "rootfs")
     try:
-        yield image, archive, root_filesystems[layers], bundles
+        yield image, archive, work / "rootfs", work / "bundle"
     finally:
-        shutil.rmtree(bundles, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_set_holds_the_six_images_under_the_manifests_names(image_dir: Path, names: dict[str, str]) -> None:
