@@ -156,7 +156,7 @@ def test_start_inits_then_builds_and_failure_is_cannot_start() -> None:
     broken = _Container(fail_init=True)
     with pytest.raises(CommandError) as caught, shutting_down(broken):
         start(broken, lambda: "never")
-    assert (caught.value.code, caught.value.message) == (EXIT_FAILED, "cannot start: no kubeconfig")
+    assert (caught.value.code, caught.value.message) == (1, "cannot start: no kubeconfig")  # README: 1 failed
     assert broken.calls == ["init", "shutdown"]
 
 
