@@ -27,7 +27,10 @@ seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them
 percentiles (from just before the create request to the watch event showing ``spec.nodeName``), and our extender's
 verb latencies, for both batches. The last lines are ``kube_scheduler_alone_pods_per_second=<float>``,
 ``extender_ratio=<float>`` (our pods/s ÷ kube-scheduler alone, measured in the same run: the machine's speed
-cancels), ``pods_per_second=<float>`` and ``p99_ms=<float>`` (create→bound p99, ours).
+cancels), ``pods_per_second=<float>``, ``p99_ms=<float>`` (create→bound p99, ours) and ``cpu_ms_per_pod=`` /
+``cpu_ms_per_pod_alone=`` (this process's CPU time per pod in each batch; with in-process load it includes the
+load's, so the difference is what the extender costs; each batch also shows the CPU spent inside the verbs and the
+connections the scheduler's API client opened).
 
 Without control-plane binaries the script says so and exits 0 (nothing measured). Not part of the test run.
 """
@@ -78,17 +81,26 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(max(1, math.ceil(q / 100 * len(ordered))), len(ordered)) - 1]
 
 
-def timed(verb: Callable[[object], object], sink: list[float]) -> Callable[[object], object]:
-    """``verb`` recording its duration (s) in ``sink``."""
+def timed(verb: Callable[[object], object], sink: list[float], cpu: list[float]) -> Callable[[object], object]:
+    """``verb`` recording its duration (wall s) in ``sink`` and its thread's CPU time (s) in ``cpu``."""
 
     def call(body: object) -> object:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             return verb(body)
         finally:
             sink.append(time.perf_counter() - started)
+            cpu.append(time.thread_time() - cpu_started)
 
     return call
+
+
+def connections(api: Any) -> int:
+    """New connections opened so far by the pools of ``api`` (a ``kubernetes.client.ApiClient``; urllib3's
+    ``HTTPConnectionPool.num_connections``)."""
+    pools = api.rest_client.pool_manager.pools
+    keys = pools.keys()  # RecentlyUsedContainer: no iteration, keys() is its thread-safe snapshot
+    return sum(pools[key].num_connections for key in keys)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,6 +133,12 @@ class Phase:
 
     def __init__(self, what: str, created: dict[str, float], bound: dict[str, float], samples: list[int]) -> None:
         self.what, self.created, self.bound, self.samples = what, created, bound, samples
+        self.cpu = math.nan
+        """CPU time (s) this process used during the batch (with in-process load: the load's too)."""
+        self.verb_cpu = 0.0
+        """CPU time (s) of the threads serving extender verbs, inside the verbs, during the batch."""
+        self.connections = 0
+        """New connections the scheduler's API client opened during the batch (urllib3 pools' count)."""
 
     @property
     def average(self) -> float:
@@ -143,6 +161,10 @@ class Phase:
               f"({len(full)}): p50 {percentile(full, 50):.0f}, p90 {percentile(full, 90):.0f}, max "
               f"{max(full, default=0):.0f} pods/s; create→bound p50 {percentile(latencies, 50):.0f} ms, "
               f"p99 {percentile(latencies, 99):.0f} ms")
+        pods = max(len(self.bound), 1)
+        print(f"{self.what}: this process's CPU {1000 * self.cpu / pods:.2f} ms per pod, in extender verbs "
+              f"{1000 * self.verb_cpu / pods:.2f} ms per pod; scheduler API client opened {self.connections} "
+              "connections")
 
 
 def measure(core: Any, load: Any, run_id: str, what: str, resources: Callable[[int], dict[str, str]],
@@ -303,7 +325,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
         app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None,
                            metrics_text=metrics.exposition)
         verb_latency: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
-        app.http.verbs = {name: timed(verb, verb_latency[name]) for name, verb in app.http.verbs.items()}
+        verb_cpu: list[float] = []
+        app.http.verbs = {name: timed(verb, verb_latency[name], verb_cpu) for name, verb in app.http.verbs.items()}
         app.start()
         try:
             nodes_started = time.perf_counter()
@@ -328,12 +351,19 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
 
             batches = ((f"{run_id}-x", "through the extender (GPU shares)", "share"),
                        (f"{run_id}-k", "kube-scheduler alone (cpu/memory only)", "plain"))
-            if args.load_apart:
-                server = (plane.host, str(plane.ca_file), plane.token)
-                ours, alone = (measure_apart(server, rid, what, kind, args) for rid, what, kind in batches)
-            else:
-                ours, alone = (measure(core, load, rid, what, lambda i, k=kind: resources_of(k, i), args)
-                               for rid, what, kind in batches)
+            server = (plane.host, str(plane.ca_file), plane.token)
+            phases = []
+            for rid, what, kind in batches:
+                cpu_started, verb_started, opened = time.process_time(), len(verb_cpu), connections(api)
+                if args.load_apart:
+                    phase = measure_apart(server, rid, what, kind, args)
+                else:
+                    phase = measure(core, load, rid, what, lambda i, k=kind: resources_of(k, i), args)
+                phase.cpu = time.process_time() - cpu_started
+                phase.verb_cpu = math.fsum(verb_cpu[verb_started:])
+                phase.connections = connections(api) - opened
+                phases.append(phase)
+            ours, alone = phases
         finally:
             app.stop(join_seconds=5)
             api.close()
@@ -355,6 +385,8 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     print(f"extender_ratio={ours.average / alone.average:.3f}")
     print(f"pods_per_second={ours.average:.3f}")
     print(f"p99_ms={percentile(ours.latencies, 99):.3f}")
+    print(f"cpu_ms_per_pod={1000 * ours.cpu / len(ours.bound):.3f}")
+    print(f"cpu_ms_per_pod_alone={1000 * alone.cpu / len(alone.bound):.3f}")
     return 0
 
 
