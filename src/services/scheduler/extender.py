@@ -2,8 +2,9 @@
 (HTTP JSON of ``k8s.io/kube-scheduler/extender/v1``: Go field names, no JSON tags).
 
 ``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and returns only
-that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy);
-every other candidate gets a reason in ``FailedNodes``. ``bind`` commits the reservation or releases it. A
+that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy),
+with an empty ``FailedNodes`` (kube-scheduler reads it only when no node is left); when nothing fits, every
+candidate gets its reason there. ``bind`` commits the reservation or releases it. A
 standby replica answers ``Error``. Invariant: each verb translates its JSON once into domain values and back; no
 scheduling rule lives here. The wire format, the deployment requirements (``percentageOfNodesToScore: 100``,
 ``managedResources``, ``rank_all_pods``) and what they cost: ``docs/extender.md``.

@@ -32,7 +32,7 @@ from domain.scheduling.sync import Tombstone, mig_reasons
 from services._shared.logs import fields
 
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
-from .decision import NOT_SERVING, UNKNOWN_NODE, Decision, chose_reason
+from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
 from .policies import ServiceConfig
 from .state import SchedulerCluster
@@ -118,9 +118,9 @@ class SchedulerService(ServiceUpkeep):
     # ------------------------------------------------------------------ cycles
     def decide(self, pod: PodObject, candidates: Sequence[str], *, rank_all_pods: bool = False) -> Decision:
         """The one entry of a driver that offers candidate nodes (the extender's ``filter``): pending ``pod`` over
-        ``candidates`` (node names) → :class:`Decision`, with the reservation made (:meth:`schedule_pod`) and a
-        reason for every candidate not chosen (nodes the ledger does not know, the first node filter or MIG
-        reason that removes each, or the node chosen instead). A pod asking for none of our resources is not
+        ``candidates`` (node names) → :class:`Decision`, with the reservation made (:meth:`schedule_pod`); when no
+        node is chosen, a reason for every candidate (nodes the ledger does not know, the first node filter or MIG
+        reason that removes each), when one is, none (:mod:`.decision`). A pod asking for none of our resources is not
         ours (``managed`` False) unless ``rank_all_pods``. Never raises for bad pod content: an invalid request
         is every candidate's reason; a replica that is not serving answers with ``error`` only."""
         if not self.serving:
@@ -140,9 +140,7 @@ class SchedulerService(ServiceUpkeep):
                 return Decision(pod.uid, reasons=reasons, reason="no candidate node is known")
             result = self.schedule_pod(pod, candidates=known)
             if result.allocation is not None:
-                chosen = result.allocation.node
-                reasons.update({n: chose_reason(chosen) for n in known if n != chosen})
-                return Decision(pod.uid, result.allocation, reasons)
+                return Decision(pod.uid, result.allocation)
             try:
                 scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
                 if request.wants_mig:
