@@ -9,6 +9,8 @@ usage (failure case B14); a removed node's row is zeroed and its slot reused; ar
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 import numpy as np
 import numpy.typing as npt
@@ -213,6 +215,21 @@ class LedgerSlots:
             return self._slot[name]
         except KeyError:
             raise UnknownNodeError(name) from None
+
+    def select(self, names: Iterable[str]) -> tuple[list[str], B]:
+        """The ``names`` this ledger knows, in the given order, and a bool mask over the slots (length :attr:`rows`)
+        that is True exactly at their rows: one dict lookup per name. Unknown names are left out; never raises."""
+        known: list[str] = []
+        rows: list[int] = []
+        lookup = self._slot.get
+        for name in names:
+            slot = lookup(name)
+            if slot is not None:
+                known.append(name)
+                rows.append(slot)
+        mask = np.zeros(self.rows, np.bool_)
+        mask[rows] = True
+        return known, mask
 
     def name(self, slot: int) -> str:
         """Node name of an active slot. Raises :class:`UnknownNodeError` for a free slot."""

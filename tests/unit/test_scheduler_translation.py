@@ -3,8 +3,9 @@ reasons, FGD typical-pod blending.
 
 Covers: every PodObject field read from camelCase JSON (init containers first, tolerations, required node
 affinity, deletionTimestamp, defaults); wrong types name the field; CandidateNodes restricts a cycle and ignores
-unknown names; rejection_reasons names the first failing filter per node; pod_class keys shares, whole GPUs,
-memory-only shares and CPU-only pods; PodClasses (memoised per shared request template) answers what pod_class
+unknown names; the ledger's select maps known names to a row mask, leaving unknown and removed ones out;
+rejection_reasons names the first failing filter per node; pod_class keys shares, whole GPUs, memory-only shares
+and CPU-only pods; PodClasses (memoised per shared request template) answers what pod_class
 answers; blend_typical adds the reference workload until enough pods are observed.
 """
 
@@ -93,6 +94,20 @@ def test_candidate_nodes_restrict_the_cycle() -> None:
     assert [ledger.name(int(s)) for s in np.flatnonzero(mask)] == ["n2"]
     free = plugin.filter(single_container_pod("other"), ledger, CycleState(), ledger.active.copy())
     assert free.sum() == 3
+
+
+def test_ledger_select_maps_known_names_to_their_rows_in_one_pass() -> None:
+    sync = make_sync(make_node("n1"), make_node("n2"), make_node("n3"))
+    ledger = sync.ledger
+    known, mask = ledger.select(["n3", "ghost", "n1", "n3"])
+    assert known == ["n3", "n1", "n3"]
+    assert mask.shape == (ledger.rows,)
+    assert mask.dtype == np.bool_
+    assert sorted(ledger.name(int(s)) for s in np.flatnonzero(mask)) == ["n1", "n3"]
+    ledger.remove_node("n1")
+    assert ledger.select(["n1", "n2"])[0] == ["n2"]
+    assert ledger.select([])[0] == []
+    assert not ledger.select([])[1].any()
 
 
 def test_rejection_reasons_name_the_first_failing_filter_per_node() -> None:

@@ -18,7 +18,6 @@ from collections.abc import Collection, Mapping
 
 import numpy as np
 
-from domain.errors import UnknownNodeError
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.framework import BoolArray, CycleState, Scheduler
@@ -44,13 +43,7 @@ class CandidateNodes:
         names = self.candidates.get(pod.uid)
         if names is None:
             return candidates
-        allowed = np.zeros(ledger.rows, np.bool_)
-        for name in names:
-            try:
-                allowed[ledger.slot(name)] = True
-            except UnknownNodeError:
-                continue
-        passed: BoolArray = candidates & allowed
+        passed: BoolArray = candidates & ledger.select(names)[1]
         return passed
 
 
@@ -66,12 +59,7 @@ def rejection_reasons(
     change the ledger.
     """
     ledger = scheduler.ledger
-    wanted = np.zeros(ledger.rows, np.bool_)
-    for name in names:
-        try:
-            wanted[ledger.slot(name)] = True
-        except UnknownNodeError:
-            continue
+    wanted = ledger.select(names)[1]
     reasons: dict[int, str] = {}
     mask = ledger.active & wanted
     for slot in np.flatnonzero(mask & ~ledger.admitting):

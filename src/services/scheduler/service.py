@@ -134,8 +134,11 @@ class SchedulerService(ServiceUpkeep):
                 return Decision(pod.uid, reasons=dict.fromkeys(names, f"invalid request: {error}"))
             if not (request.wants_gpu or request.wants_mig) and not rank_all_pods:
                 return Decision(pod.uid, managed=False)
-            known = [n for n in names if self._known(n)]
-            reasons = {n: UNKNOWN_NODE for n in names if not self._known(n)}
+            known = self.sync.ledger.select(names)[0]
+            reasons: dict[str, str] = {}
+            if len(known) < len(names):
+                kept = set(known)
+                reasons = {n: UNKNOWN_NODE for n in names if n not in kept}
             if not known:
                 return Decision(pod.uid, reasons=reasons, reason="no candidate node is known")
             result = self.schedule_pod(pod, candidates=known)
