@@ -287,7 +287,7 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     from k8s_harness import control_plane, free_ports
     from kubernetes import client
 
-    from adapters.kubernetes import KubernetesCluster
+    from adapters.kubernetes import CONNECTION_POOL_MAXSIZE, KubernetesCluster
     from adapters.prometheus import PrometheusSchedulerMetrics
     from domain.gpu import Gpu, GpuUuid
     from domain.kube.annotations import encode_inventory
@@ -313,7 +313,10 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     with control_plane(binaries, scheduler=True,
                        scheduler_config={"extenders": [extender], "percentageOfNodesToScore": 100}) as plane:
         print(f"control plane up in {time.perf_counter() - started:.1f} s", flush=True)
-        api, load_api = plane.api_client(), plane.api_client()  # the scheduler's client; the load's client
+        scheduler_config = plane.client_configuration()  # the pool size from_kubeconfig gives the deployed one
+        scheduler_config.connection_pool_maxsize = max(scheduler_config.connection_pool_maxsize,
+                                                       CONNECTION_POOL_MAXSIZE)
+        api, load_api = client.ApiClient(scheduler_config), plane.api_client()  # the scheduler's; the load's
         core = client.CoreV1Api(load_api)
         cluster = KubernetesCluster(api)
         load = KubernetesCluster(load_api)

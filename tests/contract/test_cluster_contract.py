@@ -31,7 +31,8 @@ Behaviours covered:
 - Jobs (batch/v1: create/list/watch with label selectors, status, background delete): in
   ``test_cluster_jobs_contract.py``, on the same ``cluster`` fixture.
 Memory-only extras: finalize_deletions, the bounded history window, a watcher behind the window, RV "0".
-Kubernetes-adapter extras: from_kubeconfig (real server); error translation and MicroTime wire format (no server,
+Kubernetes-adapter extras: from_kubeconfig (real server; without one, that its client keeps a pool of at least
+CONNECTION_POOL_MAXSIZE connections); error translation and MicroTime wire format (no server,
 written for every supported client: 28-35 and 37 differ in ``ApiException`` and ``deserialize``);
 transport failures — connection refused, a server that never answers (timeout) — surface as UnavailableError
 (status 0, chained to the urllib3/socket error) from every call and from a watch iterator, never as a raw
@@ -48,6 +49,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -637,6 +639,23 @@ def test_kubernetes_from_kubeconfig(contract_k8s_plane: Any) -> None:
     api_client = from_kubeconfig(str(contract_k8s_plane.kubeconfig))
     try:
         assert int(KubernetesCluster(api_client).list_nodes().resource_version) > 0
+    finally:
+        api_client.close()
+
+
+def test_kubernetes_from_kubeconfig_keeps_a_pool_for_concurrent_binds(tmp_path: Path) -> None:
+    from adapters.kubernetes import CONNECTION_POOL_MAXSIZE, from_kubeconfig
+
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}
+    path = tmp_path / "kubeconfig.json"
+    path.write_text(json.dumps(kubeconfig))
+    api_client = from_kubeconfig(str(path))
+    try:
+        assert api_client.configuration.connection_pool_maxsize >= CONNECTION_POOL_MAXSIZE
+        assert api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] >= CONNECTION_POOL_MAXSIZE
     finally:
         api_client.close()
 

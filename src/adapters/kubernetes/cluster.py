@@ -75,6 +75,13 @@ DEFAULT_POD_IMAGE = "registry.k8s.io/pause:3.9"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 """Client socket timeout (s) of non-watch calls."""
 
+CONNECTION_POOL_MAXSIZE = 32
+"""Least number of connections :func:`from_kubeconfig`'s client keeps open per API server (urllib3
+``PoolManager(maxsize=…)``; the client's default is 5 per CPU, 10 on a 2-CPU host). Every watch holds one for its
+whole stream, and kube-scheduler calls the extender's ``bind`` from one goroutine per pod, so a burst of binds
+needs one connection each: beyond the pool's size urllib3 opens a fresh TLS connection for the request and
+discards it afterwards (a full handshake per bind)."""
+
 WATCH_SOCKET_SLACK = 5.0
 """Seconds the client socket timeout of a watch exceeds its server-side ``timeoutSeconds``."""
 
@@ -83,8 +90,9 @@ _T = TypeVar("_T")
 
 def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """An ``ApiClient`` from the kubeconfig at ``path`` (``context`` or its current one), or from the pod's
-    in-cluster service account when ``path`` is None. Raises ``kubernetes.config.ConfigException`` (outside a
-    cluster with no ``path``: a message saying to pass ``--kubeconfig``)."""
+    in-cluster service account when ``path`` is None, keeping at least :data:`CONNECTION_POOL_MAXSIZE` connections.
+    Raises ``kubernetes.config.ConfigException`` (outside a cluster with no ``path``: a message saying to pass
+    ``--kubeconfig``)."""
     configuration = client.Configuration()
     if path is None:
         try:
@@ -95,6 +103,7 @@ def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> c
             ) from error
     else:
         config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, CONNECTION_POOL_MAXSIZE)
     return client.ApiClient(configuration)
 
 
