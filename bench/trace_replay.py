@@ -519,11 +519,11 @@ def naive_extender(service: Any) -> Any:
     policy's node score / 10 (integer 0..10), so kube-scheduler's random tie-break (and, unless
     ``--no-plugin-scores``, its default score plugins) decide among nodes our policy ranks differently; ``bind``
     is the production verb (a pod without a reservation gets a cycle restricted to the chosen node first)."""
+    from domain.kube.corejson import pod_from_json
     from domain.kube.translate import pod_request
     from domain.scheduling.framework import CycleState
     from domain.scheduling.nodefit import PodConstraints
     from services.scheduler.extender import Extender
-    from services.scheduler.podjson import pod_from_json
 
     class NaiveExtender(Extender):
         def _cycle(self, body: Any) -> tuple[list[str], list[str], list[int]]:

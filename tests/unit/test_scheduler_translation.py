@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from kube_builders import KEYS, PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
 
+from domain.kube.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
@@ -26,7 +27,6 @@ from domain.scheduling.framework import CycleState
 from domain.scheduling.nodefit import PodConstraints
 from domain.scheduling.typical import PodClasses, blend_typical, pod_class
 from domain.units import GiB
-from services.scheduler.podjson import PodJsonError, pod_from_json
 
 RAW = {
     "apiVersion": "v1", "kind": "Pod",
@@ -81,7 +81,7 @@ def test_raw_pod_json_defaults() -> None:
     ("not a pod", "Pod"),
 ])
 def test_raw_pod_json_errors_name_the_field(raw: object, field: str) -> None:
-    with pytest.raises(PodJsonError, match=field.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(CoreJsonError, match=field.replace("[", r"\[").replace("]", r"\]")):
         pod_from_json(raw)
 
 

@@ -12,9 +12,10 @@ real kube-apiserver 1.20):
 * **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
   strategic merge), sent by :func:`.compat.merge_patch` on every supported client: null deletes a key,
   ``metadata.resourceVersion`` makes the patch conditional (409 when stale).
-* **watches** use ``kubernetes.watch.Watch`` with ``timeout_seconds`` (server side; the client then never
-  retries) and ``_request_timeout`` (client socket) a little longer. Too-old RVs come back as HTTP 410 or as an
-  ``ERROR`` event with code 410, which the client raises as ``ApiException(410)``: both become :class:`GoneError`.
+* **watches** use ``timeout_seconds`` (server side; nothing retries) and ``_request_timeout`` (client socket) a
+  little longer. Too-old RVs come back as HTTP 410 or as an ``ERROR`` event with code 410: both become
+  :class:`GoneError`. Node and pod LISTs and watches are read as raw JSON (:mod:`.rawjson`, our own line reader);
+  Jobs go through ``kubernetes.watch.Watch``, which raises ``ERROR`` events as ``ApiException``.
 * **errors** — ``ApiException`` 404/409/410 become NotFound/Conflict/GoneError, any other HTTP status a
   :class:`ClusterError` with that status; transport failures (``urllib3.exceptions.HTTPError`` — connect and
   read timeouts, ``MaxRetryError``, protocol errors of a broken stream — and ``OSError``, ``TimeoutError``
@@ -38,6 +39,7 @@ from typing import Any, TypeVar
 import attrs
 from kubernetes import client, config, watch
 
+from domain.kube.corejson import node_from_json, pod_from_json
 from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import (
     ClusterEvent,
@@ -56,6 +58,7 @@ from .compat import EVENT, MERGE_PATCH, NODE, POD, POD_STATUS, merge_patch, requ
 from .configmaps import KubernetesConfigMaps
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
+from .rawjson import WATCH_SOCKET_SLACK, list_json, watch_json
 from .translate import (
     event_repeat_patch,
     event_to_v1,
@@ -82,8 +85,6 @@ whole stream, and kube-scheduler calls the extender's ``bind`` from one goroutin
 needs one connection each: beyond the pool's size urllib3 opens a fresh TLS connection for the request and
 discards it afterwards (a full handshake per bind)."""
 
-WATCH_SOCKET_SLACK = 5.0
-"""Seconds the client socket timeout of a watch exceeds its server-side ``timeoutSeconds``."""
 
 _T = TypeVar("_T")
 
@@ -152,15 +153,14 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
 
     # ------------------------------------------------------------------ nodes
     def list_nodes(self) -> Listing[NodeObject]:
-        """All nodes and the list's resourceVersion. Raises ClusterError."""
-        with _api_errors("list nodes"):
-            nodes = self._core.list_node(_request_timeout=self._timeout)
-        return Listing(tuple(node_from_v1(n) for n in nodes.items), _list_rv(nodes.metadata))
+        """All nodes and the list's resourceVersion (read raw: :mod:`.rawjson`). Raises ClusterError."""
+        nodes, rv = list_json(self._core.list_node, node_from_json, "list nodes", _request_timeout=self._timeout)
+        return Listing(nodes, rv)
 
     def watch_nodes(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[NodeObject]]:
         """Node changes after ``resource_version`` for about ``timeout_seconds`` (s, rounded up to whole seconds
-        as the API takes them). The iterator raises GoneError (410) and ClusterError."""
-        return self._watch(self._core.list_node, node_from_v1, resource_version, timeout_seconds, "watch nodes")
+        as the API takes them; read raw: :mod:`.rawjson`). The iterator raises GoneError (410) and ClusterError."""
+        return watch_json(self._core.list_node, node_from_json, resource_version, timeout_seconds, "watch nodes")
 
     def get_node(self, name: str) -> NodeObject:
         """One node. Raises NotFoundError."""
@@ -201,29 +201,22 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
     ) -> Listing[PodObject]:
         """Pods of all namespaces (of ``namespace`` only, when given) matching ``field_selector`` and
-        ``label_selector``. Raises ClusterError (400 for a bad selector)."""
+        ``label_selector`` (read raw: :mod:`.rawjson`). Raises ClusterError (400 for a bad selector)."""
         selectors: dict[str, Any] = {"field_selector": field_selector or None,
                                      "label_selector": label_selector or None, "_request_timeout": self._timeout}
-        with _api_errors("list pods"):
-            if namespace:
-                pods = self._core.list_namespaced_pod(namespace, **selectors)
-            else:
-                pods = self._core.list_pod_for_all_namespaces(**selectors)
-        return Listing(tuple(pod_from_v1(p) for p in pods.items), _list_rv(pods.metadata))
+        if namespace:
+            selectors["namespace"] = namespace
+        call = self._core.list_namespaced_pod if namespace else self._core.list_pod_for_all_namespaces
+        pods, rv = list_json(call, pod_from_json, "list pods", **selectors)
+        return Listing(pods, rv)
 
     def watch_pods(
         self, *, resource_version: str, timeout_seconds: float, field_selector: str = ""
     ) -> Iterator[WatchEvent[PodObject]]:
         """Pod changes after ``resource_version`` seen through ``field_selector``, for about ``timeout_seconds``
-        (s, rounded up). The iterator raises GoneError (410) and ClusterError."""
-        return self._watch(
-            self._core.list_pod_for_all_namespaces,
-            pod_from_v1,
-            resource_version,
-            timeout_seconds,
-            "watch pods",
-            field_selector=field_selector or None,
-        )
+        (s, rounded up; read raw: :mod:`.rawjson`). The iterator raises GoneError (410) and ClusterError."""
+        return watch_json(self._core.list_pod_for_all_namespaces, pod_from_json, resource_version, timeout_seconds,
+                          "watch pods", field_selector=field_selector or None)
 
     def get_pod(self, namespace: str, name: str) -> PodObject:
         """One pod. Raises NotFoundError."""
@@ -384,7 +377,3 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
         finally:
             watcher.stop()
             stream.close()
-
-
-def _list_rv(metadata: client.V1ListMeta | None) -> str:
-    return (metadata.resource_version or "") if metadata is not None else ""

@@ -16,13 +16,13 @@ import collections
 import logging
 from collections.abc import Mapping
 
+from domain.kube.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodObject
 from ports.cluster import ClusterError
 from services._shared.logs import fields
 
 from .commit import CommitError
 from .decision import NOT_SERVING
-from .podjson import PodJsonError, pod_from_json
 from .service import SchedulerService
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Extender:
     def _pod(self, args: Mapping[str, object]) -> PodObject:
         try:
             return pod_from_json(args.get("Pod"))
-        except PodJsonError as error:
+        except CoreJsonError as error:
             raise ExtenderArgsError(f"Pod: {error}") from None
 
     def filter(self, body: object) -> dict[str, object]:

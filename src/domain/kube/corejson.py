@@ -1,12 +1,13 @@
-"""The ``Pod`` of a kube-scheduler extender call (raw core/v1 Pod JSON) as a :class:`PodObject`.
+"""Raw core/v1 Pod and Node JSON (decoded, camelCase field names) as :class:`PodObject` and :class:`NodeObject`.
 
-kube-scheduler sends the whole ``v1.Pod`` with its JSON (camelCase) field names (``ExtenderArgs.Pod``,
-k8s.io/kube-scheduler/extender/v1). Only the fields :class:`PodObject` carries are read; everything else is ignored, so
-pods from newer API versions still translate. This is a pure function over dicts rather than a detour through the
-official client's models (``kubernetes`` 37.x models forbid unknown fields and may only be imported by
-``adapters.kubernetes``).
+Read wherever the API's own JSON arrives: the ``Pod`` of a kube-scheduler extender call (``ExtenderArgs.Pod``,
+k8s.io/kube-scheduler/extender/v1) and the Kubernetes adapter's LISTs and watches, which skip the official client's
+model deserialisation. Only the fields the domain objects carry are read; everything else is ignored, so objects
+from newer API versions still translate. Invariant: for what the API server sends, the result equals the adapter's
+translation of the client's models (``adapters.kubernetes.translate``), field for field.
 
-Source of the field names: core/v1 API reference (Pod, Container, ResourceRequirements, Toleration, NodeAffinity).
+Source of the field names: core/v1 API reference (Pod, Container, ResourceRequirements, Toleration, NodeAffinity,
+ContainerStatus, Node, NodeSpec, Taint, NodeStatus).
 """
 
 from __future__ import annotations
@@ -16,24 +17,27 @@ from collections.abc import Mapping
 
 from domain.kube.objects import (
     ContainerSpec,
+    ContainerTermination,
+    NodeObject,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     PodObject,
     PodPhase,
+    Taint,
     TaintEffect,
     Toleration,
 )
 
 
-class PodJsonError(ValueError):
-    """The pod JSON has a field of the wrong type; the message names the field (``spec.containers[0].name``)."""
+class CoreJsonError(ValueError):
+    """The JSON has a field of the wrong type; the message names the field (``spec.containers[0].name``)."""
 
 
 def _object(path: str, value: object) -> Mapping[str, object]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise PodJsonError(f"{path}: expected an object, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected an object, got {type(value).__name__}")
     return value
 
 
@@ -41,7 +45,7 @@ def _list(path: str, value: object) -> list[object]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise PodJsonError(f"{path}: expected an array, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected an array, got {type(value).__name__}")
     return value
 
 
@@ -49,7 +53,7 @@ def _str(path: str, value: object, default: str = "") -> str:
     if value is None:
         return default
     if not isinstance(value, str):
-        raise PodJsonError(f"{path}: expected a string, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected a string, got {type(value).__name__}")
     return value
 
 
@@ -58,7 +62,7 @@ def _strings(path: str, value: object) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, item in _object(path, value).items():
         if isinstance(item, bool) or not isinstance(item, str | int | float):
-            raise PodJsonError(f"{path}.{key}: expected a string, got {type(item).__name__}")
+            raise CoreJsonError(f"{path}.{key}: expected a string, got {type(item).__name__}")
         out[str(key)] = str(item)
     return out
 
@@ -70,7 +74,7 @@ def _time(path: str, value: object) -> float | None:
     try:
         stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise PodJsonError(f"{path}: {text[:40]!r} is not an RFC 3339 time") from None
+        raise CoreJsonError(f"{path}: {text[:40]!r} is not an RFC 3339 time") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
     return stamp.timestamp()
@@ -96,7 +100,7 @@ def _toleration(path: str, raw: object) -> Toleration:
     try:
         parsed = TaintEffect(effect) if effect else None
     except ValueError:
-        raise PodJsonError(f"{path}.effect: unknown taint effect {effect[:40]!r}") from None
+        raise CoreJsonError(f"{path}.effect: unknown taint effect {effect[:40]!r}") from None
     return Toleration(
         key=_str(f"{path}.key", item.get("key")),
         operator=_str(f"{path}.operator", item.get("operator"), "Equal"),
@@ -134,6 +138,41 @@ def _required_terms(path: str, affinity: object) -> tuple[NodeSelectorTerm, ...]
     return tuple(terms)
 
 
+def _int(path: str, value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CoreJsonError(f"{path}: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _terminations(path: str, value: object) -> tuple[ContainerTermination, ...]:
+    out = []
+    for i, raw in enumerate(_list(path, value)):
+        item = _object(f"{path}[{i}]", raw)
+        state = _object(f"{path}[{i}].state", item.get("state"))
+        if state.get("terminated") is None:
+            continue
+        ended = _object(f"{path}[{i}].state.terminated", state.get("terminated"))
+        at = f"{path}[{i}].state.terminated"
+        out.append(ContainerTermination(_str(f"{path}[{i}].name", item.get("name")),
+                                        _int(f"{at}.exitCode", ended.get("exitCode")),
+                                        _str(f"{at}.reason", ended.get("reason")),
+                                        _str(f"{at}.message", ended.get("message"))))
+    return tuple(out)
+
+
+def _taint(path: str, raw: object) -> Taint:
+    item = _object(path, raw)
+    effect = _str(f"{path}.effect", item.get("effect"))
+    try:
+        parsed = TaintEffect(effect)
+    except ValueError:
+        raise CoreJsonError(f"{path}.effect: unknown taint effect {effect[:40]!r}") from None
+    return Taint(key=_str(f"{path}.key", item.get("key")), effect=parsed,
+                 value=_str(f"{path}.value", item.get("value")))
+
+
 def _phase(text: str) -> PodPhase:
     try:
         return PodPhase(text or "Pending")
@@ -145,8 +184,9 @@ def pod_from_json(data: object) -> PodObject:
     """A :class:`PodObject` from a raw core/v1 Pod JSON object (init containers first, flagged ``init``).
 
     A missing namespace reads as ``default``, a missing schedulerName as ``default-scheduler``, an unknown phase
-    as ``Unknown``. Raises :class:`PodJsonError` naming the field for a value of the wrong type, a malformed
-    ``deletionTimestamp`` or an unknown toleration effect.
+    as ``Unknown``; ``terminations`` are the ``status.containerStatuses`` whose state is ``terminated``. Raises
+    :class:`CoreJsonError` naming the field for a value of the wrong type, a malformed ``deletionTimestamp`` or an
+    unknown toleration effect.
     """
     pod = _object("Pod", data)
     meta = _object("metadata", pod.get("metadata"))
@@ -170,4 +210,28 @@ def pod_from_json(data: object) -> PodObject:
         tolerations=tuple(_toleration(f"spec.tolerations[{i}]", t)
                           for i, t in enumerate(_list("spec.tolerations", spec.get("tolerations")))),
         required_node_affinity=_required_terms("spec.affinity", spec.get("affinity")),
+        terminations=_terminations("status.containerStatuses", status.get("containerStatuses")),
+    )
+
+
+def node_from_json(data: object) -> NodeObject:
+    """A :class:`NodeObject` from a raw core/v1 Node JSON object (allocatable from ``status.allocatable``).
+
+    Raises :class:`CoreJsonError` naming the field for a value of the wrong type or an unknown taint effect."""
+    node = _object("Node", data)
+    meta = _object("metadata", node.get("metadata"))
+    spec = _object("spec", node.get("spec"))
+    status = _object("status", node.get("status"))
+    unschedulable = spec.get("unschedulable")
+    if unschedulable is not None and not isinstance(unschedulable, bool):
+        raise CoreJsonError(f"spec.unschedulable: expected a boolean, got {type(unschedulable).__name__}")
+    return NodeObject(
+        name=_str("metadata.name", meta.get("name")),
+        uid=_str("metadata.uid", meta.get("uid")),
+        resource_version=_str("metadata.resourceVersion", meta.get("resourceVersion")),
+        labels=_strings("metadata.labels", meta.get("labels")),
+        annotations=_strings("metadata.annotations", meta.get("annotations")),
+        allocatable=_strings("status.allocatable", status.get("allocatable")),
+        taints=tuple(_taint(f"spec.taints[{i}]", t) for i, t in enumerate(_list("spec.taints", spec.get("taints")))),
+        unschedulable=bool(unschedulable),
     )
