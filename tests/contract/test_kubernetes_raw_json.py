@@ -6,7 +6,8 @@ container statuses, annotations, labels) and nodes (taints, unschedulable, alloc
 the model translation of the same JSON, without a server; on a real kube-apiserver, ``list_pods``/``list_nodes``
 (raw) equal the model translation of the client's own LIST; the watch line reader yields events whose lines are
 split across chunks, a BOOKMARK's resourceVersion, raises GoneError for an ``ERROR`` event with code 410,
-ClusterError with the status for another, and ClusterError for a malformed line, and closes the response.
+ClusterError with the status for another, and ClusterError for a malformed line; a stream read to its end goes
+back to the pool unclosed, one left early or failed is closed.
 """
 
 from __future__ import annotations
@@ -133,11 +134,13 @@ def _watch(chunks: list[bytes]) -> tuple[list[Any], _Streamed]:
         assert kwargs["_preload_content"] is False
         return response
 
+    ended = False
     try:
         for event in watch_json(call, pod_from_json, "5", 1, "watch pods"):
             seen.append(event)
+        ended = True
     finally:
-        assert response.closed
+        assert response.closed is not ended  # a stream read to its end keeps its connection for reuse
         assert response.released
     return seen, response
 

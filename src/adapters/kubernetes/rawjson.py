@@ -83,12 +83,14 @@ def watch_json(call: Callable[..., Any], convert: Callable[[Any], _T], resource_
     """Changes after ``resource_version`` from ``call`` (a client LIST method, called with ``watch=True``) for
     about ``timeout_seconds`` (s, rounded up to whole seconds: the server's ``timeoutSeconds``; the client socket
     waits :data:`WATCH_SOCKET_SLACK` longer). The iterator raises GoneError (410, as HTTP status or ``ERROR``
-    event) and ClusterError (malformed JSON included); closing it closes the stream."""
+    event) and ClusterError (malformed JSON included). A stream the server ended (its timeout) was read to its end
+    and its connection goes back to the pool for reuse; closing the iterator earlier closes the connection."""
     server_timeout = max(1, math.ceil(timeout_seconds))
     with api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
         response = call(watch=True, resource_version=resource_version, timeout_seconds=server_timeout,
                         allow_watch_bookmarks=True, _preload_content=False,
                         _request_timeout=wire_timeout(server_timeout + WATCH_SOCKET_SLACK), **kwargs)
+    ended = False
     try:
         with api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
             for line in _lines(response):
@@ -102,6 +104,8 @@ def watch_json(call: Callable[..., Any], convert: Callable[[Any], _T], resource_
                     yield WatchEvent(EventType.BOOKMARK, None, rv)
                     continue
                 yield WatchEvent(EventType(kind), convert(obj), rv)
+        ended = True
     finally:
-        response.close()
+        if not ended:
+            response.close()
         response.release_conn()
