@@ -12,7 +12,8 @@ For the first and the last minor of ``hack/kubernetes-versions.toml`` (today 1.2
 * checks that this interpreter's adapter sees that client and picks the style it needs (``compat.STYLE``:
   ``header`` for 28-35);
 * runs the ``kubernetes`` cases of ``tests/contract/test_cluster_contract.py`` and
-  ``tests/contract/test_cluster_jobs_contract.py`` with that interpreter, against the real control plane those
+  ``tests/contract/test_cluster_jobs_contract.py``, and ``tests/contract/test_kubernetes_raw_json.py``, with that
+  interpreter, against the real control plane those
   suites start (their fixtures, ``tests/contract/conftest.py``), plus ``test_kubernetes_event_dedup.py`` (the
   Event patch's ``Content-Type: application/merge-patch+json`` on the wire), and requires every one to pass
   (about 25-35 s).
@@ -39,8 +40,9 @@ TABLE = tomllib.loads((REPO / "hack" / "kubernetes-versions.toml").read_text())
 MINORS = sorted(TABLE["minors"], key=lambda m: tuple(int(p) for p in m.split(".")))
 PINNED = [TABLE["minors"][m]["client"] for m in (MINORS[0], MINORS[-1])]
 CONTRACTS = ("tests/contract/test_cluster_contract.py", "tests/contract/test_cluster_jobs_contract.py",
-             "tests/integration/test_kubernetes_event_dedup.py")
-"""The cluster and Job contracts, and the Event repeat patch as it goes on the wire (its Content-Type)."""
+             "tests/contract/test_kubernetes_raw_json.py", "tests/integration/test_kubernetes_event_dedup.py")
+"""The cluster and Job contracts, the raw-JSON LIST/watch path against the client's models, and the Event repeat
+patch as it goes on the wire (its Content-Type)."""
 
 pytestmark = pytest.mark.k8s
 
@@ -112,7 +114,7 @@ def test_the_cluster_contracts_pass_with_a_pinned_client(version: str, k8s_bin_d
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     passed = re.search(r"(\d+) passed", summary)
     assert passed is not None, summary
-    assert int(passed.group(1)) >= 36, summary  # 41 today: every kubernetes case of the three files
+    assert int(passed.group(1)) >= 50, summary  # 55 today: every kubernetes case of the four files
     assert "failed" not in summary, summary
     assert "error" not in summary, summary
 
