@@ -30,7 +30,7 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20
 
 ## proto: regenerate src/adapters/grpc/_pb from proto/ (commit the result)
 proto: $(STAMP)

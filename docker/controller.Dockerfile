@@ -20,10 +20,11 @@ RUN python -m pip wheel ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} --n
  && /opt/lj-runtimekit/bin/ljrk --version
 
 FROM ${PYTHON_IMAGE}
+# First, ahead of any per-image line: the six images then share this one layer (same instruction, same parent).
+COPY --from=build /opt/lj-runtimekit /opt/lj-runtimekit
 LABEL org.opencontainers.image.title="lj-runtimekit/controller" \
       org.opencontainers.image.description="LJ RuntimeKit: ljrk controller" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=build /opt/lj-runtimekit /opt/lj-runtimekit
 # Read-only root filesystem in the manifests: no bytecode writes at run time; logs unbuffered.
 ENV PATH=/opt/lj-runtimekit/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

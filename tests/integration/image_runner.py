@@ -39,12 +39,14 @@ def images_dir() -> tuple[Path | None, str]:
 
 @dataclass(frozen=True)
 class Archive:
-    """One image of a docker-archive: its tags, its config's ``config`` object and its layer files (in order)."""
+    """One image of a docker-archive: its tags, its config's ``config`` object, its layer files (in order) and
+    their content digests (the config's ``rootfs.diff_ids``, sha256 of each uncompressed layer, same order)."""
 
     path: Path
     tags: list[str]
     config: dict[str, Any]
     layers: list[str]
+    diff_ids: list[str]
 
 
 def read_archive(path: Path) -> Archive:
@@ -55,7 +57,11 @@ def read_archive(path: Path) -> Archive:
             raise ValueError(f"{path}: manifest.json lists {len(manifest)} images, expected 1")
         entry = manifest[0]
         config = json.load(_member(tar, entry["Config"]))
-    return Archive(path, list(entry.get("RepoTags") or []), dict(config.get("config") or {}), list(entry["Layers"]))
+    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    if len(diff_ids) != len(entry["Layers"]):
+        raise ValueError(f"{path}: {len(entry['Layers'])} layers but {len(diff_ids)} rootfs.diff_ids in its config")
+    return Archive(path, list(entry.get("RepoTags") or []), dict(config.get("config") or {}), list(entry["Layers"]),
+                   diff_ids)
 
 
 def _member(tar: tarfile.TarFile, name: str) -> Any:

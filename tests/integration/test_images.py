@@ -61,19 +61,39 @@ def names(image_dir: Path) -> dict[str, str]:
     return {row[0]: row[1] for row in rows}
 
 
+@pytest.fixture(scope="module")
+def root_filesystems(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, ...], Path]]:
+    """Unpacked root filesystems by layer list, shared by the images made of the same layers (~450 MB each,
+    removed at the end of the module). The six Dockerfiles copy the one environment as their first step, so the
+    images share their layers and differ only in their config (entrypoint, user, env): one unpack, not six
+    (:func:`test_the_six_images_share_their_layers`). The key is the layers' content digests
+    (``rootfs.diff_ids``), so an equal key means equal files; the containers mount them read-only, so sharing
+    cannot leak a write."""
+    unpacked: dict[tuple[str, ...], Path] = {}
+    try:
+        yield unpacked
+    finally:
+        for root in unpacked.values():
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
 @pytest.fixture(scope="module", params=IMAGES)
-def unpacked(request: pytest.FixtureRequest, image_dir: Path,
+def unpacked(request: pytest.FixtureRequest, image_dir: Path, root_filesystems: dict[tuple[str, ...], Path],
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Archive, Path, Path]]:
-    """(image, archive, root filesystem, bundle folder) of one image, unpacked once for its tests (~450 MB,
-    removed afterwards)."""
+    """(image, archive, root filesystem, bundle folder) of one image; the root filesystem comes from
+    ``root_filesystems`` (unpacked on first use of its layer list)."""
     image = str(request.param)
     archive = read_archive(image_dir / f"{image}.tar")
-    work = tmp_path_factory.mktemp(f"image-{image}")
-    unpack(archive, work / "rootfs")
+    layers = tuple(archive.diff_ids)
+    if layers not in root_filesystems:
+        rootfs = tmp_path_factory.mktemp(f"rootfs-{image}") / "rootfs"
+        unpack(archive, rootfs)
+        root_filesystems[layers] = rootfs
+    bundles = tmp_path_factory.mktemp(f"bundle-{image}")
     try:
-        yield image, archive, work / "rootfs", work / "bundle"
+        yield image, archive, root_filesystems[layers], bundles
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(bundles, ignore_errors=True)
 
 
 def test_the_set_holds_the_six_images_under_the_manifests_names(image_dir: Path, names: dict[str, str]) -> None:
@@ -83,6 +103,14 @@ def test_the_set_holds_the_six_images_under_the_manifests_names(image_dir: Path,
         # the manifests say lj-runtimekit/<image>:<version>; containerd and kubelet read it as docker.io/…
         assert names[image] == f"docker.io/lj-runtimekit/{image}:{VERSION}"
         assert names[image] in read_archive(image_dir / f"{image}.tar").tags
+
+
+def test_the_six_images_share_their_layers(image_dir: Path) -> None:
+    # docker/*.Dockerfile: the COPY of the environment comes before any per-image line, so buildah's layer cache
+    # gives the six the same layers; containerd then stores them once and the tests above unpack them once
+    layers = {image: tuple(read_archive(image_dir / f"{image}.tar").diff_ids) for image in IMAGES}
+    assert len(set(layers.values())) == 1, layers
+    assert len(layers[IMAGES[0]]) == 2  # the Debian + Python base, then the environment
 
 
 def test_help_runs_in_the_image_read_only_as_its_user(unpacked: tuple[str, Archive, Path, Path]) -> None:
