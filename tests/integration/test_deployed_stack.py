@@ -91,6 +91,26 @@ def plane(k8s_bin_dir: Path, real_node_files: Path) -> Iterator[ControlPlane]:
         started.stop()
 
 
+def _import_images(socket: Path, tarballs: list[Path]) -> None:
+    """``ctr images import`` each tarball into containerd's k8s.io namespace: the first alone (it stores the layers
+    our six images share), then the rest side by side (containerd finds those layers stored and only adds each
+    image's config and manifest)."""
+    def start(tarball: Path) -> subprocess.Popen[str]:
+        return subprocess.Popen(["ctr", "--address", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first, *rest = tarballs
+    for batch in ([first], rest):
+        running = [(tarball, start(tarball)) for tarball in batch]
+        for tarball, process in running:
+            try:
+                _, stderr = process.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, stderr = process.communicate()
+            assert process.returncode == 0, f"ctr images import {tarball.name}: {stderr}"
+
+
 @pytest.fixture(scope="module")
 def node(plane: ControlPlane, real_node_files: Path, image_tarballs: list[Path]) -> Iterator[Any]:
     from kubelet_harness import start_node
@@ -99,10 +119,7 @@ def node(plane: ControlPlane, real_node_files: Path, image_tarballs: list[Path])
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-deploy-", dir="/tmp"))
     started = start_node(plane.node_kubeconfig(NODE), NODE, workdir, nodes=real_node_files)
     try:
-        for tarball in image_tarballs:
-            result = subprocess.run(["ctr", "--address", str(started.containerd_socket), "-n", "k8s.io", "images",
-                                     "import", str(tarball)], capture_output=True, text=True, timeout=300, check=False)
-            assert result.returncode == 0, f"ctr images import {tarball.name}: {result.stderr}"
+        _import_images(started.containerd_socket, image_tarballs)
         with plane.api_client() as api:
             eventually(lambda: node_ready(api, NODE), timeout=90, what=f"node {NODE} Ready")
             core = client.CoreV1Api(api)
