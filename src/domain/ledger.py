@@ -125,6 +125,7 @@ class ClusterLedger(LedgerSlots):
             self._usage[uid] = source._usage[uid]
         self._by_node[slot].update(uids)
         self.version[slot] += 1
+        self.refresh_derived(slot)
         return len(uids)
 
     def _check_indexes(self, slot: int, allocation: PodAllocation, usage: Usage) -> None:
@@ -182,6 +183,7 @@ class ClusterLedger(LedgerSlots):
             del self._usage[allocation.pod_uid]
             self._by_node[slot].discard(allocation.pod_uid)
         self.version[slot] += 1
+        self.refresh_derived(slot)
 
     # ------------------------------------------------------------------ integrity
     def _derived(self, slot: int) -> tuple[I64, I64, int, int, int]:
@@ -253,6 +255,7 @@ class ClusterLedger(LedgerSlots):
         self.quarantine.pop(name, None)
         self.admitting[slot] = True
         self.version[slot] += 1
+        self.refresh_derived(slot)
         return problems
 
     def books(self) -> dict[str, dict[str, object]]:

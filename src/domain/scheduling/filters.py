@@ -14,7 +14,14 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import eligible_gpus, plan_composite, share_needs
+from domain.scheduling.planner import (
+    any_per_row,
+    eligible_gpus,
+    eligible_nodes,
+    ledger_share_needs,
+    plan_composite,
+    whole_fit_nodes,
+)
 from domain.units import format_bytes
 
 
@@ -45,7 +52,7 @@ class GpuModelMatch:
         """Candidates having at least one eligible GPU; CPU-only pods pass unchanged."""
         if not pod.wants_gpu:
             return candidates
-        return candidates & eligible_gpus(pod, ledger, state).any(axis=1)
+        return candidates & eligible_nodes(pod, ledger, state)
 
 
 class GpuFit:
@@ -63,23 +70,22 @@ class GpuFit:
         if shape is None:
             return self._composite(pod, ledger, state, candidates)
         if shape.kind is GpuKind.WHOLE:
-            free = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
+            free = eligible & ledger.untouched
             state.gpu_fit = free
             state.reasons[self.name] = f"fewer than gpus={shape.gpus} completely free GPUs"
-            enough: BoolArray = candidates & (free.sum(axis=1) >= shape.gpus)
+            enough: BoolArray = candidates & whole_fit_nodes(pod, ledger, free, shape.gpus)
             return enough
-        core_need, mem_need = share_needs(
-            shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli
-        )
-        fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
+        core_need, mem_need = ledger_share_needs(ledger, shape)
+        fit = eligible & (ledger.free_core >= core_need) & (ledger.free_mem >= mem_need)
         state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
         if shape.memory_bytes is not None:
-            largest = int(ledger.mem_cap[ledger.active].max(initial=0))
+            largest = ledger.largest_memory()
             if shape.memory_bytes > largest:
                 state.reasons[self.name] = (
                     f"memory_bytes={format_bytes(shape.memory_bytes)} exceeds the largest GPU ({format_bytes(largest)})"
                 )
-        return candidates & fit.any(axis=1)
+        passed: BoolArray = candidates & any_per_row(fit)
+        return passed
 
     def _composite(
         self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray

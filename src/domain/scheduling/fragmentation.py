@@ -196,10 +196,10 @@ class FragmentationModel:
 
 
 def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
-    """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``)."""
-    free = ledger.core_cap[slots] - ledger.core_used[slots]
-    result: I64 = np.where(ledger.gpu_ok[slots], np.maximum(free, 0), 0)
-    return result
+    """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``, a fresh array:
+    rows of the ledger's :attr:`~domain.ledgerslots.LedgerSlots.sched_free`)."""
+    result: I64 = ledger.sched_free[slots]
+    return result.copy() if isinstance(slots, slice) else result
 
 
 class NodeStateCache:
@@ -266,12 +266,12 @@ class NodeStateCache:
         if not len(changed):
             return changed
         active = ledger.active[changed]
-        cpu_left = (ledger.cpu_cap - ledger.cpu_used)[changed]
+        cpu_left = ledger.cpu_cap[changed] - ledger.cpu_used[changed]
         free = schedulable_free(ledger, changed)
         ids = self.intern(cpu_left, free, ledger.gpu_model[changed])
         ids = np.where(active, ids, -1)
         new_f = np.where(active[:, None], self.f[np.maximum(ids, 0)], 0)
-        new_idle = np.where(active, free.sum(axis=1), 0)
+        new_idle = np.where(active, ledger.sched_free_sum[changed], 0)
         self.total_f += new_f.sum(axis=0) - self._slot_f[changed].sum(axis=0)
         self.total_idle += int(new_idle.sum() - self._slot_idle[changed].sum())
         self._slot_f[changed] = new_f

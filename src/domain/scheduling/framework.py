@@ -172,7 +172,7 @@ class Scheduler:
         ledger = self.ledger
         mask = ledger.active.copy()
         rejected: list[tuple[str, int]] = []
-        quarantined = int((ledger.active & ~ledger.admitting).sum())
+        quarantined = int(np.count_nonzero(ledger.active & ~ledger.admitting))
         mask &= ledger.admitting
         if quarantined:
             rejected.append(("node not admitting pods (quarantined or cordoned)", quarantined))
@@ -180,7 +180,7 @@ class Scheduler:
             if not mask.any():
                 break
             passed = plugin.filter(pod, ledger, state, mask)
-            removed = int(mask.sum() - passed.sum())
+            removed = int(np.count_nonzero(mask)) - int(np.count_nonzero(passed))
             reason = state.reasons.pop(plugin.name, plugin.reason)
             if removed:
                 rejected.append((reason, removed))
