@@ -106,11 +106,14 @@ class LedgerSlots:
         self.free_core = np.zeros((rows, cols), np.int64)
         self.free_mem = np.zeros((rows, cols), np.int64)
         self.sched_free = np.zeros((rows, cols), np.int64)
-        self.untouched = np.zeros((rows, cols), np.bool_)
+        self.free_whole = np.zeros((rows, cols), np.bool_)
         self.sched_cap = np.zeros(rows, np.int64)
         self.sched_free_sum = np.zeros(rows, np.int64)
         self.sched_gpus = np.zeros(rows, np.int64)
         self.free_gpus = np.zeros(rows, np.int64)
+        self.cpu_free = np.zeros(rows, np.int64)
+        self.hostmem_free = np.zeros(rows, np.int64)
+        self.pods_free = np.zeros(rows, np.int64)
         self._capacity_changed()
 
     def _grow(self, *, rows: int | None = None, cols: int | None = None, tags: int | None = None) -> None:
@@ -128,23 +131,27 @@ class LedgerSlots:
         writes the raw arrays directly, such as a test simulating corruption, calls it to keep them exact):
 
         * per GPU: ``free_core = max(core_cap − core_used, 0)`` (milli-GPU), ``free_mem = max(mem_cap − mem_used, 0)``
-          (bytes), ``sched_free`` = ``free_core`` on schedulable GPUs else 0, ``untouched`` = nothing used (core and
-          memory) on a GPU with capacity (bool);
+          (bytes), ``sched_free`` = ``free_core`` on schedulable GPUs else 0, ``free_whole`` = a schedulable GPU with
+          capacity and nothing used, core or memory (bool);
         * per node: ``sched_cap`` = Σ ``core_cap`` and ``sched_free_sum`` = Σ ``sched_free`` over schedulable GPUs
-          (milli-GPU), ``sched_gpus`` = number of schedulable GPUs, ``free_gpus`` = schedulable and untouched ones.
+          (milli-GPU), ``sched_gpus`` = number of schedulable GPUs, ``free_gpus`` = number of ``free_whole`` GPUs,
+          ``cpu_free``, ``hostmem_free`` and ``pods_free`` = capacity − used (milli-cores, bytes, pods; not clamped).
         """
         cap, used, mem_used, ok = self.core_cap[slot], self.core_used[slot], self.mem_used[slot], self.gpu_ok[slot]
         free = np.maximum(cap - used, 0)
         sched = free * ok
-        untouched = (used == 0) & (mem_used == 0) & (cap > 0)
+        whole = (used == 0) & (mem_used == 0) & (cap > 0) & ok
         self.free_core[slot] = free
         self.free_mem[slot] = np.maximum(self.mem_cap[slot] - mem_used, 0)
         self.sched_free[slot] = sched
-        self.untouched[slot] = untouched
+        self.free_whole[slot] = whole
         self.sched_cap[slot] = (cap * ok).sum()
         self.sched_free_sum[slot] = sched.sum()
         self.sched_gpus[slot] = np.count_nonzero(ok)
-        self.free_gpus[slot] = np.count_nonzero(untouched & ok)
+        self.free_gpus[slot] = np.count_nonzero(whole)
+        self.cpu_free[slot] = self.cpu_cap[slot] - self.cpu_used[slot]
+        self.hostmem_free[slot] = self.hostmem_cap[slot] - self.hostmem_used[slot]
+        self.pods_free[slot] = self.pods_cap[slot] - self.pods_used[slot]
 
     def capacity_memo(self) -> dict[object, object]:
         """A dict for values derived from capacity, models and health only (emptied whenever

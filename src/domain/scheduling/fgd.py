@@ -22,7 +22,7 @@ from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.fragmentation import F64, I64, NodeStateCache, schedulable_free
-from domain.scheduling.framework import MAX_NODE_SCORE, CycleState
+from domain.scheduling.framework import MAX_NODE_SCORE, BoolArray, CycleState
 from domain.scheduling.planner import ensure_gpu_fit, plan_composite
 from domain.units import MILLI_PER_GPU
 
@@ -37,6 +37,24 @@ falls back to the state memo."""
 def sigmoid_score(delta: F64) -> I64:
     """``trunc(100 · σ(Δ/1000))`` for Δ in milli-GPU (float64 array) → int64 in 0..99 (100 only in the limit)."""
     return (MAX_NODE_SCORE * (1.0 / (1.0 + np.exp(-delta / 1000.0)))).astype(np.int64)
+
+
+_BYTE_BITS = np.uint64(0x0102040810204080)  # Σ_g 2^(56 − 7g): moves the low bit of byte g to bit 56 + g
+
+
+def fit_bits(fit: BoolArray, slots: I64) -> I64:
+    """``Σ_g fit[slot, g] · 2^g`` per slot of ``slots`` (int64, ``fit`` bool ``[rows, G]``). For ``G = 8`` each row is
+    read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64) by ``Σ_g 2^(56 − 7g)``, which moves byte
+    ``g``'s bit to bit ``56 + g``; every other partial product lands above bit 63 or below bit 56 without carrying
+    into them (the byte-to-bit packing multiply; all 256 rows are checked by the unit tests), so a shift by 56
+    leaves the packed bits. Raises nothing."""
+    if fit.shape[1] == 8 and fit.flags.c_contiguous and np.little_endian:
+        rows = fit.view(np.uint64)[:, 0][slots]
+        packed: I64 = ((rows * _BYTE_BITS) >> np.uint64(56)).astype(np.int64)
+        return packed
+    weights = np.int64(1) << np.arange(fit.shape[1], dtype=np.int64)
+    summed: I64 = np.take(fit, slots, axis=0).astype(np.int64) @ weights
+    return summed
 
 
 class FgdScore:
@@ -63,9 +81,9 @@ class FgdScore:
     def _evaluate(self, pod: PodRequest, state: CycleState, slots: I64) -> tuple[I64, I64]:
         """Values (:meth:`_rate`) and chosen GPU (−1 when not a share) for ``slots``, computed without the memo."""
         ledger = self.ledger
-        cpu_left = (ledger.cpu_cap - ledger.cpu_used)[slots] - pod.cpu_milli
+        cpu_left = ledger.cpu_free[slots] - pod.cpu_milli
         free = schedulable_free(ledger, slots)
-        models = ledger.gpu_model[slots]
+        models = np.take(ledger.gpu_model, slots, axis=0)
         shape = pod.simple_shape
         count = len(slots)
         every = np.arange(count, dtype=np.int64)
@@ -74,13 +92,13 @@ class FgdScore:
         if shape is None:
             return self._evaluate_composite(pod, state, slots, cpu_left, free, models)
         assert state.gpu_fit is not None
-        fit = state.gpu_fit[slots]
+        fit = np.take(state.gpu_fit, slots, axis=0)
         if shape.kind is GpuKind.WHOLE:
             take = fit & (np.cumsum(fit, axis=1) <= shape.gpus)
             after = free - np.where(take, free, 0)
             return self._rate(slots, every, cpu_left, after, models), np.full(count, -1, np.int64)
         assert state.core_need is not None
-        need = state.core_need[slots]
+        need = np.take(state.core_need, slots, axis=0)
         width = free.shape[1]
         # A GPU whose (free, model, need) equals an earlier fitting GPU's yields the same node multiset, hence
         # the same score; the earlier index wins ties anyway, so only first occurrences are evaluated.
@@ -143,7 +161,7 @@ class FgdScore:
         bits = np.zeros(len(slots), np.int64)
         if pod.wants_gpu:
             assert state.gpu_fit is not None
-            bits = state.gpu_fit[slots].astype(np.int64) @ (np.int64(1) << np.arange(width, dtype=np.int64))
+            bits = fit_bits(state.gpu_fit, slots)
         combined = (self.cache.slot_state[slots] << width) | bits
         seen, values = self._slot_memo(key, ledger.rows)
         per_slot = values[slots]

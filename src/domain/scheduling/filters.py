@@ -16,9 +16,8 @@ from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework import BoolArray, CycleState
 from domain.scheduling.planner import (
     any_per_row,
-    eligible_gpus,
     eligible_nodes,
-    ledger_share_needs,
+    gpu_fit_mask,
     plan_composite,
     whole_fit_nodes,
 )
@@ -35,9 +34,9 @@ class NodeResourcesFit:
         """Nodes whose allocatable minus requested covers the pod's effective CPU and memory requests."""
         passed: BoolArray = (
             candidates
-            & (ledger.cpu_used + pod.cpu_milli <= ledger.cpu_cap)
-            & (ledger.hostmem_used + pod.memory_bytes <= ledger.hostmem_cap)
-            & (ledger.pods_used + 1 <= ledger.pods_cap)
+            & (ledger.cpu_free >= pod.cpu_milli)
+            & (ledger.hostmem_free >= pod.memory_bytes)
+            & (ledger.pods_free >= 1)
         )
         return passed
 
@@ -65,19 +64,17 @@ class GpuFit:
         """Candidates where the pod's GPU containers fit; sets :attr:`reason` to a specific message."""
         if not pod.wants_gpu:
             return candidates
-        eligible = eligible_gpus(pod, ledger, state) & candidates[:, None]
         shape = pod.simple_shape
         if shape is None:
             return self._composite(pod, ledger, state, candidates)
         if shape.kind is GpuKind.WHOLE:
-            free = eligible & ledger.untouched
+            free = gpu_fit_mask(pod, ledger, state, shape, rows=candidates)
             state.gpu_fit = free
             state.reasons[self.name] = f"fewer than gpus={shape.gpus} completely free GPUs"
             enough: BoolArray = candidates & whole_fit_nodes(pod, ledger, free, shape.gpus)
             return enough
-        core_need, mem_need = ledger_share_needs(ledger, shape)
-        fit = eligible & (ledger.free_core >= core_need) & (ledger.free_mem >= mem_need)
-        state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
+        fit = gpu_fit_mask(pod, ledger, state, shape, rows=candidates)
+        state.gpu_fit = fit
         if shape.memory_bytes is not None:
             largest = ledger.largest_memory()
             if shape.memory_bytes > largest:

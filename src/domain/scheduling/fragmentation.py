@@ -198,8 +198,10 @@ class FragmentationModel:
 def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
     """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``, a fresh array:
     rows of the ledger's :attr:`~domain.ledgerslots.LedgerSlots.sched_free`)."""
-    result: I64 = ledger.sched_free[slots]
-    return result.copy() if isinstance(slots, slice) else result
+    if isinstance(slots, slice):
+        return ledger.sched_free[slots].copy()
+    result: I64 = np.take(ledger.sched_free, slots, axis=0)
+    return result
 
 
 class NodeStateCache:
@@ -266,7 +268,7 @@ class NodeStateCache:
         if not len(changed):
             return changed
         active = ledger.active[changed]
-        cpu_left = ledger.cpu_cap[changed] - ledger.cpu_used[changed]
+        cpu_left = ledger.cpu_free[changed]
         free = schedulable_free(ledger, changed)
         ids = self.intern(cpu_left, free, ledger.gpu_model[changed])
         ids = np.where(active, ids, -1)

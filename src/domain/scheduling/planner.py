@@ -14,11 +14,11 @@ from typing import Protocol
 import numpy as np
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.scheduling.framework import I64, BoolArray, CycleState
 from domain.units import MILLI_PER_GPU
-
 
 SHARE_NEEDS_MEMO = 32
 """Share shapes whose resolved per-GPU needs (two int64 arrays the size of the ledger's) are kept per capacity
@@ -48,7 +48,8 @@ def eligible_gpus(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> 
     cached = state.data.get("eligible")
     if isinstance(cached, np.ndarray):
         return cached
-    eligible = ledger.gpu_ok & ledger.admitting[:, None]
+    eligible = ledger.gpu_ok.copy()
+    eligible[~ledger.admitting] = False
     selector = pod.selector
     if selector.models:
         eligible &= ledger.model_mask(selector.models)
@@ -101,6 +102,8 @@ def ledger_share_needs(ledger: ClusterLedger, shape: ContainerRequest) -> tuple[
         needs = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli)
         for array in needs:
             array.flags.writeable = False
+        if needs[0].min(initial=1) < 1:  # pragma: no cover - validated requests resolve to ≥ 1 milli-GPU
+            raise DomainError(f"share {key} resolves to a core need below 1 milli-GPU")
         while len(memo) >= SHARE_NEEDS_MEMO:
             del memo[next(iter(memo))]
     memo[key] = needs
@@ -136,19 +139,35 @@ def share_needs(
     return np.where(has_mem, core, never), np.where(has_mem, mem, never)
 
 
+def gpu_fit_mask(
+    pod: PodRequest, ledger: ClusterLedger, state: CycleState, shape: ContainerRequest, *, rows: BoolArray | None = None
+) -> BoolArray:
+    """Bool ``[rows, max_gpus]``: the :func:`eligible_gpus` that can take ``shape``, the pod's single GPU container
+    (whole: completely free; share: ``free_core ≥ core_need`` and ``free_mem ≥ mem_need``, needs of
+    :func:`ledger_share_needs`, also stored in ``state``), only on ``rows`` (bool ``[rows]``) when given.
+
+    Every resolved core need is ≥ 1 milli-GPU (requests are validated), so ``sched_free ≥ core_need`` (0 on
+    unschedulable GPUs) already implies a schedulable GPU; the other terms of eligibility are applied per row."""
+    if shape.kind is GpuKind.WHOLE:
+        fit = ledger.free_whole.copy()
+    else:
+        core_need, mem_need = ledger_share_needs(ledger, shape)
+        state.core_need, state.mem_need = core_need, mem_need
+        fit = (ledger.sched_free >= core_need) & (ledger.free_mem >= mem_need)
+    if _has_selector(pod):
+        fit &= eligible_gpus(pod, ledger, state)
+    keep = ledger.admitting if rows is None else rows & ledger.admitting
+    fit[~keep] = False
+    return fit
+
+
 def ensure_gpu_fit(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> None:
     """Fill ``state.gpu_fit`` (and needs) for a single-GPU-container pod if no filter did (vectorised)."""
     if state.gpu_fit is not None:
         return
     shape = pod.simple_shape
     assert shape is not None
-    eligible = eligible_gpus(pod, ledger, state)
-    if shape.kind is GpuKind.WHOLE:
-        state.gpu_fit = eligible & ledger.untouched
-        return
-    core_need, mem_need = ledger_share_needs(ledger, shape)
-    state.gpu_fit = eligible & (ledger.free_core >= core_need) & (ledger.free_mem >= mem_need)
-    state.core_need, state.mem_need = core_need, mem_need
+    state.gpu_fit = gpu_fit_mask(pod, ledger, state, shape)
 
 
 class ShareGpuChooser(Protocol):
@@ -272,7 +291,7 @@ def plan_composite(pod: PodRequest, ledger: ClusterLedger, state: CycleState, sl
     mem_cap = ledger.mem_cap[slot]
     base_core = ledger.free_core[slot].copy()
     base_mem = ledger.free_mem[slot].copy()
-    base_untouched = ledger.untouched[slot].copy()
+    base_untouched = ledger.free_whole[slot].copy()  # eligible GPUs are schedulable: same GPUs as untouched ones
     core, mem, untouched = base_core.copy(), base_mem.copy(), base_untouched.copy()
     grants: list[ContainerGrant] = []
     for container in (c for c in pod.gpu_containers if not c.init):

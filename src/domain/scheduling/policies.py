@@ -25,8 +25,7 @@ MAX_SPEC_GPU = 8000
 
 
 def _node_vectors(ledger: ClusterLedger, slots: I64) -> tuple[I64, I64]:
-    cpu_left = ledger.cpu_cap[slots] - ledger.cpu_used[slots]
-    return cpu_left, ledger.sched_free_sum[slots]
+    return ledger.cpu_free[slots], ledger.sched_free_sum[slots]
 
 
 class _NoNormalize:
