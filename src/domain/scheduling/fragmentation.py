@@ -107,6 +107,10 @@ class FragmentationModel:
             for model in models:
                 ledger.model_id(model)
         self._allowed: npt.NDArray[np.bool_] = np.zeros((len(groups), 0), np.bool_)
+        self._any_model = False
+        # Distinct per-GPU thresholds, ascending, and each group's position among them (:meth:`_usable_any_model`).
+        self._levels: I64 = np.unique(self.u_g)
+        self._level_g: I64 = np.searchsorted(self._levels, self.u_g).astype(np.int64)
         # The GPU-using typical pods of one (group, GPU count) differ only in CPU, so the weight of those that fit a
         # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag`, which FGD's score calls for
         # every option, needs no (states × T) pass (the per-class ``f_t`` is computed only for new node states).
@@ -144,6 +148,7 @@ class FragmentationModel:
                         table[g, self.ledger.model_id(model)] = True
             table[:, count] = False  # padding column for GPU slots without a GPU (model id -1)
             self._allowed = table
+            self._any_model = bool(table[:, :count].all())
         return self._allowed
 
     def allowed_for(self, models: I64) -> npt.NDArray[np.bool_]:
@@ -153,12 +158,34 @@ class FragmentationModel:
 
     def _usable(self, free: I64, models: I64, allowed: npt.NDArray[np.bool_] | None) -> tuple[I64, I64]:
         """Per state and group (M, U): how many GPUs could host one GPU of the group's typical pods, and their free
-        milli summed; ``allowed`` as in :meth:`frag_vectors`."""
+        milli summed; ``allowed`` as in :meth:`frag_vectors`. When every group may use every model, the same
+        integers come from :meth:`_usable_any_model` in ``O(M·(G + U))`` instead of ``O(M·U·G)``."""
         if allowed is None:
+            self.allowed_table()
+            if self._any_model:
+                return self._usable_any_model(free, models)
             allowed = self.allowed_for(models)
         usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
         count: I64 = usable.sum(axis=-1)
         milli: I64 = (free[:, None, :] * usable).sum(axis=-1)
+        return count, milli
+
+    def _usable_any_model(self, free: I64, models: I64) -> tuple[I64, I64]:
+        """:meth:`_usable` when no group restricts models: a GPU (model id ≥ 0) can host group ``u`` iff
+        ``free ≥ u_g[u]``. Each GPU goes to bucket ``k`` = number of distinct thresholds ``≤ free`` (0 for a slot
+        without a GPU); group ``u`` (threshold ``levels[j]``) counts the GPUs in buckets ``> j``: a suffix sum of
+        the per-state bucket histogram (and of the free milli per bucket: exact integers, summed in float64 far
+        below 2^53). Raises nothing."""
+        states, levels = len(free), len(self._levels)
+        bucket = np.searchsorted(self._levels, free, side="right")
+        bucket[models < 0] = 0
+        flat = (np.arange(states, dtype=np.int64)[:, None] * (levels + 1) + bucket).ravel()
+        size = states * (levels + 1)
+        hist = np.bincount(flat, minlength=size).reshape(states, levels + 1)
+        mass = np.bincount(flat, weights=free.ravel().astype(np.float64), minlength=size).reshape(states, levels + 1)
+        above = self._level_g + 1
+        count: I64 = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1][:, above].astype(np.int64)
+        milli: I64 = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1][:, above].astype(np.int64)
         return count, milli
 
     def frag_vectors(
