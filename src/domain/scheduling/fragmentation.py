@@ -193,20 +193,31 @@ class FragmentationModel:
     ) -> I64:
         """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T).
         ``allowed``: :meth:`allowed_for` of ``models`` (M, U, G), when the caller already has it."""
-        total = free.sum(axis=-1)
-        count_g, milli_g = self._usable(free, models, allowed)
+        return self._frag_from(cpu_left, free.sum(axis=-1), self._usable(free, models, allowed))
+
+    def _frag_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> I64:
+        count_g, milli_g = usable
         count, usable_milli = count_g[:, self.group_t], milli_g[:, self.group_t]
         fits = (count >= self.k_t[None, :]) & (cpu_left[:, None] >= self.cpu_t[None, :]) & ~self.cpu_only_t[None, :]
         frag: I64 = (total[:, None] - np.where(fits, usable_milli, 0)).astype(np.int64)
         return frag
+
+    def frag_and_weighted(self, cpu_left: I64, free: I64, models: I64) -> tuple[I64, F64]:
+        """:meth:`frag_vectors` and :meth:`weighted_frag` of the same ``M`` states, sharing one usable-GPU pass
+        (identical results to the two calls). Raises nothing."""
+        total = free.sum(axis=-1)
+        usable = self._usable(free, models, None)
+        return self._frag_from(cpu_left, total, usable), self._weighted_from(cpu_left, total, usable)
 
     def weighted_frag(self, cpu_left: I64, free: I64, models: I64) -> F64:
         """``F = Σ_t p_t f_t`` (float64, milli-GPU) for ``M`` node states, same inputs as :meth:`frag_vectors`,
         computed per (group, GPU count) with prefix sums of ``p_t`` over CPU thresholds. Equal terms give equal
         results whatever ``M`` (rows are reduced independently), so two states whose ``f_t`` all agree have
         exactly the same ``F`` and FGD's "nothing changes" scores exactly 50. Raises nothing."""
-        total = free.sum(axis=-1)
-        count_g, milli_g = self._usable(free, models, None)
+        return self._weighted_from(cpu_left, free.sum(axis=-1), self._usable(free, models, None))
+
+    def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
+        count_g, milli_g = usable
         count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
         heads = len(self._h_group)
         cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
@@ -283,8 +294,8 @@ class NodeStateCache:
                 weighted = np.zeros(len(grown), np.float64)
                 weighted[: len(self.weighted_f)] = self.weighted_f
                 self.weighted_f = weighted
-            self.f[ids[rows]] = self.model.frag_vectors(cpu_left[rows], free[rows], models[rows])
-            self.weighted_f[ids[rows]] = self.model.weighted_frag(cpu_left[rows], free[rows], models[rows])
+            self.f[ids[rows]], self.weighted_f[ids[rows]] = self.model.frag_and_weighted(
+                cpu_left[rows], free[rows], models[rows])
         return ids
 
     def refresh(self) -> I64:
