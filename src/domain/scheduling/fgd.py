@@ -151,7 +151,7 @@ class FgdScore:
         key = self._memo_key(pod)
         if key is None:
             values, choice = self._evaluate(pod, state, slots)
-            state.data[_CHOICE] = (slots, choice)
+            state.data[_CHOICE] = (slots, values * 64 + (choice + 1))
             return self._publish(state, slots, values)
         if self._memo_width != ledger.max_gpus:
             self._memo.clear()
@@ -170,8 +170,8 @@ class FgdScore:
             per_slot[stale] = self._lookup(pod, state, key, slots[stale], combined[stale])
             seen[slots[stale]] = combined[stale]
             values[slots[stale]] = per_slot[stale]
-        state.data[_CHOICE] = (slots, per_slot % 64 - 1)
-        return self._publish(state, slots, per_slot // 64)
+        state.data[_CHOICE] = (slots, per_slot)
+        return self._publish(state, slots, per_slot >> 6)  # packed values are ≥ 0: value · 64 + choice + 1
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """Node scores (0..100) from the per-slot values of :meth:`_rate`; FGD's values are its scores."""
@@ -198,21 +198,14 @@ class FgdScore:
         """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each."""
         unique, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
         memo = self._memo.setdefault(key, {})
-        packed = np.empty(len(unique), np.int64)
-        missing: list[int] = []
-        for i, value in enumerate(unique.tolist()):
-            hit = memo.get(value)
-            if hit is None:
-                missing.append(i)
-            else:
-                packed[i] = hit
-        if missing:
-            rows = np.array(missing, np.int64)
+        get = memo.get
+        packed = np.array([get(value, -1) for value in unique.tolist()], np.int64)  # packed values are ≥ 0
+        rows = np.flatnonzero(packed < 0)
+        if len(rows):
             scores, choice = self._evaluate(pod, state, slots[first[rows]])
             values = scores * 64 + (choice + 1)
             packed[rows] = values
-            for i, value in zip(rows.tolist(), values.tolist(), strict=True):
-                memo[int(unique[i])] = value
+            memo.update(zip(unique[rows].tolist(), values.tolist(), strict=True))
         result: I64 = packed[inverse.reshape(-1)]
         return result
 
@@ -222,9 +215,9 @@ class FgdScore:
         entry = state.data.get(_CHOICE)
         if not isinstance(entry, tuple):
             return None
-        slots, choice = entry
+        slots, packed = entry
         where = np.flatnonzero(slots == slot)
-        return int(choice[where[0]]) if len(where) else None
+        return int(packed[where[0]]) % 64 - 1 if len(where) else None
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
         """FGD has no normalize step."""
