@@ -6,7 +6,9 @@ mixed workload, then ``--pods`` measured pods drawn from the published pod mix (
 :mod:`domain.simulation.synthetic`) scheduled one at a time through the same framework, ledger and policy as
 production. Pods that do not fit count as decisions too. Pods/s is measured pods ÷ the summed time of their
 ``schedule`` calls. Prints a table and, as its last lines, ``peak_rss_mib=`` (``ru_maxrss`` of this process),
-``pods_per_second=<float>`` and ``p99_ms=<float>``. With ``--compare OTHER`` both clusters are prefilled first and
+``pods_per_second=<float>`` and ``p99_ms=<float>``; each policy's table ends with ``<policy>_cpu_ms_per_pod=``
+(process CPU time over its measured ``schedule`` calls ÷ pods: the figure that load on a noisy machine disturbs
+least). With ``--compare OTHER`` both clusters are prefilled first and
 the measured pods are then scheduled in interleaved rounds of ``--round`` pods per policy, so load on a noisy
 machine falls on both alike; it prints ``<OTHER>_pods_per_second`` and ``ratio=`` (``--policy`` pods/s ÷ OTHER's:
 the figure to quote on a noisy machine).
@@ -59,15 +61,18 @@ class Run:
     prefill_seconds: float
     latencies: list[float] = attrs.Factory(list)
     placed: int = 0
+    cpu_seconds: float = 0.0
 
     def step(self, count: int) -> None:
         """Schedule the next ``count`` measured pods, one at a time, timing each ``schedule`` call."""
         for _ in range(count):
             number = len(self.latencies)
             pod = self.workload[int(self.rng.integers(len(self.workload)))].request(uid=f"measured-{number}")
+            cpu = time.process_time()
             started = time.perf_counter()
             result = self.scheduler.schedule(pod)
             self.latencies.append(time.perf_counter() - started)
+            self.cpu_seconds += time.process_time() - cpu
             self.placed += result.allocation is not None
 
 
@@ -104,6 +109,7 @@ def report(run: Run, args: argparse.Namespace) -> tuple[float, float]:
     print(f"measured: {len(latencies)} pods, {run.placed} placed, {wall:.2f} s in schedule()")
     print(f"latency ms: p50={1000 * np.percentile(latencies, 50):.2f} p90={1000 * np.percentile(latencies, 90):.2f} "
           f"p99={1000 * np.percentile(latencies, 99):.2f} max={1000 * latencies.max():.2f}")
+    print(f"{run.policy}_cpu_ms_per_pod={1000 * run.cpu_seconds / len(latencies):.3f}")
     return len(latencies) / wall, float(1000 * np.percentile(latencies, 99))
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from domain.allocation import PodAllocation
 from domain.errors import InsufficientResourcesError, InvalidRequestError, LedgerCorruptedError
 from domain.gpu import NodeInventory
-from domain.ledgerslots import I64, GpuUsage, LedgerSlots, Usage
+from domain.ledgerslots import GpuUsage, LedgerSlots, Usage
 from domain.units import format_bytes
 
 __all__ = ["ClusterLedger", "GpuUsage"]
@@ -125,6 +125,7 @@ class ClusterLedger(LedgerSlots):
             self._usage[uid] = source._usage[uid]
         self._by_node[slot].update(uids)
         self.version[slot] += 1
+        self.refresh_derived(slot)
         return len(uids)
 
     def _check_indexes(self, slot: int, allocation: PodAllocation, usage: Usage) -> None:
@@ -182,16 +183,18 @@ class ClusterLedger(LedgerSlots):
             del self._usage[allocation.pod_uid]
             self._by_node[slot].discard(allocation.pod_uid)
         self.version[slot] += 1
+        self.refresh_derived(slot)
 
     # ------------------------------------------------------------------ integrity
-    def _derived(self, slot: int) -> tuple[I64, I64, int, int, int]:
-        core = np.zeros(self.max_gpus, np.int64)
-        mem = np.zeros(self.max_gpus, np.int64)
+    def _derived(self, slot: int) -> tuple[list[int], list[int], int, int, int]:
+        core = [0] * self.max_gpus
+        mem = [0] * self.max_gpus
         cpu = hostmem = 0
         uids = self._by_node[slot]
+        records, usages = self._records, self._usage
         for uid in uids:
-            record = self._records[uid]
-            for index, (c, m) in self._usage[uid].items():
+            record = records[uid]
+            for index, (c, m) in usages[uid].items():
                 core[index] += c
                 mem[index] += m
             cpu += record.cpu_milli
@@ -206,12 +209,13 @@ class ClusterLedger(LedgerSlots):
         """
         slot = self.slot(name)
         core, mem, cpu, hostmem, pods = self._derived(slot)
+        core_used, mem_used = self.core_used[slot].tolist(), self.mem_used[slot].tolist()
         problems = []
-        if not np.array_equal(core, self.core_used[slot]) or not np.array_equal(mem, self.mem_used[slot]):
+        if core != core_used or mem != mem_used:
             problems.append("per-GPU totals differ from the allocation records")
         if (cpu, hostmem, pods) != (int(self.cpu_used[slot]), int(self.hostmem_used[slot]), int(self.pods_used[slot])):
             problems.append("node totals differ from the allocation records")
-        if (self.core_used[slot] < 0).any() or (self.mem_used[slot] < 0).any():
+        if min(core_used, default=0) < 0 or min(mem_used, default=0) < 0:
             problems.append("negative usage")
         if problems:
             self.quarantine[name] = "; ".join(problems)
@@ -253,6 +257,7 @@ class ClusterLedger(LedgerSlots):
         self.quarantine.pop(name, None)
         self.admitting[slot] = True
         self.version[slot] += 1
+        self.refresh_derived(slot)
         return problems
 
     def books(self) -> dict[str, dict[str, object]]:

@@ -5,6 +5,11 @@ over thousands of nodes. This layer owns node slots (add, update, remove, name �
 workload tags, array growth, and read-only views of the books; the bookings themselves (which keep the arrays and
 the per-pod records in step) are :class:`domain.ledger.ClusterLedger`'s. Invariants: a node update never resets
 usage (failure case B14); a removed node's row is zeroed and its slot reused; arrays only grow.
+
+Derived arrays (free core and memory per GPU, per-node sums and counts over schedulable GPUs: :meth:`LedgerSlots.
+refresh_derived`) are owned here and kept exact at every row change (wherever ``version[slot]`` is bumped), so
+readers never recompute them; capacity-only data (model masks, largest GPU memory, resolved share needs) is
+memoised per :attr:`LedgerSlots.capacity_generation`, bumped whenever a GPU's capacity, model or health changes.
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ class LedgerSlots:
         self.quarantine: dict[str, str] = {}
         self.topology = 0
         """Incremented whenever a node is added or removed (slot ↔ name mapping changed)."""
+        self.capacity_generation = 0
+        """Incremented whenever GPU capacity, model or health may have changed (node upsert or removal, growth)."""
+        self._capacity_memo: dict[object, object] = {}
         g = max([max_gpus, *[n.gpu_count for n in nodes]]) if nodes else max_gpus
         self._alloc_arrays(rows=max(len(nodes), 1), cols=max(g, 1), tags=4)
         for node in nodes:
@@ -96,6 +104,19 @@ class LedgerSlots:
         self.admitting = np.zeros(rows, np.bool_)
         self.version = np.zeros(rows, np.int64)
         self.tag_counts = np.zeros((rows, tags), np.int64)
+        # Derived (refresh_derived); all zero for an all-zero row, so fresh and grown rows and columns are exact.
+        self.free_core = np.zeros((rows, cols), np.int64)
+        self.free_mem = np.zeros((rows, cols), np.int64)
+        self.sched_free = np.zeros((rows, cols), np.int64)
+        self.free_whole = np.zeros((rows, cols), np.bool_)
+        self.sched_cap = np.zeros(rows, np.int64)
+        self.sched_free_sum = np.zeros(rows, np.int64)
+        self.sched_gpus = np.zeros(rows, np.int64)
+        self.free_gpus = np.zeros(rows, np.int64)
+        self.cpu_free = np.zeros(rows, np.int64)
+        self.hostmem_free = np.zeros(rows, np.int64)
+        self.pods_free = np.zeros(rows, np.int64)
+        self._capacity_changed()
 
     def _grow(self, *, rows: int | None = None, cols: int | None = None, tags: int | None = None) -> None:
         old = {k: v for k, v in vars(self).items() if isinstance(v, np.ndarray)}
@@ -106,6 +127,61 @@ class LedgerSlots:
         for key, value in old.items():
             new = getattr(self, key)
             new[tuple(slice(0, s) for s in value.shape)] = value
+
+    def refresh_derived(self, slot: int) -> None:
+        """Recompute the derived arrays of row ``slot`` from its raw books (called at every row change; code that
+        writes the raw arrays directly, such as a test simulating corruption, calls it to keep them exact):
+
+        * per GPU: ``free_core = max(core_cap − core_used, 0)`` (milli-GPU), ``free_mem = max(mem_cap − mem_used, 0)``
+          (bytes), ``sched_free`` = ``free_core`` on schedulable GPUs else 0, ``free_whole`` = a schedulable GPU with
+          capacity and nothing used, core or memory (bool);
+        * per node: ``sched_cap`` = Σ ``core_cap`` and ``sched_free_sum`` = Σ ``sched_free`` over schedulable GPUs
+          (milli-GPU), ``sched_gpus`` = number of schedulable GPUs, ``free_gpus`` = number of ``free_whole`` GPUs,
+          ``cpu_free``, ``hostmem_free`` and ``pods_free`` = capacity − used (milli-cores, bytes, pods; not clamped).
+        """
+        cap, used, mem_used, ok = self.core_cap[slot], self.core_used[slot], self.mem_used[slot], self.gpu_ok[slot]
+        free = np.maximum(cap - used, 0)
+        sched = free * ok
+        whole = (used == 0) & (mem_used == 0) & (cap > 0) & ok
+        self.free_core[slot] = free
+        self.free_mem[slot] = np.maximum(self.mem_cap[slot] - mem_used, 0)
+        self.sched_free[slot] = sched
+        self.free_whole[slot] = whole
+        self.sched_cap[slot] = (cap * ok).sum()
+        self.sched_free_sum[slot] = sched.sum()
+        self.sched_gpus[slot] = np.count_nonzero(ok)
+        self.free_gpus[slot] = np.count_nonzero(whole)
+        self.cpu_free[slot] = self.cpu_cap[slot] - self.cpu_used[slot]
+        self.hostmem_free[slot] = self.hostmem_cap[slot] - self.hostmem_used[slot]
+        self.pods_free[slot] = self.pods_cap[slot] - self.pods_used[slot]
+
+    def capacity_memo(self) -> dict[object, object]:
+        """A dict for values derived from capacity, models and health only (emptied whenever
+        :attr:`capacity_generation` changes); callers key it by what they derive and must not mutate its values."""
+        return self._capacity_memo
+
+    def _capacity_changed(self) -> None:
+        self.capacity_generation += 1
+        self._capacity_memo = {}
+
+    def model_mask(self, models: tuple[str, ...]) -> B:
+        """Bool ``[rows, max_gpus]`` (read-only): the GPU's model is one of ``models`` (memoised per capacity
+        generation)."""
+        key = ("model_mask", models)
+        mask = self._capacity_memo.get(key)
+        if not isinstance(mask, np.ndarray):
+            mask = np.isin(self.gpu_model, self.model_ids(models))
+            mask.flags.writeable = False
+            self._capacity_memo[key] = mask
+        return mask
+
+    def largest_memory(self) -> int:
+        """Largest GPU memory capacity (bytes) over active nodes, 0 when none (memoised per capacity generation)."""
+        largest = self._capacity_memo.get("largest_memory")
+        if not isinstance(largest, int):
+            largest = int(self.mem_cap[self.active].max(initial=0))
+            self._capacity_memo["largest_memory"] = largest
+        return largest
 
     @property
     def max_gpus(self) -> int:
@@ -182,6 +258,8 @@ class LedgerSlots:
         self.hostmem_cap[slot] = node.memory_bytes
         self.pods_cap[slot] = node.max_pods
         self.version[slot] += 1
+        self.refresh_derived(slot)
+        self._capacity_changed()
         return slot
 
     def remove_node(self, name: str) -> list[str]:
@@ -207,6 +285,8 @@ class LedgerSlots:
         self.active[slot] = False
         self.admitting[slot] = False
         self.version[slot] += 1
+        self.refresh_derived(slot)
+        self._capacity_changed()
         return released
 
     def slot(self, name: str) -> int:
@@ -252,14 +332,12 @@ class LedgerSlots:
 
     # ------------------------------------------------------------------ views
     def core_free(self) -> I64:
-        """Free core per ``[slot, gpu]``, milli-GPU, clamped at 0 (a fresh array)."""
-        free: I64 = np.maximum(self.core_cap - self.core_used, 0)
-        return free
+        """Free core per ``[slot, gpu]``, milli-GPU, clamped at 0 (a fresh copy of :attr:`free_core`)."""
+        return self.free_core.copy()
 
     def mem_free(self) -> I64:
-        """Free GPU memory per ``[slot, gpu]``, bytes, clamped at 0 (a fresh array)."""
-        free: I64 = np.maximum(self.mem_cap - self.mem_used, 0)
-        return free
+        """Free GPU memory per ``[slot, gpu]``, bytes, clamped at 0 (a fresh copy of :attr:`free_mem`)."""
+        return self.free_mem.copy()
 
     def gpus(self, name: str) -> list[GpuUsage]:
         """Per-GPU books of one node."""

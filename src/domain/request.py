@@ -32,6 +32,7 @@ takes either kind, not both (:class:`InvalidRequestError` naming the container o
 from __future__ import annotations
 
 import enum
+import functools
 
 import attrs
 
@@ -226,7 +227,7 @@ class ContainerRequest:
             raise InvalidRequestError(f"container[{name}].memory_bytes", memory_bytes, "must be an integer")
         return cls(name=name, core_milli=core_milli, memory_bytes=memory_bytes, init=init, memory_milli=memory_milli)
 
-    @property
+    @functools.cached_property
     def kind(self) -> GpuKind:
         """Whole GPUs, a share of one GPU, or no time-sharing GPU (MIG asks are :attr:`GpuKind.NONE`, see module
         docstring)."""
@@ -285,32 +286,32 @@ class PodRequest:
                 f"pod[{self.uid}].containers", {"time-sharing": shared, "mig": mig},
                 "a pod takes either MIG instances or time-sharing GPU resources, not both; split it into two pods")
 
-    @property
+    @functools.cached_property
     def mig_containers(self) -> tuple[ContainerRequest, ...]:
         """Containers (init first, then app, in declaration order) that ask for MIG instances."""
         init = [c for c in self.containers if c.init and c.wants_mig]
         app = [c for c in self.containers if not c.init and c.wants_mig]
         return (*init, *app)
 
-    @property
+    @functools.cached_property
     def wants_mig(self) -> bool:
         """True when any container asks for MIG instances (never together with :attr:`wants_gpu`)."""
         return any(c.wants_mig for c in self.containers)
 
-    @property
+    @functools.cached_property
     def gpu_containers(self) -> tuple[ContainerRequest, ...]:
         """Containers (init first, then app, in declaration order) that ask for any GPU resource."""
         init = [c for c in self.containers if c.init and c.kind is not GpuKind.NONE]
         app = [c for c in self.containers if not c.init and c.kind is not GpuKind.NONE]
         return (*init, *app)
 
-    @property
+    @functools.cached_property
     def wants_gpu(self) -> bool:
         """True when any container asks for a time-sharing GPU resource (whole GPUs, core, memory; MIG asks are
         :attr:`wants_mig`)."""
         return any(c.kind is not GpuKind.NONE for c in self.containers)
 
-    @property
+    @functools.cached_property
     def effective_gpu_milli(self) -> int:
         """Pod GPU compute in milli-GPU by the effective-request rule ``max(Σ app, max init)``."""
         return max(
@@ -322,7 +323,7 @@ class PodRequest:
         """``namespace/name`` (or the UID when unnamed), for messages."""
         return f"{self.namespace}/{self.name}" if self.name else self.uid
 
-    @property
+    @functools.cached_property
     def simple_shape(self) -> ContainerRequest | None:
         """The single GPU container when the pod has exactly one (the vectorised fast path), else ``None``."""
         gpu = self.gpu_containers

@@ -315,3 +315,24 @@ def test_empty_cluster_frag_ratio_is_13_94_percent_on_default() -> None:
     frag, idle = cache.cluster_fragmentation()
     assert idle == 6_212_000
     assert 100 * frag / idle == pytest.approx(13.94, abs=0.05)
+
+
+@pytest.mark.parametrize("restricted", [False, True])
+def test_usable_gpus_by_threshold_buckets_equal_the_per_group_pass(restricted: bool) -> None:
+    """The O(M·(G+U)) bucket count of usable GPUs (no group restricts models) equals the O(M·U·G) pass, for random
+    states with missing GPUs (model id −1) and free values on, just below and just above each threshold; with a
+    model allow-list the per-group pass is used (same answers as the generic one by construction)."""
+    classes = [PodClass(1000, 500, 1), PodClass(0, 0, 0), PodClass(2000, 1000, 2), PodClass(500, 250, 1),
+               PodClass(300, 500, 1), PodClass(100, 1000, 1, "G2" if restricted else "")]
+    ledger = ClusterLedger([node("a", 4), node("b", 2, model="G3")])
+    model = FragmentationModel(TypicalPods.from_workload(classes, coverage=1.0), ledger)
+    rng = np.random.default_rng(5)
+    values = np.array([0, 1, 249, 250, 251, 499, 500, 501, 999, 1000])
+    free = rng.choice(values, size=(200, 6))
+    models = rng.integers(-1, ledger.model_count, size=(200, 6))
+    allowed = model.allowed_for(models)
+    usable = allowed & (free[:, None, :] >= model.u_g[None, :, None])
+    count, milli = model._usable(free, models, None)
+    assert model._any_model is (not restricted)  # the path under test
+    assert np.array_equal(count, usable.sum(axis=-1))
+    assert np.array_equal(milli, (free[:, None, :] * usable).sum(axis=-1))

@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 import pytest
+from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import DomainError, InvalidRequestError
@@ -112,7 +113,7 @@ def test_whole_gpu_reason_names_the_count() -> None:
 
 def test_quarantined_node_is_reported_and_skipped() -> None:
     ledger = ClusterLedger([make_node("bad"), make_node("good")])
-    ledger.core_used[ledger.slot("bad"), 0] = 5
+    corrupt_core_used(ledger, "bad", 0, value=5)
     ledger.verify_node("bad")
     result = scheduler_for(ledger).schedule(shared("p", 100, GiB))
     assert result.scheduled
@@ -124,7 +125,7 @@ def test_quarantined_node_is_reported_and_skipped() -> None:
 def test_tampered_node_is_caught_at_reserve_and_the_pod_lands_elsewhere() -> None:
     ledger = ClusterLedger([make_node("a"), make_node("b")])
     ledger.reserve(PodAllocation("x", "a", (ContainerGrant("m", (GpuGrant(0, 500, GiB),)),)))
-    ledger.core_used[ledger.slot("a"), 0] = 0  # corrupted: looks empty, but the record says 500
+    corrupt_core_used(ledger, "a", 0, value=0)  # corrupted: looks empty, but the record says 500
     result = scheduler_for(ledger, "binpack", tie_break="name").schedule(shared("p", 600, GiB))
     assert result.scheduled
     assert result.allocation is not None

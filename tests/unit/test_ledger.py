@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import (
@@ -394,7 +395,7 @@ def test_tampered_totals_quarantine_the_node_and_repair_restores_them() -> None:
     ledger.reserve(share("a", "n", (0, 400, 4 * GiB), cpu=100))
     good = ledger.books()
     slot = ledger.slot("n")
-    ledger.core_used[slot, 0] -= 300  # a bug elsewhere corrupts the running total
+    corrupt_core_used(ledger, "n", 0, delta=-300)  # a bug elsewhere corrupts the running total
     with pytest.raises(LedgerCorruptedError, match="'n'"):
         ledger.reserve(share("b", "n", (0, 100, GiB)))
     assert "n" in ledger.quarantine
@@ -440,7 +441,7 @@ def test_verify_node_detects_each_kind_of_drift(array: str, expected: str) -> No
 
 def test_negative_usage_is_corruption() -> None:
     ledger = ClusterLedger([make_node("n")])
-    ledger.core_used[ledger.slot("n"), 1] = -5
+    corrupt_core_used(ledger, "n", 1, value=-5)
     problems = ledger.verify_node("n")
     assert "negative usage" in problems
     assert (ledger.core_free() >= 0).all()
@@ -540,7 +541,7 @@ def test_remove_node_returns_released_pods_and_frees_the_slot() -> None:
 
 def test_removing_a_quarantined_node_lifts_its_quarantine() -> None:
     ledger = ClusterLedger([make_node("n")])
-    ledger.core_used[ledger.slot("n"), 0] = 3
+    corrupt_core_used(ledger, "n", 0, value=3)
     ledger.verify_node("n")
     assert "n" in ledger.quarantine
     ledger.remove_node("n")

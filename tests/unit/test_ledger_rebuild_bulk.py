@@ -31,6 +31,7 @@ import json
 import attrs
 import pytest
 from kube_builders import GPU16, KEYS, PROTOCOL, Clock, make_gpus, make_node, make_pod, with_plan
+from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -223,7 +224,7 @@ def test_adopting_the_rebuild_gives_its_books_for_a_new_leader_and_a_drifted_one
         drifted.on_node(node)
     for pod in pods[:5]:
         drifted.on_pod(pod)
-    drifted.ledger.core_used[drifted.ledger.slot("n-a"), 1] += 7  # a corrupted running total
+    corrupt_core_used(drifted.ledger, "n-a", 1, delta=7)  # a corrupted running total
     drifted.adopt(fresh_sync().rebuild(nodes, pods))
     assert state(drifted) == state(rebuilt)
     for name in drifted.ledger.node_names():

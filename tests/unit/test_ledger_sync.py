@@ -53,6 +53,7 @@ from kube_builders import (
     used,
     with_plan,
 )
+from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -558,7 +559,7 @@ def test_resync_repairs_corrupted_totals() -> None:
     sync = make_sync(node)
     pod = with_plan(make_pod("a", core="10", mem="1"), share("a", "n1", 0, 100, 1), make_gpus("n1", 2))
     sync.on_pod(pod)
-    sync.ledger.core_used[sync.ledger.slot("n1"), 1] += 300  # a bug elsewhere corrupts the books
+    corrupt_core_used(sync.ledger, "n1", 1, delta=300)  # a bug elsewhere corrupts the books
     report = sync.resync([node], [pod])
     assert report.totals["n1"]["core_used"] == ([100, 300], [100, 0])
     assert used(sync, "n1")[1] == (0, 0)

@@ -22,6 +22,7 @@ import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.objects import PodObject, PodPhase
@@ -101,7 +102,7 @@ def test_resync_and_rebuild_keep_an_overbooked_node_quarantined() -> None:
 def test_a_corrupted_node_keeps_its_own_quarantine() -> None:
     sync = make_sync(make_node("n1", 2))
     foreign(sync, "x", "n1", 0, 70, 4)
-    sync.ledger.core_used[sync.ledger.slot("n1"), 1] += 5  # a bug corrupts a running total
+    corrupt_core_used(sync.ledger, "n1", 1, delta=5)  # a bug corrupts a running total
     sync.ledger.verify_node("n1")
     corrupted = sync.ledger.quarantine["n1"]
     foreign(sync, "y", "n1", 0, 70, 4)

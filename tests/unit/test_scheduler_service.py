@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 import attrs
 import pytest
 from kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
+from ledger_poke import corrupt_core_used
 from scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 from adapters.prometheus import PrometheusSchedulerMetrics
@@ -299,7 +300,7 @@ def test_corrupted_totals_alone_count_as_drift() -> None:
     w.node("n1", 2)
     w.running("a", "n1", {0: (30, 4)})
     ledger = w.service.sync.ledger
-    ledger.core_used[ledger.slot("n1"), 1] += 300  # a bug elsewhere corrupts a running total; records agree
+    corrupt_core_used(ledger, "n1", 1, delta=300)  # a bug elsewhere corrupts a running total; records agree
     report = w.service.resync()
     assert (report.missing, report.extra, report.changed) == ((), (), ())
     assert drift_count(report) == 1

@@ -22,7 +22,7 @@ from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.fragmentation import F64, I64, NodeStateCache, schedulable_free
-from domain.scheduling.framework import MAX_NODE_SCORE, CycleState
+from domain.scheduling.framework import MAX_NODE_SCORE, BoolArray, CycleState
 from domain.scheduling.planner import ensure_gpu_fit, plan_composite
 from domain.units import MILLI_PER_GPU
 
@@ -37,6 +37,24 @@ falls back to the state memo."""
 def sigmoid_score(delta: F64) -> I64:
     """``trunc(100 · σ(Δ/1000))`` for Δ in milli-GPU (float64 array) → int64 in 0..99 (100 only in the limit)."""
     return (MAX_NODE_SCORE * (1.0 / (1.0 + np.exp(-delta / 1000.0)))).astype(np.int64)
+
+
+_BYTE_BITS = np.uint64(0x0102040810204080)  # Σ_g 2^(56 − 7g): moves the low bit of byte g to bit 56 + g
+
+
+def fit_bits(fit: BoolArray, slots: I64) -> I64:
+    """``Σ_g fit[slot, g] · 2^g`` per slot of ``slots`` (int64, ``fit`` bool ``[rows, G]``). For ``G = 8`` each row is
+    read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64) by ``Σ_g 2^(56 − 7g)``, which moves byte
+    ``g``'s bit to bit ``56 + g``; every other partial product lands above bit 63 or below bit 56 without carrying
+    into them (the byte-to-bit packing multiply; all 256 rows are checked by the unit tests), so a shift by 56
+    leaves the packed bits. Raises nothing."""
+    if fit.shape[1] == 8 and fit.flags.c_contiguous and np.little_endian:
+        rows = fit.view(np.uint64)[:, 0][slots]
+        packed: I64 = ((rows * _BYTE_BITS) >> np.uint64(56)).astype(np.int64)
+        return packed
+    weights = np.int64(1) << np.arange(fit.shape[1], dtype=np.int64)
+    summed: I64 = np.take(fit, slots, axis=0).astype(np.int64) @ weights
+    return summed
 
 
 class FgdScore:
@@ -63,9 +81,9 @@ class FgdScore:
     def _evaluate(self, pod: PodRequest, state: CycleState, slots: I64) -> tuple[I64, I64]:
         """Values (:meth:`_rate`) and chosen GPU (−1 when not a share) for ``slots``, computed without the memo."""
         ledger = self.ledger
-        cpu_left = (ledger.cpu_cap - ledger.cpu_used)[slots] - pod.cpu_milli
+        cpu_left = ledger.cpu_free[slots] - pod.cpu_milli
         free = schedulable_free(ledger, slots)
-        models = ledger.gpu_model[slots]
+        models = np.take(ledger.gpu_model, slots, axis=0)
         shape = pod.simple_shape
         count = len(slots)
         every = np.arange(count, dtype=np.int64)
@@ -74,13 +92,13 @@ class FgdScore:
         if shape is None:
             return self._evaluate_composite(pod, state, slots, cpu_left, free, models)
         assert state.gpu_fit is not None
-        fit = state.gpu_fit[slots]
+        fit = np.take(state.gpu_fit, slots, axis=0)
         if shape.kind is GpuKind.WHOLE:
             take = fit & (np.cumsum(fit, axis=1) <= shape.gpus)
             after = free - np.where(take, free, 0)
             return self._rate(slots, every, cpu_left, after, models), np.full(count, -1, np.int64)
         assert state.core_need is not None
-        need = state.core_need[slots]
+        need = np.take(state.core_need, slots, axis=0)
         width = free.shape[1]
         # A GPU whose (free, model, need) equals an earlier fitting GPU's yields the same node multiset, hence
         # the same score; the earlier index wins ties anyway, so only first occurrences are evaluated.
@@ -133,7 +151,7 @@ class FgdScore:
         key = self._memo_key(pod)
         if key is None:
             values, choice = self._evaluate(pod, state, slots)
-            state.data[_CHOICE] = (slots, choice)
+            state.data[_CHOICE] = (slots, values * 64 + (choice + 1))
             return self._publish(state, slots, values)
         if self._memo_width != ledger.max_gpus:
             self._memo.clear()
@@ -143,7 +161,7 @@ class FgdScore:
         bits = np.zeros(len(slots), np.int64)
         if pod.wants_gpu:
             assert state.gpu_fit is not None
-            bits = state.gpu_fit[slots].astype(np.int64) @ (np.int64(1) << np.arange(width, dtype=np.int64))
+            bits = fit_bits(state.gpu_fit, slots)
         combined = (self.cache.slot_state[slots] << width) | bits
         seen, values = self._slot_memo(key, ledger.rows)
         per_slot = values[slots]
@@ -152,8 +170,8 @@ class FgdScore:
             per_slot[stale] = self._lookup(pod, state, key, slots[stale], combined[stale])
             seen[slots[stale]] = combined[stale]
             values[slots[stale]] = per_slot[stale]
-        state.data[_CHOICE] = (slots, per_slot % 64 - 1)
-        return self._publish(state, slots, per_slot // 64)
+        state.data[_CHOICE] = (slots, per_slot)
+        return self._publish(state, slots, per_slot >> 6)  # packed values are ≥ 0: value · 64 + choice + 1
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """Node scores (0..100) from the per-slot values of :meth:`_rate`; FGD's values are its scores."""
@@ -180,21 +198,14 @@ class FgdScore:
         """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each."""
         unique, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
         memo = self._memo.setdefault(key, {})
-        packed = np.empty(len(unique), np.int64)
-        missing: list[int] = []
-        for i, value in enumerate(unique.tolist()):
-            hit = memo.get(value)
-            if hit is None:
-                missing.append(i)
-            else:
-                packed[i] = hit
-        if missing:
-            rows = np.array(missing, np.int64)
+        get = memo.get
+        packed = np.array([get(value, -1) for value in unique.tolist()], np.int64)  # packed values are ≥ 0
+        rows = np.flatnonzero(packed < 0)
+        if len(rows):
             scores, choice = self._evaluate(pod, state, slots[first[rows]])
             values = scores * 64 + (choice + 1)
             packed[rows] = values
-            for i, value in zip(rows.tolist(), values.tolist(), strict=True):
-                memo[int(unique[i])] = value
+            memo.update(zip(unique[rows].tolist(), values.tolist(), strict=True))
         result: I64 = packed[inverse.reshape(-1)]
         return result
 
@@ -204,9 +215,9 @@ class FgdScore:
         entry = state.data.get(_CHOICE)
         if not isinstance(entry, tuple):
             return None
-        slots, choice = entry
+        slots, packed = entry
         where = np.flatnonzero(slots == slot)
-        return int(choice[where[0]]) if len(where) else None
+        return int(packed[where[0]]) % 64 - 1 if len(where) else None
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
         """FGD has no normalize step."""

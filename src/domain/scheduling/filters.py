@@ -14,7 +14,13 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import eligible_gpus, plan_composite, share_needs
+from domain.scheduling.planner import (
+    any_per_row,
+    eligible_nodes,
+    gpu_fit_mask,
+    plan_composite,
+    whole_fit_nodes,
+)
 from domain.units import format_bytes
 
 
@@ -28,9 +34,9 @@ class NodeResourcesFit:
         """Nodes whose allocatable minus requested covers the pod's effective CPU and memory requests."""
         passed: BoolArray = (
             candidates
-            & (ledger.cpu_used + pod.cpu_milli <= ledger.cpu_cap)
-            & (ledger.hostmem_used + pod.memory_bytes <= ledger.hostmem_cap)
-            & (ledger.pods_used + 1 <= ledger.pods_cap)
+            & (ledger.cpu_free >= pod.cpu_milli)
+            & (ledger.hostmem_free >= pod.memory_bytes)
+            & (ledger.pods_free >= 1)
         )
         return passed
 
@@ -45,7 +51,7 @@ class GpuModelMatch:
         """Candidates having at least one eligible GPU; CPU-only pods pass unchanged."""
         if not pod.wants_gpu:
             return candidates
-        return candidates & eligible_gpus(pod, ledger, state).any(axis=1)
+        return candidates & eligible_nodes(pod, ledger, state)
 
 
 class GpuFit:
@@ -58,28 +64,25 @@ class GpuFit:
         """Candidates where the pod's GPU containers fit; sets :attr:`reason` to a specific message."""
         if not pod.wants_gpu:
             return candidates
-        eligible = eligible_gpus(pod, ledger, state) & candidates[:, None]
         shape = pod.simple_shape
         if shape is None:
             return self._composite(pod, ledger, state, candidates)
         if shape.kind is GpuKind.WHOLE:
-            free = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
+            free = gpu_fit_mask(pod, ledger, state, shape, rows=candidates)
             state.gpu_fit = free
             state.reasons[self.name] = f"fewer than gpus={shape.gpus} completely free GPUs"
-            enough: BoolArray = candidates & (free.sum(axis=1) >= shape.gpus)
+            enough: BoolArray = candidates & whole_fit_nodes(pod, ledger, free, shape.gpus)
             return enough
-        core_need, mem_need = share_needs(
-            shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli
-        )
-        fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
-        state.gpu_fit, state.core_need, state.mem_need = fit, core_need, mem_need
+        fit = gpu_fit_mask(pod, ledger, state, shape, rows=candidates)
+        state.gpu_fit = fit
         if shape.memory_bytes is not None:
-            largest = int(ledger.mem_cap[ledger.active].max(initial=0))
+            largest = ledger.largest_memory()
             if shape.memory_bytes > largest:
                 state.reasons[self.name] = (
                     f"memory_bytes={format_bytes(shape.memory_bytes)} exceeds the largest GPU ({format_bytes(largest)})"
                 )
-        return candidates & fit.any(axis=1)
+        passed: BoolArray = candidates & any_per_row(fit)
+        return passed
 
     def _composite(
         self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray

@@ -107,6 +107,10 @@ class FragmentationModel:
             for model in models:
                 ledger.model_id(model)
         self._allowed: npt.NDArray[np.bool_] = np.zeros((len(groups), 0), np.bool_)
+        self._any_model = False
+        # Distinct per-GPU thresholds, ascending, and each group's position among them (:meth:`_usable_any_model`).
+        self._levels: I64 = np.unique(self.u_g)
+        self._level_g: I64 = np.searchsorted(self._levels, self.u_g).astype(np.int64)
         # The GPU-using typical pods of one (group, GPU count) differ only in CPU, so the weight of those that fit a
         # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag`, which FGD's score calls for
         # every option, needs no (states × T) pass (the per-class ``f_t`` is computed only for new node states).
@@ -144,6 +148,7 @@ class FragmentationModel:
                         table[g, self.ledger.model_id(model)] = True
             table[:, count] = False  # padding column for GPU slots without a GPU (model id -1)
             self._allowed = table
+            self._any_model = bool(table[:, :count].all())
         return self._allowed
 
     def allowed_for(self, models: I64) -> npt.NDArray[np.bool_]:
@@ -153,12 +158,34 @@ class FragmentationModel:
 
     def _usable(self, free: I64, models: I64, allowed: npt.NDArray[np.bool_] | None) -> tuple[I64, I64]:
         """Per state and group (M, U): how many GPUs could host one GPU of the group's typical pods, and their free
-        milli summed; ``allowed`` as in :meth:`frag_vectors`."""
+        milli summed; ``allowed`` as in :meth:`frag_vectors`. When every group may use every model, the same
+        integers come from :meth:`_usable_any_model` in ``O(M·(G + U))`` instead of ``O(M·U·G)``."""
         if allowed is None:
+            self.allowed_table()
+            if self._any_model:
+                return self._usable_any_model(free, models)
             allowed = self.allowed_for(models)
         usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
         count: I64 = usable.sum(axis=-1)
         milli: I64 = (free[:, None, :] * usable).sum(axis=-1)
+        return count, milli
+
+    def _usable_any_model(self, free: I64, models: I64) -> tuple[I64, I64]:
+        """:meth:`_usable` when no group restricts models: a GPU (model id ≥ 0) can host group ``u`` iff
+        ``free ≥ u_g[u]``. Each GPU goes to bucket ``k`` = number of distinct thresholds ``≤ free`` (0 for a slot
+        without a GPU); group ``u`` (threshold ``levels[j]``) counts the GPUs in buckets ``> j``: a suffix sum of
+        the per-state bucket histogram (and of the free milli per bucket: exact integers, summed in float64 far
+        below 2^53). Raises nothing."""
+        states, levels = len(free), len(self._levels)
+        bucket = np.searchsorted(self._levels, free, side="right")
+        bucket[models < 0] = 0
+        flat = (np.arange(states, dtype=np.int64)[:, None] * (levels + 1) + bucket).ravel()
+        size = states * (levels + 1)
+        hist = np.bincount(flat, minlength=size).reshape(states, levels + 1)
+        mass = np.bincount(flat, weights=free.ravel().astype(np.float64), minlength=size).reshape(states, levels + 1)
+        above = self._level_g + 1
+        count: I64 = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1][:, above].astype(np.int64)
+        milli: I64 = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1][:, above].astype(np.int64)
         return count, milli
 
     def frag_vectors(
@@ -166,20 +193,31 @@ class FragmentationModel:
     ) -> I64:
         """``f_t`` for ``M`` node states: ``cpu_left`` (M,), ``free`` (M, G) milli, ``models`` (M, G) → (M, T).
         ``allowed``: :meth:`allowed_for` of ``models`` (M, U, G), when the caller already has it."""
-        total = free.sum(axis=-1)
-        count_g, milli_g = self._usable(free, models, allowed)
+        return self._frag_from(cpu_left, free.sum(axis=-1), self._usable(free, models, allowed))
+
+    def _frag_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> I64:
+        count_g, milli_g = usable
         count, usable_milli = count_g[:, self.group_t], milli_g[:, self.group_t]
         fits = (count >= self.k_t[None, :]) & (cpu_left[:, None] >= self.cpu_t[None, :]) & ~self.cpu_only_t[None, :]
         frag: I64 = (total[:, None] - np.where(fits, usable_milli, 0)).astype(np.int64)
         return frag
+
+    def frag_and_weighted(self, cpu_left: I64, free: I64, models: I64) -> tuple[I64, F64]:
+        """:meth:`frag_vectors` and :meth:`weighted_frag` of the same ``M`` states, sharing one usable-GPU pass
+        (identical results to the two calls). Raises nothing."""
+        total = free.sum(axis=-1)
+        usable = self._usable(free, models, None)
+        return self._frag_from(cpu_left, total, usable), self._weighted_from(cpu_left, total, usable)
 
     def weighted_frag(self, cpu_left: I64, free: I64, models: I64) -> F64:
         """``F = Σ_t p_t f_t`` (float64, milli-GPU) for ``M`` node states, same inputs as :meth:`frag_vectors`,
         computed per (group, GPU count) with prefix sums of ``p_t`` over CPU thresholds. Equal terms give equal
         results whatever ``M`` (rows are reduced independently), so two states whose ``f_t`` all agree have
         exactly the same ``F`` and FGD's "nothing changes" scores exactly 50. Raises nothing."""
-        total = free.sum(axis=-1)
-        count_g, milli_g = self._usable(free, models, None)
+        return self._weighted_from(cpu_left, free.sum(axis=-1), self._usable(free, models, None))
+
+    def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
+        count_g, milli_g = usable
         count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
         heads = len(self._h_group)
         cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
@@ -196,9 +234,11 @@ class FragmentationModel:
 
 
 def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
-    """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``)."""
-    free = ledger.core_cap[slots] - ledger.core_used[slots]
-    result: I64 = np.where(ledger.gpu_ok[slots], np.maximum(free, 0), 0)
+    """Free milli per GPU of the given slots, 0 on unschedulable GPUs (``[len(slots), max_gpus]``, a fresh array:
+    rows of the ledger's :attr:`~domain.ledgerslots.LedgerSlots.sched_free`)."""
+    if isinstance(slots, slice):
+        return ledger.sched_free[slots].copy()
+    result: I64 = np.take(ledger.sched_free, slots, axis=0)
     return result
 
 
@@ -254,8 +294,8 @@ class NodeStateCache:
                 weighted = np.zeros(len(grown), np.float64)
                 weighted[: len(self.weighted_f)] = self.weighted_f
                 self.weighted_f = weighted
-            self.f[ids[rows]] = self.model.frag_vectors(cpu_left[rows], free[rows], models[rows])
-            self.weighted_f[ids[rows]] = self.model.weighted_frag(cpu_left[rows], free[rows], models[rows])
+            self.f[ids[rows]], self.weighted_f[ids[rows]] = self.model.frag_and_weighted(
+                cpu_left[rows], free[rows], models[rows])
         return ids
 
     def refresh(self) -> I64:
@@ -266,12 +306,12 @@ class NodeStateCache:
         if not len(changed):
             return changed
         active = ledger.active[changed]
-        cpu_left = (ledger.cpu_cap - ledger.cpu_used)[changed]
+        cpu_left = ledger.cpu_free[changed]
         free = schedulable_free(ledger, changed)
         ids = self.intern(cpu_left, free, ledger.gpu_model[changed])
         ids = np.where(active, ids, -1)
         new_f = np.where(active[:, None], self.f[np.maximum(ids, 0)], 0)
-        new_idle = np.where(active, free.sum(axis=1), 0)
+        new_idle = np.where(active, ledger.sched_free_sum[changed], 0)
         self.total_f += new_f.sum(axis=0) - self._slot_f[changed].sum(axis=0)
         self.total_idle += int(new_idle.sum() - self._slot_idle[changed].sum())
         self._slot_f[changed] = new_f

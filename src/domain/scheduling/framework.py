@@ -20,7 +20,7 @@ outside ``0..100`` is a bug and raises :class:`DomainError`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import attrs
 import numpy as np
@@ -166,13 +166,23 @@ class Scheduler:
         self.ledger = ledger
         self.profile = profile
         self.on_unreserve: list[Callable[[PodRequest, PodAllocation], None]] = []
+        self._refiners: tuple[Profile | None, tuple[bool, ...]] = (None, ())
+
+    def _refines(self) -> tuple[bool, ...]:
+        """Per weighted score of the profile: whether its plugin is a :class:`TieRefiner` (checked once per profile
+        object: a runtime protocol check costs more than a whole cycle's filter)."""
+        profile, flags = self._refiners
+        if profile is not self.profile:
+            flags = tuple(isinstance(w.plugin, TieRefiner) for w in self.profile.scores)
+            self._refiners = (self.profile, flags)
+        return flags
 
     def feasible(self, pod: PodRequest, state: CycleState) -> tuple[I64, list[tuple[str, int]]]:
         """Run the filters; return feasible slots (ascending) and ``(reason, nodes removed)`` pairs."""
         ledger = self.ledger
         mask = ledger.active.copy()
         rejected: list[tuple[str, int]] = []
-        quarantined = int((ledger.active & ~ledger.admitting).sum())
+        quarantined = int(np.count_nonzero(ledger.active & ~ledger.admitting))
         mask &= ledger.admitting
         if quarantined:
             rejected.append(("node not admitting pods (quarantined or cordoned)", quarantined))
@@ -180,7 +190,7 @@ class Scheduler:
             if not mask.any():
                 break
             passed = plugin.filter(pod, ledger, state, mask)
-            removed = int(mask.sum() - passed.sum())
+            removed = int(np.count_nonzero(mask)) - int(np.count_nonzero(passed))
             reason = state.reasons.pop(plugin.name, plugin.reason)
             if removed:
                 rejected.append((reason, removed))
@@ -194,7 +204,8 @@ class Scheduler:
             raw = weighted.plugin.score(pod, self.ledger, state, slots)
             if raw.shape != slots.shape or (len(raw) and (raw.min() < 0 or raw.max() > MAX_NODE_SCORE)):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} returned scores outside 0..100")
-            normalized = weighted.plugin.normalize(pod, raw.astype(np.int64))
+            raw = raw.astype(np.int64, copy=False)
+            normalized = weighted.plugin.normalize(pod, raw)
             if len(normalized) and (normalized.min() < 0 or normalized.max() > MAX_NODE_SCORE):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} normalized scores outside 0..100")
             total += weighted.weight * normalized
@@ -207,9 +218,9 @@ class Scheduler:
             return int(slots[0])
         total = self.scores(pod, state, slots)
         tied = slots[total == total.max()]
-        for weighted in self.profile.scores:
-            if len(tied) > 1 and isinstance(weighted.plugin, TieRefiner):
-                keys = weighted.plugin.refine(pod, self.ledger, state, tied)
+        for weighted, refines in zip(self.profile.scores, self._refines(), strict=True):
+            if len(tied) > 1 and refines:
+                keys = cast(TieRefiner, weighted.plugin).refine(pod, self.ledger, state, tied)
                 tied = tied[keys == keys.max()]
         return self.profile.tie_breaker.pick(self.ledger, tied)
 

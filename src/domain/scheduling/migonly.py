@@ -24,7 +24,7 @@ from domain.ledger import ClusterLedger
 from domain.mig.profiles import MigGpuModel, MigProfile, mig_model
 from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import eligible_gpus
+from domain.scheduling.planner import eligible_nodes
 from domain.units import MILLI_PER_GPU
 
 
@@ -77,7 +77,7 @@ class MigModeGpus:
             return candidates
         passed = candidates.copy()
         lines: dict[str, None] = {}
-        for slot in np.flatnonzero(candidates & ~eligible_gpus(pod, ledger, state).any(axis=1)):
+        for slot in np.flatnonzero(candidates & ~eligible_nodes(pod, ledger, state)):
             mig = [g for g in ledger.inventory(ledger.name(int(slot))).gpus
                    if g.mig_mode is MigMode.ENABLED and pod.selector.allows(g)]
             if mig:

@@ -14,10 +14,33 @@ from typing import Protocol
 import numpy as np
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.scheduling.framework import I64, BoolArray, CycleState
 from domain.units import MILLI_PER_GPU
+
+SHARE_NEEDS_MEMO = 32
+"""Share shapes whose resolved per-GPU needs (two int64 arrays the size of the ledger's) are kept per capacity
+generation by :func:`ledger_share_needs`; the least recently used beyond it are recomputed when asked again."""
+
+_ROW_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def any_per_row(mask: BoolArray) -> BoolArray:
+    """Bool ``[rows]``: ``mask.any(axis=1)`` of a bool ``[rows, cols]`` mask, read as one unsigned integer per row
+    when a row is 1, 2, 4 or 8 bytes (numpy stores ``True`` as byte 1, ``False`` as 0). Raises nothing."""
+    view = _ROW_VIEW.get(mask.shape[1])
+    if view is not None and mask.flags.c_contiguous:
+        packed: BoolArray = mask.view(view)[:, 0] != 0
+        return packed
+    counted: BoolArray = np.count_nonzero(mask, axis=1) > 0
+    return counted
+
+
+def _has_selector(pod: PodRequest) -> bool:
+    selector = pod.selector
+    return bool(selector.models or selector.include_uuids or selector.exclude_uuids)
 
 
 def eligible_gpus(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> BoolArray:
@@ -25,10 +48,11 @@ def eligible_gpus(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> 
     cached = state.data.get("eligible")
     if isinstance(cached, np.ndarray):
         return cached
-    eligible = ledger.gpu_ok & ledger.admitting[:, None]
+    eligible = ledger.gpu_ok.copy()
+    eligible[~ledger.admitting] = False
     selector = pod.selector
     if selector.models:
-        eligible = eligible & np.isin(ledger.gpu_model, ledger.model_ids(selector.models))
+        eligible &= ledger.model_mask(selector.models)
     if selector.include_uuids or selector.exclude_uuids:
         for name in ledger.node_names():
             slot = ledger.slot(name)
@@ -37,6 +61,55 @@ def eligible_gpus(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> 
                     eligible[slot, gpu.index] = False
     state.data["eligible"] = eligible
     return eligible
+
+
+def eligible_nodes(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> BoolArray:
+    """Bool ``[rows]``: nodes with at least one GPU of :func:`eligible_gpus` (cached per cycle); without a model
+    or UUID selector, from the ledger's per-node count of schedulable GPUs."""
+    cached = state.data.get("eligible_nodes")
+    if isinstance(cached, np.ndarray):
+        return cached
+    if _has_selector(pod):
+        nodes = any_per_row(eligible_gpus(pod, ledger, state))
+    else:
+        nodes = ledger.admitting & (ledger.sched_gpus > 0)
+    state.data["eligible_nodes"] = nodes
+    return nodes
+
+
+def whole_fit_nodes(pod: PodRequest, ledger: ClusterLedger, free: BoolArray, gpus: int) -> BoolArray:
+    """Bool ``[rows]``: at least ``gpus`` True in each row of ``free`` (:func:`eligible_gpus` ∧ untouched GPUs), read
+    from the ledger's per-node count of schedulable untouched GPUs when the pod has no selector (rows where ``free``
+    is restricted further, to candidates, must be masked by the caller)."""
+    if gpus <= 0:
+        return np.ones(len(free), np.bool_)
+    if _has_selector(pod):
+        counted: BoolArray = np.count_nonzero(free, axis=1) >= gpus
+        return counted
+    enough: BoolArray = ledger.admitting & (ledger.free_gpus >= gpus)
+    return enough
+
+
+def ledger_share_needs(ledger: ClusterLedger, shape: ContainerRequest) -> tuple[I64, I64]:
+    """:func:`share_needs` of a share container over the whole ledger (``[rows, max_gpus]`` each, read-only),
+    memoised per capacity generation (:meth:`~domain.ledgerslots.LedgerSlots.capacity_memo`) for the
+    :data:`SHARE_NEEDS_MEMO` most recently used shapes."""
+    memo = ledger.capacity_memo().setdefault("share_needs", {})
+    assert isinstance(memo, dict)
+    key = (shape.core_milli, shape.memory_bytes, shape.memory_milli)
+    needs = memo.pop(key, None)
+    if needs is None:
+        needs = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli)
+        for array in needs:
+            array.flags.writeable = False
+        if needs[0].min(initial=1) < 1:  # pragma: no cover - validated requests resolve to ≥ 1 milli-GPU
+            raise DomainError(f"share {key} resolves to a core need below 1 milli-GPU")
+        while len(memo) >= SHARE_NEEDS_MEMO:
+            del memo[next(iter(memo))]
+    memo[key] = needs
+    core: I64 = needs[0]
+    mem: I64 = needs[1]
+    return core, mem
 
 
 def share_needs(
@@ -66,21 +139,35 @@ def share_needs(
     return np.where(has_mem, core, never), np.where(has_mem, mem, never)
 
 
+def gpu_fit_mask(
+    pod: PodRequest, ledger: ClusterLedger, state: CycleState, shape: ContainerRequest, *, rows: BoolArray | None = None
+) -> BoolArray:
+    """Bool ``[rows, max_gpus]``: the :func:`eligible_gpus` that can take ``shape``, the pod's single GPU container
+    (whole: completely free; share: ``free_core ≥ core_need`` and ``free_mem ≥ mem_need``, needs of
+    :func:`ledger_share_needs`, also stored in ``state``), only on ``rows`` (bool ``[rows]``) when given.
+
+    Every resolved core need is ≥ 1 milli-GPU (requests are validated), so ``sched_free ≥ core_need`` (0 on
+    unschedulable GPUs) already implies a schedulable GPU; the other terms of eligibility are applied per row."""
+    if shape.kind is GpuKind.WHOLE:
+        fit = ledger.free_whole.copy()
+    else:
+        core_need, mem_need = ledger_share_needs(ledger, shape)
+        state.core_need, state.mem_need = core_need, mem_need
+        fit = (ledger.sched_free >= core_need) & (ledger.free_mem >= mem_need)
+    if _has_selector(pod):
+        fit &= eligible_gpus(pod, ledger, state)
+    keep = ledger.admitting if rows is None else rows & ledger.admitting
+    fit[~keep] = False
+    return fit
+
+
 def ensure_gpu_fit(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> None:
     """Fill ``state.gpu_fit`` (and needs) for a single-GPU-container pod if no filter did (vectorised)."""
     if state.gpu_fit is not None:
         return
     shape = pod.simple_shape
     assert shape is not None
-    eligible = eligible_gpus(pod, ledger, state)
-    if shape.kind is GpuKind.WHOLE:
-        state.gpu_fit = eligible & (ledger.core_used == 0) & (ledger.mem_used == 0) & (ledger.core_cap > 0)
-        return
-    core_need, mem_need = share_needs(
-        shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli
-    )
-    state.gpu_fit = eligible & (ledger.core_free() >= core_need) & (ledger.mem_free() >= mem_need)
-    state.core_need, state.mem_need = core_need, mem_need
+    state.gpu_fit = gpu_fit_mask(pod, ledger, state, shape)
 
 
 class ShareGpuChooser(Protocol):
@@ -202,9 +289,9 @@ def plan_composite(pod: PodRequest, ledger: ClusterLedger, state: CycleState, sl
     """Greedy plan for a pod with several GPU containers (module docstring); None if it does not fit."""
     eligible = eligible_gpus(pod, ledger, state)[slot]
     mem_cap = ledger.mem_cap[slot]
-    base_core = ledger.core_free()[slot]
-    base_mem = ledger.mem_free()[slot]
-    base_untouched = (ledger.core_used[slot] == 0) & (ledger.mem_used[slot] == 0) & (ledger.core_cap[slot] > 0)
+    base_core = ledger.free_core[slot].copy()
+    base_mem = ledger.free_mem[slot].copy()
+    base_untouched = ledger.free_whole[slot].copy()  # eligible GPUs are schedulable: same GPUs as untouched ones
     core, mem, untouched = base_core.copy(), base_mem.copy(), base_untouched.copy()
     grants: list[ContainerGrant] = []
     for container in (c for c in pod.gpu_containers if not c.init):

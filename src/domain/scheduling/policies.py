@@ -25,8 +25,7 @@ MAX_SPEC_GPU = 8000
 
 
 def _node_vectors(ledger: ClusterLedger, slots: I64) -> tuple[I64, I64]:
-    cpu_left = (ledger.cpu_cap - ledger.cpu_used)[slots]
-    return cpu_left, schedulable_free(ledger, slots).sum(axis=1)
+    return ledger.cpu_free[slots], ledger.sched_free_sum[slots]
 
 
 class _NoNormalize:
@@ -143,8 +142,8 @@ class BinpackScore(_NoNormalize):
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
         """Higher for fuller nodes."""
         if pod.wants_gpu:
-            capacity = np.where(ledger.gpu_ok[slots], ledger.core_cap[slots], 0).sum(axis=1)
-            used = capacity - schedulable_free(ledger, slots).sum(axis=1) + pod.effective_gpu_milli
+            capacity = ledger.sched_cap[slots]
+            used = capacity - ledger.sched_free_sum[slots] + pod.effective_gpu_milli
         else:
             capacity = ledger.cpu_cap[slots]
             used = ledger.cpu_used[slots] + pod.cpu_milli
