@@ -5,7 +5,8 @@ takeover only after the record stayed unchanged for lease_duration on the standb
 cannot renew within renew_deadline steps down; release hands over at once; a lost write race (409) is not
 leadership; bad timings are rejected; run() calls the start/stop callbacks and releases on stop; any exception
 of an attempt — a transport error (UnavailableError), a raw OSError, a bug — is a failed attempt (never raised;
-the leader steps down after renew_deadline), and run() outlives failing attempts and failing callbacks.
+the leader steps down after renew_deadline), and run() outlives failing attempts and failing callbacks; a record a
+slow GET brings back is aged from when it arrived, so a stuck old leader cannot steal the Lease back.
 """
 
 from __future__ import annotations
@@ -95,6 +96,28 @@ def test_a_lost_write_race_is_not_leadership() -> None:
     b.step()
     clock.now += 16
     assert b.step() is False
+
+
+def test_a_record_first_seen_after_a_stuck_get_is_aged_from_when_it_arrived() -> None:
+    # The old leader's GET hangs past lease_duration while b takes over; when it returns with b's record, that
+    # record is fresh, and b renewing later with an unchanged resourceVersion must not let a steal it back.
+    cluster, clock = InMemoryCluster(), Clock()
+    a, b = elector(cluster, "a", clock), elector(cluster, "b", clock)
+    assert a.step() is True
+    assert b.step() is False
+
+    class Stuck(InMemoryCluster):
+        def get_lease(self, namespace: str, name: str):  # type: ignore[no-untyped-def]
+            clock.now += 16  # a hangs here; meanwhile b sees the record expire and takes over
+            assert b.step() is True
+            return cluster.get_lease(namespace, name)
+
+    a.cluster = Stuck()
+    assert a.step() is False  # it came back with b's record
+    a.cluster = cluster
+    clock.now += 2  # b's record unchanged since a saw it 2 s ago: not expired
+    assert a.step() is False
+    assert cluster.get_lease("kube-system", "lj-runtimekit-scheduler").holder == "b"
 
 
 def test_bad_timings_are_rejected() -> None:

@@ -105,11 +105,12 @@ class LeaderElector:
                 self.cluster.create_lease(self._record(fresh, take_over=True))
                 self._won(now)
                 return True
+            seen = self.clock()  # when the record was seen: a slow or stuck GET must not age it (client-go does too)
             if lease.resource_version != self._observed_rv:
                 self._observed_rv = lease.resource_version
-                self._observed_at = now
+                self._observed_at = seen
             mine = lease.holder == config.identity
-            expired = not lease.holder or now - self._observed_at > config.lease_duration
+            expired = not lease.holder or seen - self._observed_at > config.lease_duration
             if not mine and not expired:
                 self._leader = False
                 return False
