@@ -135,6 +135,11 @@ class FragmentationModel:
         self._h_weights: F64 = np.array(weights, np.float64)
         self._h_starts: I64 = np.array(starts, np.int64)
 
+    @property
+    def allowed_lists(self) -> tuple[frozenset[str], ...]:
+        """Per group ``u`` (:attr:`group_t`): the models its typical pods allow (empty = any model)."""
+        return tuple(frozenset(models) for models in self._allowed_lists)
+
     def allowed_table(self) -> npt.NDArray[np.bool_]:
         """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
         the last column (model id −1, a slot without a GPU) is all False."""

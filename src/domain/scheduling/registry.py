@@ -14,7 +14,9 @@ import numpy as np
 from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.ledger import ClusterLedger
 from domain.scheduling.fgd import FgdScore
+from domain.scheduling.fgddeficit import FgdDeficitScore
 from domain.scheduling.fgdplus import FgdPlusScore
+from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
 from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
@@ -65,6 +67,22 @@ def _fgd_plus(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
     return plugin, plugin
 
 
+def _fgd_deficit(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+    if context.states is None:
+        raise InvalidRequestError("policy", "fgd-deficit-blend",
+                                  "needs a typical-pod distribution (workload) to score against")
+    plugin = FgdDeficitScore(context.states)
+    return plugin, plugin
+
+
+def _fgd_scarce(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+    if context.states is None:
+        raise InvalidRequestError("policy", "fgd-deficit-scarce",
+                                  "needs a typical-pod distribution (workload) to score against")
+    plugin = FgdScarceScore(context.states)
+    return plugin, plugin
+
+
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -82,6 +100,10 @@ POLICIES: dict[str, Policy] = {
         Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd, needs_typical_pods=True),
         Policy("fgd-plus", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)", _fgd_plus,
                needs_typical_pods=True),
+        Policy("fgd-deficit-blend", "FGD+, with the GPUs a placement leaves without their typical CPU counted as "
+               "fragmentation", _fgd_deficit, needs_typical_pods=True),
+        Policy("fgd-deficit-scarce", "fgd-deficit-blend, also charging GPU taken from models that model-restricted "
+               "pods need", _fgd_scarce, needs_typical_pods=True),
     )
 }
 
@@ -127,7 +149,8 @@ def build_profile(
 
     ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 
-    ``typical`` (or a ready ``states`` cache) is required for ``fgd`` and ``fgd-plus``. Raises
+    ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-deficit-blend`` and
+    ``fgd-deficit-scarce``. Raises
     :class:`UnknownPolicyError`.
     """
     policy = get_policy(name)

@@ -5,7 +5,8 @@
   the issue's rule ("``fgd`` once it beats ``binpack`` on the trace benchmark") selects it.
 * **Override** — the pod annotation ``protocol.annotations.pod_policy`` names another registered policy; an
   unknown name raises :class:`UnknownPolicyError` (the pod is unschedulable with that reason).
-* **Typical pods** (``fgd`` and ``fgd-plus``, :mod:`domain.scheduling.typical`) — the pods observed in the cluster
+* **Typical pods** (``fgd``, ``fgd-plus``, ``fgd-deficit-blend``, ``fgd-deficit-scarce``: every policy that
+  ``needs_typical_pods``, :mod:`domain.scheduling.typical`) — the pods observed in the cluster
   (non-terminal, readable requests), topped up by the embedded synthetic workload (``synthetic_scale``) until
   ``min_observed_pods`` exist. They are recomputed at every resync; those policies' schedulers are rebuilt when
   they changed. (``fgd-plus`` stays selectable, not the default: it does not yet beat FGD by half a point of
