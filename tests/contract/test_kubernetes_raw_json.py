@@ -179,6 +179,39 @@ def test_watch_reader_raises_cluster_error_for_a_malformed_line() -> None:
         _watch([b'{"type": "ADDED", "obj\n'])
 
 
+@pytest.mark.parametrize("line", [
+    _line("ADDED", {**PLAIN_POD, "spec": {"tolerations": [{"key": "k", "effect": "Sometimes"}]}}),  # bad field
+    _line("ERROR", {"kind": "Status", "code": "gone", "message": "x"}),  # a code that is not a number
+    _line("RENAMED", PLAIN_POD),  # an unknown event type
+    b'[1, 2]\n',  # not an event object
+], ids=["bad-field", "bad-code", "bad-type", "not-an-object"])
+def test_watch_reader_raises_cluster_error_for_an_event_of_the_wrong_shape(line: bytes) -> None:
+    with pytest.raises(ClusterError, match="watch pods: the API server sent an object that cannot be read"):
+        _watch([_line("ADDED", PLAIN_POD), line])
+
+
+class _Body:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def read(self) -> bytes:
+        return self.body
+
+    def release_conn(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("body", [
+    json.dumps({"items": [{**PLAIN_POD, "metadata": {"name": "p", "labels": {"a": [1]}}}]}).encode(),
+    b"[1]",
+], ids=["bad-item", "not-a-list-object"])
+def test_list_reader_raises_cluster_error_for_a_body_of_the_wrong_shape(body: bytes) -> None:
+    from adapters.kubernetes.rawjson import list_json
+
+    with pytest.raises(ClusterError, match="list pods: the API server sent an object that cannot be read"):
+        list_json(lambda **kwargs: _Body(body), pod_from_json, "list pods")
+
+
 @pytest.mark.k8s
 def test_raw_listings_equal_the_model_translation_on_a_real_server(contract_k8s_plane: Any) -> None:
     from kubernetes import client

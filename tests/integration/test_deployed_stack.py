@@ -102,13 +102,24 @@ def _import_images(socket: Path, tarballs: list[Path]) -> None:
     first, *rest = tarballs
     for batch in ([first], rest):
         running = [(tarball, start(tarball)) for tarball in batch]
-        for tarball, process in running:
-            try:
-                _, stderr = process.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                _, stderr = process.communicate()
-            assert process.returncode == 0, f"ctr images import {tarball.name}: {stderr}"
+        deadline = time.monotonic() + 300
+        failures = []
+        try:
+            for tarball, process in running:
+                try:
+                    _, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 1))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    _, stderr = process.communicate()
+                    stderr = f"still running after 300 s; {stderr}"
+                if process.returncode != 0:
+                    failures.append(f"ctr images import {tarball.name}: {stderr}")
+        finally:
+            for _, process in running:  # none is left behind, whatever failed
+                if process.poll() is None:
+                    process.kill()
+                    process.communicate()
+        assert not failures, failures
 
 
 @pytest.fixture(scope="module")

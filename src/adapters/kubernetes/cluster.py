@@ -79,8 +79,9 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 """Client socket timeout (s) of non-watch calls."""
 
 CONNECTION_POOL_MAXSIZE = 32
-"""Least number of connections :func:`from_kubeconfig`'s client keeps open per API server (urllib3
-``PoolManager(maxsize=…)``; the client's default is 5 per CPU, 10 on a 2-CPU host). Every watch holds one for its
+"""Lower bound :func:`from_kubeconfig` puts on its client's pool size: how many connections to the API server
+urllib3 keeps for reuse (``PoolManager(maxsize=…)``, an upper bound on idle connections kept, not a number held
+open; the client's default is 5 per CPU, 10 on a 2-CPU host). Every watch holds one for its
 whole stream, and kube-scheduler calls the extender's ``bind`` from one goroutine per pod, so a burst of binds
 needs one connection each: beyond the pool's size urllib3 opens a fresh TLS connection for the request and
 discards it afterwards (a full handshake per bind)."""

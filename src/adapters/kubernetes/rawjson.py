@@ -40,6 +40,12 @@ def _decode(data: bytes, what: str) -> Any:
         raise ClusterError(f"{what}: the API server sent malformed JSON: {error}") from error
 
 
+def _unreadable(what: str, error: Exception) -> ClusterError:
+    """The ClusterError for JSON that decoded but does not have the shape of the objects asked for."""
+    return ClusterError(f"{what}: the API server sent an object that cannot be read: {type(error).__name__}: "
+                        f"{str(error)[:300]}")
+
+
 def read_json(response: Any, what: str) -> Any:
     """The decoded JSON body of a ``_preload_content=False`` response (a ``urllib3.HTTPResponse``); its connection
     goes back to the pool. Raises ClusterError (naming ``what``) for a body that is not JSON."""
@@ -52,12 +58,16 @@ def read_json(response: Any, what: str) -> Any:
 def list_json(call: Callable[..., Any], convert: Callable[[Any], _T], what: str,
               **kwargs: Any) -> tuple[tuple[_T, ...], str]:
     """``call(**kwargs)`` (a client LIST method) read raw: ``(items converted, the list's resourceVersion)``.
-    Raises what :func:`~adapters.kubernetes.errors.api_errors` raises (ClusterError and its kinds)."""
+    Raises what :func:`~adapters.kubernetes.errors.api_errors` raises (ClusterError and its kinds), and
+    ClusterError naming ``what`` for a body or item that is not the object asked for."""
     with api_errors(what):
         payload = read_json(call(_preload_content=False, **kwargs), what)
-    items = payload.get("items") or ()
-    metadata = payload.get("metadata") or {}
-    return tuple(convert(item) for item in items), str(metadata.get("resourceVersion") or "")
+    try:
+        items = payload.get("items") or ()
+        metadata = payload.get("metadata") or {}
+        return tuple(convert(item) for item in items), str(metadata.get("resourceVersion") or "")
+    except (ValueError, TypeError, AttributeError) as error:  # CoreJsonError is a ValueError
+        raise _unreadable(what, error) from error
 
 
 def _lines(response: Any) -> Iterator[bytes]:
@@ -83,8 +93,9 @@ def watch_json(call: Callable[..., Any], convert: Callable[[Any], _T], resource_
     """Changes after ``resource_version`` from ``call`` (a client LIST method, called with ``watch=True``) for
     about ``timeout_seconds`` (s, rounded up to whole seconds: the server's ``timeoutSeconds``; the client socket
     waits :data:`WATCH_SOCKET_SLACK` longer). The iterator raises GoneError (410, as HTTP status or ``ERROR``
-    event) and ClusterError (malformed JSON included). A stream the server ended (its timeout) was read to its end
-    and its connection goes back to the pool for reuse; closing the iterator earlier closes the connection."""
+    event) and ClusterError (malformed JSON, or an event or object of the wrong shape, included). A stream the
+    server ended (its timeout) was read to its end and its connection goes back to the pool for reuse; closing the
+    iterator earlier closes the connection."""
     server_timeout = max(1, math.ceil(timeout_seconds))
     with api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
         response = call(watch=True, resource_version=resource_version, timeout_seconds=server_timeout,
@@ -95,15 +106,20 @@ def watch_json(call: Callable[..., Any], convert: Callable[[Any], _T], resource_
         with api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
             for line in _lines(response):
                 event = _decode(line, what)
-                kind, obj = event.get("type"), event.get("object") or {}
+                try:
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        status = int(obj.get("code") or 500)
+                        reason = f"{obj.get('reason', '')}: {obj.get('message', '')}"
+                    else:
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                        parsed = (WatchEvent(EventType.BOOKMARK, None, rv) if kind == EventType.BOOKMARK.value
+                                  else WatchEvent(EventType(kind), convert(obj), rv))
+                except (ValueError, TypeError, AttributeError) as error:  # CoreJsonError is a ValueError
+                    raise _unreadable(what, error) from error
                 if kind == "ERROR":
-                    raise ApiException(status=int(obj.get("code") or 500),
-                                       reason=f"{obj.get('reason', '')}: {obj.get('message', '')}")
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                if kind == EventType.BOOKMARK.value:
-                    yield WatchEvent(EventType.BOOKMARK, None, rv)
-                    continue
-                yield WatchEvent(EventType(kind), convert(obj), rv)
+                    raise ApiException(status=status, reason=reason)
+                yield parsed
         ended = True
     finally:
         if not ended:
