@@ -28,6 +28,9 @@ from domain.ledger import ClusterLedger
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+_DIRECT_STATES = 48
+"""Up to this many states, :meth:`FragmentationModel._usable` compares every GPU with every threshold directly
+(fewer array operations); above it the threshold buckets of ``_usable_any_model`` cost less. Same integers."""
 
 
 @attrs.frozen(order=True)
@@ -131,15 +134,23 @@ class FragmentationModel:
                 cumulative += float(self.p[t])
                 keys.append(h * self._stride + int(self.cpu_t[t]))
                 weights.append(cumulative)
-        self._h_keys: I64 = np.array(keys, np.int64)
-        self._h_weights: F64 = np.array(weights, np.float64)
-        self._h_starts: I64 = np.array(starts, np.int64)
+        # Each head's keys are preceded by a sentinel key ``h · stride − 1`` of weight 0.0: a query whose CPU is below
+        # every member's threshold lands on its own head's sentinel (queries of head h are ≥ h · stride − 1).
+        sentinel_keys: list[int] = []
+        sentinel_weights: list[float] = []
+        for h, start in enumerate(starts):
+            end = starts[h + 1] if h + 1 < len(starts) else len(keys)
+            sentinel_keys += [h * self._stride - 1, *keys[start:end]]
+            sentinel_weights += [0.0, *weights[start:end]]
+        self._h_keys: I64 = np.array(sentinel_keys, np.int64)
+        self._h_weights: F64 = np.array(sentinel_weights, np.float64)
+        self._h_offsets: I64 = np.arange(len(starts), dtype=np.int64)[None, :] * self._stride
 
     def allowed_table(self) -> npt.NDArray[np.bool_]:
         """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
         the last column (model id −1, a slot without a GPU) is all False."""
         count = self.ledger.model_count
-        if self._allowed.shape[1] != count:
+        if self._allowed.shape[1] != count + 1:
             table = np.ones((len(self._allowed_lists), count + 1), np.bool_)
             for g, models in enumerate(self._allowed_lists):
                 if models:
@@ -161,9 +172,13 @@ class FragmentationModel:
         milli summed; ``allowed`` as in :meth:`frag_vectors`. When every group may use every model, the same
         integers come from :meth:`_usable_any_model` in ``O(M·(G + U))`` instead of ``O(M·U·G)``."""
         if allowed is None:
-            self.allowed_table()
+            if self._allowed.shape[1] != self.ledger.model_count + 1:
+                self.allowed_table()
             if self._any_model:
-                return self._usable_any_model(free, models)
+                if len(free) > _DIRECT_STATES:
+                    return self._usable_any_model(free, models)
+                usable = (free[:, None, :] >= self.u_g[None, :, None]) & (models >= 0)[:, None, :]
+                return usable.sum(axis=-1), (free[:, None, :] * usable).sum(axis=-1)
             allowed = self.allowed_for(models)
         usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
         count: I64 = usable.sum(axis=-1)
@@ -219,12 +234,9 @@ class FragmentationModel:
     def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
         count_g, milli_g = usable
         count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
-        heads = len(self._h_group)
-        cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
-        query = np.arange(heads, dtype=np.int64)[None, :] * self._stride + cpu
-        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(len(total), heads) - 1
-        share = np.where(index >= self._h_starts[None, :], self._h_weights[np.maximum(index, 0)], 0.0)
-        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * share
+        query = self._h_offsets + np.minimum(np.maximum(cpu_left, -1), self._stride - 2)[:, None]
+        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
+        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * self._h_weights[index]
         result: F64 = total * self.p_total - terms.sum(axis=1)
         return result
 
