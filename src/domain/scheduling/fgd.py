@@ -66,7 +66,7 @@ class FgdScore:
     def __init__(self, cache: NodeStateCache) -> None:
         self.cache = cache
         self.ledger: ClusterLedger = cache.ledger
-        self._memo: dict[tuple[int, int, int, int], dict[int, int]] = {}
+        self._memo: dict[tuple[int, ...], dict[int, int]] = {}
         self._memo_width = self.ledger.max_gpus
         self._by_slot: OrderedDict[tuple[int, int, int, int], tuple[I64, I64]] = OrderedDict()
         self._lower: dict[int, BoolArray] = {}  # per GPU width: bool [G, G], True where j < i
@@ -200,7 +200,7 @@ class FgdScore:
                 combined: I64) -> I64:
         """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (in
         ascending order of their ``combined`` value, one batch)."""
-        memo = self._memo.setdefault(key, {})
+        memo, combined = self._state_memo(pod, key, slots, combined)
         get = memo.get
         packed = np.array([get(value, -1) for value in combined.tolist()], np.int64)  # packed values are ≥ 0
         missing = np.flatnonzero(packed < 0)
@@ -211,6 +211,16 @@ class FgdScore:
             packed[missing] = values[inverse.reshape(-1)]
             memo.update(zip(unique.tolist(), values.tolist(), strict=True))
         return packed
+
+    def _state_memo(self, pod: PodRequest, key: tuple[int, int, int, int], slots: I64,
+                    combined: I64) -> tuple[dict[int, int], I64]:
+        """The state memo for pod class ``key`` and its keys for ``slots`` (``combined``: slot state and fit bits).
+        FGD's value depends on the pod's CPU only through which typical pods' CPU thresholds the node's CPU left
+        still meets (:meth:`FragmentationModel.cpu_bucket`), so pod classes of one GPU shape share one memo keyed by
+        ``combined · buckets + bucket``. Raises nothing."""
+        model = self.cache.model
+        bucket = model.cpu_bucket(self.ledger.cpu_free[slots] - pod.cpu_milli)
+        return self._memo.setdefault(key[1:], {}), combined * model.cpu_buckets + bucket
 
     @staticmethod
     def _choice(state: CycleState, slot: int) -> int | None:

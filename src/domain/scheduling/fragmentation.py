@@ -146,6 +146,16 @@ class FragmentationModel:
         self._h_keys: I64 = np.array(sentinel_keys, np.int64)
         self._h_weights: F64 = np.array(sentinel_weights, np.float64)
         self._h_offsets: I64 = np.arange(len(starts), dtype=np.int64)[None, :] * self._stride
+        self._cpu_levels: I64 = np.unique(self.cpu_t[~self.cpu_only_t])
+        self.cpu_buckets = len(self._cpu_levels) + 1
+        """Number of values :meth:`cpu_bucket` returns (0 .. ``cpu_buckets − 1``)."""
+
+    def cpu_bucket(self, cpu_left: I64) -> I64:
+        """Per state (int64 ``(M,)``), how many distinct CPU thresholds of GPU-using typical pods ``cpu_left``
+        (CPU-milli, any sign) meets. :meth:`weighted_frag` depends on ``cpu_left`` only through this bucket: two
+        states differing only in CPU left within one bucket get bit-identical ``F``. Raises nothing."""
+        bucket: I64 = np.searchsorted(self._cpu_levels, cpu_left, side="right").astype(np.int64)
+        return bucket
 
     def allowed_table(self) -> npt.NDArray[np.bool_]:
         """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
