@@ -15,6 +15,7 @@ last scored (one decision changes one node).
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import repeat
 
 import numpy as np
 
@@ -201,11 +202,14 @@ class FgdScore:
         """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (in
         ascending order of their ``combined`` value, one batch)."""
         memo, combined = self._state_memo(pod, key, slots, combined)
-        get = memo.get
-        packed = np.array([get(value, -1) for value in combined.tolist()], np.int64)  # packed values are ≥ 0
+        # packed values are ≥ 0, so −1 marks a miss
+        packed = np.fromiter(map(memo.get, combined.tolist(), repeat(-1)), np.int64, count=len(combined))
         missing = np.flatnonzero(packed < 0)
         if len(missing):
-            unique, first, inverse = np.unique(combined[missing], return_index=True, return_inverse=True)
+            if len(missing) == 1:  # the common case; np.unique costs more than the evaluation's bookkeeping
+                unique, first, inverse = combined[missing], np.zeros(1, np.int64), np.zeros(1, np.int64)
+            else:
+                unique, first, inverse = np.unique(combined[missing], return_index=True, return_inverse=True)
             scores, choice = self._evaluate(pod, state, slots[missing[first]])
             values = scores * 64 + (choice + 1)
             packed[missing] = values[inverse.reshape(-1)]
