@@ -7,9 +7,11 @@ weighted by ``p_t`` (so "nothing changes" scores exactly 50). For a share the no
 GPUs that fit, and the Reserve step takes the first GPU index reaching that max truncated score. Whole-GPU pods
 take the first ``k`` free GPUs; CPU-only pods change only ``cpuLeft``.
 
-Scores are memoised per (node state, per-GPU fit pattern, pod class): nodes in identical states are evaluated
-once; and per slot and pod class, so a cycle looks up only the slots whose state changed since that class was
-last scored (one decision changes one node).
+Scores are memoised per (node state, per-GPU fit pattern, pod GPU shape, CPU-threshold bucket of the CPU left):
+nodes in identical states are evaluated once, and pod classes that differ only in CPU share results where the
+same typical pods' CPU thresholds are met (FGD+ keeps one memo per class); and per slot and pod class, so a
+cycle looks up only the slots whose state changed since that class was last scored (one decision changes one
+node).
 """
 
 from __future__ import annotations
