@@ -11,8 +11,9 @@ Behaviours covered:
   unhealthy GPUs count as 0 free; ``F = Σ p_t f_t`` and the cluster totals.
 * ``weighted_frag`` (FGD's ``F`` by prefix sums): equals ``Σ p_t f_t`` on random states, bit for bit the same
   whatever the batch, and exactly equal for two states whose ``f_t`` all agree.
-* ``NodeStateCache``: after hundreds of reserve/release operations (plus a node added and one removed) its
-  running totals equal a from-scratch recomputation exactly (integer ``f_t`` totals and idle milli).
+* ``NodeStateCache``: after hundreds of reserve/release operations (plus nodes added and one removed) its
+  running totals equal a from-scratch recomputation exactly (integer ``f_t`` totals and idle milli), also
+  across a node wider than every earlier one (the cache's stored states gain empty GPU columns).
 * Real trace (skipped without ``../shared/traces/openb``): the ``default`` workload has 91 keys, keeps 35 typical
   pods covering 7766 of 8152, CPU-only mass ≈ 13.6 %, and the empty 1213-node cluster's frag ratio is 13.94 %.
 """
@@ -240,6 +241,9 @@ def test_node_state_cache_totals_stay_exact_over_many_reserve_release_operations
     for step in range(400):
         if step == 150:
             ledger.upsert_node(node("late", 4, cpu=16000, model="T4"))
+        if step == 200:
+            ledger.upsert_node(node("wide", 12, cpu=16000))  # more GPUs than any node so far: the ledger widens
+            assert ledger.max_gpus == 12
         if step == 300:
             gone = set(ledger.remove_node("g0"))
             assert gone

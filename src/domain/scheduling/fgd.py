@@ -7,14 +7,17 @@ weighted by ``p_t`` (so "nothing changes" scores exactly 50). For a share the no
 GPUs that fit, and the Reserve step takes the first GPU index reaching that max truncated score. Whole-GPU pods
 take the first ``k`` free GPUs; CPU-only pods change only ``cpuLeft``.
 
-Scores are memoised per (node state, per-GPU fit pattern, pod class): nodes in identical states are evaluated
-once; and per slot and pod class, so a cycle looks up only the slots whose state changed since that class was
-last scored (one decision changes one node).
+Scores are memoised per (node state, per-GPU fit pattern, pod GPU shape, CPU-threshold bucket of the CPU left):
+nodes in identical states are evaluated once, and pod classes that differ only in CPU share results where the
+same typical pods' CPU thresholds are met (FGD+ keeps one memo per class); and per slot and pod class, so a
+cycle looks up only the slots whose state changed since that class was last scored (one decision changes one
+node).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import repeat
 
 import numpy as np
 
@@ -28,6 +31,7 @@ from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"
 _NEVER = np.iinfo(np.int64).min  # no slot state and fit pattern packs to this
+_KEY_BASE = 2048  # > MILLI_PER_GPU: packs a GPU's (model, free milli, need milli) into one int64
 SLOT_MEMO_BYTES = 64 * 2**20
 """Memory for the per-slot scores (two int64 per ledger row and pod class): 838 pod classes at 5000 nodes, more
 than the ~500 distinct (CPU, share) classes of the synthetic workload; the least recently used class beyond it
@@ -65,9 +69,10 @@ class FgdScore:
     def __init__(self, cache: NodeStateCache) -> None:
         self.cache = cache
         self.ledger: ClusterLedger = cache.ledger
-        self._memo: dict[tuple[int, int, int, int], dict[int, int]] = {}
+        self._memo: dict[tuple[int, ...], dict[int, int]] = {}
         self._memo_width = self.ledger.max_gpus
         self._by_slot: OrderedDict[tuple[int, int, int, int], tuple[I64, I64]] = OrderedDict()
+        self._lower: dict[int, BoolArray] = {}  # per GPU width: bool [G, G], True where j < i
 
     # ------------------------------------------------------------------ evaluation
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
@@ -102,16 +107,17 @@ class FgdScore:
         width = free.shape[1]
         # A GPU whose (free, model, need) equals an earlier fitting GPU's yields the same node multiset, hence
         # the same score; the earlier index wins ties anyway, so only first occurrences are evaluated.
-        same = (
-            (free[:, :, None] == free[:, None, :])
-            & (models[:, :, None] == models[:, None, :])
-            & (need[:, :, None] == need[:, None, :])
-            & fit[:, None, :]
-        )
-        twin = np.tril(same, k=-1).any(axis=2)
+        # On a fitting GPU 1 ≤ need ≤ free ≤ 1000, so (model, free, need) packs exactly into one integer; a GPU that
+        # does not fit is never an earlier twin (masked) and its own result is unused.
+        packed = (models * _KEY_BASE + free) * _KEY_BASE + np.minimum(need, _KEY_BASE - 1)
+        lower = self._lower.get(width)
+        if lower is None:
+            lower = self._lower.setdefault(width, np.tri(width, width, -1, np.bool_))
+        twin = ((packed[:, :, None] == packed[:, None, :]) & (fit[:, None, :] & lower)).any(axis=2)
         rows, options = np.nonzero(fit & ~twin)
-        after = free[rows].copy()
-        after[np.arange(len(rows)), options] = np.maximum(after[np.arange(len(rows)), options] - need[rows, options], 0)
+        after = free[rows]
+        option_rows = np.arange(len(rows))
+        after[option_rows, options] = np.maximum(after[option_rows, options] - need[rows, options], 0)
         values = self._rate(slots, rows.astype(np.int64), cpu_left[rows], after, models[rows])
         scores = np.full((count, width), -1, np.int64)
         scores[rows, options] = values
@@ -195,19 +201,32 @@ class FgdScore:
 
     def _lookup(self, pod: PodRequest, state: CycleState, key: tuple[int, int, int, int], slots: I64,
                 combined: I64) -> I64:
-        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each."""
-        unique, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-        memo = self._memo.setdefault(key, {})
-        get = memo.get
-        packed = np.array([get(value, -1) for value in unique.tolist()], np.int64)  # packed values are ≥ 0
-        rows = np.flatnonzero(packed < 0)
-        if len(rows):
-            scores, choice = self._evaluate(pod, state, slots[first[rows]])
+        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (in
+        ascending order of their ``combined`` value, one batch)."""
+        memo, combined = self._state_memo(pod, key, slots, combined)
+        # packed values are ≥ 0, so −1 marks a miss
+        packed = np.fromiter(map(memo.get, combined.tolist(), repeat(-1)), np.int64, count=len(combined))
+        missing = np.flatnonzero(packed < 0)
+        if len(missing):
+            if len(missing) == 1:  # the common case; np.unique costs more than the evaluation's bookkeeping
+                unique, first, inverse = combined[missing], np.zeros(1, np.int64), np.zeros(1, np.int64)
+            else:
+                unique, first, inverse = np.unique(combined[missing], return_index=True, return_inverse=True)
+            scores, choice = self._evaluate(pod, state, slots[missing[first]])
             values = scores * 64 + (choice + 1)
-            packed[rows] = values
-            memo.update(zip(unique[rows].tolist(), values.tolist(), strict=True))
-        result: I64 = packed[inverse.reshape(-1)]
-        return result
+            packed[missing] = values[inverse.reshape(-1)]
+            memo.update(zip(unique.tolist(), values.tolist(), strict=True))
+        return packed
+
+    def _state_memo(self, pod: PodRequest, key: tuple[int, int, int, int], slots: I64,
+                    combined: I64) -> tuple[dict[int, int], I64]:
+        """The state memo for pod class ``key`` and its keys for ``slots`` (``combined``: slot state and fit bits).
+        FGD's value depends on the pod's CPU only through which typical pods' CPU thresholds the node's CPU left
+        still meets (:meth:`FragmentationModel.cpu_bucket`), so pod classes of one GPU shape share one memo keyed by
+        ``combined · buckets + bucket``. Raises nothing."""
+        model = self.cache.model
+        bucket = model.cpu_bucket(self.ledger.cpu_free[slots] - pod.cpu_milli)
+        return self._memo.setdefault(key[1:], {}), combined * model.cpu_buckets + bucket
 
     @staticmethod
     def _choice(state: CycleState, slot: int) -> int | None:

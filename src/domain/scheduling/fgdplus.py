@@ -120,6 +120,11 @@ class FgdPlusScore(FgdScore):
         delta = model.weighted(now - residue_vectors(model, cpu_left, after, models))
         return primary * SECONDARY_SPAN + sigmoid_score(delta)
 
+    def _state_memo(self, pod: PodRequest, key: tuple[int, int, int, int], slots: I64,
+                    combined: I64) -> tuple[dict[int, int], I64]:
+        """One state memo per pod class: the residue score depends on the exact CPU left (copies ``⌊cpu / c_t⌋``)."""
+        return self._memo.setdefault(key, {}), combined
+
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """FGD's score (0..99); the residue score goes to ``state`` (an array over ledger rows) for :meth:`refine`."""
         keys = np.full(self.ledger.rows, -1, np.int64)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -28,6 +29,9 @@ from domain.ledger import ClusterLedger
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+_DIRECT_STATES = 48
+"""Up to this many states, :meth:`FragmentationModel._usable` compares every GPU with every threshold directly
+(fewer array operations); above it the threshold buckets of ``_usable_any_model`` cost less. Same integers."""
 
 
 @attrs.frozen(order=True)
@@ -131,9 +135,27 @@ class FragmentationModel:
                 cumulative += float(self.p[t])
                 keys.append(h * self._stride + int(self.cpu_t[t]))
                 weights.append(cumulative)
-        self._h_keys: I64 = np.array(keys, np.int64)
-        self._h_weights: F64 = np.array(weights, np.float64)
-        self._h_starts: I64 = np.array(starts, np.int64)
+        # Each head's keys are preceded by a sentinel key ``h · stride − 1`` of weight 0.0: a query whose CPU is below
+        # every member's threshold lands on its own head's sentinel (queries of head h are ≥ h · stride − 1).
+        sentinel_keys: list[int] = []
+        sentinel_weights: list[float] = []
+        for h, start in enumerate(starts):
+            end = starts[h + 1] if h + 1 < len(starts) else len(keys)
+            sentinel_keys += [h * self._stride - 1, *keys[start:end]]
+            sentinel_weights += [0.0, *weights[start:end]]
+        self._h_keys: I64 = np.array(sentinel_keys, np.int64)
+        self._h_weights: F64 = np.array(sentinel_weights, np.float64)
+        self._h_offsets: I64 = np.arange(len(starts), dtype=np.int64)[None, :] * self._stride
+        self._cpu_levels: I64 = np.unique(self.cpu_t[~self.cpu_only_t])
+        self.cpu_buckets = len(self._cpu_levels) + 1
+        """Number of values :meth:`cpu_bucket` returns (0 .. ``cpu_buckets − 1``)."""
+
+    def cpu_bucket(self, cpu_left: I64) -> I64:
+        """Per state (int64 ``(M,)``), how many distinct CPU thresholds of GPU-using typical pods ``cpu_left``
+        (CPU-milli, any sign) meets. :meth:`weighted_frag` depends on ``cpu_left`` only through this bucket: two
+        states differing only in CPU left within one bucket get bit-identical ``F``. Raises nothing."""
+        bucket: I64 = np.searchsorted(self._cpu_levels, cpu_left, side="right").astype(np.int64)
+        return bucket
 
     @property
     def allowed_lists(self) -> tuple[frozenset[str], ...]:
@@ -144,7 +166,7 @@ class FragmentationModel:
         """Bool ``(U, models + 1)``: the typical pods of group ``u`` (:attr:`group_t`) may run on model id ``m``;
         the last column (model id −1, a slot without a GPU) is all False."""
         count = self.ledger.model_count
-        if self._allowed.shape[1] != count:
+        if self._allowed.shape[1] != count + 1:
             table = np.ones((len(self._allowed_lists), count + 1), np.bool_)
             for g, models in enumerate(self._allowed_lists):
                 if models:
@@ -166,9 +188,13 @@ class FragmentationModel:
         milli summed; ``allowed`` as in :meth:`frag_vectors`. When every group may use every model, the same
         integers come from :meth:`_usable_any_model` in ``O(M·(G + U))`` instead of ``O(M·U·G)``."""
         if allowed is None:
-            self.allowed_table()
+            if self._allowed.shape[1] != self.ledger.model_count + 1:
+                self.allowed_table()
             if self._any_model:
-                return self._usable_any_model(free, models)
+                if len(free) > _DIRECT_STATES:
+                    return self._usable_any_model(free, models)
+                usable = (free[:, None, :] >= self.u_g[None, :, None]) & (models >= 0)[:, None, :]
+                return usable.sum(axis=-1), (free[:, None, :] * usable).sum(axis=-1)
             allowed = self.allowed_for(models)
         usable = allowed & (free[:, None, :] >= self.u_g[None, :, None])
         count: I64 = usable.sum(axis=-1)
@@ -224,12 +250,9 @@ class FragmentationModel:
     def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
         count_g, milli_g = usable
         count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
-        heads = len(self._h_group)
-        cpu = np.clip(cpu_left, -1, self._stride - 2)[:, None]
-        query = np.arange(heads, dtype=np.int64)[None, :] * self._stride + cpu
-        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(len(total), heads) - 1
-        share = np.where(index >= self._h_starts[None, :], self._h_weights[np.maximum(index, 0)], 0.0)
-        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * share
+        query = self._h_offsets + np.minimum(np.maximum(cpu_left, -1), self._stride - 2)[:, None]
+        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
+        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * self._h_weights[index]
         result: F64 = total * self.p_total - terms.sum(axis=1)
         return result
 
@@ -247,38 +270,68 @@ def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:
     return result
 
 
+_Array = TypeVar("_Array", bound=npt.NDArray[Any])
+
+
+def _grown(old: _Array, size: int, fill: float, columns: int | None = None) -> _Array:
+    """``old`` copied into a ``size``-row array of its dtype (a 2-D one ``columns`` wide when given, ≥ its own
+    width); the new cells hold ``fill``."""
+    new = np.full((size, *old.shape[1:]) if columns is None else (size, columns), fill, old.dtype)
+    new[tuple(slice(0, n) for n in old.shape)] = old
+    return cast(_Array, new)
+
+
 class NodeStateCache:
-    """Interns node states ``(cpuLeft, free vector, models)`` and caches their ``f_t`` vectors and ``F``
-    (:attr:`weighted_f`, :meth:`FragmentationModel.weighted_frag`).
+    """Interns node states ``(cpuLeft, free vector, models)`` and caches their ``F`` (:attr:`weighted_f`,
+    :meth:`FragmentationModel.weighted_frag`) and, on demand, their ``f_t`` vectors.
 
     Identical nodes share one state id, so their fragmentation is computed once (the memoisation the published
-    simulator uses, §6.13). Slots are refreshed lazily from :attr:`ClusterLedger.version`.
+    simulator uses, §6.13). Slots are refreshed lazily from :attr:`ClusterLedger.version`. Scoring needs only
+    ``F``; the per-class ``f_t`` (for :attr:`total_f`) of a state is computed when a cluster total first needs it,
+    and the totals then move by the slots whose counted state differs from their current one (exact integers).
     """
 
     def __init__(self, model: FragmentationModel) -> None:
         self.model = model
         self.ledger = model.ledger
         self._ids: dict[tuple[int, bytes, bytes], int] = {}
-        self.f: I64 = np.zeros((64, len(model.p)), np.int64)
+        width = self.ledger.max_gpus
+        self._f: I64 = np.zeros((64, len(model.p)), np.int64)
+        self._has_f = np.zeros(64, np.bool_)
+        self._state_cpu: I64 = np.zeros(64, np.int64)
+        self._state_free: I64 = np.zeros((64, width), np.int64)
+        self._state_models: I64 = np.zeros((64, width), np.int64)
         self.weighted_f: F64 = np.zeros(64, np.float64)
         self.slot_state: I64 = np.full(self.ledger.rows, -1, np.int64)
         self._seen: I64 = np.full(self.ledger.rows, -1, np.int64)
-        self.total_f: I64 = np.zeros(len(model.p), np.int64)
+        self._counted: I64 = np.full(self.ledger.rows, -1, np.int64)  # state id included in _total_f, -1 = none
+        self._total_f: I64 = np.zeros(len(model.p), np.int64)
         self.total_idle = 0
-        self._slot_f: I64 = np.zeros((self.ledger.rows, len(model.p)), np.int64)
         self._slot_idle: I64 = np.zeros(self.ledger.rows, np.int64)
 
     def _fit_rows(self) -> None:
         rows = self.ledger.rows
         if len(self.slot_state) < rows:
-            extra = rows - len(self.slot_state)
-            self.slot_state = np.concatenate([self.slot_state, np.full(extra, -1, np.int64)])
-            self._seen = np.concatenate([self._seen, np.full(extra, -1, np.int64)])
-            self._slot_f = np.concatenate([self._slot_f, np.zeros((extra, len(self.model.p)), np.int64)])
-            self._slot_idle = np.concatenate([self._slot_idle, np.zeros(extra, np.int64)])
+            extra = np.full(rows - len(self.slot_state), -1, np.int64)
+            self.slot_state = np.concatenate([self.slot_state, extra])
+            self._seen = np.concatenate([self._seen, extra])
+            self._counted = np.concatenate([self._counted, extra])
+            self._slot_idle = np.concatenate([self._slot_idle, np.zeros(len(extra), np.int64)])
+
+    def _grow(self, top: int, width: int) -> None:
+        """Room for state ids below ``top`` and ``width`` GPU columns in the per-state arrays (a stored state gains
+        GPUs with 0 free milli and model −1, which change none of its ``f_t``)."""
+        size = len(self.weighted_f) if top <= len(self.weighted_f) else max(top, 2 * len(self.weighted_f))
+        columns = max(width, self._state_free.shape[1])
+        if size == len(self.weighted_f) and columns == self._state_free.shape[1]:
+            return
+        self._f, self._has_f = _grown(self._f, size, 0), _grown(self._has_f, size, False)
+        self.weighted_f, self._state_cpu = _grown(self.weighted_f, size, 0.0), _grown(self._state_cpu, size, 0)
+        self._state_free = _grown(self._state_free, size, 0, columns)
+        self._state_models = _grown(self._state_models, size, -1, columns)
 
     def intern(self, cpu_left: I64, free: I64, models: I64) -> I64:
-        """State ids for ``M`` states (computing ``f_t`` for the new ones in one batch)."""
+        """State ids for ``M`` states (computing ``F`` for the new ones in one batch)."""
         ids = np.empty(len(cpu_left), np.int64)
         new: list[int] = []
         for i in range(len(cpu_left)):
@@ -291,39 +344,51 @@ class NodeStateCache:
             ids[i] = state
         if new:
             rows = np.array(new)
-            top = int(ids[rows].max()) + 1
-            if top > len(self.f):
-                grown = np.zeros((max(top, 2 * len(self.f)), self.f.shape[1]), np.int64)
-                grown[: len(self.f)] = self.f
-                self.f = grown
-                weighted = np.zeros(len(grown), np.float64)
-                weighted[: len(self.weighted_f)] = self.weighted_f
-                self.weighted_f = weighted
-            self.f[ids[rows]], self.weighted_f[ids[rows]] = self.model.frag_and_weighted(
-                cpu_left[rows], free[rows], models[rows])
+            fresh = ids[rows]
+            self._grow(int(fresh.max()) + 1, free.shape[1])
+            self._state_cpu[fresh], self._state_free[fresh] = cpu_left[rows], free[rows]
+            self._state_models[fresh] = models[rows]
+            self.weighted_f[fresh] = self.model.weighted_frag(cpu_left[rows], free[rows], models[rows])
         return ids
 
+    def state_f(self, ids: I64) -> I64:
+        """``f_t`` (int64 ``(len(ids), T)``, milli-GPU) of interned state ids ``ids`` (each ≥ 0), computed once per
+        state on first use (:meth:`FragmentationModel.frag_vectors`). Raises IndexError for an unknown id."""
+        if len(ids) and int(ids.max()) >= len(self._ids):
+            raise IndexError(f"state id {int(ids.max())} not interned")
+        missing = np.unique(ids[~self._has_f[ids]])
+        if len(missing):
+            self._f[missing] = self.model.frag_vectors(
+                self._state_cpu[missing], self._state_free[missing], self._state_models[missing])
+            self._has_f[missing] = True
+        result: I64 = self._f[ids]
+        return result
+
     def refresh(self) -> I64:
-        """Bring changed slots up to date; returns the slots that changed. Keeps cluster totals exact."""
+        """Bring changed slots up to date; returns the slots that changed. Keeps :attr:`total_idle` exact."""
         self._fit_rows()
         ledger = self.ledger
         changed = np.flatnonzero(ledger.version != self._seen[: ledger.rows])
         if not len(changed):
             return changed
         active = ledger.active[changed]
-        cpu_left = ledger.cpu_free[changed]
-        free = schedulable_free(ledger, changed)
-        ids = self.intern(cpu_left, free, ledger.gpu_model[changed])
-        ids = np.where(active, ids, -1)
-        new_f = np.where(active[:, None], self.f[np.maximum(ids, 0)], 0)
+        ids = self.intern(ledger.cpu_free[changed], schedulable_free(ledger, changed), ledger.gpu_model[changed])
         new_idle = np.where(active, ledger.sched_free_sum[changed], 0)
-        self.total_f += new_f.sum(axis=0) - self._slot_f[changed].sum(axis=0)
         self.total_idle += int(new_idle.sum() - self._slot_idle[changed].sum())
-        self._slot_f[changed] = new_f
         self._slot_idle[changed] = new_idle
-        self.slot_state[changed] = ids
+        self.slot_state[changed] = np.where(active, ids, -1)
         self._seen[changed] = ledger.version[changed]
         return changed
+
+    @property
+    def total_f(self) -> I64:
+        """``Σ_n f_t(n)`` over active slots (int64 ``(T,)``, milli-GPU), as of the last :meth:`refresh`."""
+        moved = np.flatnonzero(self._counted != self.slot_state)
+        if len(moved):
+            old, new = self._counted[moved], self.slot_state[moved]
+            self._total_f += self.state_f(new[new >= 0]).sum(axis=0) - self.state_f(old[old >= 0]).sum(axis=0)
+            self._counted[moved] = new
+        return self._total_f
 
     def cluster_fragmentation(self) -> tuple[float, int]:
         """``(Σ_n F(n), Σ_n idle milli)`` for the whole cluster, after :meth:`refresh`."""
