@@ -53,34 +53,17 @@ class Policy:
     needs_typical_pods: bool = False
 
 
-def _fgd(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
-    if context.states is None:
-        raise InvalidRequestError("policy", "fgd", "needs a typical-pod distribution (workload) to score against")
-    plugin = FgdScore(context.states)
-    return plugin, plugin
+def _fgd_family(name: str, score: type[FgdScore]) -> Callable[[PolicyContext], tuple[ScorePlugin, ShareGpuChooser]]:
+    """The builder of an FGD-family policy: one ``score`` plugin over the run's node-state cache, which is also its
+    GPU chooser. The builder raises :class:`InvalidRequestError` (field ``policy``) without typical pods."""
 
+    def build(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+        if context.states is None:
+            raise InvalidRequestError("policy", name, "needs a typical-pod distribution (workload) to score against")
+        plugin = score(context.states)
+        return plugin, plugin
 
-def _fgd_plus(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
-    if context.states is None:
-        raise InvalidRequestError("policy", "fgd-plus", "needs a typical-pod distribution (workload) to score against")
-    plugin = FgdPlusScore(context.states)
-    return plugin, plugin
-
-
-def _fgd_deficit(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
-    if context.states is None:
-        raise InvalidRequestError("policy", "fgd-deficit-blend",
-                                  "needs a typical-pod distribution (workload) to score against")
-    plugin = FgdDeficitScore(context.states)
-    return plugin, plugin
-
-
-def _fgd_scarce(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
-    if context.states is None:
-        raise InvalidRequestError("policy", "fgd-deficit-scarce",
-                                  "needs a typical-pod distribution (workload) to score against")
-    plugin = FgdScarceScore(context.states)
-    return plugin, plugin
+    return build
 
 
 POLICIES: dict[str, Policy] = {
@@ -97,13 +80,15 @@ POLICIES: dict[str, Policy] = {
         Policy("gpu-packing", "fill partly used GPUs before fresh ones (ATC'23 GpuPacking)",
                lambda c: (GpuPackingScore(), BestFitGpu())),
         Policy("best-fit", "least leftover CPU and GPU (ATC'23 BestFit)", lambda c: (BestFitScore(), BestFitGpu())),
-        Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd, needs_typical_pods=True),
-        Policy("fgd-plus", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)", _fgd_plus,
+        Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd_family("fgd", FgdScore),
+               needs_typical_pods=True),
+        Policy("fgd-plus", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)",
+               _fgd_family("fgd-plus", FgdPlusScore),
                needs_typical_pods=True),
         Policy("fgd-deficit-blend", "FGD+, with the GPUs a placement leaves without their typical CPU counted as "
-               "fragmentation", _fgd_deficit, needs_typical_pods=True),
+               "fragmentation", _fgd_family("fgd-deficit-blend", FgdDeficitScore), needs_typical_pods=True),
         Policy("fgd-deficit-scarce", "fgd-deficit-blend, also charging GPU taken from models that model-restricted "
-               "pods need", _fgd_scarce, needs_typical_pods=True),
+               "pods need", _fgd_family("fgd-deficit-scarce", FgdScarceScore), needs_typical_pods=True),
     )
 }
 
