@@ -297,10 +297,13 @@ def test_container_resolves_with_memory_overrides(tmp_path: Path) -> None:
     with container.runtime.override(providers.Object(runtime)), \
             container.pod_resources.override(providers.Object(pods)):
         app = container.app()
-        assert isinstance(app, ExporterApp)
-        app.collector.refresh()
-        assert b"lj_runtimekit_gpu_healthy" in app.exposition()
-        app.collector.close()
+        try:
+            assert isinstance(app, ExporterApp)
+            app.collector.refresh()
+            assert b"lj_runtimekit_gpu_healthy" in app.exposition()
+        finally:
+            app.collector.close()
+            container.shutdown_resources()  # removes the logging resource's root handler
 
 
 def test_settings_validation(tmp_path: Path) -> None:
