@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from k8s_harness import ControlPlane, start_control_plane
+from kubelet_harness import REAL_NODE_NAME, SECOND_NODE_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "k8s-control-plane.sh"
@@ -91,9 +92,6 @@ def k8s_namespace(k8s_api: Any) -> Iterator[str]:
 
 
 # ---------------------------------------------------------------------- the real node (kubelet_harness.py)
-REAL_NODE_NAME = "ljrk-real-node"
-SECOND_NODE_NAME = "ljrk-real-node-2"
-"""A node test_kubelet_harness.py starts and stops beside the shared one."""
 KUBELET_INSTALL = REPO_ROOT / "scripts" / "real-kubelet.sh"
 
 

@@ -65,7 +65,13 @@ from kubelet_node_config import (
     prepare_workdir,
 )
 
-__all__ = ["WORKLOAD_IMAGE", "NodeError", "RealNode", "container_cgroups", "node_dir", "process_alive", "start_node"]
+__all__ = ["REAL_NODE_NAME", "SECOND_NODE_NAME", "WORKLOAD_IMAGE", "NodeError", "RealNode", "container_cgroups",
+           "node_dir", "process_alive", "start_node"]
+
+REAL_NODE_NAME = "ljrk-real-node"
+"""The shared real node (the session fixture of ``conftest.py``)."""
+SECOND_NODE_NAME = "ljrk-real-node-2"
+"""A node test_kubelet_harness.py starts and stops beside the shared one."""
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _ERROR_LINE = re.compile(r"^[EF]\d{4} |level=(error|fatal)|^(Error|error|failed)[: ]")

@@ -14,9 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SECOND_NODE_NAME
 from k8s_harness import ControlPlane
-from kubelet_harness import container_cgroups, process_alive, start_node
+from kubelet_harness import SECOND_NODE_NAME, container_cgroups, process_alive, start_node
 from kubelet_node_config import HOST_MOUNT_POINTS, KERNEL_TUNABLES
 from kubernetes import client
 from real_node_world import Pods, container, eventually, node_ready, pod_manifest, unique

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import REAL_NODE_NAME
 from k8s_harness import ControlPlane
-from kubelet_harness import RealNode
+from kubelet_harness import REAL_NODE_NAME, RealNode
 from real_node_world import (
     RES,
     NodeStack,

@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import REAL_NODE_NAME
 from k8s_harness import ControlPlane
-from kubelet_harness import RealNode
+from kubelet_harness import REAL_NODE_NAME, RealNode
 from kubernetes import client
 from real_node_world import (
     RES,
