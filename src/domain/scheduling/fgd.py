@@ -17,7 +17,6 @@ node).
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import repeat
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from domain.request import GpuKind, PodRequest
 from domain.scheduling.fragmentation import F64, I64, NodeStateCache, schedulable_free
 from domain.scheduling.framework import MAX_NODE_SCORE, BoolArray, CycleState
 from domain.scheduling.planner import ensure_gpu_fit, plan_composite
+from domain.scheduling.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"
@@ -61,6 +61,26 @@ def fit_bits(fit: BoolArray, slots: I64) -> I64:
     return summed
 
 
+_DISTINCT_BY_DICT = 32
+"""Up to this many keys, :func:`_distinct` dedupes with a dict (``np.unique`` sorts, costing more)."""
+
+
+def _distinct(keys: I64) -> tuple[list[int], I64, I64]:
+    """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``): the distinct keys (a list), the index of each
+    one's first occurrence, and per key its position in ``unique`` (``unique[inverse[i]] == keys[i]``). The order of
+    ``unique`` is unspecified. Raises nothing."""
+    if len(keys) > _DISTINCT_BY_DICT:
+        unique, index, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return unique.tolist(), index.astype(np.int64), inverse.reshape(-1).astype(np.int64)
+    where: dict[int, int] = {}
+    positions = [where.setdefault(k, len(where)) for k in keys.tolist()]
+    first: list[int] = []
+    for i, position in enumerate(positions):
+        if position == len(first):  # positions are handed out in order of first occurrence
+            first.append(i)
+    return list(where), np.array(first, np.int64), np.array(positions, np.int64)
+
+
 class FgdScore:
     """FGD score plugin and GPU chooser (one object, so Reserve reuses the scoring pass)."""
 
@@ -69,7 +89,7 @@ class FgdScore:
     def __init__(self, cache: NodeStateCache) -> None:
         self.cache = cache
         self.ledger: ClusterLedger = cache.ledger
-        self._memo: dict[tuple[int, ...], dict[int, int]] = {}
+        self._memo: dict[tuple[int, ...], StateMemo] = {}
         self._memo_width = self.ledger.max_gpus
         self._by_slot: OrderedDict[tuple[int, int, int, int], tuple[I64, I64]] = OrderedDict()
         self._lower: dict[int, BoolArray] = {}  # per GPU width: bool [G, G], True where j < i
@@ -201,32 +221,35 @@ class FgdScore:
 
     def _lookup(self, pod: PodRequest, state: CycleState, key: tuple[int, int, int, int], slots: I64,
                 combined: I64) -> I64:
-        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (in
-        ascending order of their ``combined`` value, one batch)."""
+        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (one
+        batch; each state's result depends on that state alone, so their order does not matter)."""
         memo, combined = self._state_memo(pod, key, slots, combined)
-        # packed values are ≥ 0, so −1 marks a miss
-        packed = np.fromiter(map(memo.get, combined.tolist(), repeat(-1)), np.int64, count=len(combined))
+        packed = memo.get_many(combined)  # packed values are ≥ 0, so −1 marks a miss
         missing = np.flatnonzero(packed < 0)
         if len(missing):
-            if len(missing) == 1:  # the common case; np.unique costs more than the evaluation's bookkeeping
-                unique, first, inverse = combined[missing], np.zeros(1, np.int64), np.zeros(1, np.int64)
-            else:
-                unique, first, inverse = np.unique(combined[missing], return_index=True, return_inverse=True)
+            unique, first, inverse = _distinct(combined[missing])
             scores, choice = self._evaluate(pod, state, slots[missing[first]])
             values = scores * 64 + (choice + 1)
-            packed[missing] = values[inverse.reshape(-1)]
-            memo.update(zip(unique.tolist(), values.tolist(), strict=True))
+            packed[missing] = values[inverse]
+            memo.update(unique, values.tolist())
         return packed
 
+    def _memo_for(self, key: tuple[int, ...]) -> StateMemo:
+        """The state memo of ``key`` (created empty on first use)."""
+        memo = self._memo.get(key)
+        if memo is None:
+            memo = self._memo[key] = StateMemo()
+        return memo
+
     def _state_memo(self, pod: PodRequest, key: tuple[int, int, int, int], slots: I64,
-                    combined: I64) -> tuple[dict[int, int], I64]:
+                    combined: I64) -> tuple[StateMemo, I64]:
         """The state memo for pod class ``key`` and its keys for ``slots`` (``combined``: slot state and fit bits).
         FGD's value depends on the pod's CPU only through which typical pods' CPU thresholds the node's CPU left
         still meets (:meth:`FragmentationModel.cpu_bucket`), so pod classes of one GPU shape share one memo keyed by
         ``combined · buckets + bucket``. Raises nothing."""
         model = self.cache.model
         bucket = model.cpu_bucket(self.ledger.cpu_free[slots] - pod.cpu_milli)
-        return self._memo.setdefault(key[1:], {}), combined * model.cpu_buckets + bucket
+        return self._memo_for(key[1:]), combined * model.cpu_buckets + bucket
 
     @staticmethod
     def _choice(state: CycleState, slot: int) -> int | None:

@@ -46,6 +46,7 @@ from domain.request import PodRequest
 from domain.scheduling.fgd import FgdScore, sigmoid_score
 from domain.scheduling.fragmentation import I64, FragmentationModel, NodeStateCache, schedulable_free
 from domain.scheduling.framework import BoolArray, CycleState
+from domain.scheduling.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 
 SECONDARY_SPAN = 128
@@ -121,9 +122,9 @@ class FgdPlusScore(FgdScore):
         return primary * SECONDARY_SPAN + sigmoid_score(delta)
 
     def _state_memo(self, pod: PodRequest, key: tuple[int, int, int, int], slots: I64,
-                    combined: I64) -> tuple[dict[int, int], I64]:
+                    combined: I64) -> tuple[StateMemo, I64]:
         """One state memo per pod class: the residue score depends on the exact CPU left (copies ``⌊cpu / c_t⌋``)."""
-        return self._memo.setdefault(key, {}), combined
+        return self._memo_for(key), combined
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """FGD's score (0..99); the residue score goes to ``state`` (an array over ledger rows) for :meth:`refine`."""

@@ -149,6 +149,12 @@ class FragmentationModel:
         self._cpu_levels: I64 = np.unique(self.cpu_t[~self.cpu_only_t])
         self.cpu_buckets = len(self._cpu_levels) + 1
         """Number of values :meth:`cpu_bucket` returns (0 .. ``cpu_buckets − 1``)."""
+        # Row b: each head's prefix weight for a CPU left in bucket b (the weights that bucket's lowest CPU left
+        # reaches; every member threshold is a level, so the whole bucket reaches the same ones).
+        lowest = np.concatenate([[-1], self._cpu_levels])
+        query = self._h_offsets + np.minimum(lowest, self._stride - 2)[:, None]
+        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
+        self._bucket_weights: F64 = self._h_weights[index]
 
     def cpu_bucket(self, cpu_left: I64) -> I64:
         """Per state (int64 ``(M,)``), how many distinct CPU thresholds of GPU-using typical pods ``cpu_left``
@@ -250,9 +256,8 @@ class FragmentationModel:
     def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
         count_g, milli_g = usable
         count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
-        query = self._h_offsets + np.minimum(np.maximum(cpu_left, -1), self._stride - 2)[:, None]
-        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
-        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * self._h_weights[index]
+        weights = self._bucket_weights[np.searchsorted(self._cpu_levels, cpu_left, side="right")]
+        terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * weights
         result: F64 = total * self.p_total - terms.sum(axis=1)
         return result
 

@@ -1,0 +1,58 @@
+"""FGD's state memo and batch dedupe (``domain.scheduling.statememo``, ``domain.scheduling.fgd._distinct``).
+
+Behaviours covered:
+
+* ``StateMemo.get_many``: the dict path (small batches) and the snapshot path (large ones) return the same values
+  as a plain dict, −1 for keys never memoised, including keys added after the last snapshot and negative keys.
+* ``_distinct``: the dict path (≤ 32 keys) and the ``np.unique`` path both give unique keys, first occurrences
+  and an inverse that rebuild the input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from domain.scheduling.fgd import _distinct
+from domain.scheduling.statememo import DICT_BATCH, StateMemo
+
+
+def test_get_many_matches_a_dict_on_both_paths_across_snapshots() -> None:
+    rng = np.random.default_rng(3)
+    memo, reference = StateMemo(), dict[int, int]()
+    universe = rng.choice(np.arange(-(2**40), 2**40, 7919), 4000, replace=False)
+    for step in range(40):
+        added = universe[step * 90 : step * 90 + 90]  # grows past a quarter of the snapshot now and then
+        values = rng.integers(0, 2**40, len(added))
+        memo.update(added.tolist(), values.tolist())
+        reference.update(zip(added.tolist(), values.tolist(), strict=True))
+        for size in (1, DICT_BATCH, DICT_BATCH + 1, 700):
+            keys = rng.choice(universe, size)  # about 60 % of the universe is never memoised
+            expected = [reference.get(k, -1) for k in keys.tolist()]
+            assert memo.get_many(keys).tolist() == expected
+    assert len(memo) == len(reference) == 3600
+    assert memo._keys.size > 0  # the large batches went through a snapshot
+
+
+def test_get_many_finds_keys_added_after_the_snapshot() -> None:
+    memo = StateMemo()
+    memo.update(list(range(0, 2000, 2)), list(range(1000)))
+    batch = np.arange(0, 400, dtype=np.int64)
+    assert memo.get_many(batch).tolist() == [k // 2 if k % 2 == 0 else -1 for k in range(400)]
+    memo.update([1, 3], [7, 9])  # too few to trigger a new snapshot
+    assert memo.get_many(batch)[:4].tolist() == [0, 7, 1, 9]
+
+
+def test_update_with_unequal_lengths_raises() -> None:
+    with pytest.raises(ValueError, match=r"shorter|longer"):
+        StateMemo().update([1, 2], [3])
+
+
+@pytest.mark.parametrize("size", [1, 5, 32, 33, 500])
+def test_distinct_rebuilds_the_keys_and_points_at_first_occurrences(size: int) -> None:
+    keys = np.random.default_rng(size).integers(-50, 50, size).astype(np.int64)
+    unique, first, inverse = _distinct(keys)
+    assert sorted(unique) == sorted(set(keys.tolist()))
+    assert np.array(unique, np.int64)[inverse].tolist() == keys.tolist()
+    assert keys[first].tolist() == unique
+    assert all(k not in keys[: f].tolist() for k, f in zip(unique, first.tolist(), strict=True))
