@@ -10,7 +10,8 @@ Behaviours covered:
   idle milli; q3 counts only the GPUs too small for the typical pod; multi-GPU typical pods need k usable GPUs;
   unhealthy GPUs count as 0 free; ``F = Σ p_t f_t`` and the cluster totals.
 * ``weighted_frag`` (FGD's ``F`` by prefix sums): equals ``Σ p_t f_t`` on random states, bit for bit the same
-  whatever the batch, and exactly equal for two states whose ``f_t`` all agree.
+  whatever the batch (also between the per-milli table of small batches and the bucket pass of large ones), and
+  exactly equal for two states whose ``f_t`` all agree.
 * ``NodeStateCache``: after hundreds of reserve/release operations (plus nodes added and one removed) its
   running totals equal a from-scratch recomputation exactly (integer ``f_t`` totals and idle milli), also
   across a node wider than every earlier one (the cache's stored states gain empty GPU columns).
@@ -206,6 +207,24 @@ def test_weighted_frag_equals_the_weighted_f_vectors_and_does_not_depend_on_the_
     assert batch == pytest.approx(model.weighted(model.frag_vectors(cpu, free, models)), abs=1e-9)
     alone = [float(model.weighted_frag(cpu[i : i + 1], free[i : i + 1], models[i : i + 1])[0]) for i in range(400)]
     assert alone == batch.tolist()  # bit for bit: each row is reduced on its own
+
+
+def test_weighted_frag_per_milli_table_equals_the_bucket_pass_for_any_model_typical_pods() -> None:
+    unrestricted = tuple(c for c in CLASSES if not c.models)
+    model = FragmentationModel(TypicalPods(unrestricted, (0.1, 0.1, 0.3, 0.2, 0.1, 0.1, 0.1)), frag_ledger())
+    cpu, free, models = random_states(model, np.random.default_rng(8), 5000)
+    assert model._usable_heads(free, models) is None  # over 4096 states: the bucket pass of ``_usable``
+    batch = model.weighted_frag(cpu, free, models)
+    assert batch == pytest.approx(model.weighted(model.frag_vectors(cpu, free, models)), abs=1e-9)
+    for start in range(0, 5000, 500):
+        part = slice(start, start + 500)
+        assert model._usable_heads(free[part], models[part]) is not None
+        assert model.weighted_frag(cpu[part], free[part], models[part]).tolist() == batch[part].tolist()
+    over = free[:500].copy()
+    over[0, 0] = 1500  # beyond one GPU's milli: outside the table, so the generic pass answers
+    assert model._usable_heads(over, models[:500]) is None
+    expected = model.weighted(model.frag_vectors(cpu[:500], over, models[:500]))
+    assert model.weighted_frag(cpu[:500], over, models[:500]) == pytest.approx(expected, abs=1e-9)
 
 
 def test_weighted_frag_difference_is_exactly_zero_when_no_typical_pods_fit_changes() -> None:

@@ -26,9 +26,13 @@ import numpy.typing as npt
 
 from domain.errors import InvalidRequestError
 from domain.ledger import ClusterLedger
+from domain.units import MILLI_PER_GPU
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+_TABLE_STATES = 4096
+"""Up to this many states, :meth:`FragmentationModel.weighted_frag` reads usable GPUs per head from a per-milli
+table (a gather of ``states × GPUs × heads`` integers); larger batches use the bucket pass of ``_usable``."""
 _DIRECT_STATES = 48
 """Up to this many states, :meth:`FragmentationModel._usable` compares every GPU with every threshold directly
 (fewer array operations); above it the threshold buckets of ``_usable_any_model`` cost less. Same integers."""
@@ -155,6 +159,11 @@ class FragmentationModel:
         query = self._h_offsets + np.minimum(lowest, self._stride - 2)[:, None]
         index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
         self._bucket_weights: F64 = self._h_weights[index]
+        # Per GPU free milli x (0 .. MILLI_PER_GPU) and head h: ``x · 128 + 1`` when a GPU with x free can host
+        # one of h's GPUs, else 0. Summed over a node's GPUs (≤ 64, so the count stays below 128) this packs the
+        # head's usable-GPU count and their free milli into one integer (:meth:`_usable_heads`).
+        x = np.arange(MILLI_PER_GPU + 1, dtype=np.int64)[:, None]
+        self._head_table: I64 = np.where(x >= self.u_g[self._h_group][None, :], x * 128 + 1, 0)
 
     def cpu_bucket(self, cpu_left: I64) -> I64:
         """Per state (int64 ``(M,)``), how many distinct CPU thresholds of GPU-using typical pods ``cpu_left``
@@ -251,11 +260,31 @@ class FragmentationModel:
         computed per (group, GPU count) with prefix sums of ``p_t`` over CPU thresholds. Equal terms give equal
         results whatever ``M`` (rows are reduced independently), so two states whose ``f_t`` all agree have
         exactly the same ``F`` and FGD's "nothing changes" scores exactly 50. Raises nothing."""
-        return self._weighted_from(cpu_left, free.sum(axis=-1), self._usable(free, models, None))
+        total = free.sum(axis=-1)
+        heads = self._usable_heads(free, models)
+        if heads is not None:
+            return self._weighted_heads(cpu_left, total, *heads)
+        return self._weighted_from(cpu_left, total, self._usable(free, models, None))
+
+    def _usable_heads(self, free: I64, models: I64) -> tuple[I64, I64] | None:
+        """Per state and head (M, H): GPUs that can host one GPU of the head's typical pods and their free milli,
+        read from the per-milli table (one gather and one sum), when every group may use every model and
+        ``0 ≤ free ≤ MILLI_PER_GPU`` on at most 64 GPUs and ``M ≤ _TABLE_STATES``; else None (use :meth:`_usable`).
+        Same integers as :meth:`_usable` expanded by head."""
+        if len(free) > _TABLE_STATES or free.shape[1] > 64 or not free.size:
+            return None
+        if self._allowed.shape[1] != self.ledger.model_count + 1:
+            self.allowed_table()
+        if not self._any_model or free.min() < 0 or free.max() > MILLI_PER_GPU:
+            return None
+        packed = self._head_table[np.where(models >= 0, free, 0)].sum(axis=1)
+        return packed & 127, packed >> 7
 
     def _weighted_from(self, cpu_left: I64, total: I64, usable: tuple[I64, I64]) -> F64:
         count_g, milli_g = usable
-        count, usable_milli = count_g[:, self._h_group], milli_g[:, self._h_group]
+        return self._weighted_heads(cpu_left, total, count_g[:, self._h_group], milli_g[:, self._h_group])
+
+    def _weighted_heads(self, cpu_left: I64, total: I64, count: I64, usable_milli: I64) -> F64:
         weights = self._bucket_weights[np.searchsorted(self._cpu_levels, cpu_left, side="right")]
         terms = np.where(count >= self._h_k[None, :], usable_milli, 0) * weights
         result: F64 = total * self.p_total - terms.sum(axis=1)
