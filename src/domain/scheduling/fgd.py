@@ -46,18 +46,21 @@ def sigmoid_score(delta: F64) -> I64:
 _BYTE_BITS = np.uint64(0x0102040810204080)  # Σ_g 2^(56 − 7g): moves the low bit of byte g to bit 56 + g
 
 
-def fit_bits(fit: BoolArray, slots: I64) -> I64:
-    """``Σ_g fit[slot, g] · 2^g`` per slot of ``slots`` (int64, ``fit`` bool ``[rows, G]``). For ``G = 8`` each row is
-    read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64) by ``Σ_g 2^(56 − 7g)``, which moves byte
-    ``g``'s bit to bit ``56 + g``; every other partial product lands above bit 63 or below bit 56 without carrying
-    into them (the byte-to-bit packing multiply; all 256 rows are checked by the unit tests), so a shift by 56
-    leaves the packed bits. Raises nothing."""
+def fit_bits(fit: BoolArray, slots: I64 | None = None) -> I64:
+    """``Σ_g fit[slot, g] · 2^g`` per slot of ``slots`` (int64; every row of ``fit`` when None; ``fit`` bool
+    ``[rows, G]``). For ``G = 8`` each row is read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64)
+    by ``Σ_g 2^(56 − 7g)``, which moves byte ``g``'s bit to bit ``56 + g``; every other partial product lands above
+    bit 63 or below bit 56 without carrying into them (the byte-to-bit packing multiply; all 256 rows are checked by
+    the unit tests), so a shift by 56 leaves the packed bits. Raises nothing."""
     if fit.shape[1] == 8 and fit.flags.c_contiguous and np.little_endian:
-        rows = fit.view(np.uint64)[:, 0][slots]
+        rows = fit.view(np.uint64)[:, 0]
+        if slots is not None:
+            rows = rows[slots]
         packed: I64 = ((rows * _BYTE_BITS) >> np.uint64(56)).astype(np.int64)
         return packed
     weights = np.int64(1) << np.arange(fit.shape[1], dtype=np.int64)
-    summed: I64 = np.take(fit, slots, axis=0).astype(np.int64) @ weights
+    chosen = fit if slots is None else np.take(fit, slots, axis=0)
+    summed: I64 = chosen.astype(np.int64) @ weights
     return summed
 
 
@@ -183,19 +186,18 @@ class FgdScore:
             self._memo.clear()
             self._by_slot.clear()
             self._memo_width = ledger.max_gpus
-        width = ledger.max_gpus
-        bits = np.zeros(len(slots), np.int64)
+        # Over every ledger row (contiguous, cheaper than gathering the candidates first): slot state and fit bits.
+        combined = self.cache.slot_state[: ledger.rows] << ledger.max_gpus
         if pod.wants_gpu:
             assert state.gpu_fit is not None
-            bits = fit_bits(state.gpu_fit, slots)
-        combined = (self.cache.slot_state[slots] << width) | bits
+            combined |= fit_bits(state.gpu_fit)
         seen, values = self._slot_memo(key, ledger.rows)
-        per_slot = values[slots]
-        stale = np.flatnonzero(seen[slots] != combined)
+        stale = slots[(seen[: ledger.rows] != combined)[slots]]
         if len(stale):
-            per_slot[stale] = self._lookup(pod, state, key, slots[stale], combined[stale])
-            seen[slots[stale]] = combined[stale]
-            values[slots[stale]] = per_slot[stale]
+            fresh = combined[stale]
+            values[stale] = self._lookup(pod, state, key, stale, fresh)
+            seen[stale] = fresh
+        per_slot = values[slots]
         state.data[_CHOICE] = (slots, per_slot)
         return self._publish(state, slots, per_slot >> 6)  # packed values are ≥ 0: value · 64 + choice + 1
 

@@ -1,8 +1,10 @@
 """FGD's state memo: int64 key → int64 value (≥ 0), looked up a batch of keys at a time.
 
 A dict is the authoritative table. Large batches are answered from a sorted snapshot of it (one ``searchsorted``
-instead of one dict lookup per key); keys added since the snapshot are looked up in the dict, and the snapshot is
-rebuilt once they exceed a quarter of it. Both paths return the same values: −1 marks a key not in the memo.
+instead of one dict lookup per key); keys the snapshot lacks are looked up in the dict. Entries added since the
+snapshot are merged into it (two sorted runs, one stable sort) once they exceed an eighth of it. Both paths return
+the same values: −1 marks a key not in the memo. A key's value never changes once memoised (it memoises a pure
+function), so :meth:`StateMemo.update` takes new keys only.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ class StateMemo:
     """Memo of non-negative int64 values by int64 key (module docstring). Not thread-safe (one scheduling
     cycle at a time owns it)."""
 
-    __slots__ = ("_keys", "_table", "_values")
+    __slots__ = ("_added_keys", "_added_values", "_keys", "_table", "_values")
 
     def __init__(self) -> None:
         self._table: dict[int, int] = {}
         self._keys: I64 = np.zeros(0, np.int64)
         self._values: I64 = np.zeros(0, np.int64)
+        self._added_keys: list[int] = []  # memoised since the snapshot, in insertion order
+        self._added_values: list[int] = []
 
     def __len__(self) -> int:
         return len(self._table)
@@ -41,26 +45,33 @@ class StateMemo:
         table = self._table
         if len(keys) <= DICT_BATCH:
             return _from_dict(table, keys)
-        if len(table) - len(self._keys) > max(DICT_BATCH, len(self._keys) // 4):
+        if len(self._added_keys) > max(DICT_BATCH, len(self._keys) // 8):
             self._snapshot()
         known = self._keys
         if not len(known):
             return _from_dict(table, keys)
         at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
         found: I64 = np.where(known[at] == keys, self._values[at], -1)
-        if len(table) > len(known):
+        if self._added_keys:
             rest = np.flatnonzero(found < 0)
             if len(rest):
                 found[rest] = _from_dict(table, keys[rest])
         return found
 
     def update(self, keys: list[int], values: list[int]) -> None:
-        """Memoise ``values[i]`` (each ≥ 0) for ``keys[i]``; equal lengths. Raises ValueError on a length mismatch."""
+        """Memoise ``values[i]`` (each ≥ 0) for ``keys[i]``, keys not memoised yet; equal lengths. Raises ValueError
+        on a length mismatch (nothing is memoised then)."""
+        if len(keys) != len(values):
+            raise ValueError(f"keys and values differ in length: {len(keys)} keys, {len(values)} values")
         self._table.update(zip(keys, values, strict=True))
+        self._added_keys += keys
+        self._added_values += values
 
     def _snapshot(self) -> None:
-        count = len(self._table)
-        keys = np.fromiter(self._table.keys(), np.int64, count=count)
-        values = np.fromiter(self._table.values(), np.int64, count=count)
-        order = np.argsort(keys, kind="stable")
-        self._keys, self._values = keys[order], values[order]
+        added = np.array(self._added_keys, np.int64)
+        order = np.argsort(added)
+        keys = np.concatenate([self._keys, added[order]])
+        values = np.concatenate([self._values, np.array(self._added_values, np.int64)[order]])
+        merged = np.argsort(keys, kind="stable")  # two sorted runs: a linear merge
+        self._keys, self._values = keys[merged], values[merged]
+        self._added_keys, self._added_values = [], []
