@@ -405,6 +405,16 @@ class NodeStateCache:
         changed = np.flatnonzero(ledger.version != self._seen[: ledger.rows])
         if not len(changed):
             return changed
+        if len(changed) == 1:  # one decision changes one node: scalar bookkeeping costs less than array calls
+            slot = int(changed[0])
+            state = int(self.intern(ledger.cpu_free[changed], schedulable_free(ledger, changed),
+                                    ledger.gpu_model[changed])[0])
+            idle = int(ledger.sched_free_sum[slot]) if ledger.active[slot] else 0
+            self.total_idle += idle - int(self._slot_idle[slot])
+            self._slot_idle[slot] = idle
+            self.slot_state[slot] = state if ledger.active[slot] else -1
+            self._seen[slot] = ledger.version[slot]
+            return changed
         active = ledger.active[changed]
         ids = self.intern(ledger.cpu_free[changed], schedulable_free(ledger, changed), ledger.gpu_model[changed])
         new_idle = np.where(active, ledger.sched_free_sum[changed], 0)
