@@ -603,7 +603,8 @@ def extender_replay(
     from adapters.memory.cluster import InMemoryCluster
     from adapters.prometheus import PrometheusSchedulerMetrics
     from domain.kube.protocol import ProtocolConstants
-    from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache
+    from domain.scheduling.fragmentation import FragmentationModel
+    from domain.scheduling.nodestates import NodeStateCache
     from domain.simulation.replay import planned_arrivals, typical_pods
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
     from services.scheduler.service import SchedulerService, ServiceConfig

@@ -1,4 +1,4 @@
-"""FGD's memoised scores equal a memo-free evaluation (``domain.scheduling.fgd``, ``fragmentation``).
+"""FGD's memoised scores equal a memo-free evaluation (``domain.scheduling.fgd``, ``fragmentation``, ``nodestates``).
 
 Behaviours covered:
 
@@ -18,8 +18,9 @@ from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fgd import FgdScore
 from domain.scheduling.fgdplus import FgdPlusScore
-from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, PodClass, TypicalPods
+from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.registry import build_profile
 from domain.units import GiB, MiB
 

@@ -22,8 +22,9 @@ from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit, typical_cpu_per_gpu
 from domain.scheduling.fgdplus import FgdPlusScore
-from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, PodClass, TypicalPods
+from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

@@ -24,8 +24,9 @@ from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.fgd import FgdScore
 from domain.scheduling.fgdplus import FgdPlusScore, residue_vectors
-from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, PodClass, TypicalPods
+from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

@@ -36,12 +36,12 @@ from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fragmentation import (
     FragmentationModel,
-    NodeStateCache,
     PodClass,
     TypicalPods,
     schedulable_free,
 )
 from domain.scheduling.framework import Scheduler
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.registry import build_profile
 from domain.simulation.replay import typical_pods
 from domain.simulation.workload import TraceNode, TracePod

@@ -37,8 +37,9 @@ from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, PodClass, TypicalPods
+from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.planner import BestFitGpu, RandomGpu, WorstFitGpu, ensure_gpu_fit
 from domain.scheduling.policies import (
     BestFitScore,

@@ -24,7 +24,8 @@ import numpy as np
 
 from domain.scheduling.fgd import sigmoid_score
 from domain.scheduling.fgdplus import SECONDARY_SPAN, FgdPlusScore, residue_vectors
-from domain.scheduling.fragmentation import F64, I64, FragmentationModel, NodeStateCache, schedulable_free
+from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.nodestates import NodeStateCache
 
 
 def typical_cpu_per_gpu(model: FragmentationModel) -> float:

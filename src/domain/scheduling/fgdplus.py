@@ -44,8 +44,9 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
 from domain.scheduling.fgd import FgdScore, sigmoid_score
-from domain.scheduling.fragmentation import I64, FragmentationModel, NodeStateCache, schedulable_free
+from domain.scheduling.fragmentation import I64, FragmentationModel, schedulable_free
 from domain.scheduling.framework import BoolArray, CycleState
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 

@@ -23,7 +23,8 @@ from domain.ledger import ClusterLedger
 from domain.scheduling.fgd import sigmoid_score
 from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit
 from domain.scheduling.fgdplus import SECONDARY_SPAN, residue_vectors
-from domain.scheduling.fragmentation import F64, I64, FragmentationModel, NodeStateCache, schedulable_free
+from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.nodestates import NodeStateCache
 
 
 def restricted_claim(model: FragmentationModel, ledger: ClusterLedger) -> F64:

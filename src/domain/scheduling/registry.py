@@ -18,9 +18,10 @@ from domain.scheduling.fgddeficit import FgdDeficitScore
 from domain.scheduling.fgdplus import FgdPlusScore
 from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
-from domain.scheduling.fragmentation import FragmentationModel, NodeStateCache, TypicalPods
+from domain.scheduling.fragmentation import FragmentationModel, TypicalPods
 from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
 from domain.scheduling.migonly import MigModeGpus
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.policies import (
     BestFitScore,
