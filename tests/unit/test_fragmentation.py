@@ -35,6 +35,7 @@ from domain.gpu import Gpu, GpuUuid, Health, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fragmentation import (
+    _TABLE_CELLS,
     FragmentationModel,
     PodClass,
     TypicalPods,
@@ -213,19 +214,36 @@ def test_weighted_frag_equals_the_weighted_f_vectors_and_does_not_depend_on_the_
 def test_weighted_frag_per_milli_table_equals_the_bucket_pass_for_any_model_typical_pods() -> None:
     unrestricted = tuple(c for c in CLASSES if not c.models)
     model = FragmentationModel(TypicalPods(unrestricted, (0.1, 0.1, 0.3, 0.2, 0.1, 0.1, 0.1)), frag_ledger())
-    cpu, free, models = random_states(model, np.random.default_rng(8), 5000)
-    assert model._usable_heads(free, models) is None  # over 4096 states: the bucket pass of ``_usable``
+    count = _TABLE_CELLS // (4 * len(model._h_k)) + 1  # one state more than the table takes at 4 GPUs
+    cpu, free, models = random_states(model, np.random.default_rng(8), count)
+    cpu[:50] = np.arange(-50, 0)  # below every threshold, down to -50
+    assert model._usable_heads(free, models) is None  # too many cells: the bucket pass of ``_usable``
     batch = model.weighted_frag(cpu, free, models)
     assert batch == pytest.approx(model.weighted(model.frag_vectors(cpu, free, models)), abs=1e-9)
-    for start in range(0, 5000, 500):
-        part = slice(start, start + 500)
+    for start in range(0, count, 5000):
+        part = slice(start, start + 5000)
         assert model._usable_heads(free[part], models[part]) is not None
         assert model.weighted_frag(cpu[part], free[part], models[part]).tolist() == batch[part].tolist()
-    over = free[:500].copy()
-    over[0, 0] = 1500  # beyond one GPU's milli: outside the table, so the generic pass answers
-    assert model._usable_heads(over, models[:500]) is None
-    expected = model.weighted(model.frag_vectors(cpu[:500], over, models[:500]))
-    assert model.weighted_frag(cpu[:500], over, models[:500]) == pytest.approx(expected, abs=1e-9)
+    for label, value in (("over one GPU", 1500), ("negative", -3)):
+        odd = free[:500].copy()
+        odd[0, 0] = value  # outside the table, so the generic pass answers
+        assert model._usable_heads(odd, models[:500]) is None, label
+        expected = model.weighted(model.frag_vectors(cpu[:500], odd, models[:500]))
+        assert model.weighted_frag(cpu[:500], odd, models[:500]) == pytest.approx(expected, abs=1e-9), label
+    wide = np.zeros((3, 65), np.int64)
+    assert model._usable_heads(wide, wide) is None  # over 64 GPUs the packed count could carry
+
+
+def test_weighted_frag_per_milli_table_is_not_used_once_a_typical_pod_restricts_models() -> None:
+    ledger = ClusterLedger([node("n", 4)])  # only G2 known: a pod allowing just G2 restricts nothing yet
+    model = FragmentationModel(TypicalPods((PodClass(1000, 500, 1, "G2"), PodClass(1000, 500, 1)), (0.5, 0.5)),
+                               ledger)
+    cpu, free, models = random_states(model, np.random.default_rng(9), 200)
+    assert model._usable_heads(free, models) is not None
+    ledger.upsert_node(node("t", 2, model="T4"))  # now a model the first typical pod does not allow
+    assert model._usable_heads(free, models) is None
+    assert model.weighted_frag(cpu, free, models) == pytest.approx(
+        model.weighted(model.frag_vectors(cpu, free, models)), abs=1e-9)
 
 
 def test_weighted_frag_difference_is_exactly_zero_when_no_typical_pods_fit_changes() -> None:
@@ -294,6 +312,20 @@ def test_node_state_cache_totals_stay_exact_over_many_reserve_release_operations
     assert cache.cluster_fragmentation() == pytest.approx(fresh.cluster_fragmentation(), rel=1e-12)
     assert checks == len(range(0, 400, every))
     assert len(live) > 10
+
+
+def test_node_state_cache_one_slot_refresh_of_a_removed_node_drops_its_idle_and_fragments() -> None:
+    typical = TypicalPods(CLASSES[:9], (0.2, 0.05, 0.25, 0.1, 0.1, 0.05, 0.05, 0.1, 0.1))
+    ledger = ClusterLedger([node(f"g{i}", 8, cpu=32000) for i in range(3)])
+    cache = NodeStateCache(FragmentationModel(typical, ledger))
+    cache.cluster_fragmentation()
+    slot = ledger.slot("g1")
+    ledger.remove_node("g1")  # the only change: the one-slot refresh, on a slot that is now inactive
+    assert cache.refresh().tolist() == [slot]
+    assert cache.slot_state[slot] == -1
+    fresh_f, fresh_idle = recomputed_totals(cache.model, ledger)
+    assert (cache.total_f.tolist(), cache.total_idle) == (fresh_f, fresh_idle)
+    assert fresh_idle == 2 * 8 * 1000
 
 
 # ---------------------------------------------------------------------------------------------- real trace

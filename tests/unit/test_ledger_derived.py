@@ -161,6 +161,8 @@ def test_fit_bits_packs_every_eight_gpu_row() -> None:
     assert fit_bits(rows, slots).tolist() == slots.tolist()
     odd = rows[:, :5].copy()
     assert fit_bits(odd, slots).tolist() == (slots & 31).tolist()
+    assert fit_bits(rows).tolist() == list(range(256))  # every row, in order, when no slots are given
+    assert fit_bits(odd).tolist() == [n & 31 for n in range(256)]
 
 
 def test_any_per_row_matches_numpy_for_every_width() -> None:

@@ -4,8 +4,8 @@ Behaviours covered:
 
 * ``StateMemo.get_many``: the dict path (small batches) and the snapshot path (large ones) return the same values
   as a plain dict, −1 for keys never memoised, including keys added after the last snapshot and negative keys.
-* ``_distinct``: the dict path (≤ 32 keys) and the ``np.unique`` path both give unique keys, first occurrences
-  and an inverse that rebuild the input.
+* ``_distinct``: the dict path (≤ 32 keys) and the ``np.unique`` path both give the distinct keys ascending,
+  first occurrences and an inverse that rebuild the input.
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ def test_get_many_finds_keys_added_after_the_snapshot() -> None:
     assert memo.get_many(batch)[:4].tolist() == [0, 7, 1, 9]
 
 
+def test_large_batch_before_any_snapshot_reads_the_dict() -> None:
+    memo = StateMemo()
+    assert memo.get_many(np.arange(200, dtype=np.int64)).tolist() == [-1] * 200
+    memo.update([5, 150], [1, 2])  # too few for a snapshot
+    found = memo.get_many(np.arange(200, dtype=np.int64))
+    assert memo._keys.size == 0
+    assert found[[5, 150]].tolist() == [1, 2]
+    assert (np.delete(found, [5, 150]) == -1).all()
+
+
 def test_update_with_unequal_lengths_raises() -> None:
     memo = StateMemo()
     with pytest.raises(ValueError, match="differ in length: 2 keys, 1 values"):
@@ -54,7 +64,7 @@ def test_update_with_unequal_lengths_raises() -> None:
 def test_distinct_rebuilds_the_keys_and_points_at_first_occurrences(size: int) -> None:
     keys = np.random.default_rng(size).integers(-50, 50, size).astype(np.int64)
     unique, first, inverse = _distinct(keys)
-    assert sorted(unique) == sorted(set(keys.tolist()))
+    assert unique == sorted(set(keys.tolist()))  # ascending, as np.unique gives them
     assert np.array(unique, np.int64)[inverse].tolist() == keys.tolist()
     assert keys[first].tolist() == unique
     assert all(k not in keys[: f].tolist() for k, f in zip(unique, first.tolist(), strict=True))

@@ -70,19 +70,21 @@ _DISTINCT_BY_DICT = 32
 
 
 def _distinct(keys: I64) -> tuple[list[int], I64, I64]:
-    """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``): the distinct keys (a list), the index of each
-    one's first occurrence, and per key its position in ``unique`` (``unique[inverse[i]] == keys[i]``). The order of
-    ``unique`` is unspecified. Raises nothing."""
+    """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``) as ``np.unique`` returns them: the distinct keys
+    ascending (a list), the index of each one's first occurrence, and per key its position in ``unique``
+    (``unique[inverse[i]] == keys[i]``). Ascending order matters: FGD+'s residue term is reduced by a matrix
+    product whose last bits may depend on a row's place in its batch. Raises nothing."""
     if len(keys) > _DISTINCT_BY_DICT:
         unique, index, inverse = np.unique(keys, return_index=True, return_inverse=True)
         return unique.tolist(), index.astype(np.int64), inverse.reshape(-1).astype(np.int64)
-    where: dict[int, int] = {}
-    positions = [where.setdefault(k, len(where)) for k in keys.tolist()]
-    first: list[int] = []
-    for i, position in enumerate(positions):
-        if position == len(first):  # positions are handed out in order of first occurrence
-            first.append(i)
-    return list(where), np.array(first, np.int64), np.array(positions, np.int64)
+    listed = keys.tolist()
+    first_at: dict[int, int] = {}
+    for i, key in enumerate(listed):
+        first_at.setdefault(key, i)
+    ordered = sorted(first_at)
+    position = {key: i for i, key in enumerate(ordered)}
+    first = np.array([first_at[key] for key in ordered], np.int64)
+    return ordered, first, np.array([position[key] for key in listed], np.int64)
 
 
 class FgdScore:
@@ -191,7 +193,7 @@ class FgdScore:
         combined = self.cache.slot_state[: ledger.rows] << ledger.max_gpus
         if pod.wants_gpu:
             assert state.gpu_fit is not None
-            combined |= fit_bits(state.gpu_fit)
+            combined |= fit_bits(state.gpu_fit[: ledger.rows])
         seen, values = self._slot_memo(key, ledger.rows)
         stale = slots[(seen[: ledger.rows] != combined)[slots]]
         if len(stale):
@@ -224,8 +226,8 @@ class FgdScore:
 
     def _lookup(self, pod: PodRequest, state: CycleState, key: tuple[int, int, int, int], slots: I64,
                 combined: I64) -> I64:
-        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (one
-        batch; each state's result depends on that state alone, so their order does not matter)."""
+        """Packed results for ``slots`` from the state memo, evaluating the states not seen yet once each (in
+        ascending order of their key, one batch)."""
         memo, combined = self._state_memo(pod, key, slots, combined)
         packed = memo.get_many(combined)  # packed values are ≥ 0, so −1 marks a miss
         missing = np.flatnonzero(packed < 0)

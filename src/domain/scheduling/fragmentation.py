@@ -29,9 +29,9 @@ from domain.units import MILLI_PER_GPU
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-_TABLE_STATES = 4096
-"""Up to this many states, :meth:`FragmentationModel.weighted_frag` reads usable GPUs per head from a per-milli
-table (a gather of ``states × GPUs × heads`` integers); larger batches use the bucket pass of ``_usable``."""
+_TABLE_CELLS = 2**19
+"""Up to this many ``states × GPUs × heads`` cells (4 MiB of int64), :meth:`FragmentationModel.weighted_frag` reads
+usable GPUs per head from a per-milli table (one gather of that many integers); larger batches use ``_usable``."""
 _DIRECT_STATES = 48
 """Up to this many states, :meth:`FragmentationModel._usable` compares every GPU with every threshold directly
 (fewer array operations); above it the threshold buckets of ``_usable_any_model`` cost less. Same integers."""
@@ -118,46 +118,29 @@ class FragmentationModel:
         # Distinct per-GPU thresholds, ascending, and each group's position among them (:meth:`_usable_any_model`).
         self._levels: I64 = np.unique(self.u_g)
         self._level_g: I64 = np.searchsorted(self._levels, self.u_g).astype(np.int64)
-        # The GPU-using typical pods of one (group, GPU count) differ only in CPU, so the weight of those that fit a
-        # node is a prefix sum over their sorted CPU thresholds: :meth:`weighted_frag`, which FGD's score calls for
-        # every option, needs no (states × T) pass (the per-class ``f_t`` is computed only for new node states).
+        # The GPU-using typical pods of one (group, GPU count) — a head — differ only in CPU, so the weight of those
+        # that fit a node is a prefix sum of ``p_t`` over their sorted CPU thresholds: :meth:`weighted_frag`, which
+        # FGD's score calls for every option, needs no (states × T) pass (``f_t`` is computed only for new states).
         subgroups: dict[tuple[int, int], list[int]] = {}
         for t in np.flatnonzero(~self.cpu_only_t).tolist():
             subgroups.setdefault((int(self.group_t[t]), int(self.k_t[t])), []).append(t)
         self.p_total = float(self.p.sum())
         self._h_group: I64 = np.array([g for g, _ in subgroups], np.int64)
         self._h_k: I64 = np.array([k for _, k in subgroups], np.int64)
-        self._stride = int(self.cpu_t.max(initial=0)) + 2
-        keys: list[int] = []
-        weights: list[float] = []
-        starts: list[int] = []
-        for h, members in enumerate(subgroups.values()):
-            starts.append(len(keys))
-            cumulative = 0.0
-            for t in sorted(members, key=lambda t: (int(self.cpu_t[t]), t)):
-                cumulative += float(self.p[t])
-                keys.append(h * self._stride + int(self.cpu_t[t]))
-                weights.append(cumulative)
-        # Each head's keys are preceded by a sentinel key ``h · stride − 1`` of weight 0.0: a query whose CPU is below
-        # every member's threshold lands on its own head's sentinel (queries of head h are ≥ h · stride − 1).
-        sentinel_keys: list[int] = []
-        sentinel_weights: list[float] = []
-        for h, start in enumerate(starts):
-            end = starts[h + 1] if h + 1 < len(starts) else len(keys)
-            sentinel_keys += [h * self._stride - 1, *keys[start:end]]
-            sentinel_weights += [0.0, *weights[start:end]]
-        self._h_keys: I64 = np.array(sentinel_keys, np.int64)
-        self._h_weights: F64 = np.array(sentinel_weights, np.float64)
-        self._h_offsets: I64 = np.arange(len(starts), dtype=np.int64)[None, :] * self._stride
         self._cpu_levels: I64 = np.unique(self.cpu_t[~self.cpu_only_t])
         self.cpu_buckets = len(self._cpu_levels) + 1
         """Number of values :meth:`cpu_bucket` returns (0 .. ``cpu_buckets − 1``)."""
-        # Row b: each head's prefix weight for a CPU left in bucket b (the weights that bucket's lowest CPU left
-        # reaches; every member threshold is a level, so the whole bucket reaches the same ones).
-        lowest = np.concatenate([[-1], self._cpu_levels])
-        query = self._h_offsets + np.minimum(lowest, self._stride - 2)[:, None]
-        index = np.searchsorted(self._h_keys, query.ravel(), side="right").reshape(query.shape) - 1
-        self._bucket_weights: F64 = self._h_weights[index]
+        # Row b, column h: the summed ``p_t`` of head h's members whose CPU threshold a CPU left in bucket b meets.
+        # Every threshold is a level, so the bucket's lowest CPU left (−1, then each level) meets the same ones.
+        lowest = np.concatenate([np.array([-1], np.int64), self._cpu_levels])
+        self._bucket_weights: F64 = np.zeros((len(lowest), len(subgroups)), np.float64)
+        for h, members in enumerate(subgroups.values()):
+            ordered = sorted(members, key=lambda t: (int(self.cpu_t[t]), t))
+            prefix = [0.0]
+            for t in ordered:
+                prefix.append(prefix[-1] + float(self.p[t]))
+            met = np.searchsorted(self.cpu_t[ordered], lowest, side="right")
+            self._bucket_weights[:, h] = np.array(prefix, np.float64)[met]
         # Per GPU free milli x (0 .. MILLI_PER_GPU) and head h: ``x · 128 + 1`` when a GPU with x free can host
         # one of h's GPUs, else 0. Summed over a node's GPUs (≤ 64, so the count stays below 128) this packs the
         # head's usable-GPU count and their free milli into one integer (:meth:`_usable_heads`).
@@ -268,9 +251,9 @@ class FragmentationModel:
     def _usable_heads(self, free: I64, models: I64) -> tuple[I64, I64] | None:
         """Per state and head (M, H): GPUs that can host one GPU of the head's typical pods and their free milli,
         read from the per-milli table (one gather and one sum), when every group may use every model and
-        ``0 ≤ free ≤ MILLI_PER_GPU`` on at most 64 GPUs and ``M ≤ _TABLE_STATES``; else None (use :meth:`_usable`).
-        Same integers as :meth:`_usable` expanded by head."""
-        if len(free) > _TABLE_STATES or free.shape[1] > 64 or not free.size:
+        ``0 ≤ free ≤ MILLI_PER_GPU`` on at most 64 GPUs, within :data:`_TABLE_CELLS`; else None (use
+        :meth:`_usable`). Same integers as :meth:`_usable` expanded by head."""
+        if free.size * len(self._h_k) > _TABLE_CELLS or free.shape[1] > 64 or not free.size:
             return None
         if self._allowed.shape[1] != self.ledger.model_count + 1:
             self.allowed_table()
