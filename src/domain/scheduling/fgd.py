@@ -47,21 +47,17 @@ def sigmoid_score(delta: F64) -> I64:
 _BYTE_BITS = np.uint64(0x0102040810204080)  # Σ_g 2^(56 − 7g): moves the low bit of byte g to bit 56 + g
 
 
-def fit_bits(fit: BoolArray, slots: I64 | None = None) -> I64:
-    """``Σ_g fit[slot, g] · 2^g`` per slot of ``slots`` (int64; every row of ``fit`` when None; ``fit`` bool
-    ``[rows, G]``). For ``G = 8`` each row is read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64)
-    by ``Σ_g 2^(56 − 7g)``, which moves byte ``g``'s bit to bit ``56 + g``; every other partial product lands above
-    bit 63 or below bit 56 without carrying into them (the byte-to-bit packing multiply; all 256 rows are checked by
-    the unit tests), so a shift by 56 leaves the packed bits. Raises nothing."""
+def fit_bits(fit: BoolArray) -> I64:
+    """``Σ_g fit[row, g] · 2^g`` per row of ``fit`` (bool ``[rows, G]`` → int64 ``[rows]``). For ``G = 8`` each row
+    is read as one little-endian uint64 of 0/1 bytes and multiplied (mod 2^64) by ``Σ_g 2^(56 − 7g)``, which moves
+    byte ``g``'s bit to bit ``56 + g``; every other partial product lands above bit 63 or below bit 56 without
+    carrying into them (the byte-to-bit packing multiply; all 256 rows are checked by the unit tests), so a shift by
+    56 leaves the packed bits. Raises nothing."""
     if fit.shape[1] == 8 and fit.flags.c_contiguous and np.little_endian:
-        rows = fit.view(np.uint64)[:, 0]
-        if slots is not None:
-            rows = rows[slots]
-        packed: I64 = ((rows * _BYTE_BITS) >> np.uint64(56)).astype(np.int64)
+        packed: I64 = ((fit.view(np.uint64)[:, 0] * _BYTE_BITS) >> np.uint64(56)).astype(np.int64)
         return packed
     weights = np.int64(1) << np.arange(fit.shape[1], dtype=np.int64)
-    chosen = fit if slots is None else np.take(fit, slots, axis=0)
-    summed: I64 = chosen.astype(np.int64) @ weights
+    summed: I64 = fit.astype(np.int64) @ weights
     return summed
 
 

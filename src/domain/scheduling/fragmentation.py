@@ -180,14 +180,17 @@ class FragmentationModel:
         typical pods of group ``u`` (:attr:`group_t`)."""
         return self.allowed_table()[:, models].transpose(1, 0, 2)
 
+    def _every_model_allowed(self) -> bool:
+        """Whether every group may use every model the ledger knows now (:meth:`allowed_table` kept current)."""
+        self.allowed_table()
+        return self._any_model
+
     def _usable(self, free: I64, models: I64, allowed: npt.NDArray[np.bool_] | None) -> tuple[I64, I64]:
         """Per state and group (M, U): how many GPUs could host one GPU of the group's typical pods, and their free
         milli summed; ``allowed`` as in :meth:`frag_vectors`. When every group may use every model, the same
         integers come from :meth:`_usable_any_model` in ``O(M·(G + U))`` instead of ``O(M·U·G)``."""
         if allowed is None:
-            if self._allowed.shape[1] != self.ledger.model_count + 1:
-                self.allowed_table()
-            if self._any_model:
+            if self._every_model_allowed():
                 if len(free) > _DIRECT_STATES:
                     return self._usable_any_model(free, models)
                 usable = (free[:, None, :] >= self.u_g[None, :, None]) & (models >= 0)[:, None, :]
@@ -255,9 +258,7 @@ class FragmentationModel:
         :meth:`_usable`). Same integers as :meth:`_usable` expanded by head."""
         if free.size * len(self._h_k) > _TABLE_CELLS or free.shape[1] > 64 or not free.size:
             return None
-        if self._allowed.shape[1] != self.ledger.model_count + 1:
-            self.allowed_table()
-        if not self._any_model or free.min() < 0 or free.max() > MILLI_PER_GPU:
+        if not self._every_model_allowed() or free.min() < 0 or free.max() > MILLI_PER_GPU:
             return None
         packed = self._head_table[np.where(models >= 0, free, 0)].sum(axis=1)
         return packed & 127, packed >> 7

@@ -119,10 +119,11 @@ class NodeStateCache:
             slot = int(changed[0])
             state = int(self.intern(ledger.cpu_free[changed], schedulable_free(ledger, changed),
                                     ledger.gpu_model[changed])[0])
-            idle = int(ledger.sched_free_sum[slot]) if ledger.active[slot] else 0
+            on = bool(ledger.active[slot])
+            idle = int(ledger.sched_free_sum[slot]) if on else 0
             self.total_idle += idle - int(self._slot_idle[slot])
             self._slot_idle[slot] = idle
-            self.slot_state[slot] = state if ledger.active[slot] else -1
+            self.slot_state[slot] = state if on else -1
             self._seen[slot] = ledger.version[slot]
             return changed
         active = ledger.active[changed]

@@ -27,14 +27,13 @@ class StateMemo:
     """Memo of non-negative int64 values by int64 key (module docstring). Not thread-safe (one scheduling
     cycle at a time owns it)."""
 
-    __slots__ = ("_added_keys", "_added_values", "_keys", "_table", "_values")
+    __slots__ = ("_added", "_keys", "_table", "_values")
 
     def __init__(self) -> None:
         self._table: dict[int, int] = {}
         self._keys: I64 = np.zeros(0, np.int64)
         self._values: I64 = np.zeros(0, np.int64)
-        self._added_keys: list[int] = []  # memoised since the snapshot, in insertion order
-        self._added_values: list[int] = []
+        self._added: list[int] = []  # keys memoised since the snapshot (their values are in the table)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -45,14 +44,14 @@ class StateMemo:
         table = self._table
         if len(keys) <= DICT_BATCH:
             return _from_dict(table, keys)
-        if len(self._added_keys) > max(DICT_BATCH, len(self._keys) // 8):
+        if len(self._added) > max(DICT_BATCH, len(self._keys) // 8):
             self._snapshot()
         known = self._keys
         if not len(known):
             return _from_dict(table, keys)
         at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
         found: I64 = np.where(known[at] == keys, self._values[at], -1)
-        if self._added_keys:
+        if self._added:
             rest = np.flatnonzero(found < 0)
             if len(rest):
                 found[rest] = _from_dict(table, keys[rest])
@@ -64,14 +63,12 @@ class StateMemo:
         if len(keys) != len(values):
             raise ValueError(f"keys and values differ in length: {len(keys)} keys, {len(values)} values")
         self._table.update(zip(keys, values, strict=True))
-        self._added_keys += keys
-        self._added_values += values
+        self._added += keys
 
     def _snapshot(self) -> None:
-        added = np.array(self._added_keys, np.int64)
-        order = np.argsort(added)
-        keys = np.concatenate([self._keys, added[order]])
-        values = np.concatenate([self._values, np.array(self._added_values, np.int64)[order]])
+        added = sorted(self._added)
+        keys = np.concatenate([self._keys, np.array(added, np.int64)])
+        values = np.concatenate([self._values, _from_dict(self._table, keys[len(self._keys):])])
         merged = np.argsort(keys, kind="stable")  # two sorted runs: a linear merge
         self._keys, self._values = keys[merged], values[merged]
-        self._added_keys, self._added_values = [], []
+        self._added = []
