@@ -6,7 +6,7 @@ Behaviours covered:
   states that differ only in CPU left within one bucket get bit-identical ``weighted_frag``.
 * ``FgdScore`` shares one state memo between pod classes of one GPU shape (keyed by that bucket): scores and GPU
   choices of pods of one shape and different CPU, scored one after another through one plugin, equal those of a
-  fresh plugin per pod; FGD+ (one memo per class) likewise.
+  fresh plugin per pod; FGD-residue (one memo per class) likewise.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fgdplus import FgdPlusScore
+from domain.scheduling.fgdresidue import FgdResidueScore
 from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
 from domain.scheduling.nodestates import NodeStateCache
@@ -72,7 +72,7 @@ def test_scores_through_a_shared_memo_equal_a_fresh_plugin_per_pod() -> None:
             for core in (500, 250) for cpu in (0, 1500, 2000, 3500, 4000, 9000)]
     pods += [single_container_pod(f"w{cpu}", cpu_milli=cpu, gpus=1) for cpu in (1000, 7000, 8000)]
     pods += [single_container_pod(f"c{cpu}", cpu_milli=cpu) for cpu in (500, 2500)]
-    for kind in (FgdScore, FgdPlusScore):
+    for kind in (FgdScore, FgdResidueScore):
         shared = kind(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
         distinct = set()
         for pod in pods:

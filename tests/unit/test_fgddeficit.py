@@ -7,7 +7,7 @@ Behaviours covered:
 * the first key is FGD's change minus the deficit change (milli-GPU) inside one sigmoid: a CPU-heavy whole-GPU
   pod scores lower where its CPU leaves the remaining GPUs without their typical CPU (FGD scores both nodes the
   same and its tie rule picks that one), so the policy places it on the other node;
-* a placement that creates no deficit scores exactly as under FGD+;
+* a placement that creates no deficit scores exactly as under FGD-residue;
 * registry: the policy is registered, needs typical pods, and replays deterministically within capacity.
 """
 
@@ -21,7 +21,7 @@ from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
 from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit, typical_cpu_per_gpu
-from domain.scheduling.fgdplus import FgdPlusScore
+from domain.scheduling.fgdresidue import FgdResidueScore
 from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.framework import CycleState, Scheduler
 from domain.scheduling.nodestates import NodeStateCache
@@ -80,9 +80,9 @@ def test_placement_without_deficit_scores_as_under_fgd_plus() -> None:
     ledger = ClusterLedger([node("a", 4, cpu=16000), node("b", 4, cpu=40000)])
     slots = np.array([ledger.slot("a"), ledger.slot("b")], np.int64)
     pod = single_container_pod("p", cpu_milli=4000, gpus=1)
-    plus = FgdPlusScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
+    plus = FgdResidueScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
     deficit = FgdDeficitScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
-    scheduler = Scheduler(ledger, build_profile("fgd-plus", ledger, rng=np.random.default_rng(0), typical=TYPICAL))
+    scheduler = Scheduler(ledger, build_profile("fgd-residue", ledger, rng=np.random.default_rng(0), typical=TYPICAL))
     state, again = CycleState(), CycleState()
     scheduler.feasible(pod, state)
     scheduler.feasible(pod, again)

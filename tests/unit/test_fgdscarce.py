@@ -87,7 +87,7 @@ def test_without_restricted_typical_pods_scores_as_fgd_deficit() -> None:
     scarce = FgdScarceScore(NodeStateCache(FragmentationModel(typical, ledger)))
     assert scarce.claim().tolist() == [0.0, 0.0]
     deficit = FgdDeficitScore(NodeStateCache(FragmentationModel(typical, ledger)))
-    scheduler = Scheduler(ledger, build_profile("fgd-plus", ledger, rng=np.random.default_rng(0), typical=typical))
+    scheduler = Scheduler(ledger, build_profile("fgd-residue", ledger, rng=np.random.default_rng(0), typical=typical))
     pod = single_container_pod("p", cpu_milli=12000, gpus=1)
     state, again = CycleState(), CycleState()
     scheduler.feasible(pod, state)

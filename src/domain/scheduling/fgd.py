@@ -253,6 +253,12 @@ class FgdScore:
         return self._memo_for(key[1:]), combined * model.cpu_buckets + bucket
 
     @staticmethod
+    def _remember_choice(state: CycleState, slots: I64, choice: I64) -> None:
+        """Record ``choice`` (GPU index per slot of ``slots``, < 63) as this cycle's choice for :meth:`choose`, in
+        the packing :meth:`score` uses (any value · 64 + choice + 1)."""
+        state.data[_CHOICE] = (slots, choice + 1)
+
+    @staticmethod
     def _choice(state: CycleState, slot: int) -> int | None:
         """The GPU the last scoring pass of this cycle chose on ``slot``, or None when it did not score it."""
         entry = state.data.get(_CHOICE)

@@ -1,4 +1,4 @@
-"""FGD-deficit — FGD+ whose first key also counts the GPUs a placement leaves without their typical CPU.
+"""FGD-deficit — FGD-residue whose first key also counts the GPUs a placement leaves without their typical CPU.
 
 **CPU deficit** of node ``n`` (CPU-milli): ``D(n) = max(0, ρ · freeGPU(n) − cpuLeft(n))``, where ``freeGPU`` is the
 free milli of the node's schedulable GPUs and ``ρ`` the CPU the typical GPU demand asks per milli-GPU:
@@ -7,12 +7,12 @@ CPU-only pods are left out since they ask no GPU). ``D(n) / ρ`` is the free GPU
 there cannot back at the typical ratio: a CPU-heavy pod on a node with little CPU per GPU strands the GPUs
 beside it, which FGD sees only once ``cpuLeft`` falls below some typical pod's whole CPU ask.
 
-Decision rule: FGD+ (:mod:`domain.scheduling.fgdplus`) with FGD's change replaced, in its first key, by
+Decision rule: FGD-residue (:mod:`domain.scheduling.fgdresidue`) with FGD's change replaced, in its first key, by
 ``trunc(100 · σ((F(n) − F(n') − (D(n') − D(n)) / ρ) / 1000))``: the deficit change, in milli-GPU, is added to
 FGD's fragmentation change before the sigmoid, so both are judged in one unit at FGD's scale (σ over 1000
-milli). FGD+'s residue score stays the second key, the run's node order the last; the GPU inside a node is
+milli). FGD-residue's residue score stays the second key, the run's node order the last; the GPU inside a node is
 chosen by the same keys. No constant is fitted to a trace: ``ρ`` comes from the typical pods, the rest is
-FGD's. A placement that creates no deficit anywhere scores exactly as under FGD+.
+FGD's. A placement that creates no deficit anywhere scores exactly as under FGD-residue.
 
 Cost per decision: one more ``(nodes × options)`` pass of a few vector operations inside FGD's memoised
 evaluation (values depend only on the node state and the pod class, as FGD's do).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from domain.scheduling.fgd import sigmoid_score
-from domain.scheduling.fgdplus import SECONDARY_SPAN, FgdPlusScore, residue_vectors
+from domain.scheduling.fgdresidue import SECONDARY_SPAN, FgdResidueScore, residue_vectors
 from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
 from domain.scheduling.nodestates import NodeStateCache
 
@@ -43,7 +43,7 @@ def cpu_deficit(rho: float, cpu_left: I64, free: I64) -> F64:
     return result
 
 
-class FgdDeficitScore(FgdPlusScore):
+class FgdDeficitScore(FgdResidueScore):
     """FGD-deficit score plugin, tie refiner and GPU chooser (module docstring)."""
 
     name = "fgd-deficit-blend"
@@ -53,7 +53,7 @@ class FgdDeficitScore(FgdPlusScore):
         self.rho = typical_cpu_per_gpu(cache.model)
 
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
-        """``first key · SPAN + residue score`` per option (see :meth:`FgdPlusScore._rate`); the first key is
+        """``first key · SPAN + residue score`` per option (see :meth:`FgdResidueScore._rate`); the first key is
         FGD's with the deficit change added (module docstring)."""
         model = self.cache.model
         ledger = self.ledger

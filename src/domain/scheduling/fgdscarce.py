@@ -22,7 +22,7 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.scheduling.fgd import sigmoid_score
 from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit
-from domain.scheduling.fgdplus import SECONDARY_SPAN, residue_vectors
+from domain.scheduling.fgdresidue import SECONDARY_SPAN, residue_vectors
 from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
 from domain.scheduling.nodestates import NodeStateCache
 
@@ -72,7 +72,7 @@ class FgdScarceScore(FgdDeficitScore):
         return self._claim
 
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
-        """``first key · SPAN + residue score`` per option (see :meth:`FgdPlusScore._rate`); the first key is
+        """``first key · SPAN + residue score`` per option (see :meth:`FgdResidueScore._rate`); the first key is
         FGD-deficit's with the restricted-claim cost subtracted (module docstring)."""
         model = self.cache.model
         ledger = self.ledger

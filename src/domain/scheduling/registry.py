@@ -16,6 +16,7 @@ from domain.ledger import ClusterLedger
 from domain.scheduling.fgd import FgdScore
 from domain.scheduling.fgddeficit import FgdDeficitScore
 from domain.scheduling.fgdplus import FgdPlusScore
+from domain.scheduling.fgdresidue import FgdResidueScore
 from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.fragmentation import FragmentationModel, TypicalPods
@@ -83,11 +84,13 @@ POLICIES: dict[str, Policy] = {
         Policy("best-fit", "least leftover CPU and GPU (ATC'23 BestFit)", lambda c: (BestFitScore(), BestFitGpu())),
         Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd_family("fgd", FgdScore),
                needs_typical_pods=True),
-        Policy("fgd-plus", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)",
-               _fgd_family("fgd-plus", FgdPlusScore),
+        Policy("fgd-plus", "fgd-deficit-scarce, with shares placed by cluster-wide gap balance (closing a GPU first, "
+               "then the sum of squares of gap counts)", _fgd_family("fgd-plus", FgdPlusScore),
                needs_typical_pods=True),
-        Policy("fgd-deficit-blend", "FGD+, with the GPUs a placement leaves without their typical CPU counted as "
-               "fragmentation", _fgd_family("fgd-deficit-blend", FgdDeficitScore), needs_typical_pods=True),
+        Policy("fgd-residue", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)",
+               _fgd_family("fgd-residue", FgdResidueScore), needs_typical_pods=True),
+        Policy("fgd-deficit-blend", "fgd-residue, with the GPUs a placement leaves without their typical CPU counted "
+               "as fragmentation", _fgd_family("fgd-deficit-blend", FgdDeficitScore), needs_typical_pods=True),
         Policy("fgd-deficit-scarce", "fgd-deficit-blend, also charging GPU taken from models that model-restricted "
                "pods need", _fgd_family("fgd-deficit-scarce", FgdScarceScore), needs_typical_pods=True),
     )
@@ -135,8 +138,8 @@ def build_profile(
 
     ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 
-    ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-deficit-blend`` and
-    ``fgd-deficit-scarce``. Raises
+    ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-residue``,
+    ``fgd-deficit-blend`` and ``fgd-deficit-scarce``. Raises
     :class:`UnknownPolicyError`.
     """
     policy = get_policy(name)
