@@ -30,7 +30,9 @@ from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.fragmentation import I64
 from domain.scheduling.framework import CycleState
 from domain.scheduling.gapbalance import gap_histogram, option_keys
+from domain.scheduling.nodestates import NodeStateCache
 from domain.scheduling.planner import ensure_gpu_fit
+from domain.scheduling.statememo import StateMemo
 
 _GAP = "fgd-plus.gap"
 
@@ -39,6 +41,10 @@ class FgdPlusScore(FgdScarceScore):
     """FGD-plus score plugin, tie refiner and GPU chooser (module docstring)."""
 
     name = "fgd-plus"
+
+    def __init__(self, cache: NodeStateCache) -> None:
+        super().__init__(cache)
+        self._option_memo: dict[tuple[int, ...], StateMemo] = {}
 
     @staticmethod
     def _balances(pod: PodRequest) -> bool:
@@ -79,14 +85,35 @@ class FgdPlusScore(FgdScarceScore):
         where = np.searchsorted(slots, tied)
         keys = best[where]
         top = np.flatnonzero(keys == keys.max())
-        chosen = tied[top]
-        gpu = choice[where[top]]
-        after = np.take(ledger.sched_free, chosen, axis=0)
-        rows = np.arange(len(chosen), dtype=np.int64)
-        assert state.core_need is not None
-        after[rows, gpu] = np.maximum(after[rows, gpu] - state.core_need[chosen, gpu], 0)
-        values = self._rate(chosen, rows, ledger.cpu_free[chosen] - pod.cpu_milli, after,
-                            np.take(ledger.gpu_model, chosen, axis=0))
         result: I64 = np.zeros(len(tied), np.int64)
-        result[top] = values + 1
+        assert state.core_need is not None
+        result[top] = self._option_values(pod, state.core_need, tied[top], choice[where[top]]) + 1
         return result
+
+    def _option_values(self, pod: PodRequest, need: I64, chosen: I64, gpu: I64) -> I64:
+        """FGD-deficit-scarce's value (≥ 0) of placing ``pod`` on GPU ``gpu[i]`` of slot ``chosen[i]`` (``need``: the
+        cycle's per-GPU milli, ledger rows × GPUs). Memoised per (CPU, milli, restricted claim) of a share with a
+        fixed milli and (node state, GPU): the value depends on nothing else. Raises nothing."""
+        self.claim()
+        class_key = self._memo_key(pod)
+        if class_key is None:  # the milli depends on each GPU's memory: evaluate directly
+            return self._evaluate_options(pod, need, chosen, gpu)
+        memo = self._option_memo.setdefault((*class_key, *self._claim_key), StateMemo())
+        packed = (self.cache.slot_state[chosen] << 6) | gpu  # at most 64 GPUs per node
+        values = memo.get_many(packed)
+        missing = np.flatnonzero(values < 0)
+        if len(missing):
+            unique, first, inverse = np.unique(packed[missing], return_index=True, return_inverse=True)
+            fresh = self._evaluate_options(pod, need, chosen[missing[first]], gpu[missing[first]])
+            values[missing] = fresh[inverse.reshape(-1)]
+            memo.update(unique.tolist(), fresh.tolist())
+        return values
+
+    def _evaluate_options(self, pod: PodRequest, need: I64, slots: I64, gpu: I64) -> I64:
+        """:meth:`_option_values` without the memo."""
+        ledger = self.ledger
+        after = np.take(ledger.sched_free, slots, axis=0)
+        rows = np.arange(len(slots), dtype=np.int64)
+        after[rows, gpu] = np.maximum(after[rows, gpu] - need[slots, gpu], 0)
+        return self._rate(slots, rows, ledger.cpu_free[slots] - pod.cpu_milli, after,
+                          np.take(ledger.gpu_model, slots, axis=0))
