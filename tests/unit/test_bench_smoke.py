@@ -18,7 +18,9 @@ Behaviours covered:
   extender runs through prioritize; the comparison table and closing lines.
 * ``bench/exporter_scrape.py`` end to end in a tiny configuration (2 GPUs × 3 pods, 20 churn cycles; the Runtime
   and the exporter as ``ljrk`` processes): exit 0, every closing ``key=value`` figure printed, the series set and
-  count the same before and after the churn, and the readable summary lines.
+  count the same before and after the churn, and the readable summary lines;
+* ``bench/share_packing.py``'s ``pack`` on a hand-built stream under both rules (closing fits, dropped pods,
+  CPU-only arrivals) and its refusal of an unknown rule.
 """
 
 from __future__ import annotations
@@ -276,3 +278,28 @@ def test_versus_published_fgd_lines_per_pod_file(bench: ModuleType) -> None:
     assert "fgd-plus_vs_published_fgd_alloc130_pp=+0.610" in lines  # mean 96.0 − 95.39
     assert "fgd-plus_vs_published_fgd_alloc100_pp=+0.570" in lines  # mean 95.8 − 95.23
     assert bench.versus_fgd_lines(runs, "openb_pod_list_mine.csv") == []
+
+
+# ---------------------------------------------------------------------------------------------- share packing
+def test_share_packing_rules_on_a_hand_built_stream() -> None:
+    # Two GPUs. Arrivals: 300, 700 (best fit and gap balance both close GPU 0: 300 + 700 = 1000), then 600 on the
+    # fresh GPU 1 (free 400), 500 (fits nowhere: dropped), a whole GPU (none free: dropped), 400 (closes GPU 1), and
+    # a CPU-only pod (skipped, its arrival counted as 0 milli).
+    spec = importlib.util.spec_from_file_location("bench_share_packing", BENCH.parent / "share_packing.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from domain.simulation.workload import TracePod
+
+    def pod(name: str, gpus: int, milli: int) -> TracePod:
+        return TracePod(name, 1000, 1024, gpus, milli)
+
+    stream = [pod("a", 1, 300), pod("b", 1, 700), pod("c", 1, 600), pod("d", 1, 500), pod("e", 1, 1000),
+              pod("f", 1, 400), pod("g", 0, 0)]
+    for rule in ("best-fit", "gap-balance"):
+        arrived, used = module.pack(rule, 2, stream)
+        assert arrived == [300, 1000, 1600, 2100, 3100, 3500, 3500]
+        assert used == [300, 1000, 1600, 1600, 1600, 2000, 2000]
+    with pytest.raises(ValueError, match="rule 'first-fit'"):
+        module.pack("first-fit", 2, stream)

@@ -38,15 +38,20 @@ NO_OPTION = np.iinfo(np.int64).min
 
 
 def gap_histogram(ledger: ClusterLedger) -> I64:
-    """``N(h)`` (module docstring) over the schedulable GPUs of active, admitting nodes: int64 ``(C + 1,)`` with
-    ``C`` the largest GPU capacity (milli-GPU; at least :data:`~domain.units.MILLI_PER_GPU`). Raises nothing."""
+    """``N(h)`` (module docstring) over the schedulable GPUs of active, admitting nodes (:func:`gap_histogram_of`).
+    Raises nothing."""
     rows = ledger.rows
     nodes = ledger.active[:rows] & ledger.admitting[:rows]
-    free = ledger.sched_free[:rows][nodes]
-    cap = ledger.core_cap[:rows][nodes] * ledger.gpu_ok[:rows][nodes]
+    capacity = ledger.core_cap[:rows][nodes] * ledger.gpu_ok[:rows][nodes]
+    return gap_histogram_of(ledger.sched_free[:rows][nodes], capacity)
+
+
+def gap_histogram_of(free: I64, cap: I64) -> I64:
+    """``N(h)`` of GPUs with free milli ``free`` and capacity ``cap`` (same shape, milli-GPU; capacity 0 = not
+    schedulable): int64 ``(C + 1,)`` with ``C`` the largest capacity, at least :data:`~domain.units.MILLI_PER_GPU`.
+    Counts the GPUs with ``0 < free < cap``. Raises nothing."""
     size = max(int(cap.max()) if cap.size else 0, MILLI_PER_GPU) + 1
-    gaps = free[(free > 0) & (free < cap)]
-    histogram: I64 = np.bincount(gaps, minlength=size).astype(np.int64)
+    histogram: I64 = np.bincount(free[(free > 0) & (free < cap)], minlength=size).astype(np.int64)
     return histogram
 
 
