@@ -29,6 +29,7 @@ from domain.scheduling.registry import POLICIES
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, command, failing, serve, shutting_down, start
 from ports.trace import TraceError
+from services.scheduler.policies import DEFAULT_POLICY
 
 from .app import UpError, UpSettings
 from .containers import UpContainer
@@ -74,8 +75,9 @@ def build_parser(prog: str = "ljrk up") -> argparse.ArgumentParser:
     timing.add_argument("--speedup", type=_positive(float), metavar="X",
                         help="trace seconds per wall second, instead of --duration")
     parser.add_argument("--seed", type=int, default=42, help="seed of the synthetic workload (default: 42)")
-    parser.add_argument("--policy", default="fgd", metavar="NAME",
-                        help=f"the scheduler's default policy (default: fgd; known: {', '.join(POLICIES)})")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
+                        help=f"the scheduler's default policy (default: {DEFAULT_POLICY}; "
+                             f"known: {', '.join(POLICIES)})")
     parser.add_argument("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
                         help="where report.json and ljrk-up.log go (default: out/up)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

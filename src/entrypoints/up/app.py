@@ -47,6 +47,7 @@ from entrypoints._shared.command import SettingsError as SettingsError
 from ports.cluster import ClusterApi, ClusterError
 from ports.progress import ProgressBar
 from ports.runtime import NodeRuntimeError
+from services.scheduler.policies import DEFAULT_POLICY
 
 from .agreement import Disagreement, Observation, compare, container_views, gpu_views
 from .events import EventTap
@@ -90,7 +91,7 @@ class UpSettings:
     duration_s: float = 10.0
     speedup: float | None = None
     seed: int = 42
-    policy: str = "fgd"
+    policy: str = DEFAULT_POLICY
     kubeconfig: Path | None = None
     output_dir: Path = Path("out/up")
     progress: bool | None = None

@@ -31,6 +31,7 @@ from entrypoints.exporter.containers import ExporterContainer
 from entrypoints.runtime.app import MAX_SOCKET_PATH, RuntimeApp, RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
 from ports.cluster import ClusterApi, ClusterError
+from services.scheduler.policies import DEFAULT_POLICY
 
 from .clock import PausableClock
 from .cri import ReleasingDeviceManager, RuntimeReleaser
@@ -67,7 +68,7 @@ class StackSettings:
     node_memory: str = "256Gi"
     node_pods: str = "110"
     speedup: float = 1.0
-    policy: str = "fgd"
+    policy: str = DEFAULT_POLICY
     namespace: str = "kube-system"
     node_prefix: str = "ljrk-up-node"
     work_dir: Path = Path("/tmp")
