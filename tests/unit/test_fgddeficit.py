@@ -74,20 +74,20 @@ def test_cpu_heavy_pod_loses_score_where_it_leaves_the_other_gpus_without_cpu() 
         assert result.allocation.node == chosen
 
 
-def test_placement_without_deficit_scores_as_under_fgd_plus() -> None:
+def test_placement_without_deficit_scores_as_under_fgd_residue() -> None:
     # A 4000-CPU whole-GPU pod on (4 GPUs, 40000 CPU) leaves 36000 ≥ ρ·3000 = 12000, and on (4 GPUs, 16000 CPU)
     # 12000 ≥ 12000: no deficit before or after on either node, so both plugins give the same scores and keys.
     ledger = ClusterLedger([node("a", 4, cpu=16000), node("b", 4, cpu=40000)])
     slots = np.array([ledger.slot("a"), ledger.slot("b")], np.int64)
     pod = single_container_pod("p", cpu_milli=4000, gpus=1)
-    plus = FgdResidueScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
+    residue = FgdResidueScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
     deficit = FgdDeficitScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
     scheduler = Scheduler(ledger, build_profile("fgd-residue", ledger, rng=np.random.default_rng(0), typical=TYPICAL))
     state, again = CycleState(), CycleState()
     scheduler.feasible(pod, state)
     scheduler.feasible(pod, again)
-    assert deficit.score(pod, ledger, again, slots).tolist() == plus.score(pod, ledger, state, slots).tolist()
-    assert deficit.refine(pod, ledger, again, slots).tolist() == plus.refine(pod, ledger, state, slots).tolist()
+    assert deficit.score(pod, ledger, again, slots).tolist() == residue.score(pod, ledger, state, slots).tolist()
+    assert deficit.refine(pod, ledger, again, slots).tolist() == residue.refine(pod, ledger, state, slots).tolist()
 
 
 def test_registered_needs_typical_pods_and_replays_deterministically_within_capacity() -> None:

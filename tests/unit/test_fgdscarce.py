@@ -105,3 +105,27 @@ def test_registered_needs_typical_pods_and_replays_deterministically_within_capa
     again = replay(nodes, pods, ReplayConfig(POLICY, 7))
     assert first.used_milli == again.used_milli
     assert 0 < first.used_milli[-1] <= first.total_gpus * 1000
+
+
+def test_scores_follow_the_claim_when_nodes_join() -> None:
+    # Typical: any model p 0.75, "T4"-restricted p 0.25 (both 1 whole GPU). With 2 T4 + 2 G2 GPUs the T4 claim is
+    # 4/1000 · 250/2 = 0.5; after eight more 1-GPU T4 nodes it is 12/1000 · 250/10 = 0.3, so a memoised T4 score
+    # from before would be stale: the same plugin must score the T4 node as a fresh one does.
+    typical = TypicalPods((PodClass(4000, 1000, 1), PodClass(4000, 1000, 1, "T4")), (0.75, 0.25))
+    ledger = ClusterLedger([node("t", 2, "T4"), node("g", 2, "G2")])
+    plugin = FgdScarceScore(NodeStateCache(FragmentationModel(typical, ledger)))
+    pod = single_container_pod("p", cpu_milli=4000, gpus=1)
+
+    def scores(score: FgdScarceScore) -> list[int]:
+        scheduler = Scheduler(ledger, build_profile(POLICY, ledger, rng=np.random.default_rng(0), typical=typical))
+        state = CycleState()
+        slots, _ = scheduler.feasible(pod, state)
+        return score.score(pod, ledger, state, slots).tolist()
+
+    before = scores(plugin)
+    assert plugin.claim()[ledger.model_id("T4")] == pytest.approx(0.5)
+    for i in range(8):
+        ledger.upsert_node(node(f"t{i}", 1, "T4"))
+    assert scores(plugin) == scores(FgdScarceScore(NodeStateCache(FragmentationModel(typical, ledger))))
+    assert plugin.claim()[ledger.model_id("T4")] == pytest.approx(0.3)
+    assert scores(plugin)[0] != before[0]

@@ -9,7 +9,7 @@ take the first ``k`` free GPUs; CPU-only pods change only ``cpuLeft``.
 
 Scores are memoised per (node state, per-GPU fit pattern, pod GPU shape, CPU-threshold bucket of the CPU left):
 nodes in identical states are evaluated once, and pod classes that differ only in CPU share results where the
-same typical pods' CPU thresholds are met (FGD+ keeps one memo per class); and per slot and pod class, so a
+same typical pods' CPU thresholds are met (FGD-residue keeps one memo per class); and per slot and pod class, so a
 cycle looks up only the slots whose state changed since that class was last scored (one decision changes one
 node).
 """
@@ -31,6 +31,11 @@ from domain.scheduling.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"
+_CHOICE_BITS = 7  # choice + 1 ≤ MAX_GPUS_PER_NODE (64) < 2^7
+_CHOICE_SPAN = 1 << _CHOICE_BITS
+MEMO_MAX_GPUS = 32
+"""Widest ledger (GPUs per node) the memo serves: its key packs ``state id << GPUs | fit bits`` into an int64, so
+state ids keep 31 bits; a fit pattern of 63 or more GPUs would also reach the sign bit (the unseen-slot marker)."""
 _NEVER = np.iinfo(np.int64).min  # no slot state and fit pattern packs to this
 _KEY_BASE = 2048  # > MILLI_PER_GPU: packs a GPU's (model, free milli, need milli) into one int64
 SLOT_MEMO_BYTES = 64 * 2**20
@@ -68,7 +73,7 @@ _DISTINCT_BY_DICT = 32
 def _distinct(keys: I64) -> tuple[list[int], I64, I64]:
     """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``) as ``np.unique`` returns them: the distinct keys
     ascending (a list), the index of each one's first occurrence, and per key its position in ``unique``
-    (``unique[inverse[i]] == keys[i]``). Ascending order matters: FGD+'s residue term is reduced by a matrix
+    (``unique[inverse[i]] == keys[i]``). Ascending order matters: FGD-residue's term is reduced by a matrix
     product whose last bits may depend on a row's place in its batch. Raises nothing."""
     if len(keys) > _DISTINCT_BY_DICT:
         unique, index, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -172,14 +177,15 @@ class FgdScore:
     # ------------------------------------------------------------------ plugin API
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
         """FGD node scores (0..99) for ``slots``; records the chosen GPU per slot for Reserve. Values are memoised
-        per (pod class, node state, per-GPU fit) as ``value · 64 + choice + 1`` (at most 64 GPUs per node)."""
+        per (pod class, node state, per-GPU fit) as ``value · 128 + choice + 1`` (GPU indexes 0..126), while nodes
+        have at most :data:`MEMO_MAX_GPUS` GPUs; wider ledgers are evaluated without the memo."""
         self.cache.refresh()
         if pod.wants_gpu and pod.simple_shape is not None:
             ensure_gpu_fit(pod, ledger, state)
-        key = self._memo_key(pod)
+        key = self._memo_key(pod) if ledger.max_gpus <= MEMO_MAX_GPUS else None
         if key is None:
             values, choice = self._evaluate(pod, state, slots)
-            state.data[_CHOICE] = (slots, values * 64 + (choice + 1))
+            state.data[_CHOICE] = (slots, values * _CHOICE_SPAN + (choice + 1))
             return self._publish(state, slots, values)
         if self._memo_width != ledger.max_gpus:
             self._memo.clear()
@@ -198,7 +204,7 @@ class FgdScore:
             seen[stale] = fresh
         per_slot = values[slots]
         state.data[_CHOICE] = (slots, per_slot)
-        return self._publish(state, slots, per_slot >> 6)  # packed values are ≥ 0: value · 64 + choice + 1
+        return self._publish(state, slots, per_slot >> _CHOICE_BITS)  # packed ≥ 0: value · 128 + choice + 1
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """Node scores (0..100) from the per-slot values of :meth:`_rate`; FGD's values are its scores."""
@@ -206,7 +212,7 @@ class FgdScore:
 
     def _slot_memo(self, key: tuple[int, int, int, int], rows: int) -> tuple[I64, I64]:
         """Per ledger slot, the ``(slot state << width) | fit bits`` value last scored for pod class ``key`` and
-        its packed result (``score · 64 + choice + 1``): a slot whose value is unchanged needs no lookup. At most
+        its packed result (``score · 128 + choice + 1``): a slot whose value is unchanged needs no lookup. At most
         :data:`SLOT_MEMO_BYTES` worth of classes are kept (least recently used dropped; at least 16)."""
         entry = self._by_slot.pop(key, None)
         if entry is None or len(entry[0]) < rows:
@@ -230,7 +236,7 @@ class FgdScore:
         if len(missing):
             unique, first, inverse = _distinct(combined[missing])
             scores, choice = self._evaluate(pod, state, slots[missing[first]])
-            values = scores * 64 + (choice + 1)
+            values = scores * _CHOICE_SPAN + (choice + 1)
             packed[missing] = values[inverse]
             memo.update(unique, values.tolist())
         return packed
@@ -254,8 +260,8 @@ class FgdScore:
 
     @staticmethod
     def _remember_choice(state: CycleState, slots: I64, choice: I64) -> None:
-        """Record ``choice`` (GPU index per slot of ``slots``, < 63) as this cycle's choice for :meth:`choose`, in
-        the packing :meth:`score` uses (any value · 64 + choice + 1)."""
+        """Record ``choice`` (GPU index per slot of ``slots``, < 127) as this cycle's choice for :meth:`choose`, in
+        the packing :meth:`score` uses (any value · 128 + choice + 1)."""
         state.data[_CHOICE] = (slots, choice + 1)
 
     @staticmethod
@@ -266,7 +272,7 @@ class FgdScore:
             return None
         slots, packed = entry
         where = np.flatnonzero(slots == slot)
-        return int(packed[where[0]]) % 64 - 1 if len(where) else None
+        return int(packed[where[0]]) % _CHOICE_SPAN - 1 if len(where) else None
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
         """FGD has no normalize step."""

@@ -1,21 +1,24 @@
-"""FGD-plus — FGD-deficit-scarce for whole-GPU and CPU-only pods; shares placed by cluster-wide gap balance.
+"""FGD-plus — FGD-deficit-scarce, with shares placed by cluster-wide gap balance and whole GPUs packed by node.
 
 FGD (Weng et al., ATC '23) judges a share by the fragmentation of the one node it lands on, truncated to an integer
 score; which of many similar GPUs a share fills is then settled by ties. Arrivals beyond capacity leave every GPU
 with some idle remainder, and which remainders the cluster ends with decides its allocation.
 
-Decision rule for a single-container share (``GpuKind.SHARE``), over every feasible (node, GPU) option:
-the :mod:`~domain.scheduling.gapbalance` key (closing a GPU first, then the smaller change of the sum of squares of
-the cluster's gap counts, then best fit), then the FGD-deficit-scarce value of that option (its first key and
-residue score, :mod:`~domain.scheduling.fgdscarce`), then the run's node order. Inside a node the GPU with the best
-key wins (lowest index on ties). Every other pod (whole GPUs, CPU only, several containers) is scored exactly as by
-``fgd-deficit-scarce``.
+Decision rules (ties of each key go to the next; the profile's tie rule settles what is left):
+
+* **Share** (one container asking part of one GPU): on each feasible node, the GPU with the best
+  :mod:`~domain.scheduling.gapbalance` key (closing a GPU first, then the smaller change of the sum of squares of
+  the cluster's gap counts, then best fit; lowest index on ties); across nodes, that key, then FGD-deficit-scarce's
+  value of placing the share there (its first key, then its residue score, :mod:`~domain.scheduling.fgdscarce`).
+* **Whole GPUs**: FGD-deficit-scarce's first key, then the fewer fully free GPUs left on the node (whole nodes stay
+  whole for the multi-GPU pods only they can host), then its residue score.
+* **Everything else** (CPU only, several containers): exactly as ``fgd-deficit-scarce``.
 
 For a share the node score (:meth:`FgdPlusScore.score`) is 0 on every node: the ranking is the exact integer key
 returned by :meth:`FgdPlusScore.refine`, which the scheduler applies before its tie rule. The gap key depends on
 the whole cluster, so it is not memoised per node state: each share decision costs one pass over the ledger's GPUs
 (the histogram) and one over the feasible nodes' GPUs, plus FGD-deficit-scarce's evaluation of the best-keyed
-options only.
+options, memoised per (pod class, node state, GPU).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
+from domain.scheduling.fgdresidue import SECONDARY_SPAN
 from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.fragmentation import I64
 from domain.scheduling.framework import CycleState
@@ -44,7 +48,12 @@ class FgdPlusScore(FgdScarceScore):
 
     def __init__(self, cache: NodeStateCache) -> None:
         super().__init__(cache)
-        self._option_memo: dict[tuple[int, ...], StateMemo] = {}
+        self._option_memo: dict[tuple[int, int, int, int], StateMemo] = {}
+
+    def _forget(self) -> None:
+        """Drop every memoised score, the option values included (see :meth:`FgdScarceScore.claim`)."""
+        super()._forget()
+        self._option_memo.clear()
 
     @staticmethod
     def _balances(pod: PodRequest) -> bool:
@@ -72,11 +81,17 @@ class FgdPlusScore(FgdScarceScore):
         return result
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
-        """Second key (higher is better) for ``tied`` slots. Shares: 0 on slots whose best gap key is below the
-        best among ``tied``, else 1 + the FGD-deficit-scarce value (first key · 128 + residue score) of placing
-        the share on the chosen GPU there; other pods: FGD-deficit-scarce's residue score."""
+        """Second key (higher is better, int64) for ``tied`` slots. Shares: 0 on slots whose best gap key is below
+        the best among ``tied``, else 1 + the FGD-deficit-scarce value (first key · 128 + residue score) of placing
+        the share on the chosen GPU there. Whole GPUs: ``(max GPUs − free GPUs left) · 128 + residue score``.
+        Other pods: FGD-deficit-scarce's residue score (0..99)."""
         if not self._balances(pod):
-            return super().refine(pod, ledger, state, tied)
+            residue = super().refine(pod, ledger, state, tied)
+            shape = pod.simple_shape
+            if pod.wants_gpu and shape is not None and shape.kind is GpuKind.WHOLE:
+                left = ledger.free_gpus[tied] - shape.gpus
+                return (ledger.max_gpus - left) * SECONDARY_SPAN + residue
+            return residue
         entry = state.data.get(_GAP)
         if not isinstance(entry, tuple) or not np.isin(tied, entry[0]).all():
             self.score(pod, ledger, state, tied)
@@ -92,14 +107,15 @@ class FgdPlusScore(FgdScarceScore):
 
     def _option_values(self, pod: PodRequest, need: I64, chosen: I64, gpu: I64) -> I64:
         """FGD-deficit-scarce's value (≥ 0) of placing ``pod`` on GPU ``gpu[i]`` of slot ``chosen[i]`` (``need``: the
-        cycle's per-GPU milli, ledger rows × GPUs). Memoised per (CPU, milli, restricted claim) of a share with a
-        fixed milli and (node state, GPU): the value depends on nothing else. Raises nothing."""
-        self.claim()
+        cycle's per-GPU milli, ledger rows × GPUs). Memoised per pod class of a share with a fixed milli and per
+        (node state, GPU): the value depends on nothing else but the restricted claim, whose change empties the
+        memo. Raises nothing."""
+        self.claim()  # drops the memo if the claim changed
         class_key = self._memo_key(pod)
         if class_key is None:  # the milli depends on each GPU's memory: evaluate directly
             return self._evaluate_options(pod, need, chosen, gpu)
-        memo = self._option_memo.setdefault((*class_key, *self._claim_key), StateMemo())
-        packed = (self.cache.slot_state[chosen] << 6) | gpu  # at most 64 GPUs per node
+        memo = self._option_memo.setdefault(class_key, StateMemo())
+        packed = (self.cache.slot_state[chosen] << 7) | gpu  # GPU indexes < MAX_GPUS_PER_NODE = 64 < 2^7
         values = memo.get_many(packed)
         missing = np.flatnonzero(values < 0)
         if len(missing):

@@ -34,7 +34,7 @@ the only numbers are FGD's (σ scale 1000 milli, scores 0..100) and the packing 
 
 Cost per decision: one more ``(nodes × options) × typical pods × GPUs`` integer pass per evaluation (the residue
 after placement; the residue before is cached per node state), shared by FGD's memoisation (values are cached
-per pod class and node state); the residue score adds one sigmoid per option. Measured cost: README.
+per pod class and node state); the residue score adds one sigmoid per option. Measured cost: docs/fgd-variants.md.
 """
 
 from __future__ import annotations

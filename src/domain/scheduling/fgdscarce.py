@@ -11,8 +11,9 @@ restricted demand it is expected to displace.
 Decision rule: FGD-deficit (:mod:`domain.scheduling.fgddeficit`) with that cost subtracted, in milli-GPU, inside
 the first key's sigmoid beside FGD's change and the deficit change. With no restricted typical pod every
 ``r_m`` is 0 and the policy scores exactly as FGD-deficit. ``r`` is recomputed when nodes join or leave
-(``ledger.topology``) or a new model appears. No constant is fitted: ``r`` comes from the typical pods and the
-inventory; its "demand equals capacity" point is x = 100 of the published allocation curve.
+(``ledger.topology``), a new model appears or capacity changes, and memoised scores are then dropped. No constant
+is fitted: ``r`` comes from the typical pods and the inventory; its "demand equals capacity" point is x = 100 of
+the published allocation curve.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from domain.ledger import ClusterLedger
+from domain.request import PodRequest
 from domain.scheduling.fgd import sigmoid_score
 from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit
 from domain.scheduling.fgdresidue import SECONDARY_SPAN, residue_vectors
 from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.framework import CycleState
 from domain.scheduling.nodestates import NodeStateCache
 
 
@@ -61,15 +64,29 @@ class FgdScarceScore(FgdDeficitScore):
     def __init__(self, cache: NodeStateCache) -> None:
         super().__init__(cache)
         self._claim: F64 = np.zeros(0, np.float64)
-        self._claim_key = (-1, -1)
+        self._claim_key = (-1, -1, -1)
 
     def claim(self) -> F64:
-        """:func:`restricted_claim` for the ledger now (memoised on its topology and model count)."""
-        key = (self.ledger.topology, self.ledger.model_count)
+        """:func:`restricted_claim` for the ledger now (memoised on its topology, model count and capacity
+        generation). When it changes, every memoised score is dropped: those values were computed with the old
+        claim."""
+        key = (self.ledger.topology, self.ledger.model_count, self.ledger.capacity_generation)
         if key != self._claim_key:
-            self._claim = restricted_claim(self.cache.model, self.ledger)
-            self._claim_key = key
+            claim = restricted_claim(self.cache.model, self.ledger)
+            if not np.array_equal(claim, self._claim):
+                self._forget()
+            self._claim, self._claim_key = claim, key
         return self._claim
+
+    def _forget(self) -> None:
+        """Drop every memoised score (state memos and per-slot values)."""
+        self._memo.clear()
+        self._by_slot.clear()
+
+    def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
+        """FGD-deficit's score (0..99) with the claim term, after bringing the claim up to date."""
+        self.claim()
+        return super().score(pod, ledger, state, slots)
 
     def _rate(self, slots: I64, rows: I64, cpu_left: I64, after: I64, models: I64) -> I64:
         """``first key · SPAN + residue score`` per option (see :meth:`FgdResidueScore._rate`); the first key is

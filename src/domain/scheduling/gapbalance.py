@@ -12,8 +12,9 @@ with free ``h`` leaves ``r = h − u``. Options are ranked by, in order:
    that are rare are created, so later shares of every size keep finding a gap that fits them closely.
 3. The smaller free ``h`` (best fit).
 
-Keys are exact integers (no float, no truncation), so decisions are deterministic and depend on the cluster only
-through the ledger's free milli per GPU. Memory is left to the filters, as in FGD.
+Keys are exact integers (no float, no truncation), so decisions are deterministic; they depend on the cluster only
+through each GPU's free milli, its capacity and whether it is schedulable on an admitting node. Memory is left to
+the filters, as in FGD.
 """
 
 from __future__ import annotations
