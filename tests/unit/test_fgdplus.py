@@ -5,8 +5,7 @@ Behaviours covered:
 * a share goes to the option with the best gap key across the cluster (a closing GPU first; else the smaller
   sum-of-squares change, counting gaps on nodes the pod cannot use), whatever node order and FGD say;
 * ties of the gap key are settled by FGD-deficit-scarce's value of the option, then the node order;
-* CPU-only pods are scored, refined and placed exactly as by FGD-deficit-scarce; whole-GPU pods keep its scores
-  and, among equal ones, go to the node left with fewer fully free GPUs (then its residue score);
+* pods other than shares are scored, refined and placed exactly as by FGD-deficit-scarce;
 * registry: ``fgd-plus`` and ``fgd-residue`` are registered and need typical pods; a replay is deterministic per
   seed and never books more than the capacity.
 """
@@ -110,8 +109,9 @@ def test_refine_of_slots_not_scored_yet_scores_them_first() -> None:
     assert plus.choose(pod, ledger, state, int(slots[1]), np.array([0, 1], np.int64)) == 1
 
 
-def test_cpu_only_pods_are_scored_as_by_fgd_deficit_scarce() -> None:
-    pod = single_container_pod("cpu", cpu_milli=8000)
+@pytest.mark.parametrize("pod", [single_container_pod("whole", cpu_milli=8000, gpus=2),
+                                 single_container_pod("cpu", cpu_milli=8000)], ids=["whole", "cpu-only"])
+def test_pods_other_than_shares_are_scored_as_by_fgd_deficit_scarce(pod: PodRequest) -> None:
     ledger = ClusterLedger([node("a", 4, cpu=16000), node("b", 4), node("c", 3, cpu=20000)])
     share(ledger, "a0", "a", 0, 500, cpu=6000)
     share(ledger, "c0", "c", 1, 200)
@@ -125,40 +125,6 @@ def test_cpu_only_pods_are_scored_as_by_fgd_deficit_scarce() -> None:
     assert plus.score(pod, ledger, state, slots).tolist() == scarce.score(pod, ledger, again, slots).tolist()
     assert plus.refine(pod, ledger, state, slots).tolist() == scarce.refine(pod, ledger, again, slots).tolist()
     assert place(ledger, "fgd-plus", pod) == place(ledger, "fgd-deficit-scarce", pod)
-
-
-def test_whole_gpu_pods_keep_fgd_deficit_scarce_scores_and_prefer_the_node_left_with_fewer_free_gpus() -> None:
-    # Only CPU-only typical pods: every GPU milli counts as fragment and no typical pod uses a GPU (ρ = 0, no
-    # claim), so a 1-GPU pod changes F, the deficit and the residue by the same amounts on "a" (4 free GPUs) and
-    # "b" (4 GPUs, 2 of them used): equal first keys and equal residue scores. FGD-plus then takes "b", left with 1
-    # free GPU against 3, although "a" comes first by name; FGD-deficit-scarce takes "a".
-    typical = TypicalPods((PodClass(4000, 0, 0),), (1.0,))
-    ledger = ClusterLedger([node("a", 4), node("b", 4)])
-    share(ledger, "b0", "b", 0, 1000)
-    share(ledger, "b1", "b", 1, 1000)
-    pod = single_container_pod("w", cpu_milli=4000, gpus=1)
-    plus = FgdPlusScore(NodeStateCache(FragmentationModel(typical, ledger)))
-    scarce = FgdScarceScore(NodeStateCache(FragmentationModel(typical, ledger)))
-    scheduler = Scheduler(ledger, build_profile("fgd-plus", ledger, rng=np.random.default_rng(0), typical=typical))
-    state, again = CycleState(), CycleState()
-    slots, _ = scheduler.feasible(pod, state)
-    scheduler.feasible(pod, again)
-    first = plus.score(pod, ledger, state, slots).tolist()
-    assert first == scarce.score(pod, ledger, again, slots).tolist()
-    assert first[0] == first[1]
-    residue = scarce.refine(pod, ledger, again, slots)
-    assert residue[0] == residue[1]
-    # (ledger GPU columns − left) · 128 + residue, with 8 columns (the ledger's minimum width): a (8 − 3) · 128,
-    # b (8 − 1) · 128.
-    assert ledger.max_gpus == 8
-    assert (plus.refine(pod, ledger, state, slots) - residue).tolist() == [640, 896]
-    for policy, expected in (("fgd-plus", "b"), ("fgd-deficit-scarce", "a")):
-        scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=np.random.default_rng(0), typical=typical,
-                                                    tie_break="name"))
-        result = scheduler.schedule(single_container_pod(f"w-{policy}", cpu_milli=4000, gpus=1))
-        assert result.allocation is not None
-        assert result.allocation.node == expected
-        ledger.release(result.allocation.pod_uid)
 
 
 def test_registry_has_fgd_plus_and_fgd_residue_and_both_need_typical_pods() -> None:

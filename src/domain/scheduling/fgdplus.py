@@ -1,4 +1,4 @@
-"""FGD-plus — FGD-deficit-scarce, with shares placed by cluster-wide gap balance and whole GPUs packed by node.
+"""FGD-plus — FGD-deficit-scarce, with shares placed by cluster-wide gap balance.
 
 FGD (Weng et al., ATC '23) judges a share by the fragmentation of the one node it lands on, truncated to an integer
 score; which of many similar GPUs a share fills is then settled by ties. Arrivals beyond capacity leave every GPU
@@ -10,9 +10,7 @@ Decision rules (ties of each key go to the next; the profile's tie rule settles 
   :mod:`~domain.scheduling.gapbalance` key (closing a GPU first, then the smaller change of the sum of squares of
   the cluster's gap counts, then best fit; lowest index on ties); across nodes, that key, then FGD-deficit-scarce's
   value of placing the share there (its first key, then its residue score, :mod:`~domain.scheduling.fgdscarce`).
-* **Whole GPUs**: FGD-deficit-scarce's first key, then the fewer fully free GPUs left on the node (whole nodes stay
-  whole for the multi-GPU pods only they can host), then its residue score.
-* **Everything else** (CPU only, several containers): exactly as ``fgd-deficit-scarce``.
+* **Everything else** (whole GPUs, CPU only, several containers): exactly as ``fgd-deficit-scarce``.
 
 For a share the node score (:meth:`FgdPlusScore.score`) is 0 on every node: the ranking is the exact integer key
 returned by :meth:`FgdPlusScore.refine`, which the scheduler applies before its tie rule. The gap key depends on
@@ -29,7 +27,6 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.fgdresidue import SECONDARY_SPAN
 from domain.scheduling.fgdscarce import FgdScarceScore
 from domain.scheduling.fragmentation import I64
 from domain.scheduling.framework import CycleState
@@ -83,15 +80,9 @@ class FgdPlusScore(FgdScarceScore):
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Second key (higher is better, int64) for ``tied`` slots. Shares: 0 on slots whose best gap key is below
         the best among ``tied``, else 1 + the FGD-deficit-scarce value (first key · 128 + residue score) of placing
-        the share on the chosen GPU there. Whole GPUs: ``(max GPUs − free GPUs left) · 128 + residue score``.
-        Other pods: FGD-deficit-scarce's residue score (0..99)."""
+        the share on the chosen GPU there. Other pods: FGD-deficit-scarce's residue score (0..99)."""
         if not self._balances(pod):
-            residue = super().refine(pod, ledger, state, tied)
-            shape = pod.simple_shape
-            if pod.wants_gpu and shape is not None and shape.kind is GpuKind.WHOLE:
-                left = ledger.free_gpus[tied] - shape.gpus
-                return (ledger.max_gpus - left) * SECONDARY_SPAN + residue
-            return residue
+            return super().refine(pod, ledger, state, tied)
         entry = state.data.get(_GAP)
         if not isinstance(entry, tuple) or not np.isin(tied, entry[0]).all():
             self.score(pod, ledger, state, tied)
