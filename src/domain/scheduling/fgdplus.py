@@ -72,8 +72,8 @@ class FgdPlusScore(FgdScarceScore):
                            gap_histogram(ledger))
         choice = np.argmax(keys, axis=1).astype(np.int64)
         best = keys[np.arange(len(slots)), choice]
-        state.data[_GAP] = (slots.copy(), best, choice)
-        self._remember_choice(state, slots.copy(), choice)
+        state.data[_GAP] = (slots, best, choice)
+        self._remember_choice(state, slots, choice)
         result: I64 = np.zeros(len(slots), np.int64)
         return result
 
