@@ -1,37 +1,37 @@
 #!/usr/bin/env bash
-# A real Kubernetes node for the integration tests: kubelet 1.20.2 built from Debian's source package, Debian's
-# containerd + runc, a pause image, a small workload image, a kube-scheduler image and a no-op CNI plugin, all made
-# here without any registry. The node itself is started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`,
-# through tests/integration/kubelet_cli.py).
+# A real Kubernetes node for the integration tests: kubelet, containerd 2 (CDI on) and runc of the live Kubernetes
+# version, all built from Go modules by scripts/k8s-control-plane.sh install, plus a pause image, a small workload
+# image, a kube-scheduler image and a no-op CNI plugin, all made here without any registry. The node itself is
+# started and stopped by tests/integration/kubelet_harness.py (or `start`/`stop`, through
+# tests/integration/kubelet_cli.py).
 #
-#   bash scripts/real-kubelet.sh install        # Debian packages, kubelet, pause/workload/kube-scheduler images, CNI
-#   bash scripts/real-kubelet.sh node-dir       # print the cache folder holding them (exit 1 if not installed)
+#   bash scripts/real-kubelet.sh install        # Debian packages, the platform build, images, CNI plugin
+#   bash scripts/real-kubelet.sh node-dir       # print the node's folder (exit 1 if not installed)
 #   bash scripts/real-kubelet.sh start DIR [--kubeconfig F --node-name N]   # containerd + kubelet in DIR
 #   bash scripts/real-kubelet.sh stop DIR       # stop them and remove every process, mount, cgroup and file
 #
-# `install` (as root on Debian bookworm) is idempotent and offline apart from apt-get:
-#   1. apt-get installs containerd, runc, containernetworking-plugins (its `loopback`), busybox-static, buildah,
-#      gcc and libc6-dev (no service is started: a policy-rc.d denies it while packages install);
-#   2. runs scripts/k8s-control-plane.sh install (the source tree it unpacks) and builds cmd/kubelet in that tree
-#      under the same lock, with the same offline recipe (GOPROXY=off, vendored modules, CGO_ENABLED=0);
-#   3. compiles Kubernetes' own build/pause/linux/pause.c statically and packs it, busybox-static, and the control
-#      plane's static kube-scheduler binary (scripts/k8s-control-plane.sh, built from the same source tree) as
-#      one-layer images with buildah (vfs storage under a temporary root, removed afterwards), written as
-#      docker-archive tarballs that containerd imports (`ljrk.local/pause:3.2`, `ljrk.local/workload:1`, and
-#      `registry.k8s.io/kube-scheduler:v<its version>`: the upstream image's name, so deploy/'s scheduler Deployment
+# `install` (as root on Debian bookworm) is idempotent:
+#   1. apt-get installs containernetworking-plugins (its `loopback`), busybox-static, buildah, gcc, libc6-dev and
+#      util-linux (no service is started: a policy-rc.d denies it while packages install);
+#   2. runs scripts/k8s-control-plane.sh install: kubelet, kube-scheduler, containerd, ctr, the runc shim and runc
+#      of the selected Kubernetes version ($LJRK_K8S_VERSION, else hack/kubernetes-version);
+#   3. compiles Kubernetes' own build/pause/linux/pause.c (from the k8s.io/kubernetes module in Go's module cache)
+#      statically and packs it, busybox-static, and that version's kube-scheduler binary as one-layer images with
+#      buildah (vfs storage under a temporary root, removed afterwards), written as docker-archive tarballs that
+#      containerd imports (`ljrk.local/pause:3.10`, `ljrk.local/workload:1`, and
+#      `registry.k8s.io/kube-scheduler:v<version>`: the upstream image's name, so deploy/'s scheduler Deployment
 #      runs it with `deploy-all.sh --kube-scheduler-tag`; the binary at /usr/local/bin/kube-scheduler, on PATH);
 #   4. writes the no-op CNI plugin `ljrk-noop` (answers ADD with a fixed documentation-range address and touches no
 #      interface, route or firewall rule) beside a link to Debian's `loopback`.
-# Everything lands in ${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}/node; nothing built here is ever committed.
-# LJRK_KUBELET_REBUILD=1 rebuilds kubelet; the images and the CNI plugin are remade whenever this script changes.
+# Everything lands in ${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}/node/v<version> (bin/ holds links to the built
+# programs); nothing built here is ever committed. The images and the CNI plugin are remade whenever this script
+# or the platform build changes.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${LJRK_K8S_CACHE:-/var/cache/ljrk-k8s}"
-NODE="$CACHE/node"
-SRC_ROOT="$CACHE/src"
-APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static buildah gcc libc6-dev util-linux)
-PAUSE_IMAGE="ljrk.local/pause:3.2"
+APT_PACKAGES=(containernetworking-plugins busybox-static buildah gcc libc6-dev util-linux)
+PAUSE_IMAGE="ljrk.local/pause:3.10"
 WORKLOAD_IMAGE="ljrk.local/workload:1"
 KUBE_SCHEDULER_REPO="registry.k8s.io/kube-scheduler"
 
@@ -39,69 +39,70 @@ LOG_TAG="real-kubelet"
 # shellcheck source=scripts/lib/common.sh
 source "$HERE/lib/common.sh"  # log, die, apt_install, buildah_store
 
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    export PATH="/usr/local/go/bin:$PATH"
+fi
+
 usage() {
     cat >&2 <<'EOF'
 usage: real-kubelet.sh install | node-dir | start DIR [harness flags] | stop DIR
-  install    install containerd/runc/CNI/busybox/buildah from Debian, build kubelet from Debian's kubernetes
-             source package, make the pause and workload images and the no-op CNI plugin (idempotent)
+  install    install the CNI loopback, busybox and buildah from Debian, build the platform from Go modules
+             (scripts/k8s-control-plane.sh install), make the pause, workload and kube-scheduler images and the
+             no-op CNI plugin (idempotent)
   node-dir   print the folder holding them; exit 1 when `install` has not completed
   start DIR  start containerd + kubelet with their state in DIR (tests/integration/kubelet_cli.py)
   stop DIR   stop the node started in DIR and remove everything it made
 EOF
 }
 
-script_hash() { sha256sum "$0" | cut -c1-16; }
+# The selected Kubernetes version's control-plane folder (kube-*, kubectl, etcd); empty when not built.
+plane_dir() { python3 "$HERE/kube_platform.py" bin-dir 2>/dev/null || true; }
+
+# What the node's files are made from: this script and the built programs' stamps.
+install_hash() {
+    local plane="$1" tools f
+    tools="$(python3 "$HERE/kube_platform.py" node-bin-dir 2>/dev/null)" || return 1
+    {
+        sha256sum <"$0"
+        cat "$plane/.complete"
+        for f in "$tools"/*; do cat "$(dirname "$(readlink -f "$f")")/.complete"; done
+    } | sha256sum | cut -c1-16
+}
+
+node_of() { printf '%s/node/%s' "$CACHE" "$(basename "$1")"; }
 
 is_installed() {
-    [[ -x "$NODE/bin/kubelet" && -f "$NODE/images/pause.tar" && -f "$NODE/images/workload.tar" ]] || return 1
-    [[ -f "$NODE/images/kube-scheduler.tar" ]] || return 1
-    [[ -x "$NODE/cni/bin/ljrk-noop" && -f "$NODE/.complete" ]] || return 1
-    [[ "$(cat "$NODE/.complete")" == "$(script_hash)" ]]
+    local plane node
+    plane="$(plane_dir)"
+    [[ -n "$plane" ]] || return 1
+    node="$(node_of "$plane")"
+    [[ -x "$node/bin/kubelet" && -x "$node/bin/containerd" && -x "$node/bin/runc" ]] || return 1
+    [[ -f "$node/images/pause.tar" && -f "$node/images/workload.tar" ]] || return 1
+    [[ -f "$node/images/kube-scheduler.tar" ]] || return 1
+    [[ -x "$node/cni/bin/ljrk-noop" && -f "$node/.complete" ]] || return 1
+    [[ "$(cat "$node/.complete")" == "$(install_hash "$plane")" ]]
 }
 
 cmd_node_dir() {
     if is_installed; then
-        printf '%s\n' "$NODE"
+        node_of "$(plane_dir)"
+        printf '\n'
         return 0
     fi
-    log "real node not installed in $NODE; run: bash scripts/real-kubelet.sh install"
+    log "real node not installed for the selected Kubernetes version; run: bash scripts/real-kubelet.sh install"
     return 1
 }
 
 install_packages() { apt_install "${APT_PACKAGES[@]}"; }
 
-build_kubelet() {
-    if [[ "${LJRK_KUBELET_REBUILD:-0}" != 1 && -x "$NODE/bin/kubelet" ]]; then
-        log "reusing kubelet $("$NODE/bin/kubelet" --version 2>/dev/null)"
-        return 0
-    fi
-    local src version upstream log_file started=$SECONDS
-    src="$(find "$SRC_ROOT" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' -print -quit)"
-    [[ -n "$src" && -f "$src/Makefile" ]] || die "no unpacked kubernetes source under $SRC_ROOT"
-    version="$(cat "$SRC_ROOT/.version")"
-    upstream="${version#*:}"
-    upstream="${upstream%%-*}"
-    upstream="${upstream##*really}"
-    log_file="$CACHE/kubelet-build.log"
-    log "building kubelet (v$upstream) from $src; a cold build takes about 8 minutes on 2 cores, log: $log_file"
-    mkdir -p "$src/.go/src/k8s.io"
-    ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
-    if ! (
-        cd "$src/.go/src/k8s.io/kubernetes"
-        export GOPATH="$src/.go" GOPROXY=off CGO_ENABLED=0 GOTOOLCHAIN=local
-        export KUBE_GIT_VERSION="v$upstream" KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=debian-source
-        make WHAT=cmd/kubelet
-    ) >"$log_file" 2>&1; then
-        tail -n 40 "$log_file" >&2
-        die "kubelet build failed (last lines above; full log $log_file)"
-    fi
-    local out
-    out="$(find "$src/_output" -type f -name kubelet -perm -u+x -print -quit)"
-    [[ -n "$out" ]] || die "built kubelet not found under $src/_output"
-    mkdir -p "$NODE/bin"
-    install -m 0755 "$out" "$NODE/bin/kubelet"
-    rm -rf "$src/_output"
-    log "kubelet built in $((SECONDS - started)) s: $("$NODE/bin/kubelet" --version)"
+# bin/: links to kubelet and kube-scheduler of the version, and to containerd, its shim, ctr and runc.
+link_binaries() {
+    local plane="$1" node="$2" tools f
+    tools="$(python3 "$HERE/kube_platform.py" node-bin-dir)"
+    mkdir -p "$node/bin"
+    ln -sfn "$plane/kubelet" "$node/bin/kubelet"
+    ln -sfn "$plane/kube-scheduler" "$node/bin/kube-scheduler"
+    for f in "$tools"/*; do ln -sfn "$(readlink -f "$f")" "$node/bin/$(basename "$f")"; done
 }
 
 # One-layer image from the folder $2, entrypoint $3 (JSON array), written as docker-archive $4 named $1; PATH is
@@ -123,41 +124,38 @@ pack_image() {
 }
 
 make_images() {
-    local src work
-    src="$(find "$SRC_ROOT" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' -print -quit)"
+    local plane="$1" node="$2" work version pause_c
+    version="$(basename "$plane")"  # v1.37.2
+    pause_c="$(go env GOMODCACHE)/k8s.io/kubernetes@$version/build/pause/linux/pause.c"
+    [[ -f "$pause_c" ]] || die "no $pause_c in Go's module cache (the platform build downloads it)"
     work="$(mktemp -d /tmp/ljrk-node-build-XXXXXX)"
-    mkdir -p "$NODE/bin" "$NODE/images" "$work/pause" "$work/workload/bin"
-    gcc -Os -static -DVERSION=v3.2-ljrk -o "$NODE/bin/pause" "$src/build/pause/linux/pause.c"
-    strip "$NODE/bin/pause"
-    install -m 0755 "$NODE/bin/pause" "$work/pause/pause"
-    pack_image "$PAUSE_IMAGE" "$work/pause" '["/pause"]' "$NODE/images/pause.tar"
+    mkdir -p "$node/images" "$work/pause" "$work/workload/bin"
+    gcc -Os -static -DVERSION=v3.10-ljrk -o "$work/pause/pause" "$pause_c"
+    strip "$work/pause/pause"
+    pack_image "$PAUSE_IMAGE" "$work/pause" '["/pause"]' "$node/images/pause.tar"
     install -m 0755 /bin/busybox "$work/workload/bin/busybox"
     local applet
     for applet in sh env sleep cat ls echo test true false printenv; do
         ln -s busybox "$work/workload/bin/$applet"
     done
-    pack_image "$WORKLOAD_IMAGE" "$work/workload" '["/bin/sh"]' "$NODE/images/workload.tar"
-    local scheduler_bin scheduler_version scheduler_image
-    scheduler_bin="$CACHE/bin/kube-scheduler"
-    [[ -x "$scheduler_bin" ]] || die "no $scheduler_bin (scripts/k8s-control-plane.sh install builds it)"
-    scheduler_version="$("$scheduler_bin" --version | awk '{print $2}')"  # "Kubernetes v1.20.2"
-    [[ "$scheduler_version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "$scheduler_bin --version: no vX.Y.Z"
-    scheduler_image="$KUBE_SCHEDULER_REPO:$scheduler_version"
+    pack_image "$WORKLOAD_IMAGE" "$work/workload" '["/bin/sh"]' "$node/images/workload.tar"
+    local scheduler_image="$KUBE_SCHEDULER_REPO:$version"
     mkdir -p "$work/kube-scheduler/usr/local/bin" "$work/kube-scheduler/tmp"
-    install -m 0755 "$scheduler_bin" "$work/kube-scheduler/usr/local/bin/kube-scheduler"
+    install -m 0755 "$plane/kube-scheduler" "$work/kube-scheduler/usr/local/bin/kube-scheduler"
     pack_image "$scheduler_image" "$work/kube-scheduler" '["/usr/local/bin/kube-scheduler"]' \
-        "$NODE/images/kube-scheduler.tar"
+        "$node/images/kube-scheduler.tar"
     rm -rf "$work"
-    printf '%s\n%s\n%s\n' "$PAUSE_IMAGE" "$WORKLOAD_IMAGE" "$scheduler_image" >"$NODE/images/names"
-    log "images: $PAUSE_IMAGE ($(du -h "$NODE/images/pause.tar" | cut -f1)), $WORKLOAD_IMAGE" \
-        "($(du -h "$NODE/images/workload.tar" | cut -f1)), $scheduler_image" \
-        "($(du -h "$NODE/images/kube-scheduler.tar" | cut -f1))"
+    printf '%s\n%s\n%s\n' "$PAUSE_IMAGE" "$WORKLOAD_IMAGE" "$scheduler_image" >"$node/images/names"
+    log "images: $PAUSE_IMAGE ($(du -h "$node/images/pause.tar" | cut -f1)), $WORKLOAD_IMAGE" \
+        "($(du -h "$node/images/workload.tar" | cut -f1)), $scheduler_image" \
+        "($(du -h "$node/images/kube-scheduler.tar" | cut -f1))"
 }
 
 make_cni() {
-    mkdir -p "$NODE/cni/bin"
-    ln -sfn /usr/lib/cni/loopback "$NODE/cni/bin/loopback"
-    cat >"$NODE/cni/bin/ljrk-noop" <<'EOF'
+    local node="$1"
+    mkdir -p "$node/cni/bin"
+    ln -sfn /usr/lib/cni/loopback "$node/cni/bin/loopback"
+    cat >"$node/cni/bin/ljrk-noop" <<'EOF'
 #!/bin/sh
 # No-op CNI plugin for test nodes: no interface, route or firewall rule is touched. ADD reports eth0 with a fixed
 # address from the documentation range (RFC 5737), so containerd accepts the sandbox; pods have no network.
@@ -169,27 +167,30 @@ case "$CNI_COMMAND" in
     *) : ;;
 esac
 EOF
-    chmod 0755 "$NODE/cni/bin/ljrk-noop"
+    chmod 0755 "$node/cni/bin/ljrk-noop"
 }
 
 cmd_install() {
     [[ "$(id -u)" == 0 ]] || die "install must run as root (apt-get, $CACHE)"
-    local started=$SECONDS
+    local started=$SECONDS plane node
     install_packages
     bash "$HERE/k8s-control-plane.sh" install >/dev/null
-    if is_installed && [[ "${LJRK_KUBELET_REBUILD:-0}" != 1 ]]; then
-        log "already installed in $NODE ($("$NODE/bin/kubelet" --version))"
-        printf '%s\n' "$NODE"
+    plane="$(python3 "$HERE/kube_platform.py" bin-dir)"
+    node="$(node_of "$plane")"
+    if is_installed; then
+        log "already installed in $node ($("$node/bin/kubelet" --version))"
+        printf '%s\n' "$node"
         return 0
     fi
-    exec 9>"$CACHE/.lock"
-    flock 9 || die "cannot lock $CACHE/.lock"
-    build_kubelet
-    make_images
-    make_cni
-    script_hash >"$NODE/.complete"
-    log "done in $((SECONDS - started)) s; the node's files are in $NODE"
-    printf '%s\n' "$NODE"
+    exec 9>"$CACHE/.node.lock"
+    flock 9 || die "cannot lock $CACHE/.node.lock"
+    link_binaries "$plane" "$node"
+    make_images "$plane" "$node"
+    make_cni "$node"
+    install_hash "$plane" >"$node/.complete"
+    log "done in $((SECONDS - started)) s; the node's files are in $node ($("$node/bin/kubelet" --version)," \
+        "containerd $("$node/bin/containerd" --version | awk '{print $3}'), $("$node/bin/runc" --version | head -n 1))"
+    printf '%s\n' "$node"
 }
 
 run_harness() {
