@@ -17,7 +17,7 @@ Behaviours covered:
 - patch annotations/labels: stale RV → ConflictError, current RV → applied, None → key removed, a patch that
   changes nothing keeps the RV; six threads patching with the same RV → exactly one wins;
 - bind: node_name set; second bind → ConflictError; binding a terminating pod → ConflictError; a missing pod →
-  NotFoundError; UID mismatch → ConflictError (memory only: 1.20 ignores the binding's UID); the binding's
+  NotFoundError; UID mismatch → ConflictError; the binding's
   annotations are merged into the pod's in the same write (one watch event), and a failed binding writes none;
 - delete: unbound pod and finished pod go at once whatever the grace; a bound pod with the default grace gets a
   deletion timestamp (≈ now + 30 s) and stays listed, a repeat delete changes nothing, a shorter grace moves the
@@ -450,8 +450,6 @@ def test_bind_terminating_pod_conflicts(cluster: ClusterUnderTest) -> None:
 
 
 def test_bind_with_another_uid_conflicts(cluster: ClusterUnderTest) -> None:
-    if cluster.kind == "kubernetes":
-        pytest.skip("kube-apiserver 1.20 ignores the Binding's metadata.uid (later releases check it)")
     pod = cluster.api.create_pod(_pod(cluster))
     with pytest.raises(ConflictError):
         cluster.api.bind_pod(cluster.namespace, pod.name, uid="not-" + pod.uid, node="n1")

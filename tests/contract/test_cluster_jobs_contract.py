@@ -1,8 +1,8 @@
 """Contract of the cluster port's Jobs (``ports.cluster.ClusterApi``), against InMemoryCluster and KubernetesCluster.
 
 Part of the cluster contract suite (same ``cluster`` fixture as ``test_cluster_contract.py``): every case runs
-``[memory]`` and ``[kubernetes]`` (real kube-apiserver 1.20, no Job controller, marker ``k8s``), in a fresh
-namespace.
+``[memory]`` and ``[kubernetes]`` (real kube-apiserver of the live version, no Job controller, marker ``k8s``), in
+a fresh namespace.
 
 Behaviours covered:
 - create / get / list: uid, RV, creation time, labels, annotations, the Node owner reference, pinned node, image,
@@ -11,9 +11,11 @@ Behaviours covered:
   an existing name → ConflictError; a name over 63 characters → ClusterError 422;
 - label selectors on list: ``k=v``, ``k!=v``, ``!k``, ``k in (…)``; a malformed selector → ClusterError 400;
 - watch from the list RV through a selector: ADDED, MODIFIED (status), DELETED of matching Jobs only, RVs rising;
-- set_job_status: SUCCEEDED (``Complete`` condition, completion time) and FAILED (``Failed`` condition with reason
-  and message) read back with their phase, counts and finish time; back to ACTIVE clears them;
-- (kubernetes only) a second finished status replaces the conditions: a merge patch, not a strategic one;
+- set_job_status: ACTIVE, then SUCCEEDED (``Complete`` condition, completion time) and, on another Job, FAILED
+  (``Failed`` condition with reason and message) read back with their phase, counts and finish time; a finished
+  Job stays finished (another phase → ClusterError, as kube-apiserver >= 1.31 refuses dropping a terminal
+  condition);
+- (kubernetes only) a finished status replaces the conditions: a merge patch, not a strategic one;
 - delete with background propagation: the Job is gone at once; delete/get/set status of a missing Job →
   NotFoundError.
 Memory-only extras: ``job_deletions`` records each propagation; namespaces separate Jobs; the domain's toggle Job
@@ -166,32 +168,50 @@ def test_watch_jobs_through_a_selector(cluster: ClusterUnderTest) -> None:
 def test_set_job_status(cluster: ClusterUnderTest) -> None:
     job = cluster.api.create_job(_job(cluster))
     finished = float(int(time.time()) - 5)
+    active = cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.ACTIVE, active=1))
+    assert active.status == JobStatus(JobPhase.ACTIVE, active=1)
     done = cluster.api.set_job_status(cluster.namespace, job.name,
                                       JobStatus(JobPhase.SUCCEEDED, succeeded=1, finished_at=finished))
     assert done.status == JobStatus(JobPhase.SUCCEEDED, succeeded=1, finished_at=finished)
     assert cluster.api.get_job(cluster.namespace, job.name).status.phase is JobPhase.SUCCEEDED
+    other = cluster.api.create_job(_job(cluster))
     failed_status = JobStatus(JobPhase.FAILED, failed=1, finished_at=finished, reason="BackoffLimitExceeded",
                               message="Job has reached the specified backoff limit")
-    failed = cluster.api.set_job_status(cluster.namespace, job.name, failed_status)
+    failed = cluster.api.set_job_status(cluster.namespace, other.name, failed_status)
     assert failed.status == failed_status
-    active = cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.ACTIVE, active=1))
-    assert active.status == JobStatus(JobPhase.ACTIVE, active=1)
+
+
+def test_a_finished_job_stays_finished(cluster: ClusterUnderTest) -> None:
+    """A terminal condition is final (kube-apiserver >= 1.31 refuses dropping it): another phase → ClusterError,
+    the Job keeps its status; writing the same finished status again is accepted."""
+    job = cluster.api.create_job(_job(cluster))
+    done = JobStatus(JobPhase.SUCCEEDED, succeeded=1, finished_at=float(int(time.time()) - 5))
+    cluster.api.set_job_status(cluster.namespace, job.name, done)
+    for other in (JobStatus(JobPhase.FAILED, failed=1, reason="R"), JobStatus(JobPhase.ACTIVE, active=1)):
+        with pytest.raises(ClusterError, match="Complete"):
+            cluster.api.set_job_status(cluster.namespace, job.name, other)
+    assert cluster.api.get_job(cluster.namespace, job.name).status == done
+    assert cluster.api.set_job_status(cluster.namespace, job.name, done).status == done
 
 
 @pytest.mark.k8s
 @pytest.mark.parametrize("cluster", ["kubernetes"], indirect=True)
 def test_kubernetes_job_status_writes_are_merge_patches(cluster: ClusterUnderTest) -> None:
-    """A second finished status replaces ``status.conditions``: the write is a JSON merge patch on every client.
-    A strategic merge patch — what clients 28-35 send for a dict body unless told otherwise — merges the list by
-    ``type`` (patchMergeKey) and keeps the old condition beside the new one (measured on 1.20: [Failed, Complete])."""
+    """A finished status replaces ``status.conditions``: the write is a JSON merge patch on every client. A
+    strategic merge patch — what clients 28-35 send for a dict body unless told otherwise — merges the list by
+    ``type`` (patchMergeKey) and would keep a condition written before beside the new ones (here a non-terminal
+    ``Suspended`` one, seeded with a strategic merge patch of the raw client)."""
     from kubernetes import client
 
     job = cluster.api.create_job(_job(cluster))
-    cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.SUCCEEDED, succeeded=1))
+    seed = {"status": {"conditions": [{"type": "Suspended", "status": "False", "reason": "Seeded"}]}}
+    with cluster.plane.api_client() as api_client:
+        client.BatchV1Api(api_client).patch_namespaced_job_status(job.name, cluster.namespace, seed)
     cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.FAILED, failed=1, reason="R"))
     with cluster.plane.api_client() as api_client:
         raw = client.BatchV1Api(api_client).read_namespaced_job_status(job.name, cluster.namespace)
-    assert [(c.type, c.status, c.reason) for c in raw.status.conditions] == [("Failed", "True", "R")]
+    assert [(c.type, c.status, c.reason) for c in raw.status.conditions] == [
+        ("FailureTarget", "True", "R"), ("Failed", "True", "R")]
     assert raw.status.completion_time is None
 
 

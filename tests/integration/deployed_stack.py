@@ -17,16 +17,15 @@
 - the Runtime's ``LJRK_BACKEND`` set to ``simulated`` in its ConfigMap (``generate.py --adopt`` restamps it); the
   device plugin's release pass every 5 s and the exporter's pull every 2 s instead of 30 s and 10 s (a deleted pod's
   records and series go within seconds);
-- the scheduler: kube-scheduler is the test plane's 1.20.2 binary packed as ``registry.k8s.io/kube-scheduler:v1.20.2``
-  by ``scripts/real-kubelet.sh install`` (``deploy-all.sh --kube-scheduler-tag v1.20.2``), so its configuration in
-  the ConfigMap becomes ``kubescheduler.config.k8s.io/v1beta1`` (the version 1.20 reads; the fields used are the
-  same) with ``clientConnection.kubeconfig`` (with ``--config``, 1.20 takes the kubeconfig, the Lease namespace
-  and the healthz/metrics addresses from the file only) and healthz/metrics on a 127.0.0.1 port; its secure port
-  binds 127.0.0.1 with delegated authentication through the same kubeconfig; the extender's ``urlPrefix`` follows
-  the extender's new ``--listen`` port, and so do the extender's exec probes (kept: they run in the container).
+- the scheduler: kube-scheduler is the live version's binary packed as ``registry.k8s.io/kube-scheduler:v<version>``
+  by ``scripts/real-kubelet.sh install`` (``deploy-all.sh --kube-scheduler-tag v<version>``), running the shipped
+  ``kubescheduler.config.k8s.io/v1`` configuration with one addition, ``clientConnection.kubeconfig`` (with
+  ``--config``, kube-scheduler takes the kubeconfig from the file only); its secure port (health and metrics) binds
+  127.0.0.1 with delegated authentication through the same kubeconfig; the extender's ``urlPrefix`` follows the
+  extender's new ``--listen`` port, and so do the extender's exec probes (kept: they run in the container).
 
 :attr:`Overlay.ports` names the ports: ``controller``, ``deviceplugin``, ``exporter``, ``scheduler`` (the extender's
-verbs), ``scheduler-metrics``, ``kube-scheduler`` (healthz and metrics), ``kube-scheduler-secure``.
+verbs), ``scheduler-metrics``, ``kube-scheduler-secure`` (kube-scheduler's health and metrics, HTTPS).
 """
 
 from __future__ import annotations
@@ -179,15 +178,11 @@ def _edit_configmaps(target: Path, overlay: Overlay, free: Iterator[int]) -> Non
     _edit(target / "deviceplugin" / CONFIGMAP,
           ('LJRK_RELEASE_INTERVAL_SECONDS: "30"', 'LJRK_RELEASE_INTERVAL_SECONDS: "5"'))
     _edit(target / "exporter" / CONFIGMAP, ('LJRK_INTERVAL_SECONDS: "10"', 'LJRK_INTERVAL_SECONDS: "2"'))
-    overlay.ports["kube-scheduler"] = next(free)
     indent = "    "
     _edit(target / "scheduler" / CONFIGMAP,
-          ("apiVersion: kubescheduler.config.k8s.io/v1\n", "apiVersion: kubescheduler.config.k8s.io/v1beta1\n"),
           ("kind: KubeSchedulerConfiguration\n",
            f"kind: KubeSchedulerConfiguration\n{indent}clientConnection:\n"
-           f"{indent}  kubeconfig: {KUBECONFIG_MOUNT}/kubeconfig\n"
-           f"{indent}healthzBindAddress: 127.0.0.1:{overlay.ports['kube-scheduler']}\n"
-           f"{indent}metricsBindAddress: 127.0.0.1:{overlay.ports['kube-scheduler']}\n"),
+           f"{indent}  kubeconfig: {KUBECONFIG_MOUNT}/kubeconfig\n"),
           ("urlPrefix: http://127.0.0.1:8888", f"urlPrefix: http://127.0.0.1:{overlay.ports['scheduler']}"))
 
 

@@ -5,7 +5,8 @@ matches the current inputs. :func:`read_archive` reads the archive's ``manifest.
 :func:`unpack` extracts the layers in order into a root filesystem, applying the OCI whiteouts (``.wh.NAME`` deletes
 NAME from the layers below, ``.wh..wh..opq`` empties its folder); :func:`run` starts one container on it with
 ``runc run``: the root filesystem read-only, the image's user, environment, working folder and entrypoint, runc's
-default namespaces (so no network) and capabilities, and a runc state folder of its own. Needs root.
+default namespaces (so no network) and capabilities, and a runc state folder of its own. Needs root. runc is the
+one the live node runs (built from its Go module by ``scripts/k8s-control-plane.sh install``), else the one on PATH.
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGES_SCRIPT = REPO_ROOT / "scripts" / "images.sh"
+PLATFORM_SCRIPT = REPO_ROOT / "scripts" / "kube_platform.py"
+
+
+def runc_binary() -> str | None:
+    """The node's runc (``kube_platform.py node-bin-dir``/runc) when built, else ``runc`` on PATH, else None."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        found = subprocess.run(["python3", str(PLATFORM_SCRIPT), "node-bin-dir"], capture_output=True, text=True,
+                               timeout=30, check=False)
+        candidate = Path(found.stdout.strip()) / "runc"
+        if found.returncode == 0 and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("runc")
 
 
 def images_dir() -> tuple[Path | None, str]:
@@ -121,7 +134,10 @@ def run(archive: Archive, rootfs: Path, bundle: Path, args: list[str] | None = N
     user = str(config.get("User") or "0")
     uid, _, gid = user.partition(":")
     bundle.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True, capture_output=True, timeout=30)
+    runc_bin = runc_binary()
+    if runc_bin is None:
+        raise FileNotFoundError("no runc: run scripts/k8s-control-plane.sh install")
+    subprocess.run([runc_bin, "spec", "--bundle", str(bundle)], check=True, capture_output=True, timeout=30)
     spec = json.loads((bundle / "config.json").read_text())
     spec["root"] = {"path": str(rootfs), "readonly": True}
     spec["process"].update(terminal=False, args=argv, env=list(config.get("Env") or []),
@@ -129,7 +145,7 @@ def run(archive: Archive, rootfs: Path, bundle: Path, args: list[str] | None = N
     (bundle / "config.json").write_text(json.dumps(spec))
     state = bundle / "runc-state"
     container_id = f"ljrk-image-test-{uuid.uuid4().hex[:8]}"
-    runc = ["runc", "--root", str(state)]
+    runc = [runc_bin, "--root", str(state)]
     try:
         done = subprocess.run([*runc, "run", "--bundle", str(bundle), container_id], stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=timeout, check=False)
@@ -142,5 +158,5 @@ def run(archive: Archive, rootfs: Path, bundle: Path, args: list[str] | None = N
 
 
 def runc_available() -> bool:
-    """Whether runc is on PATH and this process is root (runc needs both here)."""
-    return shutil.which("runc") is not None and os.geteuid() == 0
+    """Whether a runc exists (:func:`runc_binary`) and this process is root (runc needs both here)."""
+    return runc_binary() is not None and os.geteuid() == 0

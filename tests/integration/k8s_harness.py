@@ -1,7 +1,8 @@
 """A real, throw-away Kubernetes control plane on 127.0.0.1 for integration tests.
 
 Starts etcd, kube-apiserver and, on request, kube-scheduler and kube-controller-manager from a directory of binaries
-(built by ``scripts/k8s-control-plane.sh install``; etcd falls back to the one on PATH). Everything listens on
+(built from Go modules by ``scripts/k8s-control-plane.sh install``, the Kubernetes version it selects; etcd falls
+back to the one on PATH). Everything listens on
 loopback ports picked at random, all state (etcd data, certificates, keys, token file, kubeconfig, component configs,
 process logs) lives in one temporary directory that ``stop()`` removes.
 
@@ -9,14 +10,14 @@ process logs) lives in one temporary directory that ``stop()`` removes.
   verifies them (no InsecureRequestWarning).
 - Auth: a static token (``--token-auth-file``) in group ``system:masters``; ``--authorization-mode=AlwaysAllow``;
   admission plugin ServiceAccount disabled (no token controller runs).
-- kube-scheduler: ``KubeSchedulerConfiguration`` (kubescheduler.config.k8s.io/v1beta1, the version 1.20 reads) is
-  generated (client kubeconfig, leader election off, healthz/metrics on a free loopback port); ``scheduler_config``
-  adds or replaces top-level fields (e.g. ``extenders``, ``profiles``). ``scheduler_config_file`` instead passes a
-  file of your own verbatim (it must set ``clientConnection.kubeconfig`` itself; with a config file 1.20 ignores
-  ``--kubeconfig``), so prefer ``scheduler_config``.
+- kube-scheduler: ``KubeSchedulerConfiguration`` (kubescheduler.config.k8s.io/v1) is generated (client kubeconfig,
+  leader election off); ``scheduler_config`` adds or replaces top-level fields (e.g. ``extenders``, ``profiles``).
+  ``scheduler_config_file`` instead passes a file of your own verbatim (it must set ``clientConnection.kubeconfig``
+  itself), so prefer ``scheduler_config``. Its health and metrics are served only over HTTPS (a self-signed
+  certificate) on a free loopback ``--secure-port``, probed at ``/healthz`` (always allowed without credentials).
   Leader election is off for both scheduler and controller manager.
-- kube-controller-manager: controllers ``job,ttl-after-finished,garbagecollector`` by default
-  (feature gate ``TTLAfterFinished=true``, needed on 1.20).
+- kube-controller-manager: controllers ``job,ttl-after-finished,garbagecollector`` by default; HTTPS health on a
+  free loopback ``--secure-port`` like the scheduler (the insecure port is gone since 1.24).
 
 Processes never outlive the test run: each child gets ``PR_SET_PDEATHSIG=SIGKILL`` (dies with the Python process even
 on SIGKILL), runs in its own process group, and ``stop()`` (also run at interpreter exit) sends SIGTERM, waits, then
@@ -287,14 +288,13 @@ def write_kubeconfig(path: Path, host: str, ca_file: Path, token: str) -> None:
     path.write_text(json.dumps(doc, indent=2))
 
 
-def scheduler_configuration(kubeconfig: Path, health_port: int, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def scheduler_configuration(kubeconfig: Path, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration (v1) the harness gives kube-scheduler; ``extra`` replaces top-level fields."""
     cfg: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "leaderElection": {"leaderElect": False},
-        "healthzBindAddress": f"127.0.0.1:{health_port}",
-        "metricsBindAddress": f"127.0.0.1:{health_port}",
     }
     cfg.update(extra or {})
     return cfg
@@ -308,6 +308,15 @@ def _get(url: str, *, context: ssl.SSLContext | None = None, token: str | None =
     with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
         body: bytes = resp.read()
         return body.decode(errors="replace")
+
+
+def _self_signed() -> ssl.SSLContext:
+    """A TLS context for kube-scheduler's and kube-controller-manager's own self-signed serving certificates (made at
+    start in their ``--cert-dir``): loopback only, health probes only, so the certificate is not verified."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def _wait_until(plane: ControlPlane, what: str, proc: _Proc, probe: Any, deadline: float) -> None:
@@ -366,8 +375,9 @@ def start_control_plane(
     apiserver_bin = find_binary(bdir, "kube-apiserver")
     scheduler_bin = find_binary(bdir, "kube-scheduler") if scheduler else None
     cm_bin = find_binary(bdir, "kube-controller-manager") if controller_manager else None
-    gates = {"TTLAfterFinished": True, **(feature_gates or {})}
+    gates = dict(feature_gates or {})
     gates_arg = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+    gate_args = [f"--feature-gates={gates_arg}"] if gates else []
 
     _sweep_orphaned_workdirs(Path(workdir_parent or tempfile.gettempdir()))
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=workdir_parent))
@@ -418,6 +428,7 @@ def start_control_plane(
                 f"--etcd-servers={plane.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",  # it refuses a loopback advertise address; nothing reads it here
                 f"--secure-port={api_port}",
                 f"--cert-dir={workdir / 'pki'}",
                 f"--tls-cert-file={crt}",
@@ -431,7 +442,7 @@ def start_control_plane(
                 "--authorization-mode=AlwaysAllow",
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false",
-                f"--feature-gates={gates_arg}",
+                *gate_args,
                 *extra_apiserver_args,
             ],
         )
@@ -450,7 +461,7 @@ def start_control_plane(
             else:
                 sched_cfg_path = workdir / "kube-scheduler.json"
                 sched_cfg_path.write_text(
-                    json.dumps(scheduler_configuration(plane.kubeconfig, sched_port, scheduler_config), indent=2)
+                    json.dumps(scheduler_configuration(plane.kubeconfig, scheduler_config), indent=2)
                 )
             plane.scheduler_config_path = sched_cfg_path
             sched = plane._spawn(
@@ -458,8 +469,10 @@ def start_control_plane(
                 [
                     str(scheduler_bin),
                     f"--config={sched_cfg_path}",
-                    "--secure-port=0",
-                    f"--feature-gates={gates_arg}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={sched_port}",
+                    f"--cert-dir={workdir / 'kube-scheduler-pki'}",
+                    *gate_args,
                 ],
             )
             if scheduler_config_file is None:
@@ -467,7 +480,7 @@ def start_control_plane(
                     plane,
                     "kube-scheduler /healthz",
                     sched,
-                    lambda: _get(f"http://127.0.0.1:{sched_port}/healthz") == "ok",
+                    lambda: _get(f"https://127.0.0.1:{sched_port}/healthz", context=_self_signed()) == "ok",
                     deadline,
                 )
             else:  # the port is the file's business; just make sure it did not die at once
@@ -483,18 +496,18 @@ def start_control_plane(
                     f"--kubeconfig={plane.kubeconfig}",
                     f"--controllers={','.join(controllers)}",
                     "--leader-elect=false",
-                    "--address=127.0.0.1",
-                    f"--port={cm_port}",
-                    "--secure-port=0",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={cm_port}",
+                    f"--cert-dir={workdir / 'kube-controller-manager-pki'}",
                     "--use-service-account-credentials=false",
-                    f"--feature-gates={gates_arg}",
+                    *gate_args,
                 ],
             )
             _wait_until(
                 plane,
                 "kube-controller-manager /healthz",
                 cm,
-                lambda: _get(f"http://127.0.0.1:{cm_port}/healthz") == "ok",
+                lambda: _get(f"https://127.0.0.1:{cm_port}/healthz", context=_self_signed()) == "ok",
                 deadline,
             )
     except BaseException as exc:

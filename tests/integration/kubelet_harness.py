@@ -1,8 +1,8 @@
-"""A real Kubernetes node on this machine for integration tests: Debian's containerd + kubelet 1.20.2.
+"""A real Kubernetes node on this machine for integration tests: containerd 2 + runc + kubelet of the live version.
 
-The files come from ``bash scripts/real-kubelet.sh install`` (kubelet, the pause and workload images, the no-op CNI
-plugin, in ``node-dir``). :func:`start_node` makes a work folder and starts, against an API server given by a
-kubeconfig:
+The files come from ``bash scripts/real-kubelet.sh install`` (kubelet, containerd, ctr, the runc shim and runc built
+from Go modules, under ``bin/``; the pause and workload images; the no-op CNI plugin; all in ``node-dir``).
+:func:`start_node` makes a work folder and starts, against an API server given by a kubeconfig:
 
 - a *namespace holder*: ``unshare --mount --propagation private`` running a shell that makes, in that private
   mount namespace only, the binds of :mod:`kubelet_node_config` (fake ``/proc/sys`` files, ``/run/containerd``,
@@ -57,7 +57,6 @@ from kubelet_cleanup import (
 )
 from kubelet_node_config import (
     HOST_MOUNT_POINTS,
-    PAUSE_IMAGE,
     WORKLOAD_IMAGE,
     containerd_config,
     holder_script,
@@ -117,6 +116,7 @@ class NodeState:
     created_mount_points: list[str] = field(default_factory=list)
     created_cgroups: list[str] = field(default_factory=list)
     kubelet_argv: list[str] = field(default_factory=list)
+    node_files: str = ""
     kubelet_port: int = 0
     read_only_port: int = 0
     healthz_port: int = 0
@@ -159,6 +159,16 @@ class RealNode:
         return self.workdir / "logs" / "kubelet.log"
 
     @property
+    def cdi_spec_dir(self) -> Path:
+        """Host path of the folder containerd reads CDI specs from (``cdi_spec_dirs``)."""
+        return self.workdir / "cdi"
+
+    @property
+    def node_files(self) -> Path:
+        """The installed node files this node runs (``scripts/real-kubelet.sh node-dir``)."""
+        return Path(self.state.node_files)
+
+    @property
     def containerd_socket(self) -> Path:
         return self.workdir / "containerd" / "containerd.sock"
 
@@ -188,14 +198,14 @@ class RealNode:
             items: list[dict[str, object]] = json.loads(reply.read()).get("items") or []
             return items
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             # setpriv --pdeathsig: the child dies with this process (tests) without Python code between fork and exec
             prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if self._own else []
             popen = subprocess.Popen([*prefix, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         self._procs[name] = popen
         return popen
 
@@ -264,8 +274,8 @@ class RealNode:
             raise NodeError("; ".join(problems))
 
     def _ctr(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", str(self.containerd_socket), "-n", "k8s.io", *args],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        ctr = [str(self.node_files / "bin" / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io"]
+        return subprocess.run([*ctr, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
     def containers(self) -> list[str]:
         """IDs of every container containerd holds for kubelet (sandboxes included); [] when it is not serving."""
@@ -308,7 +318,7 @@ def start_node(kubeconfig: Path, node_name: str, workdir: Path, *, nodes: Path |
     if any(workdir.iterdir()):
         raise NodeError(f"{workdir} is not empty")
     prepare_workdir(workdir)
-    state = NodeState(workdir=str(workdir), node_name=node_name)
+    state = NodeState(workdir=str(workdir), node_name=node_name, node_files=str(nodes))
     for point in HOST_MOUNT_POINTS:
         if not Path(point).exists():
             Path(point).mkdir(parents=True)
@@ -350,8 +360,11 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
     if not state.namespace or state.namespace == mount_namespace("self"):
         raise NodeError("the namespace holder did not get a private mount namespace")
     (workdir / "containerd" / "config.toml").write_text(containerd_config(workdir, nodes))
+    # containerd finds its shim (containerd-shim-runc-v2) on PATH: the node's own bin/ first.
+    path = f"{nodes / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
     containerd = node._spawn("containerd", node._in_namespace(
-        ["containerd", "--config", str(workdir / "containerd" / "config.toml")]))
+        [str(nodes / "bin" / "containerd"), "--config", str(workdir / "containerd" / "config.toml")]),
+        env={**os.environ, "PATH": path})
     state.containerd_pid = containerd.pid
     _wait("containerd's socket", node.containerd_socket.exists, deadline, node, "containerd")
     for image in ("pause", "workload"):
@@ -361,18 +374,14 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
     ports = free_ports(3)
     state.kubelet_port, state.read_only_port, state.healthz_port = ports
     config = workdir / "kubelet-config.json"
-    config.write_text(json.dumps(kubelet_config(ports), indent=2))
+    config.write_text(json.dumps(kubelet_config(ports, node.containerd_socket), indent=2))
     state.kubelet_argv = [
         str(nodes / "bin" / "kubelet"),
         f"--config={config}",
         f"--kubeconfig={kubeconfig}",
-        "--container-runtime=remote",
-        f"--container-runtime-endpoint=unix://{node.containerd_socket}",
-        "--runtime-request-timeout=2m",
         "--root-dir=/var/lib/kubelet",
         f"--cert-dir={workdir / 'kubelet-pki'}",
         f"--hostname-override={state.node_name}",
-        f"--pod-infra-container-image={PAUSE_IMAGE}",
         "--v=2",
     ]
     node.start_kubelet()

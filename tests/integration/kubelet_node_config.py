@@ -2,8 +2,8 @@
 configuration, and the work folder's layout.
 
 In the node's private mount namespace the holder bind-mounts read-only files over the ``/proc/sys`` entries kubelet
-1.20 insists on writing (:data:`KERNEL_TUNABLES`, holding the values it wants, so it writes nothing), a tmpfs over
-``/run/containerd`` (containerd 1.6 puts shim sockets there whatever its config says) and work-folder folders over
+insists on writing (:data:`KERNEL_TUNABLES`, holding the values it wants, so it writes nothing), a tmpfs over
+``/run/containerd`` (containerd puts shim sockets there whatever its config says) and work-folder folders over
 the host paths of :data:`HOST_BINDS`: kubelet's fixed ``/var/lib/kubelet``, ``/var/log/pods`` and
 ``/var/log/containers``, and CNI's ``/run/netns`` (the pods' network namespaces) and ``/var/lib/cni`` (the plugins'
 result cache). So the host's sysctls and those folders are never touched.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PAUSE_IMAGE = "ljrk.local/pause:3.2"
+PAUSE_IMAGE = "ljrk.local/pause:3.10"
 WORKLOAD_IMAGE = "ljrk.local/workload:1"
 CONTAINERD_RUN = "/run/containerd"
 HOST_BINDS = {
@@ -27,7 +27,7 @@ HOST_BINDS = {
 """Host path → work-folder subfolder bound over it in the node's namespace."""
 HOST_MOUNT_POINTS = (CONTAINERD_RUN, *HOST_BINDS)
 """Host folders the namespace mounts over; made on the host only when missing, and removed again."""
-KERNEL_TUNABLES = {  # what kubelet 1.20's container manager sets (pkg/kubelet/cm/container_manager_linux.go)
+KERNEL_TUNABLES = {  # what kubelet's container manager sets (pkg/kubelet/cm/container_manager_linux.go)
     "vm/overcommit_memory": "1",
     "vm/panic_on_oom": "0",
     "kernel/panic": "10",
@@ -39,7 +39,7 @@ KERNEL_TUNABLES = {  # what kubelet 1.20's container manager sets (pkg/kubelet/c
 
 def prepare_workdir(workdir: Path) -> None:
     """Make the folders the binds and the processes use, the fake sysctl files and the CNI configuration."""
-    for sub in ("logs", "sysctl", "cni", "containerd", "var-lib-kubelet/device-plugins", *HOST_BINDS.values()):
+    for sub in ("logs", "sysctl", "cni", "cdi", "containerd", "var-lib-kubelet/device-plugins", *HOST_BINDS.values()):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     for key, value in KERNEL_TUNABLES.items():
         (workdir / "sysctl" / key.replace("/", ".")).write_text(value + "\n")
@@ -62,7 +62,8 @@ def holder_script(workdir: Path) -> str:
 
 
 def containerd_config(workdir: Path, nodes: Path) -> str:
-    """containerd's config.toml: sockets, root and state in ``workdir``, CRI on, the node files' CNI plugins."""
+    """containerd's config.toml: sockets, root and state in ``workdir``, CRI on, the node files' CNI plugins and runc,
+    CDI on with its specs read from ``workdir/cdi``. Written in config version 2, which containerd 2 migrates."""
     c = workdir / "containerd"
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     disabled = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
@@ -87,19 +88,25 @@ disabled_plugins = {json.dumps(disabled)}
   stream_server_port = "0"
   disable_apparmor = true
   enable_selinux = false
+  enable_cdi = true
+  cdi_spec_dirs = ["{workdir / 'cdi'}"]
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
+[{cri}.containerd.runtimes.runc.options]
+  BinaryName = "{nodes / 'bin' / 'runc'}"
 [{cri}.cni]
   bin_dir = "{nodes / 'cni' / 'bin'}"
   conf_dir = "{workdir / 'cni'}"
 """
 
 
-def kubelet_config(ports: list[int]) -> dict[str, object]:
-    """The KubeletConfiguration for the ports (kubelet API, read-only, healthz), all on 127.0.0.1."""
+def kubelet_config(ports: list[int], containerd_socket: Path) -> dict[str, object]:
+    """The KubeletConfiguration for the ports (kubelet API, read-only, healthz), all on 127.0.0.1, and containerd at
+    ``containerd_socket``. ``failCgroupV1: false``: kubelet >= 1.35 refuses cgroup v1 hosts (KEP-5573) unless told,
+    and these machines are cgroup v1 (hybrid)."""
     port, ro_port, healthz = ports
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -115,6 +122,9 @@ def kubelet_config(ports: list[int]) -> dict[str, object]:
         "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [],
         "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "containerRuntimeEndpoint": f"unix://{containerd_socket}",
+        "runtimeRequestTimeout": "2m",
         "resolvConf": "",
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

@@ -3,9 +3,9 @@
 A control plane of its own (kube-scheduler for the stack's own pods; kube-controller-manager with the job,
 daemonset, deployment, replicaset and garbage-collector controllers; privileged pods allowed) and a real kubelet
 node (kubelet_harness.py). The six image tarballs and the kube-scheduler image of ``scripts/real-kubelet.sh``
-(the test plane's 1.20.2 binary: no kube-scheduler >= 1.25 image can be had here) are imported into the node's
-containerd, then a copy of deploy/ with the test overlay of deployed_stack.py is applied with its own
-``deploy-all.sh deploy --kube-scheduler-tag v1.20.2``: all five components, the scheduler Deployment being
+(the live version's own binary, built from Go modules) are imported into the node's containerd, then a copy of
+deploy/ with the test overlay of deployed_stack.py is applied with its own
+``deploy-all.sh deploy --kube-scheduler-tag v<version>``: all five components, the scheduler Deployment being
 kube-scheduler + our extender as deployed. The tests run in file order on that one deployment:
 
 1. labelling the node ``lj_runtimekit_enable=true`` starts every pod, the controller's enable Job marks the node
@@ -91,12 +91,12 @@ def plane(k8s_bin_dir: Path, real_node_files: Path) -> Iterator[ControlPlane]:
         started.stop()
 
 
-def _import_images(socket: Path, tarballs: list[Path]) -> None:
+def _import_images(ctr: Path, socket: Path, tarballs: list[Path]) -> None:
     """``ctr images import`` each tarball into containerd's k8s.io namespace: the first alone (it stores the layers
     our six images share), then the rest side by side (containerd finds those layers stored and only adds each
     image's config and manifest)."""
     def start(tarball: Path) -> subprocess.Popen[str]:
-        return subprocess.Popen(["ctr", "--address", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
+        return subprocess.Popen([str(ctr), "--address", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     first, *rest = tarballs
@@ -130,7 +130,7 @@ def node(plane: ControlPlane, real_node_files: Path, image_tarballs: list[Path])
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-deploy-", dir="/tmp"))
     started = start_node(plane.node_kubeconfig(NODE), NODE, workdir, nodes=real_node_files)
     try:
-        _import_images(started.containerd_socket, image_tarballs)
+        _import_images(real_node_files / "bin" / "ctr", started.containerd_socket, image_tarballs)
         with plane.api_client() as api:
             eventually(lambda: node_ready(api, NODE), timeout=90, what=f"node {NODE} Ready")
             core = client.CoreV1Api(api)

@@ -1,8 +1,9 @@
-"""Restarts under the genuine kubelet 1.20.2 (kubelet_harness.py): kubelet, the device plugin and the Runtime.
+"""Restarts under the genuine kubelet of the live version (kubelet_harness.py): kubelet, the device plugin and the
+Runtime.
 
 Runtime on two simulated 16 GiB GPUs, device plugin and standalone scheduler as processes. Covers:
 - kubelet restart (SIGTERM, started again): its ``kubelet.sock`` stays behind as a dead file until the new kubelet
-  deletes the folder's files and listens again — the behaviour the kubelet emulator models; every resource is
+  deletes the folder's sockets and listens again — the behaviour the kubelet emulator models; every resource is
   registered again, never with a Register sent before our socket serves (kubelet's log names no missing plugin
   socket); a pod submitted while kubelet is down is not bound (the plugin's inventory says it is not registered)
   and runs once it is; running pods keep their containers and devices; a new pod is admitted;
@@ -15,6 +16,7 @@ Runtime on two simulated 16 GiB GPUs, device plugin and standalone scheduler as 
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -74,7 +76,10 @@ def test_kubelet_restart(kubelet_api: Any, stack: NodeStack, pods: Pods, real_no
     stale = real_node.device_plugin_dir / "kubelet.sock"
     assert stale.exists(), "a stopped kubelet leaves its socket behind (the emulator models this)"
     stray = real_node.device_plugin_dir / "not-a-socket.txt"
-    stray.write_text("kubelet deletes every file here when it starts, not only sockets\n")
+    stray.write_text("kubelet deletes only the sockets here when it starts\n")
+    dead = real_node.device_plugin_dir / "dead-plugin.sock"
+    with socket.socket(socket.AF_UNIX) as listener:  # a socket file nobody serves, as a killed plugin leaves
+        listener.bind(str(dead))
     eventually(lambda: http_get(f"http://127.0.0.1:{stack.ports['device-plugin']}/readyz")[0] == 503, 10,
                "device plugin not ready once kubelet is gone")
     during = pods.create(pod_manifest(unique("during"), [container("main", SHARE)]))
@@ -89,7 +94,8 @@ def test_kubelet_restart(kubelet_api: Any, stack: NodeStack, pods: Pods, real_no
     print(f"\nkubelet restart -> resources registered again {registered:.1f} s, "
           f"allocatable in node status {time.monotonic() - started:.1f} s")
 
-    assert not stray.exists(), "kubelet's start wiped the folder (removeContents; the emulator does the same)"
+    assert not dead.exists(), "kubelet's start removes every socket (CleanupPluginDirectory; the emulator too)"
+    assert stray.exists(), "and keeps files that are not sockets (the emulator too)"
     log = kubelet_log_since(real_node, offset)
     assert "no such file or directory" not in "\n".join(
         line for line in log.splitlines() if "ljrk-" in line), "kubelet dialled a plugin socket that was gone"

@@ -162,21 +162,26 @@ def job_from_v1(job: client.V1Job) -> JobObject:
 
 
 def job_status_patch(status: JobStatus, *, now: float) -> dict[str, object]:
-    """A JSON merge patch for the status subresource writing ``status``: pod counts, and for a finished phase a
-    ``Complete``/``Failed`` condition (with ``reason``/``message``) plus ``startTime`` and, when it succeeded,
-    ``completionTime`` at ``finished_at`` (default ``now``, epoch s); an ACTIVE status removes both."""
+    """A JSON merge patch for the status subresource writing ``status``: pod counts, and for a finished phase the
+    interim condition then the terminal one, ``SuccessCriteriaMet`` + ``Complete`` or ``FailureTarget`` + ``Failed``
+    (each with ``reason``/``message``; kube-apiserver >= 1.31 refuses a terminal condition without its interim one,
+    and kube-controller-manager writes both), plus ``startTime`` and, when it succeeded, ``completionTime`` at
+    ``finished_at`` (default ``now``, epoch s); an ACTIVE status removes both. The API server keeps a terminal
+    condition once written: a later write that drops it is refused (422)."""
     body: dict[str, object] = {"active": status.active, "succeeded": status.succeeded, "failed": status.failed}
     if status.phase.finished:
         at = _rfc3339(status.finished_at if status.finished_at is not None else now)
-        condition = {
-            "type": "Complete" if status.phase is JobPhase.SUCCEEDED else "Failed",
+        succeeded = status.phase is JobPhase.SUCCEEDED
+        kinds = ("SuccessCriteriaMet", "Complete") if succeeded else ("FailureTarget", "Failed")
+        conditions = [{
+            "type": kind,
             "status": "True",
             "lastProbeTime": at,
             "lastTransitionTime": at,
             "reason": status.reason or None,
             "message": status.message or None,
-        }
-        body["conditions"] = [{k: v for k, v in condition.items() if v is not None}]
+        } for kind in kinds]
+        body["conditions"] = [{k: v for k, v in condition.items() if v is not None} for condition in conditions]
         body["startTime"] = at
         body["completionTime"] = at if status.phase is JobPhase.SUCCEEDED else None
     else:

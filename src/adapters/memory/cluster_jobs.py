@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 
-from domain.kube.objects import EventType, JobObject, JobStatus, Listing, Propagation, WatchEvent
-from ports.cluster import ConflictError, NotFoundError
+from domain.kube.objects import EventType, JobObject, JobPhase, JobStatus, Listing, Propagation, WatchEvent
+from ports.cluster import ClusterError, ConflictError, NotFoundError
 
 from .cluster_watch import Change, History, parse_label_selector, status_error
 
@@ -119,9 +119,14 @@ class InMemoryJobs:
             self._cond.notify_all()
 
     def set_job_status(self, namespace: str, name: str, status: JobStatus) -> JobObject:
-        """Replace the Job's status (the Job controller's write). Raises NotFoundError."""
+        """Replace the Job's status (the Job controller's write). Raises NotFoundError, and ClusterError when the
+        Job finished and ``status`` names another phase (a terminal condition is final, as kube-apiserver rules)."""
         with self._cond:
             prev = self._job(namespace, name)
+            if prev.status.phase.finished and status.phase is not prev.status.phase:
+                terminal = "Complete" if prev.status.phase is JobPhase.SUCCEEDED else "Failed"
+                raise ClusterError(f'Job.batch "{name[:100]}" is invalid: status.conditions: cannot disable the '
+                                   f"terminal {terminal}=True condition")
             return prev if prev.status == status else self._put_job(attrs.evolve(prev, status=status), prev)
 
     # ------------------------------------------------------------------ internals (callers hold the lock)

@@ -9,14 +9,14 @@ Each ListAndWatch message is the plugin's complete device list for the resource;
 marks every device of the resource unhealthy. A second Register of a resource replaces (and cancels) the previous
 endpoint.
 
-Start, as the real kubelet's device manager ``Start`` does (pkg/kubelet/cm/devicemanager/manager.go, checked against
-kubelet 1.20.2's source, and by tests/integration/test_real_kubelet_restarts.py against the real kubelet):
-delete every file in the directory that is not a folder
-(sockets of plugins and a dead kubelet's ``kubelet.sock`` alike; only ``kubelet_internal_checkpoint`` stays), then
-listen on a new ``kubelet.sock``. A kubelet restart (:meth:`PluginRegistry.restart`) is a stop as a killed kubelet
-stops — its ``kubelet.sock`` stays behind as a file nobody serves, for ``down_s`` seconds — then a start (new
-inode); device lists start empty until the plugins register again, while the set of resources ever registered is
-kept (kubelet's checkpoint keeps them). A plugin that makes its socket during that gap loses it to the wipe.
+Start, as the real kubelet's device manager does (``CleanupPluginDirectory`` in pkg/kubelet/cm/devicemanager/
+manager.go, checked against kubelet 1.37.2's source, and by tests/integration/test_real_kubelet_restarts.py against
+the real kubelet): delete every socket in the directory (plugins' and a dead kubelet's ``kubelet.sock``
+alike; folders, other files and ``kubelet_internal_checkpoint`` stay), then listen on a new ``kubelet.sock``. A
+kubelet restart (:meth:`PluginRegistry.restart`) is a stop as a killed kubelet stops — its ``kubelet.sock`` stays
+behind as a file nobody serves, for ``down_s`` seconds — then a start (new inode); device lists start empty until
+the plugins register again, while the set of resources ever registered is kept (kubelet's checkpoint keeps them).
+A plugin that makes its socket during that gap loses it to the wipe.
 """
 
 from __future__ import annotations
@@ -86,11 +86,11 @@ CHECKPOINT_NAME = "kubelet_internal_checkpoint"
 
 
 def remove_contents(directory: Path) -> None:
-    """What kubelet's device manager does to its folder before it listens: delete every entry that is not a folder,
-    except :data:`CHECKPOINT_NAME` (``removeContents``). A missing folder is created."""
+    """What kubelet's device manager does to its folder before it listens: delete every socket (following links, as
+    its ``os.Stat`` does), never :data:`CHECKPOINT_NAME` (``CleanupPluginDirectory``). A missing folder is made."""
     directory.mkdir(parents=True, exist_ok=True)
     for path in directory.iterdir():
-        if path.name != CHECKPOINT_NAME and not path.is_dir():
+        if path.name != CHECKPOINT_NAME and path.is_socket():
             path.unlink(missing_ok=True)
 
 
