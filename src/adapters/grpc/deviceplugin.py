@@ -124,7 +124,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         if len(request.container_requests) != 1:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"expected exactly one ContainerAllocateRequest, got {len(request.container_requests)}")
-        ids = list(request.container_requests[0].devicesIDs)
+        ids = list(request.container_requests[0].devices_ids)
         try:
             response = self._handler.allocate(self._kind, ids)
         except Exception as error:  # every failure becomes a status kubelet reports on the pod

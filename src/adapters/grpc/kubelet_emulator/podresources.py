@@ -1,4 +1,4 @@
-"""Kubelet's pod-resources API v1 ``List`` (k8s.io/kubelet ``pkg/apis/podresources/v1/api.proto``, vendored at v1.20.2,
+"""Kubelet's pod-resources API v1 ``List`` (k8s.io/kubelet ``pkg/apis/podresources/v1/api.proto``, vendored at v1.37.2;
 which has ``List`` only) on ``<pod-resources-dir>/kubelet.sock``.
 
 ``List`` reports every active pod — admitted and not yet ended — with each app container and, per resource, the
