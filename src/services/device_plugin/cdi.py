@@ -33,6 +33,7 @@ class CdiPublisher:
         self._written: CdiSpec | None = None
         self._gpu_set: frozenset[tuple[int, str]] | None = None
         self._host_nodes = host.scan()
+        self._last_error = ""
 
     @property
     def written(self) -> CdiSpec | None:
@@ -59,8 +60,11 @@ class CdiPublisher:
         try:
             self._store.write(spec)
         except CdiSpecError as error:
-            log.warning("%s; retrying at the next refresh", error)
+            if str(error) != self._last_error:  # once per distinct error, not at every poll
+                log.warning("%s; retrying at every refresh", error)
+            self._last_error = str(error)
             return False
+        self._last_error = ""
         self._written = spec
         log.info("CDI spec written: %d device(s) of %s", len(spec.devices), spec.kind)
         return True
