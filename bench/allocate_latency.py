@@ -136,7 +136,7 @@ def main() -> None:
             for kind, ids, sink in ((ResourceKind.CORE, core_ids, first), (ResourceKind.MEMORY, mem_ids, second)):
                 started = time.perf_counter()
                 reply = stubs[kind].Allocate(dp.AllocateRequest(
-                    container_requests=[dp.ContainerAllocateRequest(devicesIDs=ids)]), timeout=5)
+                    container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]), timeout=5)
                 sink.append((time.perf_counter() - started) * 1000)
                 assert reply.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == gpus[1].uuid
             cluster.delete_pod("bench", pod.name, grace_period_seconds=0)

@@ -39,11 +39,9 @@ TARGET_PACKAGE = "adapters.grpc._pb"
 PINS = {"grpcio-tools": "1.85.1", "mypy-protobuf": "5.1.0"}
 """Generator versions; the committed output was produced with exactly these."""
 
-PROTO_PACKAGES = ("ljrk", "kubelet", "github")
-"""Top-level packages of the generated modules, which import each other absolutely. ``github`` holds the
-vendored ``github.com/gogo/protobuf/gogoproto/gogo.proto`` that the kubelet files import unchanged; protoc
-writes its module as ``github/com/gogo/protobuf/gogoproto/gogo_pb2.py`` (the dot in ``github.com`` becomes a
-package level), so it rewrites like the others. The gogo options only steer Go code generation."""
+PROTO_PACKAGES = ("ljrk", "kubelet")
+"""Top-level packages of the generated modules, which import each other absolutely. The vendored kubelet files
+(v1.37.2) import nothing; the gogoproto import of older copies is gone, and with it ``github.com/gogo``."""
 
 OWN_PROTOS = ("ljrk/runtime/v1/runtime.proto", "ljrk/config/v1/config_service.proto")
 """Our own contract files (the compatibility baseline covers these; the kubelet files are vendored)."""

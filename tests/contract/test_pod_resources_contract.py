@@ -1,9 +1,11 @@
 """Contract of the kubelet pod-resources port (``ports.pod_resources.PodResourcesLister``).
 
-Every case runs twice: ``[memory]`` on :class:`~adapters.memory.podresources.InMemoryPodResources`, and ``[grpc]``
+Every case runs three times: ``[memory]`` on :class:`~adapters.memory.podresources.InMemoryPodResources`, ``[grpc]``
 on :class:`~adapters.grpc.podresources.GrpcPodResourcesLister` talking over a unix socket to a fake kubelet
-pod-resources server (``v1.PodResourcesLister/List``, in this module), so the wire adds and loses nothing. Both
-are driven from the same description of what kubelet runs (:class:`KubeletPod`).
+pod-resources server (``v1.PodResourcesLister/List`` and ``Get``, in this module), so the wire adds and loses
+nothing, and ``[grpc-list-only]`` against a fake kubelet that answers ``Get`` with UNIMPLEMENTED (before 1.27), so
+``pod_containers`` falls back to ``List``. All are driven from the same description of what kubelet runs
+(:class:`KubeletPod`).
 
 Behaviours covered:
 - nothing running: an empty tuple;
@@ -14,7 +16,12 @@ Behaviours covered:
 - removal: a pod kubelet stops running is gone from the next list, the others stay;
 - unreachable kubelet: ``list_containers`` raises :class:`~ports.pod_resources.PodResourcesError` (within the
   client's deadline over gRPC), and the next list after kubelet is back succeeds again;
-- ``[grpc]`` only: a client on a socket path nothing serves raises the same error within its deadline.
+- one pod (``pod_containers``): exactly that pod's rows, whatever else runs; a pod kubelet does not know (never
+  ran, or removed) raises :class:`~ports.pod_resources.PodNotFoundError`; an unreachable kubelet raises
+  :class:`~ports.pod_resources.PodResourcesError`;
+- ``[grpc]``: ``Get`` is used (``get_supported`` True); ``[grpc-list-only]``: the client falls back to ``List``
+  after the first UNIMPLEMENTED and stays there (``get_supported`` False, the fake counts no second ``Get``);
+- gRPC only: a client on a socket path nothing serves raises the same error within its deadline.
 
 Row order is not part of the contract (kubelet lists pods in map order), nor is the order of device IDs.
 """
@@ -38,7 +45,7 @@ from adapters.grpc.client import unix_target
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.memory.podresources import InMemoryPodResources
 from domain.exporter.attribution import PodContainerDevices
-from ports.pod_resources import PodResourcesError, PodResourcesLister
+from ports.pod_resources import PodNotFoundError, PodResourcesError, PodResourcesLister
 
 CLIENT_TIMEOUT_S = 1.0
 
@@ -69,21 +76,35 @@ class KubeletPod:
 
 
 class FakeKubeletPodResources(pr_grpc.PodResourcesListerServicer):
-    """Kubelet's pod-resources ``List`` over a settable pod list."""
+    """Kubelet's pod-resources ``List`` and ``Get`` over a settable pod list; ``get=False``: ``Get`` UNIMPLEMENTED
+    (a kubelet before 1.27). ``get_calls`` counts ``Get`` calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, get: bool = True) -> None:
         self.pods: list[pr.PodResources] = []
+        self.get = get
+        self.get_calls = 0
 
     def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
         return pr.ListPodResourcesResponse(pod_resources=list(self.pods))
+
+    def Get(self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext) -> pr.GetPodResourcesResponse:  # noqa: N802 (proto RPC name)
+        self.get_calls += 1
+        if not self.get:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        for pod in self.pods:
+            if pod.namespace == request.pod_namespace and pod.name == request.pod_name:
+                return pr.GetPodResourcesResponse(pod_resources=pod)
+        # kubelet returns a plain Go error here, which gRPC sends as UNKNOWN
+        context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+        raise AssertionError("unreachable")
 
 
 class GrpcKubelet:
     """A fake kubelet serving pod-resources on ``socket``; :meth:`stop` and :meth:`start` take it down and up."""
 
-    def __init__(self, socket: Path) -> None:
+    def __init__(self, socket: Path, *, get: bool = True) -> None:
         self.socket = socket
-        self.servicer = FakeKubeletPodResources()
+        self.servicer = FakeKubeletPodResources(get=get)
         self._server: grpc.Server | None = None
 
     def start(self) -> None:
@@ -109,6 +130,7 @@ class PodResourcesUnderTest:
     run: Callable[[Sequence[KubeletPod]], None]
     down: Callable[[], None]
     up: Callable[[], None]
+    fake: FakeKubeletPodResources | None = None
 
 
 def _memory() -> Iterator[PodResourcesUnderTest]:
@@ -120,9 +142,9 @@ def _memory() -> Iterator[PodResourcesUnderTest]:
     yield PodResourcesUnderTest("memory", memory, run, lambda: memory.fail("kubelet is down"), lambda: memory.fail(""))
 
 
-def _grpc() -> Iterator[PodResourcesUnderTest]:
+def _grpc(*, get: bool) -> Iterator[PodResourcesUnderTest]:
     directory = Path(tempfile.mkdtemp(prefix="ljrk-pr-", dir="/tmp"))  # unix socket paths are limited to 107 bytes
-    kubelet = GrpcKubelet(directory / "kubelet.sock")
+    kubelet = GrpcKubelet(directory / "kubelet.sock", get=get)
     kubelet.start()
     client = GrpcPodResourcesLister.connect(kubelet.socket, timeout_s=CLIENT_TIMEOUT_S)
 
@@ -130,16 +152,17 @@ def _grpc() -> Iterator[PodResourcesUnderTest]:
         kubelet.servicer.pods = [pod.to_pb() for pod in pods]
 
     try:
-        yield PodResourcesUnderTest("grpc", client, run, kubelet.stop, kubelet.start)
+        yield PodResourcesUnderTest("grpc" if get else "grpc-list-only", client, run, kubelet.stop, kubelet.start,
+                                    kubelet.servicer)
     finally:
         client.close()
         kubelet.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(params=["memory", "grpc"])
+@pytest.fixture(params=["memory", "grpc", "grpc-list-only"])
 def under_test(request: pytest.FixtureRequest) -> Iterator[PodResourcesUnderTest]:
-    yield from (_memory() if request.param == "memory" else _grpc())
+    yield from (_memory() if request.param == "memory" else _grpc(get=request.param == "grpc"))
 
 
 def _normalised(rows: Sequence[PodContainerDevices]) -> dict[tuple[str, str, str], list[str]]:
@@ -230,3 +253,57 @@ def test_grpc_client_on_a_socket_nothing_serves() -> None:
     finally:
         client.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------- one pod (Get)
+def test_pod_containers_gives_exactly_that_pod(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([TRAINER, SERVER])
+    assert _normalised(under_test.lister.pod_containers("team-b", "server")) == {
+        ("team-b", "server", "main"): sorted([f"{GPU_B}::core::4", "nic1"]),
+    }
+    assert set(_normalised(under_test.lister.pod_containers("team-a", "trainer"))) == {
+        ("team-a", "trainer", "main"), ("team-a", "trainer", "sidecar"), ("team-a", "trainer", "loader"),
+    }
+
+
+def test_pod_containers_of_an_unknown_pod_is_not_found(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([TRAINER])
+    with pytest.raises(PodNotFoundError, match="not found"):
+        under_test.lister.pod_containers("team-b", "server")
+    with pytest.raises(PodNotFoundError):
+        under_test.lister.pod_containers("team-b", "trainer")  # same name, other namespace
+    under_test.run([])
+    with pytest.raises(PodNotFoundError):
+        under_test.lister.pod_containers("team-a", "trainer")
+
+
+def test_pod_containers_with_kubelet_down_is_an_error(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([SERVER])
+    under_test.down()
+    with pytest.raises(PodResourcesError) as caught:
+        under_test.lister.pod_containers("team-b", "server")
+    assert not isinstance(caught.value, PodNotFoundError)
+    under_test.up()
+    deadline = time.monotonic() + 10  # a gRPC channel backs off before it reconnects: poll the condition
+    while True:
+        try:
+            rows = under_test.lister.pod_containers("team-b", "server")
+            break
+        except PodResourcesError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert len(rows) == 1
+
+
+def test_grpc_uses_get_or_falls_back_to_list_once(under_test: PodResourcesUnderTest) -> None:
+    if under_test.fake is None:
+        pytest.skip("gRPC adapters only")
+    assert isinstance(under_test.lister, GrpcPodResourcesLister)
+    under_test.run([SERVER])
+    for _ in range(2):
+        assert len(under_test.lister.pod_containers("team-b", "server")) == 1
+    if under_test.kind == "grpc":
+        assert (under_test.lister.get_supported, under_test.fake.get_calls) == (True, 2)
+    else:
+        assert (under_test.lister.get_supported, under_test.fake.get_calls) == (False, 1)

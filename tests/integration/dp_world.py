@@ -12,7 +12,9 @@ from pathlib import Path
 import attrs
 from fake_kubelet import FakeKubelet
 
+from adapters.cdifiles import CdiSpecDirectory
 from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
+from adapters.memory.cdi import StaticHostGpuDevices
 from adapters.memory.cluster import InMemoryCluster
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.deviceplugin.pods import resource_names
@@ -26,6 +28,7 @@ from domain.runtime.types import ContainerAllocationRequest, ContainerAllocation
 from entrypoints.device_plugin.app import DevicePluginApp
 from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.runtime import NodeRuntime
+from services.device_plugin.cdi import CdiPublisher
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
@@ -134,12 +137,13 @@ def make_world(
     gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None,
     inventory: Sequence[Gpu] | None = None, mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
     mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
-    release_interval_s: float | None = None,
+    release_interval_s: float | None = None, cdi: bool = False,
 ) -> World:
     """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
     ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
     ``allocatable`` is the node's (for a scheduler on the same cluster); ``release_interval_s`` runs the release
-    reconciler over gRPC (None: none)."""
+    reconciler over gRPC (None: none); ``cdi`` returns CDI names, writes the spec into ``<root>/cdi`` (simulated
+    GPUs: env edits only) and makes the kubelet resolve them there."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
     in_process_runtime = InProcessRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
@@ -150,12 +154,13 @@ def make_world(
     runtime = RecordingRuntime(client)
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
-    service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL)
+    service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL, cdi=cdi)
+    publisher = CdiPublisher(CdiSpecDirectory(root / "cdi"), StaticHostGpuDevices()) if cdi else None
     reconciler = None if release_interval_s is None else RecordReconciler(
         node=NODE, runtime=client, cluster=cluster, interval_s=release_interval_s)
     app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s,
-                          reconciler=reconciler)
-    kubelet = FakeKubelet(root / "dp")
+                          reconciler=reconciler, cdi=publisher)
+    kubelet = FakeKubelet(root / "dp", cdi_dir=root / "cdi" if cdi else None)
     if start_kubelet:
         kubelet.start()
     stop = threading.Event()

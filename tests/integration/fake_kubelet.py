@@ -20,8 +20,8 @@ from domain.runtime.types import ContainerAllocationResponse
 class FakeKubelet(DeviceManager):
     """A :class:`DeviceManager` on ``plugin_dir`` with pod-less allocation for tests (module docstring)."""
 
-    def __init__(self, plugin_dir: Path) -> None:
-        super().__init__(plugin_dir)
+    def __init__(self, plugin_dir: Path, *, cdi_dir: Path | None = None) -> None:
+        super().__init__(plugin_dir, cdi_dir=cdi_dir)
         self.allocated: dict[str, set[str]] = {}
 
     def restart(self, down_s: float = 0.0) -> None:

@@ -10,7 +10,10 @@ re-register and new pods get other IDs; a pod bound before they are back is reje
 present"), unless ``registration_wait_s`` lets admission wait for them; an
 init-container-only pod; init containers lending their IDs to app containers; a multi-container pod (one Runtime
 Allocate per container, envs per container); a malformed duration; pod-resources rate limiting; Register refusing
-a bad resource name and an unreachable plugin; stop releasing threads and sockets. Pure helpers:
+a bad resource name and an unreachable plugin; stop releasing threads and sockets. CDI (``--cdi``): a planned pod's
+containers get the planned GPUs' CDI names, the emulated runtime resolves them in the spec directory and records
+their env edits, a name missing from the spec fails the pod (``CreateContainerError``), and the spec is gone once
+the plugin stops; pod-resources ``Get`` answers one pod, and a kubelet without it is served by ``List``. Pure helpers:
 kubelet's ID pick (reuse, preferred, shortfall), the response merge, duration parsing.
 """
 
@@ -28,6 +31,7 @@ from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan
 
 from adapters.grpc import KubeletRegistrationError, register
 from adapters.grpc.kubelet_emulator import (
+    CREATE_CONTAINER_ERROR,
     DURATION_ANNOTATION,
     INVALID_DURATION_REASON,
     UNEXPECTED_ADMISSION_ERROR,
@@ -48,7 +52,7 @@ from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, PodObject, PodPhase
 from domain.runtime.types import ContainerAllocationResponse, DeviceSpec, Mount
 from ports.cluster import NotFoundError
-from ports.pod_resources import PodResourcesError
+from ports.pod_resources import PodNotFoundError, PodResourcesError
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -94,12 +98,13 @@ class Node:
             lister.close()
 
 
-def start_node(gpu_count: int = 2, *, registration_wait_s: float = 0.0, speedup: float = 10.0) -> Node:
-    """A registered world with the runner and pod-resources started."""
-    world = make_world(gpu_count)
+def start_node(gpu_count: int = 2, *, registration_wait_s: float = 0.0, speedup: float = 10.0, cdi: bool = False,
+               get: bool = True) -> Node:
+    """A registered world with the runner and pod-resources (``get``: serving ``Get``) started."""
+    world = make_world(gpu_count, cdi=cdi)
     assert world.wait_registered(), "plugin did not register all three resources"
     clock = ManualClock()
-    pod_resources = PodResourcesServer(world.root / "pr", world.kubelet.admitted, qps=None)
+    pod_resources = PodResourcesServer(world.root / "pr", world.kubelet.admitted, qps=None, get=get)
     kubelet = NodeKubelet(world.cluster, node=NODE, device_manager=world.kubelet, pod_resources=pod_resources,
                           clock=clock, speedup=speedup, watch_timeout_s=0.5, registration_wait_s=registration_wait_s)
     kubelet.start()
@@ -382,3 +387,54 @@ def test_parse_duration() -> None:
         with pytest.raises(ValueError):  # noqa: PT011 (float() and our check both raise plain ValueError)
             parse_duration(pod(bad))
 
+
+# ---------------------------------------------------------------------- CDI and pod-resources Get
+def test_cdi_names_resolve_in_the_spec_dir_and_a_missing_one_fails_the_pod() -> None:
+    node = start_node(2, cdi=True)
+    spec_file = node.world.root / "cdi" / "lj-runtimekit.io-gpu.json"
+    try:
+        assert spec_file.exists()  # written before the plugin registered
+        pod = node.bind("a", [share("main", core=60, memory=8)], [share_plan("main", 1, core=60, memory_gib=8)],
+                        duration="30")
+        assert node.wait_phase("a", PodPhase.RUNNING)
+        admission = node.world.kubelet.admission(pod.uid)
+        assert admission is not None
+        [main] = admission.containers
+        gpu = node.world.gpus[1].uuid
+        assert main.runtime.cdi_devices == (f"lj-runtimekit.io/gpu={gpu}",)  # once, though two resources answered
+        assert all(r.cdi_devices == main.runtime.cdi_devices for r in main.responses.values())
+        assert main.cdi_env == {"LJRK_CDI_DEVICE_1": gpu}
+        assert main.runtime.envs["NVIDIA_VISIBLE_DEVICES"] == gpu  # the env answer stays beside the names
+
+        spec_file.write_text(spec_file.read_text().replace(node.world.gpus[0].uuid, "GPU-not-this-node"))
+        node.bind("b", [share("main", core=30, memory=4)], [share_plan("main", 0, core=30, memory_gib=4)])
+        assert node.wait_phase("b", PodPhase.FAILED)
+        rejection = node.kubelet.rejections()["default/b"]
+        assert rejection.reason == CREATE_CONTAINER_ERROR
+        assert "unresolvable CDI devices" in rejection.message
+    finally:
+        node.kubelet.stop()
+        node.world.close()
+    assert not spec_file.exists()  # removed when the plugin stopped
+
+
+@pytest.mark.parametrize("get", [True, False], ids=["get", "list-fallback"])
+def test_pod_resources_get_answers_one_pod(get: bool) -> None:
+    node = start_node(2, get=get)
+    try:
+        node.bind("a", [share("main", core=60, memory=8)], [share_plan("main", 1, core=60, memory_gib=8)])
+        node.bind("b", [share("main", core=30, memory=4)], [share_plan("main", 0, core=30, memory_gib=4)])
+        assert node.wait_phase("a", PodPhase.RUNNING)
+        assert node.wait_phase("b", PodPhase.RUNNING)
+        lister = GrpcPodResourcesLister.connect(node.pod_resources.socket, timeout_s=5)
+        try:
+            [row] = lister.pod_containers("default", "b")
+            assert row.gpu_uuids == {node.world.gpus[0].uuid}
+            assert lister.get_supported is get
+            with pytest.raises(PodNotFoundError):
+                lister.pod_containers("default", "nope")
+        finally:
+            lister.close()
+    finally:
+        node.kubelet.stop()
+        node.world.close()

@@ -66,7 +66,7 @@ IMAGES = {"runtime", "device-plugin", "exporter", "scheduler", "controller", "jo
 NON_ROOT = {"scheduler", "controller"}
 HOST_PATHS = {  # folder -> {host path: mounted read-only}
     "runtime": {"/run/lj-runtimekit": False, "/var/lib/lj-runtimekit": False},
-    "deviceplugin": {"/var/lib/kubelet/device-plugins": False, "/run/lj-runtimekit": True},
+    "deviceplugin": {"/var/lib/kubelet/device-plugins": False, "/run/lj-runtimekit": True, "/var/run/cdi": False},
     "exporter": {"/run/lj-runtimekit": True, "/var/lib/kubelet/pod-resources": True},
     "scheduler": {},
     "controller": {},

@@ -223,20 +223,26 @@ def test_vendored_kubelet_protos_keep_their_wire_names() -> None:
         "v1beta1.Registration.Register", "v1beta1.DevicePlugin.GetDevicePluginOptions",
         "v1beta1.DevicePlugin.ListAndWatch", "v1beta1.DevicePlugin.GetPreferredAllocation",
         "v1beta1.DevicePlugin.Allocate", "v1beta1.DevicePlugin.PreStartContainer",
-        "v1.PodResourcesLister.List",
+        "v1.PodResourcesLister.List", "v1.PodResourcesLister.GetAllocatableResources", "v1.PodResourcesLister.Get",
     } == methods
     source = Path(dp_grpc.__file__).read_text() + Path(pr_grpc.__file__).read_text()
     assert "'/v1beta1.Registration/Register'" in source
     assert "'/v1.PodResourcesLister/List'" in source
+    assert "'/v1.PodResourcesLister/Get'" in source
     numbers = {f.name: f.number for f in dp.ContainerAllocateResponse.DESCRIPTOR.fields}
-    assert numbers == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4}
-    assert {f.name: f.number for f in dp.ContainerAllocateRequest.DESCRIPTOR.fields} == {"devicesIDs": 1}
+    assert numbers == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}
+    assert {f.name: f.number for f in dp.CDIDevice.DESCRIPTOR.fields} == {"name": 1}
+    assert {f.name: f.number for f in dp.ContainerAllocateRequest.DESCRIPTOR.fields} == {"devices_ids": 1}
+    assert {f.name: f.number for f in dp.PreStartContainerRequest.DESCRIPTOR.fields} == {"devices_ids": 1}
     assert {f.name: f.number for f in dp.ContainerPreferredAllocationRequest.DESCRIPTOR.fields} == {
         "available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
     assert {f.name: f.number for f in pr.PodResources.DESCRIPTOR.fields} == {
-        "name": 1, "namespace": 2, "containers": 3}
+        "name": 1, "namespace": 2, "containers": 3, "cpu_ids": 4, "memory": 5}
     assert {f.name: f.number for f in pr.ContainerResources.DESCRIPTOR.fields} == {
-        "name": 1, "devices": 2, "cpu_ids": 3}
+        "name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5}
+    assert {f.name: f.number for f in pr.GetPodResourcesRequest.DESCRIPTOR.fields} == {
+        "pod_name": 1, "pod_namespace": 2}
+    assert {f.name: f.number for f in pr.GetPodResourcesResponse.DESCRIPTOR.fields} == {"pod_resources": 1}
     assert {f.name: f.number for f in pr.ContainerDevices.DESCRIPTOR.fields} == {
         "resource_name": 1, "device_ids": 2, "topology": 3}
     assert dp.RegisterRequest.__module__ == "adapters.grpc._pb.kubelet.deviceplugin.v1beta1.api_pb2"
@@ -252,19 +258,21 @@ def test_vendored_files_are_byte_identical_to_the_recorded_upstream() -> None:
     table = _vendored_table()
     assert set(table) == {
         "kubelet/deviceplugin/v1beta1/api.proto", "kubelet/podresources/v1/api.proto",
-        "github.com/gogo/protobuf/gogoproto/gogo.proto",
     }
     for relative, digest in table.items():
         data = (PROTO_ROOT / relative).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == digest, f"proto/{relative} differs from upstream v1.20.2"
+        assert hashlib.sha256(data).hexdigest() == digest, f"proto/{relative} differs from upstream v1.37.2"
     every = {str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto")}
     assert every - set(table) == {"ljrk/runtime/v1/runtime.proto", "ljrk/config/v1/config_service.proto"}
 
 
-def test_kubelet_upstream_import_line_is_kept() -> None:
-    text = (PROTO_ROOT / "kubelet/deviceplugin/v1beta1/api.proto").read_text()
-    assert 'import "github.com/gogo/protobuf/gogoproto/gogo.proto";' in text
-    assert "package v1beta1;" in text
+def test_vendored_kubelet_protos_import_nothing_and_keep_their_packages() -> None:
+    for relative, package in (("kubelet/deviceplugin/v1beta1/api.proto", "v1beta1"),
+                              ("kubelet/podresources/v1/api.proto", "v1")):
+        text = (PROTO_ROOT / relative).read_text()
+        assert f"package {package};" in text
+        assert "import " not in text, f"proto/{relative}: v1.37.2 imports nothing (no gogo.proto to vendor)"
+    assert not (PROTO_ROOT / "github.com").exists()
 
 
 def test_generated_package_resolves_inside_src() -> None:

@@ -6,7 +6,8 @@ on its own unix socket in the device-plugin directory and is serving *before* Re
 back and calls GetDevicePluginOptions before it answers Register; RegisterRequest carries version ``v1beta1``, the
 socket's file name as endpoint, the resource name and options (GetPreferredAllocationAvailable=true,
 PreStartRequired=false); ListAndWatch sends the complete list on every change; Allocate gets one
-ContainerAllocateRequest and must answer at least one ContainerAllocateResponse.
+ContainerAllocateRequest and must answer at least one ContainerAllocateResponse, whose ``cdi_devices`` (kubelet
+1.28+; older kubelets skip the unknown field) carry the response's CDI names.
 
 Error mapping of Allocate (details name the pod/container or the cause): ``NoMatchingContainerError`` →
 NOT_FOUND; ``AmbiguousContainerError``, ``UntrustedPlanError``, ``UnhealthyPlanError`` → FAILED_PRECONDITION;
@@ -66,6 +67,7 @@ def _to_pb(response: ContainerAllocationResponse) -> dp.ContainerAllocateRespons
         devices=[dp.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
                  for d in response.devices],
         annotations=dict(response.annotations),
+        cdi_devices=[dp.CDIDevice(name=name) for name in response.cdi_devices],
     )
 
 
@@ -124,7 +126,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
         if len(request.container_requests) != 1:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"expected exactly one ContainerAllocateRequest, got {len(request.container_requests)}")
-        ids = list(request.container_requests[0].devicesIDs)
+        ids = list(request.container_requests[0].devices_ids)
         try:
             response = self._handler.allocate(self._kind, ids)
         except Exception as error:  # every failure becomes a status kubelet reports on the pod

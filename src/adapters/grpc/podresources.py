@@ -1,7 +1,12 @@
-"""Client of kubelet's pod-resources API v1 (``PodResourcesLister.List``) over its unix socket
+"""Client of kubelet's pod-resources API v1 (``PodResourcesLister.List`` and ``Get``) over its unix socket
 (``ports.pod_resources.PodResourcesLister``).
 
-Each call carries a deadline (``timeout_s``); every gRPC failure becomes :class:`PodResourcesError`. The client
+``pod_containers`` calls ``Get`` (kubelet 1.27+). A kubelet without it (older, or the KubeletPodResourcesGet gate
+off) answers UNIMPLEMENTED: the client then answers from ``List`` and keeps using ``List`` for that channel. Kubelet
+answers ``Get`` for a pod it does not know with a plain error (status UNKNOWN, "pod <name> in namespace <ns> not
+found"), which becomes :class:`PodNotFoundError`, as does a pod absent from ``List``.
+
+Each call carries a deadline (``timeout_s``); every other gRPC failure becomes :class:`PodResourcesError`. The client
 owns its channel when built by :meth:`GrpcPodResourcesLister.connect` and closes it in :meth:`close`.
 """
 
@@ -12,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from domain.exporter.attribution import PodContainerDevices
-from ports.pod_resources import PodResourcesError
+from ports.pod_resources import PodNotFoundError, PodResourcesError
 
 from ._pb.kubelet.podresources.v1 import api_pb2 as pr
 from ._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -23,15 +28,26 @@ DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock
 """Where kubelet serves the pod-resources API."""
 
 
-def containers_from_pb(reply: pr.ListPodResourcesResponse) -> tuple[PodContainerDevices, ...]:
-    """Domain rows of a ``List`` reply: one per container, its device IDs of every resource in reply order."""
+def pod_from_pb(pod: pr.PodResources) -> tuple[PodContainerDevices, ...]:
+    """Domain rows of one pod: one per container, its device IDs of every resource in reply order."""
     return tuple(
         PodContainerDevices(
             namespace=pod.namespace, pod=pod.name, container=container.name,
             device_ids=[i for devices in container.devices for i in devices.device_ids],
         )
-        for pod in reply.pod_resources for container in pod.containers
+        for container in pod.containers
     )
+
+
+def containers_from_pb(reply: pr.ListPodResourcesResponse) -> tuple[PodContainerDevices, ...]:
+    """Domain rows of a ``List`` reply (:func:`pod_from_pb` of each pod in reply order)."""
+    return tuple(row for pod in reply.pod_resources for row in pod_from_pb(pod))
+
+
+def _error(call: str, error: grpc.RpcError) -> PodResourcesError:
+    code = error.code() if isinstance(error, grpc.Call) else None
+    details = error.details() if isinstance(error, grpc.Call) else str(error)
+    return PodResourcesError(f"kubelet pod-resources {call}: {code}: {truncate(details or '')}")
 
 
 class GrpcPodResourcesLister:
@@ -42,6 +58,8 @@ class GrpcPodResourcesLister:
         self._stub = pr_grpc.PodResourcesListerStub(channel)
         self._timeout_s = timeout_s
         self._owns_channel = owns_channel
+        self.get_supported: bool | None = None
+        """Whether kubelet serves ``Get`` (None until the first :meth:`pod_containers`)."""
 
     @classmethod
     def connect(cls, socket_path: str | Path, *, timeout_s: float = 5.0) -> GrpcPodResourcesLister:
@@ -53,10 +71,32 @@ class GrpcPodResourcesLister:
         try:
             reply = self._stub.List(pr.ListPodResourcesRequest(), timeout=self._timeout_s)
         except grpc.RpcError as error:
-            code = error.code() if isinstance(error, grpc.Call) else None
-            details = error.details() if isinstance(error, grpc.Call) else str(error)
-            raise PodResourcesError(f"kubelet pod-resources List: {code}: {truncate(details or '')}") from error
+            raise _error("List", error) from error
         return containers_from_pb(reply)
+
+    def pod_containers(self, namespace: str, pod: str) -> tuple[PodContainerDevices, ...]:
+        """``Get``, or ``List`` filtered to the pod (module docstring); raises :class:`PodNotFoundError` or
+        :class:`PodResourcesError`."""
+        if self.get_supported is not False:
+            request = pr.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace)
+            try:
+                reply = self._stub.Get(request, timeout=self._timeout_s)
+            except grpc.RpcError as error:
+                code = error.code() if isinstance(error, grpc.Call) else None
+                details = (error.details() if isinstance(error, grpc.Call) else "") or ""
+                if code is grpc.StatusCode.UNKNOWN and details.endswith(" not found"):
+                    self.get_supported = True
+                    raise PodNotFoundError(f"kubelet pod-resources Get: {truncate(details)}") from error
+                if code is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise _error("Get", error) from error
+                self.get_supported = False
+            else:
+                self.get_supported = True
+                return pod_from_pb(reply.pod_resources)
+        rows = tuple(c for c in self.list_containers() if c.namespace == namespace and c.pod == pod)
+        if not rows:
+            raise PodNotFoundError(f"kubelet pod-resources List: pod {pod} in namespace {namespace} not found")
+        return rows
 
     def close(self) -> None:
         """Close the channel when owned."""

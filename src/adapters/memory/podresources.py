@@ -1,5 +1,5 @@
 """In-memory kubelet pod-resources (``ports.pod_resources.PodResourcesLister``): the containers a test or a
-dry run says kubelet runs; :meth:`InMemoryPodResources.fail` makes ``list_containers`` raise."""
+dry run says kubelet runs; :meth:`InMemoryPodResources.fail` makes every call raise."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable
 
 from domain.exporter.attribution import PodContainerDevices
-from ports.pod_resources import PodResourcesError
+from ports.pod_resources import PodNotFoundError, PodResourcesError
 
 
 class InMemoryPodResources:
@@ -24,7 +24,7 @@ class InMemoryPodResources:
             self._containers = tuple(containers)
 
     def fail(self, message: str = "") -> None:
-        """Make ``list_containers`` raise ``PodResourcesError(message)`` (empty message: stop failing)."""
+        """Make every call raise ``PodResourcesError(message)`` (empty message: stop failing)."""
         with self._lock:
             self._error = message
 
@@ -34,3 +34,11 @@ class InMemoryPodResources:
             if self._error:
                 raise PodResourcesError(self._error)
             return self._containers
+
+    def pod_containers(self, namespace: str, pod: str) -> tuple[PodContainerDevices, ...]:
+        """The listed containers of ``namespace/pod``; raises :class:`PodNotFoundError` when none is listed, and
+        :class:`PodResourcesError` after :meth:`fail`."""
+        rows = tuple(c for c in self.list_containers() if c.namespace == namespace and c.pod == pod)
+        if not rows:
+            raise PodNotFoundError(f"pod {pod} in namespace {namespace} not found")
+        return rows

@@ -34,6 +34,8 @@ MIG resources follow the same rule: a MIG container asks for one profile (one :c
 calls once for it, and its plan entry is the list of instances it receives (``Candidate.mig``); a device ID of a
 MIG resource only gives the count, like any other (B17).
 
+:func:`runtime_request` turns the chosen container's plan into the Runtime's Allocate request.
+
 Errors: :class:`NoMatchingContainerError`, :class:`AmbiguousContainerError`, :class:`UntrustedPlanError`,
 :class:`UnhealthyPlanError` (all :class:`DevicePluginError`, a :class:`domain.errors.DomainError`).
 """
@@ -47,7 +49,9 @@ import attrs
 from domain.allocation import ContainerGrant
 from domain.deviceplugin.devices import ResourceKey
 from domain.errors import DomainError
+from domain.gpu import Gpu, Health
 from domain.kube.annotations import PlannedInstance
+from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, PlannedMig
 
 
 class DevicePluginError(DomainError):
@@ -159,3 +163,35 @@ def pod_fully_served(
     not count). False when ``candidates`` has no container of the pod. Never raises."""
     mine = [c for c in candidates if c.pod_uid == pod_uid]
     return bool(mine) and all(set(c.amounts) <= set(served.get(c.key, ())) for c in mine)
+
+
+def runtime_request(chosen: Candidate, gpus: Sequence[Gpu]) -> ContainerAllocationRequest:
+    """The Runtime Allocate request for ``chosen`` from its plan on ``gpus`` (the node's GPUs with current health):
+    planned GPUs (time-sharing) or MIG instances (parent GPU, profile, start, create) in plan order. Raises
+    :class:`DevicePluginError` for a planned GPU not on the node and :class:`UnhealthyPlanError` for an unhealthy one
+    (B14)."""
+    by_index = {g.index: g for g in gpus}
+    if chosen.mig:
+        instances = []
+        for instance in chosen.mig:
+            gpu = by_index.get(instance.gpu_index)
+            if gpu is None or gpu.uuid != instance.gpu_uuid:
+                raise DevicePluginError(f"{chosen.label}: planned MIG GPU {instance.gpu_uuid} is not on this node")
+            if gpu.health is not Health.HEALTHY:
+                raise UnhealthyPlanError(f"{chosen.label}: planned MIG GPU {gpu.index} ({gpu.uuid}) is unhealthy")
+            instances.append(PlannedMig(gpu.index, gpu.uuid, profile=instance.profile, start=instance.start,
+                                        create=instance.create))
+        return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
+                                          (), init=chosen.init, mig=tuple(instances))
+    assert chosen.grant is not None  # select_container raises UntrustedPlanError otherwise
+    planned = []
+    for grant in chosen.grant.grants:
+        gpu = by_index.get(grant.gpu_index)
+        if gpu is None:
+            raise DevicePluginError(f"{chosen.label}: planned GPU index {grant.gpu_index} is not on this node")
+        if gpu.health is not Health.HEALTHY:
+            raise UnhealthyPlanError(f"{chosen.label}: planned GPU {gpu.index} ({gpu.uuid}) is unhealthy")
+        planned.append(PlannedGpu(gpu.index, gpu.uuid, core_milli=grant.core_milli,
+                                  memory_bytes=grant.memory_bytes))
+    return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
+                                      tuple(planned), init=chosen.init)

@@ -2,8 +2,15 @@
 
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
-[--release-interval SECONDS] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory
-cluster for tests and demos).
+[--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden:
+``--in-memory``, an in-memory cluster for tests and demos).
+
+``--cdi`` (default on) returns each container's planned GPUs as CDI devices (``lj-runtimekit.io/gpu=<gpu uuid>``,
+``ContainerAllocateResponse.cdi_devices``) beside the environment variables, and keeps the node's CDI spec in
+``--cdi-dir`` (default ``/var/run/cdi``; file ``lj-runtimekit.io-gpu.json``, removed at exit). A CDI-enabled runtime
+(containerd 2, CRI-O) injects what the spec says; kubelets before 1.28 and containerd 1.x without ``enable_cdi``
+ignore the names, so leaving it on there costs one small file. ``--no-cdi`` is for nodes where the directory cannot
+be written.
 
 Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable, kubeconfig
 unreadable, socket cannot be bound); 2 bad command line, protocol file or memory unit. Errors are one line
@@ -18,6 +25,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from adapters.cdifiles import DEFAULT_CDI_DIR
 from adapters.grpc import DEFAULT_PLUGIN_DIR
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
@@ -53,6 +61,10 @@ def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
     parser.add_argument("--release-interval", type=float, default=30.0, metavar="SECONDS",
                         help="seconds between passes that release the node Runtime's records of pods that left the "
                         "node or ended; a record is released once older than two intervals (default: 30)")
+    parser.add_argument("--cdi", action=argparse.BooleanOptionalAction, default=True,
+                        help="return CDI device names and write the node's CDI spec (default: on)")
+    parser.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
+                        help=f"CDI spec directory the container runtime reads (default: {DEFAULT_CDI_DIR})")
     parser.add_argument("--listen", metavar="HOST:PORT",
                         help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -66,7 +78,8 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         node_name=args.node_name, runtime_socket=args.runtime_socket, device_plugin_dir=args.device_plugin_dir,
         kubeconfig=args.kubeconfig, protocol_file=args.protocol, memory_unit=args.memory_unit,
         in_memory=args.in_memory, heartbeat_s=args.heartbeat, runtime_wait_s=args.runtime_wait,
-        release_interval_s=args.release_interval, listen=args.listen, log_level=args.log_level,
+        release_interval_s=args.release_interval, listen=args.listen, log_level=args.log_level, cdi=args.cdi,
+        cdi_dir=args.cdi_dir,
     )
 
 

@@ -23,6 +23,10 @@ whether the plugin is registered with the kubelet now listening (:meth:`DevicePl
 as soon as a ListAndWatch stream ends and after each registration: the scheduler keeps GPU pods off the node
 while kubelet would refuse them (a kubelet restart, found under the real kubelet 1.20).
 
+CDI (``cdi``, a :class:`~services.device_plugin.cdi.CdiPublisher`; ``--cdi``, on by default): the node's CDI spec
+is written before anything is served (so every CDI name Allocate returns resolves), refreshed at every poll and
+after every health or inventory change, and removed when the app stops.
+
 Allocated marks (:mod:`.marks`) are written on their own thread, so kubelet's Allocate never waits on the API
 server. With a :class:`~.reconciler.RecordReconciler`, a release pass runs at start and every ``--release-interval``
 seconds on its own thread, releasing the Runtime records of pods that left the node or ended; its count is in
@@ -39,6 +43,7 @@ from pathlib import Path
 
 import attrs
 
+from adapters.cdifiles import DEFAULT_CDI_DIR
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
 from adapters.grpc.sockets import answers
 from domain.deviceplugin.devices import ResourceKey, ResourceKind
@@ -47,6 +52,7 @@ from domain.deviceplugin.status import DevicePluginStatus
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
+from services.device_plugin.cdi import CdiPublisher
 from services.device_plugin.reconciler import DEFAULT_INTERVAL_S, RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
@@ -56,8 +62,9 @@ log = logging.getLogger(__name__)
 @attrs.frozen
 class DevicePluginSettings:
     """Validated settings of ``ljrk device-plugin`` (flags in ``__main__``). Times in seconds
-    (``release_interval_s``: between release passes, ``--release-interval``). Raises :class:`SettingsError` for an
-    empty node name or non-positive intervals."""
+    (``release_interval_s``: between release passes, ``--release-interval``). ``cdi``: return CDI device names and
+    keep the node's CDI spec in ``cdi_dir`` (``--cdi``/``--no-cdi``, ``--cdi-dir``). Raises :class:`SettingsError` for
+    an empty node name or non-positive intervals."""
 
     node_name: str
     runtime_socket: Path
@@ -72,6 +79,8 @@ class DevicePluginSettings:
     release_interval_s: float = DEFAULT_INTERVAL_S
     listen: str | None = None
     log_level: str = "INFO"
+    cdi: bool = True
+    cdi_dir: Path = DEFAULT_CDI_DIR
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
@@ -104,18 +113,19 @@ class DevicePluginApp:
     """Serves every resource of ``service`` to kubelet in ``plugin_dir`` (module docstring).
 
     ``names``: the time-sharing kinds' resource names (MIG names come from the service). ``reconciler``: the release
-    reconciler to run (None: no release loop). ``registrations`` counts successful Register calls,
-    ``reregistrations`` completed re-serve rounds and ``resource_changes`` rounds that added or removed MIG
-    resources (for tests and logs). Times in seconds.
+    reconciler to run (None: no release loop). ``cdi``: the CDI spec publisher (None: no spec). ``registrations``
+    counts successful Register calls, ``reregistrations`` completed re-serve rounds and ``resource_changes`` rounds
+    that added or removed MIG resources (for tests and logs). Times in seconds.
     """
 
     def __init__(
         self, service: DevicePluginService, *, plugin_dir: Path, names: dict[ResourceKind, str],
         heartbeat_s: float = 10.0, poll_s: float = 0.5, register_timeout_s: float = 5.0,
-        reconciler: RecordReconciler | None = None,
+        reconciler: RecordReconciler | None = None, cdi: CdiPublisher | None = None,
     ) -> None:
         self.service = service
         self.reconciler = reconciler
+        self.cdi = cdi
         self.plugin_dir = plugin_dir
         self._names = names
         self._heartbeat_s = heartbeat_s
@@ -134,11 +144,12 @@ class DevicePluginApp:
 
     @classmethod
     def from_service(
-        cls, service: DevicePluginService, settings: DevicePluginSettings, reconciler: RecordReconciler | None = None
+        cls, service: DevicePluginService, settings: DevicePluginSettings, reconciler: RecordReconciler | None = None,
+        cdi: CdiPublisher | None = None,
     ) -> DevicePluginApp:
-        """The app for ``settings`` (resource names from the service's protocol) running ``reconciler``."""
+        """The app for ``settings`` (resource names from the service's protocol) running ``reconciler`` and ``cdi``."""
         return cls(service, plugin_dir=settings.device_plugin_dir, names=resource_names(service.protocol),
-                   heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s, reconciler=reconciler)
+                   heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s, reconciler=reconciler, cdi=cdi)
 
     @property
     def kubelet_socket(self) -> Path:
@@ -282,8 +293,9 @@ class DevicePluginApp:
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set, then stop every thread and server. Raises OSError when a socket cannot
         be bound."""
+        self._refresh_cdi()
         threads = [
-            threading.Thread(target=self.service.follow_health, args=(stop, self._publish_now.set),
+            threading.Thread(target=self.service.follow_health, args=(stop, self._changed),
                              name="ljrk-dp-health", daemon=True),
             threading.Thread(target=self._publish_loop, args=(stop,), name="ljrk-dp-inventory", daemon=True),
             threading.Thread(target=self.service.marker.run, args=(stop,), name="ljrk-dp-marks", daemon=True),
@@ -297,6 +309,7 @@ class DevicePluginApp:
         try:
             while not stop.is_set():
                 self.ensure_registered()
+                self._refresh_cdi()
                 stop.wait(self._poll_s)
         finally:
             self._running = False
@@ -307,3 +320,14 @@ class DevicePluginApp:
             self.stop_servers()
             for thread in threads:
                 thread.join(timeout=5)
+            if self.cdi is not None:
+                self.cdi.remove()
+
+    def _changed(self) -> None:
+        """A health or inventory change: publish the inventory now and follow the GPU set in the CDI spec."""
+        self._publish_now.set()
+        self._refresh_cdi()
+
+    def _refresh_cdi(self) -> None:
+        if self.cdi is not None:
+            self.cdi.refresh(self.service.gpus())

@@ -5,7 +5,9 @@ Providers are annotated with their port types so mypy checks conformance. The cl
 :class:`~adapters.memory.cluster.InMemoryCluster` holding just this node. The Runtime is always the gRPC client
 on ``--runtime-socket``. With ``--listen``, ``/healthz``, ``/readyz`` and ``/metrics`` (the shared
 ``HealthEndpoint``; metrics from ``adapters.prometheus.deviceplugin``). The release reconciler reads the same Runtime
-and cluster every ``--release-interval`` seconds. ``logging`` is a Resource.
+and cluster every ``--release-interval`` seconds. With ``--cdi`` (default) the CDI spec goes to a
+:class:`~adapters.cdifiles.CdiSpecDirectory` on ``--cdi-dir`` and the host's GPU minors come from
+:class:`~adapters.cdifiles.ProcfsGpuDevices`; with ``--no-cdi`` there is no publisher. ``logging`` is a Resource.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import attrs
 from dependency_injector import containers, providers
 
+from adapters.cdifiles import CdiSpecDirectory, ProcfsGpuDevices
 from adapters.grpc import GrpcNodeRuntime
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.memory.cluster import InMemoryCluster
@@ -21,9 +24,11 @@ from adapters.protocolfile import load_protocol
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.httpserver import HealthEndpoint, parse_listen
+from ports.cdi import CdiSpecStore, HostGpuDevices
 from ports.cluster import ClusterApi
 from ports.runtime import NodeRuntime
 from services._shared.logs import configure_logging
+from services.device_plugin.cdi import CdiPublisher
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
@@ -62,6 +67,11 @@ def connect_runtime(settings: DevicePluginSettings) -> NodeRuntime:
     return runtime
 
 
+def make_cdi(settings: DevicePluginSettings, store: CdiSpecStore, host: HostGpuDevices) -> CdiPublisher | None:
+    """The CDI spec publisher, or None with ``--no-cdi``."""
+    return CdiPublisher(store, host) if settings.cdi else None
+
+
 def make_metrics(protocol: ProtocolConstants) -> PrometheusDevicePluginMetrics:
     """The metrics registry, publishing the protocol's fingerprint."""
     return PrometheusDevicePluginMetrics(protocol_fingerprint=protocol.fingerprint())
@@ -81,22 +91,27 @@ def make_http(
 
 
 class DevicePluginContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → protocol, cluster, runtime, service, reconciler, app, metrics, http."""
+    """``settings`` (required) → protocol, cluster, runtime, CDI store and host, service, reconciler, CDI publisher,
+    app, metrics, http."""
 
     settings: providers.Dependency[DevicePluginSettings] = providers.Dependency(instance_of=DevicePluginSettings)
     logging = providers.Resource(configure_logging, level=settings.provided.log_level)
     protocol: providers.Provider[ProtocolConstants] = providers.Singleton(make_protocol, settings=settings)
     cluster: providers.Provider[ClusterApi] = providers.Singleton(make_cluster, settings=settings)
     runtime: providers.Provider[NodeRuntime] = providers.Singleton(connect_runtime, settings=settings)
+    cdi_store: providers.Provider[CdiSpecStore] = providers.Singleton(CdiSpecDirectory, settings.provided.cdi_dir)
+    host_gpus: providers.Provider[HostGpuDevices] = providers.Singleton(ProcfsGpuDevices)
     service: providers.Provider[DevicePluginService] = providers.Singleton(
-        DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol
+        DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol,
+        cdi=settings.provided.cdi,
     )
     reconciler: providers.Provider[RecordReconciler] = providers.Singleton(
         RecordReconciler, node=settings.provided.node_name, runtime=runtime, cluster=cluster,
         interval_s=settings.provided.release_interval_s,
     )
+    cdi: providers.Provider[CdiPublisher | None] = providers.Singleton(make_cdi, settings, cdi_store, host_gpus)
     app: providers.Provider[DevicePluginApp] = providers.Singleton(
-        DevicePluginApp.from_service, service, settings, reconciler
+        DevicePluginApp.from_service, service, settings, reconciler, cdi
     )
     metrics: providers.Provider[PrometheusDevicePluginMetrics] = providers.Singleton(make_metrics, protocol)
     http: providers.Provider[HealthEndpoint | None] = providers.Singleton(make_http, app, metrics, settings)

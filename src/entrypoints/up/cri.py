@@ -113,8 +113,8 @@ class ReleasingDeviceManager(DeviceManager):
     """Kubelet's device manager on ``plugin_dir`` whose :meth:`release_pod` also queues the pod's Runtime release
     on ``releaser`` (module docstring)."""
 
-    def __init__(self, plugin_dir: Path, releaser: RuntimeReleaser) -> None:
-        super().__init__(plugin_dir)
+    def __init__(self, plugin_dir: Path, releaser: RuntimeReleaser, *, cdi_dir: Path | None = None) -> None:
+        super().__init__(plugin_dir, cdi_dir=cdi_dir)
         self.releaser = releaser
 
     def release_pod(self, uid: str) -> bool:

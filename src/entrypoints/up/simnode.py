@@ -132,6 +132,8 @@ class SimNode:
         self.state_dir = root / "var" / "lib" / "lj-runtimekit"
         self.plugin_dir = root / "var" / "lib" / "kubelet" / "device-plugins"
         self.pod_resources_dir = root / "var" / "lib" / "kubelet" / "pod-resources"
+        self.cdi_dir = root / "var" / "run" / "cdi"
+        """The CDI spec directory: the device plugin writes its spec there, the emulated kubelet resolves names."""
         sockets = (self.runtime_socket, self.plugin_dir / PLUGIN_SOCKET_NAME, self.pod_resources_dir / "kubelet.sock")
         for path in sockets:
             if len(str(path).encode()) > MAX_SOCKET_PATH:
@@ -203,7 +205,7 @@ class SimNode:
             raise StackError(f"node {self.name}: Runtime not reachable: {error}") from error
         self.releaser = RuntimeReleaser(client, node=self.name)
         self.releaser.start()
-        manager = ReleasingDeviceManager(self.plugin_dir, self.releaser)
+        manager = ReleasingDeviceManager(self.plugin_dir, self.releaser, cdi_dir=self.cdi_dir)
         self.kubelet = NodeKubelet(
             self.cluster, node=self.name, device_manager=manager,
             pod_resources=PodResourcesServer(self.pod_resources_dir, manager.admitted), clock=self.clock,
@@ -220,7 +222,7 @@ class SimNode:
         settings = DevicePluginSettings(
             node_name=self.name, runtime_socket=self.runtime_socket, device_plugin_dir=self.plugin_dir,
             heartbeat_s=self.settings.heartbeat_s, runtime_wait_s=10.0, listen="127.0.0.1:0",
-            log_level=self.settings.log_level)
+            log_level=self.settings.log_level, cdi_dir=self.cdi_dir)
         container = DevicePluginContainer(settings=settings)
         container.cluster.override(providers.Object(self.cluster))
         self._dp_container = container

@@ -11,7 +11,8 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   — device IDs only give the count, never the placement (B17). The first resource call of a container makes the
   one Runtime Allocate (idempotent key: pod UID + container) from the plan; later resource calls of the same
   container return the cached response (kubelet merges the responses of a container's resources; identical
-  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14).
+  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). With ``cdi`` the
+  response also names the plan's GPUs as CDI devices (:mod:`domain.deviceplugin.cdi`; kubelet drops duplicates).
 * Allocated mark: the Allocate call that completes a pod (every resource kind of every container that asks for our
   resources, init containers included: :func:`domain.deviceplugin.matching.pod_fully_served`) queues the pod on
   :attr:`DevicePluginService.marker` (:mod:`.marks`), whose worker writes ``protocol.annotations.pod_allocated`` off
@@ -45,6 +46,7 @@ from typing import Protocol
 
 import attrs
 
+from domain.deviceplugin.cdi import container_devices
 from domain.deviceplugin.devices import (
     DeviceId,
     MigResource,
@@ -58,9 +60,8 @@ from domain.deviceplugin.devices import (
 from domain.deviceplugin.matching import (
     Candidate,
     ContainerKey,
-    DevicePluginError,
-    UnhealthyPlanError,
     pod_fully_served,
+    runtime_request,
     select_container,
 )
 from domain.deviceplugin.pods import mig_resource_names, node_candidates
@@ -70,12 +71,9 @@ from domain.kube.protocol import ProtocolConstants
 from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, MIG_INVENTORY, mig_features
 from domain.runtime.mig import mig_table
 from domain.runtime.types import (
-    ContainerAllocationRequest,
     ContainerAllocationResponse,
     DeviceInfo,
     MigInstanceInfo,
-    PlannedGpu,
-    PlannedMig,
 )
 from ports.cluster import NodesApi, PodsApi
 from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
@@ -103,14 +101,17 @@ class DevicePluginService:
     protocol). Construction calls the Runtime's ListDevices: raises ``ports.runtime.NodeRuntimeError`` (or
     ``RuntimeUnavailableError``) when the Runtime cannot be read, and
     ``domain.runtime.errors.UnsupportedFeatureError`` when it lacks a feature the node needs (MIG features only on
-    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value).
+    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value). ``cdi``: add CDI
+    names (module docstring).
     """
 
     def __init__(
         self, *, node: str, runtime: NodeRuntime, cluster: DevicePluginCluster, protocol: ProtocolConstants,
-        memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time,
+        memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time, cdi: bool = False,
     ) -> None:
         self.node = node
+        self.cdi = cdi
+        """Return the plan's CDI device names with every allocation (``domain.deviceplugin.cdi``)."""
         self._runtime = runtime
         self._cluster = cluster
         self.protocol = protocol
@@ -357,7 +358,9 @@ class DevicePluginService:
             chosen, gpus, candidates = self._select(kind, len(device_ids))
             response = self._responses.get(chosen.key)
             if response is None:
-                response = self._runtime.allocate(self._request(chosen, gpus))
+                request = runtime_request(chosen, gpus)
+                names = container_devices(request) if self.cdi else ()  # first: a bad name allocates nothing
+                response = attrs.evolve(self._runtime.allocate(request), cdi_devices=names)
                 self.runtime_allocate_calls += 1
                 self._responses[chosen.key] = response
             self._served.setdefault(chosen.key, set()).add(kind)  # never served before: select_container's rule 1
@@ -366,31 +369,3 @@ class DevicePluginService:
         if completes:
             self.marker.submit(PodRef(chosen.pod_uid, chosen.namespace, chosen.pod_name))
         return response
-
-    @staticmethod
-    def _request(chosen: Candidate, gpus: Sequence[Gpu]) -> ContainerAllocationRequest:
-        by_index = {g.index: g for g in gpus}
-        if chosen.mig:
-            instances = []
-            for instance in chosen.mig:
-                gpu = by_index.get(instance.gpu_index)
-                if gpu is None or gpu.uuid != instance.gpu_uuid:
-                    raise DevicePluginError(f"{chosen.label}: planned MIG GPU {instance.gpu_uuid} is not on this node")
-                if gpu.health is not Health.HEALTHY:
-                    raise UnhealthyPlanError(f"{chosen.label}: planned MIG GPU {gpu.index} ({gpu.uuid}) is unhealthy")
-                instances.append(PlannedMig(gpu.index, gpu.uuid, profile=instance.profile, start=instance.start,
-                                            create=instance.create))
-            return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
-                                              (), init=chosen.init, mig=tuple(instances))
-        assert chosen.grant is not None  # select_container raises UntrustedPlanError otherwise
-        planned = []
-        for grant in chosen.grant.grants:
-            gpu = by_index.get(grant.gpu_index)
-            if gpu is None:
-                raise DevicePluginError(f"{chosen.label}: planned GPU index {grant.gpu_index} is not on this node")
-            if gpu.health is not Health.HEALTHY:
-                raise UnhealthyPlanError(f"{chosen.label}: planned GPU {gpu.index} ({gpu.uuid}) is unhealthy")
-            planned.append(PlannedGpu(gpu.index, gpu.uuid, core_milli=grant.core_milli,
-                                      memory_bytes=grant.memory_bytes))
-        return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
-                                          tuple(planned), init=chosen.init)

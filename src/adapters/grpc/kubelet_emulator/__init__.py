@@ -20,13 +20,14 @@ from .admission import (
     pick_devices,
 )
 from .clock import Clock, ManualClock, SystemClock
-from .devicemanager import RUN_CONTAINER_ERROR, DeviceManager
+from .devicemanager import CREATE_CONTAINER_ERROR, RUN_CONTAINER_ERROR, DeviceManager
 from .endpoint import PluginEndpoint, PluginOptions
 from .node import DURATION_ANNOTATION, INVALID_DURATION_REASON, NodeKubelet, Rejection, parse_duration
 from .podresources import PodResourcesServer, list_response
 from .registration import KUBELET_SOCKET_NAME, SUPPORTED_VERSIONS, PluginRegistry
 
 __all__ = [
+    "CREATE_CONTAINER_ERROR",
     "DURATION_ANNOTATION",
     "INVALID_DURATION_REASON",
     "KUBELET_SOCKET_NAME",

@@ -126,13 +126,15 @@ class ContainerAdmission:
     """One container as kubelet admitted it: ``name``, ``init`` (an init container), ``devices`` (resource name →
     device IDs kubelet allocated, in allocation order; kubelet's ``podDevices`` entry), ``responses`` (resource name
     → that resource's ``ContainerAllocateResponse`` in domain form) and ``runtime`` (their merge: envs, mounts,
-    device nodes, annotations, see :func:`merge_responses`)."""
+    device nodes, annotations, CDI device names, see :func:`merge_responses`) and ``cdi_env`` (the env edits the
+    CDI-enabled runtime injected for those names; empty without a CDI spec directory)."""
 
     name: str
     init: bool = False
     devices: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     responses: Mapping[str, ContainerAllocationResponse] = attrs.field(factory=dict)
     runtime: ContainerAllocationResponse = attrs.field(factory=ContainerAllocationResponse)
+    cdi_env: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -177,12 +179,13 @@ class AdmissionResult:
 
 def merge_responses(responses: Iterable[ContainerAllocationResponse], *, container: str) -> ContainerAllocationResponse:
     """Merge one container's per-resource Allocate responses as kubelet's ``deviceRunContainerOptions`` does: envs
-    and annotations by key, device nodes and mounts by container path; the first value wins and a conflicting
-    later one is logged and dropped."""
+    and annotations by key, device nodes and mounts by container path (the first value wins and a conflicting
+    later one is logged and dropped), CDI device names in order, each once (``getCDIDeviceInfo``)."""
     envs: dict[str, str] = {}
     annotations: dict[str, str] = {}
     devices: dict[str, DeviceSpec] = {}
     mounts: dict[str, Mount] = {}
+    cdi: dict[str, None] = {}
 
     def put(target: dict[str, str], key: str, value: str, what: str) -> None:
         if key in target:
@@ -202,10 +205,11 @@ def merge_responses(responses: Iterable[ContainerAllocationResponse], *, contain
             if known.host_path != device.host_path:
                 log.error("container %s: device %s maps to %s and %s; keeping the first", container,
                           device.container_path, known.host_path, device.host_path)
+        cdi.update(dict.fromkeys(response.cdi_devices))
         for mount in response.mounts:
             seen = mounts.setdefault(mount.container_path, mount)
             if seen.host_path != mount.host_path:
                 log.error("container %s: mount %s maps to %s and %s; keeping the first", container,
                           mount.container_path, seen.host_path, mount.host_path)
     return ContainerAllocationResponse(envs=envs, mounts=tuple(mounts.values()), devices=tuple(devices.values()),
-                                       annotations=annotations)
+                                       annotations=annotations, cdi_devices=tuple(cdi))

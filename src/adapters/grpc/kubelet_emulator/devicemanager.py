@@ -12,8 +12,13 @@ checkpoint, so running pods keep their devices across a kubelet restart.
 
 Deliberately not emulated: topology (NUMA) alignment, the 5-minute grace after which a lost resource is dropped,
 node status capacity/allocatable updates, the on-disk checkpoint (state lives in memory: across restarts of the
-same object, not across processes), restartable init containers (sidecars), CDI devices (absent from the vendored
-device plugin API).
+same object, not across processes), restartable init containers (sidecars).
+
+CDI: each container's CDI device names (``ContainerAllocateResponse.cdi_devices``, merged per container) are kept in
+its admission. With ``cdi_dir`` (a CDI-enabled container runtime, as containerd 2) a newly admitted pod's names must
+resolve against the spec files there (:mod:`.cdi`), else the pod is rejected with :data:`CREATE_CONTAINER_ERROR` (on a
+real node the container fails to be created); the env edits they inject are recorded as the container's
+``cdi_env``. Without ``cdi_dir`` (containerd 1.x without CDI) the names are recorded and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -42,11 +47,16 @@ from .admission import (
     pick_devices,
     unexpected_message,
 )
+from .cdi import UnresolvableCdiDevicesError, resolve
 from .endpoint import PluginEndpoint, go_status
 from .registration import DIAL_TIMEOUT_S, RPC_TIMEOUT_S, PluginRegistry, response_from_pb
 
 PRE_START_TIMEOUT_S = 30.0
 """``KubeletPreStartContainerRPCTimeoutInSecs``."""
+
+CREATE_CONTAINER_ERROR = "CreateContainerError"
+"""Reason used when a container's CDI devices do not resolve (the runtime cannot create it; the emulator fails
+the pod)."""
 
 RUN_CONTAINER_ERROR = "RunContainerError"
 """Reason used when PreStartContainer fails (kubelet fails the container start; the emulator fails the pod)."""
@@ -57,6 +67,7 @@ class _ContainerRecord:
     init: bool
     devices: dict[str, list[str]] = attrs.field(factory=dict)
     responses: dict[str, ContainerAllocationResponse] = attrs.field(factory=dict)
+    cdi_env: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -69,12 +80,14 @@ class _PodRecord:
 
 class DeviceManager(PluginRegistry):
     """Kubelet's device manager on ``plugin_dir``: Registration and device lists (:class:`PluginRegistry`) plus pod
-    admission (module docstring). Thread-safe. Times in seconds as in :class:`PluginRegistry`."""
+    admission (module docstring; ``cdi_dir``: the CDI spec directory of a CDI-enabled runtime, or None). Thread-safe.
+    Times in seconds as in :class:`PluginRegistry`."""
 
     def __init__(self, plugin_dir: Path, *, dial_timeout_s: float = DIAL_TIMEOUT_S,
-                 rpc_timeout_s: float = RPC_TIMEOUT_S, max_workers: int = 4) -> None:
+                 rpc_timeout_s: float = RPC_TIMEOUT_S, max_workers: int = 4, cdi_dir: Path | None = None) -> None:
         super().__init__(plugin_dir, dial_timeout_s=dial_timeout_s, rpc_timeout_s=rpc_timeout_s,
                          max_workers=max_workers)
+        self.cdi_dir = cdi_dir
         self._admission = threading.Lock()  # kubelet admits one pod at a time
         self._pods: dict[str, _PodRecord] = {}
 
@@ -118,6 +131,10 @@ class DeviceManager(PluginRegistry):
             if failure is not None:
                 self.release_pod(pod.uid)
                 return AdmissionResult(None, RUN_CONTAINER_ERROR, failure)
+            failure = self._inject_cdi(record) if fresh else None
+            if failure is not None:
+                self.release_pod(pod.uid)
+                return AdmissionResult(None, CREATE_CONTAINER_ERROR, failure)
             with self._lock:
                 record.admitted = True
                 self._lock.notify_all()
@@ -218,6 +235,21 @@ class DeviceManager(PluginRegistry):
                     return f"container {name!r}: PreStartContainer {resource}: {go_status(error)}"
         return None
 
+    def _inject_cdi(self, record: _PodRecord) -> str | None:
+        """Resolve every container's CDI names in :attr:`cdi_dir` and record their env (module docstring); the
+        failure text or None."""
+        if self.cdi_dir is None:
+            return None
+        for name, container in record.containers.items():
+            merged = merge_responses(container.responses.values(), container=name)
+            try:
+                env = resolve(merged.cdi_devices, self.cdi_dir)
+            except UnresolvableCdiDevicesError as error:
+                return f"container {name!r}: failed to inject CDI devices: {error}"
+            with self._lock:
+                container.cdi_env = env
+        return None
+
     def release_pod(self, uid: str) -> bool:
         """Free every device of pod ``uid`` (it ended, was deleted or rejected); True when it held a record."""
         with self._lock:
@@ -245,5 +277,6 @@ class DeviceManager(PluginRegistry):
                 name=name, init=container.init,
                 devices={resource: tuple(ids) for resource, ids in container.devices.items()},
                 responses=responses, runtime=merge_responses(responses.values(), container=name),
+                cdi_env=dict(container.cdi_env),
             ))
         return PodAdmission(uid, record.namespace, record.name, tuple(containers))

@@ -88,12 +88,12 @@ class PluginEndpoint:
 
     def allocate(self, ids: list[str]) -> dp.AllocateResponse:
         """Allocate with one ContainerAllocateRequest holding ``ids``. Raises grpc.RpcError."""
-        return self._stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devicesIDs=ids)]),
-                                   timeout=self._rpc_timeout_s)
+        request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)])
+        return self._stub.Allocate(request, timeout=self._rpc_timeout_s)
 
     def pre_start(self, ids: list[str], timeout_s: float) -> None:
         """PreStartContainer with the container's IDs of this resource. Raises grpc.RpcError."""
-        self._stub.PreStartContainer(dp.PreStartContainerRequest(devicesIDs=ids), timeout=timeout_s)
+        self._stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=timeout_s)
 
 
 def go_status(error: grpc.RpcError) -> str:

@@ -117,10 +117,11 @@ class NodeKubelet:
 
     @classmethod
     def create(cls, cluster: ClusterApi, *, node: str, plugin_dir: Path, pod_resources_dir: Path | None,
-               clock: Clock | None = None, speedup: float = 1.0, registration_wait_s: float = 0.0) -> NodeKubelet:
-        """A kubelet with its own :class:`DeviceManager` on ``plugin_dir`` and, unless ``pod_resources_dir`` is
-        None, a :class:`PodResourcesServer` on ``<pod_resources_dir>/kubelet.sock`` listing its admitted pods."""
-        manager = DeviceManager(plugin_dir)
+               clock: Clock | None = None, speedup: float = 1.0, registration_wait_s: float = 0.0,
+               cdi_dir: Path | None = None) -> NodeKubelet:
+        """A kubelet with its own :class:`DeviceManager` on ``plugin_dir`` (resolving CDI names in ``cdi_dir``) and,
+        unless ``pod_resources_dir`` is None, a :class:`PodResourcesServer` on ``<pod_resources_dir>/kubelet.sock``."""
+        manager = DeviceManager(plugin_dir, cdi_dir=cdi_dir)
         server = None if pod_resources_dir is None else PodResourcesServer(pod_resources_dir, manager.admitted)
         return cls(cluster, node=node, device_manager=manager, pod_resources=server, clock=clock, speedup=speedup,
                    registration_wait_s=registration_wait_s)

@@ -1,5 +1,10 @@
-"""Kubelet's pod-resources API v1 ``List`` (k8s.io/kubelet ``pkg/apis/podresources/v1/api.proto``, vendored at v1.20.2,
-which has ``List`` only) on ``<pod-resources-dir>/kubelet.sock``.
+"""Kubelet's pod-resources API v1 ``List`` and ``Get`` (k8s.io/kubelet ``pkg/apis/podresources/v1/api.proto``,
+vendored at v1.37.2) on ``<pod-resources-dir>/kubelet.sock``.
+
+``Get`` answers one pod's entry as ``List`` has it, and a pod it does not know with status UNKNOWN "pod <name> in
+namespace <ns> not found" (kubelet returns a plain Go error there). With ``get=False`` it answers UNIMPLEMENTED, as a
+kubelet before 1.27 does (for clients' fallback to ``List``). ``GetAllocatableResources`` is not emulated
+(UNIMPLEMENTED).
 
 ``List`` reports every active pod — admitted and not yet ended — with each app container and, per resource, the
 device IDs kubelet allocated to it (init containers are not listed, as in kubelet; a container without devices is
@@ -34,19 +39,21 @@ DEFAULT_BURST = 10
 """Kubelet's pod-resources burst (``podresources.DefaultBurstTokens``)."""
 
 
-def list_response(pods: Sequence[PodAdmission]) -> pr.ListPodResourcesResponse:
-    """The ``List`` reply for ``pods`` (module docstring): one PodResources per pod, one ContainerResources per app
-    container, one ContainerDevices per resource it holds."""
-    return pr.ListPodResourcesResponse(pod_resources=[
-        pr.PodResources(name=pod.name, namespace=pod.namespace, containers=[
-            pr.ContainerResources(name=container.name, devices=[
-                pr.ContainerDevices(resource_name=resource, device_ids=list(ids))
-                for resource, ids in container.devices.items()
-            ])
-            for container in pod.app_containers
+def pod_resources(pod: PodAdmission) -> pr.PodResources:
+    """One pod's entry (module docstring): one ContainerResources per app container, one ContainerDevices per
+    resource it holds."""
+    return pr.PodResources(name=pod.name, namespace=pod.namespace, containers=[
+        pr.ContainerResources(name=container.name, devices=[
+            pr.ContainerDevices(resource_name=resource, device_ids=list(ids))
+            for resource, ids in container.devices.items()
         ])
-        for pod in pods
+        for container in pod.app_containers
     ])
+
+
+def list_response(pods: Sequence[PodAdmission]) -> pr.ListPodResourcesResponse:
+    """The ``List`` reply for ``pods``: :func:`pod_resources` of each."""
+    return pr.ListPodResourcesResponse(pod_resources=[pod_resources(pod) for pod in pods])
 
 
 class _TokenBucket:
@@ -71,29 +78,50 @@ class _TokenBucket:
 
 
 class _Servicer(pr_grpc.PodResourcesListerServicer):
-    def __init__(self, pods: Callable[[], Sequence[PodAdmission]], limiter: _TokenBucket | None) -> None:
+    def __init__(self, pods: Callable[[], Sequence[PodAdmission]], limiter: _TokenBucket | None, get: bool) -> None:
         self._pods = pods
         self._limiter = limiter
+        self._get = get
 
-    def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
+    def _limit(self, context: grpc.ServicerContext) -> None:
         if self._limiter is not None and not self._limiter.take():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+
+    def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
+        self._limit(context)
         return list_response(self._pods())
+
+    def Get(self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext) -> pr.GetPodResourcesResponse:  # noqa: N802 (proto RPC name)
+        if not self._get:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        self._limit(context)
+        for pod in self._pods():
+            if pod.namespace == request.pod_namespace and pod.name == request.pod_name:
+                return pr.GetPodResourcesResponse(pod_resources=pod_resources(pod))
+        context.abort(grpc.StatusCode.UNKNOWN,
+                      f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+        raise AssertionError("context.abort raises")  # for type checkers and linters
+
+    def GetAllocatableResources(  # noqa: N802 (proto RPC name)
+        self, request: pr.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources is not emulated")
 
 
 class PodResourcesServer:
     """Serves pod-resources ``List`` on ``<directory>/kubelet.sock`` over ``pods`` (called per request; e.g.
     :meth:`DeviceManager.admitted <.devicemanager.DeviceManager.admitted>`). ``qps``/``burst`` set the rate limit
-    (``qps`` None = unlimited).
+    (``qps`` None = unlimited); ``get=False`` answers ``Get`` with UNIMPLEMENTED (a kubelet before 1.27).
 
     :meth:`start` replaces a stale socket and serves (raises OSError when it cannot bind); :meth:`stop` stops,
     joins the workers and removes the socket (idempotent); :meth:`restart` is a kubelet restart (new inode).
     """
 
     def __init__(self, directory: Path, pods: Callable[[], Sequence[PodAdmission]], *,
-                 qps: float | None = DEFAULT_QPS, burst: int = DEFAULT_BURST, max_workers: int = 4) -> None:
+                 qps: float | None = DEFAULT_QPS, burst: int = DEFAULT_BURST, max_workers: int = 4,
+                 get: bool = True) -> None:
         self.directory = directory
-        self._servicer = _Servicer(pods, None if qps is None else _TokenBucket(qps, burst))
+        self._servicer = _Servicer(pods, None if qps is None else _TokenBucket(qps, burst), get)
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None

@@ -72,12 +72,13 @@ def check_request(request: dp.RegisterRequest) -> None:
 
 
 def response_from_pb(reply: dp.ContainerAllocateResponse) -> ContainerAllocationResponse:
-    """A ContainerAllocateResponse in domain form (envs, mounts, device nodes, annotations)."""
+    """A ContainerAllocateResponse in domain form (envs, mounts, device nodes, annotations, CDI device names)."""
     return ContainerAllocationResponse(
         envs=dict(reply.envs),
         mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in reply.mounts),
         devices=tuple(DeviceSpec(d.container_path, d.host_path, d.permissions) for d in reply.devices),
         annotations=dict(reply.annotations),
+        cdi_devices=tuple(d.name for d in reply.cdi_devices),
     )
 
 

@@ -7,7 +7,7 @@ milli or a MIG instance without its GPU is refused with :class:`InvalidAllocatio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -15,6 +15,10 @@ from domain.gpu import GpuUuid
 from domain.runtime.errors import InvalidAllocationError
 from domain.runtime.types.devices import MigInstanceInfo
 from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 def _str_map(value: Mapping[str, str]) -> dict[str, str]:
@@ -155,12 +159,15 @@ class DeviceSpec:
 
 @attrs.frozen
 class ContainerAllocationResponse:
-    """What the container gets: ``envs``, ``mounts``, ``devices`` and container ``annotations``."""
+    """What the container gets: ``envs``, ``mounts``, ``devices``, container ``annotations`` and ``cdi_devices``
+    (fully qualified CDI device names, ``vendor/class=name``; the device plugin adds them after the Runtime answered
+    (:mod:`domain.deviceplugin.cdi`); the Runtime contract never carries them, so a Runtime response has none)."""
 
     envs: Mapping[str, str] = attrs.field(factory=dict, converter=_str_map)
     mounts: tuple[Mount, ...] = ()
     devices: tuple[DeviceSpec, ...] = ()
     annotations: Mapping[str, str] = attrs.field(factory=dict, converter=_str_map)
+    cdi_devices: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
 
 @attrs.frozen

@@ -22,65 +22,66 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from adapters.grpc._pb.github.com.gogo.protobuf.gogoproto import gogo_pb2 as github_dot_com_dot_gogo_dot_protobuf_dot_gogoproto_dot_gogo__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&kubelet/deviceplugin/v1beta1/api.proto\x12\x07v1beta1\x1a-github.com/gogo/protobuf/gogoproto/gogo.proto\"]\n\x13\x44\x65vicePluginOptions\x12\x1a\n\x12pre_start_required\x18\x01 \x01(\x08\x12*\n\"get_preferred_allocation_available\x18\x02 \x01(\x08\"z\n\x0fRegisterRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b\x32\x1c.v1beta1.DevicePluginOptions\"\x07\n\x05\x45mpty\"8\n\x14ListAndWatchResponse\x12 \n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x0f.v1beta1.Device\"0\n\x0cTopologyInfo\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.v1beta1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"M\n\x06\x44\x65vice\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\'\n\x08topology\x18\x03 \x01(\x0b\x32\x15.v1beta1.TopologyInfo\".\n\x18PreStartContainerRequest\x12\x12\n\ndevicesIDs\x18\x01 \x03(\t\"\x1b\n\x19PreStartContainerResponse\"f\n\x1aPreferredAllocationRequest\x12H\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerPreferredAllocationRequest\"{\n#ContainerPreferredAllocationRequest\x12\x1b\n\x13\x61vailable_deviceIDs\x18\x01 \x03(\t\x12\x1e\n\x16must_include_deviceIDs\x18\x02 \x03(\t\x12\x17\n\x0f\x61llocation_size\x18\x03 \x01(\x05\"i\n\x1bPreferredAllocationResponse\x12J\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32-.v1beta1.ContainerPreferredAllocationResponse\"9\n$ContainerPreferredAllocationResponse\x12\x11\n\tdeviceIDs\x18\x01 \x03(\t\"P\n\x0f\x41llocateRequest\x12=\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32!.v1beta1.ContainerAllocateRequest\".\n\x18\x43ontainerAllocateRequest\x12\x12\n\ndevicesIDs\x18\x01 \x03(\t\"S\n\x10\x41llocateResponse\x12?\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32\".v1beta1.ContainerAllocateResponse\"\xc8\x02\n\x19\x43ontainerAllocateResponse\x12:\n\x04\x65nvs\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerAllocateResponse.EnvsEntry\x12\x1e\n\x06mounts\x18\x02 \x03(\x0b\x32\x0e.v1beta1.Mount\x12$\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x13.v1beta1.DeviceSpec\x12H\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32\x33.v1beta1.ContainerAllocateResponse.AnnotationsEntry\x1a+\n\tEnvsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\x05Mount\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\"L\n\nDeviceSpec\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions\x18\x03 \x01(\t2F\n\x0cRegistration\x12\x36\n\x08Register\x12\x18.v1beta1.RegisterRequest\x1a\x0e.v1beta1.Empty\"\x00\x32\xa3\x03\n\x0c\x44\x65vicePlugin\x12H\n\x16GetDevicePluginOptions\x12\x0e.v1beta1.Empty\x1a\x1c.v1beta1.DevicePluginOptions\"\x00\x12\x41\n\x0cListAndWatch\x12\x0e.v1beta1.Empty\x1a\x1d.v1beta1.ListAndWatchResponse\"\x00\x30\x01\x12\x65\n\x16GetPreferredAllocation\x12#.v1beta1.PreferredAllocationRequest\x1a$.v1beta1.PreferredAllocationResponse\"\x00\x12\x41\n\x08\x41llocate\x12\x18.v1beta1.AllocateRequest\x1a\x19.v1beta1.AllocateResponse\"\x00\x12\\\n\x11PreStartContainer\x12!.v1beta1.PreStartContainerRequest\x1a\".v1beta1.PreStartContainerResponse\"\x00\x42\x1c\xc8\xe1\x1e\x01\xd8\xe1\x1e\x00\x80\xe2\x1e\x01\xc8\xe2\x1e\x01\xd0\xe2\x1e\x01\xe0\xe2\x1e\x01\x90\xe3\x1e\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&kubelet/deviceplugin/v1beta1/api.proto\x12\x07v1beta1\"]\n\x13\x44\x65vicePluginOptions\x12\x1a\n\x12pre_start_required\x18\x01 \x01(\x08\x12*\n\"get_preferred_allocation_available\x18\x02 \x01(\x08\"z\n\x0fRegisterRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b\x32\x1c.v1beta1.DevicePluginOptions\"\x07\n\x05\x45mpty\"8\n\x14ListAndWatchResponse\x12 \n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x0f.v1beta1.Device\"0\n\x0cTopologyInfo\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.v1beta1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"M\n\x06\x44\x65vice\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\'\n\x08topology\x18\x03 \x01(\x0b\x32\x15.v1beta1.TopologyInfo\"/\n\x18PreStartContainerRequest\x12\x13\n\x0b\x64\x65vices_ids\x18\x01 \x03(\t\"\x1b\n\x19PreStartContainerResponse\"f\n\x1aPreferredAllocationRequest\x12H\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerPreferredAllocationRequest\"{\n#ContainerPreferredAllocationRequest\x12\x1b\n\x13\x61vailable_deviceIDs\x18\x01 \x03(\t\x12\x1e\n\x16must_include_deviceIDs\x18\x02 \x03(\t\x12\x17\n\x0f\x61llocation_size\x18\x03 \x01(\x05\"i\n\x1bPreferredAllocationResponse\x12J\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32-.v1beta1.ContainerPreferredAllocationResponse\"9\n$ContainerPreferredAllocationResponse\x12\x11\n\tdeviceIDs\x18\x01 \x03(\t\"P\n\x0f\x41llocateRequest\x12=\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32!.v1beta1.ContainerAllocateRequest\"/\n\x18\x43ontainerAllocateRequest\x12\x13\n\x0b\x64\x65vices_ids\x18\x01 \x03(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"S\n\x10\x41llocateResponse\x12?\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32\".v1beta1.ContainerAllocateResponse\"\xf1\x02\n\x19\x43ontainerAllocateResponse\x12:\n\x04\x65nvs\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerAllocateResponse.EnvsEntry\x12\x1e\n\x06mounts\x18\x02 \x03(\x0b\x32\x0e.v1beta1.Mount\x12$\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x13.v1beta1.DeviceSpec\x12H\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32\x33.v1beta1.ContainerAllocateResponse.AnnotationsEntry\x12\'\n\x0b\x63\x64i_devices\x18\x05 \x03(\x0b\x32\x12.v1beta1.CDIDevice\x1a+\n\tEnvsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\x05Mount\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\"L\n\nDeviceSpec\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions\x18\x03 \x01(\t2F\n\x0cRegistration\x12\x36\n\x08Register\x12\x18.v1beta1.RegisterRequest\x1a\x0e.v1beta1.Empty\"\x00\x32\xa3\x03\n\x0c\x44\x65vicePlugin\x12H\n\x16GetDevicePluginOptions\x12\x0e.v1beta1.Empty\x1a\x1c.v1beta1.DevicePluginOptions\"\x00\x12\x41\n\x0cListAndWatch\x12\x0e.v1beta1.Empty\x1a\x1d.v1beta1.ListAndWatchResponse\"\x00\x30\x01\x12\x65\n\x16GetPreferredAllocation\x12#.v1beta1.PreferredAllocationRequest\x1a$.v1beta1.PreferredAllocationResponse\"\x00\x12\x41\n\x08\x41llocate\x12\x18.v1beta1.AllocateRequest\x1a\x19.v1beta1.AllocateResponse\"\x00\x12\\\n\x11PreStartContainer\x12!.v1beta1.PreStartContainerRequest\x1a\".v1beta1.PreStartContainerResponse\"\x00\x42.Z,k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'adapters.grpc._pb.kubelet.deviceplugin.v1beta1.api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
-  _globals['DESCRIPTOR']._serialized_options = b'\310\341\036\001\330\341\036\000\200\342\036\001\310\342\036\001\320\342\036\001\340\342\036\001\220\343\036\000'
+  _globals['DESCRIPTOR']._serialized_options = b'Z,k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1'
   _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._loaded_options = None
   _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_DEVICEPLUGINOPTIONS']._serialized_start=98
-  _globals['_DEVICEPLUGINOPTIONS']._serialized_end=191
-  _globals['_REGISTERREQUEST']._serialized_start=193
-  _globals['_REGISTERREQUEST']._serialized_end=315
-  _globals['_EMPTY']._serialized_start=317
-  _globals['_EMPTY']._serialized_end=324
-  _globals['_LISTANDWATCHRESPONSE']._serialized_start=326
-  _globals['_LISTANDWATCHRESPONSE']._serialized_end=382
-  _globals['_TOPOLOGYINFO']._serialized_start=384
-  _globals['_TOPOLOGYINFO']._serialized_end=432
-  _globals['_NUMANODE']._serialized_start=434
-  _globals['_NUMANODE']._serialized_end=456
-  _globals['_DEVICE']._serialized_start=458
-  _globals['_DEVICE']._serialized_end=535
-  _globals['_PRESTARTCONTAINERREQUEST']._serialized_start=537
-  _globals['_PRESTARTCONTAINERREQUEST']._serialized_end=583
-  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_start=585
-  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_end=612
-  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_start=614
-  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_end=716
-  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_start=718
-  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_end=841
-  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_start=843
-  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_end=948
-  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_start=950
-  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_end=1007
-  _globals['_ALLOCATEREQUEST']._serialized_start=1009
-  _globals['_ALLOCATEREQUEST']._serialized_end=1089
-  _globals['_CONTAINERALLOCATEREQUEST']._serialized_start=1091
-  _globals['_CONTAINERALLOCATEREQUEST']._serialized_end=1137
-  _globals['_ALLOCATERESPONSE']._serialized_start=1139
-  _globals['_ALLOCATERESPONSE']._serialized_end=1222
-  _globals['_CONTAINERALLOCATERESPONSE']._serialized_start=1225
-  _globals['_CONTAINERALLOCATERESPONSE']._serialized_end=1553
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_start=1458
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_end=1501
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_start=1503
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_end=1553
-  _globals['_MOUNT']._serialized_start=1555
-  _globals['_MOUNT']._serialized_end=1624
-  _globals['_DEVICESPEC']._serialized_start=1626
-  _globals['_DEVICESPEC']._serialized_end=1702
-  _globals['_REGISTRATION']._serialized_start=1704
-  _globals['_REGISTRATION']._serialized_end=1774
-  _globals['_DEVICEPLUGIN']._serialized_start=1777
-  _globals['_DEVICEPLUGIN']._serialized_end=2196
+  _globals['_DEVICEPLUGINOPTIONS']._serialized_start=51
+  _globals['_DEVICEPLUGINOPTIONS']._serialized_end=144
+  _globals['_REGISTERREQUEST']._serialized_start=146
+  _globals['_REGISTERREQUEST']._serialized_end=268
+  _globals['_EMPTY']._serialized_start=270
+  _globals['_EMPTY']._serialized_end=277
+  _globals['_LISTANDWATCHRESPONSE']._serialized_start=279
+  _globals['_LISTANDWATCHRESPONSE']._serialized_end=335
+  _globals['_TOPOLOGYINFO']._serialized_start=337
+  _globals['_TOPOLOGYINFO']._serialized_end=385
+  _globals['_NUMANODE']._serialized_start=387
+  _globals['_NUMANODE']._serialized_end=409
+  _globals['_DEVICE']._serialized_start=411
+  _globals['_DEVICE']._serialized_end=488
+  _globals['_PRESTARTCONTAINERREQUEST']._serialized_start=490
+  _globals['_PRESTARTCONTAINERREQUEST']._serialized_end=537
+  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_start=539
+  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_end=566
+  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_start=568
+  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_end=670
+  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_start=672
+  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_end=795
+  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_start=797
+  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_end=902
+  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_start=904
+  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_end=961
+  _globals['_ALLOCATEREQUEST']._serialized_start=963
+  _globals['_ALLOCATEREQUEST']._serialized_end=1043
+  _globals['_CONTAINERALLOCATEREQUEST']._serialized_start=1045
+  _globals['_CONTAINERALLOCATEREQUEST']._serialized_end=1092
+  _globals['_CDIDEVICE']._serialized_start=1094
+  _globals['_CDIDEVICE']._serialized_end=1119
+  _globals['_ALLOCATERESPONSE']._serialized_start=1121
+  _globals['_ALLOCATERESPONSE']._serialized_end=1204
+  _globals['_CONTAINERALLOCATERESPONSE']._serialized_start=1207
+  _globals['_CONTAINERALLOCATERESPONSE']._serialized_end=1576
+  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_start=1481
+  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_end=1524
+  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_start=1526
+  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_end=1576
+  _globals['_MOUNT']._serialized_start=1578
+  _globals['_MOUNT']._serialized_end=1647
+  _globals['_DEVICESPEC']._serialized_start=1649
+  _globals['_DEVICESPEC']._serialized_end=1725
+  _globals['_REGISTRATION']._serialized_start=1727
+  _globals['_REGISTRATION']._serialized_end=1797
+  _globals['_DEVICEPLUGIN']._serialized_start=1800
+  _globals['_DEVICEPLUGIN']._serialized_end=2219
 # @@protoc_insertion_point(module_scope)
