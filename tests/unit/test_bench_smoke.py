@@ -19,6 +19,9 @@ Behaviours covered:
 * ``bench/exporter_scrape.py`` end to end in a tiny configuration (2 GPUs × 3 pods, 20 churn cycles; the Runtime
   and the exporter as ``ljrk`` processes): exit 0, every closing ``key=value`` figure printed, the series set and
   count the same before and after the churn, and the readable summary lines;
+* ``bench/exporter_api_requests.py`` in a tiny configuration (3 nodes, 5 simulated minutes, fast pace): exit 0,
+  every closing figure, the per-pull LIST rule at 60/interval requests per node per minute, the watch at one LIST
+  per node plus the WATCHes, fewer; the watch rule never ended a pod the per-pull listing shows running;
 * ``bench/share_packing.py``'s ``pack`` on a hand-built stream under both rules (closing fits, dropped pods,
   CPU-only arrivals) and its refusal of an unknown rule.
 """
@@ -266,6 +269,30 @@ def test_exporter_scrape_bench_in_a_tiny_configuration() -> None:
         assert float(figures[key]) > 0, key
     assert float(figures["scrape_p50_ms"]) <= float(figures["scrape_p99_ms"]) <= float(figures["scrape_max_ms"])
     for text in ("scrape, steady back-to-back", "scrape, during churn", "identical set", "exporter RSS: start"):
+        assert text in run.stdout, text
+
+
+API_BENCH = BENCH.parent / "exporter_api_requests.py"
+API_FIGURES = {"old_requests_per_node_minute", "new_requests_per_node_minute", "new_lists_per_node_minute",
+               "new_watches_per_node_minute", "dropped_early", "ended_later"}
+
+
+def test_exporter_api_requests_bench_in_a_tiny_configuration() -> None:
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1] / "src")}
+    run = subprocess.run(
+        [sys.executable, str(API_BENCH), "--nodes", "3", "--minutes", "5", "--pods", "3", "--churn", "6",
+         "--watch-timeout", "60", "--scale", "0.005"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    figures = dict(line.split("=", 1) for line in run.stdout.splitlines() if re.fullmatch(r"[a-z0-9_]+=\S+", line))
+    assert set(figures) == API_FIGURES
+    assert float(figures["old_requests_per_node_minute"]) == 6.0  # one LIST per 10 s pull
+    assert float(figures["new_lists_per_node_minute"]) == pytest.approx(1 / 5)  # the start-up LIST only
+    assert 0 < float(figures["new_watches_per_node_minute"]) < 6.0
+    assert float(figures["new_requests_per_node_minute"]) < float(figures["old_requests_per_node_minute"])
+    assert figures["dropped_early"] == "0"
+    for text in ("per-pull LIST (old)", "watch (new)", "at 5,000 nodes"):
         assert text in run.stdout, text
 
 

@@ -84,7 +84,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     "exporter": {
         ("ClusterRole", "lj-runtimekit-exporter"): {
             ("", "nodes", "get", ""), ("", "nodes", "patch", ""), ("", "events", "create", ""),
-            ("", "events", "patch", ""), ("", "pods", "list", "")},
+            ("", "events", "patch", ""), ("", "pods", "list", ""), ("", "pods", "watch", "")},
     },
     "scheduler": {
         ("ClusterRole", "lj-runtimekit-scheduler"): {

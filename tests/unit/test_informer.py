@@ -3,7 +3,8 @@
 Covers: initial list delivers every object; watch events update the cache in order; a 410 Gone (compaction)
 relists and delivers deletions for objects that vanished meanwhile (tombstones); an object deleted and re-created
 under the same name (new UID) while the watch was down is delivered as a delete of the old object, then an add —
-on a relist and on a watch event alike; the loop survives errors and stops when asked.
+on a relist and on a watch event alike; the loop survives errors (each failed attempt counted) and stops when
+asked.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def test_the_loop_survives_a_failing_list_and_retries() -> None:
         assert informer.synced.wait(5)
         assert upserts == ["a"]
         assert calls["n"] == 2
+        assert informer.failures == 1  # the failed LIST; the 0.2 s watches that end normally are no failures
     finally:
         stop.set()
         thread.join(5)

@@ -289,8 +289,8 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
     yield one("exporter_pod_resources_errors", "Failed kubelet pod-resources List calls",
               float(snapshot.pod_resources_errors), "counter")
     if snapshot.pod_api_errors is not None:
-        yield one("exporter_pod_api_errors", "Failed or late Kubernetes API listings of the node's pods (which "
-                  "tell ended pods apart)", float(snapshot.pod_api_errors), "counter")
+        yield one("exporter_pod_api_errors", "Failed Kubernetes API list or watch requests of the node's pods (which "
+                  "tell ended pods apart; each retry counts)", float(snapshot.pod_api_errors), "counter")
     age = snapshot.age_s(now)
     if age is not None:
         yield one("exporter_data_age_seconds", "Seconds since the served data was pulled", age)

@@ -26,8 +26,8 @@ class Snapshot:
     0 = never), ``runtime_up`` (the latest pull succeeded), ``pod_resources_up`` (the latest pod-resources
     List succeeded, or none is configured), error counters since start, ``last_error`` (empty when the
     latest pull succeeded), ``attribution_mismatches`` (container rows of the last good pull dropped by the GPU
-    cross-check, ``domain.exporter.attribution``), ``pod_api_errors`` (failed or late listings of the node's pods
-    in the Kubernetes API, ``domain.exporter.liveness``; None = no API) and ``events`` (None = Events disabled)."""
+    cross-check, ``domain.exporter.attribution``), ``pod_api_errors`` (failed list or watch requests of the node's
+    pods in the Kubernetes API, ``domain.exporter.liveness``; None = no API) and ``events`` (None = Events disabled)."""
 
     data: ExporterData = attrs.field(factory=ExporterData)
     pulled_at: float = 0.0

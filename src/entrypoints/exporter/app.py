@@ -21,6 +21,7 @@ from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.httpserver import parse_listen as shared_parse_listen
 from entrypoints._shared.lifecycle import RunUntilStopped
 from services.exporter.collector import SnapshotCollector
+from services.exporter.podphases import WATCH_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 @attrs.frozen
 class ExporterSettings:
     """Validated settings of ``ljrk exporter`` (flags in ``__main__``). Times in seconds. ``kubeconfig`` None =
-    the pod's in-cluster config for Events (none either: Events disabled). Raises :class:`SettingsError` for an
-    empty node name, a bad ``--listen`` or non-positive times."""
+    the pod's in-cluster config for Events (none either: Events disabled). ``watch_timeout_s``: how long one WATCH
+    of the node's pods lasts before it is resumed (no flag; ``ljrk up`` shortens it to bound its shutdown). Raises
+    :class:`SettingsError` for an empty node name, a bad ``--listen`` or non-positive times."""
 
     node_name: str
     runtime_socket: Path
@@ -52,12 +54,13 @@ class ExporterSettings:
     log_level: str = "INFO"
     kubeconfig: Path | None = None
     protocol_file: Path | None = None
+    watch_timeout_s: float = WATCH_TIMEOUT_S
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
             raise SettingsError("--node-name must not be empty")
         parse_listen(self.listen)
-        for name in ("interval_s", "deadline_s", "runtime_wait_s"):
+        for name in ("interval_s", "deadline_s", "runtime_wait_s", "watch_timeout_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
 
@@ -91,11 +94,13 @@ class ExporterApp(RunUntilStopped):
         return (True, "ok") if alive else (False, "collector not running")
 
     def start(self) -> None:
-        """Bind the listener and start the collector and HTTP threads. Raises OSError when it cannot bind."""
+        """Bind the listener and start the collector (its ended-pods watch included) and HTTP threads. Raises
+        OSError when it cannot bind."""
         host, port = self._address
         self._http = HealthEndpoint(host, port, health=self.health, ready=self.health,
                                     metrics=lambda: self.exposition(), name="exporter")
         self._http.start()
+        self.collector.start()
         self._threads = [
             threading.Thread(target=self.collector.run, args=(self._stop,), name="ljrk-exp-collector", daemon=True),
         ]

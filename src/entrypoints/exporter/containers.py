@@ -6,7 +6,8 @@ feature; pod-resources is kubelet's API on ``--pod-resources-socket`` when given
 metrics are the prometheus-client adapter over the collector's snapshot. The cluster port (Events on the node) is
 the Kubernetes API from ``--kubeconfig`` or the in-cluster config, through the same ``from_kubeconfig`` helper as
 the other components; when no config loads it is None and Events are off. With a cluster the collector also learns
-which pods of the node ended (:class:`.podphases.EndedPods`), so their series leave at the next pull. ``logging``
+which pods of the node ended from a watch of them (:class:`.podphases.EndedPods`, started and stopped with the
+collector), so their series leave at the next pull. ``logging``
 and ``cluster`` are Resources (the API client is closed at shutdown).
 """
 
@@ -85,9 +86,12 @@ def make_events(cluster: ClusterApi | None, settings: ExporterSettings) -> NodeE
 
 
 def make_ended_pods(cluster: ClusterApi | None, settings: ExporterSettings) -> EndedPods | None:
-    """Ended pods of Node ``--node-name`` from the API (listings bounded by ``--deadline``), or None without a
-    cluster."""
-    return None if cluster is None else EndedPods(cluster, node=settings.node_name, deadline_s=settings.deadline_s)
+    """Ended pods of Node ``--node-name`` from a list+watch of its pods (the first pull waits up to ``--deadline``
+    for the first LIST; each WATCH lasts ``watch_timeout_s``), or None without a cluster."""
+    if cluster is None:
+        return None
+    return EndedPods(cluster, node=settings.node_name, deadline_s=settings.deadline_s,
+                     watch_timeout_s=settings.watch_timeout_s)
 
 
 def make_metrics(

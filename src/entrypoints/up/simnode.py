@@ -249,7 +249,7 @@ class SimNode:
             node_name=self.name, runtime_socket=self.runtime_socket, listen="127.0.0.1:0",
             pod_resources_socket=self.pod_resources_dir / "kubelet.sock",
             interval_s=self.settings.exporter_interval_s, deadline_s=2.0, runtime_wait_s=10.0,
-            log_level=self.settings.log_level)
+            log_level=self.settings.log_level, watch_timeout_s=self.settings.watch_timeout_s)
         container = ExporterContainer(settings=settings)
         container.cluster.override(providers.Object(self.cluster))
         self._exporter_container = container

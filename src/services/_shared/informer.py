@@ -4,8 +4,8 @@ Algorithm (client-go's ``tools/cache`` Reflector): LIST, replace the cache and r
 WATCH from it and apply ADDED/MODIFIED (upsert) and DELETED (remove), advancing the resourceVersion with every event
 (BOOKMARK included); a watch that ends normally is resumed from the last resourceVersion; 410 Gone relists and *diffs*
 the new list against the cache, delivering deletions for vanished objects (their last known state, the "tombstone" of
-client-go); other errors back off (0.5 s doubling to 30 s) and retry. Handlers run on the informer's thread and must be
-quick.
+client-go); other errors back off (0.5 s doubling to 30 s) and retry, each counted in :attr:`Informer.failures`.
+Handlers run on the informer's thread and must be quick.
 
 Identity: with ``uid`` given, an object whose key is cached under another UID (deleted and re-created under the
 same name while the watch was down, or a missed DELETED) first gets ``on_delete(cached)``, then
@@ -57,6 +57,8 @@ class Informer(Generic[T]):
         self.resource_version = ""
         self.synced = threading.Event()
         self.relists = 0
+        self.failures = 0
+        """Failed LIST or WATCH attempts (each retry counts; a 410 Gone is a relist, not a failure)."""
 
     def relist(self) -> None:
         """LIST and reconcile the cache: upsert every item, deliver deletions for vanished keys."""
@@ -114,6 +116,7 @@ class Informer(Generic[T]):
                 log.info("%s: resourceVersion %s too old, relisting", self.name, self.resource_version)
                 self.synced.clear()
             except Exception as error:  # transport errors too: the loop must outlive any one failure
+                self.failures += 1
                 log.warning("%s: %s; retrying in %.1f s", self.name, error, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)

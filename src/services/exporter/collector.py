@@ -9,10 +9,11 @@ it fails, the last good list is used (so a pod kubelet no longer runs is never r
 counter grows. Container rows whose GPUs kubelet contradicts (``domain.exporter.attribution``) are not served;
 their number is in the snapshot and each such container is logged once, when its mismatch starts.
 
-With ``ended_pods`` (the Kubernetes API, :mod:`.podphases`), each successful pull then drops the rows of pods the
-API shows terminal or no longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelet 1.20
-keeps listing a terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases
-it, so without the API a completed pod's series would outlive it by up to a minute.
+With ``ended_pods`` (the Kubernetes API, :mod:`.podphases`: a watched view of the node's pods, started by
+:meth:`SnapshotCollector.start`), each successful pull then drops the rows of pods the API shows terminal or no
+longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelet 1.20 keeps listing a
+terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases it, so without
+the API a completed pod's series would outlive it by up to a minute.
 
 With an event recorder, every refresh ends by comparing the detector's state with the previous refresh's
 (``domain.exporter.detector``) and queueing an Event per transition — transitions only, never one per refresh.
@@ -167,6 +168,11 @@ class SnapshotCollector:
         if changes:
             self._events.submit(changes)
 
+    def start(self) -> None:
+        """Start what runs beside the pulls: the ended-pods watch (when there is one). :meth:`close` stops it."""
+        if self._ended_pods is not None:
+            self._ended_pods.start()
+
     def run(self, stop: threading.Event) -> None:
         """Refresh now and then every ``interval_s`` seconds until ``stop`` is set."""
         while not stop.is_set():
@@ -174,7 +180,7 @@ class SnapshotCollector:
             stop.wait(self._interval_s)
 
     def close(self) -> None:
-        """Stop the worker without waiting for a hung pull, and the event recorder."""
+        """Stop the worker without waiting for a hung pull, the ended-pods watch and the event recorder."""
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._ended_pods is not None:
             self._ended_pods.close()
