@@ -13,7 +13,8 @@
   with ``maxSurge: 0`` (with host networking its port is a host port: a surge pod could never be placed beside the
   old one on the only node);
 - the Runtime socket and state host folders moved under the test's folder (the controller's
-  ``--config-daemon-socket`` with them, so its Jobs mount the same folder): nothing lands in the host's ``/run``;
+  ``--config-daemon-socket`` with them, so its Jobs mount the same folder), and the device plugin's CDI spec folder
+  to the one the node's containerd reads: nothing lands in the host's ``/run``;
 - the Runtime's ``LJRK_BACKEND`` set to ``simulated`` in its ConfigMap (``generate.py --adopt`` restamps it); the
   device plugin's release pass every 5 s and the exporter's pull every 2 s instead of 30 s and 10 s (a deleted pod's
   records and series go within seconds);
@@ -186,13 +187,16 @@ def _edit_configmaps(target: Path, overlay: Overlay, free: Iterator[int]) -> Non
           ("urlPrefix: http://127.0.0.1:8888", f"urlPrefix: http://127.0.0.1:{overlay.ports['scheduler']}"))
 
 
-def prepare_deploy_copy(target: Path, host_root: Path, kube_dir: Path, ports: Iterable[int]) -> Overlay:
+def prepare_deploy_copy(target: Path, host_root: Path, kube_dir: Path, ports: Iterable[int], *,
+                        cdi_dir: Path) -> Overlay:
     """Copy deploy/ to ``target`` with the test overlay (module docstring).
 
     ``host_root``: folder for the Runtime's socket (``run``) and state (``state``) host folders; ``kube_dir``:
-    host folder holding ``kubeconfig``; ``ports``: free loopback ports for the listeners (at least eight)."""
+    host folder holding ``kubeconfig``; ``ports``: free loopback ports for the listeners (at least eight);
+    ``cdi_dir``: the folder the node's containerd reads CDI specs from, in place of ``/var/run/cdi``."""
     shutil.copytree(DEPLOY, target)
-    host_dirs = {"/run/lj-runtimekit": str(host_root / "run"), "/var/lib/lj-runtimekit": str(host_root / "state")}
+    host_dirs = {"/run/lj-runtimekit": str(host_root / "run"), "/var/lib/lj-runtimekit": str(host_root / "state"),
+                 "/var/run/cdi": str(cdi_dir)}
     overlay = Overlay(script=target / "deploy-all.sh", deploy=target)
     free = iter(ports)
     for component in ("runtime", "deviceplugin", "exporter", "controller", "scheduler"):

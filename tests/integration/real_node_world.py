@@ -126,6 +126,7 @@ class NodeStack:
         return self._start("device-plugin", [
             "device-plugin", "--node-name", self.node.node_name, "--runtime-socket", str(self.runtime_socket),
             "--device-plugin-dir", str(self.node.device_plugin_dir), "--kubeconfig", str(self.plane.kubeconfig),
+            "--cdi-dir", str(self.node.cdi_spec_dir),  # where the node's containerd reads CDI specs
             "--listen", f"127.0.0.1:{port}", "--heartbeat", "2", "--release-interval", "1", *extra])
 
     def start_exporter(self) -> Proc:
@@ -282,6 +283,12 @@ def expected_env(plan: Mapping[str, Any], container_name: str) -> dict[str, str]
         env[f"LJRK_CORE_MILLI_{i}"] = str(g["coreMilli"])
         env[f"LJRK_MEMORY_LIMIT_BYTES_{i}"] = str(g["memoryBytes"])
     return env
+
+
+def cdi_injected(env: Mapping[str, str]) -> set[str]:
+    """The GPU UUIDs containerd injected through CDI: the values of the ``LJRK_CDI_DEVICE_<index>`` variables the
+    device plugin's CDI spec edits in (domain/deviceplugin/cdi.py); the Runtime's own env never sets them."""
+    return {v for k, v in env.items() if k.startswith("LJRK_CDI_DEVICE_")}
 
 
 def gpu_env(env: Mapping[str, str]) -> dict[str, str]:

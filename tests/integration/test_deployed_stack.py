@@ -39,6 +39,7 @@ from image_runner import images_dir
 from k8s_harness import ControlPlane, free_ports, start_control_plane
 from real_node_world import (
     allocatable,
+    cdi_injected,
     container,
     eventually,
     expected_env,
@@ -173,7 +174,7 @@ def deployed(plane: ControlPlane, node: Any, kube_scheduler_tag: str) -> Iterato
     kube_dir = work / "kube"
     kube_dir.mkdir(mode=0o755)
     write_kubeconfig(kube_dir / "kubeconfig", plane.host, plane.ca_file, plane.token)
-    overlay = prepare_deploy_copy(work / "deploy", work / "host", kube_dir, free_ports(10))
+    overlay = prepare_deploy_copy(work / "deploy", work / "host", kube_dir, free_ports(10), cdi_dir=node.cdi_spec_dir)
     env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "KUBECTL": KUBECTL}
     stack = Deployed(overlay, env, kube_scheduler_tag, work)
     stack.started = time.monotonic()
@@ -260,6 +261,7 @@ def test_gpu_share_pod_through_the_deployed_scheduler(api: Any, node: Any, deplo
         plan = pods.plan(name)
         env = gpu_env(pods.env(name, "main"))
         assert {k: env.get(k) for k in expected_env(plan, "main")} == expected_env(plan, "main")
+        assert cdi_injected(env) == {g["uuid"] for g in plan["containers"]["main"]["gpus"]}, "CDI device injected"
 
         def series() -> list[float]:
             return metric_values(deployed.metrics("exporter"), "lj_runtimekit_container_gpu_memory_limit_bytes",

@@ -28,6 +28,7 @@ from real_node_world import (
     NodeStack,
     Pods,
     allocatable,
+    cdi_injected,
     container,
     eventually,
     expected_env,
@@ -66,6 +67,8 @@ def running_env(pods: Pods, name: str, containers: list[str]) -> dict[str, dict[
         env = gpu_env(pods.env(name, c))
         want = expected_env(plan, c)
         assert {k: env.get(k) for k in want} == want, f"{name}/{c}: {env} against plan {plan}"
+        planned = {g["uuid"] for g in plan["containers"][c]["gpus"]}
+        assert cdi_injected(env) == planned, f"{name}/{c}: containerd injected CDI devices {cdi_injected(env)}"
         seen[c] = env
     return seen
 
