@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test lint typecheck imports unit proto proto-check bench build docker images deploy render clean
+.PHONY: run test test-k8s lint typecheck imports unit proto proto-check bench build docker images deploy render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ imports: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q --durations=20
+
+## test-k8s: the whole live suite (tests marked k8s, kubelet or images) on one Kubernetes version built from Go
+##           modules, its counts recorded in docs/compatibility.md (root; K8S_VERSION=1.35.4, or all; default: the
+##           selected version, hack/kubernetes-version). scripts/test_k8s.py says what it does.
+K8S_VERSION ?=
+test-k8s: $(STAMP) images
+	$(BIN)/python scripts/test_k8s.py $(K8S_VERSION)
 
 ## proto: regenerate src/adapters/grpc/_pb from proto/ (commit the result)
 proto: $(STAMP)

@@ -1,4 +1,5 @@
-"""The node side against the genuine kubelet 1.20.2 + containerd (kubelet_harness.py, real_node_world.py).
+"""The node side against the genuine kubelet + containerd 2 of the live version (kubelet_harness.py,
+real_node_world.py).
 
 ``ljrk runtime`` on simulated GPUs (three 16 GiB A100s and one 80 GiB A100 in MIG mode with two 3g.40gb instances),
 ``ljrk device-plugin`` in kubelet's device-plugin folder and ``ljrk scheduler --mode standalone``, each its own
@@ -9,7 +10,9 @@ process; pods are busybox containers that print their environment. Covers:
 - admission, each container's environment (the GPU variables kubelet handed it, read from its log file) being
   exactly the scheduler's plan: a whole GPU, a core + memory share, memory only, core only, two containers, an
   init container only (the app container gets no GPU variables), two identical requests pending at once (each
-  pod gets its own plan), two whole GPUs, a MIG instance; every admitted pod is marked gpu-allocated;
+  pod gets its own plan), two whole GPUs (kubelet asks GetPreferredAllocation first), a MIG instance; every
+  admitted pod is marked gpu-allocated; containerd injected each planned GPU's CDI device (the device plugin's
+  ``cdi_devices`` and its CDI spec);
 - a pod bound to the node without a plan fails with kubelet's ``UnexpectedAdmissionError`` naming the reason.
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from deployed_stack import metric_values
 from k8s_harness import ControlPlane
 from kubelet_harness import REAL_NODE_NAME, RealNode
 from kubernetes import client
@@ -149,9 +153,18 @@ def test_identical_requests_pending_at_once(pods: Pods, stack: NodeStack) -> Non
         assert envs[name]["LJRK_POD_UID"] == pods.get(name).metadata.uid
 
 
-def test_two_whole_gpus(pods: Pods) -> None:
+def preferred_requests(stack: NodeStack) -> float:
+    """The device plugin's count of GetPreferredAllocation container requests (its /metrics)."""
+    page = stack.metrics("device-plugin")
+    return sum(metric_values(page, "lj_runtimekit_device_plugin_preferred_allocations_total"))
+
+
+def test_two_whole_gpus(pods: Pods, stack: NodeStack) -> None:
+    asked = preferred_requests(stack)
     name = pods.create(pod_manifest(unique("multi"), [container("main", {RES.gpu: 2})]))
     env = running_env(pods, name, ["main"])["main"]
+    # 2 of 3 GPUs: kubelet asks the plugin which (GetPreferredAllocation) before Allocate
+    assert preferred_requests(stack) > asked, "kubelet called GetPreferredAllocation"
     uuids = env["NVIDIA_VISIBLE_DEVICES"].split(",")
     assert len(set(uuids)) == 2
     assert [env["LJRK_GPU_UUID_0"], env["LJRK_GPU_UUID_1"]] == uuids

@@ -2,9 +2,10 @@
 
 Series (prefix ``lj_runtimekit_device_plugin_``): ``resource_registered{resource}`` (1 while registered with the
 current kubelet), ``registrations_total``, ``reregistrations_total``, ``runtime_allocates_total`` (one per
-container), ``gpus{health}``, ``released_records_total`` (Runtime records of ended pods released by the release
-reconciler); plus ``lj_runtimekit_protocol_info{component="device-plugin",fingerprint}`` = 1
-when a fingerprint is given (every component publishes the protocol it loaded).
+container), ``preferred_allocations_total`` (GetPreferredAllocation container requests), ``gpus{health}``,
+``released_records_total`` (Runtime records of ended pods released by the release reconciler); plus
+``lj_runtimekit_protocol_info{component="device-plugin",fingerprint}`` = 1 when a fingerprint is given (every
+component publishes the protocol it loaded).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class _StatusCollector(Collector):
         rounds = CounterMetricFamily(f"{PREFIX}_reregistrations",
                                      "Re-serve rounds after a kubelet restart or a lost ListAndWatch stream")
         allocates = CounterMetricFamily(f"{PREFIX}_runtime_allocates", "Runtime Allocate calls (one per container)")
+        preferred = CounterMetricFamily(f"{PREFIX}_preferred_allocations",
+                                        "GetPreferredAllocation container requests kubelet made")
         gpus = GaugeMetricFamily(f"{PREFIX}_gpus", "GPUs of the node by health", labels=["health"])
         released = CounterMetricFamily(f"{PREFIX}_released_records",
                                        "Runtime allocation records of ended or departed pods released")
@@ -47,10 +50,11 @@ class _StatusCollector(Collector):
             registrations.add_metric([], status.registrations)
             rounds.add_metric([], status.reregistrations)
             allocates.add_metric([], status.runtime_allocates)
+            preferred.add_metric([], status.preferred_allocations)
             for health, count in sorted(status.gpus.items()):
                 gpus.add_metric([health], count)
             released.add_metric([], status.released_records)
-        yield from (registered, registrations, rounds, allocates, gpus, released)
+        yield from (registered, registrations, rounds, allocates, preferred, gpus, released)
 
 
 class PrometheusDevicePluginMetrics:

@@ -18,7 +18,8 @@ class DevicePluginStatus:
     ``registered``: resource name → True while registered with the current kubelet (every resource it serves,
     False for one being re-registered); ``registrations``: successful Register calls since start;
     ``reregistrations``: completed re-serve rounds (kubelet restarts, lost streams); ``runtime_allocates``:
-    Runtime Allocate calls made (one per container); ``gpus``: GPU count per health value (``Healthy``,
+    Runtime Allocate calls made (one per container); ``preferred_allocations``: GetPreferredAllocation requests
+    kubelet made (one per container it asked about); ``gpus``: GPU count per health value (``Healthy``,
     ``Unhealthy``); ``released_records``: Runtime allocation records the release reconciler released since start
     (records of pods that left the node or ended).
     """
@@ -29,3 +30,4 @@ class DevicePluginStatus:
     runtime_allocates: int = 0
     gpus: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
     released_records: int = 0
+    preferred_allocations: int = 0

@@ -259,7 +259,8 @@ class DevicePluginApp:
             gpus[gpu.health.value] = gpus.get(gpu.health.value, 0) + 1
         released = 0 if self.reconciler is None else self.reconciler.released
         return DevicePluginStatus(registered, self.registrations, self.reregistrations,
-                                  self.service.runtime_allocate_calls, gpus, released_records=released)
+                                  self.service.runtime_allocate_calls, gpus, released_records=released,
+                                  preferred_allocations=self.service.preferred_calls)
 
     def health(self) -> tuple[bool, str]:
         """Liveness: the serving loop and its health, inventory, mark and release threads run."""

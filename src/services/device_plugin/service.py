@@ -135,6 +135,8 @@ class DevicePluginService:
         self._served: dict[ContainerKey, set[ResourceKey]] = {}
         self._responses: dict[ContainerKey, ContainerAllocationResponse] = {}
         self.runtime_allocate_calls = 0
+        self.preferred_calls = 0
+        """GetPreferredAllocation container requests answered since start (kubelet asks before Allocate)."""
         """Runtime Allocate calls made (for tests and the benchmark)."""
         self.marker = AllocatedMarker(cluster, node=node, key=protocol.annotations.pod_allocated, clock=clock)
         """Writes the allocated mark of completed pods (module docstring); its worker is run by the app."""
@@ -336,6 +338,7 @@ class DevicePluginService:
         exact: list[str] = []
         try:
             with self._alloc_lock:
+                self.preferred_calls += 1
                 chosen, gpus, _ = self._select(kind, size)
             by_index = {g.index: g for g in gpus}
             if chosen.grant is not None:
