@@ -1,4 +1,4 @@
-"""Figures of the node side under the genuine kubelet 1.20.2 (tests/integration/kubelet_harness.py).
+"""Figures of the node side under the genuine kubelet of the live version (tests/integration/kubelet_harness.py).
 
 Starts etcd + kube-apiserver (tests/integration/k8s_harness.py), containerd + kubelet, and as processes
 ``ljrk runtime`` (two simulated 16 GiB GPUs), ``ljrk device-plugin`` and ``ljrk scheduler --mode standalone``
@@ -7,6 +7,9 @@ Starts etcd + kube-apiserver (tests/integration/k8s_harness.py), containerd + ku
 - admission latency as kubelet sees it: from the moment the pod is seen bound (``spec.nodeName`` set, polled every
   20 ms) to every container seen running, for ``--pods`` pods one after another, each a core + memory share and
   each a whole GPU (p50 and max, seconds);
+- the device plugin's Allocate as kubelet itself times it: kubelet's own histogram
+  ``kubelet_device_plugin_alloc_duration_seconds`` (its ``/metrics``; the time of the Allocate call to our plugin
+  per resource, which includes the plugin's Runtime Allocate), count, mean and the bucket holding the median;
 - kubelet restart: SIGTERM, started again; seconds until the device plugin has registered all three resources
   again (its registrations counter) and until node allocatable shows them in a status kubelet wrote after the
   restart.
@@ -40,6 +43,42 @@ def _latency(pods: Any, manifest: dict[str, Any]) -> float:
     took = time.monotonic() - bound
     pods.delete(name, force=True)
     return took
+
+
+def kubelet_alloc_durations(port: int) -> dict[str, tuple[int, float, float]]:
+    """Per resource name: (count, mean s, upper bound s of the bucket holding the median) of kubelet's
+    ``kubelet_device_plugin_alloc_duration_seconds`` histogram, read from its HTTPS ``/metrics`` on 127.0.0.1
+    (anonymous access, as the test node configures it; its self-signed certificate is not verified)."""
+    import ssl
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10) as reply:
+        page = reply.read().decode()
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(page):
+        if family.name != "kubelet_device_plugin_alloc_duration_seconds":
+            continue
+        for sample in family.samples:
+            resource = sample.labels.get("resource_name", "")
+            if sample.name.endswith("_sum"):
+                sums[resource] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[resource] = int(sample.value)
+            elif sample.name.endswith("_bucket"):
+                buckets.setdefault(resource, []).append((float(sample.labels["le"]), sample.value))
+    result = {}
+    for resource, count in counts.items():
+        if count:
+            half = count / 2
+            median_le = min(le for le, seen in buckets.get(resource, []) if seen >= half)
+            result[resource] = (count, sums.get(resource, 0.0) / count, median_le)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                             for _ in range(args.pods)]
                     print(f"admission {kind:5s} (bound -> running, {args.pods} pods): "
                           f"p50 {statistics.median(took):.2f} s, max {max(took):.2f} s")
+                for resource, (count, mean, median_le) in sorted(
+                        kubelet_alloc_durations(node.state.kubelet_port).items()):
+                    print(f"kubelet_device_plugin_alloc_duration_seconds{{resource_name={resource}}}: {count} calls, "
+                          f"mean {mean * 1000:.1f} ms, median <= {median_le * 1000:g} ms")
                 registrations = stack.registrations()
                 version = core.read_node(NODE).metadata.resource_version
                 node.stop_kubelet()

@@ -289,14 +289,18 @@ def write_kubeconfig(path: Path, host: str, ca_file: Path, token: str) -> None:
 
 
 def scheduler_configuration(kubeconfig: Path, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration (v1) the harness gives kube-scheduler; ``extra`` replaces top-level fields."""
+    """The KubeSchedulerConfiguration (v1) the harness gives kube-scheduler; ``extra`` replaces top-level fields,
+    except ``clientConnection``, whose keys (e.g. ``qps``, ``burst``) are added beside the kubeconfig."""
     cfg: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "leaderElection": {"leaderElect": False},
     }
-    cfg.update(extra or {})
+    extra = dict(extra or {})
+    connection = {**cfg["clientConnection"], **extra.pop("clientConnection", {})}
+    cfg.update(extra)
+    cfg["clientConnection"] = connection
     return cfg
 
 

@@ -1,4 +1,4 @@
-"""Extender mode, pod-resources and the exporter under the genuine kubelet 1.20.2 (kubelet_harness.py).
+"""Extender mode, pod-resources and the exporter under the genuine kubelet of the live version (kubelet_harness.py).
 
 The real kube-scheduler of the real node's plane calls ``ljrk scheduler --mode extender`` (filter, prioritize,
 bind); the Runtime runs on two simulated 16 GiB GPUs, the device plugin and ``ljrk exporter`` (on kubelet's real
@@ -9,7 +9,8 @@ pod-resources socket) as processes. Covers:
   the planned GPU) for every container of it;
 - the exporter attributes the Runtime's records to the right namespace/pod/container (memory limit per
   container); after the pod is deleted its series and Runtime records go away (release reconciler) and the
-  scheduler's ledger shows the GPUs free again.
+  scheduler's ledger shows the GPUs free again;
+- pod-resources ``List`` on the current kubelet leaves out a pod that ran to completion (still in the API server).
 """
 
 from __future__ import annotations
@@ -111,3 +112,27 @@ def test_extender_pod_resources_exporter_and_release(stack: NodeStack, pods: Pod
     finally:
         runtime.close()
     eventually(lambda: ledger_allocated_milli(stack.metrics("scheduler")) == 0.0, 30, "ledger freed")
+
+
+def test_pod_resources_on_the_current_kubelet_lists_only_active_pods(
+        stack: NodeStack, pods: Pods, real_node: RealNode) -> None:
+    """Kubelet >= 1.34 lists only active pods in pod-resources ``List`` (feature gate
+    ``KubeletPodResourcesListUseActivePods``, on by default; 1.20 listed terminated pods until they were deleted):
+    a pod that ran to completion and is still in the API server is gone from ``List`` while running ones stay."""
+    running = pods.create(pod_manifest(unique("run"), [container("main", {RES.core: 10, RES.memory: 1})],
+                                       scheduler=None))
+    name = pods.create(pod_manifest(unique("done"), [container("main", {RES.core: 10, RES.memory: 1}, sleep="0")],
+                                    scheduler=None))
+    pods.wait_running(running)
+    pods.wait_phase(name, "Succeeded", timeout=90)
+
+    def listed() -> set[str]:
+        lister = GrpcPodResourcesLister.connect(real_node.pod_resources_socket)
+        try:
+            return {e.pod for e in lister.list_containers() if e.namespace == pods.namespace and e.device_ids}
+        finally:
+            lister.close()
+
+    eventually(lambda: name not in listed(), 30, "the Succeeded pod leaves pod-resources List")
+    assert running in listed(), "the running pod stays listed with its devices"
+    assert pods.phase(name) == "Succeeded", "the ended pod is still in the API server"
