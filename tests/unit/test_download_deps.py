@@ -19,7 +19,7 @@ tree is never written). Behaviours covered:
   client and test-cluster version;
 * malformed and unsupported versions (1.29, 1.33, the older 1.20, the newer 1.38, v2) exit 2 listing the supported
   minors, writing nothing; a manifest without the line to edit exits 1, writing nothing;
-* ``--verify`` (``make build``) passes when pyproject.toml, the installed client (this interpreter's,
+* ``--verify`` (``make build``, ``make test``) passes when pyproject.toml, the installed client (this interpreter's,
   or a given distribution's metadata first on PYTHONPATH), the manifests and ``hack/kubernetes-version`` agree, and
   exits 1 naming each disagreement: client major (the pin's: 37 for 1.36), a client the adapter cannot send merge
   patches with (neither 37's per-call ``_content_type`` nor 28-35's ``call_api(response_type=…)``: 36's shape), a
@@ -27,6 +27,7 @@ tree is never written). Behaviours covered:
   table entry pins, and ``hack/kubernetes-version`` naming a version the platform does not build, one of another
   minor than a selected minor the platform builds, anything but ``platform.default`` for the default, or nothing;
   the pin 1.36 and 1.37 share resolves to the minor ``hack/kubernetes-version`` names;
+* ``make test`` runs that verification before the suite;
 * the wrapper is shellcheck-clean and refuses a missing Python.
 """
 
@@ -470,6 +471,17 @@ def test_make_build_verifies_before_the_wheel() -> None:
     assert recipe is not None
     assert recipe.group(1).splitlines() == ["\t$(BIN)/python scripts/download_deps.py --verify",
                                             "\t$(BIN)/python -m pip wheel --no-deps --wheel-dir dist ."]
+
+
+def test_make_test_verifies_the_selection_before_the_suite() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    goal = re.search(r"^test: (.*)$", makefile, re.M)
+    assert goal is not None
+    prerequisites = goal.group(1).split()
+    assert prerequisites.index("deps-check") < prerequisites.index("unit")
+    recipe = re.search(r"^deps-check: \$\(STAMP\)\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe is not None
+    assert recipe.group(1).splitlines() == ["\t$(BIN)/python scripts/download_deps.py --verify"]
 
 
 # ---------------------------------------------------------------- the wrapper
