@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test test-k8s lint typecheck imports unit proto proto-check bench build docker images deploy render clean
+.PHONY: run test test-k8s deps-check lint typecheck imports unit proto proto-check bench build docker images deploy render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ run: $(STAMP)
 	$(BIN)/ljrk up
 
 ## test: every quality gate, then the test suite (what CI runs)
-test: lint typecheck imports proto-check unit
+test: lint typecheck imports proto-check deps-check unit
+
+## deps-check: the Kubernetes version selection agrees (hack/download-deps.sh --verify: pyproject.toml, the installed
+##             client, deploy/scheduler and hack/kubernetes-version, the live tests' version)
+deps-check: $(STAMP)
+	$(BIN)/python scripts/download_deps.py --verify
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts

@@ -597,7 +597,7 @@ def test_deploy_all_kube_scheduler_tag_without_a_cluster_says_it_was_not_compare
     assert plain.stderr == ""  # no tag: nothing to compare, kubectl version is not even run
     assert tagged.stderr == ("deploy-all.sh: note: no cluster reachable (kubectl version has no serverVersion): "
                              "--kube-scheduler-tag v1.30.4 was not compared with the API server's version\n")
-    assert tagged.stdout == plain.stdout.replace("kube-scheduler:v1.32.4", "kube-scheduler:v1.30.4")
+    assert tagged.stdout == plain.stdout.replace("kube-scheduler:v1.37.2", "kube-scheduler:v1.30.4")
     odd = deploy_all("render", "--components=scheduler", "--kube-scheduler-tag", "latest", env=env)
     assert odd.returncode == 0
     assert odd.stderr == ("deploy-all.sh: warning: --kube-scheduler-tag latest is not a Kubernetes version "
