@@ -34,6 +34,7 @@ Standard library only: it runs before ``.venv`` exists.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -271,12 +272,13 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
     if not is_built(runc) and not Path("/usr/include/seccomp.h").is_file():
         raise PlatformError("runc is built with seccomp: install libseccomp-dev and gcc first "
                             "(scripts/real-kubelet.sh install does)")
-    with (cache_root() / ".build.lock").open("w") as lock:
-        import fcntl
-
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for component in components:
-            build(component)
+    if not all(is_built(c) for c in components):  # builds serialise on the lock; a cached version needs none
+        with (cache_root() / ".build.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for component in components:
+                build(component)
+    for component in components:
+        check_sum(component)
     etcd = next(c for c in components if c.name == "etcd")
     link = control_plane_dir(version) / "etcd"
     link.unlink(missing_ok=True)

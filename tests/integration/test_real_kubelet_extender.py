@@ -6,7 +6,7 @@ pod-resources socket) as processes. Covers:
 - a GPU-share pod for the default scheduler is bound by kube-scheduler through our bind verb and admitted; its
   containers' environment is the plan;
 - kubelet's pod-resources ``List`` names our device IDs (``<gpu uuid>::<kind>::<n>``, as many as requested, on
-  the planned GPU) for every container of it;
+  the planned GPU) for every container of it, and ``Get`` of that pod says the same;
 - the exporter attributes the Runtime's records to the right namespace/pod/container (memory limit per
   container); after the pod is deleted its series and Runtime records go away (release reconciler) and the
   scheduler's ledger shows the GPUs free again;
@@ -79,8 +79,11 @@ def test_extender_pod_resources_exporter_and_release(stack: NodeStack, pods: Pod
     lister = GrpcPodResourcesLister.connect(real_node.pod_resources_socket)
     try:
         listed = {(e.namespace, e.pod, e.container): e.device_ids for e in lister.list_containers()}
+        got = {(e.namespace, e.pod, e.container): e.device_ids for e in lister.pod_containers(pods.namespace, name)}
+        assert lister.get_supported is True, "kubelet >= 1.27 serves pod-resources Get"
     finally:
         lister.close()
+    assert got == {key: ids for key, ids in listed.items() if key[:2] == (pods.namespace, name)}, "Get = List's entry"
     for c, lim in limits.items():
         ids = listed[(pods.namespace, name, c)]
         uuid_ = plan["containers"][c]["gpus"][0]["uuid"]
