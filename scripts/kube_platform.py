@@ -21,6 +21,8 @@ message listing the supported ones)::
     kube_platform.py install [--version 1.37.2]      build what is missing for that Kubernetes version
     kube_platform.py bin-dir [--version 1.37.2]      print the control plane's folder (kube-*, kubectl, etcd)
     kube_platform.py node-bin-dir                    print containerd/ctr/shim/runc's folder
+    kube_platform.py module-dir [--version 1.37.2]   print the k8s.io/kubernetes module's source folder (downloaded
+                                                     into Go's module cache when missing; the pause image's source)
     kube_platform.py versions                        the supported Kubernetes versions, the default first
     kube_platform.py gen 1.36.3                      write hack/kubebuild/kubernetes-v1.36.3 from the module proxy
 
@@ -193,7 +195,8 @@ def check_sum(component: Component) -> None:
 
 def go_env(cgo: bool) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(GOTOOLCHAIN="local", GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="1" if cgo else "0")
+    env.update(GOTOOLCHAIN="local", GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="1" if cgo else "0",
+               GOWORK="off")  # a go.work above the build module would bypass its replaces
     return env
 
 
@@ -215,6 +218,8 @@ def build(component: Component) -> None:
         log(f"{component.name} {component.version}: cached in {component.out}")
         return
     started = time.monotonic()
+    for stale in component.out.parent.glob(f".{component.version}-*"):  # a killed build's staging (under the lock)
+        shutil.rmtree(stale, ignore_errors=True)
     log(f"{component.name} {component.version}: building {', '.join(component.commands)} "
         f"(Kubernetes: 7-10 minutes cold on 2 cores, seconds once Go's build cache holds it)")
     component.out.parent.mkdir(parents=True, exist_ok=True)
@@ -234,6 +239,8 @@ def build(component: Component) -> None:
         (staging / ".complete").write_text(source_hash(component) + "\n")
         shutil.rmtree(component.out, ignore_errors=True)
         staging.rename(component.out)
+    except OSError as error:
+        raise PlatformError(f"cannot put {component.name} {component.version} into {component.out}: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log(f"{component.name} {component.version}: built in {time.monotonic() - started:.0f} s into {component.out}")
@@ -248,6 +255,15 @@ def node_bin_dir() -> Path:
     return cache_root() / "node-bin"
 
 
+def place_link(link: Path, target: Path) -> None:
+    """Point ``link`` at ``target``, atomically (a temporary link renamed over it), so concurrent installs of
+    cached versions never see it missing nor fail on it."""
+    temporary = link.with_name(f".{link.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target)
+    os.replace(temporary, link)
+
+
 def link_node_tools(platform: dict[str, object]) -> None:
     """``node-bin/``: links to containerd, its shim, ctr and runc (one folder for containerd's PATH)."""
     target = node_bin_dir()
@@ -256,15 +272,12 @@ def link_node_tools(platform: dict[str, object]) -> None:
         if component.name == "etcd":
             continue
         for binary in component.commands:
-            link = target / binary
-            link.unlink(missing_ok=True)
-            link.symlink_to(component.out / binary)
+            place_link(target / binary, component.out / binary)
 
 
 def cmd_install(platform: dict[str, object], version: str) -> None:
     if os.geteuid() != 0 and not os.access(cache_root().parent, os.W_OK):
         raise PlatformError(f"cannot write {cache_root()}: run as root or set LJRK_K8S_CACHE")
-    check_go(platform)
     cache_root().mkdir(parents=True, exist_ok=True)
     kube = kube_component(platform, version)
     components = [kube, *node_components(platform)]
@@ -273,6 +286,7 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
         raise PlatformError("runc is built with seccomp: install libseccomp-dev and gcc first "
                             "(scripts/real-kubelet.sh install does)")
     if not all(is_built(c) for c in components):  # builds serialise on the lock; a cached version needs none
+        check_go(platform)
         with (cache_root() / ".build.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for component in components:
@@ -280,9 +294,7 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
     for component in components:
         check_sum(component)
     etcd = next(c for c in components if c.name == "etcd")
-    link = control_plane_dir(version) / "etcd"
-    link.unlink(missing_ok=True)
-    link.symlink_to(etcd.out / "etcd")
+    place_link(control_plane_dir(version) / "etcd", etcd.out / "etcd")
     link_node_tools(platform)
     for binary in (*KUBE_COMMANDS, "etcd"):
         flag = "version" if binary == "kubectl" else "--version"
@@ -308,6 +320,23 @@ def cmd_node_bin_dir(platform: dict[str, object]) -> None:
     if missing:
         raise PlatformError(f"{', '.join(missing)} not built; run: bash scripts/k8s-control-plane.sh install")
     print(node_bin_dir())
+
+
+def cmd_module_dir(version: str) -> None:
+    """Print the ``k8s.io/kubernetes`` module's folder in Go's module cache, downloading it (checked against the
+    build module's go.sum) when the cache lacks it: a cached platform does not mean a filled module cache."""
+    platform = load_table()
+    kube = kube_component(platform, version)
+    check_sum(kube)
+    check_go(platform)
+    found = subprocess.run(["go", "mod", "download", "-json", f"{KUBE_MODULE}@{kube.version}"], cwd=kube.source,
+                           capture_output=True, text=True, check=False, env=go_env(False))
+    try:
+        folder = str(json.loads(found.stdout)["Dir"])
+    except (ValueError, KeyError):
+        message = f"go mod download {KUBE_MODULE}@{kube.version} failed: {found.stdout}{found.stderr}"
+        raise PlatformError(message) from None
+    print(folder)
 
 
 def cmd_gen(version: str) -> None:
@@ -362,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("install", "bin-dir"):
         sub.add_parser(name).add_argument("--version", default=None, help="Kubernetes version, e.g. 1.37.2")
     sub.add_parser("node-bin-dir")
+    sub.add_parser("module-dir").add_argument("--version", default=None, help="Kubernetes version, e.g. 1.37.2")
     sub.add_parser("versions")
     sub.add_parser("gen").add_argument("kube_version")
     args = parser.parse_args(argv)
@@ -373,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_bin_dir(platform, select_version(platform, args.version))
         elif args.command == "node-bin-dir":
             cmd_node_bin_dir(platform)
+        elif args.command == "module-dir":
+            cmd_module_dir(select_version(platform, args.version))
         elif args.command == "versions":
             print("\n".join(kube_versions(platform)))
         else:

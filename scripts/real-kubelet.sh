@@ -15,7 +15,8 @@
 #      util-linux (no service is started: a policy-rc.d denies it while packages install);
 #   2. runs scripts/k8s-control-plane.sh install: kubelet, kube-scheduler, containerd, ctr, the runc shim and runc
 #      of the selected Kubernetes version ($LJRK_K8S_VERSION, else hack/kubernetes-version);
-#   3. compiles Kubernetes' own build/pause/linux/pause.c (from the k8s.io/kubernetes module in Go's module cache)
+#   3. compiles Kubernetes' own build/pause/linux/pause.c (from the k8s.io/kubernetes module, `kube_platform.py
+#      module-dir`)
 #      statically and packs it, busybox-static, and that version's kube-scheduler binary as one-layer images with
 #      buildah (vfs storage under a temporary root, removed afterwards), written as docker-archive tarballs that
 #      containerd imports (`ljrk.local/pause:3.10`, `ljrk.local/workload:1`, and
@@ -126,8 +127,8 @@ pack_image() {
 make_images() {
     local plane="$1" node="$2" work version pause_c
     version="$(basename "$plane")"  # v1.37.2
-    pause_c="$(go env GOMODCACHE)/k8s.io/kubernetes@$version/build/pause/linux/pause.c"
-    [[ -f "$pause_c" ]] || die "no $pause_c in Go's module cache (the platform build downloads it)"
+    pause_c="$(python3 "$HERE/kube_platform.py" module-dir --version "$version")/build/pause/linux/pause.c"
+    [[ -f "$pause_c" ]] || die "no $pause_c in the k8s.io/kubernetes $version module"
     work="$(mktemp -d /tmp/ljrk-node-build-XXXXXX)"
     mkdir -p "$node/images" "$work/pause" "$work/workload/bin"
     gcc -Os -static -DVERSION=v3.10-ljrk -o "$work/pause/pause" "$pause_c"

@@ -137,13 +137,13 @@ def make_world(
     gpu_count: int = 2, *, start_kubelet: bool = True, poll_s: float = 0.05, edits: ContainerEdits | None = None,
     inventory: Sequence[Gpu] | None = None, mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
     mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
-    release_interval_s: float | None = None, cdi: bool = False,
+    release_interval_s: float | None = None, cdi: bool = False, cdi_dir: Path | None = None,
 ) -> World:
     """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
     ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
     ``allocatable`` is the node's (for a scheduler on the same cluster); ``release_interval_s`` runs the release
     reconciler over gRPC (None: none); ``cdi`` returns CDI names, writes the spec into ``<root>/cdi`` (simulated
-    GPUs: env edits only) and makes the kubelet resolve them there."""
+    GPUs: env edits only; ``cdi_dir`` writes it there instead) and makes the kubelet resolve them in ``<root>/cdi``."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
     in_process_runtime = InProcessRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
@@ -154,8 +154,9 @@ def make_world(
     runtime = RecordingRuntime(client)
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
-    service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL, cdi=cdi)
-    publisher = CdiPublisher(CdiSpecDirectory(root / "cdi"), StaticHostGpuDevices()) if cdi else None
+    publisher = CdiPublisher(CdiSpecDirectory(cdi_dir or root / "cdi"), StaticHostGpuDevices()) if cdi else None
+    service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL,
+                                  cdi=publisher.resolvable if publisher is not None else None)
     reconciler = None if release_interval_s is None else RecordReconciler(
         node=NODE, runtime=client, cluster=cluster, interval_s=release_interval_s)
     app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s,

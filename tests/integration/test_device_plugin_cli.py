@@ -61,12 +61,14 @@ def test_command_registers_with_reference_runtime(root: Path) -> None:
     port = _free_port()
     plugin = threading.Thread(target=lambda: codes.setdefault("dp", device_plugin(
         ["--node-name", "n1", "--runtime-socket", str(root / "rt.sock"), "--device-plugin-dir", str(root / "dp"),
-         "--memory-unit", "2Gi", "--in-memory", "--log-level", "WARNING", "--listen", f"127.0.0.1:{port}"],
+         "--memory-unit", "2Gi", "--in-memory", "--log-level", "WARNING", "--listen", f"127.0.0.1:{port}",
+         "--cdi-dir", str(root / "cdi")],  # never the host's /var/run/cdi
         stop=dp_stop)))
     runtime.start()
     plugin.start()
     try:
         assert kubelet.wait_for(lambda: len(kubelet.devices) == 3, 10), codes
+        assert (root / "cdi" / "lj-runtimekit.io-gpu.json").is_file(), "the CDI spec went to --cdi-dir"
         counts = sorted(len(d) for d in kubelet.devices.values())
         assert counts == [2, 16, 200]  # gpu, memory (2 x 16 GiB / 2 GiB), core
         assert kubelet.wait_for(lambda: _get(port, "/readyz")[0] == 200, 5)

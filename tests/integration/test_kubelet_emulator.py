@@ -12,8 +12,9 @@ init-container-only pod; init containers lending their IDs to app containers; a 
 Allocate per container, envs per container); a malformed duration; pod-resources rate limiting; Register refusing
 a bad resource name and an unreachable plugin; stop releasing threads and sockets. CDI (``--cdi``): a planned pod's
 containers get the planned GPUs' CDI names, the emulated runtime resolves them in the spec directory and records
-their env edits, a name missing from the spec fails the pod (``CreateContainerError``), and the spec is gone once
-the plugin stops; pod-resources ``Get`` answers one pod, and a kubelet without it is served by ``List``. Pure helpers:
+their env edits, a name missing from the spec fails the pod (``CreateContainerError``), the spec stays once the
+plugin stops, and a spec that cannot be written leaves the names out (the pod runs on its environment);
+pod-resources ``Get`` answers one pod, and a kubelet without it is served by ``List``. Pure helpers:
 kubelet's ID pick (reuse, preferred, shortfall), the response merge, duration parsing.
 """
 
@@ -99,9 +100,9 @@ class Node:
 
 
 def start_node(gpu_count: int = 2, *, registration_wait_s: float = 0.0, speedup: float = 10.0, cdi: bool = False,
-               get: bool = True) -> Node:
+               get: bool = True, cdi_dir: Path | None = None) -> Node:
     """A registered world with the runner and pod-resources (``get``: serving ``Get``) started."""
-    world = make_world(gpu_count, cdi=cdi)
+    world = make_world(gpu_count, cdi=cdi, cdi_dir=cdi_dir)
     assert world.wait_registered(), "plugin did not register all three resources"
     clock = ManualClock()
     pod_resources = PodResourcesServer(world.root / "pr", world.kubelet.admitted, qps=None, get=get)
@@ -412,10 +413,32 @@ def test_cdi_names_resolve_in_the_spec_dir_and_a_missing_one_fails_the_pod() -> 
         rejection = node.kubelet.rejections()["default/b"]
         assert rejection.reason == CREATE_CONTAINER_ERROR
         assert "unresolvable CDI devices" in rejection.message
+        node.world.stop.set()  # the plugin stops; kubelet restarts running pods' containers with the names it kept
+        node.world.thread.join(timeout=10)
+        assert not node.world.thread.is_alive()
+        assert spec_file.exists(), "the spec outlives the plugin"
     finally:
         node.kubelet.stop()
         node.world.close()
-    assert not spec_file.exists()  # removed when the plugin stopped
+
+
+def test_a_spec_that_cannot_be_written_leaves_the_names_out_and_the_pod_runs_on_its_environment(
+        tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the CDI folder should be\n")
+    node = start_node(2, cdi=True, cdi_dir=blocker / "cdi")
+    try:
+        pod = node.bind("a", [share("main", core=60, memory=8)], [share_plan("main", 1, core=60, memory_gib=8)],
+                        duration="30")
+        assert node.wait_phase("a", PodPhase.RUNNING)
+        admission = node.world.kubelet.admission(pod.uid)
+        assert admission is not None
+        [main] = admission.containers
+        assert main.runtime.cdi_devices == ()
+        assert main.runtime.envs["NVIDIA_VISIBLE_DEVICES"] == node.world.gpus[1].uuid
+    finally:
+        node.kubelet.stop()
+        node.world.close()
 
 
 @pytest.mark.parametrize("get", [True, False], ids=["get", "list-fallback"])

@@ -97,16 +97,20 @@ def test_publisher_writes_on_changes_only_retries_and_removes() -> None:
     assert publisher.refresh(GPUS)
     assert not publisher.refresh([GPUS[0], attrs.evolve(GPUS[1], health=Health.UNHEALTHY)])  # health: same spec
     assert store.writes == 1
+    assert publisher.resolvable() == {f"{CDI_KIND}={g.uuid}" for g in GPUS}
     store.fail("disk full")
     assert not publisher.refresh(GPUS[:1])
+    assert publisher.resolvable() == {f"{CDI_KIND}={g.uuid}" for g in GPUS}  # what the file on disk still says
     store.fail("")
     assert publisher.refresh(GPUS[:1])  # retried at the next refresh
     spec = store.read()
     assert spec is not None
     assert spec.qualified_names() == (f"{CDI_KIND}={B}",)
+    assert publisher.resolvable() == {f"{CDI_KIND}={B}"}
     publisher.remove()
     assert store.read() is None
     assert publisher.written is None
+    assert publisher.resolvable() == frozenset()
 
 
 def test_emulated_runtime_resolves_names_and_refuses_unknown_ones(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@
 
 ``--cdi`` (default on) returns each container's planned GPUs as CDI devices (``lj-runtimekit.io/gpu=<gpu uuid>``,
 ``ContainerAllocateResponse.cdi_devices``) beside the environment variables, and keeps the node's CDI spec in
-``--cdi-dir`` (default ``/var/run/cdi``; file ``lj-runtimekit.io-gpu.json``, removed at exit). A CDI-enabled runtime
+``--cdi-dir`` (default ``/var/run/cdi``; file ``lj-runtimekit.io-gpu.json``, kept at exit for running pods' container
+restarts; Allocate names only what the written spec resolves). A CDI-enabled runtime
 (containerd 2, CRI-O) injects what the spec says; kubelets before 1.28 and containerd 1.x without ``enable_cdi``
 ignore the names, so leaving it on there costs one small file. ``--no-cdi`` is for nodes where the directory cannot
 be written.

@@ -24,8 +24,9 @@ as soon as a ListAndWatch stream ends and after each registration: the scheduler
 while kubelet would refuse them (a kubelet restart, found under the real kubelet 1.20).
 
 CDI (``cdi``, a :class:`~services.device_plugin.cdi.CdiPublisher`; ``--cdi``, on by default): the node's CDI spec
-is written before anything is served (so every CDI name Allocate returns resolves), refreshed at every poll and
-after every health or inventory change, and removed when the app stops.
+is written before anything is served, refreshed at every poll and after every health or inventory change, and
+kept when the app stops (kubelet restarts running pods' containers with the names it checkpointed); Allocate names
+only what the written spec resolves.
 
 Allocated marks (:mod:`.marks`) are written on their own thread, so kubelet's Allocate never waits on the API
 server. With a :class:`~.reconciler.RecordReconciler`, a release pass runs at start and every ``--release-interval``
@@ -321,8 +322,6 @@ class DevicePluginApp:
             self.stop_servers()
             for thread in threads:
                 thread.join(timeout=5)
-            if self.cdi is not None:
-                self.cdi.remove()
 
     def _changed(self) -> None:
         """A health or inventory change: publish the inventory now and follow the GPU set in the CDI spec."""

@@ -12,6 +12,8 @@ and cluster every ``--release-interval`` seconds. With ``--cdi`` (default) the C
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 import attrs
 from dependency_injector import containers, providers
 
@@ -72,6 +74,11 @@ def make_cdi(settings: DevicePluginSettings, store: CdiSpecStore, host: HostGpuD
     return CdiPublisher(store, host) if settings.cdi else None
 
 
+def cdi_names(publisher: CdiPublisher | None) -> Callable[[], Collection[str]] | None:
+    """What the service asks for the CDI names it may return: the publisher's resolvable names, or None."""
+    return publisher.resolvable if publisher is not None else None
+
+
 def make_metrics(protocol: ProtocolConstants) -> PrometheusDevicePluginMetrics:
     """The metrics registry, publishing the protocol's fingerprint."""
     return PrometheusDevicePluginMetrics(protocol_fingerprint=protocol.fingerprint())
@@ -101,15 +108,15 @@ class DevicePluginContainer(containers.DeclarativeContainer):
     runtime: providers.Provider[NodeRuntime] = providers.Singleton(connect_runtime, settings=settings)
     cdi_store: providers.Provider[CdiSpecStore] = providers.Singleton(CdiSpecDirectory, settings.provided.cdi_dir)
     host_gpus: providers.Provider[HostGpuDevices] = providers.Singleton(ProcfsGpuDevices)
+    cdi: providers.Provider[CdiPublisher | None] = providers.Singleton(make_cdi, settings, cdi_store, host_gpus)
     service: providers.Provider[DevicePluginService] = providers.Singleton(
         DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol,
-        cdi=settings.provided.cdi,
+        cdi=providers.Callable(cdi_names, cdi),
     )
     reconciler: providers.Provider[RecordReconciler] = providers.Singleton(
         RecordReconciler, node=settings.provided.node_name, runtime=runtime, cluster=cluster,
         interval_s=settings.provided.release_interval_s,
     )
-    cdi: providers.Provider[CdiPublisher | None] = providers.Singleton(make_cdi, settings, cdi_store, host_gpus)
     app: providers.Provider[DevicePluginApp] = providers.Singleton(
         DevicePluginApp.from_service, service, settings, reconciler, cdi
     )

@@ -3,10 +3,13 @@ spec; ``ports.cdi`` for where it goes).
 
 :meth:`CdiPublisher.refresh` builds the spec from the GPUs the device plugin knows and the host driver's facts and
 writes it when it differs from the spec last written (a new or removed GPU, a changed index; health never changes
-the spec). The device plugin app refreshes before it serves kubelet (so every name Allocate can return resolves),
-after every inventory change and at every poll; :meth:`CdiPublisher.remove` deletes the spec at shutdown, when no
-container can be admitted with it any more. A store failure is logged and retried at the next refresh (kubelet's
-Allocate never waits on it); the host is re-scanned on each refresh that sees a new GPU set.
+the spec). The device plugin app refreshes before it serves kubelet, after every inventory change and at every
+poll; Allocate returns only the names :meth:`CdiPublisher.resolvable` gives (the spec last written), so a spec that
+could not be written never makes containerd fail a container. The spec stays when the plugin stops: kubelet keeps
+the names of running pods in its checkpoint and hands them to containerd again when a container restarts (during a
+rollout, or with no plugin at all); :meth:`CdiPublisher.remove` is for an uninstall. A store failure is logged and
+retried at the next refresh (kubelet's Allocate never waits on it); the host is re-scanned on each refresh that
+sees a new GPU set.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ class CdiPublisher:
         """The spec last written successfully (None before the first write or after :meth:`remove`)."""
         return self._written
 
+    def resolvable(self) -> frozenset[str]:
+        """The fully-qualified CDI names the written spec resolves (empty before the first successful write)."""
+        written = self._written
+        return frozenset(written.qualified_names()) if written is not None else frozenset()
+
     def refresh(self, gpus: Iterable[Gpu]) -> bool:
         """Write the spec for ``gpus`` when it changed; True when written. Never raises (failures logged)."""
         with self._lock:
@@ -70,7 +78,7 @@ class CdiPublisher:
         return True
 
     def remove(self) -> None:
-        """Delete the spec (shutdown). Never raises (failures logged)."""
+        """Delete the spec (an uninstall; never at shutdown, module docstring). Never raises (failures logged)."""
         with self._lock:
             try:
                 self._store.remove()

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 import attrs
@@ -71,6 +71,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, MIG_INVENTORY, mig_features
 from domain.runtime.mig import mig_table
 from domain.runtime.types import (
+    ContainerAllocationRequest,
     ContainerAllocationResponse,
     DeviceInfo,
     MigInstanceInfo,
@@ -101,17 +102,18 @@ class DevicePluginService:
     protocol). Construction calls the Runtime's ListDevices: raises ``ports.runtime.NodeRuntimeError`` (or
     ``RuntimeUnavailableError``) when the Runtime cannot be read, and
     ``domain.runtime.errors.UnsupportedFeatureError`` when it lacks a feature the node needs (MIG features only on
-    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value). ``cdi``: add CDI
-    names (module docstring).
+    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value). ``cdi``: the CDI
+    names the node's spec resolves now (``CdiPublisher.resolvable``); None adds no CDI names (module docstring).
     """
 
     def __init__(
         self, *, node: str, runtime: NodeRuntime, cluster: DevicePluginCluster, protocol: ProtocolConstants,
-        memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time, cdi: bool = False,
+        memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time,
+        cdi: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.node = node
         self.cdi = cdi
-        """Return the plan's CDI device names with every allocation (``domain.deviceplugin.cdi``)."""
+        """The CDI names the node's spec resolves now; the plan's names among them go with every allocation."""
         self._runtime = runtime
         self._cluster = cluster
         self.protocol = protocol
@@ -135,9 +137,9 @@ class DevicePluginService:
         self._served: dict[ContainerKey, set[ResourceKey]] = {}
         self._responses: dict[ContainerKey, ContainerAllocationResponse] = {}
         self.runtime_allocate_calls = 0
+        """Runtime Allocate calls made (for tests and the benchmark)."""
         self.preferred_calls = 0
         """GetPreferredAllocation container requests answered since start (kubelet asks before Allocate)."""
-        """Runtime Allocate calls made (for tests and the benchmark)."""
         self.marker = AllocatedMarker(cluster, node=node, key=protocol.annotations.pod_allocated, clock=clock)
         """Writes the allocated mark of completed pods (module docstring); its worker is run by the app."""
 
@@ -353,6 +355,20 @@ class DevicePluginService:
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
         return preferred_ids(available, must_include, size, planned, exact=exact)
 
+    def _cdi_names(self, request: ContainerAllocationRequest) -> tuple[str, ...]:
+        """The plan's CDI names that the node's spec resolves; a name it does not (the spec not written yet, or
+        its folder not writable) is left out and logged, so containerd never fails the container on it: the
+        grant still reaches it through the environment. Raises InvalidRequestError for a malformed GPU UUID."""
+        if self.cdi is None:
+            return ()
+        names = container_devices(request)
+        resolvable = self.cdi()
+        missing = [n for n in names if n not in resolvable]
+        if missing:
+            log.warning("CDI spec names no %s: the container gets its devices through the environment only",
+                        ", ".join(missing))
+        return tuple(n for n in names if n in resolvable)
+
     def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
         """The response for the container kubelet is admitting (module docstring; a MIG container gets its
         planned instances); the call that completes the pod queues its allocated mark (never fails the call). Raises
@@ -362,7 +378,7 @@ class DevicePluginService:
             response = self._responses.get(chosen.key)
             if response is None:
                 request = runtime_request(chosen, gpus)
-                names = container_devices(request) if self.cdi else ()  # first: a bad name allocates nothing
+                names = self._cdi_names(request)  # first: a bad name allocates nothing
                 response = attrs.evolve(self._runtime.allocate(request), cdi_devices=names)
                 self.runtime_allocate_calls += 1
                 self._responses[chosen.key] = response
