@@ -1,11 +1,12 @@
 """Contract of the kubelet pod-resources port (``ports.pod_resources.PodResourcesLister``).
 
-Every case runs three times: ``[memory]`` on :class:`~adapters.memory.podresources.InMemoryPodResources`, ``[grpc]``
+Every case runs four times: ``[memory]`` on :class:`~adapters.memory.podresources.InMemoryPodResources`, ``[grpc]``
 on :class:`~adapters.grpc.podresources.GrpcPodResourcesLister` talking over a unix socket to a fake kubelet
 pod-resources server (``v1.PodResourcesLister/List`` and ``Get``, in this module), so the wire adds and loses
-nothing, and ``[grpc-list-only]`` against a fake kubelet that answers ``Get`` with UNIMPLEMENTED (before 1.27), so
-``pod_containers`` falls back to ``List``. All are driven from the same description of what kubelet runs
-(:class:`KubeletPod`).
+nothing, ``[grpc-list-only]`` against a fake kubelet that answers ``Get`` with UNIMPLEMENTED (before 1.27) and
+``[grpc-gate-off]`` against one that answers UNKNOWN "PodResources API Get method disabled" (1.27-1.33 with the
+``KubeletPodResourcesGet`` gate at its default, off), so ``pod_containers`` falls back to ``List``. All are driven
+from the same description of what kubelet runs (:class:`KubeletPod`).
 
 Behaviours covered:
 - nothing running: an empty tuple;
@@ -19,8 +20,9 @@ Behaviours covered:
 - one pod (``pod_containers``): exactly that pod's rows, whatever else runs; a pod kubelet does not know (never
   ran, or removed) raises :class:`~ports.pod_resources.PodNotFoundError`; an unreachable kubelet raises
   :class:`~ports.pod_resources.PodResourcesError`;
-- ``[grpc]``: ``Get`` is used (``get_supported`` True); ``[grpc-list-only]``: the client falls back to ``List``
-  after the first UNIMPLEMENTED and stays there (``get_supported`` False, the fake counts no second ``Get``);
+- ``[grpc]``: ``Get`` is used (``get_supported`` True); ``[grpc-list-only]`` and ``[grpc-gate-off]``: the client
+  falls back to ``List`` after the first refused ``Get`` and stays there (``get_supported`` False, the fake counts
+  no second ``Get``);
 - gRPC only: a client on a socket path nothing serves raises the same error within its deadline.
 
 Row order is not part of the contract (kubelet lists pods in map order), nor is the order of device IDs.
@@ -77,11 +79,13 @@ class KubeletPod:
 
 class FakeKubeletPodResources(pr_grpc.PodResourcesListerServicer):
     """Kubelet's pod-resources ``List`` and ``Get`` over a settable pod list; ``get=False``: ``Get`` UNIMPLEMENTED
-    (a kubelet before 1.27). ``get_calls`` counts ``Get`` calls."""
+    (a kubelet before 1.27); ``gate_off``: ``Get`` refused as kubelet 1.27-1.33 does by default. ``get_calls`` counts
+    ``Get`` calls."""
 
-    def __init__(self, *, get: bool = True) -> None:
+    def __init__(self, *, get: bool = True, gate_off: bool = False) -> None:
         self.pods: list[pr.PodResources] = []
         self.get = get
+        self.gate_off = gate_off
         self.get_calls = 0
 
     def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:  # noqa: N802 (proto RPC name)
@@ -91,6 +95,8 @@ class FakeKubeletPodResources(pr_grpc.PodResourcesListerServicer):
         self.get_calls += 1
         if not self.get:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        if self.gate_off:  # a plain Go error in kubelet's server_v1.go: UNKNOWN on the wire
+            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
         for pod in self.pods:
             if pod.namespace == request.pod_namespace and pod.name == request.pod_name:
                 return pr.GetPodResourcesResponse(pod_resources=pod)
@@ -102,9 +108,9 @@ class FakeKubeletPodResources(pr_grpc.PodResourcesListerServicer):
 class GrpcKubelet:
     """A fake kubelet serving pod-resources on ``socket``; :meth:`stop` and :meth:`start` take it down and up."""
 
-    def __init__(self, socket: Path, *, get: bool = True) -> None:
+    def __init__(self, socket: Path, *, get: bool = True, gate_off: bool = False) -> None:
         self.socket = socket
-        self.servicer = FakeKubeletPodResources(get=get)
+        self.servicer = FakeKubeletPodResources(get=get, gate_off=gate_off)
         self._server: grpc.Server | None = None
 
     def start(self) -> None:
@@ -142,9 +148,9 @@ def _memory() -> Iterator[PodResourcesUnderTest]:
     yield PodResourcesUnderTest("memory", memory, run, lambda: memory.fail("kubelet is down"), lambda: memory.fail(""))
 
 
-def _grpc(*, get: bool) -> Iterator[PodResourcesUnderTest]:
+def _grpc(kind: str) -> Iterator[PodResourcesUnderTest]:
     directory = Path(tempfile.mkdtemp(prefix="ljrk-pr-", dir="/tmp"))  # unix socket paths are limited to 107 bytes
-    kubelet = GrpcKubelet(directory / "kubelet.sock", get=get)
+    kubelet = GrpcKubelet(directory / "kubelet.sock", get=kind != "grpc-list-only", gate_off=kind == "grpc-gate-off")
     kubelet.start()
     client = GrpcPodResourcesLister.connect(kubelet.socket, timeout_s=CLIENT_TIMEOUT_S)
 
@@ -152,7 +158,7 @@ def _grpc(*, get: bool) -> Iterator[PodResourcesUnderTest]:
         kubelet.servicer.pods = [pod.to_pb() for pod in pods]
 
     try:
-        yield PodResourcesUnderTest("grpc" if get else "grpc-list-only", client, run, kubelet.stop, kubelet.start,
+        yield PodResourcesUnderTest(kind, client, run, kubelet.stop, kubelet.start,
                                     kubelet.servicer)
     finally:
         client.close()
@@ -160,9 +166,9 @@ def _grpc(*, get: bool) -> Iterator[PodResourcesUnderTest]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(params=["memory", "grpc", "grpc-list-only"])
+@pytest.fixture(params=["memory", "grpc", "grpc-list-only", "grpc-gate-off"])
 def under_test(request: pytest.FixtureRequest) -> Iterator[PodResourcesUnderTest]:
-    yield from (_memory() if request.param == "memory" else _grpc(get=request.param == "grpc"))
+    yield from (_memory() if request.param == "memory" else _grpc(request.param))
 
 
 def _normalised(rows: Sequence[PodContainerDevices]) -> dict[tuple[str, str, str], list[str]]:

@@ -83,7 +83,8 @@ def test_extender_pod_resources_exporter_and_release(stack: NodeStack, pods: Pod
         assert lister.get_supported is True, "kubelet >= 1.27 serves pod-resources Get"
     finally:
         lister.close()
-    assert got == {key: ids for key, ids in listed.items() if key[:2] == (pods.namespace, name)}, "Get = List's entry"
+    assert {key: sorted(ids) for key, ids in got.items()} == {
+        key: sorted(ids) for key, ids in listed.items() if key[:2] == (pods.namespace, name)}, "Get = List's entry"
     for c, lim in limits.items():
         ids = listed[(pods.namespace, name, c)]
         uuid_ = plan["containers"][c]["gpus"][0]["uuid"]

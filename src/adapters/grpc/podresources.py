@@ -1,8 +1,10 @@
 """Client of kubelet's pod-resources API v1 (``PodResourcesLister.List`` and ``Get``) over its unix socket
 (``ports.pod_resources.PodResourcesLister``).
 
-``pod_containers`` calls ``Get`` (kubelet 1.27+). A kubelet without it (older, or the KubeletPodResourcesGet gate
-off) answers UNIMPLEMENTED: the client then answers from ``List`` and keeps using ``List`` for that channel. Kubelet
+``pod_containers`` calls ``Get`` (kubelet 1.27+). A kubelet without it answers UNIMPLEMENTED (older than 1.27) or,
+with the ``KubeletPodResourcesGet`` gate off (its default on 1.27-1.33), UNKNOWN "PodResources API Get method
+disabled" (pkg/kubelet/apis/podresources/server_v1.go): the client then answers from ``List`` and keeps using
+``List`` for that channel. Kubelet
 answers ``Get`` for a pod it does not know with a plain error (status UNKNOWN, "pod <name> in namespace <ns> not
 found"), which becomes :class:`PodNotFoundError`, as does a pod absent from ``List``.
 
@@ -26,6 +28,8 @@ from .errors import truncate
 
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 """Where kubelet serves the pod-resources API."""
+GET_DISABLED = "PodResources API Get method disabled"
+"""What kubelet 1.27-1.33 answers ``Get`` with while its ``KubeletPodResourcesGet`` gate is off (status UNKNOWN)."""
 
 
 def pod_from_pb(pod: pr.PodResources) -> tuple[PodContainerDevices, ...]:
@@ -87,7 +91,8 @@ class GrpcPodResourcesLister:
                 if code is grpc.StatusCode.UNKNOWN and details.endswith(" not found"):
                     self.get_supported = True
                     raise PodNotFoundError(f"kubelet pod-resources Get: {truncate(details)}") from error
-                if code is not grpc.StatusCode.UNIMPLEMENTED:
+                gate_off = code is grpc.StatusCode.UNKNOWN and details == GET_DISABLED
+                if code is not grpc.StatusCode.UNIMPLEMENTED and not gate_off:
                     raise _error("Get", error) from error
                 self.get_supported = False
             else:
