@@ -67,7 +67,7 @@ def contract_k8s_plane(contract_k8s_bin_dir: Path) -> Iterator[k8s_harness.Contr
 @pytest.fixture(scope="session")
 def uncached_k8s_plane(contract_k8s_bin_dir: Path) -> Iterator[k8s_harness.ControlPlane]:
     """A second plane with ``--watch-cache=false``: its watches are served by etcd, so compacting etcd makes
-    old resourceVersions answer 410. With the watch cache on (the default) 1.20 keeps every event since its
+    old resourceVersions answer 410. With the watch cache on (the default) kube-apiserver keeps every event since its
     start-up list (at least 100, doubling while events are younger than 75 s), so no test can age an RV out
     of it quickly."""
     plane = k8s_harness.start_control_plane(contract_k8s_bin_dir, extra_apiserver_args=["--watch-cache=false"])

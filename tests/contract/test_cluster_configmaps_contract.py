@@ -2,7 +2,7 @@
 KubernetesCluster.
 
 Part of the cluster contract suite (same ``cluster`` fixture as ``test_cluster_contract.py``): every case runs
-``[memory]`` and ``[kubernetes]`` (real kube-apiserver 1.20, marker ``k8s``), in a fresh namespace.
+``[memory]`` and ``[kubernetes]`` (real kube-apiserver of the live version, marker ``k8s``), in a fresh namespace.
 
 Behaviours covered:
 - create: the returned object carries namespace, name, labels, string data (a multi-line value kept byte for
@@ -28,7 +28,7 @@ PROTOCOL = "version: 1\nresources:\n  gpu: example.com/gpu\nmemory-unit: 1Gi\n"
 
 def _mine(cut: ClusterUnderTest) -> list[ConfigMapObject]:
     """This test's ConfigMaps (a real namespace also holds ``kube-root-ca.crt`` on servers with the root-CA
-    publisher; 1.20 without a controller manager does not, but do not depend on it)."""
+    publisher; without a controller manager it does not, but do not depend on it)."""
     return [c for c in cut.api.list_config_maps(cut.namespace).items if c.name.startswith("cm-")]
 
 

@@ -1,7 +1,8 @@
 """Contract of the cluster port (``ports.cluster.ClusterApi``), run against InMemoryCluster and KubernetesCluster.
 
-Every case runs twice: ``[memory]`` on a fresh in-memory cluster and ``[kubernetes]`` on a real kube-apiserver 1.20
-(marker ``k8s``), each in a fresh namespace with unique node names, so cases never see each other's objects.
+Every case runs twice: ``[memory]`` on a fresh in-memory cluster and ``[kubernetes]`` on a real kube-apiserver of the
+live version (marker ``k8s``), each in a fresh namespace with unique node names, so cases never see each
+other's objects.
 
 Behaviours covered:
 - nodes: create (uid, RV, allocatable, labels, annotations, taints, unschedulable) / get / list; create of an
@@ -444,7 +445,7 @@ def test_bind_pod_with_annotations_writes_them_with_the_node(cluster: ClusterUnd
 def test_bind_terminating_pod_conflicts(cluster: ClusterUnderTest) -> None:
     pod = cluster.api.create_pod(_pod(cluster, node_name="n1"))
     cluster.api.delete_pod(cluster.namespace, pod.name, grace_period_seconds=30)
-    # a terminating pod cannot be (re)bound even with its own UID; 1.20 checks this before "already assigned"
+    # a terminating pod cannot be (re)bound even with its own UID; checked before "already assigned"
     with pytest.raises(ConflictError):
         cluster.api.bind_pod(cluster.namespace, pod.name, uid=pod.uid, node="n2")
 

@@ -148,8 +148,9 @@ def kubelet_api(kubelet_plane: ControlPlane) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[Any]:
-    """containerd + kubelet 1.20.2 registered as ``REAL_NODE_NAME``, Ready, without the not-ready taint the
-    admission plugin puts on new nodes (no node lifecycle controller runs to lift it). Shared by the session."""
+    """containerd 2 + kubelet of the live version registered as ``REAL_NODE_NAME``, Ready, without the not-ready
+    taint the admission plugin puts on new nodes (no node lifecycle controller runs to lift it).
+    Shared by the session."""
     import tempfile
     import time
 

@@ -1,4 +1,4 @@
-"""The node controller against a real control plane: etcd + kube-apiserver 1.20 + kube-controller-manager (Job,
+"""The node controller against a real control plane: etcd + kube-apiserver + kube-controller-manager (Job,
 TTL-after-finished and garbage-collector controllers). No kubelet runs, so the test plays it: it sets the phase of
 the pods the Job controller creates, and the Job controller turns that into the Job's Complete/Failed condition.
 

@@ -1,4 +1,4 @@
-"""The rendered manifests against a real kube-apiserver (the Debian-built v1.20 of ``scripts/k8s-control-plane.sh``).
+"""The rendered manifests against a real kube-apiserver (the live version built by ``scripts/k8s-control-plane.sh``).
 
 Behaviours covered:
 
@@ -11,14 +11,14 @@ Behaviours covered:
 * the optional ``monitoring`` component: ``deploy --with-monitoring`` is refused, naming the missing CRD, while the
   cluster lacks prometheus-operator's CRDs, and nothing is applied; once minimal CRDs for PodMonitor and
   PrometheusRule exist (``x-kubernetes-preserve-unknown-fields``), the discovery the script checks lists both.
-  Applying the custom resources themselves is not tested here: this Debian-built kube-apiserver 1.20 (Go 1.19)
-  segfaults on any custom-resource write (json-iterator/reflect2 map iteration in ``objectmeta.GetObjectMeta``).
+  Applying the custom resources themselves is not tested here yet (the Debian-built 1.20 server this was written
+  against crashed on custom-resource writes; the current one does not).
 * ``--kube-scheduler-tag`` of another minor than the API server's (``kubectl version``) draws a warning on
   stderr from ``render`` and ``deploy --dry-run``, which still succeed; the server's own version draws none.
 
 This module starts its own etcd + kube-apiserver (a few seconds) instead of the session's shared plane because
 the Runtime DaemonSet is privileged, which an API server only admits with ``--allow-privileged=true`` (kubeadm
-and managed clusters set it; the shared test plane does not). No object needed a skip on 1.20.
+and managed clusters set it; the shared test plane does not). No object needs a skip.
 """
 
 from __future__ import annotations

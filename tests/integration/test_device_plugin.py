@@ -118,7 +118,7 @@ def test_b18_ten_kubelet_restarts_reregister_without_leaks(world: World) -> None
 
 
 def test_b18_kubelet_down_between_stop_and_start_no_register_before_our_socket(world: World) -> None:
-    """Mirrors test_real_kubelet_restarts.py::test_kubelet_restart: kubelet 1.20 leaves its dead socket behind,
+    """Mirrors test_real_kubelet_restarts.py::test_kubelet_restart: a killed kubelet leaves its dead socket behind,
     and the next kubelet wipes the folder before it listens; a plugin that served (and sent Register) beside the
     dead socket would have its socket deleted under kubelet's dial-back."""
     for _ in range(3):

@@ -1,4 +1,4 @@
-"""The scheduler component against a real control plane (etcd + kube-apiserver + kube-scheduler 1.20 on 127.0.0.1).
+"""The scheduler component against a real control plane (etcd + kube-apiserver + kube-scheduler, live version).
 
 One plane for the module, whose REAL kube-scheduler is configured with our extender (filter, prioritize and bind
 verbs, ``nodeCacheCapable``, ``managedResources`` for the three resource names, weight 1,

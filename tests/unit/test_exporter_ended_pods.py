@@ -1,7 +1,7 @@
 """Series of ended pods leave ``/metrics`` at the next pull, on the in-process Runtime,
 pod-resources and cluster.
 
-Kubelet 1.20 keeps listing a terminated pod in pod-resources until the pod is deleted, and the Runtime keeps its
+Kubelets before 1.34 keep listing a terminated pod in pod-resources until the pod is deleted, and the Runtime keeps its
 record until the device plugin releases it (``--release-interval``, up to about a minute), so the exporter learns
 from the API too, through a watch of the node's pods (a pull makes no API request). "The next pull" is the first
 pull after the watch delivered the change (:meth:`World.settle` waits for that condition). Behaviours covered:
@@ -145,7 +145,7 @@ def test_completed_pod_leaves_metrics_at_the_next_pull_while_kubelet_and_runtime
             pulls += 1
         assert pulls == 1  # gone at the first pull after completion
         assert {r.pod_name for r in world.runtime.exporter_data().containers} == {"done", "crashed", "stays"}
-        assert len(world.kubelet.list_containers()) == 3  # kubelet 1.20 still lists them
+        assert len(world.kubelet.list_containers()) == 3  # a kubelet before 1.34 still lists them
         world.cluster.delete_pod("ns", "done")
         assert world.pull() == {"stays"}
     finally:

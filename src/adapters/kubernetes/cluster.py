@@ -2,11 +2,11 @@
 CoreV1Api (ConfigMaps in :mod:`.configmaps`), CoordinationV1Api and (in :mod:`.jobs`) BatchV1Api.
 
 Protocol facts this relies on (core/v1 and coordination.k8s.io/v1 API reference; checked by ``tests/contract`` against a
-real kube-apiserver 1.20):
+real kube-apiserver of the live version, 1.37):
 
 * **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
-  carries the pod's UID; 1.20 ignores it, later servers reject a mismatch with 409. Its ``metadata.annotations``
+  carries the pod's UID; current servers reject a mismatch with 409 (1.20 ignored it). Its ``metadata.annotations``
   are merged into the pod's in the same update that sets ``spec.nodeName`` (checked by the contract test
   ``test_bind_pod_with_annotations_writes_them_with_the_node``).
 * **patches** are JSON merge patches (``application/merge-patch+json``; the client would otherwise pick
@@ -271,7 +271,7 @@ class KubernetesCluster(KubernetesJobs, KubernetesConfigMaps):
     ) -> None:
         """POST pods/binding (``_preload_content=False``, see module docstring); ``annotations`` travel as the
         Binding's ``metadata.annotations``, which the server merges into the pod's in the same write. Raises
-        ConflictError (already bound or terminating; UID mismatch on servers newer than 1.20), NotFoundError."""
+        ConflictError (already bound or terminating; UID mismatch), NotFoundError."""
         body = client.V1Binding(
             api_version="v1",
             kind="Binding",

@@ -1,6 +1,6 @@
 """In-memory :class:`~ports.cluster.ClusterApi`: a single-process twin of kube-apiserver for tests and dry runs.
 
-It mirrors what kube-apiserver 1.20 does with no kubelet (resource versions, watches and their 410 window,
+It mirrors what kube-apiserver (1.37) does with no kubelet (resource versions, watches and their 410 window,
 optimistic concurrency, binding, graceful delete, field and label selectors); the contract suite in
 ``tests/contract`` runs the same cases against this class and a real server. Invariant: every write bumps one global
 resourceVersion, a write that changes nothing is no write. The rules and the differences by design (no validation

@@ -1,7 +1,7 @@
 """batch/v1 Jobs of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin sharing its lock, resourceVersion
 counter, clock and watch loop).
 
-What kube-apiserver 1.20 does with Jobs when no Job controller runs (batch/v1 API reference):
+What kube-apiserver (1.37) does with Jobs when no Job controller runs (batch/v1 API reference):
 
 * **create** assigns a uuid4 ``uid``, an RV and ``created_at`` (the cluster's clock) and stores the Job ACTIVE
   with zero pod counts, whatever status it was given. A name longer than 63 characters is refused with 422: the

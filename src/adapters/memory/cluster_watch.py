@@ -1,7 +1,7 @@
 """Watch machinery of :class:`~adapters.memory.cluster.InMemoryCluster`: pod field selectors, label selectors,
 the bounded per-resource change history, and how a filtered watcher sees a change.
 
-Mirrors kube-apiserver 1.20: field selectors as in apimachinery ``fields.ParseSelector`` over the pod registry's
+Mirrors kube-apiserver: field selectors as in apimachinery ``fields.ParseSelector`` over the pod registry's
 ``ToSelectableFields``; label selectors as in apimachinery ``labels.Parse``; the history as the watch cache's
 window (``storage/cacher/watch_cache.go``: a watch from an RV older than the window is 410 "too old resource
 version"); the transition rules as ``cacheWatcher.convertToWatchEvent`` (``storage/cacher/cacher.go``).

@@ -1,6 +1,7 @@
 """Which of the Runtime's container rows belong to pods that ended, from the Kubernetes API.
 
-Pod-resources alone is not enough: kubelet 1.20 keeps listing a terminated pod until it is deleted, and the
+Pod-resources alone is not enough: kubelets before 1.34 (and later ones with ``KubeletPodResourcesListUseActivePods``
+off) keep listing a terminated pod until it is deleted, and the
 Runtime keeps the pod's record until the device plugin releases it, so without the API a completed pod's series
 outlive it by up to a minute. A pod has ended when the API lists it in a terminal phase (Succeeded, Failed) or
 does not list it at all (deleted, or replaced by a pod of the same name with a new UID). "Not listed" is only

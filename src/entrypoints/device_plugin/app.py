@@ -21,7 +21,7 @@ Inventory: published at start, every ``heartbeat_s`` seconds and right after eve
 scheduler sees an unhealthy GPU within one API round trip (B14); failures are logged and retried. It also says
 whether the plugin is registered with the kubelet now listening (:meth:`DevicePluginApp.ready`), published again
 as soon as a ListAndWatch stream ends and after each registration: the scheduler keeps GPU pods off the node
-while kubelet would refuse them (a kubelet restart, found under the real kubelet 1.20).
+while kubelet would refuse them (a kubelet restart, found under a real kubelet).
 
 CDI (``cdi``, a :class:`~services.device_plugin.cdi.CdiPublisher`; ``--cdi``, on by default): the node's CDI spec
 is written before anything is served, refreshed at every poll and after every health or inventory change, and

@@ -11,8 +11,8 @@ their number is in the snapshot and each such container is logged once, when its
 
 With ``ended_pods`` (the Kubernetes API, :mod:`.podphases`: a watched view of the node's pods, started by
 :meth:`SnapshotCollector.start`), each successful pull then drops the rows of pods the API shows terminal or no
-longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelet 1.20 keeps listing a
-terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases it, so without
+longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelets before 1.34 keep listing
+a terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases it, so without
 the API a completed pod's series would outlive it by up to a minute.
 
 With an event recorder, every refresh ends by comparing the detector's state with the previous refresh's

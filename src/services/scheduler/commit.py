@@ -3,15 +3,15 @@
 The node agent reads the plan when the pod starts, and a pod starts only once bound, so the plan must be on the
 pod no later than ``spec.nodeName``. ``pods/binding`` copies the Binding's ``metadata.annotations`` onto the pod in
 the same storage update that sets ``spec.nodeName`` (the ``pods/binding`` subresource of the core/v1 API;
-``tests/contract/test_cluster_contract.py`` checks it against a real 1.20 server and the in-memory one): one API write,
-and no moment where a pod carries a plan but no node, or a node but no plan. Steps:
+``tests/contract/test_cluster_contract.py`` checks it against the live version's server and the in-memory one): one
+API write, and no moment where a pod carries a plan but no node, or a node but no plan. Steps:
 
 1. ``may_write()`` is asked right before the binding (a deposed replica must not bind); False fails the commit
    with :class:`NotLeaderError`, nothing written;
 2. ``pods/binding`` with the plan annotation, replacing any plan the pending pod carries (a leftover plan is never
    trusted: B07). The server binds only a pod that is unbound and not being deleted (409 otherwise, checked
    inside the update), so a plan another replica wrote comes with its binding and ours then fails; releases
-   after 1.20 also refuse a Binding whose UID is not the pod's. The binding carries no resourceVersion
+   (1.37 included) also refuse a Binding whose UID is not the pod's. The binding carries no resourceVersion
    precondition, so a change to the pod between the caller's read and the binding does not stop it; the GPU
    extended resources the plan is made of cannot change on a pod (extended resources are not resizable in place).
    A pod deleted and re-created under the same name in that window would get a plan naming the old UID, which
