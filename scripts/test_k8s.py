@@ -46,18 +46,21 @@ LIVE_MARKERS = "k8s or kubelet or images"
 
 @dataclass(frozen=True)
 class Result:
-    """One version's run: the counts of pytest's JUnit report and the wall minutes of install + tests."""
+    """One version's run: the counts of pytest's JUnit report and the wall minutes of install + tests; ``broken``
+    names what stopped the run before pytest reported (its row says so instead of counts)."""
 
     version: str
     passed: int
     failed: int
     skipped: int
     minutes: float
+    broken: str = ""
 
     def row(self, platform: dict[str, object], today: str) -> str:
         tools = {c.name: c.version for c in kube_platform.node_components(platform)}
+        counts = (f"{self.broken} | - | -" if self.broken else f"{self.passed} | {self.failed} | {self.skipped}")
         return (f"| v{self.version} | {tools['containerd']} | {tools['runc']} | {tools['etcd']} | {today} | "
-                f"{self.passed} | {self.failed} | {self.skipped} | {self.minutes:.1f} |")
+                f"{counts} | {self.minutes:.1f} |")
 
 
 def counts(report: Path) -> tuple[int, int, int]:
@@ -92,7 +95,7 @@ def run_version(version: str, pytest_args: list[str]) -> Result:
     install = subprocess.run(["bash", str(REPO / "scripts" / "real-kubelet.sh"), "install"], env=env, check=False)
     if install.returncode != 0:
         print(f"[test-k8s] v{version}: install failed (exit {install.returncode})", flush=True)
-        return Result(version, 0, 1, 0, (time.monotonic() - started) / 60)
+        return Result(version, 0, 1, 0, (time.monotonic() - started) / 60, broken="install failed")
     report = REPO / "out" / "test-k8s" / f"{version}.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
@@ -100,7 +103,7 @@ def run_version(version: str, pytest_args: list[str]) -> Result:
     print(f"[test-k8s] v{version}: {' '.join(argv[1:])}", flush=True)
     subprocess.run(argv, cwd=REPO, env=env, check=False)
     if not report.is_file():
-        return Result(version, 0, 1, 0, (time.monotonic() - started) / 60)
+        return Result(version, 0, 1, 0, (time.monotonic() - started) / 60, broken="no pytest report")
     passed, failed, skipped = counts(report)
     return Result(version, passed, failed, skipped, (time.monotonic() - started) / 60)
 
