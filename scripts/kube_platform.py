@@ -24,7 +24,7 @@ message listing the supported ones)::
     kube_platform.py module-dir [--version 1.37.2]   print the k8s.io/kubernetes module's source folder (downloaded
                                                      into Go's module cache when missing; the pause image's source)
     kube_platform.py versions                        the supported Kubernetes versions, the default first
-    kube_platform.py gen 1.36.3                      write hack/kubebuild/kubernetes-v1.36.3 from the module proxy
+    kube_platform.py gen 1.36.3                      write hack/kubebuild/kubernetes-v1.36.3 (scripts/kubebuild_gen.py)
 
 The version is ``--version``, else ``$LJRK_K8S_VERSION``, else ``hack/kubernetes-version`` (written by
 ``hack/download-deps.sh``), else the table's ``platform.default``. Go is the
@@ -339,52 +339,6 @@ def cmd_module_dir(version: str) -> None:
     print(folder)
 
 
-def cmd_gen(version: str) -> None:
-    """Write ``hack/kubebuild/kubernetes-v<version>/go.mod`` from the upstream go.mod's staging replaces, then
-    ``go mod tidy`` (which writes go.sum); prints the ``h1:`` hash to put into the table."""
-    if not VERSION.match(version):
-        raise PlatformError(f"not a version: {version!r} (want 1.Y.Z)", code=2)
-    version = version.removeprefix("v")
-    info = subprocess.run(["go", "mod", "download", "-json", f"{KUBE_MODULE}@v{version}"], capture_output=True,
-                          text=True, check=False, env=go_env(False) | {"GOFLAGS": "-buildvcs=false"})
-    if info.returncode != 0:
-        raise PlatformError(f"the module proxy does not serve {KUBE_MODULE} v{version}: {info.stdout}{info.stderr}",
-                            code=2)
-    meta = json.loads(info.stdout)
-    upstream = Path(meta["GoMod"]).read_text()
-    go_line = re.search(r"^go (\S+)$", upstream, re.M)
-    staging = re.findall(r"^\s+(k8s\.io/[A-Za-z0-9._-]+) => \./staging/", upstream, re.M)
-    if go_line is None or not staging:
-        raise PlatformError(f"{KUBE_MODULE} v{version}'s go.mod has no go line or no staging replaces")
-    minor_patch = version.split(".", 1)[1]
-    body = [
-        f"// Builds Kubernetes v{version}'s commands (scripts/kube_platform.py). Written by",
-        f"// `scripts/kube_platform.py gen {version}`: the staging replaces are copied from that release's go.mod.",
-        "module ljrk.local/kubebuild",
-        "",
-        f"go {go_line.group(1)}",
-        "",
-        f"require {KUBE_MODULE} v{version}",
-        "",
-        "replace (",
-        *(f"\t{module} => {module} v0.{minor_patch}" for module in staging),
-        ")",
-        "",
-        "tool (",
-        *(f"\t{KUBE_MODULE}/cmd/{c}" for c in KUBE_COMMANDS),
-        ")",
-        "",
-    ]
-    target = MODULES / f"kubernetes-v{version}"
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "go.mod").write_text("\n".join(body))
-    tidy = subprocess.run(["go", "mod", "tidy"], cwd=target, capture_output=True, text=True, check=False,
-                          env=go_env(False) | {"GOFLAGS": "-buildvcs=false"})
-    if tidy.returncode != 0:
-        raise PlatformError(f"go mod tidy in {target.relative_to(REPO)} failed:\n{tidy.stderr[-3000:]}")
-    print(f'[platform.kubernetes."{version}"]\nsum = "{meta["Sum"]}"')
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kube_platform.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -408,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "versions":
             print("\n".join(kube_versions(platform)))
         else:
-            cmd_gen(args.kube_version)
+            import kubebuild_gen  # the sibling script: writes a build module from the module proxy
+
+            kubebuild_gen.generate(args.kube_version)
     except PlatformError as error:
         log(f"ERROR: {error}")
         return error.code
