@@ -3,12 +3,10 @@
 Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernetes
 ``test/integration/scheduler_perf``):
 
-1. start etcd + kube-apiserver + kube-scheduler of the live version on 127.0.0.1 (``tests/integration/
-   k8s_harness.py``; binaries from ``$LJRK_K8S_BIN`` or ``scripts/k8s-control-plane.sh bin-dir``), kube-scheduler
-   configured with our extender exactly as in ``tests/integration/test_scheduler_k8s.py``: filter, prioritize and
-   bind verbs, ``nodeCacheCapable``, ``managedResources`` = our three resources, weight 1,
-   ``percentageOfNodesToScore: 100``; its client's ``clientConnection`` QPS and burst are ``--kube-scheduler-qps``
-   (default 50/100, kube-scheduler's own defaults; ``--kube-scheduler-qps 5000`` lifts the cap, see below);
+1. start etcd + kube-apiserver + kube-scheduler of the live version on 127.0.0.1 (``k8s_harness.py``; binaries of
+   ``$LJRK_K8S_BIN`` or ``scripts/k8s-control-plane.sh bin-dir``), kube-scheduler configured with our extender as
+   in ``test_scheduler_k8s.py``: filter, prioritize and bind verbs, ``nodeCacheCapable``, ``managedResources`` =
+   our three resources, weight 1, ``percentageOfNodesToScore: 100``, client QPS ``--kube-scheduler-qps`` (below);
 2. run one scheduler replica in extender mode in this process (``SchedulerApp`` + ``SchedulerService`` over
    ``KubernetesCluster``, no leader election: it leads), listening where kube-scheduler calls it;
 3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once as the device
@@ -23,21 +21,17 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
 6. then the same number of pods asking only for cpu and memory, which kube-scheduler places alone (our extender
    is not called for pods without our ``managedResources``), on the same nodes and API server.
 
-Printed: setup times, the average throughput (pods ÷ seconds from the first create request to the last binding
-seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them), per-pod create→bound latency
-percentiles (from just before the create request to the watch event showing ``spec.nodeName``), and our extender's
-verb latencies, for both batches. The last lines are ``kube_scheduler_alone_pods_per_second=<float>``,
-``extender_ratio=<float>`` (our pods/s ÷ kube-scheduler alone, measured in the same run: the machine's speed
-cancels), ``pods_per_second=<float>``, ``p99_ms=<float>`` (create→bound p99, ours) and ``cpu_ms_per_pod=`` /
-``cpu_ms_per_pod_alone=`` (this process's CPU time per pod in each batch; with in-process load it includes the
-load's, so the difference is what the extender costs; each batch also shows the CPU spent inside the verbs and the
-connections the scheduler's API client opened).
+Printed for both batches: setup times, the average throughput (pods ÷ seconds from the first create request to the
+last binding seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them), per-pod create→bound
+latency percentiles (create request to the watch event showing ``spec.nodeName``), our extender's verb latencies.
+Last lines: ``kube_scheduler_alone_pods_per_second=``, ``extender_ratio=`` (our pods/s ÷ kube-scheduler alone, in
+the same run: the machine's speed cancels), ``pods_per_second=``, ``p99_ms=`` (create→bound p99, ours),
+``cpu_ms_per_pod=`` / ``cpu_ms_per_pod_alone=`` (this process's CPU per pod in each batch; with in-process load it
+includes the load's, so the difference is what the extender costs).
 
-Like with like: kube-scheduler alone writes each pod's Binding and its ``Scheduled`` Event through its own client,
-rate-limited to QPS 50 / burst 100 by default, while for our pods the extender's bind verb writes the Binding with
-our client; so at the default limit the baseline is capped by kube-scheduler's client, not by its scheduling.
-``--kube-scheduler-qps 5000`` (burst twice that) removes that cap for both batches.
-
+Like with like: alone, kube-scheduler writes each Binding and ``Scheduled`` Event through its own client (QPS 50,
+burst 100 by default); for our pods the extender's bind verb writes the Binding with our client. So at the default
+limit the baseline is capped by that client; ``--kube-scheduler-qps 5000`` lifts the cap for both batches.
 Without control-plane binaries the script says so and exits 0 (nothing measured). Not part of the test run.
 """
 
