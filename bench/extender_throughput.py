@@ -7,8 +7,7 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
    ``$LJRK_K8S_BIN`` or ``scripts/k8s-control-plane.sh bin-dir``), kube-scheduler configured with our extender as
    in ``test_scheduler_k8s.py``: filter, prioritize and bind verbs, ``nodeCacheCapable``, ``managedResources`` =
    our three resources, weight 1, ``percentageOfNodesToScore: 100``, client QPS ``--kube-scheduler-qps`` (below);
-2. run one scheduler replica in extender mode in this process (``SchedulerApp`` + ``SchedulerService`` over
-   ``KubernetesCluster``, no leader election: it leads), listening where kube-scheduler calls it;
+2. run one scheduler replica in extender mode in this process (``SchedulerApp`` over ``KubernetesCluster``, leading);
 3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once as the device
    plugin would — no device plugin refreshes its heartbeat, so the staleness limit is raised past the run —,
    allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
