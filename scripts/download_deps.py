@@ -182,7 +182,7 @@ def cluster_plan(table: dict[str, object], target: Target, current: str | None) 
                                 else f"the platform builds {target.cluster}, not {wanted}")
     keep = current if current in versions else default
     return keep, (f"the platform builds only {', '.join(versions)}, not {wanted.rsplit('.', 1)[0]} ({TABLE} "
-                  f"[platform.kubernetes]: the Go module proxy serves no k8s.io/kubernetes older than "
+                  f"[platform.kubernetes] has no build module of it before "
                   f"{versions[0].rsplit('.', 1)[0]})")
 
 

@@ -51,12 +51,12 @@ DOCUMENTED = ("1.28", "1.30", "1.32", "1.34", "1.35")
 SUPPORTED = (*DOCUMENTED, "1.36", "1.37")
 """The documented minors and the current ones the live tests run (the platform's 1.36.3 and 1.37.2)."""
 LIVE = {"1.34": "1.34.4", "1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}
-"""The test cluster of each minor the platform builds from Go modules (the module proxy serves 1.34 on)."""
+"""The test cluster of each minor the platform builds from Go modules (build modules exist from 1.34 on)."""
 TABLE = tomllib.loads((REPO / "hack" / "kubernetes-versions.toml").read_text())
 EDITED = ("pyproject.toml", "deploy/scheduler/03-deployment.yaml", "deploy/scheduler/02-configmap.yaml")
 SELECTED = "hack/kubernetes-version"
 STAY = ("the platform builds only 1.34.4, 1.35.4, 1.36.3, 1.37.2, not {minor} (hack/kubernetes-versions.toml "
-        "[platform.kubernetes]: the Go module proxy serves no k8s.io/kubernetes older than 1.34)")
+        "[platform.kubernetes] has no build module of it before 1.34)")
 
 
 def copy_repo(tmp_path: Path) -> Path:
