@@ -374,7 +374,8 @@ def _start(node: RealNode, kubeconfig: Path, nodes: Path, timeout: float) -> Non
     ports = free_ports(3)
     state.kubelet_port, state.read_only_port, state.healthz_port = ports
     config = workdir / "kubelet-config.json"
-    config.write_text(json.dumps(kubelet_config(ports, node.containerd_socket), indent=2))
+    minor = int(nodes.name.split(".")[1]) if nodes.name.startswith("v1.") else 0  # node-dir is .../node/v1.Y.Z
+    config.write_text(json.dumps(kubelet_config(ports, node.containerd_socket, minor), indent=2))
     state.kubelet_argv = [
         str(nodes / "bin" / "kubelet"),
         f"--config={config}",

@@ -103,11 +103,15 @@ disabled_plugins = {json.dumps(disabled)}
 """
 
 
-def kubelet_config(ports: list[int], containerd_socket: Path) -> dict[str, object]:
-    """The KubeletConfiguration for the ports (kubelet API, read-only, healthz), all on 127.0.0.1, and containerd at
-    ``containerd_socket``. ``failCgroupV1: false``: kubelet >= 1.35 refuses cgroup v1 hosts (KEP-5573) unless told,
-    and these machines are cgroup v1 (hybrid)."""
+def kubelet_config(ports: list[int], containerd_socket: Path, minor: int) -> dict[str, object]:
+    """The KubeletConfiguration of kubelet 1.``minor`` for the ports (kubelet API, read-only, healthz), all on
+    127.0.0.1, and containerd at ``containerd_socket``. ``failCgroupV1: false``: kubelet >= 1.35 refuses cgroup v1
+    hosts (KEP-5573) unless told, and these machines are cgroup v1 (hybrid). Kubelet 1.34 runs with
+    ``InPlacePodVerticalScaling`` off: with it (beta, on by default) kubelet 1.34.4 logs "Missing actuated resource
+    record" for every container of this node and panics right after (nil pointer in kuberuntime's resize check), so
+    no pod after the first reaches Running; 1.35 (where the gate is GA) and later do not."""
     port, ro_port, healthz = ports
+    gates = {"InPlacePodVerticalScaling": False} if minor == 34 else {}
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -134,4 +138,5 @@ def kubelet_config(ports: list[int], containerd_socket: Path) -> dict[str, objec
         "fileCheckFrequency": "5s",
         "serializeImagePulls": False,
         "maxPods": 50,
+        **({"featureGates": gates} if gates else {}),
     }

@@ -231,7 +231,8 @@ class Pods:
         return str(self.get(name).status.phase or "")
 
     def wait_running(self, name: str, timeout: float = 60.0) -> Any:
-        """The pod once every container runs; AssertionError naming its phase and reason otherwise."""
+        """The pod once every container runs; AssertionError naming its phase and reason otherwise (on a time-out:
+        its node, conditions, container states and the namespace's last events)."""
         def check() -> Any:
             pod = self.get(name)
             if pod.status.phase in ("Failed", "Succeeded"):
@@ -240,7 +241,26 @@ class Pods:
             statuses = pod.status.container_statuses or []
             ready = statuses and all(s.state.running is not None for s in statuses)
             return pod if ready else None
-        return eventually(check, timeout, f"pod {name} running")
+        try:
+            return eventually(check, timeout, f"pod {name} running")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.describe(name)}") from None
+
+    def describe(self, name: str) -> str:
+        """Pod ``name``'s node, phase, conditions and container states, and the namespace's last 10 events."""
+        pod = self.get(name)
+        conditions = [(c.type, c.status, c.reason, c.message) for c in pod.status.conditions or ()]
+        states = [(s.name, s.state.to_dict()) for s in pod.status.container_statuses or ()]
+        events = sorted(self.core.list_namespaced_event(self.namespace).items,
+                        key=lambda e: str(e.last_timestamp or e.event_time or ""))[-10:]
+        lines = [f"node={pod.spec.node_name} phase={pod.status.phase} conditions={conditions} containers={states}"]
+        lines += [f"event {e.involved_object.name} {e.reason}: {(e.message or '')[:300]}" for e in events]
+        try:
+            log = self.node.kubelet_log.read_text(errors="replace").splitlines()
+        except OSError:
+            log = []
+        lines += [f"kubelet {line[:300]}" for line in [x for x in log if x.startswith(("E", "W"))][-8:]]
+        return "\n".join(lines)
 
     def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> Any:
         return eventually(lambda: (p := self.get(name)).status.phase == phase and p, timeout, f"{name} {phase}")
