@@ -212,8 +212,8 @@ def check_go(platform: dict[str, object]) -> None:
 
 
 def build(component: Component) -> None:
-    """Build every command of ``component`` into its cache folder (a temporary folder renamed into place)."""
-    check_sum(component)
+    """Build every command of ``component`` into its cache folder (a temporary folder renamed into place). The caller
+    has checked its sum (:func:`check_sum`)."""
     if is_built(component):
         log(f"{component.name} {component.version}: cached in {component.out}")
         return
@@ -281,6 +281,8 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
     cache_root().mkdir(parents=True, exist_ok=True)
     kube = kube_component(platform, version)
     components = [kube, *node_components(platform)]
+    for component in components:  # first: a missing build module is named, not a traceback of is_built
+        check_sum(component)
     runc = next(c for c in components if c.name == "runc")
     if not is_built(runc) and not Path("/usr/include/seccomp.h").is_file():
         raise PlatformError("runc is built with seccomp: install libseccomp-dev and gcc first "
@@ -291,8 +293,6 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for component in components:
                 build(component)
-    for component in components:
-        check_sum(component)
     etcd = next(c for c in components if c.name == "etcd")
     place_link(control_plane_dir(version) / "etcd", etcd.out / "etcd")
     link_node_tools(platform)
