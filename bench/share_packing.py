@@ -4,6 +4,7 @@ Usage (from the repository root, with the project's virtual environment)::
 
     .venv/bin/python bench/share_packing.py [--nodes ../shared/traces/openb/openb_node_list_gpu_node.csv]
         [--pods ../shared/traces/openb/openb_pod_list_gpushare80.csv] [--seeds 42-51] [--tune 1.3]
+        [--record bench/results/share_packing.md]
 
 The model keeps only the GPUs: every GPU of the node list is a bin of 1000 milli, with no nodes, CPU, memory or
 models. The arrival stream is the replay's own (:func:`domain.simulation.replay.planned_arrivals`, same seed, same
@@ -13,7 +14,9 @@ CPU-only pods are skipped (their arrival still counts, as in the replay); a pod 
 Rules: ``best-fit`` (the fitting GPU with the least free milli, fully free last) and ``gap-balance`` (the share
 rule of ``fgd-plus``: :func:`domain.scheduling.gapbalance.option_keys`, closing first, then sum of squares, then
 best fit; the first GPU on ties). Printed per rule: mean alloc% at x = 100 and x = 130 (the replay's binning,
-:func:`domain.simulation.curves.allocation_curve`) and the last lines ``<rule>_alloc{100,130}=…``.
+:func:`domain.simulation.curves.allocation_curve`) and the last lines ``<rule>_alloc{100,130}=…``. ``--record FILE``
+also writes the means as the pod file's row of the Markdown table in FILE (other pod files' rows are kept, rows
+sorted by name): ``bench/results/share_packing.md``, the table the documentation quotes.
 
 Without CPU or nodes the model is no bound on the replay, only a like-for-like comparison of the rules on the
 same arrivals. Not part of the test run; ``tests/unit/test_bench_smoke.py`` covers :func:`pack`.
@@ -39,6 +42,8 @@ from entrypoints.simulate.__main__ import parse_seeds
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
 RULES = ("best-fit", "gap-balance")
+RECORD_HEADER = ("| pod file | seeds | `best-fit` alloc % @100 / @130 | gap balance alloc % @100 / @130 |\n"
+                 "|---|---|---|---|")
 
 
 def _choose(rule: str, free: np.ndarray, need: int) -> int | None:
@@ -80,12 +85,27 @@ def pack(rule: str, gpus: int, stream: Sequence[TracePod]) -> tuple[list[int], l
     return arrived_series, used_series
 
 
+def record(path: Path, pods_file: str, seeds: str, means: dict[str, tuple[float, float]]) -> None:
+    """Write ``means`` (rule → mean alloc% at x = 100 and 130) as the row of ``pods_file``'s workload (the name
+    after ``openb_pod_list_``) in the Markdown table at ``path``, keeping the other workloads' rows."""
+    name = Path(pods_file).stem.removeprefix("openb_pod_list_")
+    rows: dict[str, str] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines()[2:]:
+            rows[line.split("|")[1].strip().strip("`")] = line
+    cells = [f"{means[rule][0]:.2f} / {means[rule][1]:.2f}" for rule in RULES]
+    rows[name] = f"| `{name}` | {seeds} | {' | '.join(cells)} |"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([RECORD_HEADER, *(rows[k] for k in sorted(rows))]) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default=str(TRACES / "openb_node_list_gpu_node.csv"))
     parser.add_argument("--pods", default=str(TRACES / "openb_pod_list_gpushare80.csv"))
     parser.add_argument("--seeds", default="42-51", type=parse_seeds)
     parser.add_argument("--tune", type=float, default=1.3)
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the means as this pod file's table row")
     args = parser.parse_args(argv)
     reader = CsvTraceReader()
     nodes, pods = reader.read_nodes(Path(args.nodes)), reader.read_pods(Path(args.pods))
@@ -97,11 +117,15 @@ def main(argv: list[str] | None = None) -> int:
             curve = allocation_curve(*pack(rule, gpus, stream), gpus)
             results[rule].append((curve[100], curve[130]))
             print(f"seed={seed} {rule:12s} alloc@100={curve[100]:.2f} alloc@130={curve[130]:.2f}", flush=True)
-    for rule, values in results.items():
-        at100 = statistics.fmean(v[0] for v in values)
-        at130 = statistics.fmean(v[1] for v in values)
+    means = {rule: (statistics.fmean(v[0] for v in values), statistics.fmean(v[1] for v in values))
+             for rule, values in results.items()}
+    for rule, (at100, at130) in means.items():
         print(f"{rule.replace('-', '_')}_alloc100={at100:.3f}")
         print(f"{rule.replace('-', '_')}_alloc130={at130:.3f}")
+    if args.record is not None:
+        first, last = args.seeds[0], args.seeds[-1]
+        contiguous = len(args.seeds) > 1 and args.seeds == tuple(range(first, last + 1))
+        record(args.record, args.pods, f"{first}-{last}" if contiguous else ",".join(map(str, args.seeds)), means)
     return 0
 
 

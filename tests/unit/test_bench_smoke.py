@@ -23,7 +23,8 @@ Behaviours covered:
   every closing figure, the per-pull LIST rule at 60/interval requests per node per minute, the watch at one LIST
   per node plus the WATCHes, fewer; the watch rule never ended a pod the per-pull listing shows running;
 * ``bench/share_packing.py``'s ``pack`` on a hand-built stream under both rules (closing fits, dropped pods,
-  CPU-only arrivals) and its refusal of an unknown rule.
+  CPU-only arrivals) and its refusal of an unknown rule; ``record`` writes its pod file's table row and keeps the
+  other rows.
 """
 
 from __future__ import annotations
@@ -308,15 +309,20 @@ def test_versus_published_fgd_lines_per_pod_file(bench: ModuleType) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- share packing
-def test_share_packing_rules_on_a_hand_built_stream() -> None:
-    # Two GPUs. Arrivals: 300, 700 (best fit and gap balance both close GPU 0: 300 + 700 = 1000), then 600 on the
-    # fresh GPU 1 (free 400), 500 (fits nowhere: dropped), a whole GPU (none free: dropped), 400 (closes GPU 1), and
-    # a CPU-only pod (skipped, its arrival counted as 0 milli).
+def _share_packing() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_share_packing", BENCH.parent / "share_packing.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_share_packing_rules_on_a_hand_built_stream() -> None:
+    # Two GPUs. Arrivals: 300, 700 (best fit and gap balance both close GPU 0: 300 + 700 = 1000), then 600 on the
+    # fresh GPU 1 (free 400), 500 (fits nowhere: dropped), a whole GPU (none free: dropped), 400 (closes GPU 1), and
+    # a CPU-only pod (skipped, its arrival counted as 0 milli).
+    module = _share_packing()
     from domain.simulation.workload import TracePod
 
     def pod(name: str, gpus: int, milli: int) -> TracePod:
@@ -330,3 +336,17 @@ def test_share_packing_rules_on_a_hand_built_stream() -> None:
         assert used == [300, 1000, 1600, 1600, 1600, 2000, 2000]
     with pytest.raises(ValueError, match="rule 'first-fit'"):
         module.pack("first-fit", 2, stream)
+
+
+def test_share_packing_record_replaces_its_row_and_keeps_the_others(tmp_path: Path) -> None:
+    module = _share_packing()
+    table = tmp_path / "results" / "share_packing.md"
+    module.record(table, "x/openb_pod_list_gpushare80.csv", "42-51",
+                  {"best-fit": (89.4, 89.7), "gap-balance": (90.1, 90.4)})
+    module.record(table, "openb_pod_list_default.csv", "42", {"best-fit": (95.0, 96.0), "gap-balance": (95.5, 96.25)})
+    module.record(table, "openb_pod_list_gpushare80.csv", "42-51", {"best-fit": (1.0, 2.0), "gap-balance": (3.0, 4.0)})
+    assert table.read_text().splitlines() == [
+        *module.RECORD_HEADER.splitlines(),
+        "| `default` | 42 | 95.00 / 96.00 | 95.50 / 96.25 |",
+        "| `gpushare80` | 42-51 | 1.00 / 2.00 | 3.00 / 4.00 |",
+    ]
