@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test test-k8s deps-check lint typecheck imports unit proto proto-check bench build docker images deploy render clean
+.PHONY: run test test-k8s deps-check lint typecheck imports docs unit proto proto-check bench build docker images deploy render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(BIN)/ljrk up
 
 ## test: every quality gate, then the test suite (what CI runs)
-test: lint typecheck imports proto-check deps-check unit
+test: lint typecheck imports proto-check deps-check docs unit
 
 ## deps-check: the Kubernetes version selection agrees (hack/download-deps.sh --verify: pyproject.toml, the installed
 ##             client, deploy/scheduler and hack/kubernetes-version, the live tests' version)
@@ -33,6 +33,11 @@ typecheck: $(STAMP)
 
 imports: $(STAMP)
 	$(BIN)/lint-imports
+
+## docs: the documentation site (mkdocs.yml: docs/, its home page README.md) into build/site; --strict fails on a
+##       broken link or anchor, a missing snippet, or a page of docs/ the nav leaves out
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 unit: $(STAMP)
 	$(BIN)/pytest -q --durations=20

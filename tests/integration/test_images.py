@@ -1,4 +1,4 @@
-"""The six images `make images` builds (scripts/images.sh) run as the README's table says.
+"""The six images `make images` builds (scripts/images.sh) run as the table of ``docs/deploy.md`` says.
 
 For each image's docker-archive tarball in ``dist/images`` (the set matching the current inputs hash): it carries
 the name the manifests in ``deploy/`` use, its entrypoint is ``ljrk <command>``, and run by runc with a read-only
@@ -28,7 +28,7 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 MAKE_IMAGES = re.search(r"^IMAGES\s*:=\s*(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
 IMAGES = MAKE_IMAGES.group(1).split() if MAKE_IMAGES else []
 NON_ROOT = {"scheduler", "controller"}
-"""The README's table: scheduler and controller run as uid 65532, the node components (and the Jobs) as root."""
+"""``docs/deploy.md``'s table: scheduler and controller run as uid 65532, the node components (and the Jobs) as root."""
 
 PROBE = (
     "import errno, os\n"

@@ -1,6 +1,7 @@
 """Docstrings, comments and the README cite only files that are in the repository.
 
 * every ``docs/<page>.md`` named in ``src``, ``tests``, ``bench``, ``scripts`` or ``README.md`` exists;
+* the README stays a front door of at most 150 lines (everything else is a page of ``docs/``, built by ``make docs``);
 * no file cites the project's research notes (the names in ``NOTES``), which live outside the repository, except
   where ``docs/`` has a page of that name; ``PENDING`` lists files exempt while being
   rewritten (none now).
@@ -46,3 +47,8 @@ def test_no_citation_of_notes_outside_the_repository() -> None:
             if m.group(1) or not (ROOT / "docs" / f"{m.group(2)}.md").is_file()
         ]
     assert offenders == []
+
+
+def test_readme_is_a_front_door_of_at_most_150_lines() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150

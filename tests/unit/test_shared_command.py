@@ -63,7 +63,7 @@ def test_command_runs_with_the_parsed_settings_and_returns_runs_code() -> None:
 
 
 def test_help_returns_zero_without_an_error_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _demo(["--help"]) == 0  # the README's exit codes: 0 done, 1 failed, 2 bad command line
+    assert _demo(["--help"]) == 0  # the commands' exit codes: 0 done, 1 failed, 2 bad command line
     out, err = capsys.readouterr()
     assert "--port" in out
     assert err == ""
@@ -156,7 +156,7 @@ def test_start_inits_then_builds_and_failure_is_cannot_start() -> None:
     broken = _Container(fail_init=True)
     with pytest.raises(CommandError) as caught, shutting_down(broken):
         start(broken, lambda: "never")
-    assert (caught.value.code, caught.value.message) == (1, "cannot start: no kubeconfig")  # README: 1 failed
+    assert (caught.value.code, caught.value.message) == (1, "cannot start: no kubeconfig")  # exit code 1: failed
     assert broken.calls == ["init", "shutdown"]
 
 

@@ -29,7 +29,7 @@ from domain.units import MILLI_PER_GPU
 CLOSE_BELOW = MILLI_PER_GPU // 10
 """Remainder (milli-GPU) under which a share closes its GPU: a tenth of a GPU. Below it fit only the rarest shares
 (50 milli on the openb files, none of them a typical pod), so such a remainder stays idle whatever comes later and
-the smallest one is best. Its measured sensitivity is in the README (``fgd-plus``)."""
+the smallest one is best. Its measured sensitivity is in ``docs/fgd-plus.md``."""
 
 _R_BITS = 11  # > log2(MILLI_PER_GPU): the free milli tie-break sits below the rank
 _CLOSING = np.int64(1) << 40  # above every sum-of-squares rank: |ΔSS| ≤ 2 · GPUs + 2 < 2^39

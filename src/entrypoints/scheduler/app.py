@@ -201,7 +201,7 @@ class SchedulerApp(RunUntilStopped):
 
     def ready(self) -> tuple[bool, str]:
         """Readiness ``(ready, reason)``: informers synced and serving, that is leading with a ledger rebuilt in
-        the current term, in both modes (the README's contract; only the leader answers verbs or binds, so a
+        the current term, in both modes (``docs/scheduler.md``'s contract; only the leader answers verbs or binds, so a
         standby of either mode reports 503 ``standby``)."""
         if not self.synced:
             return False, "informers not synced"

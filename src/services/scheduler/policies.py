@@ -3,7 +3,7 @@
 * **Default** — ``fgd-plus`` (:data:`DEFAULT_POLICY`): on the trace replay (``bench/trace_replay.py``, seeds
   42-51) it beats the published FGD by at least half a point of GPU allocation at 130 % arrived load, and is not
   below it at 100 %, on each of the six openb pod files, with typical pods from the whole trace and learned
-  online (README, "``fgd-plus``"). ``fgd`` (95.4 % on ``default``, against 93.2 % for ``best-fit``) stays
+  online (``docs/fgd-plus.md``). ``fgd`` (95.4 % on ``default``, against 93.2 % for ``best-fit``) stays
   selectable.
 * **Override** — the pod annotation ``protocol.annotations.pod_policy`` names another registered policy; an
   unknown name raises :class:`UnknownPolicyError` (the pod is unschedulable with that reason).
