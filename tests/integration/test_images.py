@@ -124,7 +124,7 @@ def test_help_runs_in_the_image_read_only_as_its_user(unpacked: tuple[str, Archi
     assert result.stdout.startswith(f"usage: ljrk {image} "), result.stdout[:300]
 
 
-def test_the_process_runs_as_the_readme_says_on_a_read_only_root(unpacked: tuple[str, Archive, Path, Path]) -> None:
+def test_the_process_runs_as_documented_on_a_read_only_root(unpacked: tuple[str, Archive, Path, Path]) -> None:
     image, archive, rootfs, bundle = unpacked
     result = run(archive, rootfs, bundle / "probe", ["-c", PROBE], entrypoint=["python"])
     assert result.returncode == 0, result.stderr
