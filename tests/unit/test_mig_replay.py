@@ -1,4 +1,4 @@
-"""Smoke test of the MIG replay (``domain.mig.replay``) and of ``bench/mig_replay.py``'s helpers.
+"""Smoke test of the MIG replay (``domain.scheduling.mig.replay``) and of ``bench/mig_replay.py``'s helpers.
 
 Behaviours covered:
 
@@ -23,7 +23,7 @@ import pytest
 from domain.errors import InvalidRequestError
 from domain.mig.errors import UnknownMigProfileError
 from domain.mig.profiles import MIG_MODELS
-from domain.mig.replay import (
+from domain.scheduling.mig.replay import (
     STATIC_LAYOUTS,
     MigReplayConfig,
     MigReplayResult,

@@ -21,11 +21,11 @@ from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.candidates import CandidateNodes, rejection_reasons
-from domain.scheduling.fragmentation import PodClass
-from domain.scheduling.framework import CycleState
+from domain.scheduling.framework.candidates import CandidateNodes, rejection_reasons
+from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.nodefit import PodConstraints
-from domain.scheduling.typical import PodClasses, blend_typical, pod_class
+from domain.scheduling.policies.fgd.fragmentation import PodClass
+from domain.scheduling.policies.fgd.typical import PodClasses, blend_typical, pod_class
 from domain.units import GiB
 
 RAW = {

@@ -26,9 +26,10 @@ from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
-from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.framework import ScheduleResult
-from domain.scheduling.sync import Tombstone, mig_reasons
+from domain.scheduling.framework.candidates import rejection_reasons
+from domain.scheduling.framework.cycle import ScheduleResult
+from domain.scheduling.mig.cycle import mig_reasons
+from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
 from .commit import CommitError, NotLeaderError, write_plan_and_bind

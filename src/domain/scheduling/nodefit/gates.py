@@ -17,7 +17,7 @@ from domain.kube.objects import (
 from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.framework import BoolArray, CycleState, FilterPlugin
+from domain.scheduling.framework.cycle import BoolArray, CycleState, FilterPlugin
 from domain.scheduling.nodefit.objects import (
     NodeSelector,
     NodeUnschedulable,
@@ -130,7 +130,7 @@ class NodeGate:
 
 class AdmissionHold:
     """Keeps a GPU or MIG pod off nodes where a pod with a request it could be confused with is still waiting
-    for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.holds`)."""
+    for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.nodefit.holds`)."""
 
     name = "AdmissionHold"
     reason = "a pod with an identical GPU request is being admitted on the node"

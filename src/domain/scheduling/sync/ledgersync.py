@@ -22,12 +22,12 @@ from domain.kube.translate.mig import asks_mig
 from domain.ledger import ClusterLedger
 from domain.mig.ledger import MigPodAllocation
 from domain.request import PodRequest
-from domain.scheduling.drift import DriftReport, compare_books
-from domain.scheduling.framework import Scheduler, ScheduleResult
+from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
+from domain.scheduling.mig.cycle import schedule_mig
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
-from domain.scheduling.overbooking import checks_books
+from domain.scheduling.sync.drift import DriftReport, compare_books
 from domain.scheduling.sync.events import LedgerEvents
-from domain.scheduling.sync.migcycle import schedule_mig
+from domain.scheduling.sync.overbooking import checks_books
 
 
 class LedgerSync(LedgerEvents):
@@ -133,7 +133,7 @@ class LedgerSync(LedgerEvents):
 
     def schedule(self, scheduler: Scheduler, pod: PodObject) -> ScheduleResult:
         """One scheduling cycle for a pending ``pod``: translate, record its node constraints, run ``scheduler``
-        (sharing this ledger; :func:`~domain.scheduling.sync.migcycle.schedule_mig` for a MIG pod), and assume
+        (sharing this ledger; :func:`~domain.scheduling.mig.cycle.schedule_mig` for a MIG pod), and assume
         the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
         whose reason names the container, resource and value."""
         try:

@@ -12,7 +12,7 @@ import numpy as np
 
 from domain.errors import UnknownPolicyError
 from domain.ledger import ClusterLedger
-from domain.scheduling.framework import I64, TieBreaker
+from domain.scheduling.framework.cycle import I64, TieBreaker
 
 
 class FixedOrderTieBreak:

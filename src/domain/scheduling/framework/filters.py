@@ -13,8 +13,8 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import (
+from domain.scheduling.framework.cycle import BoolArray, CycleState
+from domain.scheduling.framework.planner import (
     any_per_row,
     eligible_nodes,
     gpu_fit_mask,

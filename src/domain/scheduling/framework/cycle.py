@@ -83,8 +83,9 @@ class ScorePlugin(Protocol):
 @runtime_checkable
 class TieRefiner(Protocol):
     """Optional extension of a score plugin: a second key (higher is better, int64) for the nodes tied on the
-    best total score, applied before the profile's tie rule (FGD-residue, :mod:`domain.scheduling.fgdresidue`, and
-    its variants; FGD-plus ranks shares by it alone, :mod:`domain.scheduling.fgdplus`)."""
+    best total score, applied before the profile's tie rule (FGD-residue,
+    :mod:`domain.scheduling.policies.fgd.residue`, and
+    its variants; FGD-plus ranks shares by it alone, :mod:`domain.scheduling.policies.fgd.plus`)."""
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Second key for ``tied`` (ascending ledger slots, all scored in this cycle), same order."""

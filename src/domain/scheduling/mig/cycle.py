@@ -13,11 +13,11 @@ from domain.errors import InsufficientResourcesError, InvalidRequestError, Ledge
 from domain.ledger import ClusterLedger
 from domain.mig.errors import MigPlacementError, NoMigCapacityError, UnknownMigProfileError
 from domain.mig.ledger import MigPodAllocation
-from domain.mig.plugin import MigFilterResult, MigPlugin
 from domain.request import PodRequest
-from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.framework import CycleState, Scheduler, ScheduleResult
-from domain.scheduling.sync.migbooks import MigBooks, place
+from domain.scheduling.framework.candidates import rejection_reasons
+from domain.scheduling.framework.cycle import CycleState, Scheduler, ScheduleResult
+from domain.scheduling.mig.books import MigBooks, place
+from domain.scheduling.mig.plugin import MigFilterResult, MigPlugin
 
 
 def _grouped(reasons: Mapping[str, str]) -> list[tuple[str, int]]:
@@ -74,7 +74,8 @@ def schedule_mig(ledger: ClusterLedger, books: MigBooks, scheduler: Scheduler, r
 def mig_reasons(books: MigBooks, scheduler: Scheduler, request: PodRequest, names: Iterable[str], *,
                 fallback: str) -> dict[str, str]:
     """Per node of ``names``, why it cannot take MIG pod ``request``: the first node-level filter that removes it
-    (:func:`~domain.scheduling.candidates.rejection_reasons`), else the MIG plugin's reason, else ``fallback``.
+    (:func:`~domain.scheduling.framework.candidates.rejection_reasons`), else the MIG plugin's reason, else
+    ``fallback``.
     Never raises for the request (its problem becomes every node's reason)."""
     names = list(names)
     reasons = rejection_reasons(scheduler, request, names, fallback=fallback)

@@ -20,7 +20,7 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.framework import BoolArray, CycleState, Scheduler
+from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler
 
 NOT_ADMITTING = "node not admitting pods (quarantined or cordoned)"
 """Reason of nodes the ledger itself refuses (same text as :meth:`Scheduler.feasible`)."""
