@@ -97,7 +97,7 @@ class NodeGate:
         self._why: dict[int, str] = {}
 
     def _refresh(self, ledger: ClusterLedger) -> BoolArray:
-        key = (ledger.topology, ledger.rows, tuple(frozenset(source.items()) for source in self.sources))
+        key = (ledger.node_set_generation, ledger.rows, tuple(frozenset(source.items()) for source in self.sources))
         if key != self._key:
             gated = np.zeros(ledger.rows, np.bool_)
             why: dict[int, str] = {}

@@ -9,12 +9,11 @@ ATC '23). A placement that takes ``Δ_g`` milli from GPU ``g`` costs ``Σ_g r_{m
 restricted demand it is expected to displace.
 
 Decision rule: FGD-deficit (:mod:`domain.scheduling.policies.fgd.deficit`) with that cost subtracted, in milli-GPU,
-inside
-the first key's sigmoid beside FGD's change and the deficit change. With no restricted typical pod every
+inside the first key's sigmoid beside FGD's change and the deficit change. With no restricted typical pod every
 ``r_m`` is 0 and the policy scores exactly as FGD-deficit. ``r`` is recomputed when nodes join or leave
-(``ledger.topology``), a new model appears or capacity changes, and memoised scores are then dropped. No constant
-is fitted: ``r`` comes from the typical pods and the inventory; its "demand equals capacity" point is x = 100 of
-the published allocation curve.
+(``ledger.node_set_generation``), a new model appears or capacity changes, and memoised scores are then dropped.
+No constant is fitted: ``r`` comes from the typical pods and the inventory; its "demand equals capacity" point is
+x = 100 of the published allocation curve.
 """
 
 from __future__ import annotations
@@ -68,10 +67,10 @@ class FgdScarceScore(FgdDeficitScore):
         self._claim_key = (-1, -1, -1)
 
     def claim(self) -> F64:
-        """:func:`restricted_claim` for the ledger now (memoised on its topology, model count and capacity
+        """:func:`restricted_claim` for the ledger now (memoised on its node-set generation, model count and capacity
         generation). When it changes, every memoised score is dropped: those values were computed with the old
         claim."""
-        key = (self.ledger.topology, self.ledger.model_count, self.ledger.capacity_generation)
+        key = (self.ledger.node_set_generation, self.ledger.model_count, self.ledger.capacity_generation)
         if key != self._claim_key:
             claim = restricted_claim(self.cache.model, self.ledger)
             if not np.array_equal(claim, self._claim):
