@@ -531,18 +531,14 @@ def naive_extender(service: Any) -> Any:
             pod = pod_from_json(body["Pod"])
             names = list(body["NodeNames"])
             service = self.service
-            with service.books() as books:  # a cycle of its own: the candidates and constraints are its scratch
+            with service.books() as books:  # a cycle of its own: the constraints are its scratch
                 request = pod_request(pod, service.protocol)
                 sets = service.schedulers
                 scheduler = sets.get(sets.policy_for(pod))
-                sets.candidates[pod.uid] = frozenset(names)
                 books.constraints[pod.uid] = PodConstraints.of(pod)
-                try:
-                    state = CycleState()
-                    slots, _ = scheduler.feasible(request, state)
-                    scores = scheduler.scores(request, state, slots) if len(slots) else slots
-                finally:
-                    sets.candidates.pop(pod.uid, None)
+                state = CycleState(candidates=frozenset(names))
+                slots, _ = scheduler.feasible(request, state)
+                scores = scheduler.scores(request, state, slots) if len(slots) else slots
                 ledger = scheduler.ledger
                 return names, [ledger.name(int(s)) for s in slots], [int(v) for v in scores]
 

@@ -87,10 +87,10 @@ def test_raw_pod_json_errors_name_the_field(raw: object, field: str) -> None:
 
 def test_candidate_nodes_restrict_the_cycle() -> None:
     sync = make_sync(make_node("n1"), make_node("n2"), make_node("n3"))
-    candidates: dict[str, frozenset[str]] = {"u": frozenset({"n2", "ghost"})}
-    plugin = CandidateNodes(candidates)
+    plugin = CandidateNodes()
     ledger = sync.ledger
-    mask = plugin.filter(single_container_pod("u"), ledger, CycleState(), ledger.active.copy())
+    offered = CycleState(candidates=frozenset({"n2", "ghost"}))
+    mask = plugin.filter(single_container_pod("u"), ledger, offered, ledger.active.copy())
     assert [ledger.name(int(s)) for s in np.flatnonzero(mask)] == ["n2"]
     free = plugin.filter(single_container_pod("other"), ledger, CycleState(), ledger.active.copy())
     assert free.sum() == 3

@@ -17,16 +17,17 @@
   ``dynamic``, the scheduler's ``--mig-strategy``) is the placement mode of the MIG books and must match the node
   Runtimes' ``--mig-strategy``. MIG pods are not FGD typical pods (they take no time-shared GPU).
 * **Filters** — every scheduler starts with :class:`~domain.scheduling.framework.candidates.CandidateNodes` (the
-  extender's candidate list), then the node-fit filters of :func:`~domain.scheduling.nodefit.node_filters`
-  (cordon, nodeSelector, required node affinity, taints, inventory gate), then the policy's own (CPU/memory/pod
-  slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies share one tie rule instance (one node order).
+  extender's candidate list, given per cycle), then the node-fit filters of
+  :func:`~domain.scheduling.nodefit.node_filters` (cordon, nodeSelector, required node affinity, taints, inventory
+  gate), then the policy's own (CPU/memory/pod slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies
+  share one tie rule instance (one node order).
 
 Not thread-safe: :class:`~services.scheduler.service.SchedulerService` calls it under its lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from functools import cache
 
 import attrs
@@ -104,16 +105,12 @@ def _synthetic_classes(scale: float) -> tuple[PodClass, ...]:
 
 
 class SchedulerSet:
-    """One :class:`Scheduler` per policy over ``sync``'s ledger, built on first use (module docstring).
-
-    ``candidates``: pod UID → node names a cycle is restricted to (read by :class:`CandidateNodes`).
-    """
+    """One :class:`Scheduler` per policy over ``sync``'s ledger, built on first use (module docstring)."""
 
     def __init__(self, sync: LedgerSync, protocol: ProtocolConstants, config: ServiceConfig) -> None:
         self.sync = sync
         self.protocol = protocol
         self.config = config
-        self.candidates: dict[str, Collection[str]] = {}
         self._schedulers: dict[str, Scheduler] = {}
         self._tie: TieBreaker | None = None
         self._observed: dict[str, PodClass] = {}
@@ -143,7 +140,7 @@ class SchedulerSet:
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
                              enable_label=self.protocol.node_label, held=sync.held_nodes)
-        filters = (CandidateNodes(self.candidates), *nodes, *profile.filters)
+        filters = (CandidateNodes(), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)
         self._schedulers[policy] = scheduler

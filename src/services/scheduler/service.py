@@ -179,12 +179,8 @@ class SchedulerService(ServiceUpkeep):
             except UnknownPolicyError as error:
                 self.metrics.decision(scheduled=False, reason="unknown-policy")
                 return ScheduleResult(pod.uid, None, reason=str(error))
-            if candidates is not None:
-                self.schedulers.candidates[pod.uid] = frozenset(candidates)
-            try:
-                result = self.sync.schedule(scheduler, pod)
-            finally:
-                self.schedulers.candidates.pop(pod.uid, None)
+            offered = None if candidates is None else frozenset(candidates)
+            result = self.sync.schedule(scheduler, pod, candidates=offered)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
             else:

@@ -9,7 +9,7 @@ events came in; :meth:`LedgerSync.adopt` repairs the live ledger in place (reade
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
@@ -131,8 +131,10 @@ class LedgerSync(LedgerEvents):
 
         scheduler.on_unreserve.append(rollback)
 
-    def schedule(self, scheduler: Scheduler, pod: PodObject) -> ScheduleResult:
-        """One scheduling cycle for a pending ``pod``: translate, record its node constraints, run ``scheduler``
+    def schedule(self, scheduler: Scheduler, pod: PodObject, *, candidates: Collection[str] | None = None
+                 ) -> ScheduleResult:
+        """One scheduling cycle for a pending ``pod`` among ``candidates`` (node names; None: every node):
+        translate, record its node constraints, run ``scheduler``
         (sharing this ledger; :func:`~domain.scheduling.mig.cycle.schedule_mig` for a MIG pod), and assume
         the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
         whose reason names the container, resource and value."""
@@ -142,11 +144,11 @@ class LedgerSync(LedgerEvents):
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
         self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
         if request.wants_mig:
-            result, mig = schedule_mig(self.ledger, self.books, scheduler, request)
+            result, mig = schedule_mig(self.ledger, self.books, scheduler, request, candidates=candidates)
             if result.allocation is not None:
                 self.assume(result.allocation, mig=mig)
         else:
-            result = scheduler.schedule(request)
+            result = scheduler.schedule(request, candidates=candidates)
             if result.allocation is not None:
                 self.assume(result.allocation)
         if result.allocation is not None and pod.uid not in self._pods:
