@@ -28,7 +28,6 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -38,19 +37,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_modules import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "trace_replay.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_trace_replay", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("trace_replay")
 
 
 def test_parse_seeds(bench: ModuleType) -> None:
@@ -312,11 +306,7 @@ def test_share_packing_rules_on_a_hand_built_stream() -> None:
     # Two GPUs. Arrivals: 300, 700 (best fit and gap balance both close GPU 0: 300 + 700 = 1000), then 600 on the
     # fresh GPU 1 (free 400), 500 (fits nowhere: dropped), a whole GPU (none free: dropped), 400 (closes GPU 1), and
     # a CPU-only pod (skipped, its arrival counted as 0 milli).
-    spec = importlib.util.spec_from_file_location("bench_share_packing", BENCH.parent / "share_packing.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench("share_packing")
     from domain.simulation.workload import TracePod
 
     def pod(name: str, gpus: int, milli: int) -> TracePod:
