@@ -15,7 +15,7 @@ from domain.errors import InvalidRequestError
 @attrs.frozen
 class MigContainerRequest:
     """One container's MIG ask: ``count`` (≥ 1) instances of ``profile`` (any accepted spelling until
-    :meth:`MigPlugin.admit` makes it canonical); ``init`` marks an init container."""
+    :meth:`domain.scheduling.mig.plugin.MigPlugin.admit` makes it canonical); ``init`` marks an init container."""
 
     name: str
     profile: str
