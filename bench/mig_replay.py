@@ -5,11 +5,11 @@ Usage (from the repository root, with the project's virtual environment)::
     .venv/bin/python bench/mig_replay.py [--nodes 4] [--gpus 8] [--requests 2000] [--load 1.0] [--seeds 1-5]
         [--layouts all-balanced,mixed,all-1g] [--models A100-80GB,H100-80GB]
 
-Workload, cluster and modes: :mod:`domain.mig.replay` (seeded synthetic single-instance pods, Poisson arrivals,
-exponential stays, offered load as a fraction of compute slices; a pod that does not fit is rejected). Printed:
-one row per seed and mode (placed, rejected, placed %, placed compute slices as % of the requested ones, and
-dynamic's placed count over the mode's), the per-profile rejections of the first seed, then ``key=value`` lines
-with the means over seeds.
+Workload, cluster and modes: :mod:`domain.scheduling.mig.replay` (seeded synthetic single-instance pods, Poisson
+arrivals, exponential stays, offered load as a fraction of compute slices; a pod that does not fit is rejected).
+Printed: one row per seed and mode (placed, rejected, placed %, placed compute slices as % of the requested ones, and
+dynamic's placed count over the mode's), the per-profile rejections of the first seed, then ``key=value`` lines with the
+means over seeds.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping
 
 from domain.mig.profiles import resolve_profile
-from domain.mig.replay import STATIC_LAYOUTS, MigReplayConfig, MigReplayResult, run_replay
+from domain.scheduling.mig.replay import STATIC_LAYOUTS, MigReplayConfig, MigReplayResult, run_replay
 
 
 def parse_seeds(spec: str) -> list[int]:

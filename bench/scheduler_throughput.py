@@ -28,7 +28,7 @@ import numpy as np
 
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
-from domain.scheduling.framework import Scheduler
+from domain.scheduling.framework.cycle import Scheduler
 from domain.scheduling.registry import build_profile, get_policy
 from domain.simulation.replay import typical_pods
 from domain.simulation.synthetic import synthetic_pods

@@ -12,8 +12,8 @@ tuning). A whole-GPU pod of ``k`` GPUs takes ``k`` fully free GPUs anywhere; a s
 CPU-only pods are skipped (their arrival still counts, as in the replay); a pod that fits nowhere is dropped.
 
 Rules: ``best-fit`` (the fitting GPU with the least free milli, fully free last) and ``gap-balance`` (the share
-rule of ``fgd-plus``: :func:`domain.scheduling.gapbalance.option_keys`, closing first, then sum of squares, then
-best fit; the first GPU on ties). Printed per rule: mean alloc% at x = 100 and x = 130 (the replay's binning,
+rule of ``fgd-plus``: :func:`domain.scheduling.policies.fgd.gapbalance.option_keys`, closing first, then sum of squares,
+then best fit; the first GPU on ties). Printed per rule: mean alloc% at x = 100 and x = 130 (the replay's binning,
 :func:`domain.simulation.curves.allocation_curve`) and the last lines ``<rule>_alloc{100,130}=…``. ``--record FILE``
 also writes the means as the pod file's row of the Markdown table in FILE (other pod files' rows are kept, rows
 sorted by name): ``bench/results/share_packing.md``, the table the documentation quotes.
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.csvtrace.reader import CsvTraceReader
-from domain.scheduling.gapbalance import gap_histogram_of, option_keys
+from domain.scheduling.policies.fgd.gapbalance import gap_histogram_of, option_keys
 from domain.simulation.curves import allocation_curve
 from domain.simulation.replay import ReplayConfig, planned_arrivals
 from domain.simulation.workload import TracePod

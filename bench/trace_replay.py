@@ -521,7 +521,7 @@ def naive_extender(service: Any) -> Any:
     is the production verb (a pod without a reservation gets a cycle restricted to the chosen node first)."""
     from domain.kube.corejson import pod_from_json
     from domain.kube.translate import pod_request
-    from domain.scheduling.framework import CycleState
+    from domain.scheduling.framework.cycle import CycleState
     from domain.scheduling.nodefit import PodConstraints
     from services.scheduler.extender import Extender
 
@@ -531,18 +531,14 @@ def naive_extender(service: Any) -> Any:
             pod = pod_from_json(body["Pod"])
             names = list(body["NodeNames"])
             service = self.service
-            with service.books() as books:  # a cycle of its own: the candidates and constraints are its scratch
+            with service.books() as books:  # a cycle of its own: the constraints are its scratch
                 request = pod_request(pod, service.protocol)
                 sets = service.schedulers
                 scheduler = sets.get(sets.policy_for(pod))
-                sets.candidates[pod.uid] = frozenset(names)
                 books.constraints[pod.uid] = PodConstraints.of(pod)
-                try:
-                    state = CycleState()
-                    slots, _ = scheduler.feasible(request, state)
-                    scores = scheduler.scores(request, state, slots) if len(slots) else slots
-                finally:
-                    sets.candidates.pop(pod.uid, None)
+                state = CycleState(candidates=frozenset(names))
+                slots, _ = scheduler.feasible(request, state)
+                scores = scheduler.scores(request, state, slots) if len(slots) else slots
                 ledger = scheduler.ledger
                 return names, [ledger.name(int(s)) for s in slots], [int(v) for v in scores]
 
@@ -603,8 +599,8 @@ def extender_replay(
     from adapters.memory.cluster import InMemoryCluster
     from adapters.prometheus import PrometheusSchedulerMetrics
     from domain.kube.protocol import ProtocolConstants
-    from domain.scheduling.fragmentation import FragmentationModel
-    from domain.scheduling.nodestates import NodeStateCache
+    from domain.scheduling.policies.fgd.fragmentation import FragmentationModel
+    from domain.scheduling.policies.fgd.nodestates import NodeStateCache
     from domain.simulation.replay import planned_arrivals, typical_pods
     from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
     from services.scheduler.service import SchedulerService, ServiceConfig
@@ -848,8 +844,8 @@ def comparison_closing_lines(runs: Sequence[dict[str, Any]], policies: Sequence[
 # ---------------------------------------------------------------------------------------------- driver
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run every (policy, seed) in a fresh child process, print the tables."""
+    from domain.scheduling.framework.tiebreak import TIE_BREAKS
     from domain.scheduling.registry import POLICIES
-    from domain.scheduling.tiebreak import TIE_BREAKS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", default=DEFAULT_NODES, help="node list CSV (default: %(default)s)")

@@ -12,7 +12,8 @@ Invariants:
 * A whole-GPU grant takes 100 % core and all memory of one GPU; a GPU held at 100 % core admits nothing else.
 * Free values are ``max(capacity − used, 0)``: never negative. Observed pods are counted even when they exceed
   capacity (reality wins); such a node is *over-committed* and admits nothing on the affected GPUs (the cluster
-  sync also quarantines the whole node while a GPU it lists is over-committed: :mod:`domain.scheduling.overbooking`).
+  sync also quarantines the whole node while a GPU it lists is over-committed:
+  :mod:`domain.scheduling.sync.overbooking`).
 * Before admitting a pod onto a node, ``reserve`` re-derives the node's totals from its records; any mismatch
   quarantines the node and raises :class:`LedgerCorruptedError` — a corrupted ledger never admits a pod.
 * Node updates (health, labels) never reset usage (failure case B14).

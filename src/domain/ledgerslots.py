@@ -75,8 +75,8 @@ class LedgerSlots:
         self._free_slots: list[int] = []
         self._by_node: dict[int, set[str]] = {}
         self.quarantine: dict[str, str] = {}
-        self.topology = 0
-        """Incremented whenever a node is added or removed (slot ↔ name mapping changed)."""
+        self.node_set_generation = 0
+        """Node-set generation: incremented whenever a node is added or removed (slot ↔ name mapping changed)."""
         self.capacity_generation = 0
         """Incremented whenever GPU capacity, model or health may have changed (node upsert or removal, growth)."""
         self._capacity_memo: dict[object, object] = {}
@@ -236,7 +236,7 @@ class LedgerSlots:
             if slot >= self.rows:
                 self._grow(rows=2 * self.rows)
             self._slot[node.name] = slot
-            self.topology += 1
+            self.node_set_generation += 1
             self._by_node[slot] = set()
             self.active[slot] = True
             self.admitting[slot] = True
@@ -270,7 +270,7 @@ class LedgerSlots:
             del self._records[uid]
             del self._usage[uid]
         del self._slot[name]
-        self.topology += 1
+        self.node_set_generation += 1
         del self._inventory[slot]
         self._names[slot] = None
         self._free_slots.append(slot)

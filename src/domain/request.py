@@ -21,7 +21,7 @@ Init containers follow Kubernetes' effective-request rule (pod resources, "Resou
 containers", kubernetes.io): the pod's effective request of a resource is ``max(Σ app containers,
 max(init containers))``; the ledger applies it per GPU.
 
-MIG instances (``<prefix>/mig-<profile>`` resources, :mod:`domain.mig.resources`): a container may instead ask for
+MIG instances (``<prefix>/mig-<profile>`` resources, :mod:`domain.kube.migresources`): a container may instead ask for
 ``mig_count`` instances of one MIG profile (``mig_profile``, canonical name). MIG asks are not time-sharing asks:
 ``kind`` stays :attr:`GpuKind.NONE` for such a container and ``PodRequest.wants_gpu`` stays False, so the
 time-sharing ledger books a MIG pod's node CPU, memory and pod slot only; the MIG books

@@ -7,7 +7,8 @@ the behaviour below against the simulated backend, NVML over a fake ``pynvml`` a
 
 MIG: ``devices`` lists each MIG GPU's instances (unowned: the Runtime adds owners from its records);
 ``create_mig_instance`` / ``destroy_mig_instance`` change the layout for the dynamic strategy, each all or nothing
-(a GPU instance whose compute instance cannot be created is destroyed again before the error is raised).
+(a GPU instance whose compute instance cannot be created is destroyed again before the error is raised); they make
+every backend the :class:`domain.runtime.mig.MigDriver` that Allocate creates instances through.
 """
 
 from __future__ import annotations

@@ -51,12 +51,12 @@ class SchedulerMetrics(Protocol):
 
     def set_overbooked_nodes(self, count: int) -> None:
         """How many nodes are quarantined because their books are impossible (a GPU booked beyond its core or
-        memory; :mod:`domain.scheduling.overbooking`)."""
+        memory; :mod:`domain.scheduling.sync.overbooking`)."""
         ...
 
     def set_vanished_gpu_pods(self, count: int) -> None:
         """How many bound pods hold a GPU their node's inventory no longer lists
-        (:mod:`domain.scheduling.vanished`)."""
+        (:mod:`domain.scheduling.sync.vanished`)."""
         ...
 
 

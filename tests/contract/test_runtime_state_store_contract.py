@@ -78,8 +78,7 @@ class Node:
     def mig_pod(self, n: int, *, start: int, create: bool) -> None:
         plan = PlannedMig(1, GPUS[1].uuid, "3g.20gb" if not create else "1g.5gb", start, create=create)
         request = ContainerAllocationRequest(f"mig-{n}", "ns", f"mig-{n}", "main", (), mig=(plan,))
-        node = MigNode(self.mig.instances(), PlacementMode.DYNAMIC, self.mig.create_mig_instance,
-                       self.mig.destroy_mig_instance)
+        node = MigNode(self.mig.instances(), PlacementMode.DYNAMIC, self.mig)
         self.book.allocate(request, GPUS, now=float(n), minors={g.uuid: g.index for g in GPUS}, mig=node)
 
     def snapshot(self) -> RuntimeSnapshot:

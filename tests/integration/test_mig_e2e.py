@@ -25,9 +25,9 @@ from adapters.grpc import GrpcRuntimeServer
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.annotations import decode_inventory, decode_mig_plan
+from domain.kube.migresources import mig_resource_names
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.mig.gpu import PlacementMode
-from domain.mig.resources import mig_resource_names
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.scheduler.service import SchedulerService, ServiceConfig

@@ -17,7 +17,7 @@ from domain.kube.annotations import encode_inventory, encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase, Taint
 from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger
-from domain.scheduling.framework import BindPlugin, Scheduler
+from domain.scheduling.framework.cycle import BindPlugin, Scheduler
 from domain.scheduling.nodefit import node_filters
 from domain.scheduling.registry import build_profile
 from domain.scheduling.sync import LedgerSync

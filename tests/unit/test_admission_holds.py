@@ -1,4 +1,4 @@
-"""Admission holds (domain.scheduling.holds) and the scheduler service using them.
+"""Admission holds (domain.scheduling.nodefit.holds) and the scheduler service using them.
 
 Covers: request signatures; a holder keeps confusable pods (any shared (kind, amount)) off its node and nothing
 else; the allocated mark, a terminal phase, deletion or a rolled-back reservation release it; a holder lapses after
@@ -21,7 +21,7 @@ from scheduler_world import new_pod, schedule_and_commit, world
 from domain.errors import InvalidRequestError
 from domain.kube.objects import PodPhase
 from domain.request import ContainerRequest, PodRequest
-from domain.scheduling.holds import AdmissionHolds, request_signature
+from domain.scheduling.nodefit.holds import AdmissionHolds, request_signature
 from domain.units import GiB
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError

@@ -29,7 +29,6 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -39,19 +38,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_modules import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "trace_replay.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_trace_replay", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("trace_replay")
 
 
 def test_parse_seeds(bench: ModuleType) -> None:
@@ -309,20 +303,11 @@ def test_versus_published_fgd_lines_per_pod_file(bench: ModuleType) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- share packing
-def _share_packing() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_share_packing", BENCH.parent / "share_packing.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_share_packing_rules_on_a_hand_built_stream() -> None:
     # Two GPUs. Arrivals: 300, 700 (best fit and gap balance both close GPU 0: 300 + 700 = 1000), then 600 on the
     # fresh GPU 1 (free 400), 500 (fits nowhere: dropped), a whole GPU (none free: dropped), 400 (closes GPU 1), and
     # a CPU-only pod (skipped, its arrival counted as 0 milli).
-    module = _share_packing()
+    module = load_bench("share_packing")
     from domain.simulation.workload import TracePod
 
     def pod(name: str, gpus: int, milli: int) -> TracePod:
@@ -339,7 +324,7 @@ def test_share_packing_rules_on_a_hand_built_stream() -> None:
 
 
 def test_share_packing_record_replaces_its_row_and_keeps_the_others(tmp_path: Path) -> None:
-    module = _share_packing()
+    module = load_bench("share_packing")
     table = tmp_path / "results" / "share_packing.md"
     module.record(table, "x/openb_pod_list_gpushare80.csv", "42-51",
                   {"best-fit": (89.4, 89.7), "gap-balance": (90.1, 90.4)})

@@ -6,22 +6,12 @@ of 5 label flips gets its Job; the closing ``key=value`` lines are printed.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "controller_churn.py"
+from bench_modules import load_bench
 
 
 def test_small_churn_run(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("bench_controller_churn", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_bench("controller_churn")
     module.main(["--nodes", "20", "--updates", "300", "--flips", "5"])
     lines = capsys.readouterr().out.splitlines()
     values = dict(line.split("=", 1) for line in lines if "=" in line and " " not in line)

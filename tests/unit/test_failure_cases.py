@@ -27,8 +27,8 @@ from domain.errors import InsufficientResourcesError, InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, PodRequest, resolve_share, single_container_pod
-from domain.scheduling.fragmentation import PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.fragmentation import PodClass, TypicalPods
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.units import GiB
 

@@ -1,4 +1,5 @@
-"""FGD's memoised scores equal a memo-free evaluation (``domain.scheduling.fgd``, ``fragmentation``, ``nodestates``).
+"""FGD's memoised scores equal a memo-free evaluation (``domain.scheduling.policies.fgd.score``, ``fragmentation``,
+``nodestates``).
 
 Behaviours covered:
 
@@ -16,11 +17,11 @@ import numpy as np
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
-from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fgdresidue import FgdResidueScore
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.residue import FgdResidueScore
+from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.registry import build_profile
 from domain.units import GiB, MiB
 

@@ -1,4 +1,5 @@
-"""FGD-deficit (:mod:`domain.scheduling.fgddeficit`) on hand-built clusters; every expected value is worked out here.
+"""FGD-deficit (:mod:`domain.scheduling.policies.fgd.deficit`) on hand-built clusters; every expected value is worked
+out here.
 
 Behaviours covered:
 
@@ -20,11 +21,11 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
-from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit, typical_cpu_per_gpu
-from domain.scheduling.fgdresidue import FgdResidueScore
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.deficit import FgdDeficitScore, cpu_deficit, typical_cpu_per_gpu
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.residue import FgdResidueScore
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

@@ -1,4 +1,4 @@
-"""FGD-plus (:mod:`domain.scheduling.fgdplus`) on hand-built clusters; expected values worked out here.
+"""FGD-plus (:mod:`domain.scheduling.policies.fgd.plus`) on hand-built clusters; expected values worked out here.
 
 Behaviours covered:
 
@@ -20,11 +20,11 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.fgdplus import FgdPlusScore
-from domain.scheduling.fgdscarce import FgdScarceScore
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

@@ -1,5 +1,5 @@
-"""FGD-residue (:mod:`domain.scheduling.fgdresidue`) on hand-built clusters; every expected value is worked out in
-the test.
+"""FGD-residue (:mod:`domain.scheduling.policies.fgd.residue`) on hand-built clusters; every expected value is worked
+out in the test.
 
 Behaviours covered:
 
@@ -23,11 +23,11 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fgdresidue import FgdResidueScore, residue_vectors
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.residue import FgdResidueScore, residue_vectors
+from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

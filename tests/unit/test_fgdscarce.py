@@ -1,4 +1,5 @@
-"""FGD-deficit-scarce (:mod:`domain.scheduling.fgdscarce`) on hand-built clusters; expected values worked out here.
+"""FGD-deficit-scarce (:mod:`domain.scheduling.policies.fgd.scarce`) on hand-built clusters; expected values worked out
+here.
 
 Behaviours covered:
 
@@ -19,11 +20,11 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
-from domain.scheduling.fgddeficit import FgdDeficitScore
-from domain.scheduling.fgdscarce import FgdScarceScore, restricted_claim
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.deficit import FgdDeficitScore
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore, restricted_claim
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

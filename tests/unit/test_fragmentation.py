@@ -34,15 +34,15 @@ from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
-from domain.scheduling.fragmentation import (
+from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.policies.fgd.fragmentation import (
     _TABLE_CELLS,
     FragmentationModel,
     PodClass,
     TypicalPods,
     schedulable_free,
 )
-from domain.scheduling.framework import Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.registry import build_profile
 from domain.simulation.replay import typical_pods
 from domain.simulation.workload import TraceNode, TracePod

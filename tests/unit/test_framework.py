@@ -33,7 +33,7 @@ from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuSelector, PodRequest, single_container_pod
-from domain.scheduling.framework import CycleState, Profile, Scheduler, WeightedScore
+from domain.scheduling.framework.cycle import CycleState, Profile, Scheduler, WeightedScore
 from domain.scheduling.registry import build_profile
 from domain.units import GiB
 

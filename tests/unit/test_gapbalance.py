@@ -1,4 +1,4 @@
-"""Gap balance (:mod:`domain.scheduling.gapbalance`); every expected value is worked out in the test.
+"""Gap balance (:mod:`domain.scheduling.policies.fgd.gapbalance`); every expected value is worked out in the test.
 
 Behaviours covered:
 
@@ -15,7 +15,7 @@ import numpy as np
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
-from domain.scheduling.gapbalance import CLOSE_BELOW, NO_OPTION, gap_histogram, option_keys
+from domain.scheduling.policies.fgd.gapbalance import CLOSE_BELOW, NO_OPTION, gap_histogram, option_keys
 from domain.units import GiB, MiB
 
 

@@ -67,7 +67,7 @@ from domain.kube.translate import (
 )
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest, resolve_share
-from domain.scheduling.planner import share_needs
+from domain.scheduling.framework.planner import share_needs
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB, MiB
 

@@ -25,8 +25,8 @@ from domain.errors import InsufficientResourcesError, InvalidRequestError, Ledge
 from domain.gpu import Gpu, GpuUuid, Health, MigMode, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest
-from domain.scheduling.fgd import fit_bits
-from domain.scheduling.planner import any_per_row, ledger_share_needs, share_needs
+from domain.scheduling.framework.planner import any_per_row, ledger_share_needs, share_needs
+from domain.scheduling.policies.fgd.score import fit_bits
 from domain.units import GiB
 
 NAMES = ("a", "b", "c", "d")

@@ -29,13 +29,13 @@ from adapters.memory.cluster import InMemoryCluster
 from domain.deviceplugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
 from domain.deviceplugin.matching import UnhealthyPlanError, UntrustedPlanError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.kube.migresources import mig_resource_names
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.mig.profiles import MIG_MODELS
-from domain.mig.resources import mig_resource_names
 from domain.runtime.errors import UnsupportedFeatureError
 from domain.runtime.features import SemVer
 from domain.runtime.types import ContainerAllocationRequest, PlannedMig

@@ -33,16 +33,11 @@ from domain.ledger import ClusterLedger
 from domain.mig.errors import UnknownMigProfileError
 from domain.mig.fragmentation import SIZES, capacity, loss, placeable
 from domain.mig.ledger import MigBooking, MigGpu, MigNodeLedger, MigOwner, MigPodAllocation, PlacementMode
-from domain.mig.plugin import (
-    MigContainerRequest,
-    MigPlugin,
-    MigPodRequest,
-    mig_node_from_inventory,
-    plan_pod,
-)
 from domain.mig.profiles import resolve_profile
+from domain.mig.requests import MigContainerRequest, MigPodRequest
 from domain.request import single_container_pod
-from domain.scheduling.framework import Scheduler
+from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.mig.plugin import MigPlugin, mig_node_from_inventory, plan_pod
 from domain.scheduling.registry import build_profile
 from domain.units import GiB
 

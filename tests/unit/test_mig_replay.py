@@ -1,4 +1,4 @@
-"""Smoke test of the MIG replay (``domain.mig.replay``) and of ``bench/mig_replay.py``'s helpers.
+"""Smoke test of the MIG replay (``domain.scheduling.mig.replay``) and of ``bench/mig_replay.py``'s helpers.
 
 Behaviours covered:
 
@@ -13,17 +13,15 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_modules import load_bench
 
 from domain.errors import InvalidRequestError
 from domain.mig.errors import UnknownMigProfileError
 from domain.mig.profiles import MIG_MODELS
-from domain.mig.replay import (
+from domain.scheduling.mig.replay import (
     STATIC_LAYOUTS,
     MigReplayConfig,
     MigReplayResult,
@@ -33,19 +31,12 @@ from domain.mig.replay import (
     synthetic_jobs,
 )
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "mig_replay.py"
 SMALL = MigReplayConfig(nodes=1, gpus_per_node=4, requests=120, load=1.2, mean_duration=50.0)
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_mig_replay", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("mig_replay")
 
 
 def test_workload_is_seeded() -> None:

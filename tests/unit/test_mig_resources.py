@@ -20,12 +20,13 @@ import re
 import pytest
 
 from domain.errors import InvalidRequestError
+from domain.kube.migresources import mig_resource_name, mig_resource_names, mig_resource_table, resource_prefix
 from domain.kube.protocol import ProtocolConstants, ResourceNames
 from domain.mig.errors import UnknownMigProfileError
 from domain.mig.ledger import MigGpu, MigNodeLedger, PlacementMode
-from domain.mig.plugin import MigContainerRequest, MigPlugin, MigPodRequest
 from domain.mig.profiles import MIG_MODELS, resolve_profile
-from domain.mig.resources import mig_resource_name, mig_resource_names, mig_resource_table, resource_prefix
+from domain.mig.requests import MigContainerRequest, MigPodRequest
+from domain.scheduling.mig.plugin import MigPlugin
 
 PROTOCOL = ProtocolConstants()
 QUALIFIED = re.compile(r"^[a-z0-9.-]+/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -14,9 +14,9 @@ Behaviours covered:
 * extender: ``filter`` answers for MIG pods with the chosen node and per-node MIG reasons; an unknown profile is an
   invalid request on every candidate;
 * ``--mig-strategy`` reaches the service; unknown strategies are refused;
-* replay: the issue's MIG workload (``domain.mig.replay``) replayed through the scheduler service — pods created,
-  scheduled, committed and deleted — places exactly the requests the MIG plugin's own replay places, static and
-  dynamic, because both go through the same :class:`~domain.mig.plugin.MigPlugin`.
+* replay: the issue's MIG workload (``domain.scheduling.mig.replay``) replayed through the scheduler service — pods
+  created, scheduled, committed and deleted — places exactly the requests the MIG plugin's own replay places, static and
+  dynamic, because both go through the same :class:`~domain.scheduling.mig.plugin.MigPlugin`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.annotations import decode_mig_plan
 from domain.kube.objects import NodeObject, PodObject
-from domain.mig.replay import MigReplayConfig, mig_cluster, run_replay, synthetic_jobs
+from domain.scheduling.mig.replay import MigReplayConfig, mig_cluster, run_replay, synthetic_jobs
 from domain.scheduling.sync import Tombstone
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError

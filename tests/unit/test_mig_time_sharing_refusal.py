@@ -20,7 +20,7 @@ from scheduler_world import World, world
 from domain.kube.objects import PodObject
 from domain.mig.profiles import MIG_MODELS
 from domain.request import ContainerRequest, PodRequest
-from domain.scheduling.migonly import fitting_profiles
+from domain.scheduling.mig.timesharing import fitting_profiles
 from domain.units import GiB
 from services.scheduler.extender import Extender
 

@@ -59,7 +59,8 @@ from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.request import ContainerRequest, GpuKind
-from domain.scheduling.sync import PLACEHOLDER_PREFIX, LedgerSync, Tombstone
+from domain.scheduling.mig.books import PLACEHOLDER_PREFIX
+from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.units import GiB
 
 INV, PLAN = KEYS.node_inventory, KEYS.pod_plan

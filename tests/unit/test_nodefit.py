@@ -27,7 +27,7 @@ from kube_builders import NOW, make_node, make_pod, make_scheduler, make_sync
 from domain.kube.objects import NodeObject, NodeSelectorRequirement, NodeSelectorTerm, Taint, TaintEffect, Toleration
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.framework import CycleState
+from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.nodefit import (
     NodeGate,
     NodeSelector,

@@ -17,7 +17,7 @@ import pytest
 
 from adapters.reportfiles.writer import summary_row
 from domain.errors import InvalidRequestError
-from domain.scheduling.fragmentation import PodClass
+from domain.scheduling.policies.fgd.fragmentation import PodClass
 from domain.simulation.online import OnlineTypical
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods

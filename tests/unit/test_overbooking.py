@@ -1,4 +1,4 @@
-"""Impossible books caught when they happen (domain.scheduling.overbooking).
+"""Impossible books caught when they happen (domain.scheduling.sync.overbooking).
 
 Behaviours covered:
 
@@ -27,7 +27,7 @@ from ledger_poke import corrupt_core_used
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.objects import PodObject, PodPhase
 from domain.kube.translate import pod_request
-from domain.scheduling.candidates import rejection_reasons
+from domain.scheduling.framework.candidates import rejection_reasons
 from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.units import GiB
 

@@ -36,12 +36,10 @@ from domain.errors import UnknownPolicyError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fragmentation import FragmentationModel, PodClass, TypicalPods
-from domain.scheduling.framework import CycleState, Scheduler
-from domain.scheduling.nodestates import NodeStateCache
-from domain.scheduling.planner import BestFitGpu, RandomGpu, WorstFitGpu, ensure_gpu_fit
-from domain.scheduling.policies import (
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.framework.planner import BestFitGpu, RandomGpu, WorstFitGpu, ensure_gpu_fit
+from domain.scheduling.framework.tiebreak import FixedOrderTieBreak, NameTieBreak, RandomTieBreak, make_tie_breaker
+from domain.scheduling.policies.classic import (
     BestFitScore,
     BinpackScore,
     DotProductScore,
@@ -50,8 +48,10 @@ from domain.scheduling.policies import (
     RandomScore,
     SpreadScore,
 )
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.registry import build_profile
-from domain.scheduling.tiebreak import FixedOrderTieBreak, NameTieBreak, RandomTieBreak, make_tie_breaker
 from domain.units import GiB, MiB
 
 GPU_MEMORY = 1000 * MiB

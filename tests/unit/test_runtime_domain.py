@@ -436,20 +436,20 @@ class Driver:
         self.destroyed: list[MigInstanceInfo] = []
         self.fail_at, self.fail_destroy = fail_at, fail_destroy
 
-    def create(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
         if self.fail_at == len(self.created):
             raise RuntimeError("NVML: insufficient resources")
         [instance] = listed((profile.name, start))
         self.created.append(instance)
         return instance
 
-    def destroy(self, instance: MigInstanceInfo) -> None:
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
         if self.fail_destroy:
             raise RuntimeError("NVML: in use")
         self.destroyed.append(instance)
 
     def node(self, *instances: MigInstanceInfo, mode: PlacementMode = PlacementMode.DYNAMIC) -> MigNode:
-        return MigNode(instances, mode, self.create, self.destroy)
+        return MigNode(instances, mode, self)
 
 
 def mig_request(container: str = "main", *planned: PlannedMig, pod: str = "uid-1") -> ContainerAllocationRequest:

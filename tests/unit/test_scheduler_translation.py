@@ -21,11 +21,11 @@ from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.candidates import CandidateNodes, rejection_reasons
-from domain.scheduling.fragmentation import PodClass
-from domain.scheduling.framework import CycleState
+from domain.scheduling.framework.candidates import CandidateNodes, rejection_reasons
+from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.nodefit import PodConstraints
-from domain.scheduling.typical import PodClasses, blend_typical, pod_class
+from domain.scheduling.policies.fgd.fragmentation import PodClass
+from domain.scheduling.policies.fgd.typical import PodClasses, blend_typical, pod_class
 from domain.units import GiB
 
 RAW = {
@@ -87,10 +87,10 @@ def test_raw_pod_json_errors_name_the_field(raw: object, field: str) -> None:
 
 def test_candidate_nodes_restrict_the_cycle() -> None:
     sync = make_sync(make_node("n1"), make_node("n2"), make_node("n3"))
-    candidates: dict[str, frozenset[str]] = {"u": frozenset({"n2", "ghost"})}
-    plugin = CandidateNodes(candidates)
+    plugin = CandidateNodes()
     ledger = sync.ledger
-    mask = plugin.filter(single_container_pod("u"), ledger, CycleState(), ledger.active.copy())
+    offered = CycleState(candidates=frozenset({"n2", "ghost"}))
+    mask = plugin.filter(single_container_pod("u"), ledger, offered, ledger.active.copy())
     assert [ledger.name(int(s)) for s in np.flatnonzero(mask)] == ["n2"]
     free = plugin.filter(single_container_pod("other"), ledger, CycleState(), ledger.active.copy())
     assert free.sum() == 3

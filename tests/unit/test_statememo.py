@@ -1,4 +1,5 @@
-"""FGD's state memo and batch dedupe (``domain.scheduling.statememo``, ``domain.scheduling.fgd._distinct``).
+"""FGD's state memo and batch dedupe (``domain.scheduling.policies.fgd.statememo``,
+``domain.scheduling.policies.fgd.score._distinct``).
 
 Behaviours covered:
 
@@ -13,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domain.scheduling.fgd import _distinct
-from domain.scheduling.statememo import DICT_BATCH, StateMemo
+from domain.scheduling.policies.fgd.score import _distinct
+from domain.scheduling.policies.fgd.statememo import DICT_BATCH, StateMemo
 
 
 def test_get_many_matches_a_dict_on_both_paths_across_snapshots() -> None:

@@ -1,4 +1,4 @@
-"""Pods holding GPUs their node no longer lists (domain.scheduling.vanished).
+"""Pods holding GPUs their node no longer lists (domain.scheduling.sync.vanished).
 
 Behaviours covered:
 
@@ -23,7 +23,7 @@ from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.scheduling.sync import LedgerSync, Tombstone
-from domain.scheduling.vanished import VanishedHold
+from domain.scheduling.sync.vanished import VanishedHold
 from domain.units import GiB
 
 

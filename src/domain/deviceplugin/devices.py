@@ -10,7 +10,7 @@ Health: every ID of a GPU carries that GPU's health (``Healthy``/``Unhealthy``, 
 unhealthy GPU drops all of its IDs from kubelet's allocatable at once (B14).
 
 MIG resources (:class:`MigResource`, one per ``<prefix>/mig-<profile>`` name of the shared table
-:mod:`domain.mig.resources`): IDs ``<gpu uuid>::mig-<profile>::<n>`` with the profile spelled as in the resource
+:mod:`domain.kube.migresources`): IDs ``<gpu uuid>::mig-<profile>::<n>`` with the profile spelled as in the resource
 name (``+me`` → ``.me``). Static strategy: one ID per usable listed instance, ``n`` = its NVML GPU instance id.
 Dynamic strategy: per GPU in MIG mode and per profile of its model's table, ``max_instances`` IDs ``n`` = 0..k-1,
 so kubelet's count never blocks a pod; the scheduler's MIG books are the real constraint (a GPU never holds more
@@ -30,8 +30,8 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.kube.migresources import RESOURCE_STEM
 from domain.mig.profiles import normalise_profile_name
-from domain.mig.resources import RESOURCE_STEM
 from domain.units import PERCENT_PER_GPU
 
 ID_SEPARATOR = "::"

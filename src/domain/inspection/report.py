@@ -28,7 +28,8 @@ from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import read_node
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
-from domain.scheduling.sync import PLACEHOLDER_PREFIX, LedgerSync
+from domain.scheduling.mig.books import PLACEHOLDER_PREFIX
+from domain.scheduling.sync import LedgerSync
 from domain.units import MILLI_PER_GPU, MILLI_PER_PERCENT
 
 

@@ -26,7 +26,8 @@ from collections.abc import Collection, Mapping
 import attrs
 
 from domain.errors import InvalidRequestError
-from domain.scheduling.sync import PLACEHOLDER_PREFIX, LedgerSync
+from domain.scheduling.mig.books import PLACEHOLDER_PREFIX
+from domain.scheduling.sync import LedgerSync
 
 VIEW_VERSION = 1
 """Schema version of the scheduler view."""

@@ -22,7 +22,8 @@ Geometry source: NVIDIA MIG user guide (see :mod:`domain.mig.profiles`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -43,16 +44,28 @@ MigKey = tuple[GpuUuid, int, int | None]
 """``MigInstanceInfo.key``: (parent GPU UUID, GPU instance id, compute instance id)."""
 
 
+class MigDriver(Protocol):
+    """The port through which Allocate changes a node's MIG layout (dynamic strategy). Every
+    :class:`ports.gpu_backend.GpuBackend` is one; its docstrings give the errors."""
+
+    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
+        """Create an instance of ``profile`` at memory slice ``start`` on GPU ``gpu``, all or nothing; return it as
+        listed (owner None)."""
+        ...
+
+    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
+        """Destroy ``instance`` (one already gone is not an error)."""
+        ...
+
+
 @attrs.frozen
 class MigNode:
-    """What Allocate needs to grant MIG instances on a node: the ``instances`` listed now, the strategy ``mode``,
-    and the driver's ``create(gpu_uuid, profile, start) -> MigInstanceInfo`` and ``destroy(instance)`` calls (the
-    GPU backend's ``create_mig_instance`` / ``destroy_mig_instance``; None: this node creates nothing)."""
+    """What Allocate needs to grant MIG instances on a node: the ``instances`` listed now, the strategy ``mode``
+    and the ``driver`` that creates and destroys instances (None: this node creates nothing)."""
 
     instances: tuple[MigInstanceInfo, ...] = ()
     mode: PlacementMode = PlacementMode.STATIC
-    create: Callable[[GpuUuid, MigProfile, int], MigInstanceInfo] | None = None
-    destroy: Callable[[MigInstanceInfo], None] | None = None
+    driver: MigDriver | None = None
 
 
 @attrs.frozen
@@ -216,7 +229,7 @@ class _Planner:
             raise InvalidAllocationError(
                 f"{where}: no free {name} MIG instance at start {planned.start} on GPU {gpu.uuid}"
             )
-        if self.node.create is None:
+        if self.node.driver is None:
             raise InvalidAllocationError(f"{where}: this node cannot create MIG instances")
         if table is None or profile is None:
             raise InvalidAllocationError(
@@ -243,26 +256,27 @@ def plan_mig(
 
 
 def realize(steps: Sequence[MigStep], node: MigNode, owner: MigOwner) -> tuple[MigInstanceInfo, ...]:
-    """Create what ``steps`` need through ``node.create`` and return the granted instances in step order, each
+    """Create what ``steps`` need through ``node.driver`` and return the granted instances in step order, each
     with ``owner`` and its ``created`` flag. All or nothing: when a creation fails, the instances created so far
-    are destroyed (``node.destroy``) and the creation's error is raised, with a note naming any instance whose
+    are destroyed through the driver and the creation's error is raised, with a note naming any instance whose
     destruction failed too."""
+    driver = node.driver
     created: list[MigInstanceInfo] = []
     granted: list[MigInstanceInfo] = []
     try:
         for step in steps:
             instance = step.existing
             if instance is None:
-                if node.create is None or step.profile is None:
+                if driver is None or step.profile is None:
                     raise InvalidAllocationError(f"GPU {step.gpu.uuid}: this node cannot create MIG instances")
-                instance = node.create(step.gpu.uuid, step.profile, step.start)
+                instance = driver.create_mig_instance(step.gpu.uuid, step.profile, step.start)
                 created.append(instance)
             granted.append(attrs.evolve(instance, owner=owner, created=step.created))
     except Exception as error:
         for instance in reversed(created):
             try:
-                if node.destroy is not None:
-                    node.destroy(instance)
+                if driver is not None:
+                    driver.destroy_mig_instance(instance)
             except Exception as cleanup:  # the original error stays the one raised
                 error.add_note(f"rollback: could not destroy MIG instance {instance.uuid}: {cleanup}")
         raise

@@ -13,18 +13,12 @@ import numpy as np
 
 from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.ledger import ClusterLedger
-from domain.scheduling.fgd import FgdScore
-from domain.scheduling.fgddeficit import FgdDeficitScore
-from domain.scheduling.fgdplus import FgdPlusScore
-from domain.scheduling.fgdresidue import FgdResidueScore
-from domain.scheduling.fgdscarce import FgdScarceScore
-from domain.scheduling.filters import GpuFit, GpuModelMatch, NodeResourcesFit
-from domain.scheduling.fragmentation import FragmentationModel, TypicalPods
-from domain.scheduling.framework import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
-from domain.scheduling.migonly import MigModeGpus
-from domain.scheduling.nodestates import NodeStateCache
-from domain.scheduling.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
-from domain.scheduling.policies import (
+from domain.scheduling.framework.cycle import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
+from domain.scheduling.framework.filters import GpuFit, GpuModelMatch, NodeResourcesFit
+from domain.scheduling.framework.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
+from domain.scheduling.framework.tiebreak import make_tie_breaker
+from domain.scheduling.mig.timesharing import MigModeGpus
+from domain.scheduling.policies.classic import (
     BestFitScore,
     BinpackScore,
     DotProductScore,
@@ -33,7 +27,13 @@ from domain.scheduling.policies import (
     RandomScore,
     SpreadScore,
 )
-from domain.scheduling.tiebreak import make_tie_breaker
+from domain.scheduling.policies.fgd.deficit import FgdDeficitScore
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.residue import FgdResidueScore
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
+from domain.scheduling.policies.fgd.score import FgdScore
 
 
 @attrs.frozen
@@ -134,7 +134,7 @@ def build_profile(
     its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
 
     ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
-    mode (:class:`~domain.scheduling.migonly.MigModeGpus`).
+    mode (:class:`~domain.scheduling.mig.timesharing.MigModeGpus`).
 
     ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 

@@ -3,8 +3,8 @@
 The published replay gives FGD the typical pods of the whole trace (§3.1 of docs/trace-replay.md), known before
 the first arrival. A production scheduler only knows the pods it has seen. :class:`OnlineTypical` replays that
 knowledge: it records every arrival (failed ones too: a pending pod is seen) and recomputes the distribution with
-the production rule :func:`domain.scheduling.typical.blend_typical` — the pods seen so far plus the embedded
-synthetic reference workload until :data:`MIN_OBSERVED` have been seen, the pods seen alone afterwards.
+the production rule :func:`domain.scheduling.policies.fgd.typical.blend_typical` — the pods seen so far plus the
+embedded synthetic reference workload until :data:`MIN_OBSERVED` have been seen, the pods seen alone afterwards.
 
 Refreshes (each one rebuilds the policy's fragmentation cache) happen when the number of pods seen reaches
 :data:`REFRESH_GROWTH` times its value at the previous refresh, and at :data:`MIN_OBSERVED` (where the rule stops
@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 
 from domain.errors import InvalidRequestError
-from domain.scheduling.fragmentation import PodClass, TypicalPods
-from domain.scheduling.typical import blend_typical
+from domain.scheduling.policies.fgd.fragmentation import PodClass, TypicalPods
+from domain.scheduling.policies.fgd.typical import blend_typical
 
 MIN_OBSERVED = 200
 """Pods seen before the reference workload is dropped (the scheduler's ``ServiceConfig.min_observed_pods``)."""

@@ -29,9 +29,9 @@ import numpy as np
 
 from domain.errors import InvalidRequestError
 from domain.ledger import ClusterLedger
-from domain.scheduling.fragmentation import FragmentationModel, TypicalPods
-from domain.scheduling.framework import Scheduler
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, TypicalPods
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.registry import build_profile, get_policy
 from domain.simulation.curves import allocation_curve, fragmentation_curve
 from domain.simulation.online import REFERENCE_SCALE, OnlineTypical

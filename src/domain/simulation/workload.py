@@ -14,7 +14,7 @@ import attrs
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.request import ContainerRequest, GpuSelector, PodRequest
-from domain.scheduling.fragmentation import PodClass
+from domain.scheduling.policies.fgd.fragmentation import PodClass
 from domain.units import MAX_GPUS_PER_NODE, MAX_NODE_QUANTITY, MILLI_PER_GPU, MiB
 
 TRACE_GPU_MEMORY_MIB: dict[str, int] = {

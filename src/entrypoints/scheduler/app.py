@@ -27,9 +27,9 @@ from domain.errors import InvalidRequestError
 from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.kube.objects import PodObject
-from domain.scheduling.holds import hold_window
+from domain.scheduling.framework.tiebreak import TIE_BREAKS
+from domain.scheduling.nodefit.holds import hold_window
 from domain.scheduling.registry import get_policy
-from domain.scheduling.tiebreak import TIE_BREAKS
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints._shared.lifecycle import RunUntilStopped
@@ -80,7 +80,7 @@ class SchedulerSettings:
     GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`);
     ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
     ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
-    node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.holds.hold_window`).
+    node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.nodefit.holds.hold_window`).
     ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
     (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from domain.errors import DomainError
+from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
-from domain.scheduling.tiebreak import TIE_BREAKS
 from domain.simulation.replay import TYPICAL_MODES
 from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError

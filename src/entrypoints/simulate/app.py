@@ -20,8 +20,8 @@ from typing import TextIO
 
 import attrs
 
+from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.registry import PUBLISHED_POLICIES, validate_policy_names
-from domain.scheduling.tiebreak import TIE_BREAKS
 from domain.simulation.replay import (
     TYPICAL_MODES,
     ReplayConfig,

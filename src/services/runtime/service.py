@@ -204,8 +204,7 @@ class RuntimeService:
         with self._lock:
             devices = self._backend.devices()
             gpus = [d.gpu for d in devices]
-            mig = MigNode(tuple(i for d in devices for i in d.mig_instances), self._mig_mode,
-                          self._backend.create_mig_instance, self._backend.destroy_mig_instance)
+            mig = MigNode(tuple(i for d in devices for i in d.mig_instances), self._mig_mode, self._backend)
             enabled = self._status.state is RuntimeState.ENABLED
             record, created = self._book.allocate(request, gpus, now=self._clock(), enabled=enabled, minors=minors,
                                                   mig=mig)

@@ -24,7 +24,7 @@ import logging
 from domain.errors import UnknownNodeError
 from domain.kube.objects import ClusterEvent
 from domain.scheduling.sync import LedgerSync
-from domain.scheduling.vanished import VanishedHold
+from domain.scheduling.sync.vanished import VanishedHold
 from ports.metrics import SchedulerMetrics
 from services._shared.logs import fields
 

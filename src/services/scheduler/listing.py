@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from domain.scheduling.drift import DriftReport
+from domain.scheduling.sync.drift import DriftReport
 
 RESYNC_ATTEMPTS = 3
 """Listings a resync tries before giving up when each one is older than what the informers applied."""

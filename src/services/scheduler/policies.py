@@ -8,7 +8,7 @@
 * **Override** — the pod annotation ``protocol.annotations.pod_policy`` names another registered policy; an
   unknown name raises :class:`UnknownPolicyError` (the pod is unschedulable with that reason).
 * **Typical pods** (``fgd``, ``fgd-plus``, ``fgd-residue``, ``fgd-deficit-blend``, ``fgd-deficit-scarce``: every
-  policy that ``needs_typical_pods``, :mod:`domain.scheduling.typical`) — the pods observed in the cluster
+  policy that ``needs_typical_pods``, :mod:`domain.scheduling.policies.fgd.typical`) — the pods observed in the cluster
   (non-terminal, readable requests), topped up by the embedded synthetic workload (``synthetic_scale``) until
   ``min_observed_pods`` exist. They are recomputed at every resync; those policies' schedulers are rebuilt when
   they changed.
@@ -16,17 +16,18 @@
   the MIG plugin (:meth:`~domain.scheduling.sync.LedgerSync.schedule`); ``mig_strategy`` (``static`` or
   ``dynamic``, the scheduler's ``--mig-strategy``) is the placement mode of the MIG books and must match the node
   Runtimes' ``--mig-strategy``. MIG pods are not FGD typical pods (they take no time-shared GPU).
-* **Filters** — every scheduler starts with :class:`~domain.scheduling.candidates.CandidateNodes` (the
-  extender's candidate list), then the node-fit filters of :func:`~domain.scheduling.nodefit.node_filters`
-  (cordon, nodeSelector, required node affinity, taints, inventory gate), then the policy's own (CPU/memory/pod
-  slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies share one tie rule instance (one node order).
+* **Filters** — every scheduler starts with :class:`~domain.scheduling.framework.candidates.CandidateNodes` (the
+  extender's candidate list, given per cycle), then the node-fit filters of
+  :func:`~domain.scheduling.nodefit.node_filters` (cordon, nodeSelector, required node affinity, taints, inventory
+  gate), then the policy's own (CPU/memory/pod slots, GPUs in MIG mode, GPU model/UUID, per-GPU fit). All policies
+  share one tie rule instance (one node order).
 
 Not thread-safe: :class:`~services.scheduler.service.SchedulerService` calls it under its lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from functools import cache
 
 import attrs
@@ -38,15 +39,15 @@ from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import mig_stem
 from domain.ledger import ClusterLedger
-from domain.scheduling.candidates import CandidateNodes
-from domain.scheduling.fragmentation import PodClass, TypicalPods
-from domain.scheduling.framework import Scheduler, TieBreaker
-from domain.scheduling.holds import DEFAULT_WINDOW_S, hold_window
+from domain.scheduling.framework.candidates import CandidateNodes
+from domain.scheduling.framework.cycle import Scheduler, TieBreaker
+from domain.scheduling.framework.tiebreak import make_tie_breaker
 from domain.scheduling.nodefit import node_filters
+from domain.scheduling.nodefit.holds import DEFAULT_WINDOW_S, hold_window
+from domain.scheduling.policies.fgd.fragmentation import PodClass, TypicalPods
+from domain.scheduling.policies.fgd.typical import PodClasses, blend_typical
 from domain.scheduling.registry import POLICIES, build_profile, get_policy
 from domain.scheduling.sync import LedgerSync
-from domain.scheduling.tiebreak import make_tie_breaker
-from domain.scheduling.typical import PodClasses, blend_typical
 from domain.simulation.synthetic import synthetic_pods
 
 DEFAULT_POLICY = "fgd-plus"
@@ -61,7 +62,7 @@ class ServiceConfig:
     (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`), ``mig_strategy`` (``static`` or
     ``dynamic``: placement mode of the MIG books; module docstring), ``admission_hold_seconds`` (s a pod waiting
     for its devices holds its node against pods with a confusable request; 0 or None: no holds, as
-    ``--admission-hold 0`` — :func:`domain.scheduling.holds.hold_window`).
+    ``--admission-hold 0`` — :func:`domain.scheduling.nodefit.holds.hold_window`).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -104,16 +105,12 @@ def _synthetic_classes(scale: float) -> tuple[PodClass, ...]:
 
 
 class SchedulerSet:
-    """One :class:`Scheduler` per policy over ``sync``'s ledger, built on first use (module docstring).
-
-    ``candidates``: pod UID → node names a cycle is restricted to (read by :class:`CandidateNodes`).
-    """
+    """One :class:`Scheduler` per policy over ``sync``'s ledger, built on first use (module docstring)."""
 
     def __init__(self, sync: LedgerSync, protocol: ProtocolConstants, config: ServiceConfig) -> None:
         self.sync = sync
         self.protocol = protocol
         self.config = config
-        self.candidates: dict[str, Collection[str]] = {}
         self._schedulers: dict[str, Scheduler] = {}
         self._tie: TieBreaker | None = None
         self._observed: dict[str, PodClass] = {}
@@ -143,7 +140,7 @@ class SchedulerSet:
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
                              enable_label=self.protocol.node_label, held=sync.held_nodes)
-        filters = (CandidateNodes(self.candidates), *nodes, *profile.filters)
+        filters = (CandidateNodes(), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)
         self._schedulers[policy] = scheduler

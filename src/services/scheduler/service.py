@@ -26,9 +26,10 @@ from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
-from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.framework import ScheduleResult
-from domain.scheduling.sync import Tombstone, mig_reasons
+from domain.scheduling.framework.candidates import rejection_reasons
+from domain.scheduling.framework.cycle import ScheduleResult
+from domain.scheduling.mig.cycle import mig_reasons
+from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
@@ -178,12 +179,8 @@ class SchedulerService(ServiceUpkeep):
             except UnknownPolicyError as error:
                 self.metrics.decision(scheduled=False, reason="unknown-policy")
                 return ScheduleResult(pod.uid, None, reason=str(error))
-            if candidates is not None:
-                self.schedulers.candidates[pod.uid] = frozenset(candidates)
-            try:
-                result = self.sync.schedule(scheduler, pod)
-            finally:
-                self.schedulers.candidates.pop(pod.uid, None)
+            offered = None if candidates is None else frozenset(candidates)
+            result = self.sync.schedule(scheduler, pod, candidates=offered)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
             else:

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from domain.scheduling.drift import DriftReport
+from domain.scheduling.sync.drift import DriftReport
 from services._shared.gcpause import collection_paused
 from services._shared.logs import fields
 

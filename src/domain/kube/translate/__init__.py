@@ -16,7 +16,7 @@
   see :mod:`domain.kube.inference`).
 
 MIG (:mod:`domain.mig`): :func:`pod_request` also reads ``<prefix>/mig-<profile>`` resources through the one shared
-resource table (:func:`domain.mig.resources.mig_resource_table`, the table the device plugin registers from); a name
+resource table (:func:`domain.kube.migresources.mig_resource_table`, the table the device plugin registers from); a name
 under that stem the table does not know is rejected with the table's "unknown profile" reason (failure case B30),
 so the scheduler reports it instead of leaving the pod Pending. :func:`read_mig_plan` reads the MIG part of a
 bound pod's plan (same trust rules as the GPU plan), :func:`mig_container_plans` writes it.

@@ -24,7 +24,7 @@ from domain.kube.translate.pods import (
     pod_request,
 )
 from domain.mig.ledger import MigBooking, MigPodAllocation
-from domain.mig.plugin import MigContainerRequest, MigPodRequest
+from domain.mig.requests import MigContainerRequest, MigPodRequest
 from domain.request import PodRequest
 
 

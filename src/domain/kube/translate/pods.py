@@ -15,11 +15,11 @@ from __future__ import annotations
 import functools
 
 from domain.errors import InvalidRequestError
+from domain.kube.migresources import RESOURCE_STEM, MigResourceTable, mig_resource_table, resource_prefix
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants, parse_quantity
 from domain.kube.quantity import parse_bytes, parse_cpu_milli
 from domain.mig.errors import UnknownMigProfileError
-from domain.mig.resources import RESOURCE_STEM, MigResourceTable, mig_resource_table, resource_prefix
 from domain.request import ContainerRequest, GpuSelector, PodRequest
 from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY, MILLI_PER_PERCENT, PERCENT_PER_GPU
 

@@ -1,6 +1,6 @@
 """Node filters of the standalone scheduling loop, as kube-scheduler's plugins of the same names define them.
 
-Each plugin matches :class:`~domain.scheduling.framework.FilterPlugin`: it returns a boolean mask over ledger
+Each plugin matches :class:`~domain.scheduling.framework.cycle.FilterPlugin`: it returns a boolean mask over ledger
 slots. Node objects come from a :class:`NodeTable` (slot → :class:`NodeObject`, kept by
 :class:`~domain.scheduling.sync.LedgerSync`); a pod's scheduling constraints from a mapping pod UID →
 :class:`PodConstraints` that the loop fills before each cycle (:class:`PodRequest` carries resources only).
@@ -36,7 +36,8 @@ Sources: kube-scheduler's ``nodeunschedulable``, ``tainttoleration``, ``nodeaffi
 (``pkg/scheduler/framework/plugins``) and the core/v1 API reference for ``NodeSelectorRequirement`` and
 ``Toleration``.
 
-Parts: :mod:`.table`, :mod:`.objects`, :mod:`.gates`; this package re-exports their public names.
+Parts: :mod:`.table`, :mod:`.objects`, :mod:`.gates`; this package re-exports their public names. The admission
+holds that the held-nodes gate reads are :mod:`.holds`.
 """
 
 from domain.scheduling.nodefit.gates import (

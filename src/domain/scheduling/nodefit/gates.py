@@ -17,7 +17,7 @@ from domain.kube.objects import (
 from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.framework import BoolArray, CycleState, FilterPlugin
+from domain.scheduling.framework.cycle import BoolArray, CycleState, FilterPlugin
 from domain.scheduling.nodefit.objects import (
     NodeSelector,
     NodeUnschedulable,
@@ -97,7 +97,7 @@ class NodeGate:
         self._why: dict[int, str] = {}
 
     def _refresh(self, ledger: ClusterLedger) -> BoolArray:
-        key = (ledger.topology, ledger.rows, tuple(frozenset(source.items()) for source in self.sources))
+        key = (ledger.node_set_generation, ledger.rows, tuple(frozenset(source.items()) for source in self.sources))
         if key != self._key:
             gated = np.zeros(ledger.rows, np.bool_)
             why: dict[int, str] = {}
@@ -130,7 +130,7 @@ class NodeGate:
 
 class AdmissionHold:
     """Keeps a GPU or MIG pod off nodes where a pod with a request it could be confused with is still waiting
-    for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.holds`)."""
+    for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.nodefit.holds`)."""
 
     name = "AdmissionHold"
     reason = "a pod with an identical GPU request is being admitted on the node"

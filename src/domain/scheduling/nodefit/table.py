@@ -23,7 +23,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.framework import BoolArray, CycleState
+from domain.scheduling.framework.cycle import BoolArray, CycleState
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", TaintEffect.NO_SCHEDULE)
 """The taint kube-scheduler's NodeUnschedulable plugin checks tolerations against."""

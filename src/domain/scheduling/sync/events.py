@@ -23,14 +23,14 @@ from domain.kube.requests import PodRequests
 from domain.kube.translate import AllocationSource, mig_table, read_allocation, read_node
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
-from domain.mig.plugin import MigPlugin
 from domain.request import PodRequest
-from domain.scheduling.holds import AdmissionHolds
+from domain.scheduling.mig.books import MigBooks
+from domain.scheduling.mig.plugin import MigPlugin
 from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
-from domain.scheduling.overbooking import OverbookingGuard, checks_books
+from domain.scheduling.nodefit.holds import AdmissionHolds
 from domain.scheduling.sync.gates import NodeGates
-from domain.scheduling.sync.migbooks import MigBooks
-from domain.scheduling.vanished import VanishedGpus
+from domain.scheduling.sync.overbooking import OverbookingGuard, checks_books
+from domain.scheduling.sync.vanished import VanishedGpus
 
 _NOT_IN_MIG_BOOKS = "not in the MIG books: "
 
@@ -63,7 +63,7 @@ class LedgerEvents:
                  hold_window_seconds: float | None = None) -> None:
         self.ledger = ledger
         self.holds = AdmissionHolds(hold_window_seconds)
-        """Pods bound or reserved here whose devices are not allocated yet (:mod:`domain.scheduling.holds`)."""
+        """Pods bound or reserved here whose devices are not allocated yet (:mod:`domain.scheduling.nodefit.holds`)."""
         self.protocol = protocol
         self.clock = clock
         self.assumed_ttl_seconds = assumed_ttl_seconds
@@ -93,9 +93,9 @@ class LedgerEvents:
         self.requests = PodRequests(protocol)
         """Each pod's request, parsed once per content (:mod:`domain.kube.requests`)."""
         self.vanished = VanishedGpus(protocol)
-        """Bound pods whose plan names GPUs their node no longer lists (:mod:`domain.scheduling.vanished`)."""
+        """Bound pods whose plan names GPUs their node no longer lists (:mod:`domain.scheduling.sync.vanished`)."""
         self.books_guard = OverbookingGuard(ledger, label=self._label)
-        """Quarantines a node whose books are impossible (:mod:`domain.scheduling.overbooking`)."""
+        """Quarantines a node whose books are impossible (:mod:`domain.scheduling.sync.overbooking`)."""
 
     def _label(self, uid: str) -> str:
         pod = self._pods.get(uid)
@@ -113,7 +113,7 @@ class LedgerEvents:
 
     @property
     def overbooked(self) -> dict[str, str]:
-        """Node → why it is quarantined for impossible books (a copy; :mod:`domain.scheduling.overbooking`)."""
+        """Node → why it is quarantined for impossible books (a copy; :mod:`domain.scheduling.sync.overbooking`)."""
         return dict(self.books_guard.overbooked)
 
     # ------------------------------------------------------------------ nodes

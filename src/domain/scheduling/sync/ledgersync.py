@@ -9,7 +9,7 @@ events came in; :meth:`LedgerSync.adopt` repairs the live ledger in place (reade
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
@@ -22,12 +22,12 @@ from domain.kube.translate.mig import asks_mig
 from domain.ledger import ClusterLedger
 from domain.mig.ledger import MigPodAllocation
 from domain.request import PodRequest
-from domain.scheduling.drift import DriftReport, compare_books
-from domain.scheduling.framework import Scheduler, ScheduleResult
+from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
+from domain.scheduling.mig.cycle import schedule_mig
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
-from domain.scheduling.overbooking import checks_books
+from domain.scheduling.sync.drift import DriftReport, compare_books
 from domain.scheduling.sync.events import LedgerEvents
-from domain.scheduling.sync.migcycle import schedule_mig
+from domain.scheduling.sync.overbooking import checks_books
 
 
 class LedgerSync(LedgerEvents):
@@ -131,9 +131,11 @@ class LedgerSync(LedgerEvents):
 
         scheduler.on_unreserve.append(rollback)
 
-    def schedule(self, scheduler: Scheduler, pod: PodObject) -> ScheduleResult:
-        """One scheduling cycle for a pending ``pod``: translate, record its node constraints, run ``scheduler``
-        (sharing this ledger; :func:`~domain.scheduling.sync.migcycle.schedule_mig` for a MIG pod), and assume
+    def schedule(self, scheduler: Scheduler, pod: PodObject, *, candidates: Collection[str] | None = None
+                 ) -> ScheduleResult:
+        """One scheduling cycle for a pending ``pod`` among ``candidates`` (node names; None: every node):
+        translate, record its node constraints, run ``scheduler``
+        (sharing this ledger; :func:`~domain.scheduling.mig.cycle.schedule_mig` for a MIG pod), and assume
         the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
         whose reason names the container, resource and value."""
         try:
@@ -142,11 +144,11 @@ class LedgerSync(LedgerEvents):
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
         self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
         if request.wants_mig:
-            result, mig = schedule_mig(self.ledger, self.books, scheduler, request)
+            result, mig = schedule_mig(self.ledger, self.books, scheduler, request, candidates=candidates)
             if result.allocation is not None:
                 self.assume(result.allocation, mig=mig)
         else:
-            result = scheduler.schedule(request)
+            result = scheduler.schedule(request, candidates=candidates)
             if result.allocation is not None:
                 self.assume(result.allocation)
         if result.allocation is not None and pod.uid not in self._pods:

@@ -1,8 +1,8 @@
 """FGD-residue — FGD's node ranking, its ties broken by how much GPU the node could still absorb (saturation residue).
 
-FGD (:mod:`domain.scheduling.fgd`, Weng et al., ATC '23) truncates its score to an integer, so most decisions end
-in large ties (every node where a CPU-only pod changes no typical pod's fit scores exactly 50; nodes in equal
-states score equally), which the fixed node order then settles. FGD-residue keeps FGD's score as the first key and
+FGD (:mod:`domain.scheduling.policies.fgd.score`, Weng et al., ATC '23) truncates its score to an integer, so most
+decisions end in large ties (every node where a CPU-only pod changes no typical pod's fit scores exactly 50; nodes in
+equal states score equally), which the fixed node order then settles. FGD-residue keeps FGD's score as the first key and
 settles its ties by a second measure, at FGD's own resolution, before the node order does.
 
 **Saturation residue** of node ``n`` for typical pod ``t`` (``r_t(n)``, milli-GPU, exact integers): the free
@@ -29,7 +29,7 @@ concentration (ties go to the same early nodes, so untouched nodes stay whole fo
 can host); an unquantised residue key spreads the load instead and uses those nodes up early.
 The GPU inside a node is chosen by the same two keys (first index on ties). :meth:`FgdResidueScore.score` returns
 FGD's 0..99 score; :meth:`FgdResidueScore.refine` gives the residue score of the tied best nodes
-(:class:`~domain.scheduling.framework.Scheduler` calls it before the tie rule). No constant is fitted to a trace:
+(:class:`~domain.scheduling.framework.cycle.Scheduler` calls it before the tie rule). No constant is fitted to a trace:
 the only numbers are FGD's (σ scale 1000 milli, scores 0..100) and the packing base :data:`SECONDARY_SPAN`.
 
 Cost per decision: one more ``(nodes × options) × typical pods × GPUs`` integer pass per evaluation (the residue
@@ -43,11 +43,11 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.fgd import FgdScore, sigmoid_score
-from domain.scheduling.fragmentation import I64, FragmentationModel, schedulable_free
-from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.nodestates import NodeStateCache
-from domain.scheduling.statememo import StateMemo
+from domain.scheduling.framework.cycle import BoolArray, CycleState
+from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel, schedulable_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.score import FgdScore, sigmoid_score
+from domain.scheduling.policies.fgd.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 
 SECONDARY_SPAN = 128

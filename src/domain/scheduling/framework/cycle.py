@@ -19,7 +19,7 @@ outside ``0..100`` is a bug and raises :class:`DomainError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol, cast, runtime_checkable
 
 import attrs
@@ -44,9 +44,12 @@ class CycleState:
 
     ``gpu_fit``: bool ``[rows, max_gpus]`` — GPU can take the pod's (single) share container, or is a fully
     free eligible GPU for whole-GPU pods; ``core_need``/``mem_need``: int64 ``[rows, max_gpus]`` per-GPU resolved
-    share (milli-GPU, bytes) after the default rule; ``data``: plugin-private entries keyed by plugin name.
+    share (milli-GPU, bytes) after the default rule; ``data``: plugin-private entries keyed by plugin name;
+    ``candidates``: the node names this cycle is restricted to (the extender's candidates, read by
+    :class:`~domain.scheduling.framework.candidates.CandidateNodes`), None for every node.
     """
 
+    candidates: Collection[str] | None = None
     gpu_fit: BoolArray | None = None
     core_need: I64 | None = None
     mem_need: I64 | None = None
@@ -83,8 +86,8 @@ class ScorePlugin(Protocol):
 @runtime_checkable
 class TieRefiner(Protocol):
     """Optional extension of a score plugin: a second key (higher is better, int64) for the nodes tied on the
-    best total score, applied before the profile's tie rule (FGD-residue, :mod:`domain.scheduling.fgdresidue`, and
-    its variants; FGD-plus ranks shares by it alone, :mod:`domain.scheduling.fgdplus`)."""
+    best total score, applied before the profile's tie rule (FGD-residue, :mod:`domain.scheduling.policies.fgd.residue`,
+    and its variants; FGD-plus ranks shares by it alone, :mod:`domain.scheduling.policies.fgd.plus`)."""
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Second key for ``tied`` (ascending ledger slots, all scored in this cycle), same order."""
@@ -225,12 +228,14 @@ class Scheduler:
                 tied = tied[keys == keys.max()]
         return self.profile.tie_breaker.pick(self.ledger, tied)
 
-    def schedule(self, pod: PodRequest) -> ScheduleResult:
-        """Run one scheduling cycle for ``pod``; the ledger is changed only when the result is scheduled."""
+    def schedule(self, pod: PodRequest, *, candidates: Collection[str] | None = None) -> ScheduleResult:
+        """Run one scheduling cycle for ``pod``, among ``candidates`` (node names; None: every node) when the profile
+        has :class:`~domain.scheduling.framework.candidates.CandidateNodes`; the ledger is changed only when the result
+        is scheduled."""
         existing = self.ledger.record(pod.uid)
         if existing is not None:
             return ScheduleResult(pod.uid, existing, reason="already counted", feasible_nodes=1)
-        state = CycleState()
+        state = CycleState(candidates=candidates)
         slots, rejected = self.feasible(pod, state)
         while len(slots):
             slot = self.select(pod, state, slots)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.policies.fgd.fragmentation import F64, I64, FragmentationModel, schedulable_free
 
 _Array = TypeVar("_Array", bound=npt.NDArray[Any])
 

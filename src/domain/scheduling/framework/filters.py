@@ -13,8 +13,8 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import (
+from domain.scheduling.framework.cycle import BoolArray, CycleState
+from domain.scheduling.framework.planner import (
     any_per_row,
     eligible_nodes,
     gpu_fit_mask,
@@ -41,29 +41,39 @@ class NodeResourcesFit:
         return passed
 
 
-class GpuModelMatch:
+class _GpuPodFilter:
+    """A filter of GPU pods: CPU-only pods pass unchanged, GPU pods are judged by :meth:`gpu_filter`."""
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` as they are for a CPU-only pod, else :meth:`gpu_filter`'s subset of them."""
+        if not pod.wants_gpu:
+            return candidates
+        return self.gpu_filter(pod, ledger, state, candidates)
+
+    def gpu_filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """The subset of ``candidates`` that passes, for a pod that wants a GPU."""
+        raise NotImplementedError
+
+
+class GpuModelMatch(_GpuPodFilter):
     """Rejects nodes with no GPU of an allowed model or UUID (GPU pods only)."""
 
     name = "GpuModelMatch"
     reason = "no schedulable GPU of an allowed model or UUID"
 
-    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
-        """Candidates having at least one eligible GPU; CPU-only pods pass unchanged."""
-        if not pod.wants_gpu:
-            return candidates
+    def gpu_filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """Candidates having at least one eligible GPU."""
         return candidates & eligible_nodes(pod, ledger, state)
 
 
-class GpuFit:
+class GpuFit(_GpuPodFilter):
     """Per-GPU fit (see module docstring). Writes ``state.gpu_fit``, ``state.core_need``, ``state.mem_need``."""
 
     name = "GpuFit"
     reason = "no GPU with enough free core and memory"
 
-    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
-        """Candidates where the pod's GPU containers fit; sets :attr:`reason` to a specific message."""
-        if not pod.wants_gpu:
-            return candidates
+    def gpu_filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """Candidates where the pod's GPU containers fit; puts a specific reason in ``state.reasons``."""
         shape = pod.simple_shape
         if shape is None:
             return self._composite(pod, ledger, state, candidates)

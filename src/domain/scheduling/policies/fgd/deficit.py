@@ -7,8 +7,8 @@ CPU-only pods are left out since they ask no GPU). ``D(n) / ρ`` is the free GPU
 there cannot back at the typical ratio: a CPU-heavy pod on a node with little CPU per GPU strands the GPUs
 beside it, which FGD sees only once ``cpuLeft`` falls below some typical pod's whole CPU ask.
 
-Decision rule: FGD-residue (:mod:`domain.scheduling.fgdresidue`) with FGD's change replaced, in its first key, by
-``trunc(100 · σ((F(n) − F(n') − (D(n') − D(n)) / ρ) / 1000))``: the deficit change, in milli-GPU, is added to
+Decision rule: FGD-residue (:mod:`domain.scheduling.policies.fgd.residue`) with FGD's change replaced, in its first
+key, by ``trunc(100 · σ((F(n) − F(n') − (D(n') − D(n)) / ρ) / 1000))``: the deficit change, in milli-GPU, is added to
 FGD's fragmentation change before the sigmoid, so both are judged in one unit at FGD's scale (σ over 1000
 milli). FGD-residue's residue score stays the second key, the run's node order the last; the GPU inside a node is
 chosen by the same keys. No constant is fitted to a trace: ``ρ`` comes from the typical pods, the rest is
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from domain.scheduling.fgd import sigmoid_score
-from domain.scheduling.fgdresidue import SECONDARY_SPAN, FgdResidueScore, residue_vectors
-from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.residue import SECONDARY_SPAN, FgdResidueScore, residue_vectors
+from domain.scheduling.policies.fgd.score import sigmoid_score
 
 
 def typical_cpu_per_gpu(model: FragmentationModel) -> float:

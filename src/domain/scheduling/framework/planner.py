@@ -17,7 +17,7 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest
-from domain.scheduling.framework import I64, BoolArray, CycleState
+from domain.scheduling.framework.cycle import I64, BoolArray, CycleState
 from domain.units import MILLI_PER_GPU
 
 SHARE_NEEDS_MEMO = 32

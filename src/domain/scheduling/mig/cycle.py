@@ -6,18 +6,18 @@ the time-sharing :class:`~domain.ledger.ClusterLedger` and its instances in the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from domain.allocation import PodAllocation
 from domain.errors import InsufficientResourcesError, InvalidRequestError, LedgerCorruptedError, UnknownNodeError
 from domain.ledger import ClusterLedger
 from domain.mig.errors import MigPlacementError, NoMigCapacityError, UnknownMigProfileError
 from domain.mig.ledger import MigPodAllocation
-from domain.mig.plugin import MigFilterResult, MigPlugin
 from domain.request import PodRequest
-from domain.scheduling.candidates import rejection_reasons
-from domain.scheduling.framework import CycleState, Scheduler, ScheduleResult
-from domain.scheduling.sync.migbooks import MigBooks, place
+from domain.scheduling.framework.candidates import rejection_reasons
+from domain.scheduling.framework.cycle import CycleState, Scheduler, ScheduleResult
+from domain.scheduling.mig.books import MigBooks, place
+from domain.scheduling.mig.plugin import MigFilterResult, MigPlugin
 
 
 def _grouped(reasons: Mapping[str, str]) -> list[tuple[str, int]]:
@@ -28,10 +28,10 @@ def _grouped(reasons: Mapping[str, str]) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
-def schedule_mig(ledger: ClusterLedger, books: MigBooks, scheduler: Scheduler, request: PodRequest
-                 ) -> tuple[ScheduleResult, MigPodAllocation | None]:
+def schedule_mig(ledger: ClusterLedger, books: MigBooks, scheduler: Scheduler, request: PodRequest, *,
+                 candidates: Collection[str] | None = None) -> tuple[ScheduleResult, MigPodAllocation | None]:
     """One cycle for MIG pod ``request``: ``scheduler``'s filters (sharing ``ledger``) for the node-level checks
-    (candidates, node fit, toggle, gate, CPU, memory, pod slots), then the MIG plugin's filter and selection (lowest
+    (``candidates``, node fit, toggle, gate, CPU, memory, pod slots), then the MIG plugin's filter and selection (lowest
     fragmentation loss, ties by node name) among the nodes left, then the node-only record in ``ledger`` and the
     instances in ``books``, both or neither. Returns the result and the MIG record booked (None when unscheduled
     or already counted). Never raises for the request: an invalid one is an unscheduled result naming why."""
@@ -43,7 +43,7 @@ def schedule_mig(ledger: ClusterLedger, books: MigBooks, scheduler: Scheduler, r
         books.filter(request, ())
     except (InvalidRequestError, UnknownMigProfileError) as error:
         return ScheduleResult(uid, None, reason=f"invalid request: {error}"), None
-    slots, rejected = scheduler.feasible(request, CycleState())
+    slots, rejected = scheduler.feasible(request, CycleState(candidates=candidates))
     result = books.filter(request, (ledger.name(int(slot)) for slot in slots))
     plans, reasons = dict(result.plans), dict(result.reasons)
     while plans:
@@ -74,8 +74,8 @@ def schedule_mig(ledger: ClusterLedger, books: MigBooks, scheduler: Scheduler, r
 def mig_reasons(books: MigBooks, scheduler: Scheduler, request: PodRequest, names: Iterable[str], *,
                 fallback: str) -> dict[str, str]:
     """Per node of ``names``, why it cannot take MIG pod ``request``: the first node-level filter that removes it
-    (:func:`~domain.scheduling.candidates.rejection_reasons`), else the MIG plugin's reason, else ``fallback``.
-    Never raises for the request (its problem becomes every node's reason)."""
+    (:func:`~domain.scheduling.framework.candidates.rejection_reasons`), else the MIG plugin's reason, else
+    ``fallback``. Never raises for the request (its problem becomes every node's reason)."""
     names = list(names)
     reasons = rejection_reasons(scheduler, request, names, fallback=fallback)
     passed = [n for n, why in reasons.items() if why == fallback]

@@ -13,7 +13,7 @@ its records stay true to the cluster; but a node whose books cannot be real take
   something else quarantined the node meanwhile (corrupted totals stay quarantined until a repair; a repair of an
   over-booked node is quarantined again at the next check);
 * a GPU missing from the inventory (usage against zero capacity) is not judged here: it vanished, which
-  :mod:`domain.scheduling.vanished` reports.
+  :mod:`domain.scheduling.sync.vanished` reports.
 
 :class:`~domain.scheduling.sync.LedgerSync` runs the check after every event that may change the books
 (:func:`checks_books`), so a node is quarantined by the very event that made its books impossible, never only by

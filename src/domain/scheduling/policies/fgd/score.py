@@ -23,11 +23,11 @@ import numpy as np
 from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.fragmentation import F64, I64, schedulable_free
-from domain.scheduling.framework import MAX_NODE_SCORE, BoolArray, CycleState
-from domain.scheduling.nodestates import NodeStateCache
-from domain.scheduling.planner import ensure_gpu_fit, plan_composite
-from domain.scheduling.statememo import StateMemo
+from domain.scheduling.framework.cycle import MAX_NODE_SCORE, BoolArray, CycleState
+from domain.scheduling.framework.planner import ensure_gpu_fit, plan_composite
+from domain.scheduling.policies.fgd.fragmentation import F64, I64, schedulable_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.statememo import StateMemo
 from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"

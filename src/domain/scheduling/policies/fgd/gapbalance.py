@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from domain.ledger import ClusterLedger
-from domain.scheduling.fragmentation import I64
-from domain.scheduling.framework import BoolArray
+from domain.scheduling.framework.cycle import BoolArray
+from domain.scheduling.policies.fgd.fragmentation import I64
 from domain.units import MILLI_PER_GPU
 
 CLOSE_BELOW = MILLI_PER_GPU // 10

@@ -12,7 +12,7 @@ import numpy as np
 
 from domain.errors import UnknownPolicyError
 from domain.ledger import ClusterLedger
-from domain.scheduling.framework import I64, TieBreaker
+from domain.scheduling.framework.cycle import I64, TieBreaker
 
 
 class FixedOrderTieBreak:
@@ -29,7 +29,7 @@ class FixedOrderTieBreak:
         permutation = rng.permutation(len(names))
         self._rank: dict[str, int] = {n: int(r) for n, r in zip(names, permutation, strict=True)}
         self._by_slot: I64 = np.zeros(0, np.int64)
-        self._seen_topology = -1
+        self._seen_generation = -1
 
     def rank(self, name: str) -> int:
         """The node's position in the run's order (0 = first)."""
@@ -38,12 +38,12 @@ class FixedOrderTieBreak:
         return self._rank[name]
 
     def _slot_ranks(self, ledger: ClusterLedger) -> I64:
-        if len(self._by_slot) != ledger.rows or self._seen_topology != ledger.topology:
+        if len(self._by_slot) != ledger.rows or self._seen_generation != ledger.node_set_generation:
             ranks = np.full(ledger.rows, np.iinfo(np.int64).max, np.int64)
             for name in ledger.node_names():
                 ranks[ledger.slot(name)] = self.rank(name)
             self._by_slot = ranks
-            self._seen_topology = ledger.topology
+            self._seen_generation = ledger.node_set_generation
         return self._by_slot
 
     def pick(self, ledger: ClusterLedger, tied: I64) -> int:

@@ -1,7 +1,7 @@
 """A time-sharing request on a node whose GPUs are in MIG mode: refused with a reason that names MIG and the
 profiles that would hold it.
 
-A GPU in MIG mode takes MIG instances only (``<prefix>/mig-<profile>``, :mod:`domain.mig.resources`); a pod asking
+A GPU in MIG mode takes MIG instances only (``<prefix>/mig-<profile>``, :mod:`domain.kube.migresources`); a pod asking
 for time-sharing resources (whole GPUs, core, memory) finds no schedulable GPU there. The request is *not* mapped to
 a MIG profile: kubelet hands a container the devices of the resource it asked for, and a ``gpu-memory`` device is no
 MIG instance, so a mapping would need the device plugin to serve a MIG instance for a time-sharing resource, and the
@@ -23,8 +23,8 @@ from domain.gpu import Gpu, MigMode
 from domain.ledger import ClusterLedger
 from domain.mig.profiles import MigGpuModel, MigProfile, mig_model
 from domain.request import ContainerRequest, GpuKind, PodRequest
-from domain.scheduling.framework import BoolArray, CycleState
-from domain.scheduling.planner import eligible_nodes
+from domain.scheduling.framework.cycle import BoolArray, CycleState
+from domain.scheduling.framework.planner import eligible_nodes
 from domain.units import MILLI_PER_GPU
 
 
@@ -60,7 +60,8 @@ def _model_line(gpu: Gpu, pod: PodRequest) -> str:
 class MigModeGpus:
     """Removes the nodes where a time-sharing GPU pod finds no schedulable GPU because the GPUs its selector
     allows are in MIG mode, with a reason naming MIG and the profiles that would hold the pod (module docstring).
-    Runs before :class:`~domain.scheduling.filters.GpuModelMatch`, which gives every other such node its reason.
+    Runs before :class:`~domain.scheduling.framework.filters.GpuModelMatch`, which gives every other such node its
+    reason.
 
     ``stem``: ``<prefix>/mig-`` of the protocol's MIG resource names (None: named generically).
     """

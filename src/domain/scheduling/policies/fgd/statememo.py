@@ -13,7 +13,7 @@ from itertools import repeat
 
 import numpy as np
 
-from domain.scheduling.fragmentation import I64
+from domain.scheduling.policies.fgd.fragmentation import I64
 
 DICT_BATCH = 64
 """Batches up to this many keys go straight to the dict (a few numpy calls cost more than that many lookups)."""

@@ -30,8 +30,9 @@ import numpy as np
 
 from domain.errors import InvalidRequestError
 from domain.mig.ledger import MigGpu, MigNodeLedger, PlacementMode
-from domain.mig.plugin import MigContainerRequest, MigPlugin, MigPodRequest, plan_pod
 from domain.mig.profiles import MigGpuModel, mig_model, resolve_profile
+from domain.mig.requests import MigContainerRequest, MigPodRequest
+from domain.scheduling.mig.plugin import MigPlugin, plan_pod
 
 Size = tuple[int, int]
 """A profile size ``(compute slices, memory slices)``; layouts are given in sizes so they fit any 7/8 model."""

@@ -7,9 +7,10 @@ with some idle remainder, and which remainders the cluster ends with decides its
 Decision rules (ties of each key go to the next; the profile's tie rule settles what is left):
 
 * **Share** (one container asking part of one GPU): on each feasible node, the GPU with the best
-  :mod:`~domain.scheduling.gapbalance` key (closing a GPU first, then the smaller change of the sum of squares of
-  the cluster's gap counts, then best fit; lowest index on ties); across nodes, that key, then FGD-deficit-scarce's
-  value of placing the share there (its first key, then its residue score, :mod:`~domain.scheduling.fgdscarce`).
+  :mod:`~domain.scheduling.policies.fgd.gapbalance` key (closing a GPU first, then the smaller change of the sum of
+  squares of the cluster's gap counts, then best fit; lowest index on ties); across nodes, that key, then
+  FGD-deficit-scarce's value of placing the share there (its first key, then its residue score,
+  :mod:`~domain.scheduling.policies.fgd.scarce`).
 * **Everything else** (whole GPUs, CPU only, several containers): exactly as ``fgd-deficit-scarce``.
 
 For a share the node score (:meth:`FgdPlusScore.score`) is 0 on every node: the ranking is the exact integer key
@@ -27,13 +28,13 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.fgdscarce import FgdScarceScore
-from domain.scheduling.fragmentation import I64
-from domain.scheduling.framework import CycleState
-from domain.scheduling.gapbalance import gap_histogram, option_keys
-from domain.scheduling.nodestates import NodeStateCache
-from domain.scheduling.planner import ensure_gpu_fit
-from domain.scheduling.statememo import StateMemo
+from domain.scheduling.framework.cycle import CycleState
+from domain.scheduling.framework.planner import ensure_gpu_fit
+from domain.scheduling.policies.fgd.fragmentation import I64
+from domain.scheduling.policies.fgd.gapbalance import gap_histogram, option_keys
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
+from domain.scheduling.policies.fgd.statememo import StateMemo
 
 _GAP = "fgd-plus.gap"
 

@@ -1,6 +1,6 @@
 """The MIG scheduling plugin: admit, filter, score, reserve and unreserve MIG pods over nodes' MIG books.
 
-The phases follow :mod:`domain.scheduling.framework` (filter → score → normalise → select → reserve, unreserve
+The phases follow :mod:`domain.scheduling.framework.cycle` (filter → score → normalise → select → reserve, unreserve
 on any later failure), but per node on :class:`MigNodeLedger` instead of the numpy ``ClusterLedger``: MIG
 placement is a small combinatorial problem per GPU, not arithmetic over columns.
 
@@ -16,9 +16,8 @@ Score. A node's plan loss; nodes are ranked by it exactly in :meth:`MigPlugin.se
 :meth:`MigPlugin.score` maps the ranks to ``0..MAX_NODE_SCORE`` (dense rank: best 100, worst 0) for a caller
 that combines plugins.
 
-Requests. A container asks for ``count`` instances of one profile; the pod needs, per profile,
-``max(Σ app containers, max init container)`` instances (Kubernetes' effective-request rule: kubelet hands an
-init container's devices on to the app containers). :meth:`MigPlugin.admit` rejects names no table knows with
+Requests (:mod:`domain.mig.requests`). A pod needs, per profile, ``MigPodRequest.demand``'s instances (Kubernetes'
+effective-request rule). :meth:`MigPlugin.admit` rejects names no table knows with
 :class:`UnknownMigProfileError` (B30), so such a pod never waits silently.
 
 Separation from time-sharing. The plugin sees only :class:`MigGpu` values, which exist only for GPUs in MIG mode
@@ -39,56 +38,8 @@ from domain.mig.errors import MigPlacementError, NoMigCapacityError, UnknownMigP
 from domain.mig.fragmentation import Vector, add, loss, placeable
 from domain.mig.ledger import MigBooking, MigGpu, MigNodeLedger, MigOwner, MigPodAllocation, PlacementMode
 from domain.mig.profiles import MIG_MODELS
-from domain.scheduling.framework import MAX_NODE_SCORE
-
-
-@attrs.frozen
-class MigContainerRequest:
-    """One container's MIG ask: ``count`` (≥ 1) instances of ``profile`` (any accepted spelling until
-    :meth:`MigPlugin.admit` makes it canonical); ``init`` marks an init container."""
-
-    name: str
-    profile: str
-    count: int = 1
-    init: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        if not self.name:
-            raise InvalidRequestError("container.name", self.name, "must not be empty")
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise InvalidRequestError(f"container[{self.name}].count", self.count, "must be an integer ≥ 1")
-
-
-@attrs.frozen
-class MigPodRequest:
-    """A pod's MIG asks: ``uid`` and its ``containers`` (names unique, at least one)."""
-
-    uid: str
-    containers: tuple[MigContainerRequest, ...]
-
-    def __attrs_post_init__(self) -> None:
-        if not self.uid:
-            raise InvalidRequestError("pod.uid", self.uid, "must not be empty")
-        names = [c.name for c in self.containers]
-        if not names or len(set(names)) != len(names):
-            raise InvalidRequestError(f"pod[{self.uid}].containers", names, "need at least one, names unique")
-
-    def demand(self) -> dict[str, tuple[str, ...]]:
-        """Per profile name: the container label of each instance the pod needs (effective-request rule).
-
-        App containers take their instances in order; extra instances needed by a larger init container are
-        labelled with that init container.
-        """
-        out: dict[str, tuple[str, ...]] = {}
-        for profile in dict.fromkeys(c.profile for c in self.containers):
-            app = [c for c in self.containers if c.profile == profile and not c.init]
-            inits = [c for c in self.containers if c.profile == profile and c.init]
-            labels = [c.name for c in app for _ in range(c.count)]
-            largest = max(inits, key=lambda c: c.count, default=None)
-            if largest is not None and largest.count > len(labels):
-                labels += [largest.name] * (largest.count - len(labels))
-            out[profile] = tuple(labels)
-        return out
+from domain.mig.requests import MigPodRequest
+from domain.scheduling.framework.cycle import MAX_NODE_SCORE
 
 
 @attrs.frozen

@@ -12,9 +12,9 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
-from domain.scheduling.fragmentation import schedulable_free
-from domain.scheduling.framework import I64, MAX_NODE_SCORE, CycleState
-from domain.scheduling.planner import ensure_gpu_fit
+from domain.scheduling.framework.cycle import I64, MAX_NODE_SCORE, CycleState
+from domain.scheduling.framework.planner import ensure_gpu_fit
+from domain.scheduling.policies.fgd.fragmentation import schedulable_free
 from domain.units import MILLI_PER_GPU
 
 MAX_SPEC_CPU = 128000

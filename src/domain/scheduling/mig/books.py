@@ -19,9 +19,9 @@ from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import asks_mig, mig_pod_request, read_mig_plan
 from domain.mig.gpu import MigGpu, PlacementMode
 from domain.mig.ledger import MigBooking, MigNodeLedger, MigPodAllocation
-from domain.mig.plugin import MigFilterResult, MigPlan, MigPlugin
 from domain.mig.profiles import resolve_profile
 from domain.request import PodRequest
+from domain.scheduling.mig.plugin import MigFilterResult, MigPlan, MigPlugin
 
 PLACEHOLDER_PREFIX = "runtime-held:"
 """Pod UID prefix of the MIG books' placeholder records (module docstring)."""

@@ -8,12 +8,12 @@ GPUs, ``C(A_t)`` the GPUs of the models ``t`` allows, sums over GPU-using typica
 ATC '23). A placement that takes ``Δ_g`` milli from GPU ``g`` costs ``Σ_g r_{m(g)} Δ_g`` milli-GPU: the
 restricted demand it is expected to displace.
 
-Decision rule: FGD-deficit (:mod:`domain.scheduling.fgddeficit`) with that cost subtracted, in milli-GPU, inside
-the first key's sigmoid beside FGD's change and the deficit change. With no restricted typical pod every
+Decision rule: FGD-deficit (:mod:`domain.scheduling.policies.fgd.deficit`) with that cost subtracted, in milli-GPU,
+inside the first key's sigmoid beside FGD's change and the deficit change. With no restricted typical pod every
 ``r_m`` is 0 and the policy scores exactly as FGD-deficit. ``r`` is recomputed when nodes join or leave
-(``ledger.topology``), a new model appears or capacity changes, and memoised scores are then dropped. No constant
-is fitted: ``r`` comes from the typical pods and the inventory; its "demand equals capacity" point is x = 100 of
-the published allocation curve.
+(``ledger.node_set_generation``), a new model appears or capacity changes, and memoised scores are then dropped.
+No constant is fitted: ``r`` comes from the typical pods and the inventory; its "demand equals capacity" point is
+x = 100 of the published allocation curve.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.fgd import sigmoid_score
-from domain.scheduling.fgddeficit import FgdDeficitScore, cpu_deficit
-from domain.scheduling.fgdresidue import SECONDARY_SPAN, residue_vectors
-from domain.scheduling.fragmentation import F64, I64, FragmentationModel, schedulable_free
-from domain.scheduling.framework import CycleState
-from domain.scheduling.nodestates import NodeStateCache
+from domain.scheduling.framework.cycle import CycleState
+from domain.scheduling.policies.fgd.deficit import FgdDeficitScore, cpu_deficit
+from domain.scheduling.policies.fgd.fragmentation import F64, I64, FragmentationModel, schedulable_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.residue import SECONDARY_SPAN, residue_vectors
+from domain.scheduling.policies.fgd.score import sigmoid_score
 
 
 def restricted_claim(model: FragmentationModel, ledger: ClusterLedger) -> F64:
@@ -67,10 +67,10 @@ class FgdScarceScore(FgdDeficitScore):
         self._claim_key = (-1, -1, -1)
 
     def claim(self) -> F64:
-        """:func:`restricted_claim` for the ledger now (memoised on its topology, model count and capacity
+        """:func:`restricted_claim` for the ledger now (memoised on its node-set generation, model count and capacity
         generation). When it changes, every memoised score is dropped: those values were computed with the old
         claim."""
-        key = (self.ledger.topology, self.ledger.model_count, self.ledger.capacity_generation)
+        key = (self.ledger.node_set_generation, self.ledger.model_count, self.ledger.capacity_generation)
         if key != self._claim_key:
             claim = restricted_claim(self.cache.model, self.ledger)
             if not np.array_equal(claim, self._claim):

@@ -1,8 +1,8 @@
 """Typical pods for FGD in a live cluster: the pods observed there, topped up by a reference workload.
 
 FGD (Weng et al., ATC '23) scores a node by how placing a pod changes the fragmentation measured against the
-*typical pods* of the workload (:mod:`domain.scheduling.fragmentation`). The trace replay derives them from the
-trace; a live scheduler only has the pods it has seen. :func:`blend_typical` uses the observed pods alone once
+*typical pods* of the workload (:mod:`domain.scheduling.policies.fgd.fragmentation`). The trace replay derives them
+from the trace; a live scheduler only has the pods it has seen. :func:`blend_typical` uses the observed pods alone once
 there are at least ``min_observed`` of them, and until then the observed pods *plus* the whole reference
 workload (the embedded synthetic workload, in production), so a young cluster is scored against a realistic
 mix rather than against its first few pods.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from domain.request import GpuKind, PodRequest, resolve_share
-from domain.scheduling.fragmentation import PodClass, TypicalPods
+from domain.scheduling.policies.fgd.fragmentation import PodClass, TypicalPods
 from domain.units import MILLI_PER_GPU, GiB
 
 REFERENCE_GPU_MEMORY = 16 * GiB

@@ -6,28 +6,29 @@ pod, the names of the nodes that passed kube-scheduler's own filters. To keep ou
 restricted to those names and hands back only the node it chose; every other candidate is reported as failed with a
 reason.
 
-* :class:`CandidateNodes` is the filter that restricts a cycle: a mapping pod UID → allowed node names, filled by
-  the caller just for the cycle; a pod without an entry is unrestricted (the standalone loop).
+* :class:`CandidateNodes` is the filter that restricts a cycle to the node names its :class:`CycleState` carries
+  (``candidates``, given to :meth:`Scheduler.schedule` for that cycle only); a cycle without them is unrestricted (the
+  standalone loop).
 * :func:`rejection_reasons` re-runs a profile's filters with per-node bookkeeping, for the ``FailedNodes`` map
   of an unschedulable pod (``Scheduler.feasible`` only counts nodes per reason).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 import numpy as np
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest
-from domain.scheduling.framework import BoolArray, CycleState, Scheduler
+from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler
 
 NOT_ADMITTING = "node not admitting pods (quarantined or cordoned)"
 """Reason of nodes the ledger itself refuses (same text as :meth:`Scheduler.feasible`)."""
 
 
 class CandidateNodes:
-    """Keeps only the nodes named for the pod in ``candidates`` (pod UID → node names); unrestricted pods pass.
+    """Keeps only the nodes named in the cycle's ``state.candidates``; a cycle without them passes every node.
 
     Names the ledger does not know are ignored here (the caller reports them).
     """
@@ -35,12 +36,9 @@ class CandidateNodes:
     name = "CandidateNodes"
     reason = "not among the candidate nodes offered for this pod"
 
-    def __init__(self, candidates: Mapping[str, Collection[str]]) -> None:
-        self.candidates = candidates
-
     def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
-        """``candidates`` (bool mask over ledger slots) restricted to the pod's allowed nodes."""
-        names = self.candidates.get(pod.uid)
+        """``candidates`` (bool mask over ledger slots) restricted to the cycle's candidate nodes."""
+        names = state.candidates
         if names is None:
             return candidates
         passed: BoolArray = candidates & ledger.select(names)[1]

@@ -1,0 +1,1 @@
+"""Fragmentation Gradient Descent (FGD) and its variants; see README.md beside this file."""
