@@ -1,0 +1,137 @@
+"""Command-line flags as data: each component lists its flags once, in a table of :class:`Flag`, and
+:func:`build_parser` and :func:`settings_kwargs` read that table for the parser and for the settings it builds.
+
+A :class:`Flag` holds what ``argparse.ArgumentParser.add_argument`` takes (``options``), the settings field it
+fills (``setting``; by default the flag's ``dest``, ``None`` for flags the component reads itself), an optional
+conversion from the parsed value to the setting (``convert``), an environment variable whose value, read when
+the parser is built, replaces the default (``env``), and the mutually exclusive ``group`` it belongs to. The table's
+order is the order of ``--help``. Flags several components share with the same meaning are defined here once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .cli import Parser
+
+HIDDEN = argparse.SUPPRESS
+"""``help`` of a development flag: accepted, left out of ``--help``."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@attrs.frozen
+class Flag:
+    """One command-line flag (module docstring). ``names``: ``("--node-name",)``, ``("-o", "--output")`` or a
+    positional ``("node",)``. Build it with :func:`flag`."""
+
+    names: tuple[str, ...]
+    options: Mapping[str, Any]
+    setting: str | None
+    convert: Callable[[Any], Any] | None = None
+    env: str | None = None
+    group: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute argparse stores the value under: the first long name, or the positional's name."""
+        if "dest" in self.options:
+            return str(self.options["dest"])
+        long = next((n for n in self.names if n.startswith("--")), self.names[0])
+        return long.lstrip("-").replace("-", "_")
+
+    def but(self, **options: Any) -> Flag:
+        """This flag with some ``add_argument`` options replaced (say, another ``help``)."""
+        return attrs.evolve(self, options={**self.options, **options})
+
+
+_UNSET: Any = object()
+
+
+def flag(*names: str, setting: str | None = _UNSET, convert: Callable[[Any], Any] | None = None,
+         env: str | None = None, group: str | None = None, **options: Any) -> Flag:
+    """A :class:`Flag`: ``names`` and ``options`` as ``add_argument`` takes them; ``setting`` (default: the
+    flag's dest; ``None``: no setting), ``convert``, ``env`` and ``group`` as the module docstring says."""
+    made = Flag(names=names, options=options, setting=None, convert=convert, env=env, group=group)
+    return attrs.evolve(made, setting=made.dest if setting is _UNSET else setting)
+
+
+def hidden_floats(**defaults: float) -> tuple[Flag, ...]:
+    """Hidden float flags, one per keyword (``lease_duration=15.0`` is ``--lease-duration``, default 15)."""
+    return tuple(flag(f"--{name.replace('_', '-')}", type=float, default=default, help=HIDDEN)
+                 for name, default in defaults.items())
+
+
+def build_parser(prog: str, description: str, flags: Iterable[Flag]) -> argparse.ArgumentParser:
+    """A :class:`~.cli.Parser` (errors raise :class:`~.cli.UsageError`) with ``flags`` in table order; an
+    ``env`` flag's default is the variable's value when it is set, read now."""
+    parser = Parser(prog=prog, description=description)
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for each in flags:
+        options = dict(each.options)
+        if each.env is not None:
+            options["default"] = os.environ.get(each.env, options.get("default"))
+        target: argparse._ActionsContainer = parser
+        if each.group is not None:
+            if each.group not in groups:
+                groups[each.group] = parser.add_mutually_exclusive_group()
+            target = groups[each.group]
+        target.add_argument(*each.names, **options)
+    return parser
+
+
+def settings_kwargs(flags: Iterable[Flag], args: argparse.Namespace) -> dict[str, Any]:
+    """Settings field → value of every flag with a ``setting``, through its ``convert``."""
+    kwargs: dict[str, Any] = {}
+    for each in flags:
+        if each.setting is not None:
+            value = getattr(args, each.dest)
+            kwargs[each.setting] = value if each.convert is None else each.convert(value)
+    return kwargs
+
+
+def progress(no_progress: bool) -> bool | None:
+    """``--no-progress`` as a ``progress`` setting: off when given, else ``None`` (decided by the terminal)."""
+    return False if no_progress else None
+
+
+NODE_NAME = flag("--node-name", required=True, metavar="NAME", help="this node's Kubernetes name")
+RUNTIME_SOCKET = flag("--runtime-socket", type=Path, required=True, metavar="PATH", help="node Runtime socket")
+RUNTIME_WAIT = flag("--runtime-wait", setting="runtime_wait_s", type=float, default=30.0, metavar="SECONDS",
+                    help="how long to wait for the node Runtime at start (default: 30)")
+LOG_LEVEL = flag("--log-level", default="INFO", choices=list(LOG_LEVELS))
+KUBECONFIG = flag("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
+PROTOCOL = flag("--protocol", setting="protocol_file", type=Path, metavar="FILE",
+                help="protocol.yaml (default: embedded defaults)")
+IN_MEMORY = flag("--in-memory", action="store_true", help=HIDDEN)
+NO_PROGRESS = flag("--no-progress", setting="progress", convert=progress, action="store_true",
+                   help="no progress bar on stderr")
+POD_IDENTITY: Sequence[Flag] = (
+    flag("--pod-name", env="POD_NAME", default="", metavar="NAME",
+         help="this replica's Pod, annotated with its protocol fingerprint (default: $POD_NAME)"),
+    flag("--pod-namespace", setting=None, env="POD_NAMESPACE", default="", metavar="NS",
+         help="namespace of --pod-name (default: $POD_NAMESPACE)"),
+)
+"""``--pod-name`` and ``--pod-namespace``; the namespace is a setting only with a name (:func:`pod_namespace`)."""
+
+
+def default_identity() -> str:
+    """A replica's Lease identity when ``--identity`` is not given: ``hostname-pid``."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def identity(given: str | None) -> str:
+    """The ``identity`` setting: ``--identity`` when given, else :func:`default_identity`."""
+    return given or default_identity()
+
+
+def pod_namespace(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``pod_namespace`` setting: ``--pod-namespace`` when ``--pod-name`` is given, else empty."""
+    return {"pod_namespace": args.pod_namespace if args.pod_name else ""}
