@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-from kube_builders import KEYS, PROTOCOL, RES, make_node
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
@@ -37,6 +31,7 @@ from domain.kube.objects import ContainerSpec, PodObject
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from entrypoints.scheduler.httpserver import KEEP_ALIVE_IDLE
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.kube_builders import KEYS, PROTOCOL, RES, make_node
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
 """No device plugin here marks pods allocated, so admission holds are off."""

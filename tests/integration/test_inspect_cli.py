@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,10 +23,6 @@ from typing import Any
 
 import pytest
 from dependency_injector import providers
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-from kube_builders import KEYS, PROTOCOL, RES, make_gpus, make_node
 
 from adapters.httpjson import HttpSchedulerView
 from adapters.memory.cluster import InMemoryCluster
@@ -43,6 +38,7 @@ from entrypoints.inspect.__main__ import main
 from entrypoints.inspect.containers import InspectContainer
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.kube_builders import KEYS, PROTOCOL, RES, make_gpus, make_node
 
 
 def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import attrs
 import pytest
-from kube_builders import Clock
-from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
@@ -47,6 +45,8 @@ from ports.cluster import ConflictError, UnavailableError
 from ports.runtime import NodeRuntimeError
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
+from support.kube_builders import Clock
+from support.mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 NODE = "n1"
 PROTOCOL = ProtocolConstants()

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kube_builders import Clock
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.runtime_state import InMemoryRuntimeStateStore
@@ -35,6 +34,7 @@ from domain.runtime.types import DeviceInfo, HealthChange
 from domain.units import GiB
 from services.device_plugin.service import DevicePluginService
 from services.runtime.service import RuntimeService
+from support.kube_builders import Clock
 
 A = GpuUuid("GPU-a")
 B = GpuUuid("GPU-b")

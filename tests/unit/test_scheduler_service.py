@@ -20,9 +20,6 @@ from collections.abc import Callable, Mapping
 
 import attrs
 import pytest
-from kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
-from ledger_poke import corrupt_core_used
-from scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
@@ -39,6 +36,9 @@ from services.scheduler.service import (
     StaleListingError,
     drift_count,
 )
+from support.kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
+from support.ledger_poke import corrupt_core_used
+from support.scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:

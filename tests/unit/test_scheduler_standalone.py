@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 
 import pytest
-from kube_builders import KEYS
-from scheduler_world import new_pod, world
 
 from domain.kube.objects import PodObject, Taint, TaintEffect
 from ports.cluster import UnavailableError
 from services.scheduler import standalone
 from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import KEYS
+from support.scheduler_world import new_pod, world
 
 
 class Monotonic:

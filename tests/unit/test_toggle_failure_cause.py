@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-from controller_world import DETAIL_KEY, NAMESPACE, World
 from dependency_injector import providers
 
 from adapters.kubernetes.translate_jobs import job_to_v1
@@ -36,6 +35,7 @@ from entrypoints.job_agent.containers import JobAgentContainer
 from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from ports.runtime import NodeRuntimeError
+from support.controller_world import DETAIL_KEY, NAMESPACE, World
 
 SOCKET = "/run/ljrk/runtime.sock"
 CAUSE = f"disable via {SOCKET}: NodeRuntimeError: node Runtime Disable: INTERNAL: OSError: disk full"
