@@ -226,7 +226,7 @@ def stack() -> Iterator[Stack]:
         running = Stack(root, node, kubelet, exporter, port)
         cleanup.callback(running.stop_exporter)
         try:
-            _wait(lambda: exporter.poll() is None and _settled(running), timeout_s=20)
+            _wait(lambda: exporter.poll() is None and _settled(running), timeout=20)
         except AssertionError:
             raise AssertionError(f"the exporter did not serve the fixture:\n{running.exporter_log()}") from None
         yield running
@@ -285,7 +285,7 @@ def prometheus(prometheus_server: Path, stack: Stack, tmp_path: Path) -> Iterato
     server = Prometheus(process, port, log)
     try:
         try:
-            _wait(lambda: process.poll() is None and _get(f"{server.base}/-/ready")[0] == 200, timeout_s=15)
+            _wait(lambda: process.poll() is None and _get(f"{server.base}/-/ready")[0] == 200, timeout=15)
         except AssertionError:
             tail = log.read_text(errors="replace")[-4000:]
             raise AssertionError(f"Prometheus did not become ready:\n{tail}") from None
@@ -357,7 +357,7 @@ def _expected_counts(pods: int) -> dict[str, int]:
 def _settle(predicate: Callable[[], bool], timeout_s: float) -> None:
     """Wait until ``predicate`` holds, at most ``timeout_s``; the precise assertions that follow say what is wrong."""
     with contextlib.suppress(AssertionError):
-        _wait(predicate, timeout_s=timeout_s)
+        _wait(predicate, timeout=timeout_s)
 
 
 def _key(labels: Labels) -> tuple[tuple[str, str], ...]:
@@ -402,7 +402,7 @@ def test_promtool_check_metrics_passes_with_mig_series(promtool: Path) -> None:
 
 def test_prometheus_scrapes_series_and_labels_and_drops_gone_pods(stack: Stack, prometheus: Prometheus) -> None:
     target, node = stack.target, _key(_node_labels(stack.target))
-    _settle(lambda: _expected_counts(2) == {n: len(rows) for n, rows in prometheus.latest().items()}, timeout_s=15)
+    _settle(lambda: _expected_counts(2) == {n: len(rows) for n, rows in prometheus.latest().items()}, timeout=15)
     assert prometheus.instant(f'up{{job="{JOB}"}}') == [({"__name__": "up", "job": JOB, "instance": target}, 1.0)]
     latest = prometheus.latest()
     assert {n: len(rows) for n, rows in latest.items()} == _expected_counts(2)
@@ -441,7 +441,7 @@ def test_prometheus_scrapes_series_and_labels_and_drops_gone_pods(stack: Stack, 
     page = _scrape(stack.port)
     assert [labels["pod"] for spec in CONTAINER_METRICS for labels, _ in page.get(PREFIX + spec.name, [])] == [
         "trainer"] * len(CONTAINER_METRICS)
-    _settle(lambda: len(prometheus.instant(f"{PREFIX}container_gpu_core_limit_ratio")) == 1, timeout_s=15)
+    _settle(lambda: len(prometheus.instant(f"{PREFIX}container_gpu_core_limit_ratio")) == 1, timeout=15)
     latest = prometheus.latest()
     assert {n: len(rows) for n, rows in latest.items()} == _expected_counts(1)
     for name, by_pod in CONTAINER_VALUES.items():

@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,17 +32,10 @@ from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from entrypoints.scheduler.httpserver import KEEP_ALIVE_IDLE
 from services.scheduler.service import SchedulerService, ServiceConfig
 from support.kube_builders import KEYS, PROTOCOL, RES, make_node
+from support.polling import eventually
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
 """No device plugin here marks pods allocated, so admission holds are off."""
-
-
-def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 class Running:

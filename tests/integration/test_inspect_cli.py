@@ -17,7 +17,7 @@ import re
 import socket
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +39,7 @@ from entrypoints.inspect.containers import InspectContainer
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from services.scheduler.service import SchedulerService, ServiceConfig
 from support.kube_builders import KEYS, PROTOCOL, RES, make_gpus, make_node
-
-
-def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
+from support.polling import eventually
 
 
 class World:

@@ -13,8 +13,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from k8s_harness import ControlPlane
@@ -31,20 +30,13 @@ from domain.units import GiB
 from entrypoints.inspect.__main__ import main
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.polling import eventually
 
 pytestmark = pytest.mark.k8s
 
 PROTOCOL = ProtocolConstants()
 RES, KEYS = PROTOCOL.resources, PROTOCOL.annotations
 NOBODY = "ljrk-test-none"  # no scheduler serves these pods: the test binds them
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def gpus(node: str) -> tuple[Gpu, ...]:

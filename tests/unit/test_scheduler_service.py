@@ -15,8 +15,7 @@ booked as less than it may hold, also across a resync, until it goes."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import pytest
@@ -38,16 +37,8 @@ from services.scheduler.service import (
 )
 from support.kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
 from support.ledger_poke import corrupt_core_used
+from support.polling import wait_for
 from support.scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 # ---------------------------------------------------------------------------------------------- the scenario
