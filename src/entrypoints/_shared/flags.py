@@ -1,5 +1,6 @@
-"""Command-line flags as data: each component lists its flags once, in a table of :class:`Flag`, and
-:func:`build_parser` and :func:`settings_kwargs` read that table for the parser and for the settings it builds.
+"""Command-line flags as data: each component writes its command line once, as a :class:`Cli` (:func:`cli`) — its
+program name, ``--help`` description, settings class and table of :class:`Flag` — which builds the parser
+(:func:`build_parser`), the settings of the parsed arguments (:func:`settings_kwargs`) and runs ``main``.
 
 A :class:`Flag` holds what ``argparse.ArgumentParser.add_argument`` takes (``options``), the settings field it
 fills (``setting``; by default the flag's ``dest``, ``None`` for flags the component reads itself), an optional
@@ -15,11 +16,14 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
 from .cli import Parser
+from .command import command
+
+S = TypeVar("S")
 
 HIDDEN = argparse.SUPPRESS
 """``help`` of a development flag: accepted, left out of ``--help``."""
@@ -97,6 +101,44 @@ def settings_kwargs(flags: Iterable[Flag], args: argparse.Namespace) -> dict[str
     return kwargs
 
 
+def _none(args: argparse.Namespace) -> Mapping[str, Any]:
+    return {}
+
+
+@attrs.frozen
+class Cli(Generic[S]):
+    """A component's command line: ``prog`` (the default program name), the ``description`` its ``--help``
+    opens with, the ``settings`` class its ``flags`` fill, and ``derived``, the settings no single flag holds
+    (say, host and port from ``--listen``; it may raise :class:`~.cli.UsageError`)."""
+
+    prog: str
+    description: str
+    settings: Callable[..., S]
+    flags: tuple[Flag, ...]
+    derived: Callable[[argparse.Namespace], Mapping[str, Any]] = _none
+
+    def parser(self, prog: str | None = None) -> argparse.ArgumentParser:
+        """The argument parser (its errors raise :class:`~.cli.UsageError`)."""
+        return build_parser(self.prog if prog is None else prog, self.description, self.flags)
+
+    def settings_from(self, args: argparse.Namespace) -> S:
+        """The settings of parsed ``args``; the settings class validates them (it raises ``SettingsError``)."""
+        return self.settings(**settings_kwargs(self.flags, args), **self.derived(args))
+
+    def main(self, argv: Sequence[str] | None, prog: str | None, run: Callable[[S], int],
+             errors: tuple[type[BaseException], ...] = ()) -> int:
+        """Parse ``argv`` into settings and ``run`` them: :func:`~.command.command` (``errors``: its bad-input
+        exceptions); returns the exit code."""
+        name = self.prog if prog is None else prog
+        return command(name, argv, parser=self.parser(name), settings=self.settings_from, run=run, errors=errors)
+
+
+def cli(prog: str, description: str, settings: Callable[..., S], *flags: Flag,
+        derived: Callable[[argparse.Namespace], Mapping[str, Any]] = _none) -> Cli[S]:
+    """A :class:`Cli` whose table is ``flags``, in ``--help`` order."""
+    return Cli(prog, description, settings, flags, derived)
+
+
 def progress(no_progress: bool) -> bool | None:
     """``--no-progress`` as a ``progress`` setting: off when given, else ``None`` (decided by the terminal)."""
     return False if no_progress else None
@@ -119,7 +161,13 @@ POD_IDENTITY: Sequence[Flag] = (
     flag("--pod-namespace", setting=None, env="POD_NAMESPACE", default="", metavar="NS",
          help="namespace of --pod-name (default: $POD_NAMESPACE)"),
 )
-"""``--pod-name`` and ``--pod-namespace``; the namespace is a setting only with a name (:func:`pod_namespace`)."""
+"""``--pod-name`` and ``--pod-namespace``; the namespace is a setting only with a name (:func:`replica`)."""
+REPLICA_HIDDEN: Sequence[Flag] = (
+    IN_MEMORY,
+    *hidden_floats(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0),
+    flag("--log-level", default="INFO", help=HIDDEN),
+)
+"""The hidden flags of a replicated component (controller, scheduler): in-memory cluster, Lease timing, log level."""
 
 
 def default_identity() -> str:
@@ -132,6 +180,8 @@ def identity(given: str | None) -> str:
     return given or default_identity()
 
 
-def pod_namespace(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``pod_namespace`` setting: ``--pod-namespace`` when ``--pod-name`` is given, else empty."""
-    return {"pod_namespace": args.pod_namespace if args.pod_name else ""}
+def replica(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of a replica (controller, scheduler) no single flag holds: ``host`` and ``port`` of the parsed
+    ``--listen``, and ``pod_namespace``, which is ``--pod-namespace`` when ``--pod-name`` is given, else empty."""
+    host, port = args.listen
+    return {"host": host, "port": port, "pod_namespace": args.pod_namespace if args.pod_name else ""}

@@ -34,30 +34,32 @@ from collections.abc import Sequence
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down, start
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down, start
 from entrypoints._shared.flags import (
     HIDDEN,
-    IN_MEMORY,
     KUBECONFIG,
     POD_IDENTITY,
     PROTOCOL,
-    Flag,
+    REPLICA_HIDDEN,
+    cli,
     flag,
     hidden_floats,
     identity,
-    pod_namespace,
-    settings_kwargs,
+    replica,
 )
-from entrypoints._shared.flags import build_parser as _build_parser
 from entrypoints._shared.httpserver import parse_listen
 
 from .app import ControllerSettings
 from .containers import ControllerContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk controller",
+    "Node controller: enables or disables the node Runtime through Jobs when a Node's enable label changes, "
+    "and writes the state back to the Node.",
+    ControllerSettings,
     KUBECONFIG,
     PROTOCOL,
     flag("--namespace", default="kube-system", metavar="NS",
@@ -77,37 +79,24 @@ FLAGS: tuple[Flag, ...] = (
     flag("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
          help="elect a leader over a Lease (default: on)"),
     *POD_IDENTITY,
-    IN_MEMORY,
-    *hidden_floats(backoff_cap=300.0, job_timeout=60.0, job_deadline=300.0, lease_duration=15.0,
-                   renew_deadline=10.0, retry_period=2.0, watch_timeout_seconds=300.0, resync_seconds=600.0,
-                   retry_seconds=5.0),
+    *REPLICA_HIDDEN,
+    *hidden_floats(backoff_cap=300.0, job_timeout=60.0, job_deadline=300.0, watch_timeout_seconds=300.0,
+                   resync_seconds=600.0, retry_seconds=5.0),
     flag("--job-service-account", default="", help=HIDDEN),
     flag("--lease-namespace", default="", help=HIDDEN),
     flag("--lease-name", default="lj-runtimekit-controller", help=HIDDEN),
     flag("--identity", convert=identity, default=None, help=HIDDEN),
-    flag("--log-level", default="INFO", help=HIDDEN),
+    derived=replica,
 )
-"""The controller's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:
-    """The ``controller`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Node controller: enables or disables the node Runtime through Jobs when a Node's "
-                         "enable label changes, and writes the state back to the Node.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    host, port = args.listen
-    return ControllerSettings(**settings_kwargs(FLAGS, args), **pod_namespace(args), host=host, port=port)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk controller", stop: threading.Event | None = None
          ) -> int:
     """Run the controller until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
     (module docstring). ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: ControllerSettings, stop: threading.Event | None) -> int:

@@ -31,7 +31,7 @@ from adapters.grpc import DEFAULT_PLUGIN_DIR
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
 from domain.runtime.errors import UnsupportedFeatureError
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
 from entrypoints._shared.flags import (
     IN_MEMORY,
     KUBECONFIG,
@@ -40,20 +40,23 @@ from entrypoints._shared.flags import (
     PROTOCOL,
     RUNTIME_SOCKET,
     RUNTIME_WAIT,
-    Flag,
+    cli,
     flag,
-    settings_kwargs,
 )
-from entrypoints._shared.flags import build_parser as _build_parser
 from ports.runtime import NodeRuntimeError
 
 from .app import DevicePluginSettings
 from .containers import DevicePluginContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk device-plugin",
+    "Kubelet device plugin: advertises whole GPUs, GPU core percent and GPU memory units (and, on GPUs in MIG "
+    "mode, one <prefix>/mig-<profile> resource per MIG profile, following the node Runtime's MIG strategy), "
+    "and allocates containers from the scheduler's plan via the node Runtime.",
+    DevicePluginSettings,
     NODE_NAME,
     RUNTIME_SOCKET,
     flag("--device-plugin-dir", type=Path, default=DEFAULT_PLUGIN_DIR, metavar="DIR",
@@ -76,27 +79,14 @@ FLAGS: tuple[Flag, ...] = (
     LOG_LEVEL,
     IN_MEMORY,
 )
-"""The device plugin's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
-    """The ``device-plugin`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Kubelet device plugin: advertises whole GPUs, GPU core percent and GPU memory units "
-                         "(and, on GPUs in MIG mode, one <prefix>/mig-<profile> resource per MIG profile, following "
-                         "the node Runtime's MIG strategy), and allocates containers from the scheduler's plan via "
-                         "the node Runtime.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return DevicePluginSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: DevicePluginSettings, stop: threading.Event | None) -> int:

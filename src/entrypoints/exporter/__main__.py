@@ -15,7 +15,6 @@ the ``exporter-data`` feature, listener cannot bind); 2 bad command line. Errors
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
 from entrypoints._shared.flags import (
     KUBECONFIG,
     LOG_LEVEL,
@@ -31,20 +30,22 @@ from entrypoints._shared.flags import (
     PROTOCOL,
     RUNTIME_SOCKET,
     RUNTIME_WAIT,
-    Flag,
+    cli,
     flag,
-    settings_kwargs,
 )
-from entrypoints._shared.flags import build_parser as _build_parser
 from ports.runtime import NodeRuntimeError
 
 from .app import ExporterSettings
 from .containers import ExporterContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk exporter",
+    "Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime, attributed to "
+    "pods through kubelet's pod-resources API.",
+    ExporterSettings,
     NODE_NAME,
     RUNTIME_SOCKET,
     flag("--listen", required=True, metavar="HOST:PORT", help="HTTP address of /metrics and /healthz"),
@@ -60,25 +61,14 @@ FLAGS: tuple[Flag, ...] = (
     RUNTIME_WAIT,
     LOG_LEVEL,
 )
-"""The exporter's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:
-    """The ``exporter`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Prometheus exporter: per-GPU, per-container and per-node metrics from the node "
-                         "Runtime, attributed to pods through kubelet's pod-resources API.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return ExporterSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk exporter",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: ExporterSettings, stop: threading.Event | None) -> int:

@@ -23,7 +23,6 @@ API server or the scheduler unreachable or refusing — one line ``ljrk inspect:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -31,27 +30,24 @@ from collections.abc import Sequence
 from adapters.protocolfile import ProtocolFileError
 from domain.inspection.encode import report_json
 from domain.kube.annotations import MIG_STRATEGIES
-from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, command, failing, shutting_down
-from entrypoints._shared.flags import (
-    KUBECONFIG,
-    PROTOCOL,
-    Flag,
-    flag,
-    settings_kwargs,
-)
-from entrypoints._shared.flags import build_parser as _build_parser
+from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, failing, shutting_down
+from entrypoints._shared.flags import KUBECONFIG, PROTOCOL, cli, flag
 from ports.scheduler_view import SchedulerViewError
 
 from .app import OUTPUTS, InspectError, InspectSettings
 from .containers import InspectContainer
 from .render import render
 
-__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "FLAGS", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 EXIT_PROBLEMS = 1
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk inspect",
+    "Per node and GPU: allocated core and memory, the pods holding them, MIG instances and problems, read "
+    "from the API server (and the scheduler with --scheduler).",
+    InspectSettings,
     flag("node", nargs="?", default="", metavar="NODE", help="show this node only"),
     KUBECONFIG,
     flag("-o", "--output", choices=OUTPUTS, default="table",
@@ -64,26 +60,16 @@ FLAGS: tuple[Flag, ...] = (
     flag("--timeout", setting="timeout_s", type=float, default=10.0, metavar="SECONDS",
          help="per request to the API server or the scheduler (default: 10)"),
 )
-"""``inspect``'s flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk inspect") -> argparse.ArgumentParser:
-    """The ``inspect`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Per node and GPU: allocated core and memory, the pods holding them, MIG instances "
-                         "and problems, read from the API server (and the scheduler with --scheduler).", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> InspectSettings:
-    """Validated settings. Raises :class:`InspectError`."""
-    return InspectSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
          container: InspectContainer | None = None) -> int:
     """Print the report; returns the exit code (module docstring). ``container``: a container whose settings are
     given here (tests override its cluster); ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, container or InspectContainer()), errors=(InspectError,))
+    return CLI.main(argv, prog, lambda settings: _run(settings, container or InspectContainer()),
+                    errors=(InspectError,))
 
 
 def _run(settings: InspectSettings, container: InspectContainer) -> int:

@@ -40,16 +40,9 @@ from entrypoints._shared.command import (
     EXIT_USAGE,
     CommandError,
     SettingsError,
-    command,
     shutting_down,
 )
-from entrypoints._shared.flags import (
-    LOG_LEVEL,
-    Flag,
-    flag,
-    settings_kwargs,
-)
-from entrypoints._shared.flags import build_parser as _build_parser
+from entrypoints._shared.flags import LOG_LEVEL, cli, flag
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -98,7 +91,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk job-agent",
+    "Enable or disable GPU sharing on this node through the node config daemon, verify the result with "
+    "GetStatus, and exit 0 only when it holds.",
+    JobAgentSettings,
     flag("--action", convert=Action, required=True, choices=[a.value for a in Action], help="what to do"),
     flag("--config-daemon-socket", type=Path, required=True, metavar="PATH",
          help="unix socket of the node config daemon (ljrk runtime's --socket)"),
@@ -115,26 +112,15 @@ FLAGS: tuple[Flag, ...] = (
          "it exists)"),
     LOG_LEVEL,
 )
-"""The job agent's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk job-agent") -> argparse.ArgumentParser:
-    """The ``job-agent`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Enable or disable GPU sharing on this node through the node config daemon, verify "
-                         "the result with GetStatus, and exit 0 only when it holds.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> JobAgentSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return JobAgentSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
          stop: threading.Event | None = None, container: JobAgentContainer | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers and ``container``
     (settings still taken from ``argv``) lets tests override the operation."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop, container or JobAgentContainer()))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop, container or JobAgentContainer()))
 
 
 def _run(settings: JobAgentSettings, stop: threading.Event | None, container: JobAgentContainer) -> int:

@@ -32,18 +32,11 @@ from entrypoints._shared.command import (
     EXIT_USAGE,
     CommandError,
     SettingsError,
-    command,
     failing,
     serve,
     shutting_down,
 )
-from entrypoints._shared.flags import (
-    LOG_LEVEL,
-    Flag,
-    flag,
-    settings_kwargs,
-)
-from entrypoints._shared.flags import build_parser as _build_parser
+from entrypoints._shared.flags import LOG_LEVEL, cli, flag
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
 from services.runtime.service import HEALTH_HOLD_S
@@ -51,7 +44,7 @@ from services.runtime.service import HEALTH_HOLD_S
 from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings
 from .containers import RuntimeContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def _seconds(text: str) -> float | None:
@@ -89,7 +82,11 @@ def _xids(text: str) -> frozenset[int]:
     return frozenset(xids)
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk runtime",
+    "Reference node Runtime: serves the ljrk.runtime.v1 Runtime contract and the ljrk.config.v1 config "
+    "service on a unix socket, over NVML or simulated GPUs.",
+    RuntimeSettings,
     flag("--socket", type=Path, required=True, metavar="PATH", help="unix socket to serve on"),
     flag("--backend", choices=BACKENDS, default="auto",
          help="GPU source; auto = nvml when NVML initialises, else simulated (default: auto)"),
@@ -125,24 +122,13 @@ FLAGS: tuple[Flag, ...] = (
          "and destroy them at Release (default: static)"),
     LOG_LEVEL,
 )
-"""The Runtime's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
-    """The ``runtime`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Reference node Runtime: serves the ljrk.runtime.v1 Runtime contract and the "
-                         "ljrk.config.v1 config service on a unix socket, over NVML or simulated GPUs.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return RuntimeSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: RuntimeSettings, stop: threading.Event | None) -> int:

@@ -31,7 +31,6 @@ configured or the listener could not be bound.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 from collections.abc import Sequence
@@ -40,33 +39,43 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.kube.annotations import MIG_STRATEGIES
 from domain.scheduling.registry import POLICIES
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down, start
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down, start
 from entrypoints._shared.flags import (
     HIDDEN,
-    IN_MEMORY,
     KUBECONFIG,
     POD_IDENTITY,
     PROTOCOL,
-    Flag,
+    REPLICA_HIDDEN,
+    cli,
     default_identity,
     flag,
     hidden_floats,
     identity,
-    pod_namespace,
-    settings_kwargs,
+    replica,
 )
-from entrypoints._shared.flags import build_parser as _build_parser
 from entrypoints._shared.httpserver import parse_listen
 from services.scheduler.policies import DEFAULT_POLICY
 
 from .app import MODES, SchedulerSettings
 from .containers import SchedulerContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser", "default_identity", "main",
-           "settings_from_args"]
+__all__ = [
+    "CLI",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "default_identity",
+    "main",
+    "settings_from_args",
+]
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk scheduler",
+    "GPU-sharing scheduler: a kube-scheduler extender (filter, prioritize, bind) or a standalone loop for "
+    "pods with schedulerName lj-runtimekit-scheduler.",
+    SchedulerSettings,
     flag("--mode", choices=MODES, required=True, help="extender (beside kube-scheduler) or standalone"),
     flag("--listen", setting=None, type=parse_listen, required=True, metavar="HOST:PORT",
          help="address of the extender verbs, /healthz, /readyz and /metrics"),
@@ -89,33 +98,20 @@ FLAGS: tuple[Flag, ...] = (
          help="keep a pod off a node while a pod with a confusable GPU request there still waits for its devices "
          "(the device plugin marks it), at most this long; 0 = off (default: 60)"),
     *POD_IDENTITY,
-    IN_MEMORY,
-    *hidden_floats(resync_seconds=300.0, tick_seconds=5.0, assumed_ttl_seconds=60.0, watch_timeout_seconds=30.0,
-                   lease_duration=15.0, renew_deadline=10.0, retry_period=2.0),
+    *REPLICA_HIDDEN,
+    *hidden_floats(resync_seconds=300.0, tick_seconds=5.0, assumed_ttl_seconds=60.0, watch_timeout_seconds=30.0),
     flag("--tie-break", default="fixed-order", help=HIDDEN),
-    flag("--log-level", default="INFO", help=HIDDEN),
+    derived=replica,
 )
-"""The scheduler's flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk scheduler") -> argparse.ArgumentParser:
-    """The ``scheduler`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "GPU-sharing scheduler: a kube-scheduler extender (filter, prioritize, bind) or a "
-                         "standalone loop for pods with schedulerName lj-runtimekit-scheduler.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    host, port = args.listen
-    return SchedulerSettings(**settings_kwargs(FLAGS, args), **pod_namespace(args), host=host, port=port)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk scheduler", stop: threading.Event | None = None
          ) -> int:
     """Run the scheduler until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
     (module docstring). ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop), errors=(DomainError,))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop), errors=(DomainError,))
 
 
 def _run(settings: SchedulerSettings, stop: threading.Event | None) -> int:

@@ -16,29 +16,34 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.scheduling.tiebreak import TIE_BREAKS
 from domain.simulation.replay import TYPICAL_MODES
 from entrypoints._shared.cli import UsageError
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, command, failing
-from entrypoints._shared.flags import (
-    HIDDEN,
-    NO_PROGRESS,
-    Flag,
-    flag,
-    settings_kwargs,
-)
-from entrypoints._shared.flags import build_parser as _build_parser
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, failing
+from entrypoints._shared.flags import HIDDEN, NO_PROGRESS, cli, flag
 from ports.report import PlotUnavailableError, ReportError
 from ports.trace import TraceError
 
 from .app import SimulateSettings
 from .containers import SimulateContainer
 
-__all__ = ["DEFAULT_OUTPUT_DIR", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FLAGS", "build_parser",
-           "main", "parse_policies", "parse_seeds", "settings_from_args"]
+__all__ = [
+    "CLI",
+    "DEFAULT_OUTPUT_DIR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "parse_policies",
+    "parse_seeds",
+    "settings_from_args",
+]
 
 DEFAULT_OUTPUT_DIR = Path("out/simulate")
 EXIT_INTERRUPTED = 130
@@ -87,7 +92,20 @@ def _scale(text: str) -> float:
     return value
 
 
-FLAGS: tuple[Flag, ...] = (
+def _trace_files(args: argparse.Namespace) -> dict[str, Any]:
+    """Nothing more than the flags: checks that ``--nodes`` and ``--pods`` come together (:class:`UsageError`)."""
+    if (args.nodes is None) != (args.pods is None):
+        given, missing = ("--nodes", "--pods") if args.pods is None else ("--pods", "--nodes")
+        raise UsageError(f"{given} needs {missing} too: give both trace files, or neither for the embedded workload")
+    return {}
+
+
+CLI = cli(
+    "ljrk simulate",
+    "Replay a GPU cluster trace through scheduling policies, as the FGD paper's experiment does (USENIX ATC "
+    "'23), and report GPU allocation and fragmentation. Without --nodes/--pods an embedded synthetic workload "
+    "is used.",
+    SimulateSettings,
     flag("--nodes", type=Path, metavar="NODES.csv", help="node list (sn,cpu_milli,memory_mib,gpu,model)"),
     flag("--pods", type=Path, metavar="PODS.csv",
          help="pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"),
@@ -107,31 +125,18 @@ FLAGS: tuple[Flag, ...] = (
          help="also draw the mean allocation curve per policy (needs lj-runtimekit[plot])"),
     NO_PROGRESS,
     flag("--scale", type=_scale, default=0.1, help=HIDDEN),
+    derived=_trace_files,
 )
-"""``simulate``'s flags (module docstring), in ``--help`` order."""
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
 
 
-def build_parser(prog: str = "ljrk simulate") -> argparse.ArgumentParser:
-    """The ``simulate`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Replay a GPU cluster trace through scheduling policies, as the FGD paper's "
-                         "experiment does (USENIX ATC '23), and report GPU allocation and fragmentation. Without "
-                         "--nodes/--pods an embedded synthetic workload is used.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> SimulateSettings:
-    """Validated settings from parsed arguments. Raises :class:`UsageError`, :class:`SettingsError` or
-    :class:`domain.errors.DomainError` (unknown policy)."""
-    if (args.nodes is None) != (args.pods is None):
-        given, missing = ("--nodes", "--pods") if args.pods is None else ("--pods", "--nodes")
-        raise UsageError(f"{given} needs {missing} too: give both trace files, or neither for the embedded workload")
-    return SimulateSettings(**settings_kwargs(FLAGS, args))
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> int:
     """Run ``simulate`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (module docstring).
     ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args, run=_run,
-                   errors=(DomainError,))
+    return CLI.main(argv, prog, _run, errors=(DomainError,))
 
 
 def _run(settings: SimulateSettings) -> int:

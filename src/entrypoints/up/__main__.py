@@ -26,17 +26,8 @@ from pathlib import Path
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
-from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, command, failing, serve, shutting_down, start
-from entrypoints._shared.flags import (
-    HIDDEN,
-    KUBECONFIG,
-    LOG_LEVEL,
-    NO_PROGRESS,
-    Flag,
-    flag,
-    settings_kwargs,
-)
-from entrypoints._shared.flags import build_parser as _build_parser
+from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, failing, serve, shutting_down, start
+from entrypoints._shared.flags import HIDDEN, KUBECONFIG, LOG_LEVEL, NO_PROGRESS, cli, flag
 from ports.trace import TraceError
 from services.scheduler.policies import DEFAULT_POLICY
 
@@ -61,7 +52,12 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
-FLAGS: tuple[Flag, ...] = (
+CLI = cli(
+    "ljrk up",
+    "Run the whole GPU-sharing stack on this machine: simulated nodes (Runtime, device plugin, exporter, "
+    "kubelet emulator), the scheduler, the controller and its Jobs; submit a workload; report placements and "
+    "whether ledger, Runtimes and exporters agree.",
+    UpSettings,
     flag("--nodes", type=_positive(int), default=4, metavar="N", help="simulated nodes (default: 4)"),
     flag("--gpus-per-node", default="2x16Gi:A100", metavar="SPEC",
          help="simulated GPUs of every node, [COUNTx]MEMORY[:MODEL],… (default: 2x16Gi:A100)"),
@@ -89,25 +85,13 @@ FLAGS: tuple[Flag, ...] = (
     flag("--work-dir", type=Path, default=Path("/tmp"), help=HIDDEN),
     LOG_LEVEL.but(help=HIDDEN),
 )
-"""``up``'s flags (module docstring), in ``--help`` order."""
-
-
-def build_parser(prog: str = "ljrk up") -> argparse.ArgumentParser:
-    """The ``up`` argument parser (its errors raise :class:`UsageError`)."""
-    return _build_parser(prog, "Run the whole GPU-sharing stack on this machine: simulated nodes (Runtime, device "
-                         "plugin, exporter, kubelet emulator), the scheduler, the controller and its Jobs; submit a "
-                         "workload; report placements and whether ledger, Runtimes and exporters agree.", FLAGS)
-
-
-def settings_from_args(args: argparse.Namespace) -> UpSettings:
-    """Validated settings. Raises :class:`SettingsError` or ``domain.errors.DomainError`` (unknown policy)."""
-    return UpSettings(**settings_kwargs(FLAGS, args))
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk up", stop: threading.Event | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers (tests)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop), errors=(DomainError,))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop), errors=(DomainError,))
 
 
 def _run(settings: UpSettings, stop: threading.Event | None) -> int:
