@@ -20,7 +20,6 @@ from k8s_harness import ControlPlane
 from kubernetes import client
 
 from adapters.kubernetes import KubernetesCluster
-from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_inventory, encode_plan
@@ -28,9 +27,9 @@ from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
 from entrypoints.inspect.__main__ import main
-from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from services.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import ServiceConfig
 from support.polling import eventually
+from support.scheduler_replica import SchedulerReplica
 
 pytestmark = pytest.mark.k8s
 
@@ -43,22 +42,16 @@ def gpus(node: str) -> tuple[Gpu, ...]:
     return tuple(Gpu(i, GpuUuid(f"GPU-{node}-{i}"), "A100", 16 * GiB) for i in range(2))
 
 
-class World:
+class World(SchedulerReplica):
     """Two GPU nodes, bound pods, and a scheduler replica, on the real API server; deleted at the end."""
 
     def __init__(self, plane: ControlPlane, namespace: str) -> None:
         self.plane, self.namespace = plane, namespace
         self.api = plane.api_client()
         self.core = client.CoreV1Api(self.api)
-        self.cluster = KubernetesCluster(self.api)
         self.nodes: list[str] = []
-        self.service = SchedulerService(self.cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                                        config=ServiceConfig(admission_hold_seconds=None))
-        settings = SchedulerSettings(host="127.0.0.1", port=0, watch_timeout_seconds=1, tick_seconds=0.2)
-        self.app = SchedulerApp(settings=settings, cluster=self.cluster, service=self.service, elector=None,
-                                metrics_text=lambda: b"")
-        host, port = self.app.http.address
-        self.url = f"http://{host}:{port}"
+        super().__init__(KubernetesCluster(self.api), config=ServiceConfig(admission_hold_seconds=None),
+                         watch_timeout_seconds=1, tick_seconds=0.2)
 
     def node(self, *, age_s: float = 0.0) -> str:
         name = f"inspect-{uuid.uuid4().hex[:8]}"
