@@ -45,15 +45,21 @@ class Flag:
 
     @property
     def dest(self) -> str:
-        """The attribute argparse stores the value under: the first long name, or the positional's name."""
-        if "dest" in self.options:
-            return str(self.options["dest"])
-        long = next((n for n in self.names if n.startswith("--")), self.names[0])
-        return long.lstrip("-").replace("-", "_")
+        """The attribute argparse stores the value under."""
+        return _dest(self.names, self.options)
 
     def but(self, **options: Any) -> Flag:
         """This flag with some ``add_argument`` options replaced (say, another ``help``)."""
         return attrs.evolve(self, options={**self.options, **options})
+
+
+def _dest(names: Sequence[str], options: Mapping[str, Any]) -> str:
+    """argparse's ``dest``: the given one, else the first long name's (``--node-name``: ``node_name``), else the
+    positional's name."""
+    if "dest" in options:
+        return str(options["dest"])
+    long = next((n for n in names if n.startswith("--")), names[0])
+    return long.lstrip("-").replace("-", "_")
 
 
 _UNSET: Any = object()
@@ -63,8 +69,8 @@ def flag(*names: str, setting: str | None = _UNSET, convert: Callable[[Any], Any
          env: str | None = None, group: str | None = None, **options: Any) -> Flag:
     """A :class:`Flag`: ``names`` and ``options`` as ``add_argument`` takes them; ``setting`` (default: the
     flag's dest; ``None``: no setting), ``convert``, ``env`` and ``group`` as the module docstring says."""
-    made = Flag(names=names, options=options, setting=None, convert=convert, env=env, group=group)
-    return attrs.evolve(made, setting=made.dest if setting is _UNSET else setting)
+    return Flag(names=names, options=options, setting=_dest(names, options) if setting is _UNSET else setting,
+                convert=convert, env=env, group=group)
 
 
 def hidden_floats(**defaults: float) -> tuple[Flag, ...]:
