@@ -402,7 +402,7 @@ def test_promtool_check_metrics_passes_with_mig_series(promtool: Path) -> None:
 
 def test_prometheus_scrapes_series_and_labels_and_drops_gone_pods(stack: Stack, prometheus: Prometheus) -> None:
     target, node = stack.target, _key(_node_labels(stack.target))
-    _settle(lambda: _expected_counts(2) == {n: len(rows) for n, rows in prometheus.latest().items()}, timeout=15)
+    _settle(lambda: _expected_counts(2) == {n: len(rows) for n, rows in prometheus.latest().items()}, timeout_s=15)
     assert prometheus.instant(f'up{{job="{JOB}"}}') == [({"__name__": "up", "job": JOB, "instance": target}, 1.0)]
     latest = prometheus.latest()
     assert {n: len(rows) for n, rows in latest.items()} == _expected_counts(2)
@@ -441,7 +441,7 @@ def test_prometheus_scrapes_series_and_labels_and_drops_gone_pods(stack: Stack, 
     page = _scrape(stack.port)
     assert [labels["pod"] for spec in CONTAINER_METRICS for labels, _ in page.get(PREFIX + spec.name, [])] == [
         "trainer"] * len(CONTAINER_METRICS)
-    _settle(lambda: len(prometheus.instant(f"{PREFIX}container_gpu_core_limit_ratio")) == 1, timeout=15)
+    _settle(lambda: len(prometheus.instant(f"{PREFIX}container_gpu_core_limit_ratio")) == 1, timeout_s=15)
     latest = prometheus.latest()
     assert {n: len(rows) for n, rows in latest.items()} == _expected_counts(1)
     for name, by_pod in CONTAINER_VALUES.items():
