@@ -3,13 +3,14 @@
 ``ljrk COMMAND [ARGS…]`` hands ``ARGS`` untouched to that component's own ``main(argv, prog=…)``, so each
 entrypoint keeps its own parser, container and exit codes, and is imported only when its command runs (a
 scheduler's gRPC stack need not load for ``ljrk simulate``). To add a component (``scheduler``,
-``device-plugin``, ``exporter``, ``controller``, ``job-agent``, ``runtime``), write a loader like
-:func:`_simulate` and register it in :data:`COMMANDS`.
+``device-plugin``, ``exporter``, ``controller``, ``job-agent``, ``runtime``), register it in
+:data:`COMMANDS` with :func:`_component`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
@@ -33,81 +34,37 @@ class Command:
     run: CommandMain
 
 
-def _simulate(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.simulate.__main__ import main
+def _component(name: str) -> CommandMain:
+    """The runner of ``entrypoints.<name>``: imports its ``__main__`` only when the command runs, then calls
+    its ``main(argv, prog=prog)``."""
 
-    return main(argv, prog=prog)
+    def run(argv: Sequence[str], prog: str) -> int:
+        main: Callable[..., int] = importlib.import_module(f"entrypoints.{name}.__main__").main
+        return main(argv, prog=prog)
 
-
-def _scheduler(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.scheduler.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _runtime(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.runtime.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _device_plugin(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.device_plugin.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _exporter(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.exporter.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _job_agent(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.job_agent.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _protocol(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.protocol.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _controller(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.controller.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _inspect(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.inspect.__main__ import main
-
-    return main(argv, prog=prog)
-
-
-def _up(argv: Sequence[str], prog: str) -> int:
-    from entrypoints.up.__main__ import main
-
-    return main(argv, prog=prog)
+    return run
 
 
 COMMANDS: dict[str, Command] = {
-    "up": Command("run the whole stack on this machine (simulated nodes), submit a workload, check agreement", _up),
+    "up": Command("run the whole stack on this machine (simulated nodes), submit a workload, check agreement",
+                  _component("up")),
     "inspect": Command("per node and GPU: allocation, holders, MIG instances and problems, from the API (and "
-                       "the scheduler)", _inspect),
-    "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)", _simulate),
-    "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _scheduler),
-    "runtime": Command("reference node Runtime: the Runtime gRPC contract over NVML or simulated GPUs", _runtime),
+                       "the scheduler)", _component("inspect")),
+    "simulate": Command("replay a GPU cluster trace through the scheduling policies (FGD paper experiment)",
+                        _component("simulate")),
+    "scheduler": Command("GPU-sharing scheduler: kube-scheduler extender or standalone loop", _component("scheduler")),
+    "runtime": Command("reference node Runtime: the Runtime gRPC contract over NVML or simulated GPUs",
+                       _component("runtime")),
     "device-plugin": Command("kubelet device plugin: GPU, core and memory resources allocated from the plan",
-                             _device_plugin),
+                             _component("device_plugin")),
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
-                        _exporter),
-    "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus", _job_agent),
-    "protocol": Command("check that protocol ConfigMaps (or rendered manifests) agree; show a protocol", _protocol),
+                        _component("exporter")),
+    "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus",
+                         _component("job_agent")),
+    "protocol": Command("check that protocol ConfigMaps (or rendered manifests) agree; show a protocol",
+                        _component("protocol")),
     "controller": Command("node controller: enable/disable the node Runtime through Jobs from a Node label",
-                          _controller),
+                          _component("controller")),
 }
 """Subcommand name → :class:`Command`, in ``--help`` order."""
 

@@ -1,5 +1,5 @@
 """The GPU backend port (``ports.gpu_backend``) against every backend: the simulated one, NVML over the fake
-``pynvml`` module (``tests/unit/fake_pynvml.py``) and, with ``LJRK_GPU_TESTS=1`` (marker ``gpu``), real NVML.
+``pynvml`` module (``tests/support/fake_pynvml.py``) and, with ``LJRK_GPU_TESTS=1`` (marker ``gpu``), real NVML.
 
 Node under test (both steerable backends): GPU 0 ``GPU-0000`` whole, GPU 1 ``GPU-1111`` in MIG mode with
 ``3g.20gb`` at slice 0 and ``1g.5gb`` at slice 4, both A100-SXM4-40GB; a clock the test advances; timed recovery
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -35,12 +33,7 @@ from domain.runtime.book import AllocationBook
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
 from domain.units import GiB
 from ports.gpu_backend import GpuBackend, GpuBackendError
-
-UNIT = Path(__file__).resolve().parents[1] / "unit"
-if str(UNIT) not in sys.path:
-    sys.path.insert(0, str(UNIT))
-
-from fake_pynvml import NOT_SUPPORTED, XID, FakeNvml  # noqa: E402  (tests/unit is not a package)
+from support.fake_pynvml import NOT_SUPPORTED, XID, FakeNvml
 
 WHOLE, MIG = GpuUuid("GPU-0000"), GpuUuid("GPU-1111")
 MODEL = "NVIDIA A100-SXM4-40GB"

@@ -17,6 +17,8 @@ import pytest
 from k8s_harness import ControlPlane, start_control_plane
 from kubelet_harness import REAL_NODE_NAME, SECOND_NODE_NAME
 
+from support.polling import wait_for
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "k8s-control-plane.sh"
 
@@ -152,7 +154,6 @@ def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[An
     taint the admission plugin puts on new nodes (no node lifecycle controller runs to lift it).
     Shared by the session."""
     import tempfile
-    import time
 
     from kubelet_harness import start_node
     from kubernetes import client
@@ -164,11 +165,8 @@ def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[An
     try:
         with kubelet_plane.api_client() as api:
             core = client.CoreV1Api(api)
-            deadline = time.monotonic() + 90
-            while not node_ready(api, REAL_NODE_NAME):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"node {REAL_NODE_NAME} not Ready in 90 s\n{node.log_tails()}")
-                time.sleep(0.5)
+            if not wait_for(lambda: node_ready(api, REAL_NODE_NAME), timeout=90, interval=0.5):
+                raise AssertionError(f"node {REAL_NODE_NAME} not Ready in 90 s\n{node.log_tails()}")
             obj = core.read_node(REAL_NODE_NAME)
             taints = [t for t in obj.spec.taints or [] if not t.key.startswith("node.kubernetes.io/not-ready")]
             core.patch_node(REAL_NODE_NAME, {"spec": {"taints": [t.to_dict() for t in taints] or None}})

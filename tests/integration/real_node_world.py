@@ -17,11 +17,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,24 +29,13 @@ from kubelet_harness import WORKLOAD_IMAGE, RealNode
 from kubernetes import client
 
 from domain.kube.protocol import ProtocolConstants
+from support.polling import eventually
 
 LJRK = str(Path(sys.executable).with_name("ljrk"))
 PROTOCOL = ProtocolConstants()
 RES = PROTOCOL.resources
 ENV_END = "LJRK-ENV-END"
 SCHEDULER = PROTOCOL.scheduler_name
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition", step: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy (returned) or ``timeout`` seconds pass (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 def http_get(url: str) -> tuple[int, str]:

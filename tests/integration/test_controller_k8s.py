@@ -23,7 +23,7 @@ import contextlib
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -38,22 +38,12 @@ from domain.toggle.jobs import MANAGED_BY_LABEL, JobTemplate, is_ours, job_node
 from domain.toggle.states import Action
 from entrypoints.controller.app import ControllerApp, ControllerSettings
 from entrypoints.controller.containers import ControllerContainer
+from support.polling import eventually
 
 pytestmark = pytest.mark.k8s
 
 PROTOCOL = ProtocolConstants()
 LABEL, STATE = PROTOCOL.node_label, PROTOCOL.annotations.node_state
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Harness:

@@ -236,10 +236,10 @@ def test_labelling_the_node_enables_it_and_its_resources_appear(api: Any, deploy
     res = ProtocolConstants().resources
     try:
         for component in COMPONENTS:
-            eventually(lambda c=component: _running(api, c), timeout=240, what=f"{component} pod Running", step=1.0)
-        eventually(lambda: _state(api) == "enabled", timeout=120, what="node runtime-state enabled", step=1.0)
+            eventually(lambda c=component: _running(api, c), timeout=240, what=f"{component} pod Running", interval=1.0)
+        eventually(lambda: _state(api) == "enabled", timeout=120, what="node runtime-state enabled", interval=1.0)
         eventually(lambda: all(int(allocatable(api, NODE).get(r, "0")) > 0 for r in (res.gpu, res.core, res.memory)),
-                   timeout=60, what="our three resources allocatable", step=1.0)
+                   timeout=60, what="our three resources allocatable", interval=1.0)
     except AssertionError as exc:
         raise diagnose(exc) from exc
 
@@ -340,12 +340,12 @@ def test_documented_configmap_change_reaches_every_component(api: Any, node: Any
 
     try:
         try:
-            result = eventually(check, 240, "ljrk protocol check exit 0 after the rollout", step=3.0)
+            result = eventually(check, 240, "ljrk protocol check exit 0 after the rollout", interval=3.0)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last check: {' / '.join(last)}") from exc
         assert not any(line.startswith("problem:") for line in result.stdout.splitlines()), result.stdout
         eventually(lambda: client_allocatable(api).get(NEW_CORE) == old_core, 120,
-                   f"{NEW_CORE} allocatable", step=1.0)
+                   f"{NEW_CORE} allocatable", interval=1.0)
         with pods_in_new_namespace(api, node) as pods:
             name = pods.create(pod_manifest(unique("renamed"), [container("main", {NEW_CORE: 20})]))
             pods.wait_running(name, timeout=180)
@@ -367,7 +367,7 @@ def test_label_false_disables_the_node_through_a_job(api: Any, deployed: Deploye
         return _state(api) == "disabled"
 
     try:
-        eventually(disabled, 180, "node runtime-state disabled", step=0.5)
+        eventually(disabled, 180, "node runtime-state disabled", interval=0.5)
     except AssertionError as exc:
         raise diagnose(exc) from exc
     assert jobs, "no disable Job was seen"
@@ -402,6 +402,6 @@ def test_delete_removes_everything_deploy_created(api: Any, deployed: Deployed) 
         return left
 
     try:
-        eventually(lambda: not remaining(), 180, "every object of ours gone", step=2.0)
+        eventually(lambda: not remaining(), 180, "every object of ours gone", interval=2.0)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; still there: {remaining()}") from exc

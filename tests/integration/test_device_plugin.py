@@ -22,6 +22,7 @@ from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import decode_inventory
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
+from support.polling import wait_for
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -172,9 +173,7 @@ def test_plugin_started_before_kubelet_registers_when_it_appears() -> None:
 
 def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> None:
     key = PROTOCOL.annotations.node_inventory
-    deadline = time.monotonic() + 3
-    while key not in world.cluster.get_node(NODE).annotations and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: key in world.cluster.get_node(NODE).annotations)
     first = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
     assert [g.uuid for g in first.gpus] == [g.uuid for g in world.gpus]
     assert first.protocol == PROTOCOL.fingerprint()
@@ -183,12 +182,9 @@ def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> No
     second = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
     assert second.heartbeat > first.heartbeat
     world.in_process_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
-        if record.gpus[0].health is Health.UNHEALTHY:
-            break
-        time.sleep(0.02)
+    wait_for(lambda: decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key).gpus[0].health
+             is Health.UNHEALTHY)
+    record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
     assert record.gpus[0].health is Health.UNHEALTHY
 
 

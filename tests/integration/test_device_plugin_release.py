@@ -16,6 +16,7 @@ import pytest
 from dp_world import NAMES, PROTOCOL, World, share, share_plan, world_fixture
 
 from domain.kube.objects import PodPhase
+from support.polling import wait_for
 
 GPU, CORE, MEM = NAMES.values()
 MARK = PROTOCOL.annotations.pod_allocated
@@ -29,16 +30,6 @@ def world() -> Iterator[World]:
     yield from world_fixture(2, release_interval_s=INTERVAL_S)
 
 
-def _wait(condition: object, timeout: float) -> bool:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return bool(condition())
-
-
 def _held(world: World) -> set[str]:
     return {c.pod_uid for c in world.in_process_runtime.exporter_data().containers}
 
@@ -49,7 +40,7 @@ def test_pod_is_marked_allocated_after_kubelets_last_call(world: World) -> None:
     time.sleep(0.3)
     assert MARK not in world.cluster.get_pod("default", "a").annotations
     world.kubelet.admit(MEM, 4)
-    assert _wait(lambda: MARK in world.cluster.get_pod("default", "a").annotations, 5)
+    assert wait_for(lambda: MARK in world.cluster.get_pod("default", "a").annotations, 5)
     stamp = float(world.cluster.get_pod("default", "a").annotations[MARK])
     assert abs(stamp - time.time()) < 10
     assert world.service.marker.written == 1
@@ -68,16 +59,16 @@ def test_deleted_pod_record_is_released_within_interval_plus_grace(world: World)
         world.cluster.set_pod_phase("default", name, PodPhase.RUNNING)
     assert _held(world) == {kept.uid, gone.uid}
     passes = world.app.reconciler.passes
-    assert _wait(lambda: world.app.reconciler is not None and world.app.reconciler.passes >= passes + 3, 5)
+    assert wait_for(lambda: world.app.reconciler is not None and world.app.reconciler.passes >= passes + 3, 5)
     time.sleep(grace)
     assert _held(world) == {kept.uid, gone.uid}  # running pods keep their records, however old
 
     deleted_at = time.monotonic()
     world.cluster.delete_pod("default", "gone", grace_period_seconds=0)
-    assert _wait(lambda: gone.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
+    assert wait_for(lambda: gone.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
     assert time.monotonic() - deleted_at <= INTERVAL_S + grace + SLACK_S
     assert _held(world) == {kept.uid}
-    assert _wait(lambda: world.app.status().released_records == 1, 5)  # counted after Release returns
+    assert wait_for(lambda: world.app.status().released_records == 1, 5)  # counted after Release returns
 
     # a pod deleted right after its admission: its fresh record waits for the grace or a second pass
     fresh = world.pod("fresh", [share("main", core=20, memory=1)], [share_plan("main", 1, core=20, memory_gib=1)])
@@ -85,6 +76,6 @@ def test_deleted_pod_record_is_released_within_interval_plus_grace(world: World)
     world.kubelet.admit(MEM, 1)
     deleted_at = time.monotonic()
     world.cluster.delete_pod("default", "fresh", grace_period_seconds=0)
-    assert _wait(lambda: fresh.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
+    assert wait_for(lambda: fresh.uid not in _held(world), INTERVAL_S + grace + SLACK_S)
     assert time.monotonic() - deleted_at <= INTERVAL_S + grace + SLACK_S
-    assert _wait(lambda: world.app.status().released_records == 2, 5)
+    assert wait_for(lambda: world.app.status().released_records == 2, 5)

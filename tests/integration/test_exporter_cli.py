@@ -9,6 +9,7 @@ bad flags exit 2; the process exits 0 on SIGTERM.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -38,6 +39,7 @@ from domain.runtime.features import SemVer
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
 from entrypoints.exporter.__main__ import main as exporter_main
 from entrypoints.runtime.inprocess import InProcessRuntime
+from support.polling import eventually
 
 GIB = 1 << 30
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -119,17 +121,8 @@ def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def _wait(predicate: object, timeout_s: float = 10) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+_wait = functools.partial(eventually, ignoring=(OSError,))
+"""Wait on the exporter's HTTP answers: a refused or reset connection counts as not yet."""
 
 
 def test_grpc_pod_resources_client(world: World) -> None:
@@ -200,7 +193,7 @@ def test_process_exits_0_on_sigterm(world: World) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
-        _wait(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, timeout_s=20)
+        _wait(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, timeout=20)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=10)
         assert process.returncode == 0, err.decode()

@@ -226,7 +226,7 @@ def stack() -> Iterator[Stack]:
         running = Stack(root, node, kubelet, exporter, port)
         cleanup.callback(running.stop_exporter)
         try:
-            _wait(lambda: exporter.poll() is None and _settled(running), timeout_s=20)
+            _wait(lambda: exporter.poll() is None and _settled(running), timeout=20)
         except AssertionError:
             raise AssertionError(f"the exporter did not serve the fixture:\n{running.exporter_log()}") from None
         yield running
@@ -285,7 +285,7 @@ def prometheus(prometheus_server: Path, stack: Stack, tmp_path: Path) -> Iterato
     server = Prometheus(process, port, log)
     try:
         try:
-            _wait(lambda: process.poll() is None and _get(f"{server.base}/-/ready")[0] == 200, timeout_s=15)
+            _wait(lambda: process.poll() is None and _get(f"{server.base}/-/ready")[0] == 200, timeout=15)
         except AssertionError:
             tail = log.read_text(errors="replace")[-4000:]
             raise AssertionError(f"Prometheus did not become ready:\n{tail}") from None
@@ -357,7 +357,7 @@ def _expected_counts(pods: int) -> dict[str, int]:
 def _settle(predicate: Callable[[], bool], timeout_s: float) -> None:
     """Wait until ``predicate`` holds, at most ``timeout_s``; the precise assertions that follow say what is wrong."""
     with contextlib.suppress(AssertionError):
-        _wait(predicate, timeout_s=timeout_s)
+        _wait(predicate, timeout=timeout_s)
 
 
 def _key(labels: Labels) -> tuple[tuple[str, str], ...]:

@@ -15,54 +15,29 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-from kube_builders import KEYS, PROTOCOL, RES, make_node
-
 from adapters.memory.cluster import InMemoryCluster
-from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.kube.objects import ContainerSpec, PodObject
-from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from entrypoints.scheduler.httpserver import KEEP_ALIVE_IDLE
-from services.scheduler.service import SchedulerService, ServiceConfig
-
-NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
-"""No device plugin here marks pods allocated, so admission holds are off."""
-
-
-def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+from support.kube_builders import KEYS, PROTOCOL, RES, make_node
+from support.polling import eventually
+from support.scheduler_replica import SchedulerReplica
 
 
-class Running:
+class Running(SchedulerReplica):
+    cluster: InMemoryCluster
+
     def __init__(self, mode: str = "extender") -> None:
-        self.cluster = InMemoryCluster()
-        self.metrics = PrometheusSchedulerMetrics()
-        self.leader = [True]
-        self.service = SchedulerService(self.cluster, PROTOCOL, self.metrics, config=NO_HOLDS,
-                                        is_leader=lambda: self.leader[0])
-        settings = SchedulerSettings(mode=mode, host="127.0.0.1", port=0, watch_timeout_seconds=0.2,
-                                     tick_seconds=0.1)
-        self.app = SchedulerApp(settings=settings, cluster=self.cluster, service=self.service, elector=None,
-                                metrics_text=self.metrics.exposition)
-        host, port = self.app.http.address
-        self.url = f"http://{host}:{port}"
+        super().__init__(InMemoryCluster(), mode=mode)
 
     def node(self, name: str, count: int = 2) -> None:
         self.cluster.create_node(make_node(name, count, heartbeat=time.time()))
@@ -94,12 +69,8 @@ class Running:
 @pytest.fixture
 def running() -> Iterator[Running]:
     r = Running()
-    r.app.start()
-    eventually(lambda: r.service.serving)
-    try:
+    with r.serving():
         yield r
-    finally:
-        r.app.stop()
 
 
 def raw_pod(pod: PodObject) -> dict[str, Any]:

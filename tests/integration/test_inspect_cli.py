@@ -15,23 +15,17 @@ from __future__ import annotations
 import json
 import re
 import socket
-import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dependency_injector import providers
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-from kube_builders import KEYS, PROTOCOL, RES, make_gpus, make_node
-
 from adapters.httpjson import HttpSchedulerView
 from adapters.memory.cluster import InMemoryCluster
-from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.inspection.view import VIEW_PATH, SchedulerView, decode_view
 from domain.kube.annotations import encode_plan
@@ -41,29 +35,19 @@ from entrypoints.cli import COMMANDS
 from entrypoints.cli import main as ljrk
 from entrypoints.inspect.__main__ import main
 from entrypoints.inspect.containers import InspectContainer
-from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from services.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import ServiceConfig
+from support.kube_builders import KEYS, RES, make_gpus, make_node
+from support.polling import eventually
+from support.scheduler_replica import SchedulerReplica
 
 
-def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
-class World:
+class World(SchedulerReplica):
     """An in-memory cluster with a scheduler replica (extender mode, leader) watching it."""
 
+    cluster: InMemoryCluster
+
     def __init__(self) -> None:
-        self.cluster = InMemoryCluster()
-        self.service = SchedulerService(self.cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                                        config=ServiceConfig(admission_hold_seconds=None))
-        settings = SchedulerSettings(host="127.0.0.1", port=0, watch_timeout_seconds=0.2, tick_seconds=0.1)
-        self.app = SchedulerApp(settings=settings, cluster=self.cluster, service=self.service, elector=None,
-                                metrics_text=lambda: b"")
-        host, port = self.app.http.address
-        self.url = f"http://{host}:{port}"
+        super().__init__(InMemoryCluster(), config=ServiceConfig(admission_hold_seconds=None))
 
     def node(self, name: str, count: int = 2, *, heartbeat: float | None = None) -> None:
         self.cluster.create_node(make_node(name, count, heartbeat=time.time() if heartbeat is None else heartbeat))
@@ -105,12 +89,8 @@ class FixedView:
 @pytest.fixture
 def world() -> Iterator[World]:
     w = World()
-    w.app.start()
-    eventually(lambda: w.service.serving)
-    try:
+    with w.serving():
         yield w
-    finally:
-        w.app.stop()
 
 
 def _json(out: str) -> dict[str, Any]:

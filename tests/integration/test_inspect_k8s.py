@@ -13,15 +13,13 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from k8s_harness import ControlPlane
 from kubernetes import client
 
 from adapters.kubernetes import KubernetesCluster
-from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_inventory, encode_plan
@@ -29,8 +27,9 @@ from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.units import GiB
 from entrypoints.inspect.__main__ import main
-from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
-from services.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.service import ServiceConfig
+from support.polling import eventually
+from support.scheduler_replica import SchedulerReplica
 
 pytestmark = pytest.mark.k8s
 
@@ -39,34 +38,20 @@ RES, KEYS = PROTOCOL.resources, PROTOCOL.annotations
 NOBODY = "ljrk-test-none"  # no scheduler serves these pods: the test binds them
 
 
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 def gpus(node: str) -> tuple[Gpu, ...]:
     return tuple(Gpu(i, GpuUuid(f"GPU-{node}-{i}"), "A100", 16 * GiB) for i in range(2))
 
 
-class World:
+class World(SchedulerReplica):
     """Two GPU nodes, bound pods, and a scheduler replica, on the real API server; deleted at the end."""
 
     def __init__(self, plane: ControlPlane, namespace: str) -> None:
         self.plane, self.namespace = plane, namespace
         self.api = plane.api_client()
         self.core = client.CoreV1Api(self.api)
-        self.cluster = KubernetesCluster(self.api)
         self.nodes: list[str] = []
-        self.service = SchedulerService(self.cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                                        config=ServiceConfig(admission_hold_seconds=None))
-        settings = SchedulerSettings(host="127.0.0.1", port=0, watch_timeout_seconds=1, tick_seconds=0.2)
-        self.app = SchedulerApp(settings=settings, cluster=self.cluster, service=self.service, elector=None,
-                                metrics_text=lambda: b"")
-        host, port = self.app.http.address
-        self.url = f"http://{host}:{port}"
+        super().__init__(KubernetesCluster(self.api), config=ServiceConfig(admission_hold_seconds=None),
+                         watch_timeout_seconds=1, tick_seconds=0.2)
 
     def node(self, *, age_s: float = 0.0) -> str:
         name = f"inspect-{uuid.uuid4().hex[:8]}"

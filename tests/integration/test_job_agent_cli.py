@@ -28,6 +28,7 @@ import pytest
 
 from adapters.grpc import GrpcNodeConfig
 from domain.runtime.types import ConfigStatus, RuntimeState
+from support.polling import wait_for
 
 LJRK = [sys.executable, "-c", "import sys; from entrypoints.cli import main; sys.exit(main())"]
 """The ``ljrk`` console script's entry point, run with this interpreter (no dependency on PATH)."""
@@ -57,9 +58,7 @@ class Runtime:
 
     def status(self) -> ConfigStatus:
         with GrpcNodeConfig.connect(self.socket, timeout_s=5) as client:
-            deadline = time.monotonic() + 15
-            while not self.socket.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(self.socket.exists)
             client.wait_ready(10)
             return client.status()
 

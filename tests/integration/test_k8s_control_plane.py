@@ -24,39 +24,27 @@ import datetime as dt
 import json
 import os
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from k8s_harness import ControlPlane, start_control_plane
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from support.k8s_nodes import NOT_READY_TAINT, make_schedulable
+from support.polling import eventually
+
 pytestmark = pytest.mark.k8s
 
 GPU_CORE = "alibabacloud.com/gpu-core.percentage"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 NO_SCHEDULER = "ljrk-smoke-none"  # no scheduler serves it: the test binds these pods itself
-
-T = TypeVar("T")
 
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _eventually(fn: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def _pod(name: str, gpu_core: str | None = "50", *, limits: dict[str, str] | None = None,
@@ -101,13 +89,7 @@ def gpu_node(k8s_control_plane: ControlPlane) -> Iterator[str]:
         core = client.CoreV1Api(api)
         name = _name("gpu-node")
         core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={"ljrk/smoke": "true"})))
-        resources = {"cpu": "8", "memory": "32Gi", "pods": "110", GPU_CORE: "400"}
-        core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
-        node = core.read_node(name)
-        taints = node.spec.taints or []
-        if any(t.key == NOT_READY_TAINT for t in taints):
-            kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
-            core.patch_node(name, {"spec": {"taints": kept or None}})
+        make_schedulable(core, name, {"cpu": "8", "memory": "32Gi", "pods": "110", GPU_CORE: "400"})
         yield name
         core.delete_node(name)
 
@@ -317,7 +299,7 @@ def test_default_scheduler_binds_a_gpu_pod(core: client.CoreV1Api, k8s_namespace
     spec = _pod(pod, "30", scheduler="default-scheduler")
     spec.spec.node_selector = {"ljrk/smoke": "true"}
     core.create_namespaced_pod(k8s_namespace, spec)
-    node = _eventually(
+    node = eventually(
         lambda: core.read_namespaced_pod(pod, k8s_namespace).spec.node_name, what="kube-scheduler to bind the pod"
     )
     assert node == gpu_node
@@ -339,7 +321,7 @@ def test_job_controller_creates_the_jobs_pod(k8s_api: Any, core: client.CoreV1Ap
             ),
         ),
     )
-    pods = _eventually(
+    pods = eventually(
         lambda: core.list_namespaced_pod(k8s_namespace, label_selector=f"job-name={job}").items,
         what="the job controller to create a pod",
     )

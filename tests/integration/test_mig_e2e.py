@@ -15,8 +15,7 @@ the plugin register the new resource.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from dp_world import NAMES, NODE, PROTOCOL, World, make_world
@@ -31,6 +30,7 @@ from domain.mig.gpu import PlacementMode
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.polling import wait_for
 
 MIG_UUID = GpuUuid("GPU-00000000-aaaa-bbbb-cccc-000000000000")
 SHARED_UUID = GpuUuid("GPU-00000001-aaaa-bbbb-cccc-000000000000")
@@ -40,15 +40,6 @@ INVENTORY = [
 ]
 RESOURCE = "alibabacloud.com/mig-3g.40gb"
 ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "pods": "110"}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def scheduler(world: World, mode: PlacementMode) -> SchedulerService:

@@ -54,6 +54,7 @@ from entrypoints.runtime.__main__ import main
 from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
 from ports.runtime import RuntimeDisabledError, UnsupportedFeatureError
+from support.polling import wait_for
 
 SPEC = "2x16Gi:A100"
 
@@ -261,9 +262,7 @@ def test_command_serves_until_sigterm(sock_dir: Path) -> None:
                                env={**os.environ, "PYTHONWARNINGS": "error"})
     try:
         with GrpcNodeRuntime.connect(socket_path, timeout_s=5) as client:
-            deadline = time.monotonic() + 15
-            while not socket_path.exists() and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.05)
+            wait_for(lambda: socket_path.exists() or process.poll() is not None)
             client.wait_ready(10)
             assert client.get_version().backend == "simulated"
             assert len(client.list_devices()) == 2

@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from k8s_harness import ControlPlane, control_plane, free_ports
@@ -41,27 +40,17 @@ from domain.units import GiB
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from services._shared.leader import LeaderConfig, LeaderElector
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.k8s_nodes import make_schedulable
+from support.polling import eventually
 
 pytestmark = pytest.mark.k8s
 
 PROTOCOL = ProtocolConstants()
 RES, KEYS = PROTOCOL.resources, PROTOCOL.annotations
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 NOBODY = "ljrk-test-none"  # pre-filled pods: no scheduler serves them, the test binds them
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
 """No device plugin here marks pods allocated, so admission holds are off."""
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def gpus(node: str, count: int = 2) -> tuple[Gpu, ...]:
@@ -148,12 +137,8 @@ def make_nodes(core: client.CoreV1Api) -> Iterator[Callable[..., list[str]]]:
             core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
                 name=name, labels=labels, annotations={KEYS.node_inventory: inventory})))
             made.append(name)
-            resources = {"cpu": "8", "memory": "32Gi", "pods": "110", RES.gpu: "2", RES.core: "200",
-                         RES.memory: "32"}
-            core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
-            taints = core.read_node(name).spec.taints or []
-            kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
-            core.patch_node(name, {"spec": {"taints": kept or None}})
+            make_schedulable(core, name, {"cpu": "8", "memory": "32Gi", "pods": "110", RES.gpu: "2", RES.core: "200",
+                                          RES.memory: "32"})
         return names
 
     yield make

@@ -34,7 +34,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,29 +52,19 @@ from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
 from ports.cluster import ClusterError
 from services._shared.leader import LeaderConfig, LeaderElector
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.k8s_nodes import make_schedulable
+from support.polling import eventually
 
 pytestmark = pytest.mark.k8s
 
 PROTOCOL = ProtocolConstants()
 RES, KEYS = PROTOCOL.resources, PROTOCOL.annotations
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
 SLACK = 0.75
 """Seconds allowed on top of the algorithm's bounds for API round trips and test polling on a loaded machine."""
 
 NO_HOLDS = ServiceConfig(policy="fgd", admission_hold_seconds=None)
 """No device plugin here marks pods allocated, so admission holds are off."""
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition", poll: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(poll)
 
 
 class LeaseLink:
@@ -185,10 +175,8 @@ def gpu_node(core: client.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
     core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
         name=name, labels=label, annotations={KEYS.node_inventory: inventory})))
     try:
-        resources = {"cpu": "8", "memory": "32Gi", "pods": "110", RES.gpu: "2", RES.core: "200", RES.memory: "32"}
-        core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
-        taints = core.read_node(name).spec.taints or []
-        core.patch_node(name, {"spec": {"taints": [t.to_dict() for t in taints if t.key != NOT_READY_TAINT] or None}})
+        make_schedulable(core, name, {"cpu": "8", "memory": "32Gi", "pods": "110", RES.gpu: "2", RES.core: "200",
+                                      RES.memory: "32"})
         yield name, label
     finally:
         core.delete_node(name)
@@ -239,7 +227,7 @@ def test_standby_takes_over_when_the_leaders_lease_expires(
         gap = new.cluster.create_pod(our_pod(f"ha-gap-{uuid.uuid4().hex[:6]}", label))
         pods.append(gap.name)
         eventually(lambda: new.service.serving, timeout=LEASE_DURATION + 2 * RETRY_PERIOD + 3, what="takeover",
-                   poll=0.01)
+                   interval=0.01)
         took_over = renewals(new.link, new.identity)
         assert took_over, "the standby serves without having written the Lease"
         takeover_at = took_over[0]

@@ -52,6 +52,7 @@ from entrypoints.up.containers import UpContainer
 from entrypoints.up.simnode import HOSTNAME_LABEL, SimNode
 from entrypoints.up.workload import Arrival, pod_object
 from ports.cluster import NotFoundError
+from support.polling import TIMEOUT, eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE0, NODE1 = "ljrk-up-node-0", "ljrk-up-node-1"
@@ -88,13 +89,10 @@ class Harness:
         except NotFoundError:
             return None
 
-    def wait(self, what: str, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.05)
+    def wait(self, what: str, predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+        eventually(predicate, timeout, what)
 
-    def wait_phase(self, name: str, phase: PodPhase, timeout: float = 10.0) -> PodObject:
+    def wait_phase(self, name: str, phase: PodPhase, timeout: float = TIMEOUT) -> PodObject:
         self.wait(f"{name} {phase.value}", lambda: (p := self.pod(name)) is not None and p.phase is phase, timeout)
         pod = self.pod(name)
         assert pod is not None

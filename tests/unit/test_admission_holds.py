@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from kube_builders import PROTOCOL
-from scheduler_world import new_pod, schedule_and_commit, world
 
 from domain.errors import InvalidRequestError
 from domain.kube.objects import PodPhase
@@ -28,6 +26,8 @@ from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import service_config
 from services.scheduler.extender import Extender
 from services.scheduler.policies import ServiceConfig
+from support.kube_builders import PROTOCOL
+from support.scheduler_world import new_pod, schedule_and_commit, world
 
 KEY = PROTOCOL.annotations.pod_allocated
 

@@ -15,9 +15,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,19 +27,9 @@ from entrypoints import cli
 from entrypoints.controller.__main__ import main
 from entrypoints.controller.app import ControllerApp, ControllerSettings, SettingsError
 from entrypoints.controller.containers import ControllerContainer
+from support.polling import eventually
 
 BASE = ["--in-memory", "--listen", "127.0.0.1:0", "--watch-timeout-seconds", "0.2"]
-
-
-def eventually(check: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_help_lists_the_contract(capsys: pytest.CaptureFixture[str]) -> None:

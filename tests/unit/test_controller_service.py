@@ -26,12 +26,12 @@ import random
 
 import attrs
 import pytest
-from controller_world import DETAIL_KEY, LABEL, NAMESPACE, STATE_KEY, World
 
 from domain.kube.objects import JobPhase, JobStatus, NodeObject, OwnerReference, Propagation
 from domain.toggle.jobs import MANAGED_BY_LABEL, JobTemplate
 from domain.toggle.states import Action
 from ports.cluster import ClusterError
+from support.controller_world import DETAIL_KEY, LABEL, NAMESPACE, STATE_KEY, World
 
 
 def enabled_world(nodes: int, *, managed_every: int = 2, **kw: object) -> World:

@@ -19,14 +19,11 @@ Behaviours covered:
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
 import pytest
-from kube_builders import Clock
-from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
@@ -47,6 +44,9 @@ from ports.cluster import ConflictError, UnavailableError
 from ports.runtime import NodeRuntimeError
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
+from support.kube_builders import Clock
+from support.mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
+from support.polling import wait_for
 
 NODE = "n1"
 PROTOCOL = ProtocolConstants()
@@ -228,21 +228,12 @@ def test_marker_worker_writes_on_submit_and_stops() -> None:
     try:
         service.allocate(CORE, ids(50))
         service.allocate(MEMORY, ids(4))
-        assert _wait(lambda: MARK in cluster.get_pod("default", "a").annotations)
+        assert wait_for(lambda: MARK in cluster.get_pod("default", "a").annotations)
     finally:
         stop.set()
         service.marker.wake()
         worker.join(5)
     assert not worker.is_alive()
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return bool(condition())
 
 
 # ------------------------------------------------------------------ the release reconciler
@@ -369,7 +360,7 @@ def test_reconciler_skips_a_pass_when_the_runtime_or_the_api_fails(caplog: pytes
         stop = threading.Event()
         loop = threading.Thread(target=broken.run, args=(stop,), daemon=True)
         loop.start()
-        assert _wait(lambda: sum("release pass skipped" in r.message for r in caplog.records) >= 2)
+        assert wait_for(lambda: sum("release pass skipped" in r.message for r in caplog.records) >= 2)
         assert loop.is_alive()  # failures are logged, the loop goes on
         stop.set()
         loop.join(5)

@@ -50,6 +50,7 @@ from entrypoints.exporter.containers import ExporterContainer
 from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.runtime import RuntimeUnavailableError
 from services.exporter.collector import SnapshotCollector
+from support.polling import wait_for
 
 GIB = 1 << 30
 NODE = "node-a"
@@ -207,9 +208,7 @@ def test_hung_runtime_scrape_fast_last_snapshot_runtime_down(hanging: HangingRun
     assert collector.snapshot().runtime_errors == 2
     hanging.hang = False
     hanging.release_hang.set()
-    deadline = time.monotonic() + 5
-    while not collector.refresh() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(collector.refresh, interval=0.05)
     parsed = _parse(metrics.exposition())
     assert parsed[PREFIX + "exporter_runtime_up"][0][1] == 1.0
     assert parsed[PREFIX + "exporter_data_stale"][0][1] == 0.0

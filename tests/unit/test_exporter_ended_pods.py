@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,20 +51,12 @@ from entrypoints.exporter.containers import ExporterContainer
 from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from services.exporter.podphases import EndedPods
+from support.polling import wait_for
 
 GIB = 1 << 30
 NODE = "n1"
 GPUS = [Gpu(i, GpuUuid(f"GPU-{i}"), "A100", 16 * GIB) for i in range(2)]
 LIMIT = "lj_runtimekit_container_gpu_core_limit_ratio"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def _pods_on_metrics(app: ExporterApp) -> set[str]:

@@ -26,7 +26,6 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 import pytest
-from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import DomainError, InvalidRequestError
@@ -36,6 +35,7 @@ from domain.request import ContainerRequest, GpuSelector, PodRequest, single_con
 from domain.scheduling.framework.cycle import CycleState, Profile, Scheduler, WeightedScore
 from domain.scheduling.registry import build_profile
 from domain.units import GiB
+from support.ledger_poke import corrupt_core_used
 
 GPU16 = 16 * GiB
 I64 = npt.NDArray[np.int64]

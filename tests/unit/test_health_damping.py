@@ -18,11 +18,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kube_builders import Clock
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.runtime_state import InMemoryRuntimeStateStore
@@ -35,19 +33,12 @@ from domain.runtime.types import DeviceInfo, HealthChange
 from domain.units import GiB
 from services.device_plugin.service import DevicePluginService
 from services.runtime.service import RuntimeService
+from support.kube_builders import Clock
+from support.polling import wait_for
 
 A = GpuUuid("GPU-a")
 B = GpuUuid("GPU-b")
 GPUS = (Gpu(0, A, "A100", 16 * GiB), Gpu(1, B, "A100", 16 * GiB))
-
-
-def _until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def test_flapping_gpu_sends_one_unhealthy_and_one_healthy_update() -> None:
@@ -64,13 +55,13 @@ def test_flapping_gpu_sends_one_unhealthy_and_one_healthy_update() -> None:
     runtime.start()
     follower.start()
     try:
-        assert _until(lambda: runtime.list_devices() and plugin._health_stream is not None)
+        assert wait_for(lambda: runtime.list_devices() and plugin._health_stream is not None)
         for flap in range(5):  # five faults and five recoveries within 10 s
             backend.inject_health(A, Health.UNHEALTHY, f"XID 79 #{flap}")
             clock.now += 1.0
             backend.inject_health(A, Health.HEALTHY, "recovery action: none")
             clock.now += 1.0
-        assert _until(lambda: len(updates) >= 1)
+        assert wait_for(lambda: len(updates) >= 1)
         time.sleep(0.3)  # let every raw change through the pump
         assert updates == [Health.UNHEALTHY]
         listed = runtime.list_devices()[0]
@@ -83,7 +74,7 @@ def test_flapping_gpu_sends_one_unhealthy_and_one_healthy_update() -> None:
         time.sleep(0.2)
         assert updates == [Health.UNHEALTHY]
         clock.now = last_fault + 30.0
-        assert _until(lambda: len(updates) >= 2)
+        assert wait_for(lambda: len(updates) >= 2)
         time.sleep(0.2)
         assert updates == [Health.UNHEALTHY, Health.HEALTHY]
         assert runtime.list_devices()[0].gpu.health is Health.HEALTHY

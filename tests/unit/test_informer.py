@@ -10,13 +10,13 @@ asked.
 from __future__ import annotations
 
 import threading
-import time
 
 import attrs
 
 from adapters.memory.cluster import InMemoryCluster
 from domain.kube.objects import ContainerSpec, EventType, NodeObject, PodObject, WatchEvent
 from services._shared.informer import Informer, node_informer
+from support.polling import wait_for
 
 
 def pod(name: str) -> PodObject:
@@ -40,15 +40,6 @@ def pod_informer(cluster: InMemoryCluster, upserts: list[str], deletes: list[str
         on_delete=delete,
         watch_timeout=0.2,
     )
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_list_then_watch_keeps_the_cache_in_step() -> None:

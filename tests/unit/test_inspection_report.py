@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from kube_builders import KEYS, NOW, PROTOCOL, make_gpus, make_node, make_pod, make_sync, with_plan
-from mig_builders import mig_gpus, mig_node, mig_pod, with_mig_plan
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -47,6 +45,8 @@ from domain.kube.annotations import encode_inventory
 from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.units import GiB
+from support.kube_builders import KEYS, NOW, PROTOCOL, make_gpus, make_node, make_pod, make_sync, with_plan
+from support.mig_builders import mig_gpus, mig_node, mig_pod, with_mig_plan
 
 
 def share(uid: str, node: str, index: int, core: int, mem_gib: int, *, scheduler: str = "other",

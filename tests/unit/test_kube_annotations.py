@@ -21,7 +21,6 @@ import json
 
 import attrs
 import pytest
-from kube_builders import GPU16, KEYS, NOW, PROTOCOL, make_gpus
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -36,6 +35,7 @@ from domain.kube.annotations import (
     plan_owner,
 )
 from domain.units import GiB
+from support.kube_builders import GPU16, KEYS, NOW, PROTOCOL, make_gpus
 
 INV = KEYS.node_inventory
 PLAN = KEYS.pod_plan

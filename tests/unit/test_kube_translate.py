@@ -32,19 +32,6 @@ from fractions import Fraction
 import attrs
 import numpy as np
 import pytest
-from kube_builders import (
-    GPU16,
-    KEYS,
-    NOW,
-    PROTOCOL,
-    RES,
-    Clock,
-    make_gpus,
-    make_node,
-    make_pod,
-    make_scheduler,
-    with_plan,
-)
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -70,6 +57,19 @@ from domain.request import ContainerRequest, GpuKind, PodRequest, resolve_share
 from domain.scheduling.framework.planner import share_needs
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB, MiB
+from support.kube_builders import (
+    GPU16,
+    KEYS,
+    NOW,
+    PROTOCOL,
+    RES,
+    Clock,
+    make_gpus,
+    make_node,
+    make_pod,
+    make_scheduler,
+    with_plan,
+)
 
 PERCENT = ProtocolConstants(
     memory_unit="1%", resources=ResourceNames(memory="alibabacloud.com/gpu-memory.percentage")

@@ -20,6 +20,7 @@ from adapters.memory.cluster import InMemoryCluster
 from domain.errors import InvalidRequestError
 from ports.cluster import ConflictError, UnavailableError
 from services._shared.leader import LeaderConfig, LeaderElector
+from support.polling import wait_for
 
 
 class Clock:
@@ -194,9 +195,7 @@ def test_run_outlives_failing_attempts_and_failing_callbacks() -> None:
                               kwargs={"on_started": on_started})
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while cluster.calls < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: cluster.calls >= 6)
         assert cluster.calls >= 6  # every kind of error, twice: the loop went on
         assert thread.is_alive()
         cluster.failing = False

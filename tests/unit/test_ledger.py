@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import (
@@ -38,6 +37,7 @@ from domain.errors import (
 from domain.gpu import Gpu, GpuUuid, Health, MigMode, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.units import GiB
+from support.ledger_poke import corrupt_core_used
 
 GPU16 = 16 * GiB
 

@@ -18,7 +18,6 @@ import random
 import numpy as np
 import numpy.typing as npt
 import pytest
-from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InsufficientResourcesError, InvalidRequestError, LedgerCorruptedError
@@ -28,6 +27,7 @@ from domain.request import ContainerRequest
 from domain.scheduling.framework.planner import any_per_row, ledger_share_needs, share_needs
 from domain.scheduling.policies.fgd.score import fit_bits
 from domain.units import GiB
+from support.ledger_poke import corrupt_core_used
 
 NAMES = ("a", "b", "c", "d")
 MODELS = ("A100", "V100", "T4")

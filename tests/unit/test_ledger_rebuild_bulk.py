@@ -30,8 +30,6 @@ import json
 
 import attrs
 import pytest
-from kube_builders import GPU16, KEYS, PROTOCOL, Clock, make_gpus, make_node, make_pod, with_plan
-from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -46,6 +44,8 @@ from domain.ledger import ClusterLedger
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
 from services._shared.gcpause import collection_paused
+from support.kube_builders import GPU16, KEYS, PROTOCOL, Clock, make_gpus, make_node, make_pod, with_plan
+from support.ledger_poke import corrupt_core_used
 
 TAGS = ("share-gpu", "1-gpu", "2-gpu")
 

@@ -39,7 +39,16 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube_builders import (
+
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.errors import InvalidRequestError
+from domain.kube.annotations import encode_inventory
+from domain.kube.objects import NodeObject, PodObject, PodPhase
+from domain.kube.translate import AllocationSource
+from domain.request import PodRequest
+from domain.scheduling.sync import LedgerSync, Tombstone
+from domain.units import GiB
+from support.kube_builders import (
     GPU16,
     KEYS,
     NOW,
@@ -53,16 +62,7 @@ from kube_builders import (
     used,
     with_plan,
 )
-from ledger_poke import corrupt_core_used
-
-from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
-from domain.errors import InvalidRequestError
-from domain.kube.annotations import encode_inventory
-from domain.kube.objects import NodeObject, PodObject, PodPhase
-from domain.kube.translate import AllocationSource
-from domain.request import PodRequest
-from domain.scheduling.sync import LedgerSync, Tombstone
-from domain.units import GiB
+from support.ledger_poke import corrupt_core_used
 
 
 def bound(sync: LedgerSync, pod: PodObject, allocation: PodAllocation | None) -> PodObject:

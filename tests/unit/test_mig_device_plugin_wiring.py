@@ -22,8 +22,6 @@ import json
 
 import attrs
 import pytest
-from kube_builders import KEYS, PROTOCOL, Clock, make_scheduler
-from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
 from domain.deviceplugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
@@ -43,6 +41,8 @@ from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.device_plugin.service import DevicePluginService
+from support.kube_builders import KEYS, PROTOCOL, Clock, make_scheduler
+from support.mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 NODE = "n1"
 MIG = GpuUuid("GPU-mig-0")

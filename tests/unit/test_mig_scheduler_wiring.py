@@ -25,9 +25,6 @@ import heapq
 
 import attrs
 import pytest
-from kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node
-from mig_builders import mig_gpus, mig_node, mig_pod
-from scheduler_world import FlakyCluster
 
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.gpu import Gpu, GpuUuid, MigMode
@@ -41,6 +38,9 @@ from entrypoints.scheduler.containers import service_config
 from services.scheduler.extender import Extender
 from services.scheduler.service import CommitError, SchedulerService, ServiceConfig
 from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node
+from support.mig_builders import mig_gpus, mig_node, mig_pod
+from support.scheduler_world import FlakyCluster
 
 RESOURCE = "alibabacloud.com/mig-3g.40gb"
 

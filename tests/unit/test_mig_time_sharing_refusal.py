@@ -13,9 +13,6 @@ Behaviours covered:
 from __future__ import annotations
 
 import pytest
-from kube_builders import KEYS
-from mig_builders import mig_gpus, mig_node
-from scheduler_world import World, world
 
 from domain.kube.objects import PodObject
 from domain.mig.profiles import MIG_MODELS
@@ -23,6 +20,9 @@ from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.mig.timesharing import fitting_profiles
 from domain.units import GiB
 from services.scheduler.extender import Extender
+from support.kube_builders import KEYS
+from support.mig_builders import mig_gpus, mig_node
+from support.scheduler_world import World, world
 
 STEM = "alibabacloud.com/mig-"
 

@@ -32,8 +32,6 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node, make_pod, make_scheduler, make_sync
-from mig_builders import A100_80, PREFIX, mig_gpus, mig_node, mig_pod, mig_spec, records, with_mig_plan
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -62,6 +60,8 @@ from domain.request import ContainerRequest, GpuKind
 from domain.scheduling.mig.books import PLACEHOLDER_PREFIX
 from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.units import GiB
+from support.kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node, make_pod, make_scheduler, make_sync
+from support.mig_builders import A100_80, PREFIX, mig_gpus, mig_node, mig_pod, mig_spec, records, with_mig_plan
 
 INV, PLAN = KEYS.node_inventory, KEYS.pod_plan
 GPUS = mig_gpus("n1")

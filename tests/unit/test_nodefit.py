@@ -22,7 +22,6 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
-from kube_builders import NOW, make_node, make_pod, make_scheduler, make_sync
 
 from domain.kube.objects import NodeObject, NodeSelectorRequirement, NodeSelectorTerm, Taint, TaintEffect, Toleration
 from domain.ledger import ClusterLedger
@@ -39,6 +38,7 @@ from domain.scheduling.nodefit import (
     term_matches,
 )
 from domain.scheduling.sync import LedgerSync
+from support.kube_builders import NOW, make_node, make_pod, make_scheduler, make_sync
 
 GPU_POD = single_container_pod("p", core_milli=100)
 CPU_POD = single_container_pod("p", cpu_milli=100)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-from kube_builders import make_node, make_pod, make_scheduler, make_sync
 
 from domain.kube.protocol import ProtocolConstants
 from domain.request import single_container_pod
 from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.nodefit import RuntimeToggle, node_filters, toggle_admits
 from domain.scheduling.sync import LedgerSync
+from support.kube_builders import make_node, make_pod, make_scheduler, make_sync
 
 PROTOCOL = ProtocolConstants()
 STATE, LABEL = PROTOCOL.annotations.node_state, PROTOCOL.node_label

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_pynvml import CONSTANTS, IN_USE, NOT_SUPPORTED, RECOVERY, XID, FakeNvml, Placement  # tests/unit helper
 
 from adapters.nvml import NvmlGpuBackend, container_of_pid, pod_uid_of_pid
 from domain.gpu import GpuUuid, Health, MigMode
@@ -40,6 +39,15 @@ from domain.runtime.book import AllocationBook
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceInfo, PlannedGpu
 from domain.units import GiB, MiB
 from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
+from support.fake_pynvml import (  # tests/unit helper
+    CONSTANTS,
+    IN_USE,
+    NOT_SUPPORTED,
+    RECOVERY,
+    XID,
+    FakeNvml,
+    Placement,
+)
 
 
 def two_gpus() -> list[dict[str, Any]]:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
-from ledger_poke import corrupt_core_used
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.objects import PodObject, PodPhase
@@ -30,6 +28,8 @@ from domain.kube.translate import pod_request
 from domain.scheduling.framework.candidates import rejection_reasons
 from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.units import GiB
+from support.kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+from support.ledger_poke import corrupt_core_used
 
 
 def foreign(sync: LedgerSync, uid: str, node: str, index: int, core: int, mem_gib: int) -> PodObject:

@@ -34,7 +34,6 @@ from typing import Any
 
 import pytest
 import yaml
-from boundary_inputs import mutated, raised
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_statefile import Model
@@ -53,6 +52,7 @@ from entrypoints.scheduler.app import MAX_SECONDS, SchedulerSettings
 from entrypoints.scheduler.app import SettingsError as SchedulerSettingsError
 from ports.runtime_state import StateStoreError
 from ports.trace import TraceError
+from support.boundary_inputs import mutated, raised
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])

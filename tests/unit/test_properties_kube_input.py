@@ -24,11 +24,8 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from boundary_inputs import mutated, raised
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from kube_builders import KEYS, NOW, PROTOCOL, RES, make_gpus, make_sync
-from mig_builders import mig_gpus, mig_pod, records, with_mig_plan
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
@@ -48,6 +45,9 @@ from domain.kube.quantity import parse_bytes, parse_count, parse_cpu_milli, pars
 from domain.kube.translate import pod_request, read_allocation, read_node
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.units import GiB
+from support.boundary_inputs import mutated, raised
+from support.kube_builders import KEYS, NOW, PROTOCOL, RES, make_gpus, make_sync
+from support.mig_builders import mig_gpus, mig_pod, records, with_mig_plan
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEY = "lj-runtimekit.io/test"

@@ -16,11 +16,11 @@ Behaviours covered:
 from __future__ import annotations
 
 import pytest
-from kube_builders import make_node
-from scheduler_world import World, world
 
 from domain.kube.objects import ClusterEvent
 from domain.scheduling.sync import Tombstone
+from support.kube_builders import make_node
+from support.scheduler_world import World, world
 
 OVERBOOKED = "lj_runtimekit_scheduler_overbooked_nodes"
 VANISHED = "lj_runtimekit_scheduler_vanished_gpu_pods"

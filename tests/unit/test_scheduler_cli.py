@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from entrypoints import cli
 from entrypoints.scheduler.__main__ import main, parse_listen
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import SchedulerContainer
+from support.polling import wait_for
 
 BASE = ["--mode", "standalone", "--listen", "127.0.0.1:0", "--in-memory", "--watch-timeout-seconds", "0.2"]
 
@@ -102,9 +102,7 @@ def test_main_runs_in_memory_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch) 
     thread = threading.Thread(target=lambda: codes.append(main(BASE, stop=stop)))
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not (apps and apps[0].ready()[0] and apps[0].service.serving) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: apps and apps[0].ready()[0] and apps[0].service.serving)
         assert apps
         assert apps[0].ready() == (True, "ok")
         assert apps[0].service.serving

@@ -24,8 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_builders import KEYS, PROTOCOL, make_gpus
-from scheduler_world import World, new_pod, world
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
@@ -35,6 +33,8 @@ from ports.cluster import ClusterError, ConflictError, UnavailableError
 from services.scheduler import service as service_module
 from services.scheduler.commit import Found, check_bound, write_plan_and_bind
 from services.scheduler.service import CommitError, NotLeaderError
+from support.kube_builders import KEYS, PROTOCOL, make_gpus
+from support.scheduler_world import World, new_pod, world
 
 WRITER = PROTOCOL.scheduler_name
 

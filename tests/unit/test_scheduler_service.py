@@ -15,14 +15,10 @@ booked as less than it may hold, also across a resync, until it goes."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import pytest
-from kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
-from ledger_poke import corrupt_core_used
-from scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
@@ -39,15 +35,10 @@ from services.scheduler.service import (
     StaleListingError,
     drift_count,
 )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
+from support.kube_builders import GPU16, KEYS, PROTOCOL, make_gpus, make_node
+from support.ledger_poke import corrupt_core_used
+from support.polling import wait_for
+from support.scheduler_world import World, new_pod, plan_of, schedule_and_commit, world
 
 
 # ---------------------------------------------------------------------------------------------- the scenario

@@ -12,17 +12,16 @@ any part of a round (the cycle, the commit, the Event after them, the leadership
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
-from kube_builders import KEYS
-from scheduler_world import new_pod, world
 
 from domain.kube.objects import PodObject, Taint, TaintEffect
 from ports.cluster import UnavailableError
 from services.scheduler import standalone
 from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import KEYS
+from support.polling import wait_for
+from support.scheduler_world import new_pod, world
 
 
 class Monotonic:
@@ -125,15 +124,6 @@ def test_a_standby_loop_attempts_nothing_and_writes_nothing() -> None:
     assert loop.attempts == 0
     assert w.cluster.events == []
     assert loop.pending() == ["default/a"]
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 ERRORS = [UnavailableError("create event: API server unavailable"), OSError("connection reset"), RuntimeError("bug")]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
-from kube_builders import KEYS, PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
 
 from domain.kube.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodPhase, TaintEffect
@@ -27,6 +26,7 @@ from domain.scheduling.nodefit import PodConstraints
 from domain.scheduling.policies.fgd.fragmentation import PodClass
 from domain.scheduling.policies.fgd.typical import PodClasses, blend_typical, pod_class
 from domain.units import GiB
+from support.kube_builders import KEYS, PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
 
 RAW = {
     "apiVersion": "v1", "kind": "Pod",

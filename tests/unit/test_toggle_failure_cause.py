@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from controller_world import DETAIL_KEY, NAMESPACE, World
 from dependency_injector import providers
 
 from adapters.kubernetes.translate_jobs import job_to_v1
@@ -36,6 +34,8 @@ from entrypoints.job_agent.containers import JobAgentContainer
 from entrypoints.runtime.inprocess import InProcessRuntime
 from ports.cluster import UnavailableError
 from ports.runtime import NodeRuntimeError
+from support.controller_world import DETAIL_KEY, NAMESPACE, World
+from support.polling import eventually
 
 SOCKET = "/run/ljrk/runtime.sock"
 CAUSE = f"disable via {SOCKET}: NodeRuntimeError: node Runtime Disable: INTERNAL: OSError: disk full"
@@ -174,10 +174,7 @@ def test_emulated_job_pod_carries_the_agents_cause_as_termination_message(tmp_pa
         pod = cluster.create_pod(PodObject("", "kube-system", "toggle-abcde", (ContainerSpec("main"),),
                                            node_name="n0", labels={"job-name": "toggle"}))
         cluster.set_pod_phase("kube-system", pod.name, PodPhase.RUNNING)
-        deadline = time.monotonic() + 10
-        while cluster.get_pod("kube-system", pod.name).phase is PodPhase.RUNNING:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        eventually(lambda: cluster.get_pod("kube-system", pod.name).phase is not PodPhase.RUNNING, what="pod ended")
         [ended] = cluster.get_pod("kube-system", pod.name).terminations
         assert (ended.container, ended.exit_code, ended.reason) == ("main", 1, "Error")
         assert ended.message.startswith("disable via ")

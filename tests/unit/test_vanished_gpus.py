@@ -13,8 +13,6 @@ Behaviours covered:
 from __future__ import annotations
 
 import attrs
-from kube_builders import KEYS, PROTOCOL, make_gpus, make_node, make_pod, make_sync, with_plan
-from mig_builders import mig_gpus, mig_node, mig_pod, with_mig_plan
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import plan_gpu_uuids
@@ -25,6 +23,8 @@ from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.scheduling.sync import LedgerSync, Tombstone
 from domain.scheduling.sync.vanished import VanishedHold
 from domain.units import GiB
+from support.kube_builders import KEYS, PROTOCOL, make_gpus, make_node, make_pod, make_sync, with_plan
+from support.mig_builders import mig_gpus, mig_node, mig_pod, with_mig_plan
 
 
 def planned(sync: LedgerSync, uid: str, node: str, index: int, *, scheduler: str = "other") -> PodObject:

@@ -27,89 +27,76 @@ or the listener could not be bound.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import DomainError
 from domain.toggle.jobs import DEFAULT_IMAGE, DEFAULT_SOCKET
-from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down, start
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down, start
+from entrypoints._shared.flags import (
+    HIDDEN,
+    KUBECONFIG,
+    POD_IDENTITY,
+    PROTOCOL,
+    REPLICA_HIDDEN,
+    cli,
+    flag,
+    hidden_floats,
+    identity,
+    replica,
+)
 from entrypoints._shared.httpserver import parse_listen
 
 from .app import ControllerSettings
 from .containers import ControllerContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-def build_parser(prog: str = "ljrk controller") -> argparse.ArgumentParser:
-    """The ``controller`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Node controller: enables or disables the node Runtime through Jobs "
-                     "when a Node's enable label changes, and writes the state back to the Node.")
-    hidden = argparse.SUPPRESS
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
-    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: embedded defaults)")
-    parser.add_argument("--namespace", default="kube-system", metavar="NS",
-                        help="namespace of the Jobs and of the leader Lease (default: kube-system)")
-    parser.add_argument("--job-image", default=DEFAULT_IMAGE, metavar="IMG",
-                        help=f"image of the Jobs, with ljrk on its PATH (default: {DEFAULT_IMAGE})")
-    parser.add_argument("--config-daemon-socket", default=DEFAULT_SOCKET, metavar="PATH",
-                        help=f"node config daemon socket on the nodes (default: {DEFAULT_SOCKET})")
-    parser.add_argument("--max-retries", type=int, default=4, metavar="N",
-                        help="retries after a failed first try before the node is marked failed (default: 4)")
-    parser.add_argument("--backoff-base", type=float, default=10.0, metavar="S",
-                        help="first retry delay in seconds, doubling up to 300 s (hidden --backoff-cap) (default: 10)")
-    parser.add_argument("--failed-job-ttl", type=float, default=3600.0, metavar="S",
-                        help="seconds a failed Job is kept for debugging (default: 3600)")
-    parser.add_argument("--listen", type=parse_listen, default=("0.0.0.0", 8081), metavar="HOST:PORT",
-                        help="address of /healthz, /readyz and /metrics (default: :8081)")
-    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                        help="elect a leader over a Lease (default: on)")
-    parser.add_argument("--pod-name", default=os.environ.get("POD_NAME", ""), metavar="NAME",
-                        help="this replica's Pod, annotated with its protocol fingerprint (default: $POD_NAME)")
-    parser.add_argument("--pod-namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NS",
-                        help="namespace of --pod-name (default: $POD_NAMESPACE)")
-    parser.add_argument("--in-memory", action="store_true", help=hidden)
-    for name, default in (("backoff-cap", 300.0), ("job-timeout", 60.0), ("job-deadline", 300.0),
-                          ("lease-duration", 15.0), ("renew-deadline", 10.0), ("retry-period", 2.0),
-                          ("watch-timeout-seconds", 300.0), ("resync-seconds", 600.0), ("retry-seconds", 5.0)):
-        parser.add_argument(f"--{name}", type=float, default=default, help=hidden)
-    parser.add_argument("--job-service-account", default="", help=hidden)
-    parser.add_argument("--lease-namespace", default="", help=hidden)
-    parser.add_argument("--lease-name", default="lj-runtimekit-controller", help=hidden)
-    parser.add_argument("--identity", default=None, help=hidden)
-    parser.add_argument("--log-level", default="INFO", help=hidden)
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    host, port = args.listen
-    return ControllerSettings(
-        kubeconfig=args.kubeconfig, protocol_file=args.protocol, namespace=args.namespace, job_image=args.job_image,
-        config_daemon_socket=args.config_daemon_socket, job_service_account=args.job_service_account,
-        max_retries=args.max_retries, backoff_base=args.backoff_base, backoff_cap=args.backoff_cap,
-        failed_job_ttl=args.failed_job_ttl, job_timeout=args.job_timeout, job_deadline=args.job_deadline,
-        host=host, port=port, leader_elect=args.leader_elect, lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name, identity=args.identity or f"{socket.gethostname()}-{os.getpid()}",
-        lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
-        in_memory=args.in_memory, watch_timeout_seconds=args.watch_timeout_seconds,
-        resync_seconds=args.resync_seconds, retry_seconds=args.retry_seconds, log_level=args.log_level,
-        pod_name=args.pod_name, pod_namespace=args.pod_namespace if args.pod_name else "",
-    )
+CLI = cli(
+    "ljrk controller",
+    "Node controller: enables or disables the node Runtime through Jobs when a Node's enable label changes, "
+    "and writes the state back to the Node.",
+    ControllerSettings,
+    KUBECONFIG,
+    PROTOCOL,
+    flag("--namespace", default="kube-system", metavar="NS",
+         help="namespace of the Jobs and of the leader Lease (default: kube-system)"),
+    flag("--job-image", default=DEFAULT_IMAGE, metavar="IMG",
+         help=f"image of the Jobs, with ljrk on its PATH (default: {DEFAULT_IMAGE})"),
+    flag("--config-daemon-socket", default=DEFAULT_SOCKET, metavar="PATH",
+         help=f"node config daemon socket on the nodes (default: {DEFAULT_SOCKET})"),
+    flag("--max-retries", type=int, default=4, metavar="N",
+         help="retries after a failed first try before the node is marked failed (default: 4)"),
+    flag("--backoff-base", type=float, default=10.0, metavar="S",
+         help="first retry delay in seconds, doubling up to 300 s (hidden --backoff-cap) (default: 10)"),
+    flag("--failed-job-ttl", type=float, default=3600.0, metavar="S",
+         help="seconds a failed Job is kept for debugging (default: 3600)"),
+    flag("--listen", setting=None, type=parse_listen, default=("0.0.0.0", 8081), metavar="HOST:PORT",
+         help="address of /healthz, /readyz and /metrics (default: :8081)"),
+    flag("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+         help="elect a leader over a Lease (default: on)"),
+    *POD_IDENTITY,
+    *REPLICA_HIDDEN,
+    *hidden_floats(backoff_cap=300.0, job_timeout=60.0, job_deadline=300.0, watch_timeout_seconds=300.0,
+                   resync_seconds=600.0, retry_seconds=5.0),
+    flag("--job-service-account", default="", help=HIDDEN),
+    flag("--lease-namespace", default="", help=HIDDEN),
+    flag("--lease-name", default="lj-runtimekit-controller", help=HIDDEN),
+    flag("--identity", convert=identity, default=None, help=HIDDEN),
+    derived=replica,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk controller", stop: threading.Event | None = None
          ) -> int:
     """Run the controller until SIGTERM/SIGINT (or until ``stop`` is set, for tests); returns the exit code
     (module docstring). ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: ControllerSettings, stop: threading.Event | None) -> int:

@@ -31,64 +31,62 @@ from adapters.grpc import DEFAULT_PLUGIN_DIR
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
 from domain.runtime.errors import UnsupportedFeatureError
-from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
+from entrypoints._shared.flags import (
+    IN_MEMORY,
+    KUBECONFIG,
+    LOG_LEVEL,
+    NODE_NAME,
+    PROTOCOL,
+    RUNTIME_SOCKET,
+    RUNTIME_WAIT,
+    cli,
+    flag,
+)
 from ports.runtime import NodeRuntimeError
 
 from .app import DevicePluginSettings
 from .containers import DevicePluginContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-def build_parser(prog: str = "ljrk device-plugin") -> argparse.ArgumentParser:
-    """The ``device-plugin`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Kubelet device plugin: advertises whole GPUs, GPU core percent and "
-                     "GPU memory units (and, on GPUs in MIG mode, one <prefix>/mig-<profile> resource per MIG profile, "
-                     "following the node Runtime's MIG strategy), and allocates containers from the scheduler's plan "
-                     "via the node Runtime.")
-    parser.add_argument("--node-name", required=True, metavar="NAME", help="this node's Kubernetes name")
-    parser.add_argument("--runtime-socket", type=Path, required=True, metavar="PATH", help="node Runtime socket")
-    parser.add_argument("--device-plugin-dir", type=Path, default=DEFAULT_PLUGIN_DIR, metavar="DIR",
-                        help=f"kubelet's device-plugin directory (default: {DEFAULT_PLUGIN_DIR})")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster)")
-    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: built-in constants)")
-    parser.add_argument("--memory-unit", metavar="QUANTITY",
-                        help="bytes per gpu-memory unit, e.g. 1Gi, or 1%% (default: the protocol's)")
-    parser.add_argument("--heartbeat", type=float, default=10.0, metavar="SECONDS",
-                        help="inventory annotation refresh period (default: 10)")
-    parser.add_argument("--runtime-wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long to wait for the node Runtime at start (default: 30)")
-    parser.add_argument("--release-interval", type=float, default=30.0, metavar="SECONDS",
-                        help="seconds between passes that release the node Runtime's records of pods that left the "
-                        "node or ended; a record is released once older than two intervals (default: 30)")
-    parser.add_argument("--cdi", action=argparse.BooleanOptionalAction, default=True,
-                        help="return CDI device names and write the node's CDI spec (default: on)")
-    parser.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
-                        help=f"CDI spec directory the container runtime reads (default: {DEFAULT_CDI_DIR})")
-    parser.add_argument("--listen", metavar="HOST:PORT",
-                        help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return DevicePluginSettings(
-        node_name=args.node_name, runtime_socket=args.runtime_socket, device_plugin_dir=args.device_plugin_dir,
-        kubeconfig=args.kubeconfig, protocol_file=args.protocol, memory_unit=args.memory_unit,
-        in_memory=args.in_memory, heartbeat_s=args.heartbeat, runtime_wait_s=args.runtime_wait,
-        release_interval_s=args.release_interval, listen=args.listen, log_level=args.log_level, cdi=args.cdi,
-        cdi_dir=args.cdi_dir,
-    )
+CLI = cli(
+    "ljrk device-plugin",
+    "Kubelet device plugin: advertises whole GPUs, GPU core percent and GPU memory units (and, on GPUs in MIG "
+    "mode, one <prefix>/mig-<profile> resource per MIG profile, following the node Runtime's MIG strategy), "
+    "and allocates containers from the scheduler's plan via the node Runtime.",
+    DevicePluginSettings,
+    NODE_NAME,
+    RUNTIME_SOCKET,
+    flag("--device-plugin-dir", type=Path, default=DEFAULT_PLUGIN_DIR, metavar="DIR",
+         help=f"kubelet's device-plugin directory (default: {DEFAULT_PLUGIN_DIR})"),
+    KUBECONFIG.but(help="kubeconfig (default: in-cluster)"),
+    PROTOCOL.but(help="protocol.yaml (default: built-in constants)"),
+    flag("--memory-unit", metavar="QUANTITY",
+         help="bytes per gpu-memory unit, e.g. 1Gi, or 1%% (default: the protocol's)"),
+    flag("--heartbeat", setting="heartbeat_s", type=float, default=10.0, metavar="SECONDS",
+         help="inventory annotation refresh period (default: 10)"),
+    RUNTIME_WAIT,
+    flag("--release-interval", setting="release_interval_s", type=float, default=30.0, metavar="SECONDS",
+         help="seconds between passes that release the node Runtime's records of pods that left the node or ended; "
+         "a record is released once older than two intervals (default: 30)"),
+    flag("--cdi", action=argparse.BooleanOptionalAction, default=True,
+         help="return CDI device names and write the node's CDI spec (default: on)"),
+    flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
+         help=f"CDI spec directory the container runtime reads (default: {DEFAULT_CDI_DIR})"),
+    flag("--listen", metavar="HOST:PORT", help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)"),
+    LOG_LEVEL,
+    IN_MEMORY,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk device-plugin",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: DevicePluginSettings, stop: threading.Event | None) -> int:

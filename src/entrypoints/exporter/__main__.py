@@ -15,7 +15,6 @@ the ``exporter-data`` feature, listener cannot bind); 2 bad command line. Errors
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 from collections.abc import Sequence
@@ -23,55 +22,53 @@ from pathlib import Path
 
 from adapters.protocolfile import ProtocolFileError
 from domain.runtime.errors import UnsupportedFeatureError
-from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, failing, serve, shutting_down
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
+from entrypoints._shared.flags import (
+    KUBECONFIG,
+    LOG_LEVEL,
+    NODE_NAME,
+    PROTOCOL,
+    RUNTIME_SOCKET,
+    RUNTIME_WAIT,
+    cli,
+    flag,
+)
 from ports.runtime import NodeRuntimeError
 
 from .app import ExporterSettings
 from .containers import ExporterContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
-def build_parser(prog: str = "ljrk exporter") -> argparse.ArgumentParser:
-    """The ``exporter`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Prometheus exporter: per-GPU, per-container and per-node metrics "
-                     "from the node Runtime, attributed to pods through kubelet's pod-resources API.")
-    parser.add_argument("--node-name", required=True, metavar="NAME", help="this node's Kubernetes name")
-    parser.add_argument("--runtime-socket", type=Path, required=True, metavar="PATH", help="node Runtime socket")
-    parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="HTTP address of /metrics and /healthz")
-    parser.add_argument("--pod-resources-socket", type=Path, metavar="PATH",
-                        help="kubelet pod-resources socket, e.g. /var/lib/kubelet/pod-resources/kubelet.sock "
-                        "(default: none, every Runtime record is reported)")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                        help="kubeconfig for Events on the node (default: in-cluster config; none: no Events)")
-    parser.add_argument("--protocol", type=Path, metavar="FILE",
-                        help="protocol.yaml (default: the embedded one); its fingerprint is published on the node")
-    parser.add_argument("--interval", type=float, default=10.0, metavar="SECONDS",
-                        help="how often the Runtime is pulled (default: 10)")
-    parser.add_argument("--deadline", type=float, default=5.0, metavar="SECONDS",
-                        help="deadline of one pull (default: 5)")
-    parser.add_argument("--runtime-wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long to wait for the node Runtime at start (default: 30)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return ExporterSettings(
-        node_name=args.node_name, runtime_socket=args.runtime_socket, listen=args.listen,
-        pod_resources_socket=args.pod_resources_socket, interval_s=args.interval, deadline_s=args.deadline,
-        runtime_wait_s=args.runtime_wait, log_level=args.log_level, kubeconfig=args.kubeconfig,
-        protocol_file=args.protocol,
-    )
+CLI = cli(
+    "ljrk exporter",
+    "Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime, attributed to "
+    "pods through kubelet's pod-resources API.",
+    ExporterSettings,
+    NODE_NAME,
+    RUNTIME_SOCKET,
+    flag("--listen", required=True, metavar="HOST:PORT", help="HTTP address of /metrics and /healthz"),
+    flag("--pod-resources-socket", type=Path, metavar="PATH",
+         help="kubelet pod-resources socket, e.g. /var/lib/kubelet/pod-resources/kubelet.sock (default: none, every "
+         "Runtime record is reported)"),
+    KUBECONFIG.but(help="kubeconfig for Events on the node (default: in-cluster config; none: no Events)"),
+    PROTOCOL.but(help="protocol.yaml (default: the embedded one); its fingerprint is published on the node"),
+    flag("--interval", setting="interval_s", type=float, default=10.0, metavar="SECONDS",
+         help="how often the Runtime is pulled (default: 10)"),
+    flag("--deadline", setting="deadline_s", type=float, default=5.0, metavar="SECONDS",
+         help="deadline of one pull (default: 5)"),
+    RUNTIME_WAIT,
+    LOG_LEVEL,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk exporter",
          stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: ExporterSettings, stop: threading.Event | None) -> int:

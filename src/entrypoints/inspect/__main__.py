@@ -23,59 +23,53 @@ API server or the scheduler unreachable or refusing — one line ``ljrk inspect:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from adapters.protocolfile import ProtocolFileError
 from domain.inspection.encode import report_json
 from domain.kube.annotations import MIG_STRATEGIES
-from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, command, failing, shutting_down
+from entrypoints._shared.command import EXIT_OK, EXIT_USAGE, failing, shutting_down
+from entrypoints._shared.flags import KUBECONFIG, PROTOCOL, cli, flag
 from ports.scheduler_view import SchedulerViewError
 
 from .app import OUTPUTS, InspectError, InspectSettings
 from .containers import InspectContainer
 from .render import render
 
-__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 EXIT_PROBLEMS = 1
 
 
-def build_parser(prog: str = "ljrk inspect") -> argparse.ArgumentParser:
-    """The ``inspect`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Per node and GPU: allocated core and memory, the pods holding them, MIG "
-                     "instances and problems, read from the API server (and the scheduler with --scheduler).")
-    parser.add_argument("node", nargs="?", default="", metavar="NODE", help="show this node only")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: in-cluster config)")
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
-                        help="table (default), wide (UUIDs, holders, MIG instances, flag details) or json")
-    parser.add_argument("--scheduler", default="", metavar="URL",
-                        help="the scheduler's listener (http://HOST:PORT): compare its books with the API objects")
-    parser.add_argument("--protocol", type=Path, metavar="FILE", help="protocol.yaml (default: embedded defaults)")
-    parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default="static",
-                        help="the scheduler's MIG strategy (default: static)")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="per request to the API server or the scheduler (default: 10)")
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> InspectSettings:
-    """Validated settings. Raises :class:`InspectError`."""
-    return InspectSettings(node=args.node, output=args.output, kubeconfig=args.kubeconfig,
-                           protocol_file=args.protocol, scheduler=args.scheduler,
-                           mig_strategy=args.mig_strategy, timeout_s=args.timeout)
+CLI = cli(
+    "ljrk inspect",
+    "Per node and GPU: allocated core and memory, the pods holding them, MIG instances and problems, read "
+    "from the API server (and the scheduler with --scheduler).",
+    InspectSettings,
+    flag("node", nargs="?", default="", metavar="NODE", help="show this node only"),
+    KUBECONFIG,
+    flag("-o", "--output", choices=OUTPUTS, default="table",
+         help="table (default), wide (UUIDs, holders, MIG instances, flag details) or json"),
+    flag("--scheduler", default="", metavar="URL",
+         help="the scheduler's listener (http://HOST:PORT): compare its books with the API objects"),
+    PROTOCOL,
+    flag("--mig-strategy", choices=MIG_STRATEGIES, default="static",
+         help="the scheduler's MIG strategy (default: static)"),
+    flag("--timeout", setting="timeout_s", type=float, default=10.0, metavar="SECONDS",
+         help="per request to the API server or the scheduler (default: 10)"),
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
          container: InspectContainer | None = None) -> int:
     """Print the report; returns the exit code (module docstring). ``container``: a container whose settings are
     given here (tests override its cluster); ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, container or InspectContainer()), errors=(InspectError,))
+    return CLI.main(argv, prog, lambda settings: _run(settings, container or InspectContainer()),
+                    errors=(InspectError,))
 
 
 def _run(settings: InspectSettings, container: InspectContainer) -> int:

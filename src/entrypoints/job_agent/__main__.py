@@ -34,16 +34,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from domain.kube.objects import MAX_TERMINATION_MESSAGE
-from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.command import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
     SettingsError,
-    command,
     shutting_down,
 )
+from entrypoints._shared.flags import LOG_LEVEL, cli, flag
 from entrypoints._shared.signals import stop_on_signals
 
 from .app import (
@@ -92,44 +91,36 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser(prog: str = "ljrk job-agent") -> argparse.ArgumentParser:
-    """The ``job-agent`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Enable or disable GPU sharing on this node through the node config "
-                     "daemon, verify the result with GetStatus, and exit 0 only when it holds.")
-    parser.add_argument("--action", required=True, choices=[a.value for a in Action], help="what to do")
-    parser.add_argument("--config-daemon-socket", type=Path, required=True, metavar="PATH",
-                        help="unix socket of the node config daemon (ljrk runtime's --socket)")
-    parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="give up after this long, waiting for the socket included "
-                        f"(default: {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--operation", choices=sorted(OPERATIONS), default="grpc",
-                        help="node operation adapter (default: grpc, the ljrk.config.v1 config service)")
-    parser.add_argument("--call-timeout", type=_seconds, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
-                        help=f"deadline of one call (default: {DEFAULT_CALL_TIMEOUT_S:g})")
-    parser.add_argument("--reason", default="ljrk job-agent", metavar="TEXT",
-                        help="recorded with the change (who, why; e.g. the Job's name)")
-    parser.add_argument("--termination-log", type=Path, metavar="PATH",
-                        help="where the outcome is written for kubelet's terminationMessagePath (default: "
-                        f"{TERMINATION_LOG} when it exists)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> JobAgentSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return JobAgentSettings(
-        action=Action(args.action), config_daemon_socket=args.config_daemon_socket, timeout_s=args.timeout,
-        operation=args.operation, call_timeout_s=args.call_timeout, reason=args.reason, log_level=args.log_level,
-        termination_log=args.termination_log,
-    )
+CLI = cli(
+    "ljrk job-agent",
+    "Enable or disable GPU sharing on this node through the node config daemon, verify the result with "
+    "GetStatus, and exit 0 only when it holds.",
+    JobAgentSettings,
+    flag("--action", convert=Action, required=True, choices=[a.value for a in Action], help="what to do"),
+    flag("--config-daemon-socket", type=Path, required=True, metavar="PATH",
+         help="unix socket of the node config daemon (ljrk runtime's --socket)"),
+    flag("--timeout", setting="timeout_s", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+         help=f"give up after this long, waiting for the socket included (default: {DEFAULT_TIMEOUT_S:g})"),
+    flag("--operation", choices=sorted(OPERATIONS), default="grpc",
+         help="node operation adapter (default: grpc, the ljrk.config.v1 config service)"),
+    flag("--call-timeout", setting="call_timeout_s", type=_seconds, default=DEFAULT_CALL_TIMEOUT_S,
+         metavar="SECONDS", help=f"deadline of one call (default: {DEFAULT_CALL_TIMEOUT_S:g})"),
+    flag("--reason", default="ljrk job-agent", metavar="TEXT",
+         help="recorded with the change (who, why; e.g. the Job's name)"),
+    flag("--termination-log", type=Path, metavar="PATH",
+         help=f"where the outcome is written for kubelet's terminationMessagePath (default: {TERMINATION_LOG} when "
+         "it exists)"),
+    LOG_LEVEL,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk job-agent",
          stop: threading.Event | None = None, container: JobAgentContainer | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers and ``container``
     (settings still taken from ``argv``) lets tests override the operation."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop, container or JobAgentContainer()))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop, container or JobAgentContainer()))
 
 
 def _run(settings: JobAgentSettings, stop: threading.Event | None, container: JobAgentContainer) -> int:

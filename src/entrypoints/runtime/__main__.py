@@ -26,18 +26,17 @@ from adapters.simulated import SpecError
 from domain.mig.gpu import PlacementMode
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
-from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.command import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
     SettingsError,
-    command,
     failing,
     serve,
     shutting_down,
 )
+from entrypoints._shared.flags import LOG_LEVEL, cli, flag
 from ports.gpu_backend import GpuBackendError
 from ports.runtime_state import StateStoreError
 from services.runtime.service import HEALTH_HOLD_S
@@ -45,7 +44,7 @@ from services.runtime.service import HEALTH_HOLD_S
 from .app import BACKENDS, DEFAULT_SIMULATED_GPUS, MIG_STRATEGIES, RuntimeSettings
 from .containers import RuntimeContainer
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
+__all__ = ["CLI", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "settings_from_args"]
 
 
 def _seconds(text: str) -> float | None:
@@ -83,65 +82,53 @@ def _xids(text: str) -> frozenset[int]:
     return frozenset(xids)
 
 
-def build_parser(prog: str = "ljrk runtime") -> argparse.ArgumentParser:
-    """The ``runtime`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Reference node Runtime: serves the ljrk.runtime.v1 Runtime contract and "
-                     "the ljrk.config.v1 config service on a unix socket, over NVML or simulated GPUs.")
-    parser.add_argument("--socket", type=Path, required=True, metavar="PATH", help="unix socket to serve on")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="GPU source; auto = nvml when NVML initialises, else simulated (default: auto)")
-    gpus = parser.add_mutually_exclusive_group()
-    gpus.add_argument("--simulated-gpus", metavar="SPEC",
-                      help=f"simulated inventory, [COUNTx]MEMORY[:MODEL[:mig[=PROFILE@START/…]]],… e.g. 2x16Gi:A100 "
-                      f"or 1x80Gi:A100:mig=3g.40gb@0/3g.40gb@4 (default: {DEFAULT_SIMULATED_GPUS})")
-    gpus.add_argument("--simulated-gpus-file", type=Path, metavar="FILE.yaml",
-                      help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode, "
-                      "migInstances: [{profile, start}]}]")
-    parser.add_argument("--state-dir", type=Path, metavar="DIR",
-                        help="where runtime-state.json is kept (default: the socket's directory)")
-    parser.add_argument("--initial-state", choices=[s.value for s in RuntimeState], default="enabled",
-                        help="config state when no state was saved yet (default: enabled)")
-    parser.add_argument("--recovery-quiet-period", type=_seconds, default=300.0, metavar="SECONDS",
-                        help="an unhealthy GPU turns healthy after this long without a fault; 'never' = only on "
-                        "an explicit reset (default: 300)")
-    parser.add_argument("--health-hold", type=_hold, default=HEALTH_HOLD_S, metavar="SECONDS",
-                        help="report an unhealthy GPU healthy again only after this long without a fault, so a "
-                        f"flapping GPU sends one Unhealthy and one Healthy per period; 0 = at once (default: "
-                        f"{HEALTH_HOLD_S:g})")
-    parser.add_argument("--ignored-xids", type=_xids, default=APPLICATION_XIDS, metavar="XID,…",
-                        help="application XIDs that are counted but leave the GPU healthy; 'none' = every XID marks "
-                        f"it unhealthy (default: {','.join(map(str, sorted(APPLICATION_XIDS)))})")
-    parser.add_argument("--device-specs", action="store_true",
-                        help="answer Allocate with /dev/nvidia<minor> of each GPU and the control device nodes "
-                        "(for nodes without the NVIDIA container toolkit; default: off, NVIDIA_VISIBLE_DEVICES only)")
-    parser.add_argument("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
-                        help="host device directory for --device-specs (default: /dev)")
-    parser.add_argument("--hami-core-library", type=Path, metavar="PATH",
-                        help="host path of HAMi-core's libvgpu.so: mounted into every allocated container with an "
-                        "ld.so.preload, so the CUDA_DEVICE_*_LIMIT envs are enforced (default: not mounted)")
-    parser.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default=PlacementMode.STATIC.value,
-                        help="MIG: static = hand out the instances that exist; dynamic = also create planned instances "
-                        "at Allocate and destroy them at Release (default: static)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> RuntimeSettings:
-    """Validated settings. Raises :class:`SettingsError`."""
-    return RuntimeSettings(
-        socket=args.socket, backend=args.backend, simulated_gpus=args.simulated_gpus,
-        simulated_gpus_file=args.simulated_gpus_file, state_dir=args.state_dir,
-        initial_state=RuntimeState(args.initial_state), recovery_quiet_period_s=args.recovery_quiet_period,
-        health_hold_s=args.health_hold, ignored_xids=args.ignored_xids,
-        device_specs=args.device_specs, dev_root=args.dev_root, hami_core_library=args.hami_core_library,
-        mig_strategy=PlacementMode(args.mig_strategy), log_level=args.log_level,
-    )
+CLI = cli(
+    "ljrk runtime",
+    "Reference node Runtime: serves the ljrk.runtime.v1 Runtime contract and the ljrk.config.v1 config "
+    "service on a unix socket, over NVML or simulated GPUs.",
+    RuntimeSettings,
+    flag("--socket", type=Path, required=True, metavar="PATH", help="unix socket to serve on"),
+    flag("--backend", choices=BACKENDS, default="auto",
+         help="GPU source; auto = nvml when NVML initialises, else simulated (default: auto)"),
+    flag("--simulated-gpus", group="gpus", metavar="SPEC",
+         help="simulated inventory, [COUNTx]MEMORY[:MODEL[:mig[=PROFILE@START/…]]],… e.g. 2x16Gi:A100 or "
+         f"1x80Gi:A100:mig=3g.40gb@0/3g.40gb@4 (default: {DEFAULT_SIMULATED_GPUS})"),
+    flag("--simulated-gpus-file", group="gpus", type=Path, metavar="FILE.yaml",
+         help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode, "
+         "migInstances: [{profile, start}]}]"),
+    flag("--state-dir", type=Path, metavar="DIR",
+         help="where runtime-state.json is kept (default: the socket's directory)"),
+    flag("--initial-state", convert=RuntimeState, choices=[s.value for s in RuntimeState], default="enabled",
+         help="config state when no state was saved yet (default: enabled)"),
+    flag("--recovery-quiet-period", setting="recovery_quiet_period_s", type=_seconds, default=300.0,
+         metavar="SECONDS", help="an unhealthy GPU turns healthy after this long without a fault; 'never' = only on "
+         "an explicit reset (default: 300)"),
+    flag("--health-hold", setting="health_hold_s", type=_hold, default=HEALTH_HOLD_S, metavar="SECONDS",
+         help="report an unhealthy GPU healthy again only after this long without a fault, so a flapping GPU sends "
+         f"one Unhealthy and one Healthy per period; 0 = at once (default: {HEALTH_HOLD_S:g})"),
+    flag("--ignored-xids", type=_xids, default=APPLICATION_XIDS, metavar="XID,…",
+         help="application XIDs that are counted but leave the GPU healthy; 'none' = every XID marks it unhealthy "
+         f"(default: {','.join(map(str, sorted(APPLICATION_XIDS)))})"),
+    flag("--device-specs", action="store_true",
+         help="answer Allocate with /dev/nvidia<minor> of each GPU and the control device nodes (for nodes without "
+         "the NVIDIA container toolkit; default: off, NVIDIA_VISIBLE_DEVICES only)"),
+    flag("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
+         help="host device directory for --device-specs (default: /dev)"),
+    flag("--hami-core-library", type=Path, metavar="PATH",
+         help="host path of HAMi-core's libvgpu.so: mounted into every allocated container with an ld.so.preload, "
+         "so the CUDA_DEVICE_*_LIMIT envs are enforced (default: not mounted)"),
+    flag("--mig-strategy", convert=PlacementMode, choices=MIG_STRATEGIES, default=PlacementMode.STATIC.value,
+         help="MIG: static = hand out the instances that exist; dynamic = also create planned instances at Allocate "
+         "and destroy them at Release (default: static)"),
+    LOG_LEVEL,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk runtime", stop: threading.Event | None = None) -> int:
     """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
 
 
 def _run(settings: RuntimeSettings, stop: threading.Event | None) -> int:

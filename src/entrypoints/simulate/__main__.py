@@ -16,22 +16,34 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from domain.errors import DomainError
 from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.simulation.replay import TYPICAL_MODES
-from entrypoints._shared.cli import Parser as _Parser
 from entrypoints._shared.cli import UsageError
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, command, failing
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, failing
+from entrypoints._shared.flags import HIDDEN, NO_PROGRESS, cli, flag
 from ports.report import PlotUnavailableError, ReportError
 from ports.trace import TraceError
 
 from .app import SimulateSettings
 from .containers import SimulateContainer
 
-__all__ = ["DEFAULT_OUTPUT_DIR", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main",
-           "parse_policies", "parse_seeds", "settings_from_args"]
+__all__ = [
+    "CLI",
+    "DEFAULT_OUTPUT_DIR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "parse_policies",
+    "parse_seeds",
+    "settings_from_args",
+]
 
 DEFAULT_OUTPUT_DIR = Path("out/simulate")
 EXIT_INTERRUPTED = 130
@@ -80,57 +92,51 @@ def _scale(text: str) -> float:
     return value
 
 
-def build_parser(prog: str = "ljrk simulate") -> argparse.ArgumentParser:
-    """The ``simulate`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(
-        prog=prog,
-        description="Replay a GPU cluster trace through scheduling policies, as the FGD paper's experiment does "
-        "(USENIX ATC '23), and report GPU allocation and fragmentation. Without --nodes/--pods an embedded "
-        "synthetic workload is used.",
-    )
-    parser.add_argument("--nodes", type=Path, metavar="NODES.csv", help="node list (sn,cpu_milli,memory_mib,gpu,model)")
-    parser.add_argument("--pods", type=Path, metavar="PODS.csv",
-                        help="pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])")
-    parser.add_argument("--policy", type=parse_policies, default=PUBLISHED_POLICIES, metavar="NAME[,NAME…]",
-                        help=f"policies to run (default: {','.join(PUBLISHED_POLICIES)}; known: "
-                        f"{', '.join(POLICIES)})")
-    parser.add_argument("--seeds", type=parse_seeds, default=(42,), metavar="SEEDS",
-                        help="seeds: 42, 42,43 or 42-51 (default: 42)")
-    parser.add_argument("--tune", type=_tune, default=1.3,
-                        help="arrived GPU request target, fraction of cluster GPU capacity (default: 1.3)")
-    parser.add_argument("--tie-break", choices=TIE_BREAKS, default="fixed-order",
-                        help="rule between equally scored nodes (default: fixed-order, as published)")
-    parser.add_argument("--typical", choices=TYPICAL_MODES, default="trace",
-                        help="typical pods of FGD-family policies: trace = the whole pod file (as published), "
-                        "online = only the pods arrived so far, as the production scheduler learns them "
-                        "(default: trace)")
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
-                        help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})")
-    parser.add_argument("--plot", type=Path, metavar="FILE.png",
-                        help="also draw the mean allocation curve per policy (needs lj-runtimekit[plot])")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--scale", type=_scale, default=0.1, help=argparse.SUPPRESS)
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> SimulateSettings:
-    """Validated settings from parsed arguments. Raises :class:`UsageError`, :class:`SettingsError` or
-    :class:`domain.errors.DomainError` (unknown policy)."""
+def _trace_files(args: argparse.Namespace) -> dict[str, Any]:
+    """Nothing more than the flags: checks that ``--nodes`` and ``--pods`` come together (:class:`UsageError`)."""
     if (args.nodes is None) != (args.pods is None):
         given, missing = ("--nodes", "--pods") if args.pods is None else ("--pods", "--nodes")
         raise UsageError(f"{given} needs {missing} too: give both trace files, or neither for the embedded workload")
-    return SimulateSettings(
-        policies=args.policy, seeds=args.seeds, tune=args.tune, tie_break=args.tie_break, output_dir=args.output_dir,
-        nodes=args.nodes, pods=args.pods, plot=args.plot, progress=False if args.no_progress else None,
-        scale=args.scale, typical=args.typical,
-    )
+    return {}
+
+
+CLI = cli(
+    "ljrk simulate",
+    "Replay a GPU cluster trace through scheduling policies, as the FGD paper's experiment does (USENIX ATC "
+    "'23), and report GPU allocation and fragmentation. Without --nodes/--pods an embedded synthetic workload "
+    "is used.",
+    SimulateSettings,
+    flag("--nodes", type=Path, metavar="NODES.csv", help="node list (sn,cpu_milli,memory_mib,gpu,model)"),
+    flag("--pods", type=Path, metavar="PODS.csv",
+         help="pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"),
+    flag("--policy", setting="policies", type=parse_policies, default=PUBLISHED_POLICIES, metavar="NAME[,NAME…]",
+         help=f"policies to run (default: {','.join(PUBLISHED_POLICIES)}; known: {', '.join(POLICIES)})"),
+    flag("--seeds", type=parse_seeds, default=(42,), metavar="SEEDS", help="seeds: 42, 42,43 or 42-51 (default: 42)"),
+    flag("--tune", type=_tune, default=1.3,
+         help="arrived GPU request target, fraction of cluster GPU capacity (default: 1.3)"),
+    flag("--tie-break", choices=TIE_BREAKS, default="fixed-order",
+         help="rule between equally scored nodes (default: fixed-order, as published)"),
+    flag("--typical", choices=TYPICAL_MODES, default="trace",
+         help="typical pods of FGD-family policies: trace = the whole pod file (as published), online = only the "
+         "pods arrived so far, as the production scheduler learns them (default: trace)"),
+    flag("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
+         help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})"),
+    flag("--plot", type=Path, metavar="FILE.png",
+         help="also draw the mean allocation curve per policy (needs lj-runtimekit[plot])"),
+    NO_PROGRESS,
+    flag("--scale", type=_scale, default=0.1, help=HIDDEN),
+    derived=_trace_files,
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+
+
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk simulate") -> int:
     """Run ``simulate`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (module docstring).
     ``--help`` prints help and returns 0."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args, run=_run,
-                   errors=(DomainError,))
+    return CLI.main(argv, prog, _run, errors=(DomainError,))
 
 
 def _run(settings: SimulateSettings) -> int:

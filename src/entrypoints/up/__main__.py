@@ -26,8 +26,8 @@ from pathlib import Path
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
-from entrypoints._shared.cli import Parser as _Parser
-from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, command, failing, serve, shutting_down, start
+from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, failing, serve, shutting_down, start
+from entrypoints._shared.flags import HIDDEN, KUBECONFIG, LOG_LEVEL, NO_PROGRESS, cli, flag
 from ports.trace import TraceError
 from services.scheduler.policies import DEFAULT_POLICY
 
@@ -52,59 +52,46 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
-def build_parser(prog: str = "ljrk up") -> argparse.ArgumentParser:
-    """The ``up`` argument parser (its errors raise :class:`UsageError`)."""
-    parser = _Parser(prog=prog, description="Run the whole GPU-sharing stack on this machine: simulated nodes "
-                     "(Runtime, device plugin, exporter, kubelet emulator), the scheduler, the controller and its "
-                     "Jobs; submit a workload; report placements and whether ledger, Runtimes and exporters agree.")
-    hidden = argparse.SUPPRESS
-    parser.add_argument("--nodes", type=_positive(int), default=4, metavar="N", help="simulated nodes (default: 4)")
-    parser.add_argument("--gpus-per-node", default="2x16Gi:A100", metavar="SPEC",
-                        help="simulated GPUs of every node, [COUNTx]MEMORY[:MODEL],… (default: 2x16Gi:A100)")
-    parser.add_argument("--workload", default=SYNTHETIC, metavar="synthetic|PODS.csv",
-                        help="the embedded synthetic pods (default) or a pod list in the openb trace format "
-                        "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time,deletion_time])")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                        help="use this API server instead of the in-memory cluster (nodes and pods are created "
-                        "there and deleted at the end)")
-    parser.add_argument("--pods", type=_positive(int), metavar="N",
-                        help="pods to submit (default: 30 per node; a file gives its first N by creation time)")
-    timing = parser.add_mutually_exclusive_group()
-    timing.add_argument("--duration", type=_positive(float), default=10.0, metavar="SECONDS",
-                        help="wall seconds over which the pods arrive (default: 10); durations shrink alike")
-    timing.add_argument("--speedup", type=_positive(float), metavar="X",
-                        help="trace seconds per wall second, instead of --duration")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the synthetic workload (default: 42)")
-    parser.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
-                        help=f"the scheduler's default policy (default: {DEFAULT_POLICY}; "
-                             f"known: {', '.join(POLICIES)})")
-    parser.add_argument("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
-                        help="where report.json and ljrk-up.log go (default: out/up)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--hold", action="store_true",
-                        help="keep the stack running after the report (metrics endpoints stay up) until Ctrl-C")
-    parser.add_argument("--ready-timeout", type=_positive(float), default=60.0, help=hidden)
-    parser.add_argument("--settle-timeout", type=_positive(float), default=20.0, help=hidden)
-    parser.add_argument("--work-dir", type=Path, default=Path("/tmp"), help=hidden)
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help=hidden)
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> UpSettings:
-    """Validated settings. Raises :class:`SettingsError` or ``domain.errors.DomainError`` (unknown policy)."""
-    return UpSettings(
-        nodes=args.nodes, gpus_per_node=args.gpus_per_node, workload=args.workload, pods=args.pods,
-        duration_s=args.duration, speedup=args.speedup, seed=args.seed, policy=args.policy,
-        kubeconfig=args.kubeconfig, output_dir=args.output_dir, progress=False if args.no_progress else None,
-        hold=args.hold, ready_timeout_s=args.ready_timeout, settle_timeout_s=args.settle_timeout,
-        work_dir=args.work_dir, log_level=args.log_level,
-    )
+CLI = cli(
+    "ljrk up",
+    "Run the whole GPU-sharing stack on this machine: simulated nodes (Runtime, device plugin, exporter, "
+    "kubelet emulator), the scheduler, the controller and its Jobs; submit a workload; report placements and "
+    "whether ledger, Runtimes and exporters agree.",
+    UpSettings,
+    flag("--nodes", type=_positive(int), default=4, metavar="N", help="simulated nodes (default: 4)"),
+    flag("--gpus-per-node", default="2x16Gi:A100", metavar="SPEC",
+         help="simulated GPUs of every node, [COUNTx]MEMORY[:MODEL],… (default: 2x16Gi:A100)"),
+    flag("--workload", default=SYNTHETIC, metavar="synthetic|PODS.csv",
+         help="the embedded synthetic pods (default) or a pod list in the openb trace format "
+         "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time,deletion_time])"),
+    KUBECONFIG.but(help="use this API server instead of the in-memory cluster (nodes and pods are created there and "
+                   "deleted at the end)"),
+    flag("--pods", type=_positive(int), metavar="N",
+         help="pods to submit (default: 30 per node; a file gives its first N by creation time)"),
+    flag("--duration", setting="duration_s", group="timing", type=_positive(float), default=10.0, metavar="SECONDS",
+         help="wall seconds over which the pods arrive (default: 10); durations shrink alike"),
+    flag("--speedup", group="timing", type=_positive(float), metavar="X",
+         help="trace seconds per wall second, instead of --duration"),
+    flag("--seed", type=int, default=42, help="seed of the synthetic workload (default: 42)"),
+    flag("--policy", default=DEFAULT_POLICY, metavar="NAME",
+         help=f"the scheduler's default policy (default: {DEFAULT_POLICY}; known: {', '.join(POLICIES)})"),
+    flag("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
+         help="where report.json and ljrk-up.log go (default: out/up)"),
+    NO_PROGRESS,
+    flag("--hold", action="store_true",
+         help="keep the stack running after the report (metrics endpoints stay up) until Ctrl-C"),
+    flag("--ready-timeout", setting="ready_timeout_s", type=_positive(float), default=60.0, help=HIDDEN),
+    flag("--settle-timeout", setting="settle_timeout_s", type=_positive(float), default=20.0, help=HIDDEN),
+    flag("--work-dir", type=Path, default=Path("/tmp"), help=HIDDEN),
+    LOG_LEVEL.but(help=HIDDEN),
+)
+"""The command line (module docstring): program name, ``--help`` description, settings class and flags."""
+build_parser, settings_from_args = CLI.parser, CLI.settings_from
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk up", stop: threading.Event | None = None) -> int:
     """Run once; returns the exit code (module docstring). ``stop`` replaces the signal handlers (tests)."""
-    return command(prog, argv, parser=build_parser(prog), settings=settings_from_args,
-                   run=lambda settings: _run(settings, stop), errors=(DomainError,))
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop), errors=(DomainError,))
 
 
 def _run(settings: UpSettings, stop: threading.Event | None) -> int:

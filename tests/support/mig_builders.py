@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
-from kube_builders import KEYS, NOW, PROTOCOL
 
 from domain.allocation import PodAllocation
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
@@ -18,6 +17,7 @@ from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase
 from domain.kube.translate import mig_container_plans, pod_request
 from domain.mig.ledger import MigPodAllocation
 from domain.units import GiB
+from support.kube_builders import KEYS, NOW, PROTOCOL
 
 A100_80 = "NVIDIA A100-SXM4-80GB"
 PREFIX = "alibabacloud.com/mig-"

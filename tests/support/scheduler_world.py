@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import attrs
-from kube_builders import GPU16, KEYS, NOW, PROTOCOL, Clock, make_gpus, make_node, make_pod
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus import PrometheusSchedulerMetrics
@@ -18,6 +17,7 @@ from domain.kube.annotations import decode_plan, encode_plan
 from domain.kube.objects import Listing, PodObject, PodPhase
 from domain.units import GiB
 from services.scheduler.service import SchedulerService, ServiceConfig
+from support.kube_builders import GPU16, KEYS, NOW, PROTOCOL, Clock, make_gpus, make_node, make_pod
 
 NONE_SCHEDULER = "nobody"
 
