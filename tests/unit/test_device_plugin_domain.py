@@ -11,21 +11,21 @@ from __future__ import annotations
 import pytest
 
 from domain.allocation import ContainerGrant, GpuGrant
-from domain.deviceplugin.devices import (
+from domain.device_plugin.devices import (
     DeviceId,
     ResourceKind,
     device_list,
     parse_device_id,
     preferred_ids,
 )
-from domain.deviceplugin.matching import (
+from domain.device_plugin.matching import (
     AmbiguousContainerError,
     Candidate,
     NoMatchingContainerError,
     UntrustedPlanError,
     select_container,
 )
-from domain.deviceplugin.pods import node_candidates
+from domain.device_plugin.pods import node_candidates
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.objects import ContainerSpec, PodObject, PodPhase

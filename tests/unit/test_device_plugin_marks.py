@@ -29,10 +29,10 @@ from kube_builders import Clock
 from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
+from adapters.prometheus.device_plugin import PrometheusDevicePluginMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
-from domain.deviceplugin.devices import MigResource, ResourceKind
-from domain.deviceplugin.pods import resource_names
+from domain.device_plugin.devices import MigResource, ResourceKind
+from domain.device_plugin.pods import resource_names
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, Listing, NodeObject, PodObject, PodPhase

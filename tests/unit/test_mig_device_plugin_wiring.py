@@ -1,4 +1,4 @@
-"""MIG in the device plugin (domain.deviceplugin, services.device_plugin.service) without sockets.
+"""MIG in the device plugin (domain.device_plugin, services.device_plugin.service) without sockets.
 
 Behaviours covered:
 
@@ -26,8 +26,8 @@ from kube_builders import KEYS, PROTOCOL, Clock, make_scheduler
 from mig_builders import ALLOCATABLE, mig_pod, with_mig_plan
 
 from adapters.memory.cluster import InMemoryCluster
-from domain.deviceplugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
-from domain.deviceplugin.matching import UnhealthyPlanError, UntrustedPlanError
+from domain.device_plugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
+from domain.device_plugin.matching import UnhealthyPlanError, UntrustedPlanError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
 from domain.kube.translate import pod_request

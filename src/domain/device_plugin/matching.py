@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence, Set
 import attrs
 
 from domain.allocation import ContainerGrant
-from domain.deviceplugin.devices import ResourceKey
+from domain.device_plugin.devices import ResourceKey
 from domain.errors import DomainError
 from domain.gpu import Gpu, Health
 from domain.kube.annotations import PlannedInstance
