@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from kube_builders import KEYS, PROTOCOL, RES, make_node, make_pod, make_scheduler, make_sync
 
-from domain.kube.corejson import CoreJsonError, pod_from_json
+from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request

@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 import attrs
 from kubernetes import client, config, watch
 
-from domain.kube.corejson import node_from_json, pod_from_json
 from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import (
     ClusterEvent,
@@ -56,6 +55,7 @@ from ports.cluster import ClusterError
 
 from .compat import EVENT, MERGE_PATCH, NODE, POD, POD_STATUS, merge_patch, require_supported, wire_timeout
 from .configmaps import KubernetesConfigMaps
+from .corejson import node_from_json, pod_from_json
 from .errors import api_errors as _api_errors
 from .jobs import KubernetesJobs
 from .rawjson import WATCH_SOCKET_SLACK, list_json, watch_json
