@@ -33,6 +33,8 @@ from domain.kube.objects import (
 )
 from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
+from .corejson import pod_phase
+
 MAX_ERROR_DETAIL = 300
 """Characters of a server message kept in an error (server messages can echo whole objects)."""
 
@@ -206,13 +208,6 @@ def _container_to_v1(container: ContainerSpec, image: str) -> client.V1Container
     )
 
 
-def _phase(text: str | None) -> PodPhase:
-    try:
-        return PodPhase(text or "Pending")
-    except ValueError:
-        return PodPhase.UNKNOWN
-
-
 def _terminations_from_v1(status: client.V1PodStatus) -> tuple[ContainerTermination, ...]:
     out = []
     for container in status.container_statuses or ():
@@ -251,7 +246,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         containers=containers,
         node_name=spec.node_name or "",
         scheduler_name=spec.scheduler_name or "default-scheduler",
-        phase=_phase(status.phase),
+        phase=pod_phase(status.phase),
         resource_version=meta.resource_version or "",
         deletion_timestamp=to_epoch(meta.deletion_timestamp),
         annotations=dict(meta.annotations or {}),
