@@ -48,7 +48,6 @@ import attrs
 
 from domain.device_plugin.cdi import container_devices
 from domain.device_plugin.devices import (
-    DeviceId,
     MigResource,
     MigSlot,
     PluginDevice,
@@ -60,6 +59,8 @@ from domain.device_plugin.devices import (
 from domain.device_plugin.matching import (
     Candidate,
     ContainerKey,
+    planned_gpus,
+    planned_instance_ids,
     pod_fully_served,
     runtime_request,
     select_container,
@@ -342,15 +343,11 @@ class DevicePluginService:
             with self._alloc_lock:
                 self.preferred_calls += 1
                 chosen, gpus, _ = self._select(kind, size)
-            by_index = {g.index: g for g in gpus}
-            if chosen.grant is not None:
-                planned = [by_index[g.gpu_index].uuid for g in chosen.grant.grants if g.gpu_index in by_index]
-            planned += [i.gpu_uuid for i in chosen.mig]
+            planned = planned_gpus(chosen, gpus)
             if isinstance(kind, MigResource) and not self.mig_dynamic:
                 with self._changed:
                     listed = {(i.gpu_uuid, i.start): i.gpu_instance_id for items in self._mig.values() for i in items}
-                exact = [str(DeviceId(i.gpu_uuid, kind, listed[(i.gpu_uuid, i.start)])) for i in chosen.mig
-                         if (i.gpu_uuid, i.start) in listed]
+                exact = planned_instance_ids(chosen, kind, listed)
         except Exception as error:  # advisory: log and fall back to kubelet's own order
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
         return preferred_ids(available, must_include, size, planned, exact=exact)
