@@ -662,7 +662,7 @@ def test_kubernetes_error_translation_without_server() -> None:
 def test_kubernetes_lease_times_always_carry_microseconds() -> None:
     from kubernetes import client
 
-    from adapters.kubernetes.translate import lease_from_v1, lease_to_v1
+    from adapters.kubernetes.leases import lease_from_v1, lease_to_v1
 
     lease = LeaseRecord(namespace="ns", name="l", holder="a", acquire_time=1_700_000_000.0, renew_time=1.5)
     with client.ApiClient() as api_client:

@@ -8,9 +8,12 @@ and the lock are shared by every :meth:`~adapters.kubernetes.cluster.KubernetesC
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from typing import Any
+
+from kubernetes import client
 
 from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import ClusterEvent
@@ -19,7 +22,38 @@ from ports.cluster import ClusterError
 from .base import KubernetesApis
 from .compat import EVENT, MERGE_PATCH, merge_patch
 from .errors import api_errors
-from .translate import event_repeat_patch, event_to_v1
+
+_CLUSTER_SCOPED_KINDS = frozenset({"Node", "Namespace", "PersistentVolume", "StorageClass"})
+"""Kinds whose Events name no namespace in ``involvedObject``."""
+
+
+def event_to_v1(event: ClusterEvent, *, component: str, now: float) -> client.CoreV1Event:
+    """A core/v1 ``Event`` (generated name ``<object>.<suffix>``, count 1, first = last = ``now``)."""
+    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    namespaced = event.kind not in _CLUSTER_SCOPED_KINDS
+    return client.CoreV1Event(
+        api_version="v1",
+        kind="Event",
+        metadata=client.V1ObjectMeta(generate_name=f"{event.name}.", namespace=event.namespace),
+        involved_object=client.V1ObjectReference(
+            kind=event.kind, name=event.name, namespace=event.namespace if namespaced else None,
+            uid=event.uid or None,
+        ),
+        reason=event.reason,
+        message=event.message,
+        type=event.type,
+        count=1,
+        first_timestamp=stamp,
+        last_timestamp=stamp,
+        source=client.V1EventSource(component=component),
+    )
+
+
+def event_repeat_patch(*, count: int, now: float) -> dict[str, object]:
+    """The JSON merge patch that records a repeat of a stored Event: its new ``count`` and ``lastTimestamp``
+    (``now``, epoch seconds, as metav1.Time: RFC 3339 to the second, UTC), as client-go's recorder patches it."""
+    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"count": count, "lastTimestamp": stamp}
 
 
 class KubernetesEvents(KubernetesApis):

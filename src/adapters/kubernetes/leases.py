@@ -9,12 +9,47 @@ A create carries no resourceVersion; an update is a PUT whose resourceVersion mu
 from __future__ import annotations
 
 import attrs
+from kubernetes import client
 
 from domain.kube.objects import LeaseRecord
 
 from .base import KubernetesApis
 from .errors import api_errors
-from .translate import lease_from_v1, lease_to_v1
+from .translate import to_epoch, to_microtime
+
+
+def lease_from_v1(lease: client.V1Lease) -> LeaseRecord:
+    """Domain lease of a ``V1Lease`` (absent numbers read as 0, absent times as None)."""
+    meta = lease.metadata or client.V1ObjectMeta()
+    spec = lease.spec or client.V1LeaseSpec()
+    return LeaseRecord(
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        holder=spec.holder_identity or "",
+        lease_duration_seconds=spec.lease_duration_seconds or 0,
+        acquire_time=to_epoch(spec.acquire_time),
+        renew_time=to_epoch(spec.renew_time),
+        transitions=spec.lease_transitions or 0,
+        resource_version=meta.resource_version or "",
+    )
+
+
+def lease_to_v1(lease: LeaseRecord) -> client.V1Lease:
+    """A ``V1Lease`` carrying ``resource_version`` when set (a replace is then conditional)."""
+    return client.V1Lease(
+        api_version="coordination.k8s.io/v1",
+        kind="Lease",
+        metadata=client.V1ObjectMeta(
+            name=lease.name, namespace=lease.namespace, resource_version=lease.resource_version or None
+        ),
+        spec=client.V1LeaseSpec(
+            holder_identity=lease.holder or None,
+            lease_duration_seconds=lease.lease_duration_seconds,
+            acquire_time=to_microtime(lease.acquire_time),
+            renew_time=to_microtime(lease.renew_time),
+            lease_transitions=lease.transitions,
+        ),
+    )
 
 
 class KubernetesLeases(KubernetesApis):
