@@ -49,7 +49,7 @@ from adapters.memory.cluster import InMemoryCluster
 from adapters.simulated import SimulatedGpuBackend
 from adapters.statefile import JsonRuntimeStateStore
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
-from domain.deviceplugin.devices import ResourceKind
+from domain.device_plugin.devices import ResourceKind
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject, PodPhase

@@ -61,7 +61,7 @@ import grpc
 from adapters.grpc import GrpcNodeRuntime, unix_target
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
-from domain.deviceplugin.devices import DeviceId, ResourceKind
+from domain.device_plugin.devices import DeviceId, ResourceKind
 from domain.gpu import Gpu
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu

@@ -519,17 +519,15 @@ def naive_extender(service: Any) -> Any:
     policy's node score / 10 (integer 0..10), so kube-scheduler's random tie-break (and, unless
     ``--no-plugin-scores``, its default score plugins) decide among nodes our policy ranks differently; ``bind``
     is the production verb (a pod without a reservation gets a cycle restricted to the chosen node first)."""
-    from domain.kube.corejson import pod_from_json
     from domain.kube.translate import pod_request
     from domain.scheduling.framework.cycle import CycleState
     from domain.scheduling.nodefit import PodConstraints
-    from services.scheduler.extender import Extender
+    from entrypoints.scheduler.extender_json import ExtenderJson
+    from services.scheduler.extender import Extender, FilterResult
 
     class NaiveExtender(Extender):
-        def _cycle(self, body: Any) -> tuple[list[str], list[str], list[int]]:
-            """``(candidates, feasible names, feasible scores)`` for the pod and candidates of ``body``."""
-            pod = pod_from_json(body["Pod"])
-            names = list(body["NodeNames"])
+        def _cycle(self, pod: Any, names: Sequence[str]) -> tuple[list[str], list[int]]:
+            """``(feasible names, feasible scores)`` for ``pod`` over the candidates ``names``."""
             service = self.service
             with service.books() as books:  # a cycle of its own: the constraints are its scratch
                 request = pod_request(pod, service.protocol)
@@ -540,20 +538,19 @@ def naive_extender(service: Any) -> Any:
                 slots, _ = scheduler.feasible(request, state)
                 scores = scheduler.scores(request, state, slots) if len(slots) else slots
                 ledger = scheduler.ledger
-                return names, [ledger.name(int(s)) for s in slots], [int(v) for v in scores]
+                return [ledger.name(int(s)) for s in slots], [int(v) for v in scores]
 
-        def filter(self, body: object) -> dict[str, object]:
-            names, passed, _ = self._cycle(body)
+        def filter(self, pod: Any, names: Sequence[str]) -> FilterResult:
+            passed, _ = self._cycle(pod, names)
             keep = set(passed)
-            return {"NodeNames": passed, "FailedNodes": {n: "lj-runtimekit: does not fit" for n in names
-                                                         if n not in keep}, "Error": ""}
+            return FilterResult(tuple(passed), {n: "lj-runtimekit: does not fit" for n in names if n not in keep})
 
-        def prioritize(self, body: object) -> list[dict[str, object]]:
-            names, passed, scores = self._cycle(body)
+        def prioritize(self, pod: Any, names: Sequence[str]) -> list[tuple[str, int]]:
+            passed, scores = self._cycle(pod, names)
             by_name = dict(zip(passed, scores, strict=True))
-            return [{"Host": n, "Score": min(by_name.get(n, 0) // EXTENDER_SCORE_SCALE, 10)} for n in names]
+            return [(n, min(by_name.get(n, 0) // EXTENDER_SCORE_SCALE, 10)) for n in names]
 
-    return NaiveExtender(service)
+    return ExtenderJson(NaiveExtender(service))
 
 
 class BoundWatch:

@@ -10,14 +10,14 @@ checks both.
 device nodes exist; a node without the driver (simulated GPUs) answers empty. Implementation:
 ``adapters.cdifiles.ProcfsGpuDevices``.
 
-Both speak :mod:`domain.deviceplugin.cdi` types only; errors are :class:`CdiSpecError`.
+Both speak :mod:`domain.device_plugin.cdi` types only; errors are :class:`CdiSpecError`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from domain.deviceplugin.cdi import CdiSpec, HostGpuNodes
+from domain.device_plugin.cdi import CdiSpec, HostGpuNodes
 
 __all__ = ["CdiSpecError", "CdiSpecStore", "HostGpuDevices"]
 

@@ -1,14 +1,14 @@
 """The device plugin port: what the kubelet-facing gRPC servers need from the plugin's logic, in domain types.
 
-``adapters.grpc.deviceplugin`` serves ``v1beta1.DevicePlugin`` (k8s.io/kubelet ``pkg/apis/deviceplugin/v1beta1``) for
-one :class:`~domain.deviceplugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
+``adapters.grpc.device_plugin`` serves ``v1beta1.DevicePlugin`` (k8s.io/kubelet ``pkg/apis/deviceplugin/v1beta1``) for
+one :class:`~domain.device_plugin.devices.ResourceKey` over any :class:`DevicePluginHandler`;
 ``services.device_plugin.service.DevicePluginService`` implements it. Semantics:
 
 * ``devices`` returns a generation number and the complete device list of a kind; the generation grows on every
   change of any GPU's health, and ``wait_change`` blocks until it passes a given one (ListAndWatch sends the full
   list each time, as kubelet replaces its state per message);
 * ``preferred`` never raises for lack of a plan: a preference is advisory;
-* ``allocate`` raises :class:`domain.deviceplugin.matching.DevicePluginError` subclasses when the call cannot be
+* ``allocate`` raises :class:`domain.device_plugin.matching.DevicePluginError` subclasses when the call cannot be
   tied to one planned container, the Runtime contract errors of ``ports.runtime`` when the Runtime refuses, and
   ``ports.cluster.ClusterError`` when the API server cannot be read.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from domain.deviceplugin.devices import PluginDevice, ResourceKey
+from domain.device_plugin.devices import PluginDevice, ResourceKey
 from domain.runtime.types import ContainerAllocationResponse
 
 

@@ -1,7 +1,7 @@
 """Metrics ports: the scheduler's (decisions, drift, a live view of the ledger) and the node controller's
 (toggle transitions, Jobs, failures, API writes, nodes per state, the failed nodes by name): the services report
 through them. The device plugin has none: its service reports nothing as it goes; its ``/metrics`` is its app's
-status read at scrape time, which only its wiring connects to ``adapters.prometheus.deviceplugin``.
+status read at scrape time, which only its wiring connects to ``adapters.prometheus.device_plugin``.
 
 Series (names and units are the adapter's business; see ``adapters.prometheus``): allocatable and allocated core
 (milli-GPU) and memory (bytes) per node and GPU, scheduling decisions by result, failures by reason, drift repairs,

@@ -16,7 +16,7 @@ import json
 import sys
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +25,7 @@ import attrs
 import pytest
 
 from adapters.memory.cluster import InMemoryCluster
+from domain.kube.objects import EventType, WatchEvent
 from ports.cluster import ClusterApi
 
 INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
@@ -85,6 +86,27 @@ def compact_etcd(plane: k8s_harness.ControlPlane, revision: int) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         response.read()
+
+
+def collect_events(
+    events: Iterator[WatchEvent[object]],
+    keep: Callable[[WatchEvent[object]], bool],
+    done: Callable[[list[WatchEvent[object]]], bool],
+) -> list[WatchEvent[object]]:
+    """Events passing ``keep`` (never BOOKMARKs) until ``done`` says so or the watch ends."""
+    seen: list[WatchEvent[object]] = []
+    try:
+        for event in events:
+            if event.type is EventType.BOOKMARK or not keep(event):
+                continue
+            seen.append(event)
+            if done(seen):
+                break
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    return seen
 
 
 @attrs.define

@@ -17,7 +17,7 @@ import pytest
 
 from adapters.cdifiles import CdiSpecDirectory
 from adapters.memory.cdi import InMemoryCdiSpecStore
-from domain.deviceplugin.cdi import HostGpuNodes, build_spec
+from domain.device_plugin.cdi import HostGpuNodes, build_spec
 from domain.gpu import Gpu, GpuUuid
 from ports.cdi import CdiSpecError, CdiSpecStore
 

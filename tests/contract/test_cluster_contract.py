@@ -74,7 +74,7 @@ from domain.kube.objects import (
 )
 from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
-from .conftest import ClusterUnderTest, compact_etcd
+from .conftest import ClusterUnderTest, collect_events, compact_etcd
 
 SCHEDULER = "ljrk-contract"  # no scheduler serves it: pods stay unbound until a test binds them
 WATCH_SECONDS = 2.0
@@ -89,27 +89,6 @@ def _pod(cut: ClusterUnderTest, name: str | None = None, **changes: Any) -> PodO
         scheduler_name=SCHEDULER,
     )
     return attrs.evolve(base, **changes)
-
-
-def _collect(
-    events: Iterator[WatchEvent[object]],
-    keep: Callable[[WatchEvent[object]], bool],
-    done: Callable[[list[WatchEvent[object]]], bool],
-) -> list[WatchEvent[object]]:
-    """Events passing ``keep`` (never BOOKMARKs) until ``done`` says so or the watch ends."""
-    seen: list[WatchEvent[object]] = []
-    try:
-        for event in events:
-            if event.type is EventType.BOOKMARK or not keep(event):
-                continue
-            seen.append(event)
-            if done(seen):
-                break
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-    return seen
 
 
 def _in_namespace(cut: ClusterUnderTest) -> Callable[[WatchEvent[object]], bool]:
@@ -160,7 +139,7 @@ def test_node_watch_delivers_changes_in_order(cluster: ClusterUnderTest) -> None
     cluster.api.create_node(NodeObject(name=name, allocatable={"cpu": "4"}))
     cluster.api.patch_node_metadata(name, labels={"a": "1"})
     cluster.api.delete_node(name)
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_nodes(resource_version=start, timeout_seconds=WATCH_SECONDS),
         keep=lambda e: isinstance(e.object, NodeObject) and e.object.name == name,
         done=lambda seen: seen[-1].type is EventType.DELETED,
@@ -235,7 +214,7 @@ def test_pod_watch_delivers_changes_in_order(cluster: ClusterUnderTest) -> None:
     pod = cluster.api.create_pod(_pod(cluster))
     cluster.api.patch_pod_annotations(cluster.namespace, pod.name, {"k": "v"})
     cluster.api.delete_pod(cluster.namespace, pod.name)  # unbound: deleted at once (marked, then removed)
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_pods(resource_version=start, timeout_seconds=WATCH_SECONDS),
         keep=_in_namespace(cluster),
         done=lambda seen: seen[-1].type is EventType.DELETED,
@@ -256,7 +235,7 @@ def test_watch_blocks_until_an_event_arrives(cluster: ClusterUnderTest) -> None:
     timer.start()
     try:
         began = time.monotonic()
-        events = _collect(
+        events = collect_events(
             cluster.api.watch_pods(resource_version=start, timeout_seconds=WATCH_SECONDS + 1),
             keep=_in_namespace(cluster),
             done=lambda seen: True,
@@ -272,7 +251,7 @@ def test_watch_blocks_until_an_event_arrives(cluster: ClusterUnderTest) -> None:
 def test_watch_ends_after_its_timeout(cluster: ClusterUnderTest) -> None:
     start = cluster.api.list_pods(field_selector=f"metadata.namespace={cluster.namespace}").resource_version
     began = time.monotonic()
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_pods(resource_version=start, timeout_seconds=1, field_selector="metadata.name=nothing"),
         keep=lambda e: True,
         done=lambda seen: False,
@@ -292,7 +271,7 @@ def test_field_selector_unbound_pods(cluster: ClusterUnderTest) -> None:
 
     cluster.api.bind_pod(cluster.namespace, unbound.name, uid=unbound.uid, node="n1")  # leaves the selection
     fresh = cluster.api.create_pod(_pod(cluster))  # enters it
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_pods(
             resource_version=listing.resource_version, timeout_seconds=WATCH_SECONDS, field_selector="spec.nodeName="
         ),
@@ -318,7 +297,7 @@ def test_field_selector_scheduler_name(cluster: ClusterUnderTest) -> None:
     assert all(p.scheduler_name == SCHEDULER and not p.node_name for p in listing.items)
     cluster.api.create_pod(_pod(cluster, scheduler_name="other-scheduler"))
     later = cluster.api.create_pod(_pod(cluster))  # written last: anything unfiltered would come before it
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_pods(
             resource_version=listing.resource_version, timeout_seconds=WATCH_SECONDS, field_selector=selector
         ),
@@ -355,9 +334,11 @@ def test_watch_from_an_ancient_resource_version_is_gone(
         api.create_node(NodeObject(name=name))
         cluster.memory.compact()
     with pytest.raises(GoneError):
-        _collect(api.watch_pods(resource_version="1", timeout_seconds=1), keep=lambda e: True, done=lambda s: True)
+        collect_events(api.watch_pods(resource_version="1", timeout_seconds=1), keep=lambda e: True,
+                       done=lambda s: True)
     with pytest.raises(GoneError):
-        _collect(api.watch_nodes(resource_version="1", timeout_seconds=1), keep=lambda e: True, done=lambda s: True)
+        collect_events(api.watch_nodes(resource_version="1", timeout_seconds=1), keep=lambda e: True,
+                       done=lambda s: True)
 
 
 def test_patch_pod_annotations_with_resource_version(cluster: ClusterUnderTest) -> None:
@@ -428,7 +409,7 @@ def test_bind_pod_with_annotations_writes_them_with_the_node(cluster: ClusterUnd
     with pytest.raises(ConflictError):  # a failed binding writes no annotation either
         cluster.api.bind_pod(cluster.namespace, pod.name, uid=pod.uid, node="n2", annotations={"added": "y"})
     cluster.api.patch_pod_annotations(cluster.namespace, pod.name, {"end": "1"})
-    events = _collect(
+    events = collect_events(
         cluster.api.watch_pods(resource_version=start, timeout_seconds=WATCH_SECONDS),
         keep=lambda e: isinstance(e.object, PodObject) and e.object.uid == pod.uid,
         done=lambda seen: isinstance(seen[-1].object, PodObject) and "end" in seen[-1].object.annotations,
@@ -681,7 +662,7 @@ def test_kubernetes_error_translation_without_server() -> None:
 def test_kubernetes_lease_times_always_carry_microseconds() -> None:
     from kubernetes import client
 
-    from adapters.kubernetes.translate import lease_from_v1, lease_to_v1
+    from adapters.kubernetes.leases import lease_from_v1, lease_to_v1
 
     lease = LeaseRecord(namespace="ns", name="l", holder="a", acquire_time=1_700_000_000.0, renew_time=1.5)
     with client.ApiClient() as api_client:

@@ -25,7 +25,6 @@ Memory-only extras: ``job_deletions`` records each propagation; namespaces separ
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import attrs
 import pytest
@@ -41,13 +40,12 @@ from domain.kube.objects import (
     OwnerReference,
     Propagation,
     Toleration,
-    WatchEvent,
 )
 from domain.toggle.jobs import JOB_SELECTOR, JobTemplate
 from domain.toggle.states import Action
 from ports.cluster import ClusterError, ConflictError, NotFoundError
 
-from .conftest import ClusterUnderTest
+from .conftest import ClusterUnderTest, collect_events
 
 WATCH_SECONDS = 2.0
 
@@ -130,22 +128,6 @@ def test_label_selectors(cluster: ClusterUnderTest) -> None:
     assert error.value.status == 400
 
 
-def _job_events(events: Iterator[WatchEvent[JobObject]], count: int) -> list[WatchEvent[JobObject]]:
-    seen: list[WatchEvent[JobObject]] = []
-    try:
-        for event in events:
-            if event.type is EventType.BOOKMARK:
-                continue
-            seen.append(event)
-            if len(seen) == count:
-                break
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-    return seen
-
-
 def test_watch_jobs_through_a_selector(cluster: ClusterUnderTest) -> None:
     selector = "app.kubernetes.io/managed-by=ljrk-contract"
     start = cluster.api.list_jobs(cluster.namespace, label_selector=selector).resource_version
@@ -154,8 +136,9 @@ def test_watch_jobs_through_a_selector(cluster: ClusterUnderTest) -> None:
     cluster.api.set_job_status(cluster.namespace, other.name, JobStatus(JobPhase.FAILED, failed=1))
     cluster.api.set_job_status(cluster.namespace, job.name, JobStatus(JobPhase.SUCCEEDED, succeeded=1))
     cluster.api.delete_job(cluster.namespace, job.name)
-    events = _job_events(cluster.api.watch_jobs(cluster.namespace, resource_version=start,
-                                                timeout_seconds=WATCH_SECONDS, label_selector=selector), 3)
+    events = collect_events(cluster.api.watch_jobs(cluster.namespace, resource_version=start,
+                                                   timeout_seconds=WATCH_SECONDS, label_selector=selector),
+                            keep=lambda e: True, done=lambda seen: len(seen) == 3)
     assert [e.type for e in events] == [EventType.ADDED, EventType.MODIFIED, EventType.DELETED]
     assert {e.object.name for e in events if e.object is not None} == {job.name}
     assert events[1].object is not None

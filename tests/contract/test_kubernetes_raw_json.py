@@ -1,4 +1,4 @@
-"""The Kubernetes adapter's raw-JSON path (``adapters.kubernetes.rawjson`` + ``domain.kube.corejson``) against the
+"""The Kubernetes adapter's raw-JSON path (``adapters.kubernetes.rawjson`` + ``.corejson``) against the
 client's model path (``translate.pod_from_v1``/``node_from_v1``).
 
 Covers: for pods (init containers, tolerations, required node affinity, deletionTimestamp, terminated and running
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from domain.kube.corejson import node_from_json, pod_from_json
+from adapters.kubernetes.corejson import node_from_json, pod_from_json
 from domain.kube.objects import EventType, NodeObject, PodObject, Taint, TaintEffect
 from ports.cluster import ClusterError, GoneError
 

@@ -17,7 +17,7 @@ from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
 from adapters.memory.cdi import StaticHostGpuDevices
 from adapters.memory.cluster import InMemoryCluster
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
-from domain.deviceplugin.pods import resource_names
+from domain.device_plugin.pods import resource_names
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject

@@ -295,7 +295,7 @@ def expected_env(plan: Mapping[str, Any], container_name: str) -> dict[str, str]
 
 def cdi_injected(env: Mapping[str, str]) -> set[str]:
     """The GPU UUIDs containerd injected through CDI: the values of the ``LJRK_CDI_DEVICE_<index>`` variables the
-    device plugin's CDI spec edits in (domain/deviceplugin/cdi.py); the Runtime's own env never sets them."""
+    device plugin's CDI spec edits in (domain/device_plugin/cdi.py); the Runtime's own env never sets them."""
     return {v for k, v in env.items() if k.startswith("LJRK_CDI_DEVICE_")}
 
 

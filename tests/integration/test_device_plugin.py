@@ -17,7 +17,7 @@ import pytest
 from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan, world_fixture
 
 from adapters.grpc import GrpcRuntimeServer
-from domain.deviceplugin.devices import parse_device_id
+from domain.device_plugin.devices import parse_device_id
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import decode_inventory
 from domain.units import GiB

@@ -47,7 +47,7 @@ from adapters.grpc.kubelet_emulator import (
 )
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from domain.allocation import ContainerGrant, PodAllocation
-from domain.deviceplugin.devices import parse_device_id
+from domain.device_plugin.devices import parse_device_id
 from domain.exporter.attribution import PodContainerDevices
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, PodObject, PodPhase

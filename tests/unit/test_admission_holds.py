@@ -24,6 +24,7 @@ from domain.units import GiB
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import service_config
+from entrypoints.scheduler.extender_json import ExtenderJson
 from services.scheduler.extender import Extender
 from services.scheduler.policies import ServiceConfig
 from support.kube_builders import PROTOCOL
@@ -70,7 +71,8 @@ def test_a_bind_refused_because_the_uid_changed_names_the_uid_mismatch() -> None
     schedule_and_commit(w, old)  # bound, Pending, no mark yet: holds n1
     w.cluster.delete_pod("default", "web-0", grace_period_seconds=0)  # the delete has not reached the service
     new = new_pod(w.cluster, "web-0", core="40", mem="4")
-    reply = Extender(w.service).bind({"PodName": "web-0", "PodNamespace": "default", "PodUID": new.uid, "Node": "n1"})
+    extender = ExtenderJson(Extender(w.service))
+    reply = extender.bind({"PodName": "web-0", "PodNamespace": "default", "PodUID": new.uid, "Node": "n1"})
     error = str(reply["Error"])
     assert f"has UID {new.uid}, but UID {old.uid} under that name still holds the node" in error
     assert "identical GPU request" not in error  # it used to say "waiting for default/web-0 (identical …)"

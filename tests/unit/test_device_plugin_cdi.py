@@ -23,7 +23,14 @@ import pytest
 from adapters.cdifiles import SPEC_FILE_NAME, CdiSpecDirectory, ProcfsGpuDevices, spec_from_json, spec_to_json
 from adapters.grpc.kubelet_emulator.cdi import UnresolvableCdiDevicesError, resolve
 from adapters.memory.cdi import InMemoryCdiSpecStore, StaticHostGpuDevices
-from domain.deviceplugin.cdi import CDI_KIND, CdiDeviceNode, HostGpuNodes, build_spec, container_devices, qualified_name
+from domain.device_plugin.cdi import (
+    CDI_KIND,
+    CdiDeviceNode,
+    HostGpuNodes,
+    build_spec,
+    container_devices,
+    qualified_name,
+)
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, PlannedMig

@@ -1,33 +1,39 @@
 """Device plugin domain rules, without I/O.
 
 Covers: device ID format and parsing; counts per resource (gpu 1, core 100, memory per unit, percent mode 100)
-with health; preferred IDs (planned GPU first, must-include kept, size honoured); the matching rule — counts only,
+with health; preferred IDs (planned GPU first, must-include kept, size honoured) and the plan's GPUs and MIG
+instance IDs they start from; the matching rule — counts only,
 never IDs (B17), in-progress container first, kubelet order within a pod, started pod preferred, ambiguity and
 untrusted plans raise; candidate building skips running, deleting and foreign-node pods.
 """
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from domain.allocation import ContainerGrant, GpuGrant
-from domain.deviceplugin.devices import (
+from domain.device_plugin.devices import (
     DeviceId,
+    MigResource,
     ResourceKind,
     device_list,
     parse_device_id,
     preferred_ids,
 )
-from domain.deviceplugin.matching import (
+from domain.device_plugin.matching import (
     AmbiguousContainerError,
     Candidate,
     NoMatchingContainerError,
     UntrustedPlanError,
+    planned_gpus,
+    planned_instance_ids,
     select_container,
 )
-from domain.deviceplugin.pods import node_candidates
+from domain.device_plugin.pods import node_candidates
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health
+from domain.kube.annotations import PlannedInstance
 from domain.kube.objects import ContainerSpec, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
 
@@ -71,6 +77,19 @@ def _cand(pod: str, container: str, order: int = 0, *, plan: bool = True, **amou
     grant = ContainerGrant(container, (GpuGrant(0, 500, GIB),)) if plan else None
     return Candidate(pod, "ns", pod, container, order, {ResourceKind(k): v for k, v in amounts.items()}, grant,
                      problem="" if plan else "no plan annotation")
+
+
+def test_the_plan_gives_the_preferred_gpus_and_mig_instance_ids() -> None:
+    shared = _cand("a", "c1", core=30)
+    assert planned_gpus(shared, [G1, G0]) == [G0.uuid]  # grant on GPU index 0
+    assert planned_gpus(shared, [G1]) == []  # a planned index not on the node is no preference
+    mig = attrs.evolve(_cand("m", "c1", plan=False, core=1), mig=(PlannedInstance(1, G1.uuid, "1g.10gb", 4),
+                                                                  PlannedInstance(0, G0.uuid, "1g.10gb", 0)))
+    assert planned_gpus(mig, [G0, G1]) == [G1.uuid, G0.uuid]
+    kind = MigResource("1g.10gb")
+    assert planned_instance_ids(mig, kind, {(G0.uuid, 0): 9, (G1.uuid, 4): 3}) == [
+        str(DeviceId(G1.uuid, kind, 3)), str(DeviceId(G0.uuid, kind, 9))]
+    assert planned_instance_ids(mig, kind, {(G1.uuid, 0): 3}) == []  # not listed at the planned start
 
 
 def test_matching_uses_counts_and_kubelet_order() -> None:

@@ -10,7 +10,7 @@ import pytest
 from dependency_injector import providers
 
 from adapters.memory.cluster import InMemoryCluster
-from domain.deviceplugin.devices import ResourceKind
+from domain.device_plugin.devices import ResourceKind
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import NodeObject
 from entrypoints.device_plugin.app import DevicePluginApp, DevicePluginSettings, SettingsError

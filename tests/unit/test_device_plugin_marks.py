@@ -26,10 +26,10 @@ import attrs
 import pytest
 
 from adapters.memory.cluster import InMemoryCluster
-from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
+from adapters.prometheus.device_plugin import PrometheusDevicePluginMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
-from domain.deviceplugin.devices import MigResource, ResourceKind
-from domain.deviceplugin.pods import resource_names
+from domain.device_plugin.devices import MigResource, ResourceKind
+from domain.device_plugin.pods import resource_names
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, Listing, NodeObject, PodObject, PodPhase

@@ -1,5 +1,5 @@
-"""Which Runtime records the device plugin releases (``domain.deviceplugin.releases.stale_records``), and the
-allocated-mark rule (``domain.deviceplugin.matching.pod_fully_served``).
+"""Which Runtime records the device plugin releases (``domain.device_plugin.releases.stale_records``), and the
+allocated-mark rule (``domain.device_plugin.matching.pod_fully_served``).
 
 Behaviours covered:
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.deviceplugin.devices import MigResource, ResourceKind
-from domain.deviceplugin.matching import Candidate, pod_fully_served
-from domain.deviceplugin.releases import ReleaseReason, stale_records
+from domain.device_plugin.devices import MigResource, ResourceKind
+from domain.device_plugin.matching import Candidate, pod_fully_served
+from domain.device_plugin.releases import ReleaseReason, stale_records
 from domain.kube.objects import PodObject, PodPhase
 from domain.runtime.types import ContainerData
 

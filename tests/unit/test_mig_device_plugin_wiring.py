@@ -1,4 +1,4 @@
-"""MIG in the device plugin (domain.deviceplugin, services.device_plugin.service) without sockets.
+"""MIG in the device plugin (domain.device_plugin, services.device_plugin.service) without sockets.
 
 Behaviours covered:
 
@@ -24,8 +24,8 @@ import attrs
 import pytest
 
 from adapters.memory.cluster import InMemoryCluster
-from domain.deviceplugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
-from domain.deviceplugin.matching import UnhealthyPlanError, UntrustedPlanError
+from domain.device_plugin.devices import DeviceId, MigResource, ResourceKind, parse_device_id, preferred_ids
+from domain.device_plugin.matching import UnhealthyPlanError, UntrustedPlanError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.migresources import mig_resource_names
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject

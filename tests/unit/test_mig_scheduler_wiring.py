@@ -35,6 +35,7 @@ from domain.scheduling.sync import Tombstone
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings, SettingsError
 from entrypoints.scheduler.containers import service_config
+from entrypoints.scheduler.extender_json import ExtenderJson
 from services.scheduler.extender import Extender
 from services.scheduler.service import CommitError, SchedulerService, ServiceConfig
 from services.scheduler.standalone import StandaloneLoop
@@ -187,7 +188,7 @@ def test_extender_filter_answers_for_mig_pods() -> None:
     w.node(mig_node("n2", {0: [("1g.10gb", 0)]}))
     w.node(make_node("n3", 2, heartbeat=NOW))
     w.service.start_leading()
-    extender = Extender(w.service)
+    extender = ExtenderJson(Extender(w.service))
     pod = w.pending("a")
     reply = extender.filter({"Pod": pod_json(pod), "NodeNames": ["n1", "n2", "n3"]})
     assert reply["NodeNames"] == ["n1"]

@@ -19,6 +19,7 @@ from domain.mig.profiles import MIG_MODELS
 from domain.request import ContainerRequest, PodRequest
 from domain.scheduling.mig.timesharing import fitting_profiles
 from domain.units import GiB
+from entrypoints.scheduler.extender_json import ExtenderJson
 from services.scheduler.extender import Extender
 from support.kube_builders import KEYS
 from support.mig_builders import mig_gpus, mig_node
@@ -90,7 +91,7 @@ def test_the_extender_gives_the_mig_reason_per_node() -> None:
     w = mig_world()
     w.node("n2", 1)  # one time-sharing GPU of 16 GiB
     w.service.start_leading()
-    extender = Extender(w.service)
+    extender = ExtenderJson(Extender(w.service))
     fits = extender.filter({"Pod": pod_json(w.pending("z", mem="8")), "NodeNames": ["n1", "n2"]})
     assert fits["NodeNames"] == ["n2"]
     refused = extender.filter({"Pod": pod_json(w.pending("big", mem="20")), "NodeNames": ["n1", "n2"]})

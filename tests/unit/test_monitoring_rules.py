@@ -33,9 +33,9 @@ import pytest
 import yaml
 
 from adapters.prometheus.controller import PrometheusControllerMetrics
-from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
+from adapters.prometheus.device_plugin import PrometheusDevicePluginMetrics
 from adapters.prometheus.scheduler import PrometheusSchedulerMetrics
-from domain.deviceplugin.status import DevicePluginStatus
+from domain.device_plugin.status import DevicePluginStatus
 from domain.exporter import metrics
 from domain.exporter.snapshot import Snapshot
 from domain.toggle.states import Action

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 import pytest
 
-from domain.kube.corejson import CoreJsonError, pod_from_json
+from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request

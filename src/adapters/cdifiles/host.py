@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from domain.deviceplugin.cdi import HostGpuNodes
+from domain.device_plugin.cdi import HostGpuNodes
 from domain.gpu import GpuUuid
 from domain.runtime.edits import CONTROL_DEVICES
 

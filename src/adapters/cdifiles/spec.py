@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from domain.deviceplugin.cdi import CDI_CLASS, CDI_VENDOR, CdiDevice, CdiDeviceNode, CdiSpec
+from domain.device_plugin.cdi import CDI_CLASS, CDI_VENDOR, CdiDevice, CdiDeviceNode, CdiSpec
 from ports.cdi import CdiSpecError
 
 DEFAULT_CDI_DIR = Path("/var/run/cdi")

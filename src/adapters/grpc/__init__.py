@@ -2,7 +2,7 @@
 code of every proto we speak (``_pb``, produced by ``scripts/gen_proto.py``; kubelet APIs included)."""
 
 from .client import DEFAULT_TIMEOUT_S, GrpcNodeConfig, GrpcNodeRuntime, unix_channel, unix_target
-from .deviceplugin import (
+from .device_plugin import (
     DEFAULT_PLUGIN_DIR,
     KUBELET_SOCKET,
     KubeletPluginServer,

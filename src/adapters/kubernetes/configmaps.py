@@ -1,5 +1,5 @@
 """The ConfigMap half of :class:`~adapters.kubernetes.cluster.KubernetesCluster` over ``CoreV1Api`` (a mixin
-sharing its client and request timeout).
+over :class:`~.base.KubernetesApis`).
 
 Only string ``data`` is translated (``binaryData`` holds no protocol); lists are namespaced
 (``list_namespaced_config_map``), so reading them needs only a Role in that namespace. Checked by
@@ -12,6 +12,7 @@ from kubernetes import client
 
 from domain.kube.objects import ConfigMapObject, Listing
 
+from .base import KubernetesApis
 from .errors import api_errors
 
 
@@ -23,11 +24,8 @@ def config_map_from_v1(config_map: client.V1ConfigMap) -> ConfigMapObject:
                            resource_version=metadata.resource_version or "")
 
 
-class KubernetesConfigMaps:
+class KubernetesConfigMaps(KubernetesApis):
     """The ConfigMap methods of :class:`~adapters.kubernetes.cluster.KubernetesCluster` (module docstring)."""
-
-    _core: client.CoreV1Api
-    _timeout: float | tuple[float, float]  # compat.wire_timeout of the request timeout
 
     def list_config_maps(self, namespace: str) -> Listing[ConfigMapObject]:
         """Every ConfigMap of ``namespace`` and the list's resourceVersion. Raises ClusterError."""

@@ -1,5 +1,5 @@
-"""The Job half of :class:`~adapters.kubernetes.cluster.KubernetesCluster` over ``BatchV1Api`` (a mixin sharing
-its client, request timeout and watch loop).
+"""The Job half of :class:`~adapters.kubernetes.cluster.KubernetesCluster` over ``BatchV1Api`` (a mixin over
+:class:`~.base.KubernetesApis`; its watches go through ``kubernetes.watch.Watch``).
 
 Protocol facts (batch/v1 API reference; checked by ``tests/contract``):
 
@@ -11,37 +11,26 @@ Protocol facts (batch/v1 API reference; checked by ``tests/contract``):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from kubernetes import client
+from kubernetes import watch
 
-from domain.kube.objects import JobObject, JobStatus, Listing, Propagation, WatchEvent
+from domain.kube.objects import EventType, JobObject, JobStatus, Listing, Propagation, WatchEvent
 
-from .compat import JOB_STATUS, MERGE_PATCH, merge_patch
+from .base import KubernetesApis
+from .compat import JOB_STATUS, MERGE_PATCH, merge_patch, wire_timeout
 from .errors import api_errors
+from .rawjson import WATCH_SOCKET_SLACK
 from .translate_jobs import job_from_v1, job_status_patch, job_to_v1
 
 _T = TypeVar("_T")
 
 
-class KubernetesJobs:
+class KubernetesJobs(KubernetesApis):
     """The Job methods of :class:`~adapters.kubernetes.cluster.KubernetesCluster` (module docstring)."""
-
-    _batch: client.BatchV1Api
-    _timeout: float | tuple[float, float]  # compat.wire_timeout of the request timeout
-
-    def _watch(
-        self,
-        list_fn: Callable[..., Any],
-        convert: Callable[[Any], _T],
-        resource_version: str,
-        timeout_seconds: float,
-        what: str,
-        **kwargs: Any,
-    ) -> Iterator[WatchEvent[_T]]:  # provided by the cluster
-        raise NotImplementedError
 
     def list_jobs(self, namespace: str, *, label_selector: str = "") -> Listing[JobObject]:
         """Jobs of ``namespace`` matching ``label_selector``. Raises ClusterError (400 for a bad selector)."""
@@ -96,3 +85,32 @@ class KubernetesJobs:
                 self._batch.api_client, JOB_STATUS, body, timeout=self._timeout,
                 path={"name": name, "namespace": namespace})
         return job_from_v1(job)
+
+    def _watch(self, list_fn: Callable[..., Any], convert: Callable[[Any], _T], resource_version: str,
+               timeout_seconds: float, what: str, **kwargs: Any) -> Iterator[WatchEvent[_T]]:
+        """``list_fn``'s changes through ``kubernetes.watch.Watch`` (which raises ``ERROR`` events as
+        ``ApiException``), for about ``timeout_seconds`` (s, rounded up; the socket waits
+        :data:`.rawjson.WATCH_SOCKET_SLACK` longer)."""
+        server_timeout = max(1, math.ceil(timeout_seconds))
+        watcher = watch.Watch()
+        stream = watcher.stream(
+            list_fn,
+            resource_version=resource_version,
+            timeout_seconds=server_timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=wire_timeout(server_timeout + WATCH_SOCKET_SLACK),
+            **kwargs,
+        )
+        try:
+            with api_errors(f"{what} from resourceVersion {resource_version[:40]}"):
+                for raw in stream:
+                    kind = EventType(raw["type"])
+                    if kind is EventType.BOOKMARK:
+                        metadata = raw["raw_object"].get("metadata", {})
+                        yield WatchEvent(kind, None, str(metadata.get("resourceVersion", "")))
+                        continue
+                    obj = raw["object"]
+                    yield WatchEvent(kind, convert(obj), obj.metadata.resource_version or "")
+        finally:
+            watcher.stop()
+            stream.close()

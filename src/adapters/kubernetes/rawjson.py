@@ -1,4 +1,4 @@
-"""LISTs and watches read as the API server's JSON, straight into domain objects (:mod:`domain.kube.corejson`).
+"""LISTs and watches read as the API server's JSON, straight into domain objects (:mod:`.corejson`).
 
 The informers' LISTs and watches of nodes and pods carry most of what the scheduler reads from the API server.
 The official client would first build its models (``ApiClient.deserialize``; a watch even re-encodes every event

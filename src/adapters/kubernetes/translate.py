@@ -1,5 +1,6 @@
 """Translation between the official client's V1 models (``kubernetes`` 37.x pydantic, or 28–35) and the domain
-value types.
+value types: nodes, pods, metadata patches, API errors and times (a Lease's and an Event's own models are in
+:mod:`.leases` and :mod:`.events`, a Job's in :mod:`.translate_jobs`, a ConfigMap's in :mod:`.configmaps`).
 
 Private to this adapter (house rule 6). Quantities stay strings as the API writes them; times become epoch seconds
 (float). ``metav1.MicroTime`` (Lease acquire/renew times) is parsed by kube-apiserver with the strict layout
@@ -18,10 +19,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from domain.kube.objects import (
-    ClusterEvent,
     ContainerSpec,
     ContainerTermination,
-    LeaseRecord,
     NodeObject,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -33,10 +32,11 @@ from domain.kube.objects import (
 )
 from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
+from .corejson import pod_phase
+
 MAX_ERROR_DETAIL = 300
 """Characters of a server message kept in an error (server messages can echo whole objects)."""
 
-_CLUSTER_SCOPED_KINDS = frozenset({"Node", "Namespace", "PersistentVolume", "StorageClass"})
 _ERRORS: dict[int, type[ClusterError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
 
 
@@ -206,13 +206,6 @@ def _container_to_v1(container: ContainerSpec, image: str) -> client.V1Container
     )
 
 
-def _phase(text: str | None) -> PodPhase:
-    try:
-        return PodPhase(text or "Pending")
-    except ValueError:
-        return PodPhase.UNKNOWN
-
-
 def _terminations_from_v1(status: client.V1PodStatus) -> tuple[ContainerTermination, ...]:
     out = []
     for container in status.container_statuses or ():
@@ -251,7 +244,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         containers=containers,
         node_name=spec.node_name or "",
         scheduler_name=spec.scheduler_name or "default-scheduler",
-        phase=_phase(status.phase),
+        phase=pod_phase(status.phase),
         resource_version=meta.resource_version or "",
         deletion_timestamp=to_epoch(meta.deletion_timestamp),
         annotations=dict(meta.annotations or {}),
@@ -302,67 +295,3 @@ def metadata_patch(
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
     return {"metadata": meta}
-
-
-# ---------------------------------------------------------------------------------------------- leases, events
-def lease_from_v1(lease: client.V1Lease) -> LeaseRecord:
-    """Domain lease of a ``V1Lease`` (absent numbers read as 0, absent times as None)."""
-    meta = lease.metadata or client.V1ObjectMeta()
-    spec = lease.spec or client.V1LeaseSpec()
-    return LeaseRecord(
-        namespace=meta.namespace or "",
-        name=meta.name or "",
-        holder=spec.holder_identity or "",
-        lease_duration_seconds=spec.lease_duration_seconds or 0,
-        acquire_time=to_epoch(spec.acquire_time),
-        renew_time=to_epoch(spec.renew_time),
-        transitions=spec.lease_transitions or 0,
-        resource_version=meta.resource_version or "",
-    )
-
-
-def lease_to_v1(lease: LeaseRecord) -> client.V1Lease:
-    """A ``V1Lease`` carrying ``resource_version`` when set (a replace is then conditional)."""
-    return client.V1Lease(
-        api_version="coordination.k8s.io/v1",
-        kind="Lease",
-        metadata=client.V1ObjectMeta(
-            name=lease.name, namespace=lease.namespace, resource_version=lease.resource_version or None
-        ),
-        spec=client.V1LeaseSpec(
-            holder_identity=lease.holder or None,
-            lease_duration_seconds=lease.lease_duration_seconds,
-            acquire_time=to_microtime(lease.acquire_time),
-            renew_time=to_microtime(lease.renew_time),
-            lease_transitions=lease.transitions,
-        ),
-    )
-
-
-def event_to_v1(event: ClusterEvent, *, component: str, now: float) -> client.CoreV1Event:
-    """A core/v1 ``Event`` (generated name ``<object>.<suffix>``, count 1, first = last = ``now``)."""
-    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC)
-    namespaced = event.kind not in _CLUSTER_SCOPED_KINDS
-    return client.CoreV1Event(
-        api_version="v1",
-        kind="Event",
-        metadata=client.V1ObjectMeta(generate_name=f"{event.name}.", namespace=event.namespace),
-        involved_object=client.V1ObjectReference(
-            kind=event.kind, name=event.name, namespace=event.namespace if namespaced else None,
-            uid=event.uid or None,
-        ),
-        reason=event.reason,
-        message=event.message,
-        type=event.type,
-        count=1,
-        first_timestamp=stamp,
-        last_timestamp=stamp,
-        source=client.V1EventSource(component=component),
-    )
-
-
-def event_repeat_patch(*, count: int, now: float) -> dict[str, object]:
-    """The JSON merge patch that records a repeat of a stored Event: its new ``count`` and ``lastTimestamp``
-    (``now``, epoch seconds, as metav1.Time: RFC 3339 to the second, UTC), as client-go's recorder patches it."""
-    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"count": count, "lastTimestamp": stamp}

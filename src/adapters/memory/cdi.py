@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from domain.deviceplugin.cdi import CdiSpec, HostGpuNodes
+from domain.device_plugin.cdi import CdiSpec, HostGpuNodes
 from ports.cdi import CdiSpecError
 
 

@@ -1,5 +1,5 @@
-"""ConfigMaps of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin sharing its lock and resourceVersion
-counter).
+"""ConfigMaps of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin over
+:class:`~.cluster_store.InMemoryStore`).
 
 As kube-apiserver does: a create assigns an RV (one write of the global counter) and refuses an existing name
 (409) or an empty name or namespace (422); a list is namespaced, in name order (etcd's key order), and a namespace
@@ -8,33 +8,25 @@ holding none lists nothing. Namespaces are implicit here (the server answers 404
 
 from __future__ import annotations
 
-import threading
-
 import attrs
 
 from domain.kube.objects import ConfigMapObject, Listing
 from ports.cluster import ConflictError
 
+from .cluster_store import InMemoryStore
 from .cluster_watch import status_error
 
 
-class InMemoryConfigMaps:
+class InMemoryConfigMaps(InMemoryStore):
     """The ConfigMap methods of :class:`~adapters.memory.cluster.InMemoryCluster` (module docstring)."""
 
-    _cond: threading.Condition
     _config_maps: dict[tuple[str, str], ConfigMapObject]
-
-    def _bump(self) -> int:  # provided by the cluster
-        raise NotImplementedError
 
     def list_config_maps(self, namespace: str) -> Listing[ConfigMapObject]:
         """Every ConfigMap of ``namespace`` by name, and the current resourceVersion."""
         with self._cond:
             found = sorted((c for (ns, _), c in self._config_maps.items() if ns == namespace), key=lambda c: c.name)
             return Listing(tuple(found), str(self._rv_now()))
-
-    def _rv_now(self) -> int:  # provided by the cluster
-        raise NotImplementedError
 
     def create_config_map(self, config_map: ConfigMapObject) -> ConfigMapObject:
         """Store a new ConfigMap with an RV. Raises ConflictError if it exists, ClusterError 422 without a name or

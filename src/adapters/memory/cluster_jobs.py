@@ -1,5 +1,5 @@
-"""batch/v1 Jobs of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin sharing its lock, resourceVersion
-counter, clock and watch loop).
+"""batch/v1 Jobs of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin over
+:class:`~.cluster_store.InMemoryStore`).
 
 What kube-apiserver (1.37) does with Jobs when no Job controller runs (batch/v1 API reference):
 
@@ -17,42 +17,27 @@ What kube-apiserver (1.37) does with Jobs when no Job controller runs (batch/v1 
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import attrs
 
-from domain.kube.objects import EventType, JobObject, JobPhase, JobStatus, Listing, Propagation, WatchEvent
+from domain.kube.objects import JobObject, JobPhase, JobStatus, Listing, Propagation, WatchEvent
 from ports.cluster import ClusterError, ConflictError, NotFoundError
 
-from .cluster_watch import Change, History, parse_label_selector, status_error
+from .cluster_store import InMemoryStore
+from .cluster_watch import History, parse_label_selector, status_error
 
 MAX_JOB_NAME = 63
 """Longest Job name the API server accepts (the name becomes the value of the pods' ``job-name`` label)."""
 
 
-class InMemoryJobs:
+class InMemoryJobs(InMemoryStore):
     """The Job methods of :class:`~adapters.memory.cluster.InMemoryCluster` (module docstring)."""
 
-    _cond: threading.Condition
-    _clock: Callable[[], float]
     _jobs: dict[tuple[str, str], JobObject]
     _job_history: History[JobObject]
     _job_deletions: list[tuple[str, str, Propagation]]
-
-    def _bump(self) -> int:  # provided by the cluster
-        raise NotImplementedError
-
-    def _watch(
-        self,
-        history: History[JobObject],
-        current: Callable[[], Iterable[JobObject]],
-        resource_version: str,
-        timeout_seconds: float,
-        match: Callable[[JobObject], bool],
-    ) -> Iterator[WatchEvent[JobObject]]:  # provided by the cluster
-        raise NotImplementedError
 
     @property
     def job_deletions(self) -> list[tuple[str, str, Propagation]]:
@@ -111,12 +96,9 @@ class InMemoryJobs:
     def delete_job(self, namespace: str, name: str, *, propagation: Propagation = Propagation.BACKGROUND) -> None:
         """Remove a Job at once and record ``propagation`` (module docstring). Raises NotFoundError."""
         with self._cond:
-            prev = self._job(namespace, name)
-            del self._jobs[(namespace, name)]
-            rv = self._bump()
-            self._job_history.append(Change(rv, EventType.DELETED, attrs.evolve(prev, resource_version=str(rv)), prev))
+            self._job(namespace, name)
+            self._drop(self._jobs, (namespace, name), self._job_history)
             self._job_deletions.append((namespace, name, propagation))
-            self._cond.notify_all()
 
     def set_job_status(self, namespace: str, name: str, status: JobStatus) -> JobObject:
         """Replace the Job's status (the Job controller's write). Raises NotFoundError, and ClusterError when the
@@ -130,9 +112,6 @@ class InMemoryJobs:
             return prev if prev.status == status else self._put_job(attrs.evolve(prev, status=status), prev)
 
     # ------------------------------------------------------------------ internals (callers hold the lock)
-    def _rv_now(self) -> int:
-        raise NotImplementedError
-
     def _job(self, namespace: str, name: str) -> JobObject:
         try:
             return self._jobs[(namespace, name)]
@@ -140,12 +119,7 @@ class InMemoryJobs:
             raise NotFoundError(f'jobs.batch "{name[:100]}" not found') from None
 
     def _put_job(self, job: JobObject, prev: JobObject | None) -> JobObject:
-        rv = self._bump()
-        stored = attrs.evolve(job, resource_version=str(rv))
-        self._jobs[(job.namespace, job.name)] = stored
-        self._job_history.append(Change(rv, EventType.ADDED if prev is None else EventType.MODIFIED, stored, prev))
-        self._cond.notify_all()
-        return stored
+        return self._put(self._jobs, (job.namespace, job.name), self._job_history, job, prev)
 
     def _current_jobs(self) -> Iterable[JobObject]:
         return [self._jobs[key] for key in sorted(self._jobs)]

@@ -1,5 +1,5 @@
-"""Events and Leases of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin sharing its lock,
-resourceVersion counter, clock and conflict check).
+"""Events and Leases of :class:`~adapters.memory.cluster.InMemoryCluster` (a mixin over
+:class:`~.cluster_store.InMemoryStore`).
 
 * **Events** — a repeat of an Event recorded before (same object, reason, message, source…) raises its count and
   last timestamp instead of adding an object, as the API server's clients aggregate (:mod:`domain.kube.events`);
@@ -10,33 +10,22 @@ resourceVersion counter, clock and conflict check).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import attrs
 
 from domain.kube.events import EventCorrelator, SeenEvent
 from domain.kube.objects import ClusterEvent, LeaseRecord
 from ports.cluster import ConflictError, NotFoundError
 
+from .cluster_store import InMemoryStore
 from .cluster_watch import status_error
 
 
-class InMemoryLeasesAndEvents:
+class InMemoryLeasesAndEvents(InMemoryStore):
     """The Event and Lease methods of :class:`~adapters.memory.cluster.InMemoryCluster` (module docstring)."""
 
-    _cond: threading.Condition
-    _clock: Callable[[], float]
     _leases: dict[tuple[str, str], LeaseRecord]
     _events: list[ClusterEvent]
     _correlator: EventCorrelator
-
-    def _bump(self) -> int:  # provided by the cluster
-        raise NotImplementedError
-
-    @staticmethod
-    def _check_rv(current: str, given: str | None, what: str) -> None:  # provided by the cluster
-        raise NotImplementedError
 
     def create_event(self, event: ClusterEvent) -> None:
         """Record an Event (readable through :attr:`events`), or raise the count and last timestamp of the same

@@ -5,7 +5,7 @@ device plugin or a resync releases it, so a container row is kept only when pod-
 same (namespace, pod, container) — a terminated pod's series vanish at the next scrape even when the Runtime
 still reports it (failure case B20). GPU rows are never filtered: every GPU is reported, idle or not (B22).
 
-Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``domain.deviceplugin.devices``), those
+Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``domain.device_plugin.devices``), those
 of MIG resources the parent GPU's UUID as ``<uuid>::mig-<profile>::<gpu instance id>``; :func:`device_uuid` reads
 the UUID back from either, and :class:`PodContainerDevices` keeps the UUIDs it names.
 

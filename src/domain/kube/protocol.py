@@ -78,7 +78,7 @@ class AnnotationKeys:
     device plugin and exporter loaded (the scheduler keeps GPU pods off a node where either differs from its own).
     ``pod_allocated`` is written by the device plugin once every container of a pod got its devices (epoch
     seconds); until then the scheduler binds no second pod with an identical GPU request to that node, because
-    kubelet's Allocate could not tell the two apart (:mod:`domain.deviceplugin.matching`).
+    kubelet's Allocate could not tell the two apart (:mod:`domain.device_plugin.matching`).
     ``node_state`` holds the node's Runtime toggle state written by the controller (``disabled``, ``enabling``,
     ``enabled``, ``disabling``, ``failed``; :mod:`domain.toggle`); the scheduler gives GPU pods only to nodes
     without it or in ``enabled`` with the enable label ``true``. ``node_toggle`` holds the controller's detail

@@ -47,9 +47,9 @@ import attrs
 from adapters.cdifiles import DEFAULT_CDI_DIR
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
 from adapters.grpc.sockets import answers
-from domain.deviceplugin.devices import ResourceKey, ResourceKind
-from domain.deviceplugin.pods import resource_names
-from domain.deviceplugin.status import DevicePluginStatus
+from domain.device_plugin.devices import ResourceKey, ResourceKind
+from domain.device_plugin.pods import resource_names
+from domain.device_plugin.status import DevicePluginStatus
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError

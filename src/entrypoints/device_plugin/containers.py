@@ -4,7 +4,7 @@ Providers are annotated with their port types so mypy checks conformance. The cl
 (``--kubeconfig``, else in-cluster) or, with the hidden ``--in-memory`` flag (tests, demos), an
 :class:`~adapters.memory.cluster.InMemoryCluster` holding just this node. The Runtime is always the gRPC client
 on ``--runtime-socket``. With ``--listen``, ``/healthz``, ``/readyz`` and ``/metrics`` (the shared
-``HealthEndpoint``; metrics from ``adapters.prometheus.deviceplugin``). The release reconciler reads the same Runtime
+``HealthEndpoint``; metrics from ``adapters.prometheus.device_plugin``). The release reconciler reads the same Runtime
 and cluster every ``--release-interval`` seconds. With ``--cdi`` (default) the CDI spec goes to a
 :class:`~adapters.cdifiles.CdiSpecDirectory` on ``--cdi-dir`` and the host's GPU minors come from
 :class:`~adapters.cdifiles.ProcfsGpuDevices`; with ``--no-cdi`` there is no publisher. ``logging`` is a Resource.
@@ -21,7 +21,7 @@ from adapters.cdifiles import CdiSpecDirectory, ProcfsGpuDevices
 from adapters.grpc import GrpcNodeRuntime
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
 from adapters.memory.cluster import InMemoryCluster
-from adapters.prometheus.deviceplugin import PrometheusDevicePluginMetrics
+from adapters.prometheus.device_plugin import PrometheusDevicePluginMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants

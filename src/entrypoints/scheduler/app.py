@@ -43,6 +43,7 @@ from services.scheduler.policies import DEFAULT_POLICY
 from services.scheduler.service import SchedulerService
 from services.scheduler.standalone import StandaloneLoop
 
+from .extender_json import ExtenderJson
 from .httpserver import HttpEndpoint
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class SchedulerSettings:
     ``identity``: leader election; ``lease_duration``/``renew_deadline``/``retry_period`` (s);
     ``resync_seconds``, ``tick_seconds``, ``assumed_ttl_seconds``, ``watch_timeout_seconds`` (s);
     ``log_level``: a logging level name; ``rank_all_pods``: the extender also chooses the node of pods without
-    GPU requests (for scheduler configurations without ``managedResources``; see :mod:`.extender`);
+    GPU requests (for scheduler configurations without ``managedResources``; see :mod:`services.scheduler.extender`);
     ``mig_strategy``: ``static`` or ``dynamic``, the MIG placement mode (must match the node Runtimes').
     ``admission_hold_seconds``: how long a pod waiting for its devices keeps pods with a confusable request off its
     node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.nodefit.holds.hold_window`).
@@ -177,8 +178,8 @@ class SchedulerApp(RunUntilStopped):
             on_delete=service.on_pod_deleted, watch_timeout=timeout)
         service.listing.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
         self.threads = ReplicaThreads()
-        verbs = {} if self.extender is None else {
-            "filter": self.extender.filter, "prioritize": self.extender.prioritize, "bind": self.extender.bind}
+        wire = None if self.extender is None else ExtenderJson(self.extender)
+        verbs = {} if wire is None else {"filter": wire.filter, "prioritize": wire.prioritize, "bind": wire.bind}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
                                  metrics=metrics_text, verbs=verbs, views={VIEW_PATH: self.ledger_view})
         self.metrics_http: HealthEndpoint | None = None

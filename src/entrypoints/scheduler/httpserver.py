@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 
 from entrypoints._shared.httpserver import HealthEndpoint, Probe, ProbeHandler
 from services._shared.logs import fields
-from services.scheduler.extender import ExtenderArgsError
+
+from .extender_json import ExtenderArgsError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The node's CDI spec, kept in step with the GPU inventory (:mod:`domain.deviceplugin.cdi` for the names and the
+"""The node's CDI spec, kept in step with the GPU inventory (:mod:`domain.device_plugin.cdi` for the names and the
 spec; ``ports.cdi`` for where it goes).
 
 :meth:`CdiPublisher.refresh` builds the spec from the GPUs the device plugin knows and the host driver's facts and
@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
-from domain.deviceplugin.cdi import CdiSpec, build_spec
+from domain.device_plugin.cdi import CdiSpec, build_spec
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
 from ports.cdi import CdiSpecError, CdiSpecStore, HostGpuDevices

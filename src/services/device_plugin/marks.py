@@ -1,7 +1,7 @@
 """The "allocated" mark: once the device plugin has served every resource of every container of a pod, the pod gets
 the annotation ``protocol.annotations.pod_allocated`` = ``"<epoch seconds>"``. The scheduler holds back a second pod
 with an identical GPU request on the node until the mark appears (:mod:`domain.scheduling.nodefit.holds`), because
-kubelet's Allocate cannot tell two such pending pods apart (:mod:`domain.deviceplugin.matching`, "Limits").
+kubelet's Allocate cannot tell two such pending pods apart (:mod:`domain.device_plugin.matching`, "Limits").
 
 Off the Allocate path: :meth:`AllocatedMarker.submit` only queues the pod (kubelet's Allocate never waits on the API
 server) and wakes the worker (:meth:`AllocatedMarker.run`), which writes the queued marks. Best effort: a write that

@@ -1,5 +1,5 @@
 """The release reconciler: releases the Runtime's allocation records of pods that ended (module docstring of
-:mod:`domain.deviceplugin.releases` for the rule and the grace).
+:mod:`domain.device_plugin.releases` for the rule and the grace).
 
 Kubelet never tells a device plugin that a pod ended, and on a real node nothing else releases the records, so every
 ``interval_s`` seconds (``--release-interval``; the first pass at start) :meth:`RecordReconciler.run_once`:
@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from domain.deviceplugin.releases import ReleaseDecision, stale_records
+from domain.device_plugin.releases import ReleaseDecision, stale_records
 from ports.cluster import ClusterError, PodsApi
 from ports.runtime import NodeRuntime, NodeRuntimeError
 

@@ -7,14 +7,14 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   whenever it names a GPU we do not know, :meth:`DevicePluginService.resync_inventory` re-reads ListDevices;
   added GPUs get device IDs, removed ones lose theirs, and ListAndWatch sends the new full list.
 * Allocate: lists the node's pods (``spec.nodeName=<node>``), builds candidates
-  (:mod:`domain.deviceplugin.pods`) and picks the container by the rule of :mod:`domain.deviceplugin.matching`
+  (:mod:`domain.device_plugin.pods`) and picks the container by the rule of :mod:`domain.device_plugin.matching`
   — device IDs only give the count, never the placement (B17). The first resource call of a container makes the
   one Runtime Allocate (idempotent key: pod UID + container) from the plan; later resource calls of the same
   container return the cached response (kubelet merges the responses of a container's resources; identical
   envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). With ``cdi`` the
-  response also names the plan's GPUs as CDI devices (:mod:`domain.deviceplugin.cdi`; kubelet drops duplicates).
+  response also names the plan's GPUs as CDI devices (:mod:`domain.device_plugin.cdi`; kubelet drops duplicates).
 * Allocated mark: the Allocate call that completes a pod (every resource kind of every container that asks for our
-  resources, init containers included: :func:`domain.deviceplugin.matching.pod_fully_served`) queues the pod on
+  resources, init containers included: :func:`domain.device_plugin.matching.pod_fully_served`) queues the pod on
   :attr:`DevicePluginService.marker` (:mod:`.marks`), whose worker writes ``protocol.annotations.pod_allocated`` off
   the Allocate path; kubelet never waits on the API server for it.
 * Inventory: :meth:`DevicePluginService.publish_inventory` writes the node GPU inventory annotation (with
@@ -24,10 +24,10 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   Runtime's: ``dynamic`` when it advertises ``mig-dynamic``, else ``static``; it is published in the inventory so
   the scheduler can refuse a mismatch. :meth:`DevicePluginService.mig_resources` says which
   ``<prefix>/mig-<profile>`` resources the node serves, with names from the shared table
-  (:func:`domain.deviceplugin.pods.mig_resource_names`, the scheduler's table): static, the profiles of the usable
+  (:func:`domain.device_plugin.pods.mig_resource_names`, the scheduler's table): static, the profiles of the usable
   listed instances, one device ID per instance (``<gpu uuid>::mig-<profile>::<gpu instance id>``); dynamic, every
   profile of the MIG GPUs' models, ``max_instances`` device IDs per GPU, so kubelet's count never blocks a pod (the
-  scheduler's MIG books are the real constraint; :mod:`domain.deviceplugin.devices`). Publishing the inventory
+  scheduler's MIG books are the real constraint; :mod:`domain.device_plugin.devices`). Publishing the inventory
   re-reads ListDevices on MIG nodes, so the annotation's "free" flags and the static device lists follow the
   Runtime. Allocate of a MIG resource sends the container's planned instances (profile, placement start, create)
   as ``PlannedMig``; kubelet's IDs never choose the instance (B17). GetPreferredAllocation prefers the planned
@@ -46,9 +46,8 @@ from typing import Protocol
 
 import attrs
 
-from domain.deviceplugin.cdi import container_devices
-from domain.deviceplugin.devices import (
-    DeviceId,
+from domain.device_plugin.cdi import container_devices
+from domain.device_plugin.devices import (
     MigResource,
     MigSlot,
     PluginDevice,
@@ -57,14 +56,16 @@ from domain.deviceplugin.devices import (
     mig_device_list,
     preferred_ids,
 )
-from domain.deviceplugin.matching import (
+from domain.device_plugin.matching import (
     Candidate,
     ContainerKey,
+    planned_gpus,
+    planned_instance_ids,
     pod_fully_served,
     runtime_request,
     select_container,
 )
-from domain.deviceplugin.pods import mig_resource_names, node_candidates
+from domain.device_plugin.pods import mig_resource_names, node_candidates
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
@@ -333,7 +334,7 @@ class DevicePluginService:
     def preferred(
         self, kind: ResourceKey, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> tuple[str, ...]:
-        """IDs of the planned GPUs first (``domain.deviceplugin.devices.preferred_ids``; for a MIG resource the
+        """IDs of the planned GPUs first (``domain.device_plugin.devices.preferred_ids``; for a MIG resource the
         planned instances' own IDs first, static strategy); without an identified plan, must-include then available
         IDs. Never raises (a preference is advisory)."""
         planned: list[GpuUuid] = []
@@ -342,15 +343,11 @@ class DevicePluginService:
             with self._alloc_lock:
                 self.preferred_calls += 1
                 chosen, gpus, _ = self._select(kind, size)
-            by_index = {g.index: g for g in gpus}
-            if chosen.grant is not None:
-                planned = [by_index[g.gpu_index].uuid for g in chosen.grant.grants if g.gpu_index in by_index]
-            planned += [i.gpu_uuid for i in chosen.mig]
+            planned = planned_gpus(chosen, gpus)
             if isinstance(kind, MigResource) and not self.mig_dynamic:
                 with self._changed:
                     listed = {(i.gpu_uuid, i.start): i.gpu_instance_id for items in self._mig.values() for i in items}
-                exact = [str(DeviceId(i.gpu_uuid, kind, listed[(i.gpu_uuid, i.start)])) for i in chosen.mig
-                         if (i.gpu_uuid, i.start) in listed]
+                exact = planned_instance_ids(chosen, kind, listed)
         except Exception as error:  # advisory: log and fall back to kubelet's own order
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
         return preferred_ids(available, must_include, size, planned, exact=exact)

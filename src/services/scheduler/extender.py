@@ -1,22 +1,23 @@
-"""The kube-scheduler extender verbs over :meth:`SchedulerService.decide`: ``filter``, ``prioritize``, ``bind``
-(HTTP JSON of ``k8s.io/kube-scheduler/extender/v1``: Go field names, no JSON tags).
+"""The kube-scheduler extender verbs over :meth:`SchedulerService.decide`: ``filter``, ``prioritize``, ``bind``, in
+domain values (their HTTP JSON, ``k8s.io/kube-scheduler/extender/v1``, is :mod:`entrypoints.scheduler.extender_json`).
 
-``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and returns only
-that node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy),
-with an empty ``FailedNodes`` (kube-scheduler reads it only when no node is left); when nothing fits, every
-candidate gets its reason there. ``bind`` commits the reservation or releases it. A
-standby replica answers ``Error``. Invariant: each verb translates its JSON once into domain values and back; no
-scheduling rule lives here. The wire format, the deployment requirements (``percentageOfNodesToScore: 100``,
-``managedResources``, ``rank_all_pods``) and what they cost: ``docs/extender.md``.
+``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and passes only that
+node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy), with no
+failed nodes (kube-scheduler reads them only when no node is left); when nothing fits, every candidate gets its
+reason there. ``bind`` commits the reservation or releases it. A standby replica answers with an error. Invariant:
+no scheduling rule lives here; each verb asks the service once. The deployment requirements
+(``percentageOfNodesToScore: 100``, ``managedResources``, ``rank_all_pods``) and what they cost:
+``docs/extender.md``.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from domain.kube.corejson import CoreJsonError, pod_from_json
+import attrs
+
 from domain.kube.objects import PodObject
 from ports.cluster import ClusterError
 from services._shared.logs import fields
@@ -34,79 +35,38 @@ PENDING_PODS_KEPT = 4096
 """Pods remembered between filter and bind (the bind verb commits the pod as its filter saw it, with no re-read)."""
 
 
-class ExtenderArgsError(ValueError):
-    """The request body is not what kube-scheduler sends; the HTTP layer answers 400."""
+@attrs.frozen
+class FilterResult:
+    """What ``filter`` answers: the candidates that pass (in the order sent), the reason of each failed one
+    (``FailedNodes``) and an error that fails the whole call (empty when none)."""
 
-
-def _mapping(value: object, what: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise ExtenderArgsError(f"{what} must be a JSON object")
-    return value
-
-
-def _candidates(args: Mapping[str, object]) -> tuple[list[str], list[Mapping[str, object]] | None]:
-    """Node names and, when sent as a NodeList, the node objects (to echo back the kept ones)."""
-    names = args.get("NodeNames")
-    if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ExtenderArgsError("NodeNames must be an array of strings")
-        return list(names), None
-    items_raw = _mapping(args.get("Nodes") or {}, "Nodes").get("items") or []
-    if not isinstance(items_raw, list):
-        raise ExtenderArgsError("Nodes.items must be an array")
-    items = [_mapping(item, "Nodes.items[]") for item in items_raw]
-    out = []
-    for item in items:
-        name = _mapping(item.get("metadata") or {}, "Nodes.items[].metadata").get("name")
-        if not isinstance(name, str):
-            raise ExtenderArgsError("Nodes.items[].metadata.name must be a string")
-        out.append(name)
-    return out, items
+    passed: tuple[str, ...]
+    failed: Mapping[str, str] = attrs.field(factory=dict)
+    error: str = ""
 
 
 class Extender:
-    """The three verbs over a :class:`SchedulerService` (module docstring). Each takes the decoded JSON body and
-    returns the JSON reply; :class:`ExtenderArgsError` means a malformed body."""
+    """The three verbs over a :class:`SchedulerService` (module docstring), in domain values."""
 
     def __init__(self, service: SchedulerService, *, rank_all_pods: bool = False) -> None:
         self.service = service
         self.rank_all_pods = rank_all_pods
         self._pods: collections.OrderedDict[str, PodObject] = collections.OrderedDict()
 
-    def _pod(self, args: Mapping[str, object]) -> PodObject:
-        try:
-            return pod_from_json(args.get("Pod"))
-        except CoreJsonError as error:
-            raise ExtenderArgsError(f"Pod: {error}") from None
-
-    def filter(self, body: object) -> dict[str, object]:
-        """``ExtenderArgs`` → ``ExtenderFilterResult``: at most one node passes (module docstring). Raises
-        :class:`ExtenderArgsError` for a malformed body; scheduling problems go into ``FailedNodes``/``Error``."""
-        args = _mapping(body, "ExtenderArgs")
-        pod = self._pod(args)
-        names, items = _candidates(args)
-        passed, failed, error = self._decide(pod, names)
-        reply: dict[str, object] = {"FailedNodes": failed, "Error": error}
-        if items is None:
-            reply["NodeNames"] = passed
-        else:
-            keep = set(passed)
-            reply["Nodes"] = {"items": [item for item, name in zip(items, names, strict=True) if name in keep]}
-        return reply
-
-    def _decide(self, pod: PodObject, names: list[str]) -> tuple[list[str], dict[str, str], str]:
-        """``(passed, FailedNodes, Error)`` for ``filter`` from the service's :class:`Decision`."""
-        decision = self.service.decide(pod, names, rank_all_pods=self.rank_all_pods)
+    def filter(self, pod: PodObject, names: Sequence[str]) -> FilterResult:
+        """At most one of the candidate ``names`` passes (module docstring); scheduling problems come back in
+        :attr:`FilterResult.failed` and :attr:`FilterResult.error`, never raised."""
+        decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods)
         if decision.error:
-            return [], {}, decision.error
+            return FilterResult((), {}, decision.error)
         if not decision.managed:
-            return names, {}, ""
+            return FilterResult(tuple(names))
         if decision.node is not None:
             self._remember(pod)
             log.info("filter chose a node", extra=fields(pod=pod.key, node=decision.node, candidates=len(names)))
-            return [decision.node], dict(decision.reasons), ""
+            return FilterResult((decision.node,), dict(decision.reasons))
         log.info("filter found no node", extra=fields(pod=pod.key, reason=decision.reason))
-        return [], dict(decision.reasons), ""
+        return FilterResult((), dict(decision.reasons))
 
     def _remember(self, pod: PodObject) -> None:
         self._pods[pod.uid] = pod
@@ -114,32 +74,24 @@ class Extender:
         while len(self._pods) > PENDING_PODS_KEPT:
             self._pods.popitem(last=False)
 
-    def prioritize(self, body: object) -> list[dict[str, object]]:
-        """``ExtenderArgs`` → ``HostPriorityList``: 10 (``MaxExtenderPriority``) for the node reserved for the pod, 0
-        for the others. Raises :class:`ExtenderArgsError` for a malformed body."""
-        args = _mapping(body, "ExtenderArgs")
-        pod = self._pod(args)
-        names, _ = _candidates(args)
+    def prioritize(self, pod: PodObject, names: Sequence[str]) -> list[tuple[str, int]]:
+        """``(node, score)`` per candidate, in the order sent: :data:`MAX_PRIORITY` for the node reserved for the
+        pod, 0 for the others."""
         held = self.service.reservation(pod.uid)
         chosen = held.node if held is not None else None
-        return [{"Host": name, "Score": MAX_PRIORITY if name == chosen else 0} for name in names]
+        return [(name, MAX_PRIORITY if name == chosen else 0) for name in names]
 
-    def bind(self, body: object) -> dict[str, object]:
-        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``: commit the reservation (one binding that carries
-        the plan annotation); a pod without a reservation on that node gets a fresh cycle restricted to it first.
-        Raises :class:`ExtenderArgsError` for a malformed body; failures come back in ``Error`` (the reservation
-        already released, no plan written)."""
-        args = _mapping(body, "ExtenderBindingArgs")
-        values = {key: args.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
-        if not all(isinstance(v, str) and v for k, v in values.items() if k != "PodUID"):
-            raise ExtenderArgsError("PodName, PodNamespace and Node must be non-empty strings")
-        name, namespace, uid, node = (str(values[k] or "") for k in ("PodName", "PodNamespace", "PodUID", "Node"))
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Commit the reservation of pod ``namespace/name`` (``uid``, when not empty, must be the pod's) on ``node``
+        (one binding that carries the plan annotation); a pod without a reservation on that node gets a fresh cycle
+        restricted to it first. Returns the error ("" on success; on failure the reservation is already released
+        and no plan written)."""
         try:
             self._bind(namespace, name, uid, node)
         except (CommitError, ClusterError) as error:
             log.warning("bind failed", extra=fields(pod=f"{namespace}/{name}", node=node, error=str(error)))
-            return {"Error": str(error)}
-        return {"Error": ""}
+            return str(error)
+        return ""
 
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         service = self.service

@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 import grpc
 
-from domain.deviceplugin.pods import admission_order
+from domain.device_plugin.pods import admission_order
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.runtime.types import ContainerAllocationResponse
 

@@ -161,7 +161,7 @@ class DeviceSpec:
 class ContainerAllocationResponse:
     """What the container gets: ``envs``, ``mounts``, ``devices``, container ``annotations`` and ``cdi_devices``
     (fully qualified CDI device names, ``vendor/class=name``; the device plugin adds them after the Runtime answered
-    (:mod:`domain.deviceplugin.cdi`); the Runtime contract never carries them, so a Runtime response has none)."""
+    (:mod:`domain.device_plugin.cdi`); the Runtime contract never carries them, so a Runtime response has none)."""
 
     envs: Mapping[str, str] = attrs.field(factory=dict, converter=_str_map)
     mounts: tuple[Mount, ...] = ()

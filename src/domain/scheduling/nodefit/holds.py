@@ -2,7 +2,7 @@
 
 Kubelet's device plugin Allocate carries only device IDs, so when two pods pending on one node ask for the same
 amount of one of our resources, the device plugin cannot tell which pod a call is for and refuses it
-(:mod:`domain.deviceplugin.matching`, rule 4: never guess, because a swapped plan would later free capacity on the
+(:mod:`domain.device_plugin.matching`, rule 4: never guess, because a swapped plan would later free capacity on the
 wrong GPU). HAMi avoids the same problem with a per-node lock held from bind to Allocate; this is a narrower
 version of that lock: a node is held only for pods whose request *could* be confused with the pending one.
 

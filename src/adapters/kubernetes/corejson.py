@@ -173,7 +173,9 @@ def _taint(path: str, raw: object) -> Taint:
                  value=_str(f"{path}.value", item.get("value")))
 
 
-def _phase(text: str) -> PodPhase:
+def pod_phase(text: str | None) -> PodPhase:
+    """The phase named ``status.phase`` (``Pending`` when empty, ``Unknown`` when not a phase we know): the
+    reading shared with the client-model path (:func:`.translate.pod_from_v1`)."""
     try:
         return PodPhase(text or "Pending")
     except ValueError:
@@ -201,7 +203,7 @@ def pod_from_json(data: object) -> PodObject:
         containers=containers,
         node_name=_str("spec.nodeName", spec.get("nodeName")),
         scheduler_name=_str("spec.schedulerName", spec.get("schedulerName")) or "default-scheduler",
-        phase=_phase(_str("status.phase", status.get("phase"))),
+        phase=pod_phase(_str("status.phase", status.get("phase"))),
         resource_version=_str("metadata.resourceVersion", meta.get("resourceVersion")),
         deletion_timestamp=_time("metadata.deletionTimestamp", meta.get("deletionTimestamp")),
         annotations=_strings("metadata.annotations", meta.get("annotations")),

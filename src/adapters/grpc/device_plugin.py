@@ -29,8 +29,8 @@ from pathlib import Path
 
 import grpc
 
-from domain.deviceplugin.devices import ResourceKey
-from domain.deviceplugin.matching import DevicePluginError, NoMatchingContainerError
+from domain.device_plugin.devices import ResourceKey
+from domain.device_plugin.matching import DevicePluginError, NoMatchingContainerError
 from domain.runtime.types import ContainerAllocationResponse
 from ports.cluster import ClusterError
 from ports.device_plugin import DevicePluginHandler

@@ -16,7 +16,7 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from domain.deviceplugin.status import DevicePluginStatus
+from domain.device_plugin.status import DevicePluginStatus
 
 from .protocol import protocol_info_gauge
 

@@ -1,4 +1,4 @@
-"""Building the Allocate candidates of one node from its pods (see :mod:`domain.deviceplugin.matching`).
+"""Building the Allocate candidates of one node from its pods (see :mod:`domain.device_plugin.matching`).
 
 A pod contributes candidates when it is bound to the node, ``Pending``, not being deleted, and one of its
 containers asks for one of our resources. Its plan is taken only through
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from domain.deviceplugin.devices import MigResource, ResourceKey, ResourceKind
-from domain.deviceplugin.matching import Candidate
+from domain.device_plugin.devices import MigResource, ResourceKey, ResourceKind
+from domain.device_plugin.matching import Candidate
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
 from domain.kube.annotations import PlannedInstance

@@ -34,7 +34,8 @@ MIG resources follow the same rule: a MIG container asks for one profile (one :c
 calls once for it, and its plan entry is the list of instances it receives (``Candidate.mig``); a device ID of a
 MIG resource only gives the count, like any other (B17).
 
-:func:`runtime_request` turns the chosen container's plan into the Runtime's Allocate request.
+:func:`runtime_request` turns the chosen container's plan into the Runtime's Allocate request;
+:func:`planned_gpus` and :func:`planned_instance_ids` into what GetPreferredAllocation prefers.
 
 Errors: :class:`NoMatchingContainerError`, :class:`AmbiguousContainerError`, :class:`UntrustedPlanError`,
 :class:`UnhealthyPlanError` (all :class:`DevicePluginError`, a :class:`domain.errors.DomainError`).
@@ -47,9 +48,9 @@ from collections.abc import Mapping, Sequence, Set
 import attrs
 
 from domain.allocation import ContainerGrant
-from domain.deviceplugin.devices import ResourceKey
+from domain.device_plugin.devices import DeviceId, MigResource, ResourceKey
 from domain.errors import DomainError
-from domain.gpu import Gpu, Health
+from domain.gpu import Gpu, GpuUuid, Health
 from domain.kube.annotations import PlannedInstance
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, PlannedMig
 
@@ -195,3 +196,22 @@ def runtime_request(chosen: Candidate, gpus: Sequence[Gpu]) -> ContainerAllocati
                                   memory_bytes=grant.memory_bytes))
     return ContainerAllocationRequest(chosen.pod_uid, chosen.namespace, chosen.pod_name, chosen.container,
                                       tuple(planned), init=chosen.init)
+
+
+def planned_gpus(chosen: Candidate, gpus: Sequence[Gpu]) -> list[GpuUuid]:
+    """The GPUs ``chosen``'s plan gives it, in plan order: its time-sharing grants' GPUs among ``gpus`` (the node's),
+    then its MIG instances' GPUs. Never raises."""
+    by_index = {g.index: g for g in gpus}
+    planned = []
+    if chosen.grant is not None:
+        planned = [by_index[g.gpu_index].uuid for g in chosen.grant.grants if g.gpu_index in by_index]
+    return planned + [i.gpu_uuid for i in chosen.mig]
+
+
+def planned_instance_ids(chosen: Candidate, kind: MigResource,
+                         listed: Mapping[tuple[GpuUuid, int], int]) -> list[str]:
+    """The device IDs of ``kind`` naming ``chosen``'s planned MIG instances themselves (static strategy), in plan
+    order; ``listed`` maps an existing instance's ``(GPU UUID, placement start)`` to its GPU instance id. A planned
+    instance not listed has no ID."""
+    return [str(DeviceId(i.gpu_uuid, kind, listed[(i.gpu_uuid, i.start)])) for i in chosen.mig
+            if (i.gpu_uuid, i.start) in listed]

@@ -1,0 +1,99 @@
+"""The extender verbs' HTTP JSON (``k8s.io/kube-scheduler/extender/v1``: Go field names, no JSON tags) over
+:class:`services.scheduler.extender.Extender`.
+
+* ``filter``: ``ExtenderArgs`` → ``ExtenderFilterResult``. The candidates come as ``NodeNames`` (a
+  ``nodeCacheCapable`` extender) or as a ``NodeList`` in ``Nodes``; the reply echoes the same form, a NodeList
+  keeping the passed node objects as sent.
+* ``prioritize``: ``ExtenderArgs`` → ``HostPriorityList`` (``Host``, ``Score``).
+* ``bind``: ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``) →
+  ``ExtenderBindingResult`` (``Error``, empty on success).
+
+``ExtenderArgs.Pod`` is a core/v1 Pod read by :func:`adapters.kubernetes.corejson.pod_from_json`. Invariant: each
+verb decodes its JSON once into domain values, calls the service's verb once and encodes its answer; a body that
+is not what kube-scheduler sends raises :class:`ExtenderArgsError` (the HTTP layer answers 400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
+from domain.kube.objects import PodObject
+from services.scheduler.extender import Extender
+
+
+class ExtenderArgsError(ValueError):
+    """The request body is not what kube-scheduler sends; the HTTP layer answers 400."""
+
+
+def _mapping(value: object, what: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise ExtenderArgsError(f"{what} must be a JSON object")
+    return value
+
+
+def _pod(args: Mapping[str, object]) -> PodObject:
+    try:
+        return pod_from_json(args.get("Pod"))
+    except CoreJsonError as error:
+        raise ExtenderArgsError(f"Pod: {error}") from None
+
+
+def _candidates(args: Mapping[str, object]) -> tuple[list[str], list[Mapping[str, object]] | None]:
+    """Node names and, when sent as a NodeList, the node objects (to echo back the kept ones)."""
+    names = args.get("NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ExtenderArgsError("NodeNames must be an array of strings")
+        return list(names), None
+    items_raw = _mapping(args.get("Nodes") or {}, "Nodes").get("items") or []
+    if not isinstance(items_raw, list):
+        raise ExtenderArgsError("Nodes.items must be an array")
+    items = [_mapping(item, "Nodes.items[]") for item in items_raw]
+    out = []
+    for item in items:
+        name = _mapping(item.get("metadata") or {}, "Nodes.items[].metadata").get("name")
+        if not isinstance(name, str):
+            raise ExtenderArgsError("Nodes.items[].metadata.name must be a string")
+        out.append(name)
+    return out, items
+
+
+class ExtenderJson:
+    """The three verbs of ``extender`` over decoded JSON bodies (module docstring): each takes the body and
+    returns the JSON-serialisable reply; :class:`ExtenderArgsError` means a malformed body."""
+
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+
+    def filter(self, body: object) -> dict[str, object]:
+        """``ExtenderArgs`` → ``ExtenderFilterResult``. Raises :class:`ExtenderArgsError` for a malformed body;
+        scheduling problems go into ``FailedNodes``/``Error``."""
+        args = _mapping(body, "ExtenderArgs")
+        pod = _pod(args)
+        names, items = _candidates(args)
+        result = self.extender.filter(pod, names)
+        reply: dict[str, object] = {"FailedNodes": dict(result.failed), "Error": result.error}
+        if items is None:
+            reply["NodeNames"] = list(result.passed)
+        else:
+            keep = set(result.passed)
+            reply["Nodes"] = {"items": [item for item, name in zip(items, names, strict=True) if name in keep]}
+        return reply
+
+    def prioritize(self, body: object) -> list[dict[str, object]]:
+        """``ExtenderArgs`` → ``HostPriorityList``. Raises :class:`ExtenderArgsError` for a malformed body."""
+        args = _mapping(body, "ExtenderArgs")
+        pod = _pod(args)
+        names, _ = _candidates(args)
+        return [{"Host": name, "Score": score} for name, score in self.extender.prioritize(pod, names)]
+
+    def bind(self, body: object) -> dict[str, object]:
+        """``ExtenderBindingArgs`` → ``ExtenderBindingResult``. Raises :class:`ExtenderArgsError` for a malformed
+        body; failures come back in ``Error``."""
+        args = _mapping(body, "ExtenderBindingArgs")
+        values = {key: args.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
+        if not all(isinstance(v, str) and v for k, v in values.items() if k != "PodUID"):
+            raise ExtenderArgsError("PodName, PodNamespace and Node must be non-empty strings")
+        name, namespace, uid, node = (str(values[k] or "") for k in ("PodName", "PodNamespace", "PodUID", "Node"))
+        return {"Error": self.extender.bind(namespace, name, uid, node)}
