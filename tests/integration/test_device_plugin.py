@@ -19,7 +19,7 @@ from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan
 from adapters.grpc import GrpcRuntimeServer
 from domain.deviceplugin.devices import parse_device_id
 from domain.gpu import Gpu, GpuUuid, Health
-from domain.kube.annotations import decode_inventory
+from domain.kube.annotations import InventoryRecord, decode_inventory
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
 
@@ -110,7 +110,8 @@ def test_b18_ten_kubelet_restarts_reregister_without_leaks(world: World) -> None
         assert world.wait_registered(5), f"round {round_}: not re-registered"
         assert time.monotonic() - started < 3
         assert len(world.kubelet.devices[CORE]) == 200
-    time.sleep(0.5)
+    world.kubelet.wait_for(  # the last round completes, the old servers' threads end
+        lambda: world.app.reregistrations >= 10 and _threads() <= threads_before + 3, 30)
     assert world.app.reregistrations >= 10
     sockets = sorted(p.name for p in world.plugin_dir.iterdir())
     assert sockets == ["kubelet.sock", "ljrk-core.sock", "ljrk-gpu.sock", "ljrk-memory.sock"]
@@ -172,23 +173,21 @@ def test_plugin_started_before_kubelet_registers_when_it_appears() -> None:
 
 def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> None:
     key = PROTOCOL.annotations.node_inventory
-    deadline = time.monotonic() + 3
-    while key not in world.cluster.get_node(NODE).annotations and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+
+    def inventory() -> InventoryRecord:
+        return decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+
+    world.kubelet.wait_for(lambda: key in world.cluster.get_node(NODE).annotations, 30)
+    first = inventory()
     assert [g.uuid for g in first.gpus] == [g.uuid for g in world.gpus]
     assert first.protocol == PROTOCOL.fingerprint()
     assert world.cluster.get_node(NODE).annotations[PROTOCOL.annotations.node_protocol] == PROTOCOL.fingerprint()
-    time.sleep(0.5)
-    second = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    world.kubelet.wait_for(lambda: inventory().heartbeat > first.heartbeat, 30)  # the next heartbeat (0.2 s)
+    second = inventory()
     assert second.heartbeat > first.heartbeat
     world.in_process_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
-        if record.gpus[0].health is Health.UNHEALTHY:
-            break
-        time.sleep(0.02)
+    world.kubelet.wait_for(lambda: inventory().gpus[0].health is Health.UNHEALTHY, 30)
+    record = inventory()
     assert record.gpus[0].health is Health.UNHEALTHY
 
 
