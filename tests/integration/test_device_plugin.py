@@ -19,7 +19,7 @@ from dp_world import NAMES, NODE, PROTOCOL, World, make_world, share, share_plan
 from adapters.grpc import GrpcRuntimeServer
 from domain.device_plugin.devices import parse_device_id
 from domain.gpu import Gpu, GpuUuid, Health
-from domain.kube.annotations import decode_inventory
+from domain.kube.annotations import InventoryRecord, decode_inventory
 from domain.units import GiB
 from entrypoints.runtime.inprocess import InProcessRuntime
 from support.polling import wait_for
@@ -111,7 +111,8 @@ def test_b18_ten_kubelet_restarts_reregister_without_leaks(world: World) -> None
         assert world.wait_registered(5), f"round {round_}: not re-registered"
         assert time.monotonic() - started < 3
         assert len(world.kubelet.devices[CORE]) == 200
-    time.sleep(0.5)
+    world.kubelet.wait_for(  # the last round completes, the old servers' threads end
+        lambda: world.app.reregistrations >= 10 and _threads() <= threads_before + 3, 30)
     assert world.app.reregistrations >= 10
     sockets = sorted(p.name for p in world.plugin_dir.iterdir())
     assert sockets == ["kubelet.sock", "ljrk-core.sock", "ljrk-gpu.sock", "ljrk-memory.sock"]
@@ -173,18 +174,21 @@ def test_plugin_started_before_kubelet_registers_when_it_appears() -> None:
 
 def test_inventory_annotation_with_heartbeat_and_fingerprint(world: World) -> None:
     key = PROTOCOL.annotations.node_inventory
+
+    def inventory() -> InventoryRecord:
+        return decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+
     wait_for(lambda: key in world.cluster.get_node(NODE).annotations)
-    first = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    first = inventory()
     assert [g.uuid for g in first.gpus] == [g.uuid for g in world.gpus]
     assert first.protocol == PROTOCOL.fingerprint()
     assert world.cluster.get_node(NODE).annotations[PROTOCOL.annotations.node_protocol] == PROTOCOL.fingerprint()
-    time.sleep(0.5)
-    second = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    wait_for(lambda: inventory().heartbeat > first.heartbeat)  # the next heartbeat (0.2 s)
+    second = inventory()
     assert second.heartbeat > first.heartbeat
     world.in_process_runtime.set_health(world.gpus[0].uuid, Health.UNHEALTHY)
-    wait_for(lambda: decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key).gpus[0].health
-             is Health.UNHEALTHY)
-    record = decode_inventory(world.cluster.get_node(NODE).annotations[key], key=key)
+    wait_for(lambda: inventory().gpus[0].health is Health.UNHEALTHY)
+    record = inventory()
     assert record.gpus[0].health is Health.UNHEALTHY
 
 

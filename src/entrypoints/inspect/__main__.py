@@ -67,13 +67,15 @@ build_parser, settings_from_args = CLI.parser, CLI.settings_from
 def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk inspect",
          container: InspectContainer | None = None) -> int:
     """Print the report; returns the exit code (module docstring). ``container``: a container whose settings are
-    given here (tests override its cluster); ``--help`` prints help and returns 0."""
+    given here, on every call (tests override its cluster and may call again with other arguments); ``--help``
+    prints help and returns 0."""
     return CLI.main(argv, prog, lambda settings: _run(settings, container or InspectContainer()),
                     errors=(InspectError,))
 
 
 def _run(settings: InspectSettings, container: InspectContainer) -> int:
     container.settings.override(settings)
+    container.reset_singletons()  # an app built by an earlier call holds that call's settings (its NODE, output…)
     # any other exception comes from the client library: kubeconfig / in-cluster configuration errors
     with shutting_down(container), \
             failing(Exception, code=EXIT_USAGE, prefix="cannot reach the cluster: "), \
