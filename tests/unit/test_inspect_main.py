@@ -7,11 +7,11 @@ import json
 
 import pytest
 from dependency_injector import providers
-from kube_builders import make_node
 
 from adapters.memory.cluster import InMemoryCluster
 from entrypoints.inspect.__main__ import main
 from entrypoints.inspect.containers import InspectContainer
+from support.kube_builders import make_node
 
 
 def test_each_call_reports_the_node_its_arguments_name(capsys: pytest.CaptureFixture[str]) -> None:
