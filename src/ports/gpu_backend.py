@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from domain.gpu import GpuUuid
-from domain.mig.profiles import MigProfile
-from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, MigInstanceInfo, UsageSample
+from domain.runtime.mig import MigDriver
+from domain.runtime.types import ContainerAllocation, DeviceInfo, HealthChange, UsageSample
 
 
 class GpuBackendError(Exception):
@@ -29,7 +29,7 @@ class GpuBackendUnavailableError(GpuBackendError):
     """The backend cannot start on this node (no NVML library, no driver): choose another backend."""
 
 
-class GpuBackend(Protocol):
+class GpuBackend(MigDriver, Protocol):
     """Inventory, usage samples and health events of the node's GPUs."""
 
     @property
@@ -52,19 +52,6 @@ class GpuBackend(Protocol):
         """Measure every GPU, every MIG instance (``UsageSample.mig``), and the containers of ``allocations`` where
         use can be attributed. A metric that cannot be read is None with the reason in ``GpuSample.error`` /
         ``MigSample.error``; this never raises for one GPU."""
-        ...
-
-    def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
-        """Create a GPU instance of ``profile`` at memory slice ``start`` on GPU ``gpu`` and one compute instance
-        spanning it; returns it as listed (ids, ``MIG-…`` UUID, memory in bytes; owner None). All or nothing.
-        Raises :class:`GpuBackendError` naming the GPU, profile and start (not in MIG mode, slices taken, driver
-        refusal)."""
-        ...
-
-    def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
-        """Destroy ``instance``'s compute instance, then its GPU instance. An instance already gone (or a GPU
-        instance at that id now placed elsewhere) is not an error. Raises :class:`GpuBackendError` when the driver
-        refuses (e.g. still in use)."""
         ...
 
     def poll_health(self, timeout_s: float) -> tuple[HealthChange, ...]:

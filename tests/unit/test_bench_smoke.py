@@ -38,7 +38,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from bench_modules import load_bench
+
+from support.bench_modules import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "trace_replay.py"
 

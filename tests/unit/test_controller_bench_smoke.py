@@ -7,7 +7,8 @@ of 5 label flips gets its Job; the closing ``key=value`` lines are printed.
 from __future__ import annotations
 
 import pytest
-from bench_modules import load_bench
+
+from support.bench_modules import load_bench
 
 
 def test_small_churn_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
-from bench_modules import load_bench
 
 from domain.errors import InvalidRequestError
 from domain.mig.errors import UnknownMigProfileError
@@ -30,6 +29,7 @@ from domain.scheduling.mig.replay import (
     run_replay,
     synthetic_jobs,
 )
+from support.bench_modules import load_bench
 
 SMALL = MigReplayConfig(nodes=1, gpus_per_node=4, requests=120, load=1.2, mean_duration=50.0)
 

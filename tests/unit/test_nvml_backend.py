@@ -39,7 +39,7 @@ from domain.runtime.book import AllocationBook
 from domain.runtime.types import ContainerAllocationRequest, MigInstanceInfo, PlannedGpu
 from domain.units import GiB, MiB
 from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
-from support.fake_pynvml import (  # tests/unit helper
+from support.fake_pynvml import (
     CONSTANTS,
     IN_USE,
     NOT_SUPPORTED,

@@ -55,7 +55,6 @@ needs one connection each: beyond the pool's size urllib3 opens a fresh TLS conn
 discards it afterwards (a full handshake per bind)."""
 
 
-
 def from_kubeconfig(path: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """An ``ApiClient`` from the kubeconfig at ``path`` (``context`` or its current one), or from the pod's
     in-cluster service account when ``path`` is None, keeping at least :data:`CONNECTION_POOL_MAXSIZE` connections.

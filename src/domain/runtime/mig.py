@@ -45,16 +45,20 @@ MigKey = tuple[GpuUuid, int, int | None]
 
 
 class MigDriver(Protocol):
-    """The port through which Allocate changes a node's MIG layout (dynamic strategy). Every
-    :class:`ports.gpu_backend.GpuBackend` is one; its docstrings give the errors."""
+    """The driver interface Allocate needs to change a node's MIG layout (dynamic strategy). Every
+    :class:`ports.gpu_backend.GpuBackend` is one; its errors are the backend's (``GpuBackendError``)."""
 
     def create_mig_instance(self, gpu: GpuUuid, profile: MigProfile, start: int) -> MigInstanceInfo:
-        """Create an instance of ``profile`` at memory slice ``start`` on GPU ``gpu``, all or nothing; return it as
-        listed (owner None)."""
+        """Create a GPU instance of ``profile`` at memory slice ``start`` on GPU ``gpu`` and one compute instance
+        spanning it; returns it as listed (ids, ``MIG-…`` UUID, memory in bytes; owner None). All or nothing.
+        Raises the backend's error naming the GPU, profile and start (not in MIG mode, slices taken, driver
+        refusal)."""
         ...
 
     def destroy_mig_instance(self, instance: MigInstanceInfo) -> None:
-        """Destroy ``instance`` (one already gone is not an error)."""
+        """Destroy ``instance``'s compute instance, then its GPU instance. An instance already gone (or a GPU
+        instance at that id now placed elsewhere) is not an error. Raises the backend's error when the driver
+        refuses (e.g. still in use)."""
         ...
 
 

@@ -171,7 +171,7 @@ POD_IDENTITY: Sequence[Flag] = (
 REPLICA_HIDDEN: Sequence[Flag] = (
     IN_MEMORY,
     *hidden_floats(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0),
-    flag("--log-level", default="INFO", help=HIDDEN),
+    LOG_LEVEL.but(help=HIDDEN, choices=None),  # any value: the replica's settings check it (SettingsError)
 )
 """The hidden flags of a replicated component (controller, scheduler): in-memory cluster, Lease timing, log level."""
 

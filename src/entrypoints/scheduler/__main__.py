@@ -47,7 +47,6 @@ from entrypoints._shared.flags import (
     PROTOCOL,
     REPLICA_HIDDEN,
     cli,
-    default_identity,
     flag,
     hidden_floats,
     identity,
@@ -65,7 +64,6 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
-    "default_identity",
     "main",
     "settings_from_args",
 ]
