@@ -199,11 +199,16 @@ def api(plane: ControlPlane) -> Iterator[Any]:
 
 @pytest.fixture
 def diagnose(deployed: Deployed, node: Any) -> Callable[[AssertionError], AssertionError]:
-    """Adds the pods of the cluster and the node's log tails to a failed wait."""
+    """Adds the pods of the cluster, the exporter's log tail and the node's log tails to a failed wait."""
+    def kubectl(*args: str) -> str:
+        done = subprocess.run([KUBECTL, *args], env=deployed.env, capture_output=True, text=True, timeout=60,
+                              check=False)
+        return done.stdout + done.stderr
+
     def wrap(exc: AssertionError) -> AssertionError:
-        pods = subprocess.run([KUBECTL, "get", "pods", "-A", "-o", "wide"], env=deployed.env, capture_output=True,
-                              text=True, timeout=60, check=False).stdout
-        return AssertionError(f"{exc}\n{pods}\n{node.log_tails()}")
+        pods = kubectl("get", "pods", "-A", "-o", "wide")
+        exporter = kubectl("logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=exporter", "--tail=40")
+        return AssertionError(f"{exc}\n{pods}\nexporter:\n{exporter}\n{node.log_tails()}")
     return wrap
 
 
@@ -271,7 +276,11 @@ def test_gpu_share_pod_through_the_deployed_scheduler(api: Any, node: Any, deplo
             return sum(metric_values(deployed.metrics("scheduler-metrics"),
                                      "lj_runtimekit_scheduler_gpu_core_allocated_milli", node=NODE))
 
-        assert eventually(series, 60, "exporter series of the pod") == [float(4 << 30)]
+        try:
+            values = eventually(series, 60, "exporter series of the pod")
+        except AssertionError as exc:
+            raise diagnose(exc) from exc
+        assert values == [float(4 << 30)]
         assert ledger() == 300.0
         runtime = GrpcNodeRuntime.connect(deployed.runtime_socket)
         try:
