@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from adapters.csvtrace.reader import CsvTraceReader
+from adapters.reportfiles.results_table import record_row, seeds_label, workload_name
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram_of, option_keys
 from domain.simulation.curves import allocation_curve
 from domain.simulation.replay import ReplayConfig, planned_arrivals
@@ -88,15 +89,8 @@ def pack(rule: str, gpus: int, stream: Sequence[TracePod]) -> tuple[list[int], l
 def record(path: Path, pods_file: str, seeds: str, means: dict[str, tuple[float, float]]) -> None:
     """Write ``means`` (rule → mean alloc% at x = 100 and 130) as the row of ``pods_file``'s workload (the name
     after ``openb_pod_list_``) in the Markdown table at ``path``, keeping the other workloads' rows."""
-    name = Path(pods_file).stem.removeprefix("openb_pod_list_")
-    rows: dict[str, str] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines()[2:]:
-            rows[line.split("|")[1].strip().strip("`")] = line
-    cells = [f"{means[rule][0]:.2f} / {means[rule][1]:.2f}" for rule in RULES]
-    rows[name] = f"| `{name}` | {seeds} | {' | '.join(cells)} |"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join([RECORD_HEADER, *(rows[k] for k in sorted(rows))]) + "\n", encoding="utf-8")
+    cells = [seeds, *(f"{means[rule][0]:.2f} / {means[rule][1]:.2f}" for rule in RULES)]
+    record_row(path, RECORD_HEADER, workload_name(pods_file), cells)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rule.replace('-', '_')}_alloc100={at100:.3f}")
         print(f"{rule.replace('-', '_')}_alloc130={at130:.3f}")
     if args.record is not None:
-        first, last = args.seeds[0], args.seeds[-1]
-        contiguous = len(args.seeds) > 1 and args.seeds == tuple(range(first, last + 1))
-        record(args.record, args.pods, f"{first}-{last}" if contiguous else ",".join(map(str, args.seeds)), means)
+        record(args.record, args.pods, seeds_label(args.seeds), means)
     return 0
 
 

@@ -59,6 +59,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 DEFAULT_TRACES = os.path.join("..", "shared", "traces", "openb")
@@ -124,6 +125,30 @@ def versus_fgd_lines(runs: Sequence[dict[str, Any]], pods_path: str) -> list[str
 
 
 METRICS = (("alloc100", "alloc@100"), ("alloc130", "alloc@130"), ("frag80", "frag%@80"))
+
+RECORD_POLICIES = ("fgd", "fgd-plus")
+RECORD_HEADER = ("| pod file | seeds | published FGD @100 / @130 | bar @130 | `fgd` @100 / @130 "
+                 "| `fgd-plus` @100 / @130 | `fgd-plus` − published @130 |\n|---|---|---|---|---|---|---|")
+"""``--record``'s table: mean alloc % of :data:`RECORD_POLICIES` beside published FGD (bar = published + 0.5 pp)."""
+
+
+def record_cells(runs: Sequence[dict[str, Any]], pods_path: str, seeds: Sequence[int]) -> list[str]:
+    """The cells after the pod file of ``--record``'s row: seeds, published FGD, the bar, each policy of
+    :data:`RECORD_POLICIES` as mean alloc % at x = 100 / 130, and fgd-plus − published at 130 (pp; n/a where the
+    pod file has no published figure). Raises KeyError when a policy of RECORD_POLICIES has no run."""
+    from adapters.reportfiles.results_table import seeds_label
+
+    means = {p: (spread([r["alloc100"] for r in runs if r["policy"] == p])[0],
+                 spread([r["alloc130"] for r in runs if r["policy"] == p])[0]) for p in RECORD_POLICIES}
+    bar = published_fgd(pods_path)
+    plus130 = means["fgd-plus"][1]
+    return [
+        seeds_label(seeds),
+        f"{bar[0]:.2f} / {bar[1]:.2f}" if bar else "n/a",
+        f"{bar[1] + 0.5:.2f}" if bar else "n/a",
+        *(f"{means[p][0]:.2f} / {means[p][1]:.2f}" for p in RECORD_POLICIES),
+        f"{plus130 - bar[1]:+.3f}" if bar else "n/a",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- pure helpers
@@ -873,6 +898,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-plugin-scores", action="store_true",
                         help="extender driver: rank the pods the extender is called for by its priorities alone "
                              "(leave out kube-scheduler's resource and BalancedAllocation scores)")
+    parser.add_argument("--record", metavar="FILE", default=None,
+                        help="inprocess driver, policies including fgd and fgd-plus: write the pod file's row of the "
+                             "Markdown table in FILE (other rows kept; e.g. bench/results/trace_replay_trace.md)")
     parser.add_argument("--limit-arrivals", type=int, default=None,
                         help="extender driver: replay only the first N arrivals of each run (both drivers)")
     args = parser.parse_args(argv)
@@ -886,6 +914,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.nodes, args.pods):
         if not os.path.isfile(path):
             parser.error(f"no such file: {path}")
+    if args.record is not None and not set(RECORD_POLICIES) <= set(policies):
+        parser.error(f"--record needs --policies to include {', '.join(RECORD_POLICIES)}")
     if args.driver == "extender":
         return compare_drivers(args, policies, seeds)
     published = published_for(args.pods)
@@ -927,6 +957,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{policy}_wall_seconds_mean={statistics.fmean(walls):.3f}")
     for line in versus_fgd_lines(runs, args.pods):
         print(line)
+    if args.record is not None:
+        from adapters.reportfiles.results_table import record_row, workload_name
+
+        record_row(Path(args.record), RECORD_HEADER, workload_name(args.pods), record_cells(runs, args.pods, seeds))
     return 0
 
 
