@@ -3,7 +3,7 @@
 Usage (from the repository root, with the project's virtual environment)::
 
     .venv/bin/python bench/allocate_latency.py [--iterations 500] [--background-pods 100] [--health-flips 20]
-        [--runtime reference|in-process] [--resident-containers 100] [--health-hold 0]
+        [--runtime reference|in-process] [--resident-containers 100] [--health-hold 0] [--record FILE]
 
 Set-up, all in one process but every hop over a real unix socket: the node Runtime served by
 ``GrpcRuntimeServer`` and reached by ``GrpcNodeRuntime`` — by default the reference Runtime (``RuntimeService``
@@ -27,6 +27,8 @@ Measured:
   path itself (with a hold above 5 s every recovery would time out and print ``inf``).
 
 The last lines are ``allocate_p99_ms=<float>`` (over both calls) and ``health_update_ms=<float>`` (the maximum).
+``--record FILE`` writes them as this invocation's row of the performance table
+(:func:`adapters.reportfiles.results_table.record_bench_run`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -46,6 +49,7 @@ from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer, KubeletPluginServe
 from adapters.grpc._pb.kubelet.deviceplugin.v1beta1 import api_pb2 as dp
 from adapters.grpc._pb.kubelet.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from adapters.memory.cluster import InMemoryCluster
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 from adapters.simulated import SimulatedGpuBackend
 from adapters.statefile import JsonRuntimeStateStore
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
@@ -69,7 +73,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the figures (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=500)
@@ -81,7 +85,9 @@ def main() -> None:
                         help="allocations the reference Runtime already holds (default: 100)")
     parser.add_argument("--health-hold", type=float, default=0.0,
                         help="the reference Runtime's recovery hold in seconds (default: 0; production: 30)")
-    args = parser.parse_args()
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
+    args = parser.parse_args(argv)
+    start = RunStart.now()
 
     root = Path(tempfile.mkdtemp(prefix="ljbench", dir="/tmp"))
     protocol = ProtocolConstants()
@@ -183,6 +189,12 @@ def main() -> None:
               f"max={max(health_ms):.1f} ms (target <= 1000 ms)")
         print(f"allocate_p99_ms={percentile(both, 0.99):.3f}")
         print(f"health_update_ms={max(health_ms):.3f}")
+        if args.record is not None:
+            record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+                             f"{args.runtime} Runtime, {args.iterations} pods: Allocate p99 "
+                             f"{percentile(both, 0.99):.2f} ms over both calls (first call p50 "
+                             f"{statistics.median(first):.2f} ms); health change → ListAndWatch max "
+                             f"{max(health_ms):.1f} ms", start)
     finally:
         stop.set()
         service.close_health()

@@ -4,6 +4,7 @@ Usage (from the repository root, with the project's virtual environment)::
 
     .venv/bin/python bench/exporter_api_requests.py [--nodes 20] [--minutes 30] [--interval 10]
         [--watch-timeout 300] [--pods 8] [--churn 2] [--scale 0.01] [--history-limit 100000] [--seed 42]
+        [--record FILE]
 
 Set-up: one in-memory cluster (``adapters.memory.cluster``) and, per simulated node, the exporter's pod view as it
 runs in production (``services.exporter.podphases.EndedPods``: its informer thread, one LIST with
@@ -24,22 +25,26 @@ and to the rule it replaced — one LIST per pull, then ``domain.exporter.livene
 Prints, per node and per simulated minute, the LIST and WATCH requests of each rule, and how the two rules'
 answers compared at each pull: ``dropped_early`` (the watch rule ended a pod the per-pull listing shows running;
 must be 0) and ``ended_later`` (the per-pull listing already showed the end, the watch view had not delivered it
-yet). The last lines are ``key=value`` figures. When the machine cannot keep the pace (the wall time printed
-exceeds the planned one), raise ``--scale``.
+yet). The last lines are ``key=value`` figures; ``--record FILE`` writes them as this invocation's row of the
+performance table (:func:`adapters.reportfiles.results_table.record_bench_run`). When the machine cannot keep the
+pace (the wall time printed exceeds the planned one), raise ``--scale``.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import attrs
 
 from adapters.memory.cluster import InMemoryCluster
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 from domain.exporter.liveness import ended_uids
 from domain.kube.objects import ContainerSpec, Listing, PodObject, PodPhase, WatchEvent
 from services.exporter.podphases import EndedPods
@@ -132,7 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--history-limit", type=int, default=100_000,
                         help="pod changes the in-memory API keeps for watches (older: 410 Gone, relist)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    start = RunStart.now()
 
     rng = random.Random(args.seed)
     cluster = CountingCluster(scale=args.scale, history_limit=args.history_limit)
@@ -215,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"new_watches_per_node_minute={new_watches / per:.3f}")
     print(f"dropped_early={compared['dropped_early']}")
     print(f"ended_later={compared['ended_later']}")
+    if args.record is not None:
+        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+                         f"{args.nodes} nodes, {minutes:g} simulated min, {compared['pulls']:,} pulls: per-pull LIST "
+                         f"{old_rate:.3f} requests/node/min ({old_rate * 5000 / 60:.1f}/s at 5,000 nodes); watch "
+                         f"{new_rate:.3f} ({new_lists / per:.3f} LIST + {new_watches / per:.3f} WATCH; "
+                         f"{new_rate * 5000 / 60:.1f}/s at 5,000 nodes); dropped_early {compared['dropped_early']}, "
+                         f"ended_later {compared['ended_later']}", start)
 
 
 if __name__ == "__main__":

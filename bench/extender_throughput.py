@@ -8,30 +8,28 @@ Method (after kube-scheduler's scheduler_perf ``SchedulingThroughput``, kubernet
    in ``test_scheduler_k8s.py``: filter, prioritize and bind verbs, ``nodeCacheCapable``, ``managedResources`` =
    our three resources, weight 1, ``percentageOfNodesToScore: 100``, client QPS ``--kube-scheduler-qps`` (below);
 2. run one scheduler replica in extender mode in this process (``SchedulerApp`` over ``KubernetesCluster``, leading);
-3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once as the device
-   plugin would — no device plugin refreshes its heartbeat, so the staleness limit is raised past the run —,
-   allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
+3. create ``--nodes`` nodes with ``--gpus-per-node`` 16 GiB GPUs (inventory annotation written once, staleness limit
+   raised past the run; allocatable cpu 64 / memory 256Gi / pods 110 / our resources, not-ready taint removed);
 4. create ``--pods`` pods for the default scheduler, each asking for a GPU share (core 10–50 %, 1–4 GiB; cpu 100m,
    memory 128Mi; they all fit), from ``--create-workers`` threads as fast as the API server takes them;
 5. a watch records when each pod is first seen bound; the bound count is sampled every second. Steps 4 and 5 run
-   in this process, beside the extender (sharing its GIL), or with ``--load-apart`` in a child process with its
-   own API client (the extender then has the interpreter to itself, as deployed, but on a small machine the
-   child's CPU competes with kube-scheduler and the API server instead);
-6. then the same number of pods asking only for cpu and memory, which kube-scheduler places alone (our extender
-   is not called for pods without our ``managedResources``), on the same nodes and API server.
+   in this process beside the extender (sharing its GIL), or with ``--load-apart`` in a child process with its own
+   API client (the extender has the interpreter to itself, but the child competes with kube-scheduler for CPU);
+6. then as many pods asking only for cpu and memory, which kube-scheduler places alone (it does not call our
+   extender for pods without our ``managedResources``), on the same nodes and API server.
 
 Printed for both batches: setup times, the average throughput (pods ÷ seconds from the first create request to the
 last binding seen), percentiles of the 1 s throughput samples (as scheduler_perf reports them), per-pod create→bound
 latency percentiles (create request to the watch event showing ``spec.nodeName``), our extender's verb latencies.
-Last lines: ``kube_scheduler_alone_pods_per_second=``, ``extender_ratio=`` (our pods/s ÷ kube-scheduler alone, in
-the same run: the machine's speed cancels), ``pods_per_second=``, ``p99_ms=`` (create→bound p99, ours),
-``cpu_ms_per_pod=`` / ``cpu_ms_per_pod_alone=`` (this process's CPU per pod in each batch; with in-process load it
-includes the load's, so the difference is what the extender costs).
+Last lines: ``kube_scheduler_alone_pods_per_second=``, ``extender_ratio=`` (ours ÷ kube-scheduler alone, same run:
+the machine's speed cancels), ``pods_per_second=``, ``p99_ms=`` (create→bound p99, ours), ``cpu_ms_per_pod=`` /
+``cpu_ms_per_pod_alone=`` (this process's CPU per pod per batch; with in-process load it includes the load's).
+``--record FILE`` writes the figures as this invocation's row of the performance table
+(:func:`adapters.reportfiles.results_table.record_bench_run`).
 
 Like with like: alone, kube-scheduler writes each Binding and ``Scheduled`` Event through its own client (QPS 50,
-burst 100 by default); for our pods the extender's bind verb writes the Binding with our client. So at the default
-limit the baseline is capped by that client; ``--kube-scheduler-qps 5000`` lifts the cap for both batches.
-Without control-plane binaries the script says so and exits 0 (nothing measured). Not part of the test run.
+burst 100 by default), while the extender's bind verb writes ours with our client; ``--kube-scheduler-qps 5000``
+lifts that cap for both batches. Without control-plane binaries it says so and exits 0. Not part of the test run.
 """
 
 from __future__ import annotations
@@ -112,10 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many s (default: 600)")
     parser.add_argument("--kube-scheduler-qps", type=float, default=50.0,
                         help="kube-scheduler's client QPS (burst twice it; default: %(default)s, its own default)")
-    parser.add_argument("--load-apart", action="store_true",
-                        help="create and watch the pods from a child process (default: this one, beside the "
-                             "extender)")
+    parser.add_argument("--load-apart", action="store_true", help="create and watch the pods from a child process")
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    from adapters.reportfiles.results_table import RunStart, record_bench_run
+    start, given = RunStart.now(), sys.argv[1:] if argv is None else argv
     if min(args.nodes, args.gpus_per_node, args.pods, args.create_workers) < 1:
         parser.error("--nodes, --gpus-per-node, --pods and --create-workers must be >= 1")
     binaries = bin_dir()
@@ -126,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # "pool is full": concurrent binds
-    return run(binaries, args)
+    return run(binaries, args, lambda measured: record_bench_run(args.record, __file__, given, measured, start))
 
 
 class Phase:
@@ -134,12 +133,9 @@ class Phase:
 
     def __init__(self, what: str, created: dict[str, float], bound: dict[str, float], samples: list[int]) -> None:
         self.what, self.created, self.bound, self.samples = what, created, bound, samples
-        self.cpu = math.nan
-        """CPU time (s) this process used during the batch (with in-process load: the load's too)."""
-        self.verb_cpu = 0.0
-        """CPU time (s) of the threads serving extender verbs, inside the verbs, during the batch."""
-        self.connections = 0
-        """New connections the scheduler's API client opened during the batch (urllib3 pools' count)."""
+        self.cpu, self.verb_cpu, self.connections = math.nan, 0.0, 0
+        """CPU s of this process in the batch (with in-process load: the load's too), CPU s inside extender verbs,
+        connections the scheduler's API client opened (urllib3 pools' count)."""
 
     @property
     def average(self) -> float:
@@ -284,7 +280,7 @@ def measure_apart(server: tuple[str, str, str], run_id: str, what: str, kind: st
     return Phase(what, created, bound, samples)
 
 
-def run(binaries: Path, args: argparse.Namespace) -> int:
+def run(binaries: Path, args: argparse.Namespace, record: Callable[[str], None]) -> int:
     from k8s_harness import control_plane, free_ports
     from kubernetes import client
 
@@ -393,6 +389,10 @@ def run(binaries: Path, args: argparse.Namespace) -> int:
     print(f"p99_ms={percentile(ours.latencies, 99):.3f}")
     print(f"cpu_ms_per_pod={1000 * ours.cpu / len(ours.bound):.3f}")
     print(f"cpu_ms_per_pod_alone={1000 * alone.cpu / len(alone.bound):.3f}")
+    if args.record is not None:
+        record(f"kube-scheduler QPS {args.kube_scheduler_qps:g}: ours {ours.average:.1f} pods/s, alone "
+               f"{alone.average:.1f}, ratio {ours.average / alone.average:.2f}; ours create→bound p50 / p99 "
+               f"{percentile(ours.latencies, 50):,.0f} / {percentile(ours.latencies, 99):,.0f} ms")
     return 0
 
 

@@ -8,6 +8,8 @@ then resyncs once: LIST nodes and pods, rebuild the books from the objects, adop
 resync times, what the books hold, the resync's CPU time (the wall clock on a shared machine includes waiting for
 a core), a reference loop's CPU time (how fast this machine's core runs Python), and as its last lines
 ``rebuild_seconds=<float>`` (wall clock) and ``peak_rss_mib=<float>``. The defaults are the target's size.
+``--record FILE`` writes the figures as this invocation's row of the performance table
+(:func:`adapters.reportfiles.results_table.record_bench_run`).
 
 Target: 5,000 nodes × 8 GPUs with 50,000 bound pods rebuilt in ≤ 5 s.
 """
@@ -16,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from adapters.memory.cluster import InMemoryCluster
 from adapters.prometheus.scheduler import PrometheusSchedulerMetrics
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_inventory, encode_plan
@@ -48,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--planless", type=float, default=0.05, help="fraction of pods without a plan annotation")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    start = RunStart.now()
     protocol = ProtocolConstants()
     keys, names = protocol.annotations, protocol.resources
     now = time.time()
@@ -105,9 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"resync (list + rebuild + adopt): {rebuild:.2f} s; books: {counted} pods ({inferred} inferred), "
           f"drift entries {len(report.missing)}")
     print(f"resync CPU time of this process: {cpu:.2f} s (wall clock above includes waiting for a busy CPU)")
-    print(f"cpu_reference_seconds={reference_seconds():.2f} (the core's speed; see reference_seconds)")
+    reference = reference_seconds()
+    print(f"cpu_reference_seconds={reference:.2f} (the core's speed; see reference_seconds)")
     print(f"rebuild_seconds={rebuild:.2f}")
     print(f"peak_rss_mib={rss:.0f}")
+    if args.record is not None:
+        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+                         f"{args.nodes:,} nodes, {counted:,} pods ({inferred:,} inferred): resync {rebuild:.2f} s, "
+                         f"{cpu:.2f} s of CPU, peak RSS {rss:.0f} MiB (reference loop {reference:.2f} s)", start)
 
 
 if __name__ == "__main__":

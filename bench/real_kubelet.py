@@ -15,7 +15,9 @@ Starts etcd + kube-apiserver (tests/integration/k8s_harness.py), containerd + ku
   restart.
 
 Needs root and ``bash scripts/k8s-control-plane.sh install`` + ``bash scripts/real-kubelet.sh install``.
-Usage: ``.venv/bin/python bench/real_kubelet.py [--pods 5]``.
+Usage: ``.venv/bin/python bench/real_kubelet.py [--pods 5] [--record FILE]``; ``--record`` writes the figures,
+with the kubelet and container runtime versions the node reports, as this invocation's row of the performance table
+(:func:`adapters.reportfiles.results_table.record_bench_run`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = "ljrk-bench-node"
@@ -84,7 +88,10 @@ def kubelet_alloc_durations(port: int) -> dict[str, tuple[int, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=5, help="pods per kind (default 5)")
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    start = RunStart.now()
+    figures: list[str] = []
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     from k8s_harness import control_plane
     from kubelet_harness import node_dir, start_node
@@ -120,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             eventually(lambda: node_ready(api, NODE), 90, "node Ready")
             print(f"node Ready {time.monotonic() - started:.1f} s after start")
             core.patch_node(NODE, {"spec": {"taints": None}})
+            info = core.read_node(NODE).status.node_info
+            figures.append(f"kubelet {info.kubelet_version}, {info.container_runtime_version}")
             with node_stack(node, plane, api, gpus="2x16Gi:A100", expected=expected) as stack, \
                     pods_in_new_namespace(api, node) as pods:
                 for kind, limits in (("share", {RES.core: 50, RES.memory: 8}), ("whole", {RES.gpu: 1})):
@@ -127,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                             for _ in range(args.pods)]
                     print(f"admission {kind:5s} (bound -> running, {args.pods} pods): "
                           f"p50 {statistics.median(took):.2f} s, max {max(took):.2f} s")
+                    figures.append(f"bound → running p50 {statistics.median(took):.2f} s ({kind})")
                 for resource, (count, mean, median_le) in sorted(
                         kubelet_alloc_durations(node.state.kubelet_port).items()):
                     print(f"kubelet_device_plugin_alloc_duration_seconds{{resource_name={resource}}}: {count} calls, "
                           f"mean {mean * 1000:.1f} ms, median <= {median_le * 1000:g} ms")
+                    figures.append(f"kubelet's Allocate mean {mean * 1000:.1f} ms (`{resource.rsplit('/', 1)[-1]}`)")
                 registrations = stack.registrations()
                 version = core.read_node(NODE).metadata.resource_version
                 node.stop_kubelet()
@@ -140,11 +151,15 @@ def main(argv: list[str] | None = None) -> int:
                 registered = time.monotonic() - restarted
                 eventually(lambda: core.read_node(NODE).metadata.resource_version != version
                            and allocatable(api, NODE) == expected, 60, "allocatable again")
+                back = time.monotonic() - restarted
                 print(f"kubelet restart: resources registered again after {registered:.1f} s, "
-                      f"allocatable in node status after {time.monotonic() - restarted:.1f} s")
+                      f"allocatable in node status after {back:.1f} s")
+                figures.append(f"after a kubelet restart registered in {registered:.1f} s, allocatable in {back:.1f} s")
         finally:
             node.stop()
             shutil.rmtree(work, ignore_errors=True)
+    if args.record is not None:
+        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv, "; ".join(figures), start)
     return 0
 
 

@@ -11,7 +11,8 @@ production. Pods that do not fit count as decisions too. Pods/s is measured pods
 least). With ``--compare OTHER`` both clusters are prefilled first and
 the measured pods are then scheduled in interleaved rounds of ``--round`` pods per policy, so load on a noisy
 machine falls on both alike; it prints ``<OTHER>_pods_per_second`` and ``ratio=`` (``--policy`` pods/s ÷ OTHER's:
-the figure to quote on a noisy machine).
+the figure to quote on a noisy machine). ``--record FILE`` writes those figures as this invocation's row of the
+performance table (:func:`adapters.reportfiles.results_table.record_bench_run`; ``bench/results/performance.md``).
 
 Targets at 5000 × 8 on a quiet machine: ``fgd`` ≥ 1,000 pods/s with p99 ≤ 5 ms, ``binpack`` ≥ 3,000 pods/s, and
 ``--policy fgd --compare binpack`` ratio ≥ 0.5; at 10,000 × 8 ``peak_rss_mib`` ≤ 1024.
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
+from pathlib import Path
 
 import attrs
 import numpy as np
 
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.scheduling.framework.cycle import Scheduler
@@ -98,8 +102,8 @@ def prefill(policy: str, args: argparse.Namespace) -> Run:
     return Run(policy, scheduler, rng, list(workload), number, filled, time.perf_counter() - started)
 
 
-def report(run: Run, args: argparse.Namespace) -> tuple[float, float]:
-    """Print ``run``'s table; return (pods/s over its measured calls, p99 latency in ms)."""
+def report(run: Run, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Print ``run``'s table; return (pods/s over its measured calls, p99 latency in ms, CPU ms per pod)."""
     latencies = np.array(run.latencies)
     capacity = args.nodes * args.gpus_per_node * 1000
     wall = float(latencies.sum())
@@ -109,8 +113,9 @@ def report(run: Run, args: argparse.Namespace) -> tuple[float, float]:
     print(f"measured: {len(latencies)} pods, {run.placed} placed, {wall:.2f} s in schedule()")
     print(f"latency ms: p50={1000 * np.percentile(latencies, 50):.2f} p90={1000 * np.percentile(latencies, 90):.2f} "
           f"p99={1000 * np.percentile(latencies, 99):.2f} max={1000 * latencies.max():.2f}")
-    print(f"{run.policy}_cpu_ms_per_pod={1000 * run.cpu_seconds / len(latencies):.3f}")
-    return len(latencies) / wall, float(1000 * np.percentile(latencies, 99))
+    cpu_ms = 1000 * run.cpu_seconds / len(latencies)
+    print(f"{run.policy}_cpu_ms_per_pod={cpu_ms:.3f}")
+    return len(latencies) / wall, float(1000 * np.percentile(latencies, 99)), cpu_ms
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,21 +129,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefill", type=float, default=0.5, help="fraction of GPU capacity filled before measuring")
     parser.add_argument("--round", type=int, default=50, help="pods per policy per interleaved round (--compare)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    start = RunStart.now()
     runs = [prefill(args.policy, args)]
     if args.compare:
         runs.append(prefill(args.compare, args))
     for done in range(0, args.pods, args.round):
         for run in runs:
             run.step(min(args.round, args.pods - done))
-    rate, p99 = report(runs[0], args)
+    rate, p99, cpu_ms = report(runs[0], args)
+    measured = f"`{args.policy}` {rate:,.0f} pods/s, p99 {p99:.2f} ms, {cpu_ms:.2f} ms of CPU per pod"
     if args.compare:
-        other, _ = report(runs[1], args)
+        other, other_p99, _ = report(runs[1], args)
         print(f"{args.compare}_pods_per_second={other:.1f}")
         print(f"ratio={rate / other:.3f}")
-    print(f"peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+        measured += f"; `{args.compare}` {other:,.0f} pods/s, p99 {other_p99:.2f} ms; ratio {rate / other:.3f}"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak_rss_mib={rss:.0f}")
     print(f"pods_per_second={rate:.1f}")
     print(f"p99_ms={p99:.2f}")
+    if args.record is not None:
+        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+                         f"{measured}; peak RSS {rss:.0f} MiB", start)
 
 
 if __name__ == "__main__":

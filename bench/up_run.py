@@ -3,7 +3,7 @@
 Usage (from the repository root, with the project's virtual environment)::
 
     .venv/bin/python bench/up_run.py [--nodes 20] [--pods 2000] [--duration 20] [--gpus-per-node 2x16Gi:A100]
-        [--output-dir out/bench-up]
+        [--output-dir out/bench-up] [--record FILE]
 
 Runs the real command, ``ljrk up --nodes N --pods P --duration D --no-progress`` (in-memory cluster; every
 component in one process, each node's Runtime, device plugin, exporter and kubelet emulator on their own unix
@@ -17,7 +17,8 @@ sockets), as a subprocess, and reads its ``report.json``. Measured:
 * the pods' fate (placed, succeeded, running, failed, pending), the agreement verdict, and the child's peak RSS.
 
 The last lines are ``wall_seconds=<float>``, ``pods_per_second=<float>`` (placement rate), ``placed=<int>``,
-``disagreements=<int>`` and ``peak_rss_mib=<float>``. Exits with the command's exit code.
+``disagreements=<int>`` and ``peak_rss_mib=<float>``; ``--record FILE`` writes them as this invocation's row of the
+performance table (:func:`adapters.reportfiles.results_table.record_bench_run`). Exits with the command's exit code.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from adapters.reportfiles.results_table import RunStart, record_bench_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="arrival window, wall seconds")
     parser.add_argument("--gpus-per-node", default="2x16Gi:A100")
     parser.add_argument("--output-dir", type=Path, default=REPO / "out" / "bench-up")
+    parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
+    start = RunStart.now()
     command = [ljrk(), "up", "--nodes", str(args.nodes), "--pods", str(args.pods), "--duration", str(args.duration),
                "--gpus-per-node", args.gpus_per_node, "--no-progress", "--output-dir", str(args.output_dir)]
     print("$ " + " ".join(command[1:]), flush=True)
@@ -78,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"placed={pods['placed']}")
     print(f"disagreements={len(agreement['disagreements'])}")
     print(f"peak_rss_mib={peak_mib:.0f}")
+    if args.record is not None:
+        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+                         f"command {wall:.1f} s (startup {timing['startup_s']:.1f} s, arrivals "
+                         f"{timing['arrivals_s']:.1f} s, settle {timing['settle_s']:.1f} s); {pods['placed']:,} of "
+                         f"{pods['submitted']:,} pods placed, {timing['pods_per_s']:.1f} pods/s; "
+                         f"{len(agreement['disagreements'])} disagreements; peak RSS {peak_mib:.0f} MiB", start)
     return done.returncode
 
 
