@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = RunStart.now()
     figures: list[str] = []
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    sys.path[:0] = [str(REPO / "tests" / "integration"), str(REPO / "tests")]  # the harnesses import support.*
     from k8s_harness import control_plane
     from kubelet_harness import node_dir, start_node
     from kubernetes import client
