@@ -43,7 +43,8 @@ class SimulationReport(Protocol):
 
 class CurvePlotter(Protocol):
     """Draws allocation-ratio curves (x = arrived GPU request %, y = milli-GPU allocation %, §2.3) per policy,
-    averaged over seeds."""
+    averaged over seeds; when fgd and fgd-plus both ran, also their allocation difference over x with its spread
+    over the seeds (:func:`domain.simulation.compare.allocation_difference`)."""
 
     def check_available(self) -> None:
         """Raise :class:`PlotUnavailableError` if the backend cannot be loaded."""

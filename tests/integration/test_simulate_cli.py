@@ -2,14 +2,17 @@
 
 Behaviours covered:
 - a tiny trace pair runs: exit 0, summary.json (exact keys, types, one object per policy × seed), curves.csv
-  (published header, 131 x-columns, workload = pods file stem), a stdout table whose numbers equal summary.json;
+  (published header, 131 x-columns, workload = pods file stem), failures.csv (one row per run and size class,
+  ending at each class's failed_by_size), a stdout table whose numbers equal summary.json;
 - the embedded default: no --nodes/--pods → synthetic workload, the six published policies, seed 42, output in
   ./out/simulate;
 - --seeds 42 | 42,43 | 42-51 grammar, and its rejections;
 - bad input → exit 2, ONE stderr line naming file, line and column, and no output written: every malformed CSV
   case, a missing file, --nodes without --pods, an unknown policy (message lists the known ones), bad --seeds,
   bad --tune;
-- --plot writes a non-empty PNG; without matplotlib it fails fast (exit 2) with the pip install hint;
+- --plot writes a non-empty PNG, three panels wide when fgd and fgd-plus both ran (their difference), two
+  otherwise; without matplotlib it fails fast (exit 2) with the pip install hint;
+- with fgd and fgd-plus, stdout states the failure check's verdict (the paired sign rule);
 - determinism: two runs give identical numbers (except wall_seconds) and byte-identical curves.csv;
 - the container wires every port (check_dependencies, every provider resolves);
 - the tqdm adapter draws on its stream only when enabled;
@@ -102,7 +105,23 @@ def test_tiny_trace_writes_summary_curves_and_table(
         assert cells[2] == "-" if row["alloc_at_100"] is None else float(cells[2]) == row["alloc_at_100"]
         assert int(cells[5]) == row["arrivals"]
         assert int(cells[6]) == row["failed_pods"]
+        assert cells[8] == "-" if row["alloc_auc"] is None else float(cells[8]) == round(row["alloc_auc"], 2)
+        by_size = row["failed_by_size"]
+        assert isinstance(by_size, dict)
+        assert sum(by_size.values()) == row["failed_pods"]
+        assert cells[9] == (",".join(f"{c}:{n}" for c, n in by_size.items() if n) or "-")
+    with (out / "failures.csv").open(encoding="utf-8", newline="") as handle:
+        failures = list(csv.reader(handle))
+    assert failures[0][:5] == ["workload", "sc_policy", "tune", "seed", "size_class"]
+    assert len(failures) == 1 + 4 * 7
+    for row in rows:
+        ends = {r[4]: int(r[-1]) for r in failures[1:] if (r[1], r[3]) == (row["policy"], str(row["seed"]))}
+        by_size = row["failed_by_size"]
+        assert isinstance(by_size, dict)
+        assert list(ends) == list(by_size)  # x = 130 misses only a tuned pod that overshot the target
+        assert all(ends[c] <= by_size[c] for c in ends)
     assert f"wrote {out / 'summary.json'}" in stdout
+    assert f"wrote {out / 'failures.csv'}" in stdout
 
 
 def test_embedded_default_runs_published_policies_into_default_dir(
@@ -222,6 +241,16 @@ def test_plot_writes_png(trace: tuple[Path, Path], tmp_path: Path, capsys: pytes
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 1000
     assert f"wrote {png}" in stdout
+    assert png_width(data) == 2 * 780  # two panels of 6.5 in at 120 dpi
+    code, stdout, err = run(trace_args(trace, tmp_path / "o2", "--policy", "fgd,fgd-plus", "--seeds", "1,2",
+                                       "--plot", str(png)), capsys)
+    assert code == 0, err
+    assert png_width(png.read_bytes()) == 3 * 780  # and fgd-plus − fgd with its seed band
+
+
+def png_width(data: bytes) -> int:
+    """Pixel width from a PNG's IHDR chunk."""
+    return int.from_bytes(data[16:20], "big")
 
 
 def test_plot_without_matplotlib_fails_before_running(
@@ -331,8 +360,9 @@ def test_typical_online_runs_fgd_plus_and_records_the_mode(
     trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "online"
-    code, _, err = run(trace_args(trace, out, "--policy", "fgd,fgd-plus", "--typical", "online"), capsys)
+    code, stdout, err = run(trace_args(trace, out, "--policy", "fgd,fgd-plus", "--typical", "online"), capsys)
     assert code == 0, err
+    assert [line for line in stdout.splitlines() if line.startswith("fgd-plus vs fgd: ")]
     assert [(r["policy"], r["typical"]) for r in summary(out)] == [("fgd", "online"), ("fgd-plus", "online")]
     code, _, err = run(trace_args(trace, tmp_path / "bad", "--typical", "oracle"), capsys)
     assert code == 2

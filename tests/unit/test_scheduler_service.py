@@ -79,8 +79,8 @@ def test_the_plan_annotation_travels_in_the_binding() -> None:
     assert seen == [("n1", True)]
 
 
-def test_default_policy_is_fgd_plus_and_typical_pods_blend_observed_with_synthetic() -> None:
-    assert ServiceConfig().policy == "fgd-plus"
+def test_default_policy_is_fgd_and_typical_pods_blend_observed_with_synthetic() -> None:
+    assert ServiceConfig().policy == "fgd"
     w = world(policy="fgd")
     w.node("n1", 1)
     w.running("r", "n1", {0: (30, 4)})

@@ -5,6 +5,12 @@ Both panels share x = arrived GPU request as % of cluster GPU capacity (0..130).
 arrived request placed). Right: y = frag ratio % (100 × idle GPU milli the typical pods cannot use / idle milli;
 the paper's Fig. 7). A point where no seed has a value (NaN in every run) is left as a gap.
 
+When ``fgd-plus`` and ``fgd`` both ran on a common seed (:data:`~domain.simulation.compare.CANDIDATE_POLICY`,
+:data:`~domain.simulation.compare.BASELINE_POLICY`) a third panel shows their allocation difference, fgd-plus − fgd
+in percentage points over x: the mean over the seeds both ran, paired by seed, with the band from the least to the
+greatest per-seed difference (:func:`domain.simulation.compare.allocation_difference`) and a zero line, so a
+regression below zero is visible at a glance.
+
 matplotlib is an optional dependency (``lj-runtimekit[plot]``); it is imported only when a chart is requested,
 so the rest of the CLI works without it. The figure is drawn through the object API with an explicit
 ``FigureCanvasAgg`` — no ``pyplot`` global state, no display needed.
@@ -18,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from domain.simulation.compare import BASELINE_POLICY, CANDIDATE_POLICY, allocation_difference, paired_seeds
 from domain.simulation.curves import X_MAX
 from domain.simulation.replay import ReplayResult
 from ports.report import PlotUnavailableError, ReportError
@@ -45,6 +52,21 @@ def mean_curves(results: Sequence[ReplayResult], *, kind: str = "allocation") ->
     return means
 
 
+def _difference_panel(axes: Any, results: Sequence[ReplayResult], xs: list[int]) -> None:
+    """fgd-plus − fgd allocation (pp): the paired mean over seeds, the least-to-greatest band, a zero line."""
+    spread = allocation_difference(results, candidate=CANDIDATE_POLICY, baseline=BASELINE_POLICY)
+    count = len(spread.seeds)
+    axes.axhline(0, color="grey", linewidth=1, linestyle="--")
+    axes.fill_between(xs, spread.low, spread.high, alpha=0.3, color="tab:red",
+                      label=f"least–greatest of {count} seed{'s' if count != 1 else ''}")
+    axes.plot(xs, spread.mean, color="tab:red", linewidth=1.5, label="mean over seeds")
+    axes.set_xlim(0, X_MAX)
+    axes.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+    axes.set_ylabel(f"{CANDIDATE_POLICY} − {BASELINE_POLICY} allocation (percentage points)")
+    axes.grid(visible=True, alpha=0.3)
+    axes.legend(loc="lower left", fontsize="small")
+
+
 def _matplotlib() -> tuple[ModuleType, ModuleType]:
     try:
         from matplotlib import figure
@@ -65,13 +87,18 @@ class MatplotlibCurvePlot:
 
     def plot(self, results: Sequence[ReplayResult], path: Path, *, title: str) -> Path:
         """Draw the mean allocation and fragmentation curves of each policy in ``results`` into ``path`` (parents
-        created). Raises :class:`PlotUnavailableError` or :class:`ReportError` (cannot write ``path``)."""
+        created), and the fgd-plus − fgd panel when both ran (module docstring). Raises :class:`PlotUnavailableError`
+        or :class:`ReportError` (cannot write ``path``)."""
         figure, backend_agg = _matplotlib()
-        fig: Any = figure.Figure(figsize=(13, 5), dpi=120)
+        compared = bool(paired_seeds(results, candidate=CANDIDATE_POLICY, baseline=BASELINE_POLICY))
+        panels = 3 if compared else 2
+        fig: Any = figure.Figure(figsize=(6.5 * panels, 5), dpi=120)
         backend_agg.FigureCanvasAgg(fig)
-        alloc: Any = fig.add_subplot(1, 2, 1)
-        frag: Any = fig.add_subplot(1, 2, 2)
+        alloc: Any = fig.add_subplot(1, panels, 1)
+        frag: Any = fig.add_subplot(1, panels, 2)
         xs = list(range(X_MAX + 1))
+        if compared:
+            _difference_panel(fig.add_subplot(1, panels, 3), results, xs)
         alloc.plot(xs, [min(x, 100) for x in xs], linestyle="--", color="grey", linewidth=1, label="ideal")
         seeds = {r.config.seed for r in results}
         for policy, curve in mean_curves(results).items():

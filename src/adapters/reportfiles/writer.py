@@ -1,4 +1,5 @@
-"""Report files: ``summary.json`` and ``curves.csv`` for one simulation (``docs/trace-replay.md`` §2.3).
+"""Report files: ``summary.json``, ``curves.csv`` and ``failures.csv`` for one simulation (``docs/trace-replay.md``
+§2.3; size classes and AUC: :mod:`domain.simulation.breakdown`).
 
 Layouts: ``docs/simulation-reports.md``. Invariants: a NaN curve point is written as JSON ``null`` / an empty CSV
 cell; floats use Python's shortest round-trip form, so equal results give byte-identical files; each file is written
@@ -23,9 +24,10 @@ _Filler = Callable[[TextIO], object]
 
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.csv"
+FAILURES_FILE = "failures.csv"
 
 SUMMARY_KEYS = ("policy", "seed", "typical", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals",
-                "failed_pods", "wall_seconds")
+                "failed_pods", "wall_seconds", "alloc_auc", "failed_by_size")
 """Keys of each ``summary.json`` object, in written order."""
 
 
@@ -33,8 +35,11 @@ def _finite(value: float, digits: int) -> float | None:
     return round(value, digits) if math.isfinite(value) else None
 
 
-def summary_row(result: ReplayResult) -> dict[str, str | int | float | None]:
-    """The ``summary.json`` object of one run (keys :data:`SUMMARY_KEYS`; module docstring for units)."""
+def summary_row(result: ReplayResult) -> dict[str, str | int | float | dict[str, int] | None]:
+    """The ``summary.json`` object of one run (keys :data:`SUMMARY_KEYS`; module docstring for units):
+    ``alloc_auc`` the mean allocation % over x = 0..130 (3 decimals, None when the run stopped short of 130),
+    ``failed_by_size`` size class → pods of that class that failed in the whole run (every class of
+    :data:`~domain.simulation.breakdown.SIZE_CLASSES`, in that order; the counts sum to ``failed_pods``)."""
     headline = result.headline()
     return {
         "policy": result.config.policy,
@@ -46,6 +51,8 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | None]:
         "arrivals": result.arrivals,
         "failed_pods": result.failed_pods,
         "wall_seconds": round(result.wall_seconds, 3),
+        "alloc_auc": _finite(result.allocation_auc(), 3),
+        "failed_by_size": result.failed_by_size(),
     }
 
 
@@ -54,12 +61,17 @@ def curves_header() -> list[str]:
     return ["workload", "sc_policy", "tune", "seed", "total_gpus", *(str(x) for x in range(X_MAX + 1))]
 
 
+def failures_header() -> list[str]:
+    """``workload,sc_policy,tune,seed,size_class,0,…,130``."""
+    return ["workload", "sc_policy", "tune", "seed", "size_class", *(str(x) for x in range(X_MAX + 1))]
+
+
 def _cell(value: float) -> str:
     return repr(value) if math.isfinite(value) else ""
 
 
 class ReportFiles:
-    """Writes ``summary.json`` and ``curves.csv`` into ``output_dir``; implements
+    """Writes ``summary.json``, ``curves.csv`` and ``failures.csv`` into ``output_dir``; implements
     :class:`ports.report.SimulationReport`."""
 
     def __init__(self, output_dir: Path) -> None:
@@ -77,7 +89,10 @@ class ReportFiles:
             raise ReportError(self.output_dir, "the output folder is not writable")
 
     def write(self, results: Sequence[ReplayResult], *, workload: str) -> list[Path]:
-        """Write both files (module docstring); returns their paths. Raises :class:`ReportError`."""
+        """Write the three files (module docstring); returns their paths. ``failures.csv`` has one row per run and
+        size class (:data:`~domain.simulation.breakdown.SIZE_CLASSES` order): cumulative failed pods of that class
+        at x = 0..130 (below ``failed_by_size`` at 130 only for pods arrived past x = 130). Raises
+        :class:`ReportError`."""
         self.prepare()
         summary = json.dumps([summary_row(r) for r in results], indent=2, allow_nan=False) + "\n"
         buffer: list[list[str]] = [curves_header()]
@@ -87,9 +102,15 @@ class ReportFiles:
                 workload, config.policy, repr(config.tune), str(config.seed), str(result.total_gpus),
                 *(_cell(v) for v in result.allocation_curve()),
             ])
+        failures: list[list[str]] = [failures_header()]
+        for result in results:
+            config = result.config
+            for cls, counts in result.failure_curves().items():
+                failures.append([workload, config.policy, repr(config.tune), str(config.seed), cls, *map(str, counts)])
         summary_path = self._replace(SUMMARY_FILE, lambda f: f.write(summary))
         curves_path = self._replace(CURVES_FILE, lambda f: csv.writer(f, lineterminator="\n").writerows(buffer))
-        return [summary_path, curves_path]
+        failures_path = self._replace(FAILURES_FILE, lambda f: csv.writer(f, lineterminator="\n").writerows(failures))
+        return [summary_path, curves_path, failures_path]
 
     def _replace(self, name: str, fill: _Filler) -> Path:
         target = self.output_dir / name

@@ -8,7 +8,8 @@ One run (policy P, seed s, tune τ):
    included) of the originals, stopping at the first sample whose *per-GPU* milli would cross the target;
    while above, remove uniformly random pods;
 4. draw the node order used by the ``fixed-order`` tie rule (§3.4);
-5. submit pods one at a time: no departures, no retries; a pod that does not fit is dropped and counted failed;
+5. submit pods one at a time: no departures, no retries; a pod that does not fit is dropped and counted failed
+   (its arrival index and size class, :func:`~domain.simulation.breakdown.size_class`, are kept);
    after every arrival record ``(arrived milli, allocated milli, fragmentation, idle milli)``.
 
 Typical pods (``ReplayConfig.typical``): ``trace`` — the policy knows the whole trace's (as published);
@@ -33,6 +34,7 @@ from domain.scheduling.framework.cycle import Scheduler
 from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, TypicalPods
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.registry import build_profile, get_policy
+from domain.simulation.breakdown import allocation_auc, failed_by_size, failure_curves, size_class
 from domain.simulation.curves import allocation_curve, fragmentation_curve
 from domain.simulation.online import REFERENCE_SCALE, OnlineTypical
 from domain.simulation.synthetic import synthetic_pods
@@ -69,7 +71,11 @@ class ReplayConfig:
 
 @attrs.frozen
 class ReplayResult:
-    """Per-event series (length = arrivals) and the derived curves/summary of one run."""
+    """Per-event series (length = arrivals) and the derived curves/summary of one run.
+
+    ``failures``: (arrival index, size class) of each pod that did not fit, in arrival order; one per failed pod
+    (raises :class:`InvalidRequestError` when its length differs from ``failed_pods``).
+    """
 
     config: ReplayConfig
     total_gpus: int
@@ -79,6 +85,11 @@ class ReplayResult:
     idle_milli: list[int]
     failed_pods: int
     wall_seconds: float
+    failures: list[tuple[int, str]]
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.failures) != self.failed_pods:
+            raise InvalidRequestError("failures", len(self.failures), f"must list the {self.failed_pods} failed pods")
 
     @property
     def arrivals(self) -> int:
@@ -92,6 +103,19 @@ class ReplayResult:
     def fragmentation_curve(self) -> list[float]:
         """Frag ratio % at x = 0..130."""
         return fragmentation_curve(self.arrived_milli, self.frag_milli, self.idle_milli, self.total_gpus)
+
+    def failure_curves(self) -> dict[str, list[int]]:
+        """Per size class, cumulative failed pods at x = 0..130
+        (:func:`~domain.simulation.breakdown.failure_curves`)."""
+        return failure_curves(self.arrived_milli, self.total_gpus, self.failures)
+
+    def failed_by_size(self) -> dict[str, int]:
+        """Size class → failed pods of the whole run (:func:`~domain.simulation.breakdown.failed_by_size`)."""
+        return failed_by_size(self.failures)
+
+    def allocation_auc(self) -> float:
+        """Mean allocation % over x = 0..130, trapezoid rule (:func:`~domain.simulation.breakdown.allocation_auc`)."""
+        return allocation_auc(self.allocation_curve())
 
     def headline(self) -> Headline:
         """The published comparison points: allocation % at x = 100 and 130, frag ratio % at x = 80."""
@@ -178,7 +202,8 @@ def replay(
     profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)
     scheduler = Scheduler(ledger, profile)
     online = _online_typical() if config.typical == "online" and get_policy(config.policy).needs_typical_pods else None
-    arrived = used = failed = 0
+    arrived = used = 0
+    failures: list[tuple[int, str]] = []
     arrived_series: list[int] = []
     used_series: list[int] = []
     frag_series: list[float] = []
@@ -192,7 +217,7 @@ def replay(
                                                         tie_breaker=profile.tie_breaker))
         result = scheduler.schedule(pod.request(uid=f"{pod.name}#{number}"))
         if result.allocation is None:
-            failed += 1
+            failures.append((number, size_class(pod.num_gpu, pod.gpu_milli)))
         else:
             used += result.allocation.gpu_milli
         frag, idle = states.cluster_fragmentation()
@@ -206,6 +231,6 @@ def replay(
         progress(len(stream) % tick)
     return ReplayResult(
         config=config, total_gpus=total_gpus, arrived_milli=arrived_series, used_milli=used_series,
-        frag_milli=frag_series, idle_milli=idle_series, failed_pods=failed,
-        wall_seconds=time.perf_counter() - started,
+        frag_milli=frag_series, idle_milli=idle_series, failed_pods=len(failures),
+        wall_seconds=time.perf_counter() - started, failures=failures,
     )

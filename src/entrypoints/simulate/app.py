@@ -22,6 +22,7 @@ import attrs
 
 from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.registry import PUBLISHED_POLICIES, validate_policy_names
+from domain.simulation.compare import BASELINE_POLICY, CANDIDATE_POLICY, paired_seeds, regressions_between, x_ranges
 from domain.simulation.replay import (
     TYPICAL_MODES,
     ReplayConfig,
@@ -141,6 +142,7 @@ class Simulation:
             self.progress.finish()
         written = self.report.write(results, workload=workload.name)
         self.stdout.write(format_table(results, workload=workload.name))
+        self.stdout.write(format_regressions(results))
         if self.settings.plot is not None:
             written.append(self.plotter.plot(results, self.settings.plot, title=workload.name))
         for path in written:
@@ -166,7 +168,8 @@ class Simulation:
         return sum(per_seed[c.seed] for c in configs)
 
 
-TABLE_COLUMNS = ("policy", "seed", "alloc@100", "alloc@130", "frag@80", "arrivals", "failed", "wall s")
+TABLE_COLUMNS = ("policy", "seed", "alloc@100", "alloc@130", "frag@80", "arrivals", "failed", "wall s", "auc",
+                 "failed by size")
 
 
 def _number(value: float, digits: int) -> str:
@@ -184,13 +187,16 @@ def _check_plot_target(path: Path) -> None:
 def format_table(results: Sequence[ReplayResult], *, workload: str = "") -> str:
     """Fixed-width text table, one line per run: allocation % at x = 100 and 130, frag ratio % at x = 80
     (the ``summary.json`` points, 2 decimals; ``-`` when the run never reached that x), arrivals, failed pods,
-    wall seconds. A heading names the workload and the units."""
+    wall seconds, the allocation AUC (mean allocation % over x = 0..130, 2 decimals) and the failed pods by size
+    class (``class:count`` for each class with failures, ``-`` for none). A heading names the workload and the
+    units."""
     rows = [list(TABLE_COLUMNS)]
     for r in results:
         h = r.headline()
         rows.append([
             r.config.policy, str(r.config.seed), _number(h.alloc_at_100, 2), _number(h.alloc_at_130, 2),
             _number(h.frag_ratio_at_80, 2), str(r.arrivals), str(r.failed_pods), _number(r.wall_seconds, 2),
+            _number(r.allocation_auc(), 2), _by_size(r),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
     lines = [
@@ -200,5 +206,28 @@ def format_table(results: Sequence[ReplayResult], *, workload: str = "") -> str:
     heading = (
         f"workload {workload}: " if workload else ""
     ) + "alloc@X = milli-GPU allocated, % of cluster GPU capacity, when X % of it has arrived; frag@80 = % of idle GPU "
-    heading += "milli unusable by typical pods at X = 80\n"
+    heading += "milli unusable by typical pods at X = 80; auc = mean alloc % over X = 0..130\n"
     return heading + "\n".join(lines) + "\n"
+
+
+def _by_size(result: ReplayResult) -> str:
+    return ",".join(f"{cls}:{n}" for cls, n in result.failed_by_size().items() if n) or "-"
+
+
+def format_regressions(results: Sequence[ReplayResult]) -> str:
+    """When both fgd-plus and fgd ran on a common seed: one line per size class that fails more often under
+    fgd-plus than under fgd (paired sign rule, :mod:`domain.simulation.compare`) naming the x points, or one line
+    saying none does; otherwise the empty string."""
+    if not paired_seeds(results, candidate=CANDIDATE_POLICY, baseline=BASELINE_POLICY):
+        return ""
+    found = regressions_between(results, candidate=CANDIDATE_POLICY, baseline=BASELINE_POLICY)
+    prefix, rule = f"{CANDIDATE_POLICY} vs {BASELINE_POLICY}:", "fails more often on every common seed"
+    if not found:
+        return f"{prefix} no size class {rule}\n"
+    lines: list[str] = []
+    for cls in dict.fromkeys(f.size_class for f in found):
+        mine = [f for f in found if f.size_class == cls]
+        last = mine[-1]
+        lines.append(f"{prefix} class {cls} {rule} at x = {x_ranges([f.x for f in mine])} (by x = {last.x}: "
+                     f"{last.candidate_mean:.1f} vs {last.baseline_mean:.1f} pods, mean)\n")
+    return "".join(lines)

@@ -1,10 +1,12 @@
 """Which scheduler schedules a pod: the configured default policy, a per-pod override, FGD's typical pods.
 
-* **Default** — ``fgd-plus`` (:data:`DEFAULT_POLICY`): on the trace replay (``bench/trace_replay.py``, seeds
-  42-51) it beats the published FGD by at least half a point of GPU allocation at 130 % arrived load, and is not
-  below it at 100 %, on each of the six openb pod files, with typical pods from the whole trace and learned
-  online (``docs/fgd-plus.md``). ``fgd`` (95.4 % on ``default``, against 93.2 % for ``best-fit``) stays
-  selectable.
+* **Default** — ``fgd`` (:data:`DEFAULT_POLICY`), the published FGD, until a policy places at least as much as it
+  at every arrived load. ``fgd-plus`` stays selectable (``--policy fgd-plus`` or the pod annotation):
+  on the trace replay (``bench/trace_replay.py``, seeds 42-51) it beats FGD by at least half a point of GPU
+  allocation at 130 % arrived load on each of the six openb pod files (``docs/fgd-plus.md``), but below
+  saturation it places less than FGD on most traces — typically 0.3-0.6 points less at 70-80 % arrived and
+  0.9-1.8 points less at 90-95 % (large multi-GPU pods that FGD places fail) — and a cluster spends most of its
+  time below saturation. FGD reaches 95.4 % on ``default`` at 130 % (``best-fit`` 93.2 %).
 * **Override** — the pod annotation ``protocol.annotations.pod_policy`` names another registered policy; an
   unknown name raises :class:`UnknownPolicyError` (the pod is unschedulable with that reason).
 * **Typical pods** (``fgd``, ``fgd-plus``, ``fgd-residue``, ``fgd-deficit-blend``, ``fgd-deficit-scarce``: every
@@ -50,7 +52,7 @@ from domain.scheduling.registry import POLICIES, build_profile, get_policy
 from domain.scheduling.sync import LedgerSync
 from domain.simulation.synthetic import synthetic_pods
 
-DEFAULT_POLICY = "fgd-plus"
+DEFAULT_POLICY = "fgd"
 """Default policy (module docstring)."""
 
 
