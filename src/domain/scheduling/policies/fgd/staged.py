@@ -35,10 +35,11 @@ from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import BoolArray, CycleState
 from domain.scheduling.framework.planner import ensure_gpu_fit
-from domain.scheduling.policies.fgd.fragmentation import I64
+from domain.scheduling.policies.fgd.fragmentation import I64, schedulable_free
 from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.residue import residue_vectors
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.units import MILLI_PER_GPU
 
@@ -68,6 +69,31 @@ def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPU
     return gpus > 0 and whole <= whole_fraction * gpus
 
 
+class _GapPlus(FgdPlusScore):
+    """``fgd-plus`` whose residue vectors are cached per evaluated node state in a dict: gap balance values few
+    states, so a table indexed by every interned state id (:meth:`FgdResidueScore._residue_now`) would mostly
+    hold rows never read, and regrow as FGD interns states. Same values."""
+
+    def __init__(self, cache: NodeStateCache) -> None:
+        super().__init__(cache)
+        self._residue_rows: dict[int, I64] = {}
+
+    def _residue_now(self, where: I64) -> I64:
+        """``r_t`` (int64 ``(len(where), T)``) of the current state of slots ``where``."""
+        states = self.cache.slot_state[where].tolist()
+        rows = self._residue_rows
+        missing = {state: slot for state, slot in zip(states, where.tolist(), strict=True) if state not in rows}
+        if missing:
+            ledger = self.ledger
+            first = np.array(list(missing.values()), np.int64)
+            fresh = residue_vectors(self.cache.model, ledger.cpu_cap[first] - ledger.cpu_used[first],
+                                    schedulable_free(ledger, first), ledger.gpu_model[first])
+            rows.update(zip(missing, fresh, strict=True))
+        if not states:
+            return np.zeros((0, len(self.cache.model.p)), np.int64)
+        return np.stack([rows[state] for state in states])
+
+
 class FgdStagedScore:
     """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
     (:class:`FgdScore`) or by gap balance; gap balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
@@ -82,7 +108,7 @@ class FgdStagedScore:
         self.cache = cache
         self.ledger: ClusterLedger = cache.ledger
         self.fgd = FgdScore(cache)
-        self.plus = FgdPlusScore(cache)
+        self.plus: FgdPlusScore = _GapPlus(cache)
         self.gaps = GapCounts(cache.ledger)
         self._uniform_key = (-1, -1)
         self._uniform = False
