@@ -34,6 +34,7 @@ from domain.scheduling.policies.fgd.plus import FgdPlusScore
 from domain.scheduling.policies.fgd.residue import FgdResidueScore
 from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
+from domain.scheduling.policies.fgd.staged import FgdStagedScore
 
 
 @attrs.frozen
@@ -55,7 +56,9 @@ class Policy:
     needs_typical_pods: bool = False
 
 
-def _fgd_family(name: str, score: type[FgdScore]) -> Callable[[PolicyContext], tuple[ScorePlugin, ShareGpuChooser]]:
+def _fgd_family(
+    name: str, score: type[FgdScore] | type[FgdStagedScore]
+) -> Callable[[PolicyContext], tuple[ScorePlugin, ShareGpuChooser]]:
     """The builder of an FGD-family policy: one ``score`` plugin over the run's node-state cache, which is also its
     GPU chooser. The builder raises :class:`InvalidRequestError` (field ``policy``) without typical pods."""
 
@@ -87,6 +90,9 @@ POLICIES: dict[str, Policy] = {
         Policy("fgd-plus", "fgd-deficit-scarce, with shares placed by cluster-wide gap balance (closing a GPU first, "
                "then the sum of squares of gap counts)", _fgd_family("fgd-plus", FgdPlusScore),
                needs_typical_pods=True),
+        Policy("fgd-staged", "fgd, with fgd-plus's gap balance for shares where it takes no whole GPU (partly used "
+               "GPUs below saturation, every GPU when at most 10 % of GPUs are whole)",
+               _fgd_family("fgd-staged", FgdStagedScore), needs_typical_pods=True),
         Policy("fgd-residue", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)",
                _fgd_family("fgd-residue", FgdResidueScore), needs_typical_pods=True),
         Policy("fgd-deficit-blend", "fgd-residue, with the GPUs a placement leaves without their typical CPU counted "
@@ -138,8 +144,8 @@ def build_profile(
 
     ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 
-    ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-residue``,
-    ``fgd-deficit-blend`` and ``fgd-deficit-scarce``. Raises
+    ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-staged``,
+    ``fgd-residue``, ``fgd-deficit-blend`` and ``fgd-deficit-scarce``. Raises
     :class:`UnknownPolicyError`.
     """
     policy = get_policy(name)

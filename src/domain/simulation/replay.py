@@ -183,9 +183,13 @@ def replay(
     *,
     typical: TypicalPods | None = None,
     progress: ProgressCallback | None = None,
+    limit: int | None = None,
 ) -> ReplayResult:
-    """Run one replay (module docstring). Raises :class:`InvalidRequestError` for an empty node or pod list or
-    a cluster without GPUs."""
+    """Run one replay (module docstring); with ``limit``, only the first ``limit`` arrivals of the run's stream
+    (decisions are sequential, so its series are the full run's first ``limit`` rows). Raises
+    :class:`InvalidRequestError` for an empty node or pod list, a cluster without GPUs or a ``limit`` below 1."""
+    if limit is not None and limit < 1:
+        raise InvalidRequestError("limit", limit, "must be >= 1")
     if not nodes:
         raise InvalidRequestError("nodes", 0, "the node list is empty")
     if not pods:
@@ -197,6 +201,8 @@ def replay(
     if total_gpus == 0:
         raise InvalidRequestError("nodes.gpu", 0, "the cluster has no GPUs")
     stream, rng = planned_arrivals(nodes, pods, config)
+    if limit is not None:
+        stream = stream[:limit]
     ledger = ClusterLedger(inventories)
     states = NodeStateCache(FragmentationModel(typical, ledger))
     profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)

@@ -9,11 +9,11 @@
   time below saturation. FGD reaches 95.4 % on ``default`` at 130 % (``best-fit`` 93.2 %).
 * **Override** — the pod annotation ``protocol.annotations.pod_policy`` names another registered policy; an
   unknown name raises :class:`UnknownPolicyError` (the pod is unschedulable with that reason).
-* **Typical pods** (``fgd``, ``fgd-plus``, ``fgd-residue``, ``fgd-deficit-blend``, ``fgd-deficit-scarce``: every
-  policy that ``needs_typical_pods``, :mod:`domain.scheduling.policies.fgd.typical`) — the pods observed in the cluster
-  (non-terminal, readable requests), topped up by the embedded synthetic workload (``synthetic_scale``) until
-  ``min_observed_pods`` exist. They are recomputed at every resync; those policies' schedulers are rebuilt when
-  they changed.
+* **Typical pods** (``fgd``, ``fgd-plus``, ``fgd-staged``, ``fgd-residue``, ``fgd-deficit-blend``,
+  ``fgd-deficit-scarce``: every policy that ``needs_typical_pods``, :mod:`domain.scheduling.policies.fgd.typical`) —
+  the pods observed in the cluster (non-terminal, readable requests), topped up by the embedded synthetic workload
+  (``synthetic_scale``) until ``min_observed_pods`` exist. They are recomputed at every resync; those policies'
+  schedulers are rebuilt when they changed.
 * **MIG** — pods asking for ``<prefix>/mig-<profile>`` instances go through the same schedulers' node filters, then
   the MIG plugin (:meth:`~domain.scheduling.sync.LedgerSync.schedule`); ``mig_strategy`` (``static`` or
   ``dynamic``, the scheduler's ``--mig-strategy``) is the placement mode of the MIG books and must match the node

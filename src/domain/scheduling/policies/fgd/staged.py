@@ -1,0 +1,220 @@
+"""FGD-staged — published FGD, with fgd-plus's gap balance for shares only where it cannot cost FGD a placement.
+
+``fgd-plus`` (:mod:`~domain.scheduling.policies.fgd.plus`) packs better than FGD (Weng et al., ATC '23) past
+saturation but worse below it: its CPU-deficit term and its gap balance spend fully free nodes and GPUs early, and
+the rare multi-GPU pods that only those can host then fail. FGD-staged keeps FGD's decision wherever
+that risk exists and uses gap balance only where it does not:
+
+* **Saturated** cluster — at most :data:`SATURATED_WHOLE_GPUS` of the schedulable GPUs of active nodes are fully
+  free (the fraction ``Σ free_gpus / Σ sched_gpus`` of the ledger, dimensionless): a share is placed exactly as by
+  ``fgd-plus`` (gap key over every GPU that fits, then FGD-deficit-scarce's value, then the tie rule).
+* **Below saturation** a share goes into a *partly used* GPU (free milli below its capacity) whose model no
+  model-restricted typical pod claims (:func:`~domain.scheduling.policies.fgd.scarce.restricted_claim` = 0), ranked
+  as ``fgd-plus`` ranks its options, whenever a feasible node has such a GPU; it never opens a fully free GPU then,
+  so it takes nothing a whole-GPU pod could use. With no such GPU the share is placed by FGD.
+* **Every other pod** (whole GPUs, CPU only, several containers): exactly FGD — score, GPU choice, tie rule.
+
+Invariants: a non-share decision is FGD's decision on the same cluster state; a share below saturation never takes
+a fully free GPU while FGD's rule is not used for it, nor a GPU of a restricted model. Why the split: replays of
+the six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) show the losses of ``fgd-plus``
+below saturation are failed 4- and 8-GPU pods, and its gain at x = 130 comes mostly from how shares fill the last
+GPUs. Raises nothing beyond what FGD and ``fgd-plus`` raise.
+
+Cost: a non-share pod costs FGD's decision; a share also costs the saturation fraction (two dot products over the
+ledger's rows) and the allowed-option mask (a few passes over the ledger's GPUs), and, when gap balance places it,
+the gap counts moved by the changed rows, one key per free value (1,001) and FGD-deficit-scarce's value of the nodes
+offering the best key (memoised per pod class, node state and GPU); shares whose milli depends on GPU memory, or
+clusters with GPUs other than 1000 milli, go through ``fgd-plus``'s own share decision instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from domain.ledger import ClusterLedger
+from domain.request import GpuKind, PodRequest
+from domain.scheduling.framework.cycle import BoolArray, CycleState
+from domain.scheduling.framework.planner import ensure_gpu_fit
+from domain.scheduling.policies.fgd.fragmentation import I64, schedulable_free
+from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.residue import residue_vectors
+from domain.scheduling.policies.fgd.score import FgdScore
+from domain.units import MILLI_PER_GPU
+
+SATURATED_WHOLE_GPUS = 0.10
+"""The cluster counts as saturated when fully free GPUs are at most this fraction of its schedulable GPUs. On the
+openb files FGD places every pod up to about x = 90 (90 % of capacity requested), when about 10 % of the GPUs are
+still whole; on share-heavy files the allocated fraction stays below 90 % at saturation, while the whole-GPU
+fraction still falls to it. Measured alternatives: ``docs/fgd-variants.md``."""
+
+_PLUS = "fgd-staged.plus"
+_GAP = "fgd-staged.gap"
+
+
+def is_share(pod: PodRequest) -> bool:
+    """Whether ``pod`` is one container asking a share of one GPU (the pods gap balance places)."""
+    shape = pod.simple_shape
+    return pod.wants_gpu and shape is not None and shape.kind is GpuKind.SHARE
+
+
+def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPUS) -> bool:
+    """Whether at most ``whole_fraction`` of the schedulable GPUs of active nodes are fully free (False for a
+    ledger without schedulable GPUs)."""
+    rows = ledger.rows
+    active = ledger.active[:rows]
+    gpus = int(np.dot(ledger.sched_gpus[:rows], active))
+    whole = int(np.dot(ledger.free_gpus[:rows], active))
+    return gpus > 0 and whole <= whole_fraction * gpus
+
+
+class _GapPlus(FgdPlusScore):
+    """``fgd-plus`` whose residue vectors are cached per evaluated node state in a dict: gap balance values few
+    states, so a table indexed by every interned state id (:meth:`FgdResidueScore._residue_now`) would mostly
+    hold rows never read, and regrow as FGD interns states. Same values."""
+
+    def __init__(self, cache: NodeStateCache) -> None:
+        super().__init__(cache)
+        self._residue_rows: dict[int, I64] = {}
+
+    def _residue_now(self, where: I64) -> I64:
+        """``r_t`` (int64 ``(len(where), T)``) of the current state of slots ``where``."""
+        states = self.cache.slot_state[where].tolist()
+        rows = self._residue_rows
+        missing = {state: slot for state, slot in zip(states, where.tolist(), strict=True) if state not in rows}
+        if missing:
+            ledger = self.ledger
+            first = np.array(list(missing.values()), np.int64)
+            fresh = residue_vectors(self.cache.model, ledger.cpu_cap[first] - ledger.cpu_used[first],
+                                    schedulable_free(ledger, first), ledger.gpu_model[first])
+            rows.update(zip(missing, fresh, strict=True))
+        if not states:
+            return np.zeros((0, len(self.cache.model.p)), np.int64)
+        return np.stack([rows[state] for state in states])
+
+
+class FgdStagedScore:
+    """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
+    (:class:`FgdScore`) or by gap balance; gap balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
+    over the options it allows. Shares with a fixed milli on a cluster whose GPUs all hold 1000 milli take the fast
+    path: :class:`GapCounts` and :func:`keys_by_free` find the best gap key ``h*`` from the free milli of the
+    allowed options, and only the nodes offering ``h*`` are valued by FGD-deficit-scarce; other shares go through
+    ``fgd-plus`` itself on the allowed options."""
+
+    name = "fgd-staged"
+
+    def __init__(self, cache: NodeStateCache) -> None:
+        self.cache = cache
+        self.ledger: ClusterLedger = cache.ledger
+        self.fgd = FgdScore(cache)
+        self.plus: FgdPlusScore = _GapPlus(cache)
+        self.gaps = GapCounts(cache.ledger)
+        self._uniform_key = (-1, -1)
+        self._uniform = False
+
+    def _uniform_gpus(self) -> bool:
+        """Whether every schedulable GPU of an active node holds 1000 milli (memoised per node-set and capacity
+        generation)."""
+        ledger = self.ledger
+        key = (ledger.node_set_generation, ledger.capacity_generation)
+        if key != self._uniform_key:
+            rows = ledger.rows
+            caps = ledger.core_cap[:rows][ledger.active[:rows]]
+            ok = ledger.gpu_ok[:rows][ledger.active[:rows]]
+            self._uniform = bool((caps[ok] == MILLI_PER_GPU).all())
+            self._uniform_key = key
+        return self._uniform
+
+    def _allowed(self, ledger: ClusterLedger, state: CycleState, slots: I64, whole_too: bool) -> BoolArray | None:
+        """Allowed options over every ledger row (bool ``[rows, GPUs]``): fitting GPUs of ``slots``; below saturation
+        (``whole_too`` False) only partly used GPUs of models no restricted typical pod claims. None when there is
+        none."""
+        rows = ledger.rows
+        assert state.gpu_fit is not None
+        feasible = np.zeros(rows, np.bool_)
+        feasible[slots] = True
+        allowed = state.gpu_fit[:rows] & feasible[:, None]
+        if not whole_too:
+            allowed &= ledger.sched_free[:rows] < ledger.core_cap[:rows]
+            if not allowed.any():
+                return None
+            claim = self.plus.claim()
+            if claim.any():
+                allowed &= claim[ledger.gpu_model[:rows]] <= 0
+        return allowed if allowed.any() else None
+
+    def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
+        """Node scores (0..100) for ``slots``: 0 per slot for a share placed by gap balance (module docstring; the
+        ranking is :meth:`refine`'s), else FGD's."""
+        allowed = None
+        if is_share(pod):
+            ensure_gpu_fit(pod, ledger, state)
+            allowed = self._allowed(ledger, state, slots, saturated(ledger))
+        state.data[_PLUS] = allowed is not None
+        if allowed is None:
+            return self.fgd.score(pod, ledger, state, slots)
+        shape = pod.simple_shape
+        assert shape is not None
+        if shape.core_milli is None or not self._uniform_gpus():
+            assert state.gpu_fit is not None
+            masked = state.gpu_fit.copy()
+            masked[: ledger.rows] = allowed  # fgd-plus reads the fit of ``slots`` only
+            state.gpu_fit = masked
+            state.data[_GAP] = None
+            return self.plus.score(pod, ledger, state, slots)
+        self.cache.refresh()
+        keys = keys_by_free(shape.core_milli, self.gaps.histogram())
+        free = ledger.sched_free[: ledger.rows]
+        present = np.zeros(len(keys), np.bool_)
+        present[free[allowed]] = True
+        best = int(np.flatnonzero(present)[np.argmax(keys[present])])
+        top_rows, top_gpus = np.nonzero(allowed & (free == best))
+        first = np.flatnonzero(np.r_[True, top_rows[1:] != top_rows[:-1]])  # lowest GPU index per node
+        state.data[_GAP] = (top_rows[first].astype(np.int64), top_gpus[first].astype(np.int64))
+        result: I64 = np.zeros(len(slots), np.int64)
+        return result
+
+    def normalize(self, pod: PodRequest, scores: I64) -> I64:
+        """No normalize step (FGD has none)."""
+        return scores
+
+    def _plugin(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> bool:
+        """Whether gap balance decides this cycle (scoring ``slots`` first when the cycle has not scored: the
+        scheduler skips scoring when one node is feasible)."""
+        if _PLUS not in state.data:
+            self.score(pod, ledger, state, slots)
+        return bool(state.data[_PLUS])
+
+    def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
+        """Second key for ``tied`` under gap balance: 0 on slots without the best gap option, else 1 +
+        FGD-deficit-scarce's value of placing the share there (as ``fgd-plus``); 0 for every slot under FGD (whose
+        ties go straight to the tie rule)."""
+        if not self._plugin(pod, ledger, state, tied):
+            return np.zeros(len(tied), np.int64)
+        entry = state.data.get(_GAP)
+        if entry is None:
+            return self.plus.refine(pod, ledger, state, tied)
+        assert isinstance(entry, tuple)
+        rows, gpus = entry
+        where = np.searchsorted(rows, tied)
+        hit = (where < len(rows)) & (rows[np.minimum(where, len(rows) - 1)] == tied)
+        result: I64 = np.zeros(len(tied), np.int64)
+        if hit.any():
+            assert state.core_need is not None
+            result[hit] = self.plus._option_values(pod, state.core_need, tied[hit], gpus[where[hit]]) + 1
+        return result
+
+    def choose(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, fit: I64) -> int:
+        """The GPU of ``slot`` the deciding rule chose."""
+        if not self._plugin(pod, ledger, state, np.array([slot], np.int64)):
+            return self.fgd.choose(pod, ledger, state, slot, fit)
+        entry = state.data.get(_GAP)
+        if entry is None:
+            return self.plus.choose(pod, ledger, state, slot, fit)
+        assert isinstance(entry, tuple)
+        rows, gpus = entry
+        where = int(np.searchsorted(rows, slot))
+        if where < len(rows) and rows[where] == slot:
+            return int(gpus[where])
+        return self.plus.choose(pod, ledger, state, slot, fit)

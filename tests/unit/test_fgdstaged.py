@@ -1,0 +1,192 @@
+"""FGD-staged (:mod:`domain.scheduling.policies.fgd.staged`) and its gap counts (:mod:`~.gapcounts`) on hand-built
+clusters; expected values worked out here.
+
+Behaviours covered:
+
+* saturation: at most 10 % of the schedulable GPUs of active nodes fully free (9 % is, 18 % is not; no GPU: not);
+* below saturation a share goes into a partly used GPU by the gap key (where ``fgd-plus`` opens a free GPU), and
+  with no partly used GPU, or only ones of a model restricted pods claim, it is placed by FGD;
+* saturated, a share is placed exactly as by ``fgd-plus`` (a hand-worked case and 40 random saturated clusters);
+* whole-GPU and CPU-only pods are scored and placed exactly as by FGD;
+* :class:`GapCounts` equals :func:`gap_histogram` through reservations, releases, quarantine and a new node;
+  :func:`keys_by_free` equals :func:`option_keys` for every free value;
+* registry: ``fgd-staged`` is registered, needs typical pods, and a synthetic replay is deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
+from domain.ledger import ClusterLedger
+from domain.request import PodRequest, single_container_pod
+from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.gapbalance import gap_histogram, option_keys
+from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.score import FgdScore
+from domain.scheduling.policies.fgd.staged import FgdStagedScore, saturated
+from domain.scheduling.registry import POLICIES, build_profile
+from domain.simulation.replay import ReplayConfig, replay
+from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
+from domain.units import GiB, MiB
+
+TYPICAL = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 500, 1), PodClass(2000, 200, 1), PodClass(4000, 0, 0)),
+                      (0.4, 0.3, 0.2, 0.1))
+
+
+def node(name: str, gpus: int, *, cpu: int = 96000, model: str = "G2") -> NodeInventory:
+    devices = tuple(Gpu(i, GpuUuid(f"{name}-gpu{i}"), model, 1000 * MiB) for i in range(gpus))
+    return NodeInventory(NodeName(name), devices, cpu_milli=cpu, memory_bytes=512 * GiB, max_pods=100)
+
+
+def share(ledger: ClusterLedger, uid: str, name: str, gpu: int, core: int, cpu: int = 1000) -> None:
+    ledger.reserve(PodAllocation(uid, name, (ContainerGrant("main", (GpuGrant(gpu, core, MiB),)),), cpu_milli=cpu))
+
+
+def place(ledger: ClusterLedger, policy: str, pod: PodRequest, typical: TypicalPods = TYPICAL) -> tuple[str, list[int]]:
+    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=np.random.default_rng(0), typical=typical,
+                                                tie_break="name"))
+    result = scheduler.schedule(pod)
+    assert result.allocation is not None
+    ledger.release(pod.uid)  # leave the ledger as it was, so policies can be compared on it
+    return result.allocation.node, sorted(result.allocation.per_gpu_usage())
+
+
+def gaps_cluster() -> ClusterLedger:
+    # "a": GPU0 300 used (gap 700), GPU1 free; "b": one GPU 500 used (gap 500); "c": three GPUs 700 used (gap 300
+    # each) and no CPU left: N(300) = 3, N(500) = 1, N(700) = 1; 1 whole GPU of 6 (17 %): not saturated.
+    ledger = ClusterLedger([node("a", 2), node("b", 1), node("c", 3, cpu=3000)])
+    share(ledger, "a0", "a", 0, 300)
+    share(ledger, "b0", "b", 0, 500)
+    for gpu in range(3):
+        share(ledger, f"c{gpu}", "c", gpu, 700)
+    return ledger
+
+
+def test_saturation_is_at_most_a_tenth_of_the_gpus_whole() -> None:
+    ledger = ClusterLedger([node("a", 10), node("b", 1)])
+    for gpu in range(9):
+        share(ledger, f"a{gpu}", "a", gpu, 100)
+    assert not saturated(ledger)  # a/GPU9 and b/GPU0 whole: 2 of 11
+    share(ledger, "b0", "b", 0, 100)
+    assert saturated(ledger)  # 1 of 11
+    assert not saturated(ClusterLedger([node("cpu", 0)]))
+
+
+def test_below_saturation_a_share_fills_a_partly_used_gpu() -> None:
+    # Partly used options: a/GPU0 700 → 500, ΔSS = (2·1 + 1) + (1 − 2·1) = 2; b/GPU0 500 → 300, (2·3 + 1) + (1 − 2)
+    # = 6. fgd-plus prefers a's free GPU1 (ΔSS 1); fgd-staged may not open it below saturation.
+    ledger = gaps_cluster()
+    assert not saturated(ledger)
+    pod = single_container_pod("p", cpu_milli=2000, core_milli=200)
+    assert place(ledger, "fgd-staged", pod) == ("a", [0])
+    assert place(ledger, "fgd-plus", pod) == ("a", [1])
+
+
+def test_saturated_a_share_is_placed_as_by_fgd_plus() -> None:
+    ledger = gaps_cluster()
+    ledger.upsert_node(node("d", 5))
+    for gpu in range(5):
+        share(ledger, f"d{gpu}", "d", gpu, 1000)  # full GPUs: no gap; 1 whole GPU of 11 (9 %)
+    assert saturated(ledger)
+    pod = single_container_pod("p", cpu_milli=2000, core_milli=200)
+    assert place(ledger, "fgd-staged", pod) == place(ledger, "fgd-plus", pod) == ("a", [1])
+
+
+def test_saturated_shares_match_fgd_plus_on_random_clusters() -> None:
+    rng = np.random.default_rng(7)
+    for case in range(40):
+        ledger = ClusterLedger([node(f"n{i}", 4, cpu=int(rng.integers(4, 40)) * 1000) for i in range(6)])
+        for i in range(6):
+            for gpu in range(4):
+                if rng.random() < 0.95:
+                    share(ledger, f"s{i}-{gpu}", f"n{i}", gpu, int(rng.choice([100, 200, 300, 500, 700, 1000])))
+        if not saturated(ledger):
+            continue
+        pod = single_container_pod(f"p{case}", cpu_milli=1000, core_milli=int(rng.choice([100, 200, 300])))
+        assert place(ledger, "fgd-staged", pod) == place(ledger, "fgd-plus", pod), case
+
+
+def test_without_a_partly_used_gpu_a_share_is_placed_by_fgd() -> None:
+    ledger = ClusterLedger([node("a", 2, cpu=8000), node("b", 4), node("c", 1, cpu=6000)])
+    for core in (100, 300, 700):
+        pod = single_container_pod(f"p{core}", cpu_milli=2000, core_milli=core)
+        assert place(ledger, "fgd-staged", pod) == place(ledger, "fgd", pod)
+
+
+def test_partly_used_gpus_of_a_claimed_model_are_left_to_fgd() -> None:
+    # Half the typical demand is restricted to T4, so T4 GPUs carry a claim; the only partly used GPU is a T4.
+    typical = TypicalPods((PodClass(2000, 1000, 1), PodClass(2000, 1000, 1, "T4")), (0.5, 0.5))
+    ledger = ClusterLedger([node("a", 2, cpu=8000), node("t", 2, model="T4"), node("z", 4)])
+    share(ledger, "t0", "t", 0, 500)
+    pod = single_container_pod("p", cpu_milli=2000, core_milli=300)
+    assert place(ledger, "fgd-staged", pod, typical) == place(ledger, "fgd", pod, typical)
+    plugin = FgdStagedScore(NodeStateCache(FragmentationModel(typical, ledger)))
+    state = CycleState()
+    slots = np.arange(ledger.rows, dtype=np.int64)
+    assert plugin.plus.claim()[ledger.model_id("T4")] > 0
+    fgd = plugin.fgd.score(pod, ledger, CycleState(), slots)
+    assert plugin.score(pod, ledger, state, slots).tolist() == fgd.tolist()
+    assert state.data["fgd-staged.plus"] is False  # FGD decided: the T4 gap was not offered to gap balance
+    share(ledger, "a0", "a", 0, 500)  # an unclaimed partly used GPU: gap balance decides
+    state = CycleState()
+    plugin.score(pod, ledger, state, slots)
+    assert state.data["fgd-staged.plus"] is True
+
+
+def test_whole_gpu_and_cpu_only_pods_are_scored_and_placed_as_by_fgd() -> None:
+    ledger = gaps_cluster()
+    slots = np.arange(ledger.rows, dtype=np.int64)[ledger.active[: ledger.rows]]
+    for pod in (single_container_pod("w", cpu_milli=4000, gpus=1), single_container_pod("c", cpu_milli=3000)):
+        cache = NodeStateCache(FragmentationModel(TYPICAL, ledger))
+        staged = FgdStagedScore(cache).score(pod, ledger, CycleState(), slots)
+        fgd = FgdScore(NodeStateCache(FragmentationModel(TYPICAL, ledger))).score(pod, ledger, CycleState(), slots)
+        assert staged.tolist() == fgd.tolist()
+        assert place(ledger, "fgd-staged", pod) == place(ledger, "fgd", pod)
+
+
+def test_gap_counts_follow_the_ledger() -> None:
+    ledger = ClusterLedger([node("a", 4), node("b", 2), node("c", 8)])
+    counts = GapCounts(ledger)
+    rng = np.random.default_rng(3)
+    live: list[str] = []
+    for step in range(120):
+        if live and rng.random() < 0.3:
+            ledger.release(live.pop(int(rng.integers(len(live)))))
+        else:
+            name, gpus = [("a", 4), ("b", 2), ("c", 8)][int(rng.integers(3))]
+            gpu = int(rng.integers(gpus))
+            core = int(rng.choice([100, 250, 500, 1000]))
+            if name not in ledger.quarantine and ledger.sched_free[ledger.slot(name), gpu] >= core:
+                share(ledger, f"s{step}", name, gpu, core, cpu=10)
+                live.append(f"s{step}")
+        if step == 60:
+            ledger.quarantine_node("b", "test")
+        if step == 90:
+            ledger.upsert_node(node("d", 3))
+        assert counts.histogram().tolist() == gap_histogram(ledger).tolist(), step
+
+
+def test_keys_by_free_are_option_keys_per_free_value() -> None:
+    histogram = np.random.default_rng(1).integers(0, 9, 1001).astype(np.int64)
+    free = np.arange(1001, dtype=np.int64)[None, :]
+    for need in (50, 200, 810, 1000):
+        expected = option_keys(free, np.full_like(free, 1000), np.full_like(free, need), free >= need, histogram)[0]
+        fits = free[0] >= need
+        assert keys_by_free(need, histogram)[fits].tolist() == expected[fits].tolist()
+
+
+def test_registered_needs_typical_pods_and_replays_deterministically() -> None:
+    assert POLICIES["fgd-staged"].needs_typical_pods
+    with pytest.raises(InvalidRequestError):
+        build_profile("fgd-staged", ClusterLedger([node("a", 1)]), rng=np.random.default_rng(0))
+    nodes, pods = synthetic_nodes(scale=0.02), synthetic_pods(scale=0.02)
+    first = replay(nodes, pods, ReplayConfig("fgd-staged", 5))
+    again = replay(nodes, pods, ReplayConfig("fgd-staged", 5))
+    assert first.used_milli == again.used_milli
+    assert max(first.used_milli) <= first.total_gpus * 1000
