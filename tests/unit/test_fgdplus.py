@@ -15,40 +15,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import CycleState, Scheduler
-from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.fragmentation import FragmentationModel
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
 from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
-from domain.units import GiB, MiB
-
-TYPICAL = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 500, 1), PodClass(2000, 200, 1), PodClass(4000, 0, 0)),
-                      (0.4, 0.3, 0.2, 0.1))
-
-
-def node(name: str, gpus: int, *, cpu: int = 96000) -> NodeInventory:
-    devices = tuple(Gpu(i, GpuUuid(f"{name}-gpu{i}"), "G2", 1000 * MiB) for i in range(gpus))
-    return NodeInventory(NodeName(name), devices, cpu_milli=cpu, memory_bytes=512 * GiB, max_pods=100)
-
-
-def share(ledger: ClusterLedger, uid: str, name: str, gpu: int, core: int, cpu: int = 1000) -> None:
-    ledger.reserve(PodAllocation(uid, name, (ContainerGrant("main", (GpuGrant(gpu, core, MiB),)),), cpu_milli=cpu))
-
-
-def place(ledger: ClusterLedger, policy: str, pod: PodRequest) -> tuple[str, list[int]]:
-    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=np.random.default_rng(0), typical=TYPICAL,
-                                                tie_break="name"))
-    result = scheduler.schedule(pod)
-    assert result.allocation is not None
-    return result.allocation.node, sorted(result.allocation.per_gpu_usage())
+from support.fgd_clusters import TYPICAL, gaps_cluster, node, place, share
 
 
 def test_a_share_fills_common_gaps_and_creates_rare_ones() -> None:
@@ -56,11 +34,7 @@ def test_a_share_fills_common_gaps_and_creates_rare_ones() -> None:
     # each) and no CPU left, so the pod cannot go there but its gaps count: N(300) = 3, N(500) = 1, N(700) = 1.
     # A 200-milli share: a/GPU0 700 → 500: ΔSS = (2·1 + 1) + (1 − 2·1) = 2; b/GPU0 500 → 300: (2·3 + 1) + (1 − 2) = 6;
     # a/GPU1 1000 → 800: 2·0 + 1 = 1. Best fit would take b's 500 gap; FGD-plus opens a's free GPU.
-    ledger = ClusterLedger([node("a", 2), node("b", 1), node("c", 3, cpu=3000)])
-    share(ledger, "a0", "a", 0, 300)
-    share(ledger, "b0", "b", 0, 500)
-    for gpu in range(3):
-        share(ledger, f"c{gpu}", "c", gpu, 700)
+    ledger = gaps_cluster()
     pod = single_container_pod("p", cpu_milli=2000, core_milli=200)
     assert place(ledger, "fgd-plus", pod) == ("a", [1])
     assert place(ledger, "best-fit", single_container_pod("q", cpu_milli=2000, core_milli=200))[0] == "b"

@@ -18,12 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
-from domain.request import PodRequest, single_container_pod
-from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.request import single_container_pod
+from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram, option_keys
 from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
@@ -33,39 +31,8 @@ from domain.scheduling.policies.fgd.staged import FgdStagedScore, saturated
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
-from domain.units import GiB, MiB
-
-TYPICAL = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 500, 1), PodClass(2000, 200, 1), PodClass(4000, 0, 0)),
-                      (0.4, 0.3, 0.2, 0.1))
-
-
-def node(name: str, gpus: int, *, cpu: int = 96000, model: str = "G2") -> NodeInventory:
-    devices = tuple(Gpu(i, GpuUuid(f"{name}-gpu{i}"), model, 1000 * MiB) for i in range(gpus))
-    return NodeInventory(NodeName(name), devices, cpu_milli=cpu, memory_bytes=512 * GiB, max_pods=100)
-
-
-def share(ledger: ClusterLedger, uid: str, name: str, gpu: int, core: int, cpu: int = 1000) -> None:
-    ledger.reserve(PodAllocation(uid, name, (ContainerGrant("main", (GpuGrant(gpu, core, MiB),)),), cpu_milli=cpu))
-
-
-def place(ledger: ClusterLedger, policy: str, pod: PodRequest, typical: TypicalPods = TYPICAL) -> tuple[str, list[int]]:
-    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=np.random.default_rng(0), typical=typical,
-                                                tie_break="name"))
-    result = scheduler.schedule(pod)
-    assert result.allocation is not None
-    ledger.release(pod.uid)  # leave the ledger as it was, so policies can be compared on it
-    return result.allocation.node, sorted(result.allocation.per_gpu_usage())
-
-
-def gaps_cluster() -> ClusterLedger:
-    # "a": GPU0 300 used (gap 700), GPU1 free; "b": one GPU 500 used (gap 500); "c": three GPUs 700 used (gap 300
-    # each) and no CPU left: N(300) = 3, N(500) = 1, N(700) = 1; 1 whole GPU of 6 (17 %): not saturated.
-    ledger = ClusterLedger([node("a", 2), node("b", 1), node("c", 3, cpu=3000)])
-    share(ledger, "a0", "a", 0, 300)
-    share(ledger, "b0", "b", 0, 500)
-    for gpu in range(3):
-        share(ledger, f"c{gpu}", "c", gpu, 700)
-    return ledger
+from support.fgd_clusters import TYPICAL, gaps_cluster, node, share
+from support.fgd_clusters import place_and_release as place
 
 
 def test_saturation_is_at_most_a_tenth_of_the_gpus_whole() -> None:
