@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -190,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"allocate_p99_ms={percentile(both, 0.99):.3f}")
         print(f"health_update_ms={max(health_ms):.3f}")
         if args.record is not None:
-            record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+            record_bench_run(args.record, __file__, argv,
                              f"{args.runtime} Runtime, {args.iterations} pods: Allocate p99 "
                              f"{percentile(both, 0.99):.2f} ms over both calls (first call p50 "
                              f"{statistics.median(first):.2f} ms); health change → ListAndWatch max "

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import threading
 import time
 from collections import Counter
@@ -223,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"dropped_early={compared['dropped_early']}")
     print(f"ended_later={compared['ended_later']}")
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+        record_bench_run(args.record, __file__, argv,
                          f"{args.nodes} nodes, {minutes:g} simulated min, {compared['pulls']:,} pulls: per-pull LIST "
                          f"{old_rate:.3f} requests/node/min ({old_rate * 5000 / 60:.1f}/s at 5,000 nodes); watch "
                          f"{new_rate:.3f} ({new_lists / per:.3f} LIST + {new_watches / per:.3f} WATCH; "

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
     from adapters.reportfiles.results_table import RunStart, record_bench_run
-    start, given = RunStart.now(), sys.argv[1:] if argv is None else argv
+    start = RunStart.now()
     if min(args.nodes, args.gpus_per_node, args.pods, args.create_workers) < 1:
         parser.error("--nodes, --gpus-per-node, --pods and --create-workers must be >= 1")
     binaries = bin_dir()
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # "pool is full": concurrent binds
-    return run(binaries, args, lambda measured: record_bench_run(args.record, __file__, given, measured, start))
+    return run(binaries, args, lambda measured: record_bench_run(args.record, __file__, argv, measured, start))
 
 
 class Phase:

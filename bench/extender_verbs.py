@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"bind_cpu_ms={best[1]:.3f}")
     print(f"verbs_cpu_ms_per_pod={sum(best):.3f}")
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+        record_bench_run(args.record, __file__, argv,
                          f"best of {args.repeat}: {best[0]:.2f} ms of CPU per `filter`, {best[1]:.2f} ms per `bind`",
                          start)
     return 0

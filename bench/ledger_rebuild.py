@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"rebuild_seconds={rebuild:.2f}")
     print(f"peak_rss_mib={rss:.0f}")
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+        record_bench_run(args.record, __file__, argv,
                          f"{args.nodes:,} nodes, {counted:,} pods ({inferred:,} inferred): resync {rebuild:.2f} s, "
                          f"{cpu:.2f} s of CPU, peak RSS {rss:.0f} MiB (reference loop {reference:.2f} s)", start)
 

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             node.stop()
             shutil.rmtree(work, ignore_errors=True)
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv, "; ".join(figures), start)
+        record_bench_run(args.record, __file__, argv, "; ".join(figures), start)
     return 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"pods_per_second={rate:.1f}")
     print(f"p99_ms={p99:.2f}")
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+        record_bench_run(args.record, __file__, argv,
                          f"{measured}; peak RSS {rss:.0f} MiB", start)
 
 

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"disagreements={len(agreement['disagreements'])}")
     print(f"peak_rss_mib={peak_mib:.0f}")
     if args.record is not None:
-        record_bench_run(args.record, __file__, sys.argv[1:] if argv is None else argv,
+        record_bench_run(args.record, __file__, argv,
                          f"command {wall:.1f} s (startup {timing['startup_s']:.1f} s, arrivals "
                          f"{timing['arrivals_s']:.1f} s, settle {timing['settle_s']:.1f} s); {pods['placed']:,} of "
                          f"{pods['submitted']:,} pods placed, {timing['pods_per_s']:.1f} pods/s; "

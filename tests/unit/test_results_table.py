@@ -80,3 +80,11 @@ def test_scheduler_throughput_records_its_row(tmp_path: Path) -> None:
     assert row.startswith("| `scheduler_throughput.py --nodes 20 --gpus-per-node 2 --pods 20 --round 10 --policy fgd "
                           "--compare binpack` | `fgd` ")
     assert re.search(r"; `binpack` [\d,]+ pods/s, p99 \d+\.\d\d ms; ratio \d+\.\d{3}; peak RSS \d+ MiB \|", row)
+
+
+def test_record_bench_run_without_argv_names_this_process_arguments(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["bench/c.py", "--pods", "3", "--record", "t.md"])
+    table = tmp_path / "performance.md"
+    record_bench_run(table, "bench/c.py", None, "3 pods/s", RunStart(load=0.5, day="2026-12-05"))
+    assert table.read_text().splitlines()[2].startswith("| `c.py --pods 3` | 3 pods/s | ")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -82,10 +83,12 @@ def bench_run_name(script: str, argv: Sequence[str]) -> str:
     return name
 
 
-def record_bench_run(path: Path, script: str, argv: Sequence[str], measured: str, start: RunStart) -> None:
-    """Write the row of the invocation ``script argv`` (:func:`bench_run_name`) in the performance table at
+def record_bench_run(path: Path, script: str, argv: Sequence[str] | None, measured: str, start: RunStart) -> None:
+    """Write the row of the invocation ``script argv`` (:func:`bench_run_name`; ``argv`` None: this process's
+    arguments, ``sys.argv[1:]``, as ``argparse`` reads them) in the performance table at
     ``path`` (:data:`PERFORMANCE_HEADER`): ``measured`` (the bench's figures in words) and the conditions of
     ``start``. Raises OSError from the file system, ValueError as :func:`bench_run_name`."""
     if "|" in measured:
         raise ValueError(f"measured {measured!r}: a '|' cannot stand in a table cell")
-    record_row(path, PERFORMANCE_HEADER, bench_run_name(script, argv), [measured, start.conditions()])
+    name = bench_run_name(script, sys.argv[1:] if argv is None else argv)
+    record_row(path, PERFORMANCE_HEADER, name, [measured, start.conditions()])
