@@ -37,7 +37,7 @@ def result(policy: str, seed: int, *, events: int = 131, step: int = 10) -> Repl
     failures = [(i, cls) for i, cls in ((4, "share"), (95, "8"), (120, "8")) if i < events]
     return ReplayResult(
         config=ReplayConfig(policy, seed), total_gpus=1, arrived_milli=arrived, used_milli=used,
-        frag_milli=[i / 2 for i in idle], idle_milli=idle, failed_pods=len(failures), wall_seconds=0.123456,
+        frag_milli=[i / 2 for i in idle], idle_milli=idle, wall_seconds=0.123456,
         failures=failures,
     )
 

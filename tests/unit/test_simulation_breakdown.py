@@ -24,7 +24,7 @@ import pytest
 from domain.errors import InvalidRequestError
 from domain.simulation.breakdown import IDEAL_AUC, SIZE_CLASSES, allocation_auc, failure_curves, size_class
 from domain.simulation.curves import X_MAX, arrive_ratios
-from domain.simulation.replay import ReplayConfig, ReplayResult, replay
+from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.workload import TraceNode, TracePod
 
 
@@ -79,12 +79,6 @@ def test_auc_bridges_gaps_and_needs_the_end_point() -> None:
     assert math.isnan(allocation_auc([*line[:-1], math.nan]))
     with pytest.raises(InvalidRequestError, match="131 points"):
         allocation_auc(line[:-1])
-
-
-def test_result_refuses_failures_that_disagree_with_the_count() -> None:
-    with pytest.raises(InvalidRequestError, match="failures"):
-        ReplayResult(config=ReplayConfig("fgd", 1), total_gpus=1, arrived_milli=[10], used_milli=[0],
-                     frag_milli=[0.0], idle_milli=[1000], failed_pods=1, wall_seconds=0.0, failures=[])
 
 
 NODES = [TraceNode("n-a", 16000, 65536, 2, "G2"), TraceNode("n-b", 16000, 65536, 2, "G2")]

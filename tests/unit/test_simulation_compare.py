@@ -77,7 +77,7 @@ def run(policy: str, seed: int, *, lost: int = 0, failed_at: tuple[int, ...] = (
     failures = [(i, "8") for i in failed_at]
     return ReplayResult(
         config=ReplayConfig(policy, seed), total_gpus=1, arrived_milli=arrived, used_milli=used,
-        frag_milli=[0.0] * X_MAX, idle_milli=[1000 - u for u in used], failed_pods=len(failures), wall_seconds=0.0,
+        frag_milli=[0.0] * X_MAX, idle_milli=[1000 - u for u in used], wall_seconds=0.0,
         failures=failures,
     )
 
@@ -113,7 +113,7 @@ def cut(result: ReplayResult) -> ReplayResult:
     n = 50
     return ReplayResult(
         config=result.config, total_gpus=1, arrived_milli=result.arrived_milli[:n], used_milli=result.used_milli[:n],
-        frag_milli=result.frag_milli[:n], idle_milli=result.idle_milli[:n], failed_pods=0, wall_seconds=0.0,
+        frag_milli=result.frag_milli[:n], idle_milli=result.idle_milli[:n], wall_seconds=0.0,
         failures=[],
     )
 
