@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.support.bench_modules import load_bench
 
 from domain.errors import InvalidRequestError
 from domain.simulation.replay import ReplayConfig, replay
+from support.bench_modules import load_bench
 
 dominance = load_bench("dominance")
 trace_replay = load_bench("trace_replay")
