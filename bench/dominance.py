@@ -14,8 +14,9 @@ is :func:`~domain.simulation.curves.allocation_curve`'s point; the seeds' mean i
 ignored) and the **gap** is candidate − baseline, in percentage points.
 
 Printed per (pod file, mode): the worst gap and the x where it occurs, the gap at x = 130 (the gain), the baseline
-and candidate means at x = 80 / 90 / 95 / 100 / 130, the GPU pods that failed before x = 100 per size class
-(shares, 1, 2, 4, 8 GPUs; summed over seeds, candidate / baseline), the wall time per run and a verdict: ``ok``
+and candidate means at x = 80 / 90 / 95 / 100 / 130, the GPU pods that failed by x = 100 per size class
+(shares, 1, 2, 4, 8 GPUs: :func:`domain.simulation.breakdown.failure_curves`; summed over seeds, candidate /
+baseline), the wall time per run and a verdict: ``ok``
 when every gap ≥ −tolerance and (full runs only) the gain ≥ ``--gain``. The last lines are ``key=value`` pairs:
 ``<pods>_<mode>_worst_gap_pp``, ``_worst_x``, ``_gain130_pp``, and ``dominance_ok=true|false``. Exit status 0
 when every row is ``ok``, 1 otherwise.
@@ -48,7 +49,8 @@ POD_FILES = ("default", "cpu100", "gpushare40", "gpushare80", "gpuspec20", "mult
 """The public openb pod files the issue's dominance check covers."""
 NODES_FILE = "openb_node_list_gpu_node.csv"
 SHOW_XS = (80, 90, 95, 100, 130)
-SIZE_CLASSES = ("share", "1", "2", "4", "8", "other")
+GPU_CLASSES = ("share", "1", "2", "4", "8")
+"""The size classes (:data:`domain.simulation.breakdown.SIZE_CLASSES`) of the GPU pods the table counts."""
 
 
 # ---------------------------------------------------------------------------------------------- pure helpers
@@ -72,25 +74,11 @@ def worst_gap(baseline: Sequence[float], candidate: Sequence[float], xs: Sequenc
     return best
 
 
-def size_class(step_milli: int) -> str:
-    """Size class of a GPU pod by its total GPU request (milli): ``share`` below one GPU, else its GPU count."""
-    if step_milli < 1000:
-        return "share"
-    gpus = step_milli // 1000
-    return str(gpus) if step_milli % 1000 == 0 and str(gpus) in SIZE_CLASSES else "other"
-
-
-def failures_by_class(arrived: Sequence[int], used: Sequence[int], total_gpus: int, x_below: int) -> dict[str, int]:
-    """GPU pods that failed while the arrived request was below ``x_below`` % of capacity, per size class: a row
-    whose arrived milli grows while the used milli does not (CPU-only failures do not show in these series)."""
-    counts = dict.fromkeys(SIZE_CLASSES, 0)
-    last_arrived = last_used = 0
-    for a, u in zip(arrived, used, strict=True):
-        step = a - last_arrived
-        if step > 0 and u == last_used and a <= x_below * total_gpus * 10:
-            counts[size_class(step)] += 1
-        last_arrived, last_used = a, u
-    return counts
+def failed_gpu_pods(result: Any, x: int) -> dict[str, int]:
+    """GPU pods of ``result`` (a :class:`~domain.simulation.replay.ReplayResult`) that failed by arrived point
+    ``x`` (%), per class of :data:`GPU_CLASSES`: its failure curves' cumulative count at ``x``."""
+    curves = result.failure_curves()
+    return {c: curves[c][x] for c in GPU_CLASSES}
 
 
 def verdict(worst: float, gain: float, *, tolerance: float, required_gain: float, full: bool) -> bool:
@@ -110,8 +98,8 @@ def _importable() -> None:
 
 def run_one(nodes_path: str, pods_path: str, policy: str, seed: int, tune: float, typical: str,
             limit: int | None) -> dict[str, Any]:
-    """One replay in this process: its allocation curve (x = 0..130), failures per size class below x = 100 and
-    wall time."""
+    """One replay in this process: its allocation curve (x = 0..130), GPU pods failed by x = 100 per size class
+    and wall time."""
     _importable()
     from domain.simulation.replay import ReplayConfig, replay
     from trace_replay import read_nodes, read_pods
@@ -119,7 +107,7 @@ def run_one(nodes_path: str, pods_path: str, policy: str, seed: int, tune: float
     result = replay(read_nodes(nodes_path), read_pods(pods_path), ReplayConfig(policy, seed, tune, typical=typical),
                     limit=limit)
     return {"curve": result.allocation_curve(), "wall": result.wall_seconds,
-            "failed": failures_by_class(result.arrived_milli, result.used_milli, result.total_gpus, 100)}
+            "failed": failed_gpu_pods(result, 100)}
 
 
 def cache_key(pods_path: str, policy: str, seed: int, typical: str, tune: float, limit: int | None) -> str:
@@ -195,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path.write_text(json.dumps(run))
     print()
     header = (f"{'pods':<11} {'mode':<6} {'worst gap':>9} {'at x':>4} {'gain130':>7}  "
-              + "  ".join(f"{'x=' + str(x):>13}" for x in SHOW_XS) + "  failed<100 cand/base (s,1,2,4,8)  wall c/b  ok")
+              + "  ".join(f"{'x=' + str(x):>13}" for x in SHOW_XS) + "  failed@100 cand/base (s,1,2,4,8)  wall c/b  ok")
     print(header)
     print("-" * len(header))
     closing: list[str] = []
@@ -208,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gain = cand[130] - base[130]
             ok = verdict(worst, gain, tolerance=args.tolerance, required_gain=args.gain, full=full)
             every_ok &= ok
-            failed = {p: [sum(runs[(name, mode, p, s)]["failed"][c] for s in seeds) for c in SIZE_CLASSES[:5]]
+            failed = {p: [sum(runs[(name, mode, p, s)]["failed"][c] for s in seeds) for c in GPU_CLASSES]
                       for p in (args.candidate, args.baseline)}
             walls = [statistics.fmean(runs[(name, mode, p, s)]["wall"] for s in seeds)
                      for p in (args.candidate, args.baseline)]

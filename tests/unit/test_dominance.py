@@ -3,8 +3,8 @@
 Behaviours covered:
 
 * ``mean_curve`` ignores NaN points; ``worst_gap`` finds the first x of the smallest candidate − baseline gap,
-  skipping NaN; ``failures_by_class`` counts the GPU pods whose row did not move the allocation, by size class,
-  below an x; ``verdict`` applies the tolerance and, for full runs only, the gain at x = 130.
+  skipping NaN; ``failed_gpu_pods`` reads the GPU pods failed by an x, per GPU size class, from the run's failure
+  curves; ``verdict`` applies the tolerance and, for full runs only, the gain at x = 130.
 * ``replay(..., limit=N)`` gives the full run's first N rows; a limit below 1 is refused.
 * Short replay (skipped without the openb traces: ``LJRK_TRACES`` or ``../shared/traces/openb``): on the
   ``default`` pod file, the first 8,500 arrivals (x up to about 102, past the point where FGD starts turning pods
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from domain.errors import InvalidRequestError
-from domain.simulation.replay import ReplayConfig, replay
+from domain.simulation.replay import ReplayConfig, ReplayResult, replay
 from support.bench_modules import load_bench
 
 dominance = load_bench("dominance")
@@ -47,15 +47,15 @@ def test_worst_gap_is_the_first_smallest_difference() -> None:
     assert x == -1
 
 
-def test_failures_by_class_counts_rows_that_did_not_allocate() -> None:
-    # 10 GPUs; arrivals: share 500 placed, 8-GPU failed (x = 85), 1-GPU failed (x = 95), share 300 failed (x = 98,
-    # above 96: not counted).
-    arrived = [500, 8500, 9500, 9800]
-    used = [500, 500, 500, 500]
-    counts = dominance.failures_by_class(arrived, used, 10, 96)
-    assert counts == {"share": 0, "1": 1, "2": 0, "4": 0, "8": 1, "other": 0}
-    assert dominance.size_class(300) == "share"
-    assert dominance.size_class(3000) == "other"
+def test_failed_gpu_pods_counts_gpu_failures_by_an_x_per_class() -> None:
+    # 10 GPUs; arrivals: share 500 placed (x = 5), 8-GPU failed (x = 85), 1-GPU failed (x = 95), CPU-only failed
+    # (x = 95), share failed (x = 98).
+    result = ReplayResult(config=ReplayConfig("fgd", 1), total_gpus=10, arrived_milli=[500, 8500, 9500, 9500, 9800],
+                          used_milli=[500] * 5, frag_milli=[0.0] * 5, idle_milli=[9500] * 5, wall_seconds=0.0,
+                          failures=[(1, "8"), (2, "1"), (3, "cpu"), (4, "share")])
+    assert dominance.failed_gpu_pods(result, 96) == {"share": 0, "1": 1, "2": 0, "4": 0, "8": 1}
+    assert dominance.failed_gpu_pods(result, 98) == {"share": 1, "1": 1, "2": 0, "4": 0, "8": 1}
+    assert dominance.failed_gpu_pods(result, 84) == dict.fromkeys(dominance.GPU_CLASSES, 0)
 
 
 def test_verdict_applies_tolerance_and_the_gain_only_to_full_runs() -> None:
