@@ -40,6 +40,9 @@ from real_node_world import (
 )
 
 from adapters.grpc import GrpcNodeRuntime
+from domain.kube.annotations import decode_inventory
+from domain.kube.annotations.records import InventoryRecord
+from domain.kube.protocol import ProtocolConstants
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
 
@@ -82,6 +85,8 @@ def test_kubelet_restart(kubelet_api: Any, stack: NodeStack, pods: Pods, real_no
         listener.bind(str(dead))
     eventually(lambda: http_get(f"http://127.0.0.1:{stack.ports['device-plugin']}/readyz")[0] == 503, 10,
                "device plugin not ready once kubelet is gone")
+    eventually(lambda: not _inventory(kubelet_api).kubelet_registered, 10,
+               "the node's inventory says kubelet is gone (the gate the scheduler reads)")
     during = pods.create(pod_manifest(unique("during"), [container("main", SHARE)]))
     time.sleep(2.0)  # the plugin polls meanwhile (never serving beside a dead socket); the scheduler holds the pod
     assert not pods.get(during).spec.node_name, "bound while kubelet would refuse it"
@@ -141,6 +146,12 @@ def test_runtime_down_during_admission(stack: NodeStack, pods: Pods) -> None:
 
 def _node(kubelet_api: Any) -> Any:
     return client.CoreV1Api(kubelet_api).read_node(REAL_NODE_NAME)
+
+
+def _inventory(kubelet_api: Any) -> InventoryRecord:
+    """The device plugin's inventory annotation on the node, decoded."""
+    key = ProtocolConstants().annotations.node_inventory
+    return decode_inventory(_node(kubelet_api).metadata.annotations[key], key=key)
 
 
 def _records(runtime: GrpcNodeRuntime) -> set[tuple[str, str]] | None:
