@@ -219,7 +219,7 @@ def test_mig_strategy_flag_reaches_the_service() -> None:
     settings = settings_from_args(args)
     assert settings.mig_strategy == "dynamic"
     assert service_config(settings).mig_strategy == "dynamic"
-    assert build_parser().parse_args(["--mode", "extender", "--listen", ":0"]).mig_strategy == "static"
+    assert build_parser().parse_args(["--mode", "extender", "--listen", "127.0.0.1:0"]).mig_strategy == "static"
     with pytest.raises(SettingsError, match="mig_strategy"):
         SchedulerSettings(mig_strategy="sometimes")
     with pytest.raises(ValueError, match="mig_strategy"):

@@ -38,6 +38,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     (["--listen", "127.0.0.1:0"], "--mode"),
     (["--mode", "extender", "--listen", "127.0.0.1:0", "--metrics-listen", "9402"], "HOST:PORT"),
     ([*BASE, "--tie-break", "coin"], "tie_break"),
+    (["--mode", "extender", "--listen", "0.0.0.0:0", "--in-memory"], "--insecure-listen"),
 ])
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
@@ -170,7 +171,7 @@ def test_metrics_listener_serves_metrics_and_probes_but_no_verbs() -> None:
     parsed = settings_from_args(build_parser().parse_args(
         ["--mode", "extender", "--listen", "127.0.0.1:8888", "--metrics-listen", ":9402"]))
     assert parsed.metrics_listen == ("0.0.0.0", 9402)
-    bare = build_parser().parse_args(["--mode", "extender", "--listen", ":1"])
+    bare = build_parser().parse_args(["--mode", "extender", "--listen", "127.0.0.1:1"])
     assert settings_from_args(bare).metrics_listen is None
     container = SchedulerContainer(settings=settings)
     container.init_resources()
@@ -201,3 +202,27 @@ def test_metrics_listener_serves_metrics_and_probes_but_no_verbs() -> None:
         container.shutdown_resources()
     with pytest.raises(SettingsError, match="metrics_listen"):
         SchedulerSettings(metrics_listen=("0.0.0.0", 70000))
+
+
+@pytest.mark.parametrize("listen", [":8888", "0.0.0.0:8888", "10.0.0.7:8888", "[::]:8888", "scheduler.local:8888"])
+def test_extender_verbs_off_loopback_need_insecure_listen(listen: str) -> None:
+    """The verbs bind pods to nodes without authentication: off loopback only with the explicit flag (the
+    exposure HAMi#3030 had); standalone mode serves no verbs and is not limited."""
+    from entrypoints.scheduler.__main__ import build_parser, settings_from_args
+
+    with pytest.raises(SettingsError, match=r"listen host=.*--insecure-listen"):
+        settings_from_args(build_parser().parse_args(["--mode", "extender", "--listen", listen]))
+    allowed = settings_from_args(build_parser().parse_args(["--mode", "extender", "--listen", listen,
+                                                            "--insecure-listen"]))
+    assert allowed.insecure_listen
+    assert allowed.port == 8888
+    assert settings_from_args(build_parser().parse_args(["--mode", "standalone", "--listen", listen])).port == 8888
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:8888", "127.3.4.5:8888", "[::1]:8888", "localhost:8888"])
+def test_extender_verbs_on_loopback_need_no_flag(listen: str) -> None:
+    from entrypoints.scheduler.__main__ import build_parser, settings_from_args
+
+    settings = settings_from_args(build_parser().parse_args(["--mode", "extender", "--listen", listen]))
+    assert not settings.insecure_listen
+    assert settings.port == 8888

@@ -6,6 +6,15 @@ its extender verbs by subclassing :class:`ProbeHandler` and :class:`HealthEndpoi
 * ``GET /readyz`` — readiness: 200 when the component should receive traffic, else 503;
 * ``GET /metrics`` — Prometheus text exposition format 0.0.4;
 * anything else — 404.
+
+Bounds, so that no client can hold the component's threads or memory (a slowloris client sends a request a byte
+at a time; each listener is on the pod network):
+
+* at most ``max_connections`` (:data:`MAX_CONNECTIONS`) connections are served at once; one more is closed at
+  accept, unanswered, and counted in :attr:`HealthEndpoint.refused`;
+* a connection may wait for the first byte of its next request at most the handler's ``timeout`` (idle limit);
+* once that byte arrived, the whole request — reading it, answering it, writing the reply — must end within
+  ``request_deadline`` (:data:`REQUEST_DEADLINE`) seconds, or a watchdog shuts the connection.
 """
 
 from __future__ import annotations
@@ -13,16 +22,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.server
+import ipaddress
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT = 30.0
-"""Seconds a connection may stay silent before its thread gives up."""
+"""Seconds a connection may stay silent (waiting for a request, or between two reads of one) before its thread
+gives up."""
+MAX_CONNECTIONS = 64
+"""Connections served at once per listener (module docstring); a scrape or probe needs one."""
+REQUEST_DEADLINE = 60.0
+"""Seconds from a request's first byte to the end of its reply (module docstring); kube-scheduler's extender
+client gives up after 30 s (``httpTimeout``'s default)."""
 
 Probe = Callable[[], tuple[bool, str]]
 """Returns ``(ok, text)``."""
@@ -37,27 +54,85 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (``127.0.0.0/8``, ``::1``); False for any other name or
+    address, ``0.0.0.0`` (every interface) included."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
 class _Server(http.server.ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` with the connection cap and request deadline of the module docstring."""
+
     daemon_threads = True
     endpoint: HealthEndpoint
 
-    def __init__(self, address: tuple[str, int], handler: type[ProbeHandler]) -> None:
-        self._open: set[socket.socket] = set()
+    def __init__(self, address: tuple[str, int], handler: type[ProbeHandler], *, max_connections: int,
+                 request_deadline: float) -> None:
+        self._open: dict[socket.socket, float] = {}  # connection → monotonic deadline of its request (inf: idle)
         self._open_lock = threading.Lock()
+        self.max_connections = max_connections
+        self.request_deadline = request_deadline
+        self.refused = 0
+        self.watch_passes = 0
+        self._watchdog_stop = threading.Event()
         super().__init__(address, handler)
 
     def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
                         client_address: object) -> None:
         if isinstance(request, socket.socket):
             with self._open_lock:
-                self._open.add(request)
+                full = len(self._open) >= self.max_connections
+                if full:
+                    self.refused += 1
+                else:
+                    self._open[request] = float("inf")
+            if full:
+                if self.refused == 1 or self.refused % 1000 == 0:  # once per burst, not once per connection
+                    log.warning("connection refused: %d connections already open (%d refused so far)",
+                                self.max_connections, self.refused)
+                self.shutdown_request(request)
+                return
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
         if isinstance(request, socket.socket):
             with self._open_lock:
-                self._open.discard(request)
+                self._open.pop(request, None)
         super().shutdown_request(request)
+
+    def arm(self, connection: socket.socket) -> None:
+        """Start ``connection``'s request deadline (its first byte arrived)."""
+        with self._open_lock:
+            if connection in self._open:
+                self._open[connection] = time.monotonic() + self.request_deadline
+
+    def disarm(self, connection: socket.socket) -> None:
+        """The request on ``connection`` is answered; it may idle again."""
+        with self._open_lock:
+            if connection in self._open:
+                self._open[connection] = float("inf")
+
+    def watch(self) -> None:
+        """Until :meth:`stop_watch`: shut every connection whose request outlived its deadline (its thread's
+        blocked read or write then fails and the thread ends)."""
+        period = min(1.0, self.request_deadline / 4)
+        while not self._watchdog_stop.wait(period):
+            self.watch_passes += 1
+            now = time.monotonic()
+            with self._open_lock:
+                late = [connection for connection, deadline in self._open.items() if deadline <= now]
+            for connection in late:
+                log.warning("request deadline of %.1f s passed; closing the connection", self.request_deadline)
+                with contextlib.suppress(OSError):  # already closed by its thread
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def stop_watch(self) -> None:
+        self._watchdog_stop.set()
 
     def end_reads(self) -> None:
         """Shut the read side of every open connection: a kept-alive idle one ends at once, one being answered
@@ -79,6 +154,23 @@ class ProbeHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("http " + format, *args)
+
+    def handle_one_request(self) -> None:
+        """Wait (idle limit: ``timeout``) for the next request's first byte, then serve it under the server's
+        request deadline."""
+        try:
+            first = self.rfile.peek(1)  # type: ignore[attr-defined]  # a BufferedReader: buffered bytes count
+        except OSError:  # idle limit reached, or reset by the peer
+            self.close_connection = True
+            return
+        if not first:  # the peer closed the connection
+            self.close_connection = True
+            return
+        self.server.arm(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.disarm(self.connection)
 
     def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
         self.send_response(status)
@@ -107,20 +199,34 @@ class ProbeHandler(http.server.BaseHTTPRequestHandler):
 class HealthEndpoint:
     """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`); ``name`` prefixes its
     thread's name; ``handler`` serves the requests; with ``join_requests``, :meth:`stop` waits for the request
-    threads. Raises OSError when the address cannot be bound."""
+    threads; ``max_connections`` and ``request_deadline`` (s) bound the clients (module docstring). Raises
+    OSError when the address cannot be bound, ValueError for a ``max_connections`` below 1 or a
+    ``request_deadline`` not above 0."""
 
     def __init__(
         self, host: str, port: int, *, health: Probe, ready: Probe, metrics: Callable[[], bytes],
         name: str = "http", handler: type[ProbeHandler] = ProbeHandler, join_requests: bool = False,
+        max_connections: int = MAX_CONNECTIONS, request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections={max_connections}: must be at least 1")
+        if not request_deadline > 0:
+            raise ValueError(f"request_deadline={request_deadline}: must be above 0 s")
         self.name = name
         self.health = health
         self.ready = ready
         self.metrics = metrics
-        self._server = _Server((host, port), handler)
+        self._server = _Server((host, port), handler, max_connections=max_connections,
+                               request_deadline=request_deadline)
         self._server.daemon_threads = not join_requests  # joined by server_close() when True
         self._server.endpoint = self
         self._thread: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def refused(self) -> int:
+        """Connections closed unanswered at accept because ``max_connections`` were open."""
+        return self._server.refused
 
     @property
     def address(self) -> tuple[str, int]:
@@ -133,6 +239,8 @@ class HealthEndpoint:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"{self.name}-http", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._server.watch, name=f"{self.name}-http-deadline", daemon=True)
+        self._watchdog.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket (joining the request threads with ``join_requests``); idempotent."""
@@ -141,4 +249,8 @@ class HealthEndpoint:
             self._thread.join()
             self._thread = None
         self._server.end_reads()
-        self._server.server_close()
+        self._server.server_close()  # joins the request threads with join_requests; the watchdog still bounds them
+        if self._watchdog is not None:
+            self._server.stop_watch()
+            self._watchdog.join()
+            self._watchdog = None

@@ -2,10 +2,12 @@
 
 Command contract::
 
-    ljrk scheduler --mode extender|standalone --listen HOST:PORT [--metrics-listen HOST:PORT]
+    ljrk scheduler --mode extender|standalone --listen HOST:PORT [--insecure-listen] [--metrics-listen HOST:PORT]
                    [--kubeconfig FILE] [--protocol FILE] [--policy NAME] [--lease-namespace NS]
                    [--lease-name NAME] [--identity ID] [--mig-strategy static|dynamic]
 
+``--listen`` in extender mode must be a loopback address (kube-scheduler, in the same pod, calls the verbs over
+loopback; they have no authentication) unless ``--insecure-listen`` is given.
 ``--metrics-listen``: a second listener with only ``/metrics``, ``/healthz`` and ``/readyz`` (no extender verbs),
 so Prometheus can scrape a scheduler whose ``--listen`` is the pod's loopback (the deployment's extender).
 
@@ -77,6 +79,8 @@ CLI = cli(
     flag("--mode", choices=MODES, required=True, help="extender (beside kube-scheduler) or standalone"),
     flag("--listen", setting=None, type=parse_listen, required=True, metavar="HOST:PORT",
          help="address of the extender verbs, /healthz, /readyz and /metrics"),
+    flag("--insecure-listen", action="store_true",
+         help="extender mode: allow a --listen address off loopback (the verbs have no authentication)"),
     flag("--metrics-listen", type=parse_listen, default=None, metavar="HOST:PORT",
          help="also serve /metrics, /healthz and /readyz (never the verbs) here, for Prometheus (default: off)"),
     KUBECONFIG,

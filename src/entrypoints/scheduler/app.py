@@ -31,7 +31,7 @@ from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.nodefit.holds import hold_window
 from domain.scheduling.registry import get_policy
 from entrypoints._shared.command import SettingsError as SettingsError
-from entrypoints._shared.httpserver import HealthEndpoint
+from entrypoints._shared.httpserver import HealthEndpoint, is_loopback
 from entrypoints._shared.lifecycle import RunUntilStopped
 from entrypoints._shared.threads import ReplicaThreads
 from ports.cluster import ClusterApi
@@ -84,12 +84,15 @@ class SchedulerSettings:
     node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.nodefit.holds.hold_window`).
     ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
     (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
+    ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
+    authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
+    network namespace (kube-scheduler calls them over loopback).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` for an unknown policy or tie rule.
     """
 
     mode: str = "extender"
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 8888
     metrics_listen: tuple[str, int] | None = None
     kubeconfig: Path | None = None
@@ -113,10 +116,14 @@ class SchedulerSettings:
     admission_hold_seconds: float = 60.0
     pod_namespace: str = ""
     pod_name: str = ""
+    insecure_listen: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise SettingsError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
+        if self.mode == "extender" and not self.insecure_listen and not is_loopback(self.host):
+            raise SettingsError(f"listen host={self.host!r}: the extender verbs have no authentication and listen "
+                                "on loopback only (127.0.0.1, ::1); pass --insecure-listen to serve them there")
         if self.mig_strategy not in MIG_STRATEGIES:
             raise SettingsError(f"mig_strategy={self.mig_strategy!r}: must be one of {', '.join(MIG_STRATEGIES)}")
         if not 0 <= self.port <= 65535:

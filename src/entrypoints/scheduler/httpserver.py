@@ -5,7 +5,8 @@ The shared probe server (``entrypoints._shared.httpserver``) with a POST route a
 thread per verb call). A connection may stay idle :data:`KEEP_ALIVE_IDLE` seconds, longer than the 90 s idle limit
 of Go's ``net/http`` transport (pkg.go.dev/net/http, ``DefaultTransport``) that kube-scheduler's client keeps, so the
 client drops an idle connection before the server would, and the server never closes one a POST is just being sent
-on (``net/http`` does not retry a non-idempotent request). The same limit bounds a client that stalls mid-request.
+on (``net/http`` does not retry a non-idempotent request). The same limit bounds a client that stalls mid-request,
+and the shared server's connection cap and whole-request deadline apply (``entrypoints._shared.httpserver``).
 An error reply that leaves the body unread closes the connection. :meth:`HttpEndpoint.stop` shuts the read side of
 open connections (an idle one ends at once; a request whose body is still arriving then fails with 400) and joins
 every request thread.
