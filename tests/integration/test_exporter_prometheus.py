@@ -351,6 +351,7 @@ def _expected_counts(pods: int) -> dict[str, int]:
         **{PREFIX + name: 1 for name in (*EXPORTER_GAUGES, *EXPORTER_COUNTERS)},
         f"{PREFIX}protocol_info": 1,  # component="exporter", the embedded protocol's fingerprint
         f"{PREFIX}node_missing_gpus": 1,  # 0: no container holds a GPU the Runtime no longer lists
+        f"{PREFIX}share_enforcement": 1,  # mode="none": the simulated Runtime has no HAMi-core
     }
 
 

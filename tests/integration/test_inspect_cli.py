@@ -128,7 +128,8 @@ def test_table_wide_and_one_node(world: World, capsys: pytest.CaptureFixture[str
     lines = out.splitlines()
     assert lines[0].split() == ["NODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY", "PODS", "FLAGS"]
     assert lines[1].split() == ["n1", "0", "A100", "Healthy", "60%", "8.0/16.0", "GiB", "1", "-"]
-    assert lines[-1].startswith("TOTAL  2 nodes (0 flagged), 3 GPUs (3 healthy, 0 MIG): core 60% of 300% (20.0%)")
+    assert lines[-2].startswith("TOTAL  2 nodes (0 flagged), 3 GPUs (3 healthy, 0 MIG): core 60% of 300% (20.0%)")
+    assert lines[-1] == "ENFORCEMENT  unknown (not stated by the node's Runtime): 2 nodes (n1, n2)"  # no label
     code, out, _ = world.inspect("-o", "wide", capsys=capsys)
     assert code == 0
     assert "GPU-n1-0" in out

@@ -289,7 +289,7 @@ def test_json_form_has_stable_keys_and_values() -> None:
                           "problems"]
     assert (data["version"], data["generatedAt"], data["scheduler"], data["problems"]) == (1, NOW, None, True)
     n1 = data["nodes"][0]  # type: ignore[index]
-    assert list(n1) == ["name", "gate", "heartbeat", "flags", "gpus", "pods", "disagreements"]
+    assert list(n1) == ["name", "gate", "heartbeat", "enforcement", "flags", "gpus", "pods", "disagreements"]
     assert n1["gpus"] == [{
         "index": 0, "uuid": "GPU-n1-0", "model": "A100", "health": "Healthy", "mig": False,
         "memoryBytes": 16 * GiB, "coreUsedMilli": 250, "corePercent": 25.0, "memoryUsedBytes": 3 * GiB,

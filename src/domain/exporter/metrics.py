@@ -297,6 +297,10 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
     yield one("exporter_attribution_mismatched_containers",
               "Runtime container rows not served because kubelet's pod-resources lists other GPUs for the container",
               float(snapshot.attribution_mismatches))
+    if snapshot.enforcement:
+        yield Family(PREFIX + "share_enforcement", "1 for what enforces a GPU share on the node (mode: none = "
+                     "accounting only, hami-core, mps, mig, unknown = a Runtime that does not say)", "gauge",
+                     (*NODE_LABELS, "mode"), (((node, snapshot.enforcement), 1.0),))
     if snapshot.events is not None:
         yield Family(PREFIX + "exporter_events", "Kubernetes Events the exporter created on the node, by reason",
                      "counter", (*NODE_LABELS, "reason"),

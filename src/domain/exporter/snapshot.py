@@ -27,7 +27,9 @@ class Snapshot:
     List succeeded, or none is configured), error counters since start, ``last_error`` (empty when the
     latest pull succeeded), ``attribution_mismatches`` (container rows of the last good pull dropped by the GPU
     cross-check, ``domain.exporter.attribution``), ``pod_api_errors`` (failed list or watch requests of the node's
-    pods in the Kubernetes API, ``domain.exporter.liveness``; None = no API) and ``events`` (None = Events disabled)."""
+    pods in the Kubernetes API, ``domain.exporter.liveness``; None = no API), ``events`` (None = Events disabled) and
+    ``enforcement`` (what enforces a share on the node, ``domain.runtime.enforcement.Enforcement`` value, as the
+    Runtime announced it at the last good pull; empty before the first)."""
 
     data: ExporterData = attrs.field(factory=ExporterData)
     pulled_at: float = 0.0
@@ -39,6 +41,7 @@ class Snapshot:
     attribution_mismatches: int = 0
     pod_api_errors: int | None = None
     events: EventCounts | None = None
+    enforcement: str = ""
 
     @property
     def stale(self) -> bool:

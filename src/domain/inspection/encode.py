@@ -36,7 +36,7 @@ def _gpu(gpu: GpuReport) -> dict[str, object]:
 
 
 def _node(node: NodeReport) -> dict[str, object]:
-    return {"name": node.name, "gate": node.gate, "heartbeat": node.heartbeat,
+    return {"name": node.name, "gate": node.gate, "heartbeat": node.heartbeat, "enforcement": node.enforcement,
             "flags": [_flag(f) for f in node.flags], "gpus": [_gpu(g) for g in node.gpus],
             "pods": list(node.gpu_pods), "disagreements": [_disagreement(d) for d in node.disagreements]}
 

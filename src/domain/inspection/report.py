@@ -95,8 +95,9 @@ class NodeReport:
     """One node: ``gpus`` by index, ``flags`` (what is wrong, :class:`~domain.inspection.flags.Flag`), ``gate``
     (why the scheduler would give it no GPU pod now, empty when it would), ``heartbeat`` (the inventory's epoch
     seconds, None without a readable one), ``pod_uids``/``mig_pod_uids`` (pods the books count there, sorted),
-    ``gpu_pods`` (``namespace/name`` of the pods holding a share, a whole GPU or a MIG instance there, sorted) and
-    ``disagreements`` with the scheduler's view."""
+    ``gpu_pods`` (``namespace/name`` of the pods holding a share, a whole GPU or a MIG instance there, sorted),
+    ``disagreements`` with the scheduler's view and ``enforcement``: what enforces a share there, the node's
+    protocol ``enforcement_label`` (``domain.runtime.enforcement``; ``unknown`` when absent)."""
 
     name: str
     gpus: tuple[GpuReport, ...] = ()
@@ -107,6 +108,7 @@ class NodeReport:
     mig_pod_uids: tuple[str, ...] = ()
     gpu_pods: tuple[str, ...] = ()
     disagreements: tuple[Disagreement, ...] = ()
+    enforcement: str = "unknown"
 
 
 @attrs.frozen
@@ -267,7 +269,8 @@ def build_report(
         pod_uids = tuple(sync.ledger.pods_on(name))
         gate, quarantine = sync.gates.get(name, ""), sync.ledger.quarantine.get(name, "")
         reports.append(NodeReport(name, gpus, flags, gate, reading.heartbeat, pod_uids, mig_uids,
-                                  tuple(sorted(keys))))
+                                  tuple(sorted(keys)), enforcement=node.labels.get(protocol.enforcement_label,
+                                                                                   "unknown")))
         ours[name] = NodeBooks(name, tuple(books[g.index] for g in inventory), pod_uids, mig_uids, gate, quarantine)
     disagreements: list[Disagreement] = []
     if view is not None:

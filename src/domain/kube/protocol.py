@@ -110,12 +110,14 @@ class ProtocolConstants:
     node_label: str = "lj_runtimekit_enable"
     scheduler_name: str = "lj-runtimekit-scheduler"
     annotations: AnnotationKeys = AnnotationKeys()
+    enforcement_label: str = "lj-runtimekit.io/share-enforcement"
     inventory_stale_seconds: int = 60
 
     def __attrs_post_init__(self) -> None:
         if self.version != PROTOCOL_VERSION:
             raise InvalidRequestError("version", self.version, f"this build speaks protocol {PROTOCOL_VERSION}")
-        names = {"node_label": self.node_label, "scheduler_name": self.scheduler_name}
+        names = {"node_label": self.node_label, "scheduler_name": self.scheduler_name,
+                 "enforcement_label": self.enforcement_label}
         for group, values in (("resources", self.resources), ("annotations", self.annotations)):
             seen: dict[str, str] = {}
             for field in attrs.fields(type(values)):

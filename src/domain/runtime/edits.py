@@ -92,6 +92,11 @@ class ContainerEdits:
             specs.append(DeviceSpec(f"/dev/{name}", f"{self.dev_root.rstrip('/')}/{name}", "rw"))
         return tuple(specs)
 
+    @property
+    def hami_core(self) -> bool:
+        """True when containers get HAMi-core (library and preload list), which enforces their share."""
+        return self.hami_library is not None and self.preload_file is not None
+
     def mounts(self) -> tuple[Mount, ...]:
         """The HAMi-core mounts (library and preload list, read-only), or none."""
         if self.hami_library is None or self.preload_file is None:

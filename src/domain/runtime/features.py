@@ -96,6 +96,10 @@ RUNTIME_FEATURES: Mapping[str, Feature] = _table(
             "(Runtime started with --mig-strategy dynamic)"),
     Feature("mig-exporter-data", V1_1, "ExporterGetDataList reports one row per MIG instance (profile, ids, memory, "
             "owner)"),
+    Feature("share-enforcement-none", V1_1, "a share is accounting only: no library enforces its limits"),
+    Feature("share-enforcement-hami-core", V1_1, "HAMi-core, preloaded into each container, enforces a share"),
+    Feature("share-enforcement-mps", V1_1, "the CUDA MPS control daemon enforces a share"),
+    Feature("share-enforcement-mig", V1_1, "every GPU is in MIG mode: grants are hardware-isolated instances"),
 )
 """Feature name → :class:`Feature`; read-only."""
 

@@ -81,6 +81,24 @@ def totals_line(report: InspectionReport) -> str:
     return line
 
 
+ENFORCEMENT_MEANING = {"none": "accounting only", "unknown": "not stated by the node's Runtime"}
+"""What an enforcement mode means for a share, where its name does not say it."""
+
+
+def enforcement_line(report: InspectionReport) -> str:
+    """``ENFORCEMENT  hami-core: 3 nodes; none (accounting only): 1 node (node-d)`` — what holds a pod to its
+    share, per mode (node names listed for the modes without enforcement)."""
+    modes: dict[str, list[str]] = {}
+    for node in report.nodes:
+        modes.setdefault(node.enforcement, []).append(node.name)
+    parts = []
+    for mode, names in sorted(modes.items()):
+        meaning = f" ({ENFORCEMENT_MEANING[mode]})" if mode in ENFORCEMENT_MEANING else ""
+        listed = f" ({', '.join(names)})" if mode in ENFORCEMENT_MEANING else ""
+        parts.append(f"{mode}{meaning}: {len(names)} node{'s' if len(names) != 1 else ''}{listed}")
+    return "ENFORCEMENT  " + "; ".join(parts)
+
+
 def render(report: InspectionReport, *, wide: bool = False) -> str:
     """The table (module docstring), ``wide`` for ``-o wide``; ends with a newline."""
     header = ["NODE", "GPU", *(["UUID"] if wide else []), "MODEL", "HEALTH", "CORE", "MEMORY", "PODS", "FLAGS"]
@@ -94,6 +112,8 @@ def render(report: InspectionReport, *, wide: bool = False) -> str:
     if not report.nodes:
         out.append("(no nodes)")
     out.append(totals_line(report))
+    if report.nodes:
+        out.append(enforcement_line(report))
     if report.scheduler_serving is not None:
         agree = "agrees" if not report.disagreements else f"disagrees on {len(report.disagreements)} item(s)"
         out.append(f"SCHEDULER  {'serving' if report.scheduler_serving else 'not serving'}, {agree}")

@@ -69,6 +69,7 @@ from domain.device_plugin.pods import mig_resource_names, node_candidates
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
+from domain.runtime.enforcement import advertised_enforcement
 from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, MIG_INVENTORY, mig_features
 from domain.runtime.mig import mig_table
 from domain.runtime.types import (
@@ -130,6 +131,9 @@ class DevicePluginService:
         self._mig_ok = info.supports(MIG_INVENTORY) and info.supports(MIG_ALLOCATE)
         self.mig_dynamic = info.supports(MIG_DYNAMIC)
         """True when the Runtime creates MIG instances (strategy ``dynamic``), else ``static``."""
+        self.enforcement = advertised_enforcement(info.capabilities)
+        """What enforces a share on this node, as the Runtime announced it at start (``domain.runtime.enforcement``);
+        published as the protocol's ``enforcement_label``."""
         self._mig_names = mig_resource_names(protocol)
         self._gpus: dict[GpuUuid, Gpu] = {d.gpu.uuid: d.gpu for d in listed}
         self._mig: dict[GpuUuid, tuple[MigInstanceInfo, ...]] = self._mig_listing(listed)
@@ -301,7 +305,7 @@ class DevicePluginService:
     def publish_inventory(self, *, kubelet_registered: bool = True) -> None:
         """Write the inventory annotation (now as heartbeat; on a MIG node with the MIG layout, re-read from the
         Runtime first, and the MIG strategy; ``kubelet_registered``: whether kubelet would take GPU pods now) and
-        the protocol fingerprint on the node. A Runtime that cannot be
+        the protocol fingerprint on the node, and the share enforcement label. A Runtime that cannot be
         read leaves the last listing in the annotation (logged). Raises ``ports.cluster.ClusterError``
         (NotFoundError when the node is missing)."""
         fingerprint = self.protocol.fingerprint()
@@ -317,8 +321,8 @@ class DevicePluginService:
             mig = self._mig_records()
         text = encode_inventory(self.gpus(), heartbeat=self._clock(), protocol=fingerprint, mig=mig,
                                 mig_strategy=self.mig_strategy if mig else "", kubelet_registered=kubelet_registered)
-        self._cluster.patch_node_metadata(self.node, annotations={keys.node_inventory: text,
-                                                                  keys.node_protocol: fingerprint})
+        self._cluster.patch_node_metadata(self.node, labels={self.protocol.enforcement_label: self.enforcement.value},
+                                          annotations={keys.node_inventory: text, keys.node_protocol: fingerprint})
 
     # ------------------------------------------------------------------ allocation
     def _select(self, kind: ResourceKey, count: int) -> tuple[Candidate, tuple[Gpu, ...], list[Candidate]]:

@@ -33,6 +33,7 @@ from domain.exporter.attribution import AttributionMismatch, PodContainerDevices
 from domain.exporter.detector import DetectorState, detector_state, transitions
 from domain.exporter.liveness import drop_pods
 from domain.exporter.snapshot import Snapshot
+from domain.runtime.enforcement import Enforcement, advertised_enforcement
 from domain.runtime.types import ExporterData
 from ports.pod_resources import PodResourcesError, PodResourcesLister
 from ports.runtime import NodeRuntime, NodeRuntimeError
@@ -51,6 +52,7 @@ class _Pulled:
     data: ExporterData
     pods_ok: bool
     mismatches: int
+    enforcement: Enforcement = Enforcement.UNKNOWN
 
 
 class SnapshotCollector:
@@ -103,6 +105,7 @@ class SnapshotCollector:
 
     def _pull(self) -> _Pulled:
         data = self._runtime.exporter_data()
+        enforcement = advertised_enforcement(self._runtime.get_version().capabilities)  # follows a Runtime restart
         pods_ok = True
         if self._pod_resources is not None:
             try:
@@ -112,10 +115,10 @@ class SnapshotCollector:
                 pods_ok = False
             if self._listed is None:
                 # never listed yet: show no container (nor MIG owner) rather than guess which pods still exist
-                return _Pulled(attribute_checked(data, ()).data, pods_ok, 0)
+                return _Pulled(attribute_checked(data, ()).data, pods_ok, 0, enforcement)
         attributed = attribute_checked(data, self._listed)
         self._log_mismatches(attributed.mismatches)
-        return _Pulled(attributed.data, pods_ok, len(attributed.mismatches))
+        return _Pulled(attributed.data, pods_ok, len(attributed.mismatches), enforcement)
 
     def refresh(self) -> bool:
         """One pull (module docstring); returns True when the Runtime answered within the deadline."""
@@ -144,6 +147,7 @@ class SnapshotCollector:
                 runtime_errors=old.runtime_errors,
                 pod_resources_errors=old.pod_resources_errors + (0 if pulled.pods_ok else 1),
                 attribution_mismatches=pulled.mismatches, pod_api_errors=api_errors,
+                enforcement=pulled.enforcement.value,
             )
         self._detect()
         return True

@@ -35,6 +35,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.book import AllocationBook
 from domain.runtime.damping import HealthDamper
 from domain.runtime.edits import ContainerEdits
+from domain.runtime.enforcement import ENFORCEMENT_FEATURES, node_enforcement
 from domain.runtime.exporter import build_exporter_data
 from domain.runtime.features import MIG_DYNAMIC, RuntimeInfo, SemVer, features_at
 from domain.runtime.mig import MigNode, with_owners
@@ -172,8 +173,12 @@ class RuntimeService:
     # ------------------------------------------------------------------ NodeRuntime
     def get_version(self) -> RuntimeInfo:
         """Name, version :data:`RUNTIME_VERSION`, every feature up to it (``mig-dynamic`` only with the dynamic
-        MIG strategy), the backend's name."""
-        skip = () if self._mig_mode is PlacementMode.DYNAMIC else (MIG_DYNAMIC,)
+        MIG strategy; of the ``share-enforcement-*`` features only the node's own mode,
+        :func:`domain.runtime.enforcement.node_enforcement` on the GPUs listed now), the backend's name."""
+        mode = node_enforcement((d.gpu for d in self._backend.devices()), hami_core=self._book.edits.hami_core)
+        skip = {feature for other, feature in ENFORCEMENT_FEATURES.items() if other is not mode}
+        if self._mig_mode is not PlacementMode.DYNAMIC:
+            skip.add(MIG_DYNAMIC)
         return RuntimeInfo(RUNTIME_NAME, RUNTIME_VERSION, features_at(RUNTIME_VERSION, exclude=skip),
                            self._backend.name)
 
