@@ -4,7 +4,9 @@ Covers: B17 (plan core=60 mem=8 on GPU1 while kubelet sends 60 IDs of GPU0 → R
 IDs of one physical GPU → two distinct planned GPUs); B14 (GPU3 unhealthy: pods are admitted on GPU0-2 and the
 Runtime never receives GPU3; a plan naming GPU3 is refused); one idempotent Runtime Allocate per container across
 its per-resource calls; several pending pods told apart by their requests; multi-container pods in kubelet order;
-an init-container-only request; ambiguity, missing plan and unknown requests as clear gRPC errors.
+an init-container-only request; ambiguity, missing plan and unknown requests as clear gRPC errors; a forged plan
+naming a GPU another pod holds whole is refused by the Runtime's capacity check (RESOURCE_EXHAUSTED, nothing
+recorded).
 """
 
 from __future__ import annotations
@@ -150,3 +152,18 @@ def test_b14_unhealthy_gpu3_never_reaches_runtime_allocate(world4: World) -> Non
     assert "unhealthy" in str(error.value.details())  # type: ignore[attr-defined]
     assert len(world.runtime.requests) == 2
     assert all(g.uuid != bad for r in world.runtime.requests for g in r.gpus)
+
+
+def test_forged_plan_naming_a_fully_granted_gpu_is_refused_at_the_runtime(world: World) -> None:
+    victim = world.pod("victim", [whole("main", 1)], [whole_plan("main", [0])])
+    world.kubelet.admit(GPU, 1)
+    # a tenant's own plan annotation (it can patch its pod before kubelet admits it) naming the victim's GPU
+    world.pod("forger", [share("main", core=50, memory=4)], [share_plan("main", 0, core=50, memory_gib=4)])
+    with pytest.raises(grpc.RpcError) as error:
+        world.kubelet.admit(CORE, 50)
+    assert _code(error) is grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = str(error.value.details())  # type: ignore[attr-defined]
+    assert world.gpus[0].uuid in details
+    assert "1000 milli-GPU core and 17179869184 bytes granted already" in details
+    assert [(r.pod_uid, r.container) for r in world.in_process_runtime.exporter_data().containers] == [
+        (victim.uid, "main")]
