@@ -29,7 +29,7 @@ LABEL org.opencontainers.image.title="lj-runtimekit/job-agent" \
 ENV PATH=/opt/lj-runtimekit/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# Root: the node Runtime's socket it calls is root-owned, and the controller's Jobs set no
-# securityContext, so the image decides.
+# Root by default (the node Runtime's socket is root:root 0660); the controller's Jobs override it and run as
+# 65532:65532 with the socket's group 0 as a supplementary group (domain.toggle.jobs).
 USER 0:0
 ENTRYPOINT ["ljrk", "job-agent"]

@@ -8,7 +8,9 @@ spoken by ``adapters.grpc.GrpcNodeRuntime``. Semantics every implementation hono
 * ``allocate`` is idempotent per (pod UID, container): an identical repeat returns the same response; a
   different plan for the key raises :class:`AllocationConflictError`; a GPU that is not on the node or a
   malformed plan raises :class:`InvalidAllocationError`; a new key while disabled raises
-  :class:`RuntimeDisabledError`. Limits follow the ledger's default rule (``domain.request.resolve_share``).
+  :class:`RuntimeDisabledError`; a grant that would take a GPU beyond 1000 milli-GPU core or its memory, counting
+  the node's other grants, raises :class:`CapacityExceededError` (``domain.runtime.capacity``). Limits follow the
+  ledger's default rule (``domain.request.resolve_share``).
 * ``release`` of nothing returns 0, never raises.
 * ``watch_health`` opens with one ``initial`` event per GPU, then delivers every change until ``close()``.
 * ``exporter_data`` lists every GPU (idle ones too) and every allocated container.
@@ -30,6 +32,7 @@ from typing import Protocol
 
 from domain.runtime.errors import (  # re-exported: the contract errors callers catch
     AllocationConflictError,
+    CapacityExceededError,
     InvalidAllocationError,
     RuntimeDisabledError,
     UnsupportedFeatureError,
@@ -45,6 +48,7 @@ from domain.runtime.types import (
 
 __all__ = [
     "AllocationConflictError",
+    "CapacityExceededError",
     "HealthStream",
     "InvalidAllocationError",
     "NodeRuntime",

@@ -31,7 +31,7 @@ from domain.runtime.types import (
     RuntimeSnapshot,
     RuntimeState,
 )
-from domain.units import GiB
+from domain.units import GiB, MiB
 from ports.runtime_state import RuntimeStateStore, StateStoreError
 
 GPUS = [Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB),
@@ -63,7 +63,8 @@ def under(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnder
 
 
 class Node:
-    """An allocation book over :data:`GPUS` (GPU 1 in MIG mode, dynamic strategy) whose snapshots are saved."""
+    """An allocation book over :data:`GPUS` (GPU 1 in MIG mode, dynamic strategy) whose snapshots are saved; shares
+    are small enough that 60 of them fit GPU 0 (the book refuses over-commit)."""
 
     def __init__(self) -> None:
         self.book = AllocationBook()
@@ -71,8 +72,8 @@ class Node:
         self.state, self.changed_at, self.reason = RuntimeState.ENABLED, 0.0, ""
 
     def share(self, n: int) -> None:
-        request = ContainerAllocationRequest(f"uid-{n}", "ns", f"pod-{n}", "main",
-                                             (PlannedGpu(0, GPUS[0].uuid, core_milli=100 + n, memory_bytes=GiB),))
+        share = PlannedGpu(0, GPUS[0].uuid, core_milli=1 + n % 16, memory_bytes=(n + 1) * MiB)
+        request = ContainerAllocationRequest(f"uid-{n}", "ns", f"pod-{n}", "main", (share,))
         self.book.allocate(request, GPUS, now=float(n), minors={g.uuid: g.index for g in GPUS})
 
     def mig_pod(self, n: int, *, start: int, create: bool) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -18,6 +18,7 @@ from adapters.memory.cdi import StaticHostGpuDevices
 from adapters.memory.cluster import InMemoryCluster
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.device_plugin.pods import resource_names
+from domain.device_plugin.response_guard import ResponseAllowList
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodObject
@@ -138,12 +139,15 @@ def make_world(
     inventory: Sequence[Gpu] | None = None, mig_layouts: Mapping[int, Sequence[tuple[str, int]]] | None = None,
     mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
     release_interval_s: float | None = None, cdi: bool = False, cdi_dir: Path | None = None,
+    wrap: Callable[[NodeRuntime], RecordingRuntime] = RecordingRuntime,
 ) -> World:
     """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
     ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
     ``allocatable`` is the node's (for a scheduler on the same cluster); ``release_interval_s`` runs the release
     reconciler over gRPC (None: none); ``cdi`` returns CDI names, writes the spec into ``<root>/cdi`` (simulated
-    GPUs: env edits only; ``cdi_dir`` writes it there instead) and makes the kubelet resolve them in ``<root>/cdi``."""
+    GPUs: env edits only; ``cdi_dir`` writes it there instead) and makes the kubelet resolve them in ``<root>/cdi``;
+    the plugin forwards the mounts and device nodes ``edits`` give; ``wrap`` stands between plugin and Runtime
+    client (a hostile Runtime in tests)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
     in_process_runtime = InProcessRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
@@ -151,12 +155,14 @@ def make_world(
     server.start()
     client = GrpcNodeRuntime.connect(root / "rt.sock")
     client.wait_ready(5)
-    runtime = RecordingRuntime(client)
+    runtime = wrap(client)
     cluster = InMemoryCluster()
     cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
     publisher = CdiPublisher(CdiSpecDirectory(cdi_dir or root / "cdi"), StaticHostGpuDevices()) if cdi else None
+    edits = edits or ContainerEdits()
+    allowed = ResponseAllowList(edits.hami_library, edits.preload_file, edits.dev_root)
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL,
-                                  cdi=publisher.resolvable if publisher is not None else None)
+                                  cdi=publisher.resolvable if publisher is not None else None, allowed=allowed)
     reconciler = None if release_interval_s is None else RecordReconciler(
         node=NODE, runtime=client, cluster=cluster, interval_s=release_interval_s)
     app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s,

@@ -4,19 +4,25 @@ Covers: B17 (plan core=60 mem=8 on GPU1 while kubelet sends 60 IDs of GPU0 → R
 IDs of one physical GPU → two distinct planned GPUs); B14 (GPU3 unhealthy: pods are admitted on GPU0-2 and the
 Runtime never receives GPU3; a plan naming GPU3 is refused); one idempotent Runtime Allocate per container across
 its per-resource calls; several pending pods told apart by their requests; multi-container pods in kubelet order;
-an init-container-only request; ambiguity, missing plan and unknown requests as clear gRPC errors.
+an init-container-only request; ambiguity, missing plan and unknown requests as clear gRPC errors; a forged plan
+naming a GPU another pod holds whole is refused by the Runtime's capacity check (RESOURCE_EXHAUSTED, nothing
+recorded); a Runtime answering a mount or device node outside the plugin's allow-list (the host's ``/`` into the
+container, ``/dev/sda``) fails the Allocate with a clear error, counted, and nothing of it reaches kubelet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import attrs
 import grpc
 import pytest
-from dp_world import NAMES, World, share, share_plan, whole, whole_plan, world_fixture
+from dp_world import NAMES, RecordingRuntime, World, make_world, share, share_plan, whole, whole_plan, world_fixture
 
 from domain.gpu import Health
 from domain.runtime.edits import ContainerEdits
+from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse, DeviceSpec, Mount
+from ports.runtime import NodeRuntime
 
 GPU, CORE, MEM = NAMES.values()
 
@@ -150,3 +156,59 @@ def test_b14_unhealthy_gpu3_never_reaches_runtime_allocate(world4: World) -> Non
     assert "unhealthy" in str(error.value.details())  # type: ignore[attr-defined]
     assert len(world.runtime.requests) == 2
     assert all(g.uuid != bad for r in world.runtime.requests for g in r.gpus)
+
+
+def test_forged_plan_naming_a_fully_granted_gpu_is_refused_at_the_runtime(world: World) -> None:
+    victim = world.pod("victim", [whole("main", 1)], [whole_plan("main", [0])])
+    world.kubelet.admit(GPU, 1)
+    # a tenant's own plan annotation (it can patch its pod before kubelet admits it) naming the victim's GPU
+    world.pod("forger", [share("main", core=50, memory=4)], [share_plan("main", 0, core=50, memory_gib=4)])
+    with pytest.raises(grpc.RpcError) as error:
+        world.kubelet.admit(CORE, 50)
+    assert _code(error) is grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = str(error.value.details())  # type: ignore[attr-defined]
+    assert world.gpus[0].uuid in details
+    assert "1000 milli-GPU core and 17179869184 bytes granted already" in details
+    assert [(r.pod_uid, r.container) for r in world.in_process_runtime.exporter_data().containers] == [
+        (victim.uid, "main")]
+
+
+class HostileRuntime(RecordingRuntime):
+    """A Runtime (say, a fake one serving a replaced socket) that adds ``mounts``/``devices`` to every answer."""
+
+    def __init__(self, inner: NodeRuntime, mounts: tuple[Mount, ...], devices: tuple[DeviceSpec, ...]) -> None:
+        super().__init__(inner)
+        self.mounts, self.devices = mounts, devices
+
+    def allocate(self, request: ContainerAllocationRequest) -> ContainerAllocationResponse:
+        answer = super().allocate(request)
+        return attrs.evolve(answer, mounts=(*answer.mounts, *self.mounts), devices=(*answer.devices, *self.devices))
+
+
+@pytest.mark.parametrize(("mounts", "devices", "named"), [
+    ((Mount("/host", "/", read_only=False),), (), "mount host '/' at '/host' (read_only=False)"),
+    ((Mount("/usr/local/vgpu/libvgpu.so", "/etc/shadow", read_only=True),), (),
+     "mount host '/etc/shadow' at '/usr/local/vgpu/libvgpu.so'"),
+    ((), (DeviceSpec("/dev/sda", "/dev/sda", "rw"),), "device host '/dev/sda' at '/dev/sda'"),
+])
+def test_a_hostile_runtime_answer_is_refused_not_forwarded(
+    mounts: tuple[Mount, ...], devices: tuple[DeviceSpec, ...], named: str
+) -> None:
+    edits = ContainerEdits(device_nodes=True, control_devices=("nvidiactl",), hami_library="/opt/libvgpu.so",
+                           preload_file="/var/lib/ljrk/ld.so.preload")
+    world = make_world(2, edits=edits, wrap=lambda inner: HostileRuntime(inner, mounts=mounts, devices=devices))
+    try:
+        assert world.wait_registered()
+        world.pod("a", [share("main", core=50, memory=4)], [share_plan("main", 1, core=50, memory_gib=4)])
+        for attempt in (1, 2):  # a refused answer is not cached: kubelet's retry asks the Runtime again
+            with pytest.raises(grpc.RpcError) as error:
+                world.kubelet.admit(CORE, 50)
+            assert _code(error) is grpc.StatusCode.FAILED_PRECONDITION
+            details = str(error.value.details())  # type: ignore[attr-defined]
+            assert named in details
+            assert "not forwarded to kubelet" in details
+            assert "/opt/libvgpu.so at /usr/local/vgpu/libvgpu.so read-only" in details  # what is allowed
+            assert world.service.refused_answers == attempt
+        assert world.service.runtime_allocate_calls == 2
+    finally:
+        world.close()

@@ -290,9 +290,10 @@ def test_plans_that_do_not_fit_the_node_are_invalid(planned: PlannedGpu, gpus: t
 
 def test_release_removes_a_pod_or_one_container() -> None:
     book = AllocationBook()
+    third = PlannedGpu(0, A, core_milli=300)
     for container in ("a", "b"):
-        book.allocate(request(container), GPUS, now=0)
-    book.allocate(request("a", pod="uid-2"), GPUS, now=0)
+        book.allocate(request(container, third), GPUS, now=0)
+    book.allocate(request("a", third, pod="uid-2"), GPUS, now=0)
     assert book.release("uid-1", "a")[0].key == ("uid-1", "a")
     assert book.release("uid-1", "a") == ()
     assert len(book.release("uid-1")) == 1

@@ -127,20 +127,20 @@ def test_usage_model_is_deterministic() -> None:
     backend = SimulatedGpuBackend.from_spec("2x16Gi:A100", clock=lambda: 42.0)
     a, b = (d.gpu for d in backend.devices())
     book = AllocationBook()
-    for name, core, memory in (("x", 500, 4 * GiB), ("y", 700, 8 * GiB)):
+    for name, core, memory in (("x", 500, 4 * GiB), ("y", 400, 8 * GiB)):
         book.allocate(
             ContainerAllocationRequest("uid", "ns", "p", name, (PlannedGpu(0, a.uuid, core, memory),)), [a, b], now=0
         )
     sample = backend.sample(book.records())
     assert sample.at == 42.0
     gpu_a, gpu_b = sample.gpus
-    assert gpu_a.utilization_percent == 96.0  # (50 + 70) % × 0.8
+    assert gpu_a.utilization_percent == 72.0  # (50 + 40) % × 0.8
     assert gpu_a.memory_used_bytes == 6 * GiB  # (4 + 8) GiB × 0.5
-    assert gpu_a.temperature_celsius == pytest.approx(30 + 0.4 * 96)
-    assert gpu_a.power_watts == pytest.approx(50 + 250 * 0.96)
+    assert gpu_a.temperature_celsius == pytest.approx(30 + 0.4 * 72)
+    assert gpu_a.power_watts == pytest.approx(50 + 250 * 0.72)
     assert (gpu_b.utilization_percent, gpu_b.memory_used_bytes, gpu_b.power_watts) == (0.0, 0, 50.0)
     usage = {u.container: (u.utilization_percent, u.memory_used_bytes) for u in sample.containers}
-    assert usage == {"x": (40.0, 2 * GiB), "y": (56.0, 4 * GiB)}
+    assert usage == {"x": (40.0, 2 * GiB), "y": (32.0, 4 * GiB)}
 
 
 def test_utilization_is_capped_at_100_percent() -> None:

@@ -9,7 +9,8 @@ Behaviours covered:
   reads as defaults; an error message is truncated;
 - Job names: deterministic per node, UID, action and generation, at most 63 characters, DNS-label characters,
   distinct for a re-created node; long node names fit labels; the Job built from the template pins the node,
-  tolerates every taint, mounts the socket directory, runs the agent command once (backoffLimit 0) and is ours;
+  tolerates every taint, mounts the socket directory read-only, runs restricted as a non-root user in the socket's
+  group, runs the agent command once (backoffLimit 0) and is ours; a root user or a negative group is refused;
   Jobs missing the label or the Node owner are not ours.
 """
 
@@ -22,7 +23,7 @@ import attrs
 import pytest
 
 from domain.errors import InvalidRequestError
-from domain.kube.objects import JobObject, OwnerReference, Taint, TaintEffect
+from domain.kube.objects import JobObject, JobSecurity, OwnerReference, Taint, TaintEffect
 from domain.toggle.jobs import (
     ACTION_LABEL,
     MANAGED_BY_LABEL,
@@ -168,13 +169,21 @@ def test_template_builds_a_pinned_tolerant_one_shot_job_of_ours() -> None:
                            "/run/ljrk/runtime.sock", "--timeout", "45")
     assert job.backoff_limit == 0
     assert (job.active_deadline_seconds, job.ttl_seconds_after_finished) == (120, 600)
-    assert [(m.host_path, m.mount_path) for m in job.host_paths] == [("/run/ljrk", "/run/ljrk")]
+    assert [(m.host_path, m.mount_path, m.read_only) for m in job.host_paths] == [("/run/ljrk", "/run/ljrk", True)]
+    assert job.security == JobSecurity(65532, 65532, (0,))  # non-root, in the root:root 0660 socket's group
     taints = (Taint("gpu-off", TaintEffect.NO_SCHEDULE), Taint("x", TaintEffect.NO_EXECUTE, "y"))
     assert all(any(t.tolerates(taint) for t in job.tolerations) for taint in taints)
     assert job.owner == OwnerReference("v1", "Node", "gpu-1", "uid-1", controller=True)
     assert is_ours(job)
     assert (job_node(job), job_action(job), job_generation(job)) == ("gpu-1", Action.DISABLE, 2)
     assert job.labels[MANAGED_BY_LABEL] == MANAGER
+
+
+def test_template_security_follows_its_settings() -> None:
+    template = JobTemplate(run_as_user=1000, socket_group=2000)
+    assert template.build("n", "u", Action.ENABLE, 1).security == JobSecurity(1000, 1000, (2000,))
+    with pytest.raises(InvalidRequestError, match="run_as_user"):
+        JobTemplate(run_as_user=0)
 
 
 def test_jobs_without_our_label_or_node_owner_are_not_ours() -> None:
@@ -188,7 +197,7 @@ def test_jobs_without_our_label_or_node_owner_are_not_ours() -> None:
 
 @pytest.mark.parametrize("changes", [
     {"namespace": ""}, {"image": " "}, {"config_daemon_socket": "run/x.sock"}, {"config_daemon_socket": "/run/"},
-    {"agent_timeout": 0}, {"deadline": 0.5}, {"ttl": -1},
+    {"agent_timeout": 0}, {"deadline": 0.5}, {"ttl": -1}, {"run_as_user": 0}, {"socket_group": -1},
 ])
 def test_bad_templates_are_rejected(changes: dict[str, object]) -> None:
     with pytest.raises(InvalidRequestError):

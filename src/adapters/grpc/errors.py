@@ -5,6 +5,7 @@
 | ``InvalidAllocationError``, other domain ``ValueError`` | INVALID_ARGUMENT | ``InvalidAllocationError`` |
 | ``AllocationConflictError`` | ALREADY_EXISTS | ``AllocationConflictError`` |
 | ``RuntimeDisabledError`` | FAILED_PRECONDITION | ``RuntimeDisabledError`` |
+| ``CapacityExceededError`` | RESOURCE_EXHAUSTED | ``CapacityExceededError`` |
 | ``RuntimeUnavailableError``, ``GpuBackendError`` | UNAVAILABLE | ``RuntimeUnavailableError`` |
 | anything else | INTERNAL | ``NodeRuntimeError`` |
 
@@ -18,7 +19,12 @@ from __future__ import annotations
 import grpc
 
 from domain.errors import DomainError
-from domain.runtime.errors import AllocationConflictError, InvalidAllocationError, RuntimeDisabledError
+from domain.runtime.errors import (
+    AllocationConflictError,
+    CapacityExceededError,
+    InvalidAllocationError,
+    RuntimeDisabledError,
+)
 from ports.gpu_backend import GpuBackendError
 from ports.runtime import NodeRuntimeError, RuntimeUnavailableError
 
@@ -37,6 +43,8 @@ def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
         code = grpc.StatusCode.ALREADY_EXISTS
     elif isinstance(error, RuntimeDisabledError):
         code = grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(error, CapacityExceededError):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
     elif isinstance(error, DomainError) and isinstance(error, ValueError):  # InvalidAllocationError included
         code = grpc.StatusCode.INVALID_ARGUMENT
     elif isinstance(error, RuntimeUnavailableError | GpuBackendError):
@@ -55,6 +63,8 @@ def error_for(error: grpc.RpcError, *, rpc: str) -> Exception:
         return AllocationConflictError(details)
     if code is grpc.StatusCode.FAILED_PRECONDITION:
         return RuntimeDisabledError(details)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return CapacityExceededError(details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return RuntimeUnavailableError(f"node Runtime {rpc}: {code.name}: {details}")
     return NodeRuntimeError(f"node Runtime {rpc}: {code.name}: {details}")

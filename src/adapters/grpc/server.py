@@ -25,9 +25,15 @@ from ._pb.ljrk.runtime.v1 import runtime_pb2 as pb
 from ._pb.ljrk.runtime.v1 import runtime_pb2_grpc as pb_grpc
 from .client import unix_target
 from .errors import status_for
-from .sockets import prepare_socket_path
+from .sockets import prepare_socket_path, set_socket_mode
 
 log = logging.getLogger(__name__)
+
+RUNTIME_SOCKET_MODE = 0o660
+"""Mode of the Runtime's socket: read-write for its owner (the Runtime's user, root in the shipped DaemonSet) and
+its group (the Runtime's primary group), nothing for others; set explicitly after bind, never left to the umask.
+Whoever can connect can Allocate, Release and Disable, so only root on the node (the device plugin, the exporter,
+the toggle Jobs) may."""
 _T = TypeVar("_T")
 
 
@@ -114,16 +120,19 @@ class ConfigServicer(cpb_grpc.ConfigServiceServicer):
 class GrpcRuntimeServer:
     """Serves ``runtime`` (and ``config``, when given) on the unix socket ``socket_path``.
 
-    ``start`` removes a stale socket file left by a crash (only a socket, never another kind of file), binds and
-    starts; ``stop`` stops with ``grace_s`` seconds for calls in flight (health streams are cancelled) and removes
-    the socket. ``max_workers`` bounds concurrent calls; every open WatchHealth stream holds one worker.
-    Raises OSError when the socket cannot be bound.
+    ``start`` removes a stale socket file left by a crash (only a socket, never another kind of file), binds, sets
+    the socket's mode to ``socket_mode`` (default :data:`RUNTIME_SOCKET_MODE`, 0o660) and starts; ``stop`` stops
+    with ``grace_s`` seconds for calls in flight (health streams are cancelled) and removes the socket.
+    ``max_workers`` bounds concurrent calls; every open WatchHealth stream holds one worker.
+    Raises OSError when the socket cannot be bound or its mode cannot be set.
     """
 
     def __init__(
-        self, socket_path: Path, runtime: NodeRuntime, config: NodeConfig | None = None, *, max_workers: int = 32
+        self, socket_path: Path, runtime: NodeRuntime, config: NodeConfig | None = None, *, max_workers: int = 32,
+        socket_mode: int = RUNTIME_SOCKET_MODE,
     ) -> None:
         self.socket_path = socket_path
+        self.socket_mode = socket_mode
         self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ljrk-rpc")
         self._server = grpc.server(self._executor)
         pb_grpc.add_RuntimeServicer_to_server(RuntimeServicer(runtime), self._server)
@@ -138,9 +147,15 @@ class GrpcRuntimeServer:
         )
         if self._server.add_insecure_port(unix_target(self.socket_path)) == 0:
             raise OSError(f"cannot bind gRPC server to unix socket {self.socket_path}")
+        try:
+            set_socket_mode(self.socket_path, self.socket_mode)  # bound but not yet serving
+        except OSError:
+            self._server.stop(None)
+            self.socket_path.unlink(missing_ok=True)
+            raise
         self._server.start()
         self._started = True
-        log.info("serving node Runtime on %s", self.socket_path)
+        log.info("serving node Runtime on %s (mode %#o)", self.socket_path, self.socket_mode)
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, join the worker threads and remove the socket; idempotent."""

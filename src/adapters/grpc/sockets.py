@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import stat
 from pathlib import Path
@@ -34,3 +35,14 @@ def prepare_socket_path(path: Path, *, refuse_live: bool, owner: str = "another 
         if refuse_live and answers(path):
             raise OSError(f"{path} is served by {owner}")
         path.unlink()  # a stale socket left by a killed process
+
+
+def set_socket_mode(path: Path, mode: int) -> None:
+    """Set the permission bits of the bound socket ``path`` to ``mode`` (e.g. ``0o660``), whatever the process
+    umask left; called between bind and serve, so no client connects under the umask's mode. Connecting to a unix
+    socket needs write permission on it, so ``0o660`` admits the owner and the file's group only. Raises
+    :class:`OSError` naming the path when the mode cannot be set (the caller must not serve then)."""
+    try:
+        os.chmod(path, mode)
+    except OSError as error:
+        raise OSError(f"cannot set mode {mode:#o} on socket {path}: {error}") from error

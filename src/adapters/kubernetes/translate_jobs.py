@@ -5,7 +5,10 @@ Private to this adapter. A domain Job is one container (named :data:`CONTAINER_N
 pod template too, so the pods carry them. The container keeps its termination message at Kubernetes' default
 path :data:`TERMINATION_MESSAGE_PATH` (where ``ljrk job-agent`` writes its outcome) with policy
 ``FallbackToLogsOnError``: a container that fails before writing it leaves the tail of its log instead, so the
-controller always has a cause to report. The phase is read from the conditions as kube-controller-manager's
+controller always has a cause to report. A Job with :class:`~domain.kube.objects.JobSecurity` gets the pod
+``securityContext`` (``runAsNonRoot``, user, group, supplementary groups, seccomp ``RuntimeDefault``) and the
+container's (no privilege escalation, ``drop: [ALL]``, read-only root filesystem); read back from the pod's
+context. The phase is read from the conditions as kube-controller-manager's
 ``IsJobFinished`` does (a ``Complete`` or ``Failed`` condition with status ``True``). Status writes are JSON merge
 patches of ``status`` through the status subresource; times go out as RFC 3339 in UTC with whole seconds
 (``metav1.Time``). Source: batch/v1 Job and core/v1 PodSpec API reference.
@@ -21,6 +24,7 @@ from domain.kube.objects import (
     HostPathMount,
     JobObject,
     JobPhase,
+    JobSecurity,
     JobStatus,
     OwnerReference,
     TaintEffect,
@@ -66,16 +70,42 @@ def _toleration_from_v1(tol: client.V1Toleration) -> Toleration:
                       effect=TaintEffect(tol.effect) if tol.effect else None)
 
 
+def _security_to_v1(
+    security: JobSecurity | None,
+) -> tuple[client.V1PodSecurityContext | None, client.V1SecurityContext | None]:
+    if security is None:
+        return None, None
+    pod = client.V1PodSecurityContext(
+        run_as_non_root=True, run_as_user=security.run_as_user, run_as_group=security.run_as_group,
+        supplemental_groups=list(security.supplemental_groups) or None,
+        seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+    )
+    container = client.V1SecurityContext(
+        allow_privilege_escalation=False, capabilities=client.V1Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=True, run_as_non_root=True,
+    )
+    return pod, container
+
+
+def _security_from_v1(pod: client.V1PodSecurityContext | None) -> JobSecurity | None:
+    if pod is None or not pod.run_as_user or not pod.run_as_group:
+        return None
+    return JobSecurity(pod.run_as_user, pod.run_as_group, tuple(pod.supplemental_groups or ()))
+
+
 def job_to_v1(job: JobObject) -> client.V1Job:
     """A ``V1Job`` to create (module docstring); ``status`` is not sent (the server owns it)."""
     labels = dict(job.labels) or None
+    pod_security, container_security = _security_to_v1(job.security)
     container = client.V1Container(
         name=CONTAINER_NAME,
         image=job.image,
         command=list(job.command) or None,
         termination_message_path=TERMINATION_MESSAGE_PATH,
         termination_message_policy="FallbackToLogsOnError",
-        volume_mounts=[client.V1VolumeMount(name=m.name, mount_path=m.mount_path) for m in job.host_paths] or None,
+        volume_mounts=[client.V1VolumeMount(name=m.name, mount_path=m.mount_path, read_only=m.read_only or None)
+                       for m in job.host_paths] or None,
+        security_context=container_security,
     )
     pod_spec = client.V1PodSpec(
         containers=[container],
@@ -84,6 +114,7 @@ def job_to_v1(job: JobObject) -> client.V1Job:
         tolerations=[_toleration_to_v1(t) for t in job.tolerations] or None,
         service_account_name=job.service_account or None,
         automount_service_account_token=False,
+        security_context=pod_security,
         volumes=[
             client.V1Volume(name=m.name, host_path=client.V1HostPathVolumeSource(path=m.host_path, type=m.type or None))
             for m in job.host_paths
@@ -134,7 +165,7 @@ def job_from_v1(job: client.V1Job) -> JobObject:
     volumes = {v.name: v.host_path for v in (template.volumes or ()) if v.host_path is not None} if template else {}
     mounts = tuple(
         HostPathMount(name=m.name, host_path=volumes[m.name].path, mount_path=m.mount_path,
-                      type=volumes[m.name].type or "")
+                      type=volumes[m.name].type or "", read_only=bool(m.read_only))
         for m in ((container.volume_mounts or ()) if container is not None else ())
         if m.name in volumes
     )
@@ -152,6 +183,7 @@ def job_from_v1(job: client.V1Job) -> JobObject:
         tolerations=tuple(_toleration_from_v1(t) for t in (template.tolerations or ())) if template else (),
         host_paths=mounts,
         service_account=(template.service_account_name or "") if template is not None else "",
+        security=_security_from_v1(template.security_context) if template is not None else None,
         backoff_limit=spec.backoff_limit if spec is not None and spec.backoff_limit is not None else 6,
         active_deadline_seconds=spec.active_deadline_seconds if spec is not None else None,
         ttl_seconds_after_finished=spec.ttl_seconds_after_finished if spec is not None else None,

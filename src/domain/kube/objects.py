@@ -15,6 +15,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
+from domain.errors import InvalidRequestError
+
 
 class TaintEffect(enum.Enum):
     """Taint effects (core/v1)."""
@@ -251,12 +253,34 @@ class OwnerReference:
 @attrs.frozen
 class HostPathMount:
     """A ``hostPath`` volume mounted into the Job's container: ``name`` (volume name), ``host_path`` on the node,
-    ``mount_path`` in the container, ``type`` (core/v1 ``HostPathType``: ``DirectoryOrCreate``, ``Directory``…)."""
+    ``mount_path`` in the container, ``type`` (core/v1 ``HostPathType``: ``DirectoryOrCreate``, ``Directory``…),
+    ``read_only`` (``volumeMounts[].readOnly``; connecting to a unix socket works through a read-only mount)."""
 
     name: str
     host_path: str
     mount_path: str
     type: str = "DirectoryOrCreate"
+    read_only: bool = False
+
+
+@attrs.frozen
+class JobSecurity:
+    """A Job pod run restricted: as ``run_as_user``:``run_as_group`` (``runAsNonRoot``; both > 0) with the extra
+    ``supplemental_groups`` (gids ≥ 0, e.g. a socket's group), no privilege escalation, every capability dropped,
+    a read-only root filesystem and seccomp ``RuntimeDefault`` (core/v1 PodSecurityContext and SecurityContext).
+    Raises :class:`InvalidRequestError` naming the field for a root or negative id."""
+
+    run_as_user: int
+    run_as_group: int
+    supplemental_groups: tuple[int, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("run_as_user", "run_as_group"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidRequestError(name, value, "must be a non-root id (an integer > 0)")
+        if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.supplemental_groups):
+            raise InvalidRequestError("supplemental_groups", self.supplemental_groups, "must be gids >= 0")
 
 
 class JobPhase(enum.Enum):
@@ -296,7 +320,8 @@ class JobObject:
     (the controlling owner reference, or None), ``created_at`` (epoch s, server-set), ``deletion_timestamp``.
     Pod template: ``node_name`` (``spec.nodeName``: the pod bypasses the scheduler and is pinned to that node),
     ``image``, ``command`` (argv), ``tolerations``, ``host_paths``, ``service_account`` (empty = the
-    namespace's default). Job spec: ``backoff_limit`` (pod retries by the Job controller; 0 = none),
+    namespace's default), ``security`` (:class:`JobSecurity`; None = the image's user, no restrictions). Job
+    spec: ``backoff_limit`` (pod retries by the Job controller; 0 = none),
     ``active_deadline_seconds`` (s; the Job fails with ``DeadlineExceeded`` after it),
     ``ttl_seconds_after_finished`` (s; the TTL controller deletes the finished Job after it; None = never).
     ``status``: see :class:`JobStatus`. Restart policy is always ``Never``. Source: batch/v1 and core/v1 API
@@ -316,6 +341,7 @@ class JobObject:
     tolerations: tuple[Toleration, ...] = ()
     host_paths: tuple[HostPathMount, ...] = ()
     service_account: str = ""
+    security: JobSecurity | None = None
     backoff_limit: int = 0
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None

@@ -9,6 +9,10 @@ Rules (the device plugin's "up to three per-resource Allocate calls become one")
   A GPU in MIG mode takes no time-sharing allocation.
 * Core and memory follow the ledger's default rule, :func:`domain.request.resolve_share` on the GPU's real
   memory (failure case B09: never "0 = unlimited"); a resolved memory above the GPU's memory is refused.
+* Capacity (:mod:`domain.runtime.capacity`): a new grant that would take a GPU beyond 1000 milli-GPU core or its
+  memory bytes, counting every pod's grants by the ledger's effective per-pod rule, raises
+  :class:`CapacityExceededError` and records nothing. A whole-GPU grant (1000 milli) shares its GPU with no other
+  pod. Identical repeats are answered before the check, so restored over-capacity records still answer.
 * Device specs and mounts come from the node's :class:`ContainerEdits` (``domain.runtime.edits``; none by
   default), built when the record is created, so a repeat answers what the first call answered.
 * While the Runtime is disabled, identical repeats still succeed (a restarting container keeps its GPUs) but a
@@ -27,11 +31,11 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, MigMode
 from domain.mig.gpu import MigOwner
 from domain.request import resolve_share
+from domain.runtime.capacity import GpuOvercommit, check_capacity, over_capacity, usage_per_gpu
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.errors import AllocationConflictError, InvalidAllocationError, RuntimeDisabledError
 from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs, mig_envs
@@ -91,8 +95,8 @@ class AllocationBook:
         for an identical repeat. ``minors``: device minor number per GPU UUID (needed only when ``edits`` adds
         device nodes). ``mig``: the node's MIG instances, strategy and driver calls (None: no instance listed,
         static). Raises :class:`InvalidAllocationError` (also for a missing minor number),
-        :class:`AllocationConflictError` or, when ``enabled`` is False and the key is new,
-        :class:`RuntimeDisabledError`; a failing MIG creation raises the driver's error, with nothing created
+        :class:`CapacityExceededError`, :class:`AllocationConflictError` or, when ``enabled`` is False and the key
+        is new, :class:`RuntimeDisabledError`; a failing MIG creation raises the driver's error, with nothing created
         left behind and nothing recorded."""
         existing = self._records.get(request.key)
         if existing is not None:
@@ -124,6 +128,7 @@ class AllocationBook:
             annotations={ALLOCATION_ANNOTATION: f"{request.pod_uid}/{request.container}"},
         )
         record = ContainerAllocation(request=request, grants=tuple(grants), response=response, allocated_at=now)
+        check_capacity(record, self._records.values(), by_uuid)
         self._records[request.key] = record
         return record, True
 
@@ -170,7 +175,9 @@ class AllocationBook:
         return tuple(self._records.pop(k) for k in keys)
 
     def restore(self, records: Iterable[ContainerAllocation]) -> None:
-        """Replace every record with ``records`` (loaded from persisted state)."""
+        """Replace every record with ``records`` (loaded from persisted state). Records are taken as they are, even
+        when they exceed a GPU (they describe running containers): :meth:`over_capacity` reports such GPUs and
+        :meth:`allocate` refuses every new grant on them."""
         self._records = {record.key: record for record in records}
 
     def records(self) -> tuple[ContainerAllocation, ...]:
@@ -182,26 +189,10 @@ class AllocationBook:
 
     def allocated_per_gpu(self) -> dict[GpuUuid, tuple[int, int]]:
         """``{uuid: (core_milli, memory_bytes)}`` granted on each GPU, per pod by the ledger's effective rule
-        (:meth:`PodAllocation.per_gpu_usage`: ``max(Σ app, max init)``), summed over pods."""
-        pods: dict[str, list[ContainerAllocation]] = {}
-        for record in self._records.values():
-            pods.setdefault(record.request.pod_uid, []).append(record)
-        totals: dict[GpuUuid, tuple[int, int]] = {}
-        for pod_uid, records in pods.items():
-            uuid_of = {g.index: g.uuid for r in records for g in r.grants}
-            pod = PodAllocation(
-                pod_uid=pod_uid,
-                node="",
-                containers=tuple(
-                    ContainerGrant(
-                        container=r.request.container,
-                        grants=tuple(GpuGrant(g.index, g.core_milli, g.memory_bytes) for g in r.grants),
-                        init=r.request.init,
-                    )
-                    for r in records
-                ),
-            )
-            for index, (core, memory) in pod.per_gpu_usage().items():
-                core_sum, memory_sum = totals.get(uuid_of[index], (0, 0))
-                totals[uuid_of[index]] = (core_sum + core, memory_sum + memory)
-        return totals
+        (:meth:`PodAllocation.per_gpu_usage`: ``max(Σ app, max init)``), summed over pods
+        (:func:`domain.runtime.capacity.usage_per_gpu`)."""
+        return usage_per_gpu(self._records.values())
+
+    def over_capacity(self, gpus: Iterable[Gpu]) -> tuple[GpuOvercommit, ...]:
+        """The GPUs of ``gpus`` the records exceed (possible only after :meth:`restore`); empty when all fit."""
+        return over_capacity(self._records.values(), gpus)

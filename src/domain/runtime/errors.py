@@ -2,7 +2,8 @@
 
 Each maps to one gRPC status code on the wire (``adapters.grpc.errors``), so a client sees the same error class a
 local implementation raises: :class:`InvalidAllocationError` ↔ ``INVALID_ARGUMENT``, :class:`AllocationConflictError`
-↔ ``ALREADY_EXISTS``, :class:`RuntimeDisabledError` ↔ ``FAILED_PRECONDITION``. :class:`UnsupportedFeatureError` is
+↔ ``ALREADY_EXISTS``, :class:`RuntimeDisabledError` ↔ ``FAILED_PRECONDITION``, :class:`CapacityExceededError` ↔
+``RESOURCE_EXHAUSTED``. :class:`UnsupportedFeatureError` is
 raised on the client side by the capability check (``domain.runtime.features``) and never crosses the wire.
 """
 
@@ -25,6 +26,12 @@ class AllocationConflictError(RuntimeContractError):
     Release the container first; a Runtime never silently replaces an allocation, which would hide a bug in
     whoever called it twice with different plans.
     """
+
+
+class CapacityExceededError(RuntimeContractError):
+    """A new grant would take a GPU beyond its capacity (1000 milli-GPU core, the GPU's memory bytes) counting what
+    the node already granted (gRPC ``RESOURCE_EXHAUSTED``; ``domain.runtime.capacity``). The plan may be well
+    formed; it does not fit this node now. Release something first, or plan again."""
 
 
 class RuntimeDisabledError(RuntimeContractError):

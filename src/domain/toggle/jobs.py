@@ -4,7 +4,17 @@ A toggle Job runs ``ljrk job-agent --action enable|disable --config-daemon-socke
 (``backoffLimit: 0``, restart ``Never``: the controller retries itself, with backoff) in a pod pinned to the node
 with ``spec.nodeName`` (no scheduler involved), tolerating every taint (a node being disabled may carry a
 "GPU off" taint, and NoExecute taints would evict the pod), with the config daemon's socket directory mounted
-from the host. ``activeDeadlineSeconds`` bounds a Job whose pod never runs; ``ttlSecondsAfterFinished`` is a
+read-only from the host (``connect()`` needs no write access to the mount, so the agent cannot unlink or replace
+the socket).
+
+Security: the pod runs restricted (:class:`domain.kube.objects.JobSecurity`): as the non-root ``run_as_user``
+(default 65532, group the same) with the Runtime socket's group ``socket_group`` as a supplementary group, no
+privilege escalation, every capability dropped, a read-only root filesystem, seccomp ``RuntimeDefault``. The
+Runtime's socket is mode 0660 (``adapters.grpc.server.RUNTIME_SOCKET_MODE``) and owned by the Runtime's user and
+primary group, root:root in the shipped DaemonSet, hence ``socket_group`` 0: group membership is the one
+permission the agent needs, and it gets no other privilege of root.
+
+``activeDeadlineSeconds`` bounds a Job whose pod never runs; ``ttlSecondsAfterFinished`` is a
 safety net for when no controller runs (the controller deletes succeeded Jobs itself at once, failed ones after
 the same TTL).
 
@@ -33,7 +43,15 @@ from collections.abc import Sequence
 import attrs
 
 from domain.errors import InvalidRequestError
-from domain.kube.objects import HostPathMount, JobObject, OwnerReference, PodObject, PodPhase, Toleration
+from domain.kube.objects import (
+    HostPathMount,
+    JobObject,
+    JobSecurity,
+    OwnerReference,
+    PodObject,
+    PodPhase,
+    Toleration,
+)
 from domain.runtime.features import CONTRACT_VERSION
 
 from .states import Action
@@ -56,6 +74,10 @@ SOCKET_VOLUME = "config-daemon"
 DEFAULT_IMAGE = f"lj-runtimekit/job-agent:{CONTRACT_VERSION}"
 """The job-agent image of this release: component versions follow the Runtime contract version."""
 DEFAULT_SOCKET = "/run/lj-runtimekit/runtime.sock"
+DEFAULT_JOB_USER = 65532
+"""uid (and gid) the toggle Jobs run as: non-root, the same as the scheduler and controller images."""
+DEFAULT_SOCKET_GROUP = 0
+"""Group of the Runtime's socket in the shipped DaemonSet (the Runtime runs as root:root); the Jobs join it."""
 ALL_TAINTS = Toleration(operator="Exists")
 """Empty key with ``Exists``: tolerates every taint, every effect."""
 
@@ -124,8 +146,10 @@ class JobTemplate:
     """Settings of the Jobs: ``namespace``; ``image`` with ``ljrk`` on its PATH; ``config_daemon_socket`` (the
     node config daemon's unix socket on the host; its directory is mounted at the same path); ``agent_timeout``
     (s, the agent's ``--timeout``); ``deadline`` (s, ``activeDeadlineSeconds``); ``ttl`` (s,
-    ``ttlSecondsAfterFinished``, None = unset); ``service_account`` (empty = the namespace default). Raises
-    :class:`InvalidRequestError` for an empty namespace or image, a relative socket path, or non-positive times.
+    ``ttlSecondsAfterFinished``, None = unset); ``service_account`` (empty = the namespace default);
+    ``run_as_user`` (non-root uid and gid of the pod) and ``socket_group`` (gid owning the socket, joined as a
+    supplementary group). Raises :class:`InvalidRequestError` for an empty namespace or image, a relative socket
+    path, non-positive times, a root ``run_as_user`` or a negative ``socket_group``.
     """
 
     namespace: str = "kube-system"
@@ -135,6 +159,8 @@ class JobTemplate:
     deadline: float = 300.0
     ttl: float | None = 3600.0
     service_account: str = ""
+    run_as_user: int = DEFAULT_JOB_USER
+    socket_group: int = DEFAULT_SOCKET_GROUP
 
     def __attrs_post_init__(self) -> None:
         if not self.namespace:
@@ -149,6 +175,12 @@ class JobTemplate:
                                       "need agent_timeout > 0 and deadline >= 1 s")
         if self.ttl is not None and self.ttl < 0:
             raise InvalidRequestError("ttl", self.ttl, "must be >= 0")
+        _ = self.security  # validates run_as_user and socket_group (JobSecurity raises naming the field)
+
+    @property
+    def security(self) -> JobSecurity:
+        """The Job pod's restricted security context (module docstring)."""
+        return JobSecurity(self.run_as_user, self.run_as_user, (self.socket_group,))
 
     def command(self, action: Action) -> tuple[str, ...]:
         """The agent's argv for ``action``."""
@@ -173,8 +205,9 @@ class JobTemplate:
             image=self.image,
             command=self.command(action),
             tolerations=(ALL_TAINTS,),
-            host_paths=(HostPathMount(SOCKET_VOLUME, directory, directory, "DirectoryOrCreate"),),
+            host_paths=(HostPathMount(SOCKET_VOLUME, directory, directory, "DirectoryOrCreate", read_only=True),),
             service_account=self.service_account,
+            security=self.security,
             backoff_limit=0,
             active_deadline_seconds=max(1, int(self.deadline)),
             ttl_seconds_after_finished=None if self.ttl is None else int(self.ttl),

@@ -2,8 +2,15 @@
 
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
-[--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden:
-``--in-memory``, an in-memory cluster for tests and demos).
+[--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--hami-core-library PATH --hami-preload-file PATH]
+[--dev-root DIR] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests
+and demos).
+
+The node Runtime's Allocate answers are forwarded to kubelet only with the mounts and device nodes this plugin
+expects (``domain.device_plugin.response_guard``): the HAMi-core library and preload file at exactly the host paths
+``--hami-core-library`` and ``--hami-preload-file`` give (the Runtime's ``--hami-core-library`` and
+``<its --state-dir>/ld.so.preload``; without them no mount passes) and ``/dev/nvidia*`` nodes under ``--dev-root``
+(default ``/dev``, as the Runtime's). Any other entry fails the container's Allocate.
 
 ``--cdi`` (default on) returns each container's planned GPUs as CDI devices (``lj-runtimekit.io/gpu=<gpu uuid>``,
 ``ContainerAllocateResponse.cdi_devices``) beside the environment variables, and keeps the node's CDI spec in
@@ -75,6 +82,13 @@ CLI = cli(
          help="return CDI device names and write the node's CDI spec (default: on)"),
     flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
          help=f"CDI spec directory the container runtime reads (default: {DEFAULT_CDI_DIR})"),
+    flag("--hami-core-library", type=Path, metavar="PATH",
+         help="host path of HAMi-core's libvgpu.so that the node Runtime mounts (same as its --hami-core-library); "
+         "the only library mount forwarded (default: none forwarded)"),
+    flag("--hami-preload-file", type=Path, metavar="PATH",
+         help="host path of the Runtime's ld.so.preload (<its --state-dir>/ld.so.preload); needs --hami-core-library"),
+    flag("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
+         help="host device directory of the Runtime's /dev/nvidia* device specs (default: /dev)"),
     flag("--listen", metavar="HOST:PORT", help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)"),
     LOG_LEVEL,
     IN_MEMORY,

@@ -49,6 +49,7 @@ from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServe
 from adapters.grpc.sockets import answers
 from domain.device_plugin.devices import ResourceKey, ResourceKind
 from domain.device_plugin.pods import resource_names
+from domain.device_plugin.response_guard import ResponseAllowList
 from domain.device_plugin.status import DevicePluginStatus
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import parse_listen
@@ -64,8 +65,10 @@ log = logging.getLogger(__name__)
 class DevicePluginSettings:
     """Validated settings of ``ljrk device-plugin`` (flags in ``__main__``). Times in seconds
     (``release_interval_s``: between release passes, ``--release-interval``). ``cdi``: return CDI device names and
-    keep the node's CDI spec in ``cdi_dir`` (``--cdi``/``--no-cdi``, ``--cdi-dir``). Raises :class:`SettingsError` for
-    an empty node name or non-positive intervals."""
+    keep the node's CDI spec in ``cdi_dir`` (``--cdi``/``--no-cdi``, ``--cdi-dir``). ``hami_core_library``,
+    ``hami_preload_file``, ``dev_root``: the host paths the Runtime's answers may mount and whose ``/dev/nvidia*``
+    nodes they may name (``domain.device_plugin.response_guard``). Raises :class:`SettingsError` for an empty node
+    name, non-positive intervals, relative paths or only one of the two HAMi-core paths."""
 
     node_name: str
     runtime_socket: Path
@@ -82,10 +85,20 @@ class DevicePluginSettings:
     log_level: str = "INFO"
     cdi: bool = True
     cdi_dir: Path = DEFAULT_CDI_DIR
+    hami_core_library: Path | None = None
+    hami_preload_file: Path | None = None
+    dev_root: Path = Path("/dev")
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
             raise SettingsError("--node-name must not be empty")
+        if (self.hami_core_library is None) != (self.hami_preload_file is None):
+            raise SettingsError(f"--hami-core-library {self.hami_core_library} and --hami-preload-file "
+                                f"{self.hami_preload_file}: give both (the Runtime mounts both) or neither")
+        for name, path in (("--hami-core-library", self.hami_core_library),
+                           ("--hami-preload-file", self.hami_preload_file), ("--dev-root", self.dev_root)):
+            if path is not None and not path.is_absolute():
+                raise SettingsError(f"{name} {path}: must be an absolute host path")
         if self.listen is not None:
             try:
                 parse_listen(self.listen)
@@ -94,6 +107,15 @@ class DevicePluginSettings:
         for name in ("heartbeat_s", "poll_s", "runtime_wait_s", "release_interval_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
+
+
+def allowed_answers(settings: DevicePluginSettings) -> ResponseAllowList:
+    """What the Runtime's Allocate answers may mount and name as device nodes (the HAMi-core and dev-root flags)."""
+    return ResponseAllowList(
+        hami_library=None if settings.hami_core_library is None else str(settings.hami_core_library),
+        preload_file=None if settings.hami_preload_file is None else str(settings.hami_preload_file),
+        dev_root=str(settings.dev_root),
+    )
 
 
 def socket_name(kind: ResourceKey) -> str:

@@ -34,7 +34,7 @@ from services.device_plugin.cdi import CdiPublisher
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
-from .app import DevicePluginApp, DevicePluginSettings
+from .app import DevicePluginApp, DevicePluginSettings, allowed_answers
 
 
 def make_protocol(settings: DevicePluginSettings) -> ProtocolConstants:
@@ -111,7 +111,7 @@ class DevicePluginContainer(containers.DeclarativeContainer):
     cdi: providers.Provider[CdiPublisher | None] = providers.Singleton(make_cdi, settings, cdi_store, host_gpus)
     service: providers.Provider[DevicePluginService] = providers.Singleton(
         DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol,
-        cdi=providers.Callable(cdi_names, cdi),
+        cdi=providers.Callable(cdi_names, cdi), allowed=providers.Callable(allowed_answers, settings),
     )
     reconciler: providers.Provider[RecordReconciler] = providers.Singleton(
         RecordReconciler, node=settings.provided.node_name, runtime=runtime, cluster=cluster,

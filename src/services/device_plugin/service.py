@@ -11,7 +11,9 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   — device IDs only give the count, never the placement (B17). The first resource call of a container makes the
   one Runtime Allocate (idempotent key: pod UID + container) from the plan; later resource calls of the same
   container return the cached response (kubelet merges the responses of a container's resources; identical
-  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). With ``cdi`` the
+  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). The Runtime's
+  mounts and device specs pass an allow-list (:mod:`domain.device_plugin.response_guard`: the configured HAMi-core
+  mounts, ``/dev/nvidia*``); anything else fails the call, logged and counted, never cached. With ``cdi`` the
   response also names the plan's GPUs as CDI devices (:mod:`domain.device_plugin.cdi`; kubelet drops duplicates).
 * Allocated mark: the Allocate call that completes a pod (every resource kind of every container that asks for our
   resources, init containers included: :func:`domain.device_plugin.matching.pod_fully_served`) queues the pod on
@@ -66,6 +68,7 @@ from domain.device_plugin.matching import (
     select_container,
 )
 from domain.device_plugin.pods import mig_resource_names, node_candidates
+from domain.device_plugin.response_guard import ForbiddenResponseError, ResponseAllowList
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
@@ -111,9 +114,11 @@ class DevicePluginService:
     def __init__(
         self, *, node: str, runtime: NodeRuntime, cluster: DevicePluginCluster, protocol: ProtocolConstants,
         memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time,
-        cdi: Callable[[], Collection[str]] | None = None,
+        cdi: Callable[[], Collection[str]] | None = None, allowed: ResponseAllowList | None = None,
     ) -> None:
         self.node = node
+        self.allowed = allowed or ResponseAllowList()  # what the Runtime's answers may mount (module docstring)
+        self.refused_answers = 0  # Runtime answers refused for a mount or device spec outside ``allowed``
         self.cdi = cdi
         """The CDI names the node's spec resolves now; the plan's names among them go with every allocation."""
         self._runtime = runtime
@@ -382,6 +387,12 @@ class DevicePluginService:
                 names = self._cdi_names(request)  # first: a bad name allocates nothing
                 response = attrs.evolve(self._runtime.allocate(request), cdi_devices=names)
                 self.runtime_allocate_calls += 1
+                try:
+                    self.allowed.check(response, label=chosen.label)
+                except ForbiddenResponseError as error:
+                    self.refused_answers += 1
+                    log.error("%s (refused Runtime answers: %d)", error, self.refused_answers)
+                    raise
                 self._responses[chosen.key] = response
             self._served.setdefault(chosen.key, set()).add(kind)  # never served before: select_container's rule 1
             completes = pod_fully_served(chosen.pod_uid, candidates, self._served)  # so true on one call only

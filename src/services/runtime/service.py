@@ -11,7 +11,9 @@ Health is damped (``domain.runtime.damping``): a GPU turns Unhealthy at once, bu
 ``health_hold_s`` seconds without a fault, so a flapping GPU does not flip kubelet's device lists, the inventory
 and the exporter once per flap; WatchHealth, ListDevices and ExporterGetDataList all say the damped health.
 
-Records naming a GPU the node no longer has are kept (they still describe a running container) and logged.
+Records naming a GPU the node no longer has are kept (they still describe a running container) and logged; so are
+restored records that exceed a GPU's capacity (``domain.runtime.capacity``), and the book then refuses every new
+grant on that GPU until enough is released.
 
 MIG (``--mig-strategy``, :class:`domain.mig.gpu.PlacementMode`): instances come from the backend's listing with
 owners from the records. With the dynamic strategy, Allocate creates the planned instances through the backend
@@ -116,6 +118,10 @@ class RuntimeService:
             lost = [i.uuid for i in record.mig if i.key not in listed]
             if lost:
                 log.warning("allocation %s names MIG instances not on this node: %s", record.request.label, lost)
+        for over in self._book.over_capacity(d.gpu for d in devices):
+            log.error("restored allocations exceed GPU %s: %d milli-GPU core and %d bytes granted, capacity 1000 "
+                      "milli-GPU and %d bytes; kept, but no new grant on it until enough is released", over.uuid,
+                      over.core_milli, over.memory_bytes, over.capacity_bytes)
 
     @property
     def health_hold_s(self) -> float:

@@ -16,7 +16,8 @@ Units: memory in bytes, compute in milli-GPU (1/1000 of one GPU; 10 = 1 %) unles
 temperature in degrees Celsius, power in watts, times as google.protobuf.Timestamp (UTC).
 Errors (gRPC status): INVALID_ARGUMENT malformed request or unknown GPU; ALREADY_EXISTS a different plan is
 already recorded for the same pod UID + container; FAILED_PRECONDITION allocation while the Runtime is
-disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
+disabled (config service); RESOURCE_EXHAUSTED a grant that would take a GPU beyond its capacity (1000 milli-GPU
+core, its memory bytes) counting the node's other grants; UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
 instance that cannot be created or destroyed).
 
 MIG (Runtime >= 1.1.0; features mig-inventory, mig-allocate, mig-dynamic, mig-exporter-data): a GPU in MIG mode

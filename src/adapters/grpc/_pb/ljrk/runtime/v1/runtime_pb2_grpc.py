@@ -92,7 +92,8 @@ class RuntimeServicer:
 
     def Allocate(self, request, context):
         """Prepare one container's GPUs. Idempotent per (pod_uid, container_name): a repeated identical request
-        returns the recorded response; a different plan for the same key is ALREADY_EXISTS.
+        returns the recorded response; a different plan for the same key is ALREADY_EXISTS; a new grant that does
+        not fit a GPU next to the grants it already holds is RESOURCE_EXHAUSTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

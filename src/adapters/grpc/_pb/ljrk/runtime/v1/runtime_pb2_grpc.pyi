@@ -16,7 +16,8 @@ Units: memory in bytes, compute in milli-GPU (1/1000 of one GPU; 10 = 1 %) unles
 temperature in degrees Celsius, power in watts, times as google.protobuf.Timestamp (UTC).
 Errors (gRPC status): INVALID_ARGUMENT malformed request or unknown GPU; ALREADY_EXISTS a different plan is
 already recorded for the same pod UID + container; FAILED_PRECONDITION allocation while the Runtime is
-disabled (config service); UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
+disabled (config service); RESOURCE_EXHAUSTED a grant that would take a GPU beyond its capacity (1000 milli-GPU
+core, its memory bytes) counting the node's other grants; UNAVAILABLE / DEADLINE_EXCEEDED transport, or a GPU backend failure (e.g. a MIG
 instance that cannot be created or destroyed).
 
 MIG (Runtime >= 1.1.0; features mig-inventory, mig-allocate, mig-dynamic, mig-exporter-data): a GPU in MIG mode
@@ -46,7 +47,8 @@ class RuntimeStub:
     """One event per device with its current health (initial = true), then one event per health change."""
     Allocate: _grpc.UnaryUnaryMultiCallable[_runtime_pb2.AllocateRequest, _runtime_pb2.AllocateResponse]
     """Prepare one container's GPUs. Idempotent per (pod_uid, container_name): a repeated identical request
-    returns the recorded response; a different plan for the same key is ALREADY_EXISTS.
+    returns the recorded response; a different plan for the same key is ALREADY_EXISTS; a new grant that does
+    not fit a GPU next to the grants it already holds is RESOURCE_EXHAUSTED.
     """
     Release: _grpc.UnaryUnaryMultiCallable[_runtime_pb2.ReleaseRequest, _runtime_pb2.ReleaseResponse]
     """Forget the allocation records of a pod (all containers, or one). Releasing nothing is not an error."""
@@ -85,7 +87,8 @@ class RuntimeServicer(metaclass=_abc_1.ABCMeta):
         context: _grpc.ServicerContext,
     ) -> _runtime_pb2.AllocateResponse:
         """Prepare one container's GPUs. Idempotent per (pod_uid, container_name): a repeated identical request
-        returns the recorded response; a different plan for the same key is ALREADY_EXISTS.
+        returns the recorded response; a different plan for the same key is ALREADY_EXISTS; a new grant that does
+        not fit a GPU next to the grants it already holds is RESOURCE_EXHAUSTED.
         """
 
     @_abc_1.abstractmethod
