@@ -630,3 +630,16 @@ def test_pod_components_know_their_own_pod_from_the_downward_api(rendered: list[
     fields = {v["name"]: v["valueFrom"]["fieldRef"]["fieldPath"] for v in container["env"]
               if "fieldRef" in v.get("valueFrom", {})}
     assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+
+
+def test_deploy_all_refuses_admission_on_a_server_without_validating_admission_policies(tmp_path: Path) -> None:
+    """A server older than 1.30 serves no admissionregistration.k8s.io/v1 policies: deploy names the fix and
+    applies nothing (the fake kubectl answers discovery with nothing and hands every other command on)."""
+    fake = tmp_path / "kubectl"
+    fake.write_text(f'#!/bin/bash\nif [[ "$1" == api-resources ]]; then exit 0; fi\nexec {kubectl()} "$@"\n')
+    fake.chmod(0o755)
+    result = deploy_all("deploy", "--dry-run", env={"KUBECTL": str(fake)})
+    assert result.returncode == 1
+    assert "the admission component needs ValidatingAdmissionPolicy" in result.stderr
+    assert "--components=runtime,deviceplugin,exporter,scheduler,controller" in result.stderr
+    assert result.stdout == ""
