@@ -10,8 +10,9 @@
 # deploy  renders, then `kubectl apply --server-side` (field manager lj-runtimekit); creates --namespace if missing.
 # delete  renders, then deletes the workloads first (so they stop while their RBAC still holds), then the rest.
 #
-# --components=a,b       any of: runtime, deviceplugin (or device-plugin), exporter, scheduler, controller
-#                        (default: all). Each component is self-contained (its own RBAC and ConfigMap).
+# --components=a,b       any of: runtime, deviceplugin (or device-plugin), exporter, scheduler, controller,
+#                        admission (default: all). admission holds ValidatingAdmissionPolicies (Kubernetes >= 1.30;
+#                        deploy refuses it, naming the fix, on a server without admissionregistration.k8s.io/v1's). Each component is self-contained (its own RBAC and ConfigMap).
 #                        Optional, never in the default: monitoring (deploy/monitoring: PodMonitors and the
 #                        PrometheusRule; needs prometheus-operator's CRDs, which deploy checks first).
 # --with-monitoring      add monitoring to the components (all of them by default)
@@ -34,7 +35,7 @@ set -euo pipefail
 PROG="deploy-all.sh"
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$DEPLOY_DIR")"
-ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller)
+ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller admission)
 OPTIONAL_COMPONENTS=(monitoring)  # not in the default set: needs prometheus-operator's CRDs
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
@@ -233,19 +234,22 @@ fi
 dry_args=()
 [[ $dry_run -eq 0 ]] || dry_args=(--dry-run=server)
 
-# split_workloads IN WORKLOADS REST: Deployments and DaemonSets, and everything else (YAML documents, "---").
+# split_workloads IN POLICIES WORKLOADS REST: admission policies and bindings, Deployments and DaemonSets, and
+# everything else (YAML documents, "---"). delete removes them in this order: a binding whose parameter ConfigMap
+# is gone denies every request it matches.
 split_workloads() {
-    awk -v workloads="$2" -v rest="$3" '
+    awk -v policies="$2" -v workloads="$3" -v rest="$4" '
         function flush() {
-            if (doc != "") { print doc "---" > (is_workload ? workloads : rest) }
-            doc = ""; is_workload = 0
+            if (doc != "") { print doc "---" > (kind == "policy" ? policies : kind == "workload" ? workloads : rest) }
+            doc = ""; kind = ""
         }
         /^---$/ { flush(); next }
-        /^kind: (Deployment|DaemonSet)$/ { is_workload = 1 }
+        /^kind: ValidatingAdmissionPolicy(Binding)?$/ { kind = "policy" }
+        /^kind: (Deployment|DaemonSet)$/ { kind = "workload" }
         { doc = doc $0 "\n" }
         END { flush() }
     ' "$1"
-    touch "$2" "$3"
+    touch "$2" "$3" "$4"
 }
 
 case "$action" in
@@ -257,6 +261,15 @@ case "$action" in
   needs prometheus-operator's CRDs, and the cluster does not serve $kind.monitoring.coreos.com: install the
   operator (or its CRDs) first, or leave out monitoring"
             done
+        fi
+        if [[ " ${components[*]} " == *" admission "* ]]; then
+            served="$("$kubectl_bin" api-resources --api-group=admissionregistration.k8s.io -o wide 2>/dev/null)" \
+                || served=""
+            if ! grep -Eq '^validatingadmissionpolicies +admissionregistration\.k8s\.io/v1 ' <<< "$served"; then
+                die 1 "the admission component needs ValidatingAdmissionPolicy in admissionregistration.k8s.io/v1
+  (Kubernetes >= 1.30), which the cluster does not serve: upgrade, or leave it out with
+  --components=runtime,deviceplugin,exporter,scheduler,controller"
+            fi
         fi
         target_ns="${namespace:-kube-system}"
         if ! "$kubectl_bin" get namespace "$target_ns" >/dev/null 2>&1; then
@@ -273,8 +286,8 @@ case "$action" in
             -f "$rendered" || die 1 "kubectl apply failed"
         ;;
     delete)
-        split_workloads "$rendered" "$workdir/workloads.yaml" "$workdir/rest.yaml"
-        for part in workloads rest; do
+        split_workloads "$rendered" "$workdir/policies.yaml" "$workdir/workloads.yaml" "$workdir/rest.yaml"
+        for part in policies workloads rest; do
             if [[ -s "$workdir/$part.yaml" ]]; then
                 "$kubectl_bin" delete --ignore-not-found "${dry_args[@]+"${dry_args[@]}"}" \
                     -f "$workdir/$part.yaml" || die 1 "kubectl delete failed"

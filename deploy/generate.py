@@ -11,7 +11,9 @@
 3. the ``lj-runtimekit.io/config-checksum`` annotation of each component's pod template: the SHA-256 of its
    ``02-configmap.yaml``, so any change of the configuration (protocol or settings) rolls that component's pods on
    the next apply;
-4. ``monitoring/prometheusrule.yaml``: the Prometheus rule file ``monitoring/lj-runtimekit.rules.yaml`` verbatim
+4. every ``# protocol: KEY`` line of ``admission/*.yaml`` (the admission policies' parameter ConfigMap: the
+   annotation keys they protect);
+5. ``monitoring/prometheusrule.yaml``: the Prometheus rule file ``monitoring/lj-runtimekit.rules.yaml`` verbatim
    (indented) under the ``spec:`` of a PrometheusRule, so prometheus-operator users get exactly the plain rules.
 
 ``--check`` writes nothing and exits 1 listing the files that are not current (``deploy-all.sh render`` and the
@@ -36,6 +38,9 @@ from pathlib import Path
 
 COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller")
 """Component folders under deploy/, each with 02-configmap.yaml and one workload manifest."""
+
+MARKER_FOLDERS = ("admission",)
+"""Folders under deploy/ without a ConfigMap of their own whose ``# protocol:`` lines follow the protocol too."""
 
 WORKLOAD_FILES = ("03-daemonset.yaml", "03-deployment.yaml")
 CONFIGMAP_FILE = "02-configmap.yaml"
@@ -252,6 +257,12 @@ def generate(root: Path) -> dict[Path, str]:
         new = stamp_checksum(apply_markers(text, protocol, str(workloads[0])), checksum, str(workloads[0]))
         if new != text:
             changed[workloads[0]] = new
+    for folder in (root / name for name in MARKER_FOLDERS):
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+            text = path.read_text()
+            new = apply_markers(text, protocol, str(path))
+            if new != text:
+                changed[path] = new
     return changed
 
 

@@ -7,7 +7,8 @@ Behaviours covered:
   OpenAPI schema, so a field newer than the server is an error), nothing is stored;
 * the same with ``--namespace`` and a subset of components, and plain ``kubectl apply -k deploy/``;
 * a real ``deploy`` creates the namespace (labelled for privileged pods) and every object, a second ``deploy`` is
-  a clean no-op re-apply, ``delete`` removes every object again, cluster-scoped RBAC included;
+  a clean no-op re-apply, ``delete`` removes every object again, cluster-scoped RBAC and the admission policies
+  included (deploy/admission, whose parameter ConfigMap follows ``--namespace``);
 * the optional ``monitoring`` component: ``deploy --with-monitoring`` is refused, naming the missing CRD, while the
   cluster lacks prometheus-operator's CRDs, and nothing is applied; once minimal CRDs for PodMonitor and
   PrometheusRule exist (``x-kubernetes-preserve-unknown-fields``), the discovery the script checks lists both.
@@ -135,7 +136,8 @@ def test_deploy_redeploy_and_delete(plane: ControlPlane) -> None:
     left = run(plane, kubectl(), "get", "-n", namespace, "all,configmaps,serviceaccounts,roles,rolebindings",
                "-o", "name")
     assert [line for line in left.stdout.splitlines() if "lj-runtimekit" in line] == []
-    cluster = run(plane, kubectl(), "get", "clusterroles,clusterrolebindings", "-o", "name")
+    cluster = run(plane, kubectl(), "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
+                  "validatingadmissionpolicybindings", "-o", "name")
     assert [line for line in cluster.stdout.splitlines() if "lj-runtimekit" in line] == []
 
 

@@ -64,7 +64,7 @@ def test_the_configmap_file_names_the_namespace_of_its_workload(component: str) 
 def test_deploy_all_namespace_moves_the_configmaps() -> None:
     objects = rendered("bash", str(DEPLOY / "deploy-all.sh"), "render", "--namespace", "gpu-system")
     configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
-    assert len(configmaps) == len(COMPONENTS)
+    assert len(configmaps) == len(COMPONENTS) + 1  # and deploy/admission's parameters
     assert {o["metadata"]["namespace"] for o in configmaps} == {"gpu-system"}
 
 
@@ -73,7 +73,7 @@ def copy_deploy(target: Path) -> Path:
     root.mkdir()
     for name in ("protocol.yaml", "kustomization.yaml", "generate.py", "deploy-all.sh"):
         shutil.copy2(DEPLOY / name, root / name)
-    for component in COMPONENTS:
+    for component in [*COMPONENTS, "admission"]:
         shutil.copytree(DEPLOY / component, root / component)
     return root
 

@@ -62,6 +62,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
                    "configmap": "lj-runtimekit-controller-config", "account": "lj-runtimekit-controller",
                    "file": "03-deployment.yaml"},
 }
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+"""Cluster-scoped kinds of deploy/admission (admissionregistration.k8s.io/v1, served from Kubernetes 1.30)."""
 IMAGES = {"runtime", "device-plugin", "exporter", "scheduler", "controller", "job-agent"}
 NON_ROOT = {"scheduler", "controller"}
 HOST_PATHS = {  # folder -> {host path: mounted read-only}
@@ -206,13 +208,13 @@ def test_kustomize_renders_the_stack_in_kube_system(rendered: list[dict[str, Any
         find(rendered, kind, name)
         find(rendered, "ConfigMap", facts["configmap"])
         find(rendered, "ServiceAccount", facts["account"])
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS}
     for obj in rendered:
         expected = None if obj["kind"] in cluster_scoped else NAMESPACE
         assert obj["metadata"].get("namespace") == expected, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.parametrize("component", [*COMPONENTS, "admission"])
 def test_each_component_renders_alone(component: str, rendered: list[dict[str, Any]]) -> None:
     alone = docs(kustomize(DEPLOY / component))
     assert alone, component
@@ -222,6 +224,8 @@ def test_each_component_renders_alone(component: str, rendered: list[dict[str, A
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_manifests_validate_against_the_kubernetes_schema(version: str, rendered: list[dict[str, Any]]) -> None:
     for obj in rendered:
+        if obj["kind"] in ADMISSION_KINDS and version < "1.30":
+            continue  # v1 of these is served from 1.30 on; deploy-all.sh refuses the admission component before
         checked = kubernetes_validate.validate(obj, version, strict=True)
         assert checked == version, f"kubernetes-validate has no {version} schema (used {checked})"
 
@@ -268,7 +272,7 @@ def _copy_deploy(target: Path) -> Path:
     root.mkdir()
     for name in ("protocol.yaml", "kustomization.yaml", "generate.py", "deploy-all.sh"):
         shutil.copy2(DEPLOY / name, root / name)
-    for component in COMPONENTS:
+    for component in [*COMPONENTS, "admission"]:
         shutil.copytree(DEPLOY / component, root / component)
     return root
 
@@ -288,7 +292,8 @@ def test_a_protocol_change_propagates_to_every_component(tmp_path: Path) -> None
     text = (root / "protocol.yaml").read_text()
     changed = (text.replace("gpu: alibabacloud.com/gpu", "gpu: example.com/gpu")
                .replace("node-label: lj_runtimekit_enable", "node-label: example.com/gpu-sharing")
-               .replace("scheduler-name: lj-runtimekit-scheduler", "scheduler-name: gpu-scheduler"))
+               .replace("scheduler-name: lj-runtimekit-scheduler", "scheduler-name: gpu-scheduler")
+               .replace("pod-plan: lj-runtimekit.io/gpu-plan", "pod-plan: example.com/gpu-plan"))
     assert changed != text
     (root / "protocol.yaml").write_text(changed)
     generate = [sys.executable, str(root / "generate.py"), "--root", str(root)]
@@ -300,7 +305,9 @@ def test_a_protocol_change_propagates_to_every_component(tmp_path: Path) -> None
 
     objects = docs(kustomize(root))
     for obj in objects:
-        if obj["kind"] == "ConfigMap":
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "lj-runtimekit-admission":
+            assert obj["data"]["pod-plan"] == "example.com/gpu-plan"  # the key the admission policy guards
+        elif obj["kind"] == "ConfigMap":
             assert obj["data"]["protocol.yaml"] == changed
         if obj["kind"] == "DaemonSet":
             terms = pod_spec(obj)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -524,7 +531,7 @@ def test_deploy_all_render_equals_kubectl_kustomize() -> None:
     assert result.stdout == kustomize(DEPLOY)
 
 
-@pytest.mark.parametrize("components", [["scheduler", "controller"], list(COMPONENTS)])
+@pytest.mark.parametrize("components", [["scheduler", "controller"], [*COMPONENTS, "admission"]])
 def test_deploy_all_overrides_images_namespace_and_components(components: list[str]) -> None:
     result = deploy_all("render", f"--components={','.join(components)}", "--namespace", "gpu-system",
                         "--image-registry=registry.example.com:5000/mirror", "--tag", "9.9.9",
@@ -536,6 +543,8 @@ def test_deploy_all_overrides_images_namespace_and_components(components: list[s
     images = set()
     for obj in objects:
         assert obj["metadata"].get("namespace") in (None, "gpu-system")
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert obj["spec"]["paramRef"]["namespace"] == "gpu-system"
         for subject in obj.get("subjects", []):
             assert subject["namespace"] == "gpu-system"
         if obj["kind"] in ("Deployment", "DaemonSet"):
@@ -545,7 +554,7 @@ def test_deploy_all_overrides_images_namespace_and_components(components: list[s
         kubernetes_validate.validate(obj, "1.32", strict=True)
     mirror = "registry.example.com:5000/mirror/lj-runtimekit"
     ours = {"scheduler": {"scheduler"}, "controller": {"controller", "job-agent"}, "runtime": {"runtime"},
-            "deviceplugin": {"device-plugin"}, "exporter": {"exporter"}}
+            "deviceplugin": {"device-plugin"}, "exporter": {"exporter"}, "admission": set()}
     assert images == {f"{mirror}/{image}:9.9.9" for c in components for image in ours[c]} | {
         "registry.k8s.io/kube-scheduler:v1.30.4"}
 
@@ -621,3 +630,16 @@ def test_pod_components_know_their_own_pod_from_the_downward_api(rendered: list[
     fields = {v["name"]: v["valueFrom"]["fieldRef"]["fieldPath"] for v in container["env"]
               if "fieldRef" in v.get("valueFrom", {})}
     assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+
+
+def test_deploy_all_refuses_admission_on_a_server_without_validating_admission_policies(tmp_path: Path) -> None:
+    """A server older than 1.30 serves no admissionregistration.k8s.io/v1 policies: deploy names the fix and
+    applies nothing (the fake kubectl answers discovery with nothing and hands every other command on)."""
+    fake = tmp_path / "kubectl"
+    fake.write_text(f'#!/bin/bash\nif [[ "$1" == api-resources ]]; then exit 0; fi\nexec {kubectl()} "$@"\n')
+    fake.chmod(0o755)
+    result = deploy_all("deploy", "--dry-run", env={"KUBECTL": str(fake)})
+    assert result.returncode == 1
+    assert "the admission component needs ValidatingAdmissionPolicy" in result.stderr
+    assert "--components=runtime,deviceplugin,exporter,scheduler,controller" in result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,242 @@
+"""The shipped admission policies (deploy/admission, applied as rendered by kustomize) against a real kube-apiserver.
+
+Behaviours covered, each as the identity the policy is about (impersonated through the harness's system:masters
+token: ``Impersonate-User`` for a tenant or one of our ServiceAccounts, ``Impersonate-Extra-…`` for the node-name
+and pod-name claims of a pod-bound token):
+
+* a tenant's pod setting a GPU device or limit variable (each family: NVIDIA_VISIBLE_DEVICES, HAMi-core's
+  CUDA_DEVICE_MEMORY_LIMIT_<i> / CUDA_DEVICE_SM_LIMIT / CUDA_DISABLE_CONTROL, our LJRK_* grant variables) in a
+  container or an init container is refused, the message naming the container and the variable; an ephemeral
+  container added with one is refused; CUDA_VISIBLE_DEVICES passes, and so do the stack's own namespace and a
+  namespace labelled exempt;
+* the plan, allocated and fingerprint annotations: refused when a tenant sets them at create or patches them, or
+  binds with a plan; the scheduler's binding with a plan passes, the device plugin marks a pod bound to its own
+  node but not another node's; the tenant's own scheduling requests and later updates of a planned pod pass;
+* node agents: the device plugin and the exporter change their own keys on their own Node only; another Node, a
+  label, another annotation or a taint is refused; the controller writes its state keys on any Node.
+
+The module starts its own API server: the policies would refuse what other modules' tests write on purpose.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_harness import ControlPlane, start_control_plane
+
+from support.polling import wait_for
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+ADMISSION = REPO / "deploy" / "admission"
+STACK = "kube-system"  # the parameter ConfigMap's namespace as shipped
+PLAN, ALLOCATED, FINGERPRINT = ("lj-runtimekit.io/gpu-plan", "lj-runtimekit.io/gpu-allocated",
+                                "lj-runtimekit.io/protocol-fingerprint")
+INVENTORY, EXPORTER_FP, STATE = ("lj-runtimekit.io/gpu-inventory", "lj-runtimekit.io/exporter-protocol-fingerprint",
+                                 "lj-runtimekit.io/runtime-state")
+ENFORCEMENT = "lj-runtimekit.io/share-enforcement"
+SCHEDULER = f"system:serviceaccount:{STACK}:lj-runtimekit-scheduler"
+DEVICE_PLUGIN = f"system:serviceaccount:{STACK}:lj-runtimekit-device-plugin"
+EXPORTER = f"system:serviceaccount:{STACK}:lj-runtimekit-exporter"
+CONTROLLER = f"system:serviceaccount:{STACK}:lj-runtimekit-controller"
+NODE_CLAIM = "authentication.kubernetes.io%2fnode-name"
+POD_CLAIM = "authentication.kubernetes.io%2fpod-name"
+
+
+@pytest.fixture(scope="module")
+def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
+    plane = start_control_plane(k8s_bin_dir)
+    try:
+        kubectl = Path(sys.executable).parent / "kubectl"
+        rendered = subprocess.run([str(kubectl), "kustomize", str(ADMISSION)], capture_output=True, text=True,
+                                  timeout=60, check=True).stdout
+        applied = subprocess.run([str(kubectl), "--kubeconfig", str(plane.kubeconfig), "apply", "--server-side",
+                                  "--field-manager=lj-runtimekit", "-f", "-"], input=rendered, capture_output=True,
+                                 text=True, timeout=60, check=False)
+        assert applied.returncode == 0, applied.stderr
+        yield plane
+    finally:
+        plane.stop()
+
+
+def core(plane: ControlPlane, user: str | None = None, **claims: str) -> Any:
+    """A CoreV1Api acting as ``user`` (None: the admin) with the token claims ``claims`` (header suffix: value)."""
+    from kubernetes import client
+
+    api = plane.api_client()
+    if user is not None:
+        api.set_default_header("Impersonate-User", user)
+        for key, value in claims.items():
+            api.set_default_header(f"Impersonate-Extra-{key}", value)
+    return client.CoreV1Api(api)
+
+
+def pod(name: str, *, env: dict[str, str] | None = None, init_env: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox",
+                                            "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}
+    if init_env is not None:
+        spec["initContainers"] = [{"name": "setup", "image": "busybox",
+                                   "env": [{"name": k, "value": v} for k, v in init_env.items()]}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": spec}
+
+
+def refused(call: Any) -> str:
+    """The message of the 403 that ``call()`` must draw."""
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as caught:
+        call()
+    assert caught.value.status == 403, caught.value.body
+    return str(caught.value.body)
+
+
+@pytest.fixture(scope="module")
+def enforced(plane: ControlPlane) -> ControlPlane:
+    """The plane once all three policies refuse a known-bad request (they take effect asynchronously)."""
+    from kubernetes.client.rest import ApiException
+
+    admin = core(plane)
+    admin.create_namespace({"metadata": {"name": "probe"}})
+    for node in ("node-a", "node-b"):
+        admin.create_node({"metadata": {"name": node, "labels": {"zone": "one"}}})
+    tenant = core(plane, "alice")
+    agent = core(plane, DEVICE_PLUGIN, **{NODE_CLAIM: "node-a"})
+
+    def refuses(call: Any) -> bool:
+        try:
+            call()
+        except ApiException as error:
+            return error.status == 403
+        return False
+
+    probes = [lambda: tenant.create_namespaced_pod("probe", pod("p", env={"NVIDIA_VISIBLE_DEVICES": "all"}),
+                                                   dry_run="All"),
+              lambda: tenant.create_namespaced_pod("probe", pod("p", annotations={PLAN: "{}"}), dry_run="All"),
+              lambda: agent.patch_node("node-b", {"metadata": {"annotations": {INVENTORY: "{}"}}}, dry_run="All")]
+    for probe in probes:
+        assert wait_for(lambda probe=probe: refuses(probe), timeout=60), "the policies never took effect"
+    return plane
+
+
+@pytest.fixture
+def namespace(enforced: ControlPlane) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core(enforced).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+# ---------------------------------------------------------------- environment
+@pytest.mark.parametrize("variable", [
+    "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
+    "CUDA_DISABLE_CONTROL", "LJRK_GPU_UUID_0", "LJRK_MEMORY_LIMIT_BYTES_1", "LJRK_POD_UID"])
+def test_a_tenant_pod_may_not_set_gpu_variables(enforced: ControlPlane, namespace: str, variable: str) -> None:
+    tenant = core(enforced, "alice")
+    message = refused(lambda: tenant.create_namespaced_pod(namespace, pod("p", env={"FOO": "1", variable: "x"})))
+    assert f"container 'main' sets {variable}" in message
+    message = refused(lambda: tenant.create_namespaced_pod(namespace, pod("q", init_env={variable: "x"})))
+    assert f"container 'setup' sets {variable}" in message
+    assert "FOO" not in message
+
+
+def test_legitimate_pods_exempt_namespaces_and_ephemeral_containers(enforced: ControlPlane, namespace: str) -> None:
+    tenant, admin = core(enforced, "alice"), core(enforced)
+    tenant.create_namespaced_pod(namespace, pod("ok", env={"CUDA_VISIBLE_DEVICES": "0",
+                                                          "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}))
+    ephemeral = {"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox",
+                                                   "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}
+    message = refused(lambda: tenant.patch_namespaced_pod_ephemeralcontainers("ok", namespace, ephemeral))
+    assert "ephemeral container 'debug' sets NVIDIA_VISIBLE_DEVICES" in message
+    ephemeral["spec"]["ephemeralContainers"][0]["env"] = [{"name": "FOO", "value": "1"}]
+    tenant.patch_namespaced_pod_ephemeralcontainers("ok", namespace, ephemeral)
+    admin.create_namespaced_pod(STACK, pod(f"runtime-{namespace}", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    admin.create_namespace({"metadata": {"name": f"{namespace}-op", "labels": {
+        "lj-runtimekit.io/gpu-env-exempt": "true"}}})
+    tenant.create_namespaced_pod(f"{namespace}-op", pod("dcgm", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+
+
+# ---------------------------------------------------------------- pod annotations
+def binding(name: str, node: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "annotations": annotations},
+            "target": {"kind": "Node", "name": node}}
+
+
+def test_only_our_components_write_their_pod_annotations(enforced: ControlPlane, namespace: str) -> None:
+    tenant, admin = core(enforced, "alice"), core(enforced)
+    for key in (PLAN, ALLOCATED, FINGERPRINT):
+        message = refused(lambda key=key: tenant.create_namespaced_pod(namespace, pod("p", annotations={key: "1"})))
+        assert f"alice may not set or change annotation {key}" in message
+    requests = {"lj-runtimekit.io/gpu-models": "A100", "lj-runtimekit.io/scheduling-policy": "fgd"}
+    tenant.create_namespaced_pod(namespace, pod("gpu", annotations=requests))
+    tenant.create_namespaced_pod(namespace, pod("other"))
+    message = refused(lambda: tenant.create_namespaced_pod_binding(
+        "gpu", namespace, binding("gpu", "node-a", {PLAN: "{}"}), _preload_content=False))
+    assert "binding of pod" in message
+    assert "only the lj-runtimekit scheduler" in message
+
+    scheduler = core(enforced, SCHEDULER)
+    for name, node in (("gpu", "node-a"), ("other", "node-b")):
+        scheduler.create_namespaced_pod_binding(name, namespace, binding(name, node, {PLAN: '{"v": 1}'}),
+                                                _preload_content=False)
+    assert admin.read_namespaced_pod("gpu", namespace).metadata.annotations[PLAN] == '{"v": 1}'
+    refused(lambda: tenant.patch_namespaced_pod("gpu", namespace, {"metadata": {"annotations": {PLAN: "{}"}}}))
+    refused(lambda: tenant.patch_namespaced_pod("gpu", namespace, {"metadata": {"annotations": {PLAN: None}}}))
+    tenant.patch_namespaced_pod("gpu", namespace, {"metadata": {"labels": {"team": "a"}}})  # plan untouched
+
+    plugin_a = core(enforced, DEVICE_PLUGIN, **{NODE_CLAIM: "node-a"})
+    mark = {"metadata": {"annotations": {ALLOCATED: "1700000000"}}}
+    plugin_a.patch_namespaced_pod("gpu", namespace, mark)
+    message = refused(lambda: plugin_a.patch_namespaced_pod("other", namespace, mark))
+    assert "on the pods bound to its own node" in message
+    refused(lambda: tenant.patch_namespaced_pod("other", namespace, mark))
+    refused(lambda: tenant.patch_namespaced_pod("gpu", namespace, {"metadata": {"annotations": {ALLOCATED: None}}}))
+
+    admin.create_namespaced_pod(STACK, pod(f"sched-{namespace}"))
+    fingerprint = {"metadata": {"annotations": {FINGERPRINT: "0123456789abcdef"}}}
+    core(enforced, SCHEDULER, **{POD_CLAIM: f"sched-{namespace}"}).patch_namespaced_pod(
+        f"sched-{namespace}", STACK, fingerprint)
+    refused(lambda: core(enforced, SCHEDULER, **{POD_CLAIM: "gpu"}).patch_namespaced_pod("gpu", namespace,
+                                                                                         fingerprint))
+
+
+# ---------------------------------------------------------------- nodes
+def test_node_agents_change_only_their_own_keys_on_their_own_node(enforced: ControlPlane) -> None:
+    admin = core(enforced)
+    plugin = core(enforced, DEVICE_PLUGIN, **{NODE_CLAIM: "node-a"})
+    plugin.patch_node("node-a", {"metadata": {"annotations": {INVENTORY: '{"gpus": []}'}}})
+    assert admin.read_node("node-a").metadata.annotations[INVENTORY] == '{"gpus": []}'
+    message = refused(lambda: plugin.patch_node("node-b", {"metadata": {"annotations": {INVENTORY: "{}"}}}))
+    assert "may change only its own Node (its token's node-name claim: node-a), not Node node-b" in message
+    plugin.patch_node("node-a", {"metadata": {"labels": {ENFORCEMENT: "hami-core"}}})  # its one label
+    assert admin.read_node("node-a").metadata.labels[ENFORCEMENT] == "hami-core"
+    message = refused(lambda: plugin.patch_node("node-a", {"metadata": {"labels": {"zone": "two"}}}))
+    assert "label zone" in message
+    refused(lambda: plugin.patch_node("node-b", {"metadata": {"labels": {ENFORCEMENT: "none"}}}))
+    message = refused(lambda: plugin.patch_node("node-a", {"metadata": {"annotations": {STATE: "enabled"}}}))
+    assert f"annotation {STATE}" in message
+    message = refused(lambda: plugin.patch_node("node-a", {"spec": {"taints": [
+        {"key": "k", "value": "v", "effect": "NoSchedule"}]}}))
+    assert "the spec" in message
+    unclaimed = core(enforced, DEVICE_PLUGIN)
+    assert "claim: none" in refused(lambda: unclaimed.patch_node(
+        "node-a", {"metadata": {"annotations": {INVENTORY: "{}"}}}))
+
+    exporter = core(enforced, EXPORTER, **{NODE_CLAIM: "node-b"})
+    exporter.patch_node("node-b", {"metadata": {"annotations": {EXPORTER_FP: "0123456789abcdef"}}})
+    refused(lambda: exporter.patch_node("node-a", {"metadata": {"annotations": {EXPORTER_FP: "0"}}}))
+    refused(lambda: exporter.patch_node("node-b", {"metadata": {"annotations": {INVENTORY: "{}"}}}))
+    refused(lambda: exporter.patch_node("node-b", {"metadata": {"labels": {ENFORCEMENT: "none"}}}))
+
+    controller = core(enforced, CONTROLLER)
+    for node in ("node-a", "node-b"):
+        controller.patch_node(node, {"metadata": {"annotations": {STATE: "enabled"}}})
+    refused(lambda: controller.patch_node("node-a", {"metadata": {"labels": {"zone": "two"}}}))
+    admin.patch_node("node-a", {"metadata": {"labels": {"zone": "two"}}})  # others are not judged
