@@ -173,6 +173,20 @@ def test_forged_plan_naming_a_fully_granted_gpu_is_refused_at_the_runtime(world:
         (victim.uid, "main")]
 
 
+def test_a_deleted_pods_records_do_not_keep_its_successor_out(world: World) -> None:
+    """The scheduler places a pod on a GPU as soon as its previous holder is gone, before the release reconciler's
+    grace ran out: the Runtime refuses for capacity, the plugin releases the records of pods no longer on the node
+    and retries once, and the successor gets its grant."""
+    gone = world.pod("gone", [whole("main", 1)], [whole_plan("main", [0])])
+    world.kubelet.admit(GPU, 1)
+    world.cluster.delete_pod("default", "gone", grace_period_seconds=0)  # gone from the API, as after kubelet
+    successor = world.pod("next", [share("main", core=50, memory=4)], [share_plan("main", 0, core=50, memory_gib=4)])
+    world.kubelet.admit(CORE, 50)
+    held = [(r.pod_uid, r.container) for r in world.in_process_runtime.exporter_data().containers]
+    assert held == [(successor.uid, "main")]
+    assert gone.uid not in {uid for uid, _ in held}
+
+
 class HostileRuntime(RecordingRuntime):
     """A Runtime (say, a fake one serving a replaced socket) that adds ``mounts``/``devices`` to every answer."""
 

@@ -16,14 +16,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
-from domain.device_plugin.cdi import CdiSpec, build_spec
+from domain.device_plugin.cdi import CdiSpec, build_spec, container_devices
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
+from domain.runtime.types import ContainerAllocationRequest
 from ports.cdi import CdiSpecError, CdiSpecStore, HostGpuDevices
 
 log = logging.getLogger(__name__)
+
+
+def resolvable_names(request: ContainerAllocationRequest, resolvable: Collection[str]) -> tuple[str, ...]:
+    """The plan's CDI names that the node's spec resolves (``resolvable``); a name it does not (the spec not written
+    yet, or its folder not writable) is left out and logged, so containerd never fails the container on it: the
+    grant still reaches it through the environment. Raises InvalidRequestError for a malformed GPU UUID."""
+    names = container_devices(request)
+    missing = [n for n in names if n not in resolvable]
+    if missing:
+        log.warning("CDI spec names no %s: the container gets its devices through the environment only",
+                    ", ".join(missing))
+    return tuple(n for n in names if n in resolvable)
 
 
 class CdiPublisher:

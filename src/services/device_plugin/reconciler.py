@@ -100,3 +100,22 @@ class RecordReconciler:
             except Exception:  # an adapter bug must not end the loop
                 log.exception("release pass failed")
             stop.wait(self.interval_s)
+
+
+def release_ended_now(*, node: str, runtime: NodeRuntime, cluster: PodsApi) -> int:
+    """Release at once, without the reconciler's grace, the Runtime records of pods that are no longer on ``node``
+    or have ended, by a fresh list of the node's pods read after the records (so a record is never released for a
+    pod that still runs there); returns how many records were released. For the Allocate that the Runtime refused
+    for capacity: a pod deleted a moment ago still holds its GPU in the Runtime's books until released, while the
+    scheduler already placed its successor there. Raises what :meth:`RecordReconciler.run_once` raises."""
+    records = runtime.exporter_data().containers
+    pods = cluster.list_pods(field_selector=f"spec.nodeName={node}").items if records else ()
+    suspects = frozenset(r.pod_uid for r in records)
+    released = 0
+    for stale in stale_records(records, pods, now=time.time(), grace_s=0.0, suspects=suspects).due:
+        count = runtime.release(stale.pod_uid)
+        released += count
+        log.info("released %d Runtime record(s) of pod %s (%s) to admit a new grant", count, stale.label,
+                 stale.reason.value)
+    return released
+

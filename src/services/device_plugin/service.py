@@ -48,7 +48,6 @@ from typing import Protocol
 
 import attrs
 
-from domain.device_plugin.cdi import container_devices
 from domain.device_plugin.devices import (
     MigResource,
     MigSlot,
@@ -82,9 +81,11 @@ from domain.runtime.types import (
     MigInstanceInfo,
 )
 from ports.cluster import NodesApi, PodsApi
-from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
+from ports.runtime import CapacityExceededError, HealthStream, NodeRuntime, NodeRuntimeError
 
+from .cdi import resolvable_names
 from .marks import AllocatedMarker, PodRef
+from .reconciler import release_ended_now
 
 log = logging.getLogger(__name__)
 
@@ -362,18 +363,7 @@ class DevicePluginService:
         return preferred_ids(available, must_include, size, planned, exact=exact)
 
     def _cdi_names(self, request: ContainerAllocationRequest) -> tuple[str, ...]:
-        """The plan's CDI names that the node's spec resolves; a name it does not (the spec not written yet, or
-        its folder not writable) is left out and logged, so containerd never fails the container on it: the
-        grant still reaches it through the environment. Raises InvalidRequestError for a malformed GPU UUID."""
-        if self.cdi is None:
-            return ()
-        names = container_devices(request)
-        resolvable = self.cdi()
-        missing = [n for n in names if n not in resolvable]
-        if missing:
-            log.warning("CDI spec names no %s: the container gets its devices through the environment only",
-                        ", ".join(missing))
-        return tuple(n for n in names if n in resolvable)
+        return () if self.cdi is None else resolvable_names(request, self.cdi())
 
     def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
         """The response for the container kubelet is admitting (module docstring; a MIG container gets its
@@ -385,7 +375,13 @@ class DevicePluginService:
             if response is None:
                 request = runtime_request(chosen, gpus)
                 names = self._cdi_names(request)  # first: a bad name allocates nothing
-                response = attrs.evolve(self._runtime.allocate(request), cdi_devices=names)
+                try:
+                    answer = self._runtime.allocate(request)
+                except CapacityExceededError:  # an ended pod's records may still hold the GPU: release, retry once
+                    if not release_ended_now(node=self.node, runtime=self._runtime, cluster=self._cluster):
+                        raise
+                    answer = self._runtime.allocate(request)
+                response = attrs.evolve(answer, cdi_devices=names)
                 self.runtime_allocate_calls += 1
                 try:
                     self.allowed.check(response, label=chosen.label)
