@@ -7,7 +7,9 @@ tests are skipped, unless ``LJRK_REQUIRE_K8S=1`` (set by .ci/run), which turns t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,3 +175,13 @@ def real_node(kubelet_plane: ControlPlane, real_node_files: Path) -> Iterator[An
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short folder under /tmp for unix sockets (their paths are limited to 107 bytes; pytest's tmp_path can be
+    longer), removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix="ljrk-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+

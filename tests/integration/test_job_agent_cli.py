@@ -15,11 +15,9 @@ Behaviours covered:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,13 +32,6 @@ LJRK = [sys.executable, "-c", "import sys; from entrypoints.cli import main; sys
 """The ``ljrk`` console script's entry point, run with this interpreter (no dependency on PATH)."""
 ENV = {**os.environ, "PYTHONWARNINGS": "error"}
 
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory under /tmp (unix socket paths are limited to 107 bytes; pytest's tmp_path can be long)."""
-    directory = Path(tempfile.mkdtemp(prefix="ljrk-ja-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 class Runtime:

@@ -14,54 +14,24 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
+from runtime_node import RunningRuntime
+from runtime_node import start as start_runtime
 
-from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
 from adapters.statefile import JsonRuntimeStateStore
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
 from domain.units import GiB
-from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
-from entrypoints.runtime.containers import RuntimeContainer
 from ports.runtime import CapacityExceededError
 
 
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory under /tmp (unix socket paths are limited to 107 bytes)."""
-    directory = Path(tempfile.mkdtemp(prefix="ljrk-cap-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
+def start(directory: Path) -> RunningRuntime:
+    """One simulated 16 GiB A100."""
+    return start_runtime(directory, "1x16Gi:A100")
 
 
-@attrs.define
-class Node:
-    app: RuntimeApp
-    runtime: GrpcNodeRuntime
-    config: GrpcNodeConfig
-
-    def stop(self) -> None:
-        self.runtime.close()
-        self.config.close()
-        self.app.stop(0.5)
-
-
-def start(directory: Path) -> Node:
-    settings = RuntimeSettings(socket=directory / "runtime.sock", backend="simulated", simulated_gpus="1x16Gi:A100",
-                               state_dir=directory / "state", seed="node-1")
-    app = RuntimeContainer(settings=settings).app()
-    app.start()
-    runtime = GrpcNodeRuntime.connect(settings.socket, timeout_s=5)
-    runtime.wait_ready(5)
-    return Node(app, runtime, GrpcNodeConfig.connect(settings.socket, timeout_s=5))
-
-
-def eighty_percent(node: Node, pod: int) -> ContainerAllocationRequest:
+def eighty_percent(node: RunningRuntime, pod: int) -> ContainerAllocationRequest:
     uuid = node.runtime.list_devices()[0].gpu.uuid
     return ContainerAllocationRequest(f"uid-{pod}", "tenant", f"pod-{pod}", "main",
                                       (PlannedGpu(0, uuid, core_milli=800, memory_bytes=12 * GiB),))

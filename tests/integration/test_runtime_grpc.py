@@ -30,11 +30,9 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -42,75 +40,35 @@ from pathlib import Path
 
 import attrs
 import pytest
+from runtime_node import SPEC, RunningRuntime, start
 
-from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
-from adapters.simulated import SimulatedGpuBackend
+from adapters.grpc import GrpcNodeRuntime
 from adapters.statefile import JsonRuntimeStateStore
 from domain.gpu import Health
 from domain.mig.gpu import MigOwner, PlacementMode
 from domain.runtime.types import ContainerAllocationRequest, HealthChange, PlannedGpu, PlannedMig, RuntimeState
 from domain.units import GiB
 from entrypoints.runtime.__main__ import main
-from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
+from entrypoints.runtime.app import RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
 from ports.runtime import RuntimeDisabledError, UnsupportedFeatureError
 from support.polling import wait_for
 
-SPEC = "2x16Gi:A100"
-
 
 @pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory under /tmp (unix socket paths are limited to 107 bytes; pytest's tmp_path can be long)."""
-    directory = Path(tempfile.mkdtemp(prefix="ljrk-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-@attrs.define
-class Running:
-    container: RuntimeContainer
-    app: RuntimeApp
-    runtime: GrpcNodeRuntime
-    config: GrpcNodeConfig
-
-    @property
-    def backend(self) -> SimulatedGpuBackend:
-        backend = self.container.backend()
-        assert isinstance(backend, SimulatedGpuBackend)
-        return backend
-
-    def stop(self) -> None:
-        self.runtime.close()
-        self.config.close()
-        self.app.stop(0.5)
-
-
-def start(directory: Path, spec: str = SPEC, mig: PlacementMode = PlacementMode.STATIC) -> Running:
-    settings = RuntimeSettings(socket=directory / "runtime.sock", backend="simulated", simulated_gpus=spec,
-                               state_dir=directory / "state", seed="node-1", mig_strategy=mig)
-    container = RuntimeContainer(settings=settings)
-    app = container.app()
-    app.start()
-    runtime = GrpcNodeRuntime.connect(settings.socket, timeout_s=5)
-    runtime.wait_ready(5)
-    return Running(container, app, runtime, GrpcNodeConfig.connect(settings.socket, timeout_s=5))
-
-
-@pytest.fixture
-def running(sock_dir: Path) -> Iterator[Running]:
+def running(sock_dir: Path) -> Iterator[RunningRuntime]:
     node = start(sock_dir)
     yield node
     node.stop()
 
 
-def allocation(running: Running, container: str = "main", core: int = 500) -> ContainerAllocationRequest:
+def allocation(running: RunningRuntime, container: str = "main", core: int = 500) -> ContainerAllocationRequest:
     uuid = running.runtime.list_devices()[0].gpu.uuid
     return ContainerAllocationRequest("pod-uid-1", "team-a", "trainer", container,
                                       (PlannedGpu(0, uuid, core_milli=core, memory_bytes=4 * GiB),))
 
 
-def test_every_rpc_round_trips(running: Running) -> None:
+def test_every_rpc_round_trips(running: RunningRuntime) -> None:
     info = running.runtime.get_version()
     assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.1.0", "simulated")
     devices = running.runtime.list_devices()
@@ -135,7 +93,7 @@ def test_every_rpc_round_trips(running: Running) -> None:
     assert running.runtime.release("pod-uid-1") == 1
 
 
-def test_allocate_is_idempotent_and_release_forgets(running: Running) -> None:
+def test_allocate_is_idempotent_and_release_forgets(running: RunningRuntime) -> None:
     first = running.runtime.allocate(allocation(running))
     assert running.runtime.allocate(allocation(running)) == first
     assert len(running.runtime.exporter_data().containers) == 1
@@ -170,7 +128,7 @@ def test_restart_keeps_config_state_and_allocations(sock_dir: Path) -> None:
         node.stop()
 
 
-def test_capability_check_refuses_a_missing_feature(running: Running) -> None:
+def test_capability_check_refuses_a_missing_feature(running: RunningRuntime) -> None:
     info = running.runtime.get_version()
     info.require("allocate", "health-watch", "exporter-data", "config-service", "hami-core-env")
     info.require("mig-inventory", "mig-allocate", "mig-exporter-data", "mig-partitions")
@@ -224,7 +182,7 @@ def test_dynamic_mig_creates_at_allocate_survives_a_restart_and_destroys_at_rele
         node.stop()
 
 
-def test_watch_health_sees_an_injected_change_within_1s(running: Running) -> None:
+def test_watch_health_sees_an_injected_change_within_1s(running: RunningRuntime) -> None:
     stream = running.runtime.watch_health()
     received: queue.Queue[HealthChange] = queue.Queue()
     reader = threading.Thread(target=lambda: [received.put(c) for c in stream], daemon=True)
@@ -390,7 +348,7 @@ def test_yaml_mig_inventory_is_served_and_its_instances_handed_out(sock_dir: Pat
     assert result == [0]
 
 
-def test_a_second_runtime_refuses_a_socket_that_is_still_served(running: Running, sock_dir: Path) -> None:
+def test_a_second_runtime_refuses_a_socket_that_is_still_served(running: RunningRuntime, sock_dir: Path) -> None:
     """A live socket is never taken over (that would strand the first Runtime); a stale one is replaced."""
     settings = RuntimeSettings(socket=sock_dir / "runtime.sock", backend="simulated", simulated_gpus=SPEC,
                                state_dir=sock_dir / "state2", seed="node-1")

@@ -10,11 +10,8 @@ the contract's unavailable error, naming the Runtime.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +22,6 @@ from domain.units import GiB
 from entrypoints.runtime.app import RuntimeApp, RuntimeSettings
 from entrypoints.runtime.containers import RuntimeContainer
 from ports.runtime import NodeRuntimeError
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="ljrk-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def serve(directory: Path) -> RuntimeApp:

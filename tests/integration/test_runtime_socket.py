@@ -10,13 +10,8 @@ Behaviours covered:
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
 from adapters.grpc.server import RUNTIME_SOCKET_MODE
@@ -26,12 +21,6 @@ from entrypoints.runtime.inprocess import InProcessRuntime
 
 GPUS = [Gpu(0, GpuUuid("GPU-sock-0"), "A100", 16 * GiB)]
 
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="ljrk-sock-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _serve_under_umask(path: Path, umask: int, **kwargs: int) -> GrpcRuntimeServer:
