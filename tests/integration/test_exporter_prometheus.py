@@ -40,8 +40,9 @@ from typing import Any
 import attrs
 import grpc
 import pytest
+from runtime_node import RunningRuntime
 from test_exporter_cli import FakePodResources, _free_port, _get, _scrape, _wait
-from test_runtime_grpc import LJRK, Running
+from test_runtime_grpc import LJRK
 
 from adapters.grpc import GrpcNodeConfig, GrpcNodeRuntime
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
@@ -142,7 +143,7 @@ class Stack:
     """Runtime, fake kubelet pod-resources and the exporter process (the ``stack`` fixture stops them)."""
 
     root: Path
-    node: Running
+    node: RunningRuntime
     kubelet: FakePodResources
     exporter: subprocess.Popen[bytes]
     port: int
@@ -167,7 +168,7 @@ class Stack:
         return self.exporter.returncode
 
 
-def _start_runtime(root: Path, cleanup: contextlib.ExitStack) -> Running:
+def _start_runtime(root: Path, cleanup: contextlib.ExitStack) -> RunningRuntime:
     (root / "gpus.yaml").write_text(INVENTORY)
     settings = RuntimeSettings(socket=root / "rt.sock", backend="simulated", simulated_gpus_file=root / "gpus.yaml",
                                state_dir=root / "state", log_level="WARNING")
@@ -178,7 +179,7 @@ def _start_runtime(root: Path, cleanup: contextlib.ExitStack) -> Running:
     runtime = cleanup.enter_context(GrpcNodeRuntime.connect(settings.socket, timeout_s=5))
     runtime.wait_ready(5)
     config = cleanup.enter_context(GrpcNodeConfig.connect(settings.socket, timeout_s=5))
-    return Running(container, app, runtime, config)
+    return RunningRuntime(container, app, runtime, config)
 
 
 def _exporter_env() -> dict[str, str]:
