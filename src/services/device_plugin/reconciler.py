@@ -66,25 +66,10 @@ class RecordReconciler:
         Runtime's records cannot be read and ``ports.cluster.ClusterError`` when the pods cannot be listed (nothing
         released then); a failed Release is logged, not raised."""
         with self._lock:
-            records = self._runtime.exporter_data().containers
-            selector = f"spec.nodeName={self.node}"
-            pods = self._cluster.list_pods(field_selector=selector).items if records else ()  # after the records
-            decision = stale_records(records, pods, now=self._clock(), grace_s=self.grace_s, suspects=self._suspects)
+            decision, count = release_pass(node=self.node, runtime=self._runtime, cluster=self._cluster,
+                                           now=self._clock(), grace_s=self.grace_s, suspects=self._suspects)
             self._suspects = decision.seen
-            for stale in decision.due:
-                try:
-                    count = self._runtime.release(stale.pod_uid)
-                except NodeRuntimeError as error:  # e.g. a MIG instance that cannot be destroyed yet: next pass
-                    log.warning("cannot release the Runtime records of pod %s (%s): %s; retrying", stale.label,
-                                stale.reason.value, error)
-                    continue
-                self.released += count
-                if not count:  # released by someone else since step 1 (module docstring)
-                    log.debug("records of pod %s were already released", stale.label)
-                    continue
-                age = "unknown" if stale.age_s is None else f"{stale.age_s:.0f} s"
-                log.info("released %d Runtime record(s) of pod %s (%s; containers %s; allocated %s ago)", count,
-                         stale.label, stale.reason.value, ", ".join(stale.containers), age)
+            self.released += count
             self.passes += 1
             return decision
 
@@ -102,20 +87,41 @@ class RecordReconciler:
             stop.wait(self.interval_s)
 
 
-def release_ended_now(*, node: str, runtime: NodeRuntime, cluster: PodsApi) -> int:
-    """Release at once, without the reconciler's grace, the Runtime records of pods that are no longer on ``node``
-    or have ended, by a fresh list of the node's pods read after the records (so a record is never released for a
-    pod that still runs there); returns how many records were released. For the Allocate that the Runtime refused
-    for capacity: a pod deleted a moment ago still holds its GPU in the Runtime's books until released, while the
-    scheduler already placed its successor there. Raises what :meth:`RecordReconciler.run_once` raises."""
+def release_pass(
+    *, node: str, runtime: NodeRuntime, cluster: PodsApi, now: float, grace_s: float,
+    suspects: frozenset[str] | None,
+) -> tuple[ReleaseDecision, int]:
+    """Steps 1-3 of the module docstring at ``now`` (epoch s) with ``grace_s``; ``suspects``: the pod UIDs the
+    previous pass found stale, or None to treat every record as one (release without grace). Returns the decision
+    and how many records were released. Raises ``NodeRuntimeError`` when the records cannot be read and
+    ``ClusterError`` when the pods cannot be listed (nothing released then); a failed Release is logged, not
+    raised."""
     records = runtime.exporter_data().containers
-    pods = cluster.list_pods(field_selector=f"spec.nodeName={node}").items if records else ()
-    suspects = frozenset(r.pod_uid for r in records)
+    pods = cluster.list_pods(field_selector=f"spec.nodeName={node}").items if records else ()  # after the records
+    if suspects is None:
+        suspects = frozenset(r.pod_uid for r in records)
+    decision = stale_records(records, pods, now=now, grace_s=grace_s, suspects=suspects)
     released = 0
-    for stale in stale_records(records, pods, now=time.time(), grace_s=0.0, suspects=suspects).due:
-        count = runtime.release(stale.pod_uid)
+    for stale in decision.due:
+        try:
+            count = runtime.release(stale.pod_uid)
+        except NodeRuntimeError as error:  # e.g. a MIG instance that cannot be destroyed yet: next pass
+            log.warning("cannot release the Runtime records of pod %s (%s): %s; retrying", stale.label,
+                        stale.reason.value, error)
+            continue
         released += count
-        log.info("released %d Runtime record(s) of pod %s (%s) to admit a new grant", count, stale.label,
-                 stale.reason.value)
-    return released
+        if not count:  # released by someone else since step 1 (module docstring)
+            log.debug("records of pod %s were already released", stale.label)
+            continue
+        age = "unknown" if stale.age_s is None else f"{stale.age_s:.0f} s"
+        log.info("released %d Runtime record(s) of pod %s (%s; containers %s; allocated %s ago)", count,
+                 stale.label, stale.reason.value, ", ".join(stale.containers), age)
+    return decision, released
 
+
+def release_ended_now(*, node: str, runtime: NodeRuntime, cluster: PodsApi) -> int:
+    """:func:`release_pass` without grace: release at once the Runtime records of pods no longer on ``node`` or
+    ended; returns how many records were released. For the Allocate that the Runtime refused for capacity: a pod
+    deleted a moment ago still holds its GPU in the Runtime's books until released, while the scheduler already
+    placed its successor there. Raises what :func:`release_pass` raises."""
+    return release_pass(node=node, runtime=runtime, cluster=cluster, now=time.time(), grace_s=0.0, suspects=None)[1]
