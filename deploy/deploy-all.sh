@@ -18,7 +18,8 @@
 # --with-monitoring      add monitoring to the components (all of them by default)
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
-# --namespace NS         namespace of every namespaced object, and of the RBAC subjects (default: kube-system)
+# --namespace NS         namespace of every namespaced object, and of the RBAC subjects (default: kube-system),
+#                        but the toggle Jobs' own namespace lj-runtimekit-jobs (deploy/jobs, with the controller)
 # --kube-scheduler-tag T tag of registry.k8s.io/kube-scheduler: use your control plane's version (>= v1.25);
 #                        a warning on stderr when its minor is not the API server's (kubectl version)
 # --dry-run              deploy/delete with --dry-run=server: the API server validates, nothing changes
@@ -40,6 +41,7 @@ OPTIONAL_COMPONENTS=(monitoring)  # not in the default set: needs prometheus-ope
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
 FIELD_MANAGER="lj-runtimekit"
+JOBS_NAMESPACE="lj-runtimekit-jobs"  # deploy/jobs/kustomization.yaml's namespace
 
 die() {  # die CODE MESSAGE
     echo "$PROG: error: $2" >&2
@@ -192,19 +194,41 @@ trap 'rm -rf "$workdir"' EXIT
 
 render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the chosen components) with the overrides
     cp -R "$DEPLOY_DIR" "$workdir/deploy"
-    local overlay="$workdir/overlay" c image
-    mkdir -p "$overlay"
+    local overlay="$workdir/overlay" stack="$workdir/stack" c image
+    mkdir -p "$overlay" "$stack"
+    # The chosen components under --namespace; the Jobs' namespace (deploy/jobs, with the controller) beside them,
+    # left where it is but for its RoleBinding's subject, the controller's ServiceAccount in --namespace.
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"
         echo "kind: Kustomization"
         [[ -z "$namespace" ]] || echo "namespace: $namespace"
         echo "resources:"
-        if [[ ${#core[@]} -eq ${#ALL_COMPONENTS[@]} ]]; then
-            echo "- ../deploy"  # deploy/kustomization.yaml, with whatever it adds
-        else
-            for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
-        fi
+        for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
         [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
+    } > "$stack/kustomization.yaml"
+    {
+        echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+        echo "kind: Kustomization"
+        echo "resources:"
+        if [[ ${#core[@]} -eq ${#ALL_COMPONENTS[@]} && -z "$namespace" && $jobs_contents -eq 1 ]]; then
+            echo "- ../deploy"  # deploy/kustomization.yaml, with whatever it adds
+            [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
+        else
+            echo "- ../stack"
+            if [[ " ${core[*]} " == *" controller "* && $jobs_contents -eq 0 ]]; then
+                mkdir -p "$workdir/jobs-namespace"
+                cp "$workdir/deploy/jobs/01-namespace.yaml" "$workdir/jobs-namespace/"
+                printf 'resources:\n- 01-namespace.yaml\n' > "$workdir/jobs-namespace/kustomization.yaml"
+                echo "- ../jobs-namespace"
+            elif [[ " ${core[*]} " == *" controller "* ]]; then
+                echo "- ../deploy/jobs"
+                if [[ -n "$namespace" ]]; then
+                    echo "patches:"
+                    echo "- target: {kind: RoleBinding, name: lj-runtimekit-controller-jobs}"
+                    echo "  patch: '[{\"op\": \"replace\", \"path\": \"/subjects/0/namespace\", \"value\": \"$namespace\"}]'"
+                fi
+            fi
+        fi
         if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then
             echo "images:"
             if [[ -n "$registry" || -n "$tag" ]]; then
@@ -222,6 +246,16 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
     } > "$overlay/kustomization.yaml"
     "$kubectl_bin" kustomize "$overlay"
 }
+
+# A server-side dry run cannot place objects in a namespace that does not exist yet: on a cluster without the Jobs'
+# namespace it checks that namespace alone, not what goes in it (a real deploy creates it first, then its contents).
+jobs_contents=1
+if [[ "$action" == "deploy" && $dry_run -eq 1 && " ${core[*]} " == *" controller "* ]] \
+        && ! "$kubectl_bin" get namespace "$JOBS_NAMESPACE" >/dev/null 2>&1; then
+    jobs_contents=0
+    echo "$PROG: namespace $JOBS_NAMESPACE does not exist; this dry run checks the namespace but not the" \
+        "ServiceAccount, Role and RoleBinding a deploy without --dry-run creates in it" >&2
+fi
 
 rendered="$workdir/rendered.yaml"
 render > "$rendered" || die 1 "kubectl kustomize failed"

@@ -8,7 +8,9 @@ Behaviours covered:
 * the same with ``--namespace`` and a subset of components, and plain ``kubectl apply -k deploy/``;
 * a real ``deploy`` creates the namespace (labelled for privileged pods) and every object, a second ``deploy`` is
   a clean no-op re-apply, ``delete`` removes every object again, cluster-scoped RBAC and the admission policies
-  included (deploy/admission, whose parameter ConfigMap follows ``--namespace``);
+  included (deploy/admission, whose parameter ConfigMap follows ``--namespace``); the toggle Jobs' namespace
+  (deploy/jobs) stays ``lj-runtimekit-jobs`` and binds the controller of ``--namespace``, and ``delete`` waits
+  until it is gone; a dry run on a cluster without it checks the namespace alone and says so;
 * the optional ``monitoring`` component: ``deploy --with-monitoring`` is refused, naming the missing CRD, while the
   cluster lacks prometheus-operator's CRDs, and nothing is applied; once minimal CRDs for PodMonitor and
   PrometheusRule exist (``x-kubernetes-preserve-unknown-fields``), the discovery the script checks lists both.
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.k8s
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "deploy-all.sh"
+JOBS_NAMESPACE = "lj-runtimekit-jobs"  # deploy/jobs
 
 
 def kubectl() -> str:
@@ -55,7 +58,9 @@ def kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
-    plane = start_control_plane(k8s_bin_dir, extra_apiserver_args=["--allow-privileged=true"])
+    # the namespace controller: `deploy-all.sh delete` waits until the Jobs' namespace is gone
+    plane = start_control_plane(k8s_bin_dir, extra_apiserver_args=["--allow-privileged=true"], controller_manager=True,
+                                controllers=("namespace",))
     try:
         yield plane
     finally:
@@ -87,8 +92,26 @@ def applied_lines(objects: list[dict[str, Any]], suffix: str) -> set[str]:
     return lines
 
 
+def jobs_namespace(plane: ControlPlane, *, present: bool) -> None:
+    """Create (as a deploy would) or delete (waiting until it is gone) the Jobs' namespace."""
+    if present:
+        result = run(plane, kubectl(), "apply", "--server-side", "-f", str(REPO / "deploy/jobs/01-namespace.yaml"))
+    else:
+        result = run(plane, kubectl(), "delete", "--ignore-not-found", "--timeout=100s", "namespace", JOBS_NAMESPACE)
+    assert result.returncode == 0, result.stderr
+
+
 def test_server_side_dry_run_accepts_every_object(plane: ControlPlane) -> None:
     objects = rendered(plane)
+    jobs_namespace(plane, present=False)
+    first = deploy_all(plane, "deploy", "--dry-run")
+    assert first.returncode == 0, first.stderr
+    inside = {o["metadata"]["name"] for o in objects if o["metadata"].get("namespace") == JOBS_NAMESPACE}
+    assert inside == {"lj-runtimekit-job-agent", "lj-runtimekit-controller-jobs"}
+    outside = [o for o in objects if o["metadata"].get("namespace") != JOBS_NAMESPACE]
+    assert set(first.stdout.splitlines()) == applied_lines(outside, "serverside-applied (server dry run)")
+    assert f"namespace {JOBS_NAMESPACE} does not exist" in first.stderr  # what it could not check, said
+    jobs_namespace(plane, present=True)
     result = deploy_all(plane, "deploy", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.splitlines()) == applied_lines(objects, "serverside-applied (server dry run)")
@@ -106,6 +129,7 @@ def test_dry_run_in_another_namespace_with_some_components(plane: ControlPlane) 
 
 
 def test_plain_kubectl_apply_k_accepts_the_stack(plane: ControlPlane) -> None:
+    jobs_namespace(plane, present=True)  # a real apply creates it first; a dry run cannot
     result = run(plane, kubectl(), "apply", "--server-side", "--dry-run=server", "-k", str(REPO / "deploy"))
     assert result.returncode == 0, result.stderr
 
@@ -119,13 +143,18 @@ def test_deploy_redeploy_and_delete(plane: ControlPlane) -> None:
     labels = run(plane, kubectl(), "get", "namespace", namespace, "-o",
                  "jsonpath={.metadata.labels.pod-security\\.kubernetes\\.io/enforce}")
     assert labels.stdout == "privileged"
-    listed = run(plane, kubectl(), "get", "-n", namespace, "daemonsets,deployments,configmaps,serviceaccounts",
-                 "-o", "name")
-    for obj in objects:
-        if obj["kind"] in ("DaemonSet", "Deployment", "ConfigMap", "ServiceAccount"):
-            group = obj["apiVersion"].rpartition("/")[0]
-            assert f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}" in \
-                listed.stdout.splitlines()
+    for where in (namespace, JOBS_NAMESPACE):
+        listed = run(plane, kubectl(), "get", "-n", where, "daemonsets,deployments,configmaps,serviceaccounts,"
+                     "roles,rolebindings", "-o", "name")
+        for obj in objects:
+            if obj["metadata"].get("namespace") == where and obj["kind"] in (
+                    "DaemonSet", "Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding"):
+                group = obj["apiVersion"].rpartition("/")[0]
+                assert f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}" in \
+                    listed.stdout.splitlines()
+    binding = run(plane, kubectl(), "get", "rolebinding", "-n", JOBS_NAMESPACE, "lj-runtimekit-controller-jobs",
+                  "-o", "jsonpath={.subjects[0].namespace}")
+    assert binding.stdout == namespace  # the controller of --namespace runs the Jobs
 
     again = deploy_all(plane, "deploy", "--namespace", namespace)
     assert again.returncode == 0, again.stderr
@@ -139,6 +168,7 @@ def test_deploy_redeploy_and_delete(plane: ControlPlane) -> None:
     cluster = run(plane, kubectl(), "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
                   "validatingadmissionpolicybindings", "-o", "name")
     assert [line for line in cluster.stdout.splitlines() if "lj-runtimekit" in line] == []
+    assert run(plane, kubectl(), "get", "namespace", JOBS_NAMESPACE).returncode == 1  # gone, not terminating
 
 
 def test_documented_configmap_edit_apply_restart_and_deploy_all(plane: ControlPlane, tmp_path: Path) -> None:

@@ -55,7 +55,9 @@ pytestmark = [pytest.mark.kubelet, pytest.mark.k8s, pytest.mark.images]
 
 NODE = "ljrk-deploy-node"
 NAMESPACE = "kube-system"
-CONTROLLERS = ("job", "daemonset", "deployment", "replicaset", "garbagecollector", "ttl-after-finished")
+JOBS_NAMESPACE = "lj-runtimekit-jobs"  # deploy/jobs: where the controller runs its toggle Jobs
+CONTROLLERS = ("job", "daemonset", "deployment", "replicaset", "garbagecollector", "ttl-after-finished",
+               "namespace")
 COMPONENTS = ("runtime", "device-plugin", "exporter", "scheduler", "controller")
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 NEW_CORE = "example.com/gpu-core.percentage"
@@ -379,7 +381,7 @@ def test_label_false_disables_the_node_through_a_job(api: Any, deployed: Deploye
 
     def disabled() -> bool:
         listed = client.BatchV1Api(api).list_namespaced_job(
-            NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items
+            JOBS_NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items
         jobs.update(j.metadata.name for j in listed if "disable" in j.metadata.name)
         return _state(api) == "disabled"
 
@@ -415,7 +417,7 @@ def test_delete_removes_everything_deploy_created(api: Any, deployed: Deployed) 
         left += [f"Pod {p.metadata.name}" for p in core.list_namespaced_pod(
             NAMESPACE, label_selector="app.kubernetes.io/name=lj-runtimekit").items]
         left += [f"Job {j.metadata.name}" for j in batch.list_namespaced_job(
-            NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items]
+            JOBS_NAMESPACE, label_selector="app.kubernetes.io/managed-by=lj-runtimekit-controller").items]
         return left
 
     try:

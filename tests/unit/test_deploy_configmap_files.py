@@ -73,7 +73,7 @@ def copy_deploy(target: Path) -> Path:
     root.mkdir()
     for name in ("protocol.yaml", "kustomization.yaml", "generate.py", "deploy-all.sh"):
         shutil.copy2(DEPLOY / name, root / name)
-    for component in [*COMPONENTS, "admission"]:
+    for component in [*COMPONENTS, "jobs", "admission"]:
         shutil.copytree(DEPLOY / component, root / component)
     return root
 

@@ -45,6 +45,8 @@ PROTOCOL_FILE = DEPLOY / "protocol.yaml"
 KUBERNETES_VERSIONS = ("1.28", "1.30", "1.32", "1.34", "1.35")
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 NAMESPACE = "kube-system"
+JOBS_NAMESPACE = "lj-runtimekit-jobs"
+"""deploy/jobs: the toggle Jobs' own namespace (the controller's --namespace)."""
 
 COMPONENTS: dict[str, dict[str, Any]] = {
     # folder: workload (kind, name), ConfigMap, ServiceAccount, entrypoint package, workload file
@@ -91,11 +93,12 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
     "scheduler": {
         ("ClusterRole", "lj-runtimekit-scheduler"): {
             ("", "nodes", "get", ""), ("", "nodes", "list", ""), ("", "nodes", "watch", ""),
-            ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""), ("", "pods", "patch", ""),
+            ("", "pods", "get", ""), ("", "pods", "list", ""), ("", "pods", "watch", ""),
             ("", "pods/binding", "create", ""), ("", "events", "create", ""), ("", "events", "patch", ""),
             *{("", "configmaps", verb, "extension-apiserver-authentication") for verb in ("get", "list", "watch")},
         },
         ("Role", "lj-runtimekit-scheduler"): {
+            ("", "pods", "patch", ""),  # the fingerprint on its own Pod (deploy/admission: only that)
             ("coordination.k8s.io", "leases", "create", ""),
             *{("coordination.k8s.io", "leases", verb, name) for verb in ("get", "update")
               for name in ("lj-runtimekit-scheduler", "lj-runtimekit-kube-scheduler")},
@@ -106,14 +109,16 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
             *{("", "nodes", verb, "") for verb in ("get", "list", "watch", "patch")}, ("", "events", "create", ""),
             ("", "events", "patch", "")},
         ("Role", "lj-runtimekit-controller"): {
-            *{("batch", "jobs", verb, "") for verb in ("get", "list", "watch", "create", "delete")},
-            ("", "pods", "list", ""), ("", "pods", "patch", ""),  # patch: the fingerprint on its own Pod
+            ("", "pods", "patch", ""),  # the fingerprint on its own Pod (deploy/admission: only that)
             ("coordination.k8s.io", "leases", "create", ""),
             ("coordination.k8s.io", "leases", "get", "lj-runtimekit-controller"),
             ("coordination.k8s.io", "leases", "update", "lj-runtimekit-controller"),
         },
     },
 }
+JOBS_RBAC = {("Role", "lj-runtimekit-controller-jobs"): {
+    *{("batch", "jobs", verb, "") for verb in ("get", "list", "watch", "create", "delete")}, ("", "pods", "list", "")}}
+"""The controller's rights in the Jobs' namespace (deploy/jobs): its Jobs and their pods' termination messages."""
 BUILT_IN_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
 """Cluster roles of kube-scheduler bound for the scheduler pod's ServiceAccount (they exist in every cluster)."""
 
@@ -208,13 +213,15 @@ def test_kustomize_renders_the_stack_in_kube_system(rendered: list[dict[str, Any
         find(rendered, kind, name)
         find(rendered, "ConfigMap", facts["configmap"])
         find(rendered, "ServiceAccount", facts["account"])
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "Namespace", *ADMISSION_KINDS}
+    jobs = {(o["kind"], o["metadata"]["name"]) for o in docs(kustomize(DEPLOY / "jobs"))}
     for obj in rendered:
-        expected = None if obj["kind"] in cluster_scoped else NAMESPACE
+        key = (obj["kind"], obj["metadata"]["name"])
+        expected = None if obj["kind"] in cluster_scoped else JOBS_NAMESPACE if key in jobs else NAMESPACE
         assert obj["metadata"].get("namespace") == expected, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-@pytest.mark.parametrize("component", [*COMPONENTS, "admission"])
+@pytest.mark.parametrize("component", [*COMPONENTS, "jobs", "admission"])
 def test_each_component_renders_alone(component: str, rendered: list[dict[str, Any]]) -> None:
     alone = docs(kustomize(DEPLOY / component))
     assert alone, component
@@ -272,7 +279,7 @@ def _copy_deploy(target: Path) -> Path:
     root.mkdir()
     for name in ("protocol.yaml", "kustomization.yaml", "generate.py", "deploy-all.sh"):
         shutil.copy2(DEPLOY / name, root / name)
-    for component in [*COMPONENTS, "admission"]:
+    for component in [*COMPONENTS, "jobs", "admission"]:
         shutil.copytree(DEPLOY / component, root / component)
     return root
 
@@ -458,6 +465,47 @@ def test_accounts_without_api_access_mount_no_token(rendered: list[dict[str, Any
     assert "--job-service-account=lj-runtimekit-job-agent" in pod_spec(controller)["containers"][0]["args"]
 
 
+def test_the_jobs_namespace_holds_only_the_job_agent_and_the_controllers_rights(
+        rendered: list[dict[str, Any]]) -> None:
+    jobs = docs(kustomize(DEPLOY / "jobs"))
+    namespace = find(jobs, "Namespace", JOBS_NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # the hostPath
+    assert [o["metadata"]["name"] for o in jobs if o["kind"] == "ServiceAccount"] == ["lj-runtimekit-job-agent"]
+    roles = {(o["kind"], o["metadata"]["name"]): _rules(o) for o in jobs if o["kind"] in ("Role", "ClusterRole")}
+    assert roles == JOBS_RBAC
+    binding = find(jobs, "RoleBinding", "lj-runtimekit-controller-jobs")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lj-runtimekit-controller",
+                                    "namespace": NAMESPACE}]
+    args = pod_spec(find(rendered, "Deployment", "lj-runtimekit-controller"))["containers"][0]["args"]
+    assert f"--namespace={JOBS_NAMESPACE}" in args
+    assert "--lease-namespace=$(POD_NAMESPACE)" in args
+    assert not any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "lj-runtimekit-job-agent"
+                   for o in docs(kustomize(DEPLOY / "controller")))
+
+
+def test_network_policies_admit_only_the_declared_ports_from_labelled_namespaces(
+        rendered: list[dict[str, Any]]) -> None:
+    policies = [o for o in rendered if o["kind"] == "NetworkPolicy"]
+    for component, facts in COMPONENTS.items():
+        workload = find(rendered, *facts["workload"])
+        spec = pod_spec(workload)
+        ports = {p["name"] for c in spec["containers"] for p in c.get("ports", [])}
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        selecting = [p for p in policies
+                     if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+        if not ports:
+            assert not selecting, component  # the Runtime listens on its socket only
+            continue
+        assert len(selecting) == 1, component
+        policy = selecting[0]["spec"]
+        assert policy["policyTypes"] == ["Ingress"]
+        assert len(policy["ingress"]) == 1
+        rule = policy["ingress"][0]
+        assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"lj-runtimekit.io/metrics-scraper": "true"}}}]
+        assert {p["port"] for p in rule["ports"]} == ports, component
+        assert all(p["protocol"] == "TCP" for p in rule["ports"])
+
+
 # ---------------------------------------------------------------- scheduler
 def test_kube_scheduler_configuration_matches_the_extender(rendered: list[dict[str, Any]],
                                                           configmaps: dict[str, dict[str, str]]) -> None:
@@ -538,11 +586,14 @@ def test_deploy_all_overrides_images_namespace_and_components(components: list[s
                         "--kube-scheduler-tag=v1.30.4")
     assert result.returncode == 0, result.stderr
     objects = docs(result.stdout)
-    expected = {(o["kind"], o["metadata"]["name"]) for c in components for o in docs(kustomize(DEPLOY / c))}
+    parts = [*components, "jobs"]  # the Jobs' namespace comes with the controller
+    expected = {(o["kind"], o["metadata"]["name"]) for c in parts for o in docs(kustomize(DEPLOY / c))}
     assert {(o["kind"], o["metadata"]["name"]) for o in objects} == expected
     images = set()
     for obj in objects:
-        assert obj["metadata"].get("namespace") in (None, "gpu-system")
+        assert obj["metadata"].get("namespace") in (None, "gpu-system", JOBS_NAMESPACE)
+        if obj["metadata"].get("namespace") == JOBS_NAMESPACE:
+            assert obj["metadata"]["name"] in ("lj-runtimekit-job-agent", "lj-runtimekit-controller-jobs")
         if obj["kind"] == "ValidatingAdmissionPolicyBinding":
             assert obj["spec"]["paramRef"]["namespace"] == "gpu-system"
         for subject in obj.get("subjects", []):

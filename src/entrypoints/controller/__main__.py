@@ -2,20 +2,21 @@
 
 Command contract::
 
-    ljrk controller [--kubeconfig FILE] [--protocol FILE] [--namespace NS] [--job-image IMG]
-                    [--config-daemon-socket PATH] [--max-retries N] [--backoff-base S] [--failed-job-ttl S]
-                    [--listen HOST:PORT] [--leader-elect | --no-leader-elect]
+    ljrk controller [--kubeconfig FILE] [--protocol FILE] [--namespace NS] [--lease-namespace NS]
+                    [--job-image IMG] [--config-daemon-socket PATH] [--max-retries N] [--backoff-base S]
+                    [--failed-job-ttl S] [--listen HOST:PORT] [--leader-elect | --no-leader-elect]
 
 Watches Nodes for the enable label of the protocol (``node-label``, default ``lj_runtimekit_enable``): ``true``
 runs an enable Job on the node, ``false`` or no label a disable Job; the state is written back to the node's
 ``runtime-state`` annotation. ``--pod-name``/``--pod-namespace`` (default: ``$POD_NAME``/``$POD_NAMESPACE``, set
 from the downward API by the manifest): the replica annotates its own Pod with its protocol fingerprint (key
 ``annotations.node-protocol``), read by ``ljrk protocol check --kubeconfig``; unset = nothing published.
-``--kubeconfig`` absent = the pod's in-cluster service account. ``--namespace``
-(default ``kube-system``) is where the Jobs run and, by default, where the leader Lease lives. ``--max-retries``
-counts retries after the first failed try (default 4: five tries). Hidden development options: ``--in-memory``,
-``--backoff-cap``, ``--job-timeout``, ``--job-deadline``, ``--job-service-account``, ``--lease-namespace``,
-``--lease-name``, ``--identity``, ``--lease-duration``, ``--renew-deadline``, ``--retry-period``,
+``--kubeconfig`` absent = the pod's in-cluster service account. ``--namespace`` (default ``kube-system``) is
+where the Jobs run; ``--lease-namespace`` where the leader Lease lives (default: the Jobs' namespace;
+deploy/controller runs the Jobs in their own namespace and the Lease in the controller's). ``--max-retries`` counts
+retries after the first failed try (default 4: five tries). Hidden development options: ``--in-memory``,
+``--backoff-cap``, ``--job-timeout``, ``--job-deadline``, ``--job-service-account``, ``--lease-name``,
+``--identity``, ``--lease-duration``, ``--renew-deadline``, ``--retry-period``,
 ``--watch-timeout-seconds``, ``--resync-seconds``, ``--retry-seconds``, ``--log-level``.
 
 Exit codes: 0 after SIGTERM/SIGINT (informers stopped, Lease released); 2 bad input — command-line syntax,
@@ -63,7 +64,9 @@ CLI = cli(
     KUBECONFIG,
     PROTOCOL,
     flag("--namespace", default="kube-system", metavar="NS",
-         help="namespace of the Jobs and of the leader Lease (default: kube-system)"),
+         help="namespace of the Jobs (default: kube-system)"),
+    flag("--lease-namespace", default="", metavar="NS",
+         help="namespace of the leader Lease (default: --namespace)"),
     flag("--job-image", default=DEFAULT_IMAGE, metavar="IMG",
          help=f"image of the Jobs, with ljrk on its PATH (default: {DEFAULT_IMAGE})"),
     flag("--config-daemon-socket", default=DEFAULT_SOCKET, metavar="PATH",
@@ -83,7 +86,6 @@ CLI = cli(
     *hidden_floats(backoff_cap=300.0, job_timeout=60.0, job_deadline=300.0, watch_timeout_seconds=300.0,
                    resync_seconds=600.0, retry_seconds=5.0),
     flag("--job-service-account", default="", help=HIDDEN),
-    flag("--lease-namespace", default="", help=HIDDEN),
     flag("--lease-name", default="lj-runtimekit-controller", help=HIDDEN),
     flag("--identity", convert=identity, default=None, help=HIDDEN),
     derived=replica,
