@@ -366,12 +366,15 @@ def start_control_plane(
     feature_gates: Mapping[str, bool] | None = None,
     extra_apiserver_args: Sequence[str] = (),
     nodes: Sequence[str] = (),
+    authorization_mode: str = "AlwaysAllow",
     timeout: float = 90.0,
     workdir_parent: Path | str | None = None,
 ) -> ControlPlane:
     """Start etcd + kube-apiserver (+ scheduler, + controller manager) and wait until each answers its health check.
 
-    ``nodes``: node names that get a kubelet identity (a static token, :meth:`ControlPlane.node_kubeconfig`)."""
+    ``nodes``: node names that get a kubelet identity (a static token, :meth:`ControlPlane.node_kubeconfig`).
+    ``authorization_mode``: kube-apiserver's ``--authorization-mode`` (``RBAC`` to judge ServiceAccounts by the
+    roles applied; the harness's own token is in ``system:masters`` either way)."""
     started = time.monotonic()
     deadline = started + timeout
     bdir = Path(bin_dir) if bin_dir is not None else None
@@ -443,7 +446,7 @@ def start_control_plane(
                 f"--service-account-key-file={sa_key.with_suffix('.pub')}",
                 f"--service-account-signing-key-file={sa_key}",
                 f"--token-auth-file={workdir / 'tokens.csv'}",
-                "--authorization-mode=AlwaysAllow",
+                f"--authorization-mode={authorization_mode}",
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false",
                 *gate_args,

@@ -12,6 +12,8 @@ and pod-name claims of a pod-bound token):
 * the plan, allocated and fingerprint annotations: refused when a tenant sets them at create or patches them, or
   binds with a plan; the scheduler's binding with a plan passes, the device plugin marks a pod bound to its own
   node but not another node's; the tenant's own scheduling requests and later updates of a planned pod pass;
+* our accounts (whose RBAC reaches every pod, or every pod of the stack's namespace) change in a pod update
+  nothing but their own key: another annotation, a label or the spec beside it is refused;
 * node agents: the device plugin and the exporter change their own keys on their own Node only; another Node, a
   label, another annotation or a taint is refused; the controller writes its state keys on any Node.
 
@@ -205,6 +207,31 @@ def test_only_our_components_write_their_pod_annotations(enforced: ControlPlane,
         f"sched-{namespace}", STACK, fingerprint)
     refused(lambda: core(enforced, SCHEDULER, **{POD_CLAIM: "gpu"}).patch_namespaced_pod("gpu", namespace,
                                                                                          fingerprint))
+
+
+def test_our_accounts_change_nothing_but_their_own_key_on_a_pod(enforced: ControlPlane, namespace: str) -> None:
+    admin = core(enforced)
+    admin.create_namespaced_pod(namespace, pod("gpu"))
+    core(enforced, SCHEDULER).create_namespaced_pod_binding("gpu", namespace, binding("gpu", "node-a", {}),
+                                                            _preload_content=False)
+    plugin = core(enforced, DEVICE_PLUGIN, **{NODE_CLAIM: "node-a"})
+    message = refused(lambda: plugin.patch_namespaced_pod("gpu", namespace, {"metadata": {"annotations": {
+        ALLOCATED: "1700000000", "team": "b"}}}))
+    assert "may change on a pod only the annotation " + ALLOCATED in message
+    assert "annotation team" in message
+    message = refused(lambda: plugin.patch_namespaced_pod("gpu", namespace, {"metadata": {"labels": {"x": "y"}}}))
+    assert "its labels, spec, finalizers or owner references" in message
+    refused(lambda: plugin.patch_namespaced_pod("gpu", namespace, {"spec": {"activeDeadlineSeconds": 1}}))
+    plugin.patch_namespaced_pod("gpu", namespace, {"metadata": {"annotations": {ALLOCATED: "1700000000"}}})
+
+    admin.create_namespaced_pod(STACK, pod(f"ctl-{namespace}"))
+    controller = core(enforced, CONTROLLER, **{POD_CLAIM: f"ctl-{namespace}"})
+    message = refused(lambda: controller.patch_namespaced_pod(f"ctl-{namespace}", STACK, {"metadata": {
+        "annotations": {FINGERPRINT: "0123456789abcdef"}, "labels": {"x": "y"}}}))
+    assert "its labels" in message
+    controller.patch_namespaced_pod(f"ctl-{namespace}", STACK, {"metadata": {"annotations": {
+        FINGERPRINT: "0123456789abcdef"}}})
+    admin.patch_namespaced_pod("gpu", namespace, {"metadata": {"labels": {"x": "y"}}})  # others are not judged
 
 
 # ---------------------------------------------------------------- nodes
