@@ -17,16 +17,22 @@ kube-scheduler + our extender as deployed. The tests run in file order on that o
    ``02-configmap.yaml``, ``kubectl apply -f`` of each, ``kubectl rollout restart`` of the workloads that load the
    protocol; ``ljrk protocol check --kubeconfig`` then exits 0 with every component on the new fingerprint, the
    new name is allocatable and a pod asking for it runs;
-4. ``lj_runtimekit_enable=false`` makes the controller's disable Job mark the node ``disabled``;
-5. ``deploy-all.sh delete`` leaves none of the objects it rendered, no pod and no Job of ours.
+4. slowloris on each HTTP port of the deployed pods: one connection beyond MAX_CONNECTIONS is closed unanswered and
+   the listener answers once they go; a request trickled a byte a second is cut off after REQUEST_DEADLINE;
+5. ``lj_runtimekit_enable=false`` makes the controller's disable Job (in ``lj-runtimekit-jobs``) mark the node
+   ``disabled``;
+6. ``deploy-all.sh delete`` leaves none of the objects it rendered, no pod and no Job of ours.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +56,8 @@ from real_node_world import (
     pods_in_new_namespace,
     unique,
 )
+
+from entrypoints._shared.httpserver import MAX_CONNECTIONS, REQUEST_DEADLINE
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.k8s, pytest.mark.images]
 
@@ -371,6 +379,74 @@ def test_documented_configmap_change_reaches_every_component(api: Any, node: Any
             assert pods.plan(name)["containers"]["main"]["gpus"][0]["coreMilli"] == 200
     except AssertionError as exc:
         raise diagnose(exc) from exc
+
+
+HTTP_PORTS = ("controller", "deviceplugin", "exporter", "scheduler", "scheduler-metrics")
+"""The deployed stack's plain-HTTP listeners (:attr:`Overlay.ports`; kube-scheduler's own HTTPS port is not ours)."""
+
+
+def _answered(sock: socket.socket) -> bool | None:
+    """True when a request on ``sock`` gets an HTTP reply, False when the server closed it unanswered, None when
+    neither happened within the socket's timeout."""
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        data = sock.recv(16)
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    except TimeoutError:
+        return None
+    return data.startswith(b"HTTP/1.") if data else False
+
+
+def _slow_request(port: int, seconds: list[float]) -> None:
+    """Send a request a byte a second (never idle for the 30 s idle limit) until the server closes the connection;
+    append how long that took (s), or ``inf`` after REQUEST_DEADLINE + 60 s."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.settimeout(1.0)
+        trickle = iter(b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 10_000)
+        while time.monotonic() - started < REQUEST_DEADLINE + 60:
+            try:
+                sock.send(bytes([next(trickle)]))
+                if sock.recv(1) == b"":
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        else:
+            seconds.append(math.inf)
+            return
+    seconds.append(time.monotonic() - started)
+
+
+def test_every_deployed_listener_bounds_piled_up_and_slow_clients(deployed: Deployed) -> None:
+    """Slowloris against each HTTP port of the deployed pods: with MAX_CONNECTIONS idle connections held, one more
+    is closed unanswered and the listener answers again once they go; a request sent a byte a second is cut off
+    after REQUEST_DEADLINE, on every port at once."""
+    for key in HTTP_PORTS:
+        port = deployed.overlay.ports[key]
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as extra:
+                assert _answered(extra) is False, f"{key}: connection {MAX_CONNECTIONS + 1} was served"
+        finally:
+            for sock in held:
+                sock.close()
+
+        def answers(port: int = port) -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                return _answered(sock) is True
+
+        eventually(answers, 60, f"{key} answers again")
+    seconds: dict[str, list[float]] = {key: [] for key in HTTP_PORTS}
+    threads = [threading.Thread(target=_slow_request, args=(deployed.overlay.ports[key], seconds[key]))
+               for key in HTTP_PORTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(REQUEST_DEADLINE - 2 <= s[0] < REQUEST_DEADLINE + 60 for s in seconds.values()), seconds
 
 
 def test_label_false_disables_the_node_through_a_job(api: Any, deployed: Deployed, diagnose: Any) -> None:
