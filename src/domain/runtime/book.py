@@ -41,6 +41,7 @@ from domain.runtime.errors import AllocationConflictError, InvalidAllocationErro
 from domain.runtime.limits import ALLOCATION_ANNOTATION, limit_envs, mig_envs
 from domain.runtime.mig import MigKey, MigNode, holders, plan_mig, realize
 from domain.runtime.mig import unreferenced as _unreferenced
+from domain.runtime.mps import mps_envs
 from domain.runtime.types import (
     ContainerAllocation,
     ContainerAllocationRequest,
@@ -122,7 +123,8 @@ class AllocationBook:
                 )
             grants.append(resolve_grant(planned, gpu, label=request.label))
         response = ContainerAllocationResponse(
-            envs=limit_envs(pod_uid=request.pod_uid, container=request.container, grants=grants),
+            envs={**limit_envs(pod_uid=request.pod_uid, container=request.container, grants=grants),
+                  **(mps_envs(grants) if self.edits.mps else {})},
             mounts=self.edits.mounts(),
             devices=self._devices(request, grants, minors or {}),
             annotations={ALLOCATION_ANNOTATION: f"{request.pod_uid}/{request.container}"},

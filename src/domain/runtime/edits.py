@@ -1,7 +1,7 @@
 """What a container gets besides environment variables: device nodes and mounts (the Allocate response's
 ``devices`` and ``mounts``, kubelet device plugin API v1beta1 ``ContainerAllocateResponse``).
 
-Two optional edits, both off by default, chosen per node by the Runtime's flags:
+Three optional edits, all off by default, chosen per node by the Runtime's flags:
 
 * **Device nodes** (``device_nodes=True``): ``/dev/nvidia<minor>`` of every granted GPU (the minor number comes
   from NVML, ``nvmlDeviceGetMinorNumber``) plus the node-wide control nodes that exist on the host
@@ -16,6 +16,10 @@ Two optional edits, both off by default, chosen per node by the Runtime's flags:
   (``domain.runtime.limits``) are enforced. These are the paths the open-source HAMi device plugin uses
   (HAMi-core, github.com/Project-HAMi/HAMi-core). The Runtime writes the preload file at start.
 
+* **MPS enforcement** (``mps_pipe_dir`` set): the node's MPS pipe directory mounted read-write
+  (:func:`domain.runtime.mps.mps_mount`), with the MPS client environment of :mod:`domain.runtime.mps`. Exclusive
+  with HAMi-core: one mechanism enforces a node's shares.
+
 A MIG container gets the device nodes of its instances' parent GPUs (:meth:`ContainerEdits.devices_for`) and no
 mounts. The MIG capability nodes (``/dev/nvidia-caps/nvidia-cap<N>`` of each GPU and compute instance, listed in
 ``/proc/driver/nvidia-caps/mig-minors``) are not added: nodes running MIG need the NVIDIA container toolkit.
@@ -29,6 +33,7 @@ import attrs
 
 from domain.gpu import GpuUuid
 from domain.runtime.errors import InvalidAllocationError
+from domain.runtime.mps import mps_mount
 from domain.runtime.types import DeviceSpec, GrantedGpu, Mount
 
 HAMI_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"
@@ -52,8 +57,9 @@ class ContainerEdits:
     ``device_nodes``: add device specs. ``dev_root``: the host's device directory (``/dev``). ``control_devices``:
     names under ``dev_root`` added to every allocation (the entrypoint keeps only those that exist).
     ``hami_library``: host path of HAMi-core's ``libvgpu.so`` or None; ``preload_file``: host path of the file
-    holding :data:`HAMI_LIBRARY_PATH` (required with ``hami_library``). Raises ValueError naming the field for
-    relative paths or a library without a preload file.
+    holding :data:`HAMI_LIBRARY_PATH` (required with ``hami_library``). ``mps_pipe_dir``: host path of the node's
+    MPS pipe directory or None. Raises ValueError naming the field for relative paths, a library without a preload
+    file, or both HAMi-core and MPS.
     """
 
     device_nodes: bool = False
@@ -61,14 +67,18 @@ class ContainerEdits:
     control_devices: tuple[str, ...] = attrs.field(default=CONTROL_DEVICES, converter=_str_tuple)
     hami_library: str | None = None
     preload_file: str | None = None
+    mps_pipe_dir: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("dev_root", "hami_library", "preload_file"):
+        for name in ("dev_root", "hami_library", "preload_file", "mps_pipe_dir"):
             value = getattr(self, name)
             if value is not None and not value.startswith("/"):
                 raise ValueError(f"{name}={value!r}: must be an absolute host path")
         if self.hami_library is not None and self.preload_file is None:
             raise ValueError(f"hami_library={self.hami_library!r} needs preload_file (the ld.so.preload to mount)")
+        if self.hami_library is not None and self.mps_pipe_dir is not None:
+            raise ValueError(f"hami_library={self.hami_library!r}, mps_pipe_dir={self.mps_pipe_dir!r}: one enforcement "
+                             "per node, HAMi-core or MPS")
 
     def devices(self, grants: Sequence[GrantedGpu], minors: Mapping[GpuUuid, int]) -> tuple[DeviceSpec, ...]:
         """Device specs for ``grants`` (empty when ``device_nodes`` is off): one ``nvidia<minor>`` per GPU in
@@ -97,8 +107,15 @@ class ContainerEdits:
         """True when containers get HAMi-core (library and preload list), which enforces their share."""
         return self.hami_library is not None and self.preload_file is not None
 
+    @property
+    def mps(self) -> bool:
+        """True when time-shared containers are MPS clients of the node's control daemon."""
+        return self.mps_pipe_dir is not None
+
     def mounts(self) -> tuple[Mount, ...]:
-        """The HAMi-core mounts (library and preload list, read-only), or none."""
+        """The HAMi-core mounts (library and preload list, read-only), the MPS pipe directory, or none."""
+        if self.mps_pipe_dir is not None:
+            return (mps_mount(self.mps_pipe_dir),)
         if self.hami_library is None or self.preload_file is None:
             return ()
         return (

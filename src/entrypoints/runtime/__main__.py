@@ -3,13 +3,14 @@
 ``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
 --simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
 [--recovery-quiet-period SECONDS] [--health-hold SECONDS] [--ignored-xids XID,…|none]
-[--device-specs [--dev-root DIR]] [--hami-core-library PATH] [--mig-strategy static|dynamic] [--log-level LEVEL]``
+[--device-specs [--dev-root DIR]] [--hami-core-library PATH | --mps-pipe-dir DIR] [--mig-strategy static|dynamic]
+[--log-level LEVEL]``
 
 Serves until SIGTERM or SIGINT, then stops cleanly (calls in flight get 1 s; the socket is removed).
 Exit codes: 0 stopped by a signal; 1 cannot run — ``--backend nvml`` without NVML, the socket cannot be bound, the
 saved state is unreadable; 2 bad command line (a bad ``--health-hold`` or ``--ignored-xids`` names the flag and the
-value), simulated-GPU spec (more than 64 GPUs included; the message names the flag and the item) or a missing
-``--hami-core-library``.
+value), simulated-GPU spec (more than 64 GPUs included; the message names the flag and the item), a missing
+``--hami-core-library`` or ``--mps-pipe-dir``, or both of them.
 Errors are one line ``ljrk runtime: error: …`` on stderr; logs are JSON lines on stderr.
 """
 
@@ -117,6 +118,10 @@ CLI = cli(
     flag("--hami-core-library", type=Path, metavar="PATH",
          help="host path of HAMi-core's libvgpu.so: mounted into every allocated container with an ld.so.preload, "
          "so the CUDA_DEVICE_*_LIMIT envs are enforced (default: not mounted)"),
+    flag("--mps-pipe-dir", type=Path, metavar="DIR",
+         help="host pipe directory of the node's CUDA MPS control daemon: mounted into every time-shared container "
+         "with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its grant (default: no MPS; "
+         "exclusive with --hami-core-library)"),
     flag("--mig-strategy", convert=PlacementMode, choices=MIG_STRATEGIES, default=PlacementMode.STATIC.value,
          help="MIG: static = hand out the instances that exist; dynamic = also create planned instances at Allocate "
          "and destroy them at Release (default: static)"),

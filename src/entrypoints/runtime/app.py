@@ -67,6 +67,7 @@ class RuntimeSettings:
     device_specs: bool = False
     dev_root: Path = Path("/dev")
     hami_core_library: Path | None = None
+    mps_pipe_dir: Path | None = None
     mig_strategy: PlacementMode = PlacementMode.STATIC
     log_level: str = "INFO"
     # Seeds simulated GPU UUIDs, so two simulated nodes never share one (default: the host name).
@@ -91,6 +92,11 @@ class RuntimeSettings:
             raise SettingsError(f"--ignored-xids {bad[0]}: an XID is an integer 1..{MAX_XID}")
         if self.hami_core_library is not None and not self.hami_core_library.is_absolute():
             raise SettingsError(f"--hami-core-library {self.hami_core_library}: must be an absolute host path")
+        if self.mps_pipe_dir is not None and not self.mps_pipe_dir.is_absolute():
+            raise SettingsError(f"--mps-pipe-dir {self.mps_pipe_dir}: must be an absolute host path")
+        if self.mps_pipe_dir is not None and self.hami_core_library is not None:
+            raise SettingsError(f"--mps-pipe-dir {self.mps_pipe_dir} and --hami-core-library "
+                                f"{self.hami_core_library}: one enforcement per node, MPS or HAMi-core")
         if not self.dev_root.is_absolute():
             raise SettingsError(f"--dev-root {self.dev_root}: must be an absolute path")
 
@@ -107,8 +113,9 @@ PRELOAD_FILE = "ld.so.preload"
 def build_edits(settings: RuntimeSettings) -> ContainerEdits:
     """The node's :class:`ContainerEdits` from ``settings``: keeps the control device nodes that exist under
     ``--dev-root`` and, with ``--hami-core-library``, writes ``<state dir>/ld.so.preload`` (one line, the
-    in-container library path). Raises :class:`SettingsError` when the library is missing or the preload file
-    cannot be written."""
+    in-container library path); with ``--mps-pipe-dir``, checks that the directory exists. Raises
+    :class:`SettingsError` when the library or the pipe directory is missing or the preload file cannot be
+    written."""
     preload: Path | None = None
     library = settings.hami_core_library
     if library is not None:
@@ -120,12 +127,17 @@ def build_edits(settings: RuntimeSettings) -> ContainerEdits:
             preload.write_text(HAMI_LIBRARY_PATH + "\n")
         except OSError as error:
             raise SettingsError(f"--hami-core-library: cannot write {preload}: {error}") from error
+    pipes = settings.mps_pipe_dir
+    if pipes is not None and not pipes.is_dir():
+        raise SettingsError(f"--mps-pipe-dir {pipes}: no such directory on this host (start nvidia-cuda-mps-control "
+                            "-d with CUDA_MPS_PIPE_DIRECTORY set to it first)")
     control = tuple(name for name in CONTROL_DEVICES if (settings.dev_root / name).exists())
     if settings.device_specs:
         log.info("device specs on: /dev/nvidia<minor> per GPU plus %s", ", ".join(control) or "no control nodes")
     return ContainerEdits(
         device_nodes=settings.device_specs, dev_root=str(settings.dev_root), control_devices=control,
         hami_library=None if library is None else str(library), preload_file=None if preload is None else str(preload),
+        mps_pipe_dir=None if pipes is None else str(pipes),
     )
 
 

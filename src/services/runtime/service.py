@@ -181,7 +181,8 @@ class RuntimeService:
         """Name, version :data:`RUNTIME_VERSION`, every feature up to it (``mig-dynamic`` only with the dynamic
         MIG strategy; of the ``share-enforcement-*`` features only the node's own mode,
         :func:`domain.runtime.enforcement.node_enforcement` on the GPUs listed now), the backend's name."""
-        mode = node_enforcement((d.gpu for d in self._backend.devices()), hami_core=self._book.edits.hami_core)
+        edits = self._book.edits
+        mode = node_enforcement((d.gpu for d in self._backend.devices()), hami_core=edits.hami_core, mps=edits.mps)
         skip = {feature for other, feature in ENFORCEMENT_FEATURES.items() if other is not mode}
         if self._mig_mode is not PlacementMode.DYNAMIC:
             skip.add(MIG_DYNAMIC)
