@@ -49,6 +49,7 @@ class ResponseShaper:
             raise ValueError(f"device list strategy {self.strategies}: cdi-cri needs the node's CDI spec (cdi)")
         self.refused_answers = 0
         """Runtime answers refused (outside ``allowed``, or device IDs the strategy cannot pass)."""
+        log.info("device list strategy: %s", self.strategies)
 
     def names(self, request: ContainerAllocationRequest) -> tuple[str, ...]:
         """The CDI names to return for ``request`` (module docstring); empty without ``cdi-cri``. Raises
