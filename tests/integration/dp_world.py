@@ -17,6 +17,7 @@ from adapters.grpc import GrpcNodeRuntime, GrpcRuntimeServer
 from adapters.memory.cdi import StaticHostGpuDevices
 from adapters.memory.cluster import InMemoryCluster
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.device_plugin.device_list import DeviceListStrategies
 from domain.device_plugin.pods import resource_names
 from domain.device_plugin.response_guard import ResponseAllowList
 from domain.gpu import Gpu, GpuUuid
@@ -140,6 +141,7 @@ def make_world(
     mig_mode: PlacementMode = PlacementMode.STATIC, allocatable: Mapping[str, str] | None = None,
     release_interval_s: float | None = None, cdi: bool = False, cdi_dir: Path | None = None,
     wrap: Callable[[NodeRuntime], RecordingRuntime] = RecordingRuntime,
+    device_list: DeviceListStrategies | None = None,
 ) -> World:
     """Build and start a world (module docstring); ``edits`` go to the Runtime (device specs, mounts);
     ``inventory`` replaces the ``gpu_count`` default GPUs, ``mig_layouts``/``mig_mode`` shape the Runtime's MIG,
@@ -147,7 +149,7 @@ def make_world(
     reconciler over gRPC (None: none); ``cdi`` returns CDI names, writes the spec into ``<root>/cdi`` (simulated
     GPUs: env edits only; ``cdi_dir`` writes it there instead) and makes the kubelet resolve them in ``<root>/cdi``;
     the plugin forwards the mounts and device nodes ``edits`` give; ``wrap`` stands between plugin and Runtime
-    client (a hostile Runtime in tests)."""
+    client (a hostile Runtime in tests); ``device_list``: the plugin's device-list strategies (None: its default)."""
     root = Path(tempfile.mkdtemp(prefix="ljdp", dir="/tmp"))
     inventory = list(inventory) if inventory is not None else gpus(gpu_count)
     in_process_runtime = InProcessRuntime(inventory, edits=edits, mig_layouts=mig_layouts, mig_mode=mig_mode)
@@ -162,7 +164,8 @@ def make_world(
     edits = edits or ContainerEdits()
     allowed = ResponseAllowList(edits.hami_library, edits.preload_file, edits.dev_root)
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL,
-                                  cdi=publisher.resolvable if publisher is not None else None, allowed=allowed)
+                                  cdi=publisher.resolvable if publisher is not None else None, allowed=allowed,
+                                  device_list=device_list)
     reconciler = None if release_interval_s is None else RecordReconciler(
         node=NODE, runtime=client, cluster=cluster, interval_s=release_interval_s)
     app = DevicePluginApp(service, plugin_dir=root / "dp", names=NAMES, heartbeat_s=0.2, poll_s=poll_s,

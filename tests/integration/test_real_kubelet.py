@@ -12,7 +12,9 @@ process; pods are busybox containers that print their environment. Covers:
   init container only (the app container gets no GPU variables), two identical requests pending at once (each
   pod gets its own plan), two whole GPUs (kubelet asks GetPreferredAllocation first), a MIG instance; every
   admitted pod is marked gpu-allocated; containerd injected each planned GPU's CDI device (the device plugin's
-  ``cdi_devices`` and its CDI spec);
+  ``cdi_devices`` and its CDI spec); with ``--device-list-strategy volume-mounts,cdi-cri`` the container holds the
+  ``/dev/null`` mount of its planned GPU under ``/var/run/nvidia-container-devices`` and no UUID in
+  ``NVIDIA_VISIBLE_DEVICES``;
 - a pod bound to the node without a plan fails with kubelet's ``UnexpectedAdmissionError`` naming the reason.
 """
 
@@ -27,6 +29,7 @@ from k8s_harness import ControlPlane
 from kubelet_harness import REAL_NODE_NAME, RealNode
 from kubernetes import client
 from real_node_world import (
+    ENV_END,
     PROTOCOL,
     RES,
     NodeStack,
@@ -200,3 +203,29 @@ def test_memory_unit_other_than_1gi(kubelet_api: Any, stack: NodeStack) -> None:
         stack.stop("device-plugin")
         stack.start_device_plugin()
         eventually(lambda: allocatable(kubelet_api, REAL_NODE_NAME) == EXPECTED, 60, f"allocatable {EXPECTED}")
+
+
+def test_volume_mounts_and_cdi_cri_strategy(pods: Pods, stack: NodeStack) -> None:
+    """``--device-list-strategy volume-mounts,cdi-cri``: containerd mounts host ``/dev/null`` at
+    ``/var/run/nvidia-container-devices/<planned uuid>``, injects the CDI device, and the container's
+    ``NVIDIA_VISIBLE_DEVICES`` names the folder, not a UUID; the default strategy is restored after."""
+    before = stack.registrations()
+    stack.stop("device-plugin")
+    stack.start_device_plugin("--device-list-strategy", "volume-mounts,cdi-cri")
+    try:
+        eventually(lambda: stack.registrations() >= 3, 60, "device plugin registered with the new strategy")
+        main = container("main", {RES.gpu: 1})
+        main["command"] = ["sh", "-c", "trap 'exit 0' TERM; env; echo LISTED=$(ls /var/run/nvidia-container-devices);"
+                           f" echo {ENV_END}; sleep 3600 & wait"]
+        name = pods.create(pod_manifest(unique("volmounts"), [main]))
+        pods.wait_running(name)
+        [gpu] = pods.plan(name)["containers"]["main"]["gpus"]
+        env = pods.env(name, "main")
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+        assert env["LISTED"] == gpu["uuid"]
+        assert cdi_injected(env) == {gpu["uuid"]}
+        assert env["CUDA_DEVICE_SM_LIMIT"] == "100"
+    finally:
+        stack.stop("device-plugin")
+        stack.start_device_plugin()
+        eventually(lambda: stack.registrations() >= min(before, 3), 60, "device plugin registered again")

@@ -15,7 +15,9 @@ counts it):
   the configured device root (``/dev``), permissions a subset of ``rwm``.
 
 Environment variables, annotations and CDI names are not filtered here (env vars carry no host path; CDI names are
-the plugin's own).
+the plugin's own). The list judges the Runtime's answer only: the ``/dev/null`` mounts of the ``volume-mounts``
+device-list strategy are added by the plugin after the check (:mod:`domain.device_plugin.device_list`), and the same
+mount in the Runtime's answer is refused.
 """
 
 from __future__ import annotations

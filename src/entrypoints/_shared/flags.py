@@ -73,6 +73,27 @@ def flag(*names: str, setting: str | None = _UNSET, convert: Callable[[Any], Any
                 convert=convert, env=env, group=group)
 
 
+class Repeatable(argparse.Action):
+    """``action=Repeatable``: a flag given several times, each value one or a comma-separated list of items; the
+    parsed value is the tuple of every item in order. The first occurrence replaces the default (say, an ``env``
+    flag's variable: the command line wins over the environment, as NVIDIA's device plugin flags do), later ones
+    add to it. Without the flag the value is the default as it was given (None or the variable's text)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        given = current if isinstance(current, tuple) else ()
+        setattr(namespace, self.dest, (*given, *(item.strip() for item in str(values).split(","))))
+
+
+def items(value: str | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """A :class:`Repeatable` flag's value as its items: the default's text split at commas, or the parsed tuple
+    (None stays None)."""
+    if value is None or isinstance(value, tuple):
+        return value
+    return tuple(item.strip() for item in value.split(","))
+
+
 def hidden_floats(**defaults: float) -> tuple[Flag, ...]:
     """Hidden float flags, one per keyword (``lease_duration=15.0`` is ``--lease-duration``, default 15)."""
     return tuple(flag(f"--{name.replace('_', '-')}", type=float, default=default, help=HIDDEN)

@@ -2,9 +2,9 @@
 
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
-[--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--hami-core-library PATH --hami-preload-file PATH]
-[--dev-root DIR] [--listen HOST:PORT] [--log-level LEVEL]`` (hidden: ``--in-memory``, an in-memory cluster for tests
-and demos).
+[--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--device-list-strategy NAME[,NAME]...]
+[--hami-core-library PATH --hami-preload-file PATH] [--dev-root DIR] [--listen HOST:PORT] [--log-level LEVEL]``
+(hidden: ``--in-memory``, an in-memory cluster for tests and demos).
 
 The node Runtime's Allocate answers are forwarded to kubelet only with the mounts and device nodes this plugin
 expects (``domain.device_plugin.response_guard``): the HAMi-core library and preload file at exactly the host paths
@@ -19,6 +19,13 @@ restarts; Allocate names only what the written spec resolves). A CDI-enabled run
 (containerd 2, CRI-O) injects what the spec says; kubelets before 1.28 and containerd 1.x without ``enable_cdi``
 ignore the names, so leaving it on there costs one small file. ``--no-cdi`` is for nodes where the directory cannot
 be written.
+
+``--device-list-strategy`` (repeatable or comma-separated; default ``$DEVICE_LIST_STRATEGY``, else ``envvar,cdi-cri``
+with ``--cdi`` and ``envvar`` without) chooses how the granted devices reach the container, as NVIDIA's device
+plugin flag of that name: ``envvar`` (``NVIDIA_VISIBLE_DEVICES``), ``volume-mounts`` (``/dev/null`` mounts under
+``/var/run/nvidia-container-devices``), ``cdi-cri`` (the CDI names; needs ``--cdi``); see
+``domain.device_plugin.device_list``. With the NVIDIA container toolkit settings of docs/security.md, the last two
+make a pod's own ``NVIDIA_VISIBLE_DEVICES`` ineffective.
 
 Serves until SIGTERM or SIGINT. Exit codes: 0 stopped by a signal; 1 cannot run (Runtime unreachable, kubeconfig
 unreadable, socket cannot be bound); 2 bad command line, protocol file or memory unit. Errors are one line
@@ -47,8 +54,10 @@ from entrypoints._shared.flags import (
     PROTOCOL,
     RUNTIME_SOCKET,
     RUNTIME_WAIT,
+    Repeatable,
     cli,
     flag,
+    items,
 )
 from ports.runtime import NodeRuntimeError
 
@@ -82,6 +91,9 @@ CLI = cli(
          help="return CDI device names and write the node's CDI spec (default: on)"),
     flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
          help=f"CDI spec directory the container runtime reads (default: {DEFAULT_CDI_DIR})"),
+    flag("--device-list-strategy", action=Repeatable, convert=items, env="DEVICE_LIST_STRATEGY", metavar="NAME",
+         help="how granted devices reach the container: envvar, volume-mounts, cdi-cri; repeatable or "
+         "comma-separated (default: $DEVICE_LIST_STRATEGY, else envvar,cdi-cri with --cdi, envvar without)"),
     flag("--hami-core-library", type=Path, metavar="PATH",
          help="host path of HAMi-core's libvgpu.so that the node Runtime mounts (same as its --hami-core-library); "
          "the only library mount forwarded (default: none forwarded)"),

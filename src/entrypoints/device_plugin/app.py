@@ -47,10 +47,17 @@ import attrs
 from adapters.cdifiles import DEFAULT_CDI_DIR
 from adapters.grpc import DEFAULT_PLUGIN_DIR, KUBELET_SOCKET, KubeletPluginServer, KubeletRegistrationError, register
 from adapters.grpc.sockets import answers
+from domain.device_plugin.device_list import (
+    DeviceListStrategies,
+    DeviceListStrategy,
+    default_strategies,
+    parse_strategies,
+)
 from domain.device_plugin.devices import ResourceKey, ResourceKind
 from domain.device_plugin.pods import resource_names
 from domain.device_plugin.response_guard import ResponseAllowList
 from domain.device_plugin.status import DevicePluginStatus
+from domain.errors import InvalidRequestError
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
@@ -67,8 +74,10 @@ class DevicePluginSettings:
     (``release_interval_s``: between release passes, ``--release-interval``). ``cdi``: return CDI device names and
     keep the node's CDI spec in ``cdi_dir`` (``--cdi``/``--no-cdi``, ``--cdi-dir``). ``hami_core_library``,
     ``hami_preload_file``, ``dev_root``: the host paths the Runtime's answers may mount and whose ``/dev/nvidia*``
-    nodes they may name (``domain.device_plugin.response_guard``). Raises :class:`SettingsError` for an empty node
-    name, non-positive intervals, relative paths or only one of the two HAMi-core paths."""
+    nodes they may name (``domain.device_plugin.response_guard``). ``device_list_strategy``: the names given to
+    ``--device-list-strategy`` or ``$DEVICE_LIST_STRATEGY`` (None: ``envvar``, plus ``cdi-cri`` with ``cdi``;
+    :func:`device_list`). Raises :class:`SettingsError` for an empty node name, non-positive intervals, relative
+    paths, only one of the two HAMi-core paths, or an unknown strategy, or ``cdi-cri`` with ``--no-cdi``."""
 
     node_name: str
     runtime_socket: Path
@@ -88,10 +97,18 @@ class DevicePluginSettings:
     hami_core_library: Path | None = None
     hami_preload_file: Path | None = None
     dev_root: Path = Path("/dev")
+    device_list_strategy: tuple[str, ...] | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
             raise SettingsError("--node-name must not be empty")
+        try:
+            strategies = device_list(self)
+        except InvalidRequestError as error:
+            raise SettingsError(f"{error} (from the flag or $DEVICE_LIST_STRATEGY)") from error
+        if strategies.includes(DeviceListStrategy.CDI_CRI) and not self.cdi:
+            raise SettingsError(f"--device-list-strategy {strategies}: cdi-cri needs --cdi (the node's CDI spec the "
+                                "names refer to); drop cdi-cri or --no-cdi")
         if (self.hami_core_library is None) != (self.hami_preload_file is None):
             raise SettingsError(f"--hami-core-library {self.hami_core_library} and --hami-preload-file "
                                 f"{self.hami_preload_file}: give both (the Runtime mounts both) or neither")
@@ -107,6 +124,14 @@ class DevicePluginSettings:
         for name in ("heartbeat_s", "poll_s", "runtime_wait_s", "release_interval_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be > 0")
+
+
+def device_list(settings: DevicePluginSettings) -> DeviceListStrategies:
+    """The device-list strategies of ``settings``: those named, else the default for ``--cdi``
+    (``domain.device_plugin.device_list``). Raises ``domain.errors.InvalidRequestError`` for a bad name."""
+    if settings.device_list_strategy is None:
+        return default_strategies(cdi=settings.cdi)
+    return parse_strategies(settings.device_list_strategy)
 
 
 def allowed_answers(settings: DevicePluginSettings) -> ResponseAllowList:

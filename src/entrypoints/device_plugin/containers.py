@@ -7,7 +7,8 @@ on ``--runtime-socket``. With ``--listen``, ``/healthz``, ``/readyz`` and ``/met
 ``HealthEndpoint``; metrics from ``adapters.prometheus.device_plugin``). The release reconciler reads the same Runtime
 and cluster every ``--release-interval`` seconds. With ``--cdi`` (default) the CDI spec goes to a
 :class:`~adapters.cdifiles.CdiSpecDirectory` on ``--cdi-dir`` and the host's GPU minors come from
-:class:`~adapters.cdifiles.ProcfsGpuDevices`; with ``--no-cdi`` there is no publisher. ``logging`` is a Resource.
+:class:`~adapters.cdifiles.ProcfsGpuDevices`; with ``--no-cdi`` there is no publisher. The service's device-list
+strategies are ``--device-list-strategy``'s (``app.device_list``). ``logging`` is a Resource.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from services.device_plugin.cdi import CdiPublisher
 from services.device_plugin.reconciler import RecordReconciler
 from services.device_plugin.service import DevicePluginService
 
-from .app import DevicePluginApp, DevicePluginSettings, allowed_answers
+from .app import DevicePluginApp, DevicePluginSettings, allowed_answers, device_list
 
 
 def make_protocol(settings: DevicePluginSettings) -> ProtocolConstants:
@@ -112,6 +113,7 @@ class DevicePluginContainer(containers.DeclarativeContainer):
     service: providers.Provider[DevicePluginService] = providers.Singleton(
         DevicePluginService, node=settings.provided.node_name, runtime=runtime, cluster=cluster, protocol=protocol,
         cdi=providers.Callable(cdi_names, cdi), allowed=providers.Callable(allowed_answers, settings),
+        device_list=providers.Callable(device_list, settings),
     )
     reconciler: providers.Provider[RecordReconciler] = providers.Singleton(
         RecordReconciler, node=settings.provided.node_name, runtime=runtime, cluster=cluster,

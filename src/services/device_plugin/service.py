@@ -11,10 +11,10 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   — device IDs only give the count, never the placement (B17). The first resource call of a container makes the
   one Runtime Allocate (idempotent key: pod UID + container) from the plan; later resource calls of the same
   container return the cached response (kubelet merges the responses of a container's resources; identical
-  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). The Runtime's
-  mounts and device specs pass an allow-list (:mod:`domain.device_plugin.response_guard`: the configured HAMi-core
-  mounts, ``/dev/nvidia*``); anything else fails the call, logged and counted, never cached. With ``cdi`` the
-  response also names the plan's GPUs as CDI devices (:mod:`domain.device_plugin.cdi`; kubelet drops duplicates).
+  envs, mounts and device specs merge cleanly). A plan naming an unhealthy GPU is refused (B14). :mod:`.responses`
+  makes kubelet's response: the Runtime's answer passes an allow-list (:mod:`domain.device_plugin.response_guard`),
+  anything else fails the call, logged and counted, never cached; then the device-list strategy (``envvar``,
+  ``volume-mounts``, ``cdi-cri``: :mod:`domain.device_plugin.device_list`) shapes the device env, mounts, CDI names.
 * Allocated mark: the Allocate call that completes a pod (every resource kind of every container that asks for our
   resources, init containers included: :func:`domain.device_plugin.matching.pod_fully_served`) queues the pod on
   :attr:`DevicePluginService.marker` (:mod:`.marks`), whose worker writes ``protocol.annotations.pod_allocated`` off
@@ -48,6 +48,7 @@ from typing import Protocol
 
 import attrs
 
+from domain.device_plugin.device_list import DeviceListStrategies
 from domain.device_plugin.devices import (
     MigResource,
     MigSlot,
@@ -67,7 +68,7 @@ from domain.device_plugin.matching import (
     select_container,
 )
 from domain.device_plugin.pods import mig_resource_names, node_candidates
-from domain.device_plugin.response_guard import ForbiddenResponseError, ResponseAllowList
+from domain.device_plugin.response_guard import ResponseAllowList
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
@@ -75,7 +76,6 @@ from domain.runtime.enforcement import advertised_enforcement
 from domain.runtime.features import MIG_ALLOCATE, MIG_DYNAMIC, MIG_INVENTORY, mig_features
 from domain.runtime.mig import mig_table
 from domain.runtime.types import (
-    ContainerAllocationRequest,
     ContainerAllocationResponse,
     DeviceInfo,
     MigInstanceInfo,
@@ -83,9 +83,9 @@ from domain.runtime.types import (
 from ports.cluster import NodesApi, PodsApi
 from ports.runtime import CapacityExceededError, HealthStream, NodeRuntime, NodeRuntimeError
 
-from .cdi import resolvable_names
 from .marks import AllocatedMarker, PodRef
 from .reconciler import release_ended_now
+from .responses import ResponseShaper
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +108,19 @@ class DevicePluginService:
     protocol). Construction calls the Runtime's ListDevices: raises ``ports.runtime.NodeRuntimeError`` (or
     ``RuntimeUnavailableError``) when the Runtime cannot be read, and
     ``domain.runtime.errors.UnsupportedFeatureError`` when it lacks a feature the node needs (MIG features only on
-    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value). ``cdi``: the CDI
-    names the node's spec resolves now (``CdiPublisher.resolvable``); None adds no CDI names (module docstring).
+    a node with GPUs in MIG mode). ``clock`` gives epoch seconds (also the allocated mark's value). ``cdi`` (the CDI
+    names the node's spec resolves now, ``CdiPublisher.resolvable``), ``allowed``, ``device_list``: :mod:`.responses`.
     """
 
     def __init__(
         self, *, node: str, runtime: NodeRuntime, cluster: DevicePluginCluster, protocol: ProtocolConstants,
         memory_unit_bytes: int | None = None, clock: Callable[[], float] = time.time,
         cdi: Callable[[], Collection[str]] | None = None, allowed: ResponseAllowList | None = None,
+        device_list: DeviceListStrategies | None = None,
     ) -> None:
         self.node = node
-        self.allowed = allowed or ResponseAllowList()  # what the Runtime's answers may mount (module docstring)
-        self.refused_answers = 0  # Runtime answers refused for a mount or device spec outside ``allowed``
-        self.cdi = cdi
-        """The CDI names the node's spec resolves now; the plan's names among them go with every allocation."""
+        self.responses = ResponseShaper(allowed=allowed, cdi=cdi, strategies=device_list)
+        """Kubelet's responses from the Runtime's answers: allow-list, CDI names, strategy (:mod:`.responses`)."""
         self._runtime = runtime
         self._cluster = cluster
         self.protocol = protocol
@@ -362,9 +361,6 @@ class DevicePluginService:
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
         return preferred_ids(available, must_include, size, planned, exact=exact)
 
-    def _cdi_names(self, request: ContainerAllocationRequest) -> tuple[str, ...]:
-        return () if self.cdi is None else resolvable_names(request, self.cdi())
-
     def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:
         """The response for the container kubelet is admitting (module docstring; a MIG container gets its
         planned instances); the call that completes the pod queues its allocated mark (never fails the call). Raises
@@ -374,21 +370,15 @@ class DevicePluginService:
             response = self._responses.get(chosen.key)
             if response is None:
                 request = runtime_request(chosen, gpus)
-                names = self._cdi_names(request)  # first: a bad name allocates nothing
+                names = self.responses.names(request)  # first: a bad name or strategy allocates nothing
                 try:
                     answer = self._runtime.allocate(request)
                 except CapacityExceededError:  # an ended pod's records may still hold the GPU: release, retry once
                     if not release_ended_now(node=self.node, runtime=self._runtime, cluster=self._cluster):
                         raise
                     answer = self._runtime.allocate(request)
-                response = attrs.evolve(answer, cdi_devices=names)
                 self.runtime_allocate_calls += 1
-                try:
-                    self.allowed.check(response, label=chosen.label)
-                except ForbiddenResponseError as error:
-                    self.refused_answers += 1
-                    log.error("%s (refused Runtime answers: %d)", error, self.refused_answers)
-                    raise
+                response = self.responses.finish(answer, names=names, label=chosen.label)
                 self._responses[chosen.key] = response
             self._served.setdefault(chosen.key, set()).add(kind)  # never served before: select_container's rule 1
             completes = pod_fully_served(chosen.pod_uid, candidates, self._served)  # so true on one call only
