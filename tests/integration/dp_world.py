@@ -162,7 +162,7 @@ def make_world(
     cluster.create_node(NodeObject(NODE, allocatable=dict(allocatable or {})))
     publisher = CdiPublisher(CdiSpecDirectory(cdi_dir or root / "cdi"), StaticHostGpuDevices()) if cdi else None
     edits = edits or ContainerEdits()
-    allowed = ResponseAllowList(edits.hami_library, edits.preload_file, edits.dev_root)
+    allowed = ResponseAllowList(edits.hami_library, edits.preload_file, edits.dev_root, edits.mps_pipe_dir)
     service = DevicePluginService(node=NODE, runtime=runtime, cluster=cluster, protocol=PROTOCOL,
                                   cdi=publisher.resolvable if publisher is not None else None, allowed=allowed,
                                   device_list=device_list)

@@ -9,7 +9,8 @@ Behaviours covered:
   mounted read-write; a node all in MIG mode announces ``mig``; an MPS node announces ``share-enforcement-mps``
   and the device plugin labels it ``mps``;
 * settings: a relative or missing pipe directory, or MPS with HAMi-core, is refused naming the flags;
-* every variable the MPS mode answers is one the environment admission policy refuses in a tenant's pod.
+* every variable the MPS mode answers is one the environment admission policy refuses in a tenant's pod;
+* the device plugin forwards the pipe mount only with ``--mps-pipe-dir`` naming the same host directory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.runtime_state import InMemoryRuntimeStateStore
 from adapters.simulated import SimulatedGpuBackend
+from domain.device_plugin.response_guard import ForbiddenResponseError, ResponseAllowList
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
@@ -31,6 +33,8 @@ from domain.runtime.enforcement import ENFORCEMENT_FEATURES, Enforcement
 from domain.runtime.mps import MPS_PIPE_DIRECTORY, mps_envs
 from domain.runtime.types import ContainerAllocationRequest, GrantedGpu, PlannedGpu
 from domain.units import GiB, MiB
+from entrypoints.device_plugin.__main__ import build_parser, settings_from_args
+from entrypoints.device_plugin.app import DevicePluginSettings, allowed_answers
 from entrypoints.runtime.app import RuntimeSettings, SettingsError
 from entrypoints.runtime.containers import RuntimeContainer
 from entrypoints.runtime.inprocess import InProcessRuntime
@@ -124,3 +128,20 @@ def test_the_environment_policy_refuses_every_mps_variable_in_a_tenant_pod() -> 
     prefixes = tuple(p.strip() for p in data["denied-env-prefixes"].split(","))
     for name in mps_envs([granted(A, 100, GiB)]):
         assert name in names or name.startswith(prefixes), name
+
+
+def test_the_device_plugin_forwards_the_pipe_mount_only_when_told_of_it() -> None:
+    response = AllocationBook(edits=MPS).allocate(ContainerAllocationRequest(
+        "uid", "ns", "pod", "main", (PlannedGpu(0, A, core_milli=500, memory_bytes=GiB),)), GPUS, now=0)[0].response
+    assert ResponseAllowList(mps_pipe_dir="/run/nvidia-mps").refused(response) == []
+    assert ResponseAllowList().refused(response) == [
+        f"mount host '/run/nvidia-mps' at '{MPS_PIPE_DIRECTORY}' (read_only=False)"]
+    elsewhere = ResponseAllowList(mps_pipe_dir="/tmp/other")
+    with pytest.raises(ForbiddenResponseError, match=f"/tmp/other at {MPS_PIPE_DIRECTORY};"):
+        elsewhere.check(response, label="ns/pod:main")
+    settings = settings_from_args(build_parser().parse_args(
+        ["--node-name", "n", "--runtime-socket", "/run/r.sock", "--mps-pipe-dir", "/run/nvidia-mps"]))
+    assert allowed_answers(settings) == ResponseAllowList(mps_pipe_dir="/run/nvidia-mps")
+    with pytest.raises(SettingsError, match="--mps-pipe-dir /run/nvidia-mps and --hami-core-library"):
+        DevicePluginSettings(node_name="n", runtime_socket=Path("/run/r.sock"), mps_pipe_dir=Path("/run/nvidia-mps"),
+                             hami_core_library=Path("/l.so"), hami_preload_file=Path("/p"))

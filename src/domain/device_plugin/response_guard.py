@@ -9,7 +9,9 @@ counts it):
 * Mounts: exactly the HAMi-core mounts the plugin was configured for (``--hami-core-library`` and
   ``--hami-preload-file``, the same host paths the Runtime mounts): the library at
   :data:`domain.runtime.edits.HAMI_LIBRARY_PATH` and the preload list at ``/etc/ld.so.preload``, both read-only,
-  built by the Runtime's own :class:`domain.runtime.edits.ContainerEdits`. Without that configuration, no mount.
+  built by the Runtime's own :class:`domain.runtime.edits.ContainerEdits`; or, on an MPS node (``--mps-pipe-dir``,
+  the Runtime's too), the MPS pipe directory read-write at :data:`domain.runtime.mps.MPS_PIPE_DIRECTORY`. Without
+  that configuration, no mount.
 * Device specs: only NVIDIA device nodes, container path ``/dev/nvidia<suffix>`` (suffix of lower-case letters,
   digits and ``-``: ``nvidia0``, ``nvidiactl``, ``nvidia-uvm``, …; no further ``/``), host path the same name under
   the configured device root (``/dev``), permissions a subset of ``rwm``.
@@ -44,23 +46,27 @@ class ResponseAllowList:
 
     ``hami_library``: host path of HAMi-core's ``libvgpu.so`` the Runtime mounts (None: no HAMi-core mounts
     allowed); ``preload_file``: host path of the Runtime's ``ld.so.preload`` (required with ``hami_library``);
-    ``dev_root``: the host's device directory. Raises ValueError naming the field for a relative path or a library
-    without its preload file.
+    ``mps_pipe_dir``: host path of the node's MPS pipe directory (None: no MPS mount allowed); ``dev_root``: the
+    host's device directory. Raises ValueError naming the field for a relative path, a library without its preload
+    file, or HAMi-core with MPS.
     """
 
     hami_library: str | None = None
     preload_file: str | None = None
     dev_root: str = "/dev"
+    mps_pipe_dir: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.preload_file is not None and self.hami_library is None:
             raise ValueError(f"preload_file={self.preload_file!r} needs hami_library (the library it preloads)")
-        ContainerEdits(dev_root=self.dev_root, hami_library=self.hami_library, preload_file=self.preload_file)
+        ContainerEdits(dev_root=self.dev_root, hami_library=self.hami_library, preload_file=self.preload_file,
+                       mps_pipe_dir=self.mps_pipe_dir)
 
     @property
     def mounts(self) -> frozenset[Mount]:
         """The allowed mounts, exactly (container path, host path, read-only)."""
-        edits = ContainerEdits(hami_library=self.hami_library, preload_file=self.preload_file)
+        edits = ContainerEdits(hami_library=self.hami_library, preload_file=self.preload_file,
+                               mps_pipe_dir=self.mps_pipe_dir)
         return frozenset(edits.mounts())
 
     def device_allowed(self, spec: DeviceSpec) -> bool:
@@ -84,7 +90,7 @@ class ResponseAllowList:
         refused entry and what is allowed."""
         refused = self.refused(response)
         if refused:
-            expected = ", ".join(f"{m.host_path} at {m.container_path} read-only" for m in sorted(
+            expected = ", ".join(f"{m.host_path} at {m.container_path}{' read-only' * m.read_only}" for m in sorted(
                 self.mounts, key=lambda m: m.container_path)) or "none"
             raise ForbiddenResponseError(
                 f"{label}: the node Runtime answered {'; '.join(refused)}: not forwarded to kubelet (allowed mounts: "

@@ -3,13 +3,15 @@
 ``ljrk device-plugin --node-name NAME --runtime-socket PATH [--device-plugin-dir DIR] [--kubeconfig FILE]
 [--protocol FILE] [--memory-unit 1Gi] [--heartbeat SECONDS] [--runtime-wait SECONDS]
 [--release-interval SECONDS] [--cdi | --no-cdi] [--cdi-dir DIR] [--device-list-strategy NAME[,NAME]...]
-[--hami-core-library PATH --hami-preload-file PATH] [--dev-root DIR] [--listen HOST:PORT] [--log-level LEVEL]``
+[--hami-core-library PATH --hami-preload-file PATH | --mps-pipe-dir DIR] [--dev-root DIR] [--listen HOST:PORT]
+[--log-level LEVEL]``
 (hidden: ``--in-memory``, an in-memory cluster for tests and demos).
 
 The node Runtime's Allocate answers are forwarded to kubelet only with the mounts and device nodes this plugin
 expects (``domain.device_plugin.response_guard``): the HAMi-core library and preload file at exactly the host paths
 ``--hami-core-library`` and ``--hami-preload-file`` give (the Runtime's ``--hami-core-library`` and
-``<its --state-dir>/ld.so.preload``; without them no mount passes) and ``/dev/nvidia*`` nodes under ``--dev-root``
+``<its --state-dir>/ld.so.preload``), or the MPS pipe directory ``--mps-pipe-dir`` gives (the Runtime's, mounted
+read-write at ``/tmp/nvidia-mps``); without them no mount passes; and ``/dev/nvidia*`` nodes under ``--dev-root``
 (default ``/dev``, as the Runtime's). Any other entry fails the container's Allocate.
 
 ``--cdi`` (default on) returns each container's planned GPUs as CDI devices (``lj-runtimekit.io/gpu=<gpu uuid>``,
@@ -97,6 +99,9 @@ CLI = cli(
     flag("--hami-core-library", type=Path, metavar="PATH",
          help="host path of HAMi-core's libvgpu.so that the node Runtime mounts (same as its --hami-core-library); "
          "the only library mount forwarded (default: none forwarded)"),
+    flag("--mps-pipe-dir", type=Path, metavar="DIR",
+         help="host pipe directory of the node's CUDA MPS control daemon that the node Runtime mounts (same as its "
+         "--mps-pipe-dir); default: no MPS mount passes"),
     flag("--hami-preload-file", type=Path, metavar="PATH",
          help="host path of the Runtime's ld.so.preload (<its --state-dir>/ld.so.preload); needs --hami-core-library"),
     flag("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",

@@ -96,6 +96,7 @@ class DevicePluginSettings:
     cdi_dir: Path = DEFAULT_CDI_DIR
     hami_core_library: Path | None = None
     hami_preload_file: Path | None = None
+    mps_pipe_dir: Path | None = None
     dev_root: Path = Path("/dev")
     device_list_strategy: tuple[str, ...] | None = None
 
@@ -113,9 +114,13 @@ class DevicePluginSettings:
             raise SettingsError(f"--hami-core-library {self.hami_core_library} and --hami-preload-file "
                                 f"{self.hami_preload_file}: give both (the Runtime mounts both) or neither")
         for name, path in (("--hami-core-library", self.hami_core_library),
-                           ("--hami-preload-file", self.hami_preload_file), ("--dev-root", self.dev_root)):
+                           ("--hami-preload-file", self.hami_preload_file), ("--mps-pipe-dir", self.mps_pipe_dir),
+                           ("--dev-root", self.dev_root)):
             if path is not None and not path.is_absolute():
                 raise SettingsError(f"{name} {path}: must be an absolute host path")
+        if self.mps_pipe_dir is not None and self.hami_core_library is not None:
+            raise SettingsError(f"--mps-pipe-dir {self.mps_pipe_dir} and --hami-core-library {self.hami_core_library}:"
+                                " a node's Runtime enforces shares with one of them")
         if self.listen is not None:
             try:
                 parse_listen(self.listen)
@@ -139,6 +144,7 @@ def allowed_answers(settings: DevicePluginSettings) -> ResponseAllowList:
     return ResponseAllowList(
         hami_library=None if settings.hami_core_library is None else str(settings.hami_core_library),
         preload_file=None if settings.hami_preload_file is None else str(settings.hami_preload_file),
+        mps_pipe_dir=None if settings.mps_pipe_dir is None else str(settings.mps_pipe_dir),
         dev_root=str(settings.dev_root),
     )
 
