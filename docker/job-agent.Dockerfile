@@ -4,7 +4,7 @@
 # (VERSION: pyproject.toml's version, the tag the manifests in deploy/ use.)
 # Stage 1 builds the project's wheel and installs it with its dependencies into a virtual environment without pip;
 # stage 2 copies only that environment onto the slim Python base (no wheel cache, no sources, no build tools).
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:3c1dfceb3f1267d4d378e7883cddf35c58757bab98d70bba30b6e02e808fa21d
 
 FROM ${PYTHON_IMAGE} AS build
 # WHEELHOUSE: a folder of wheels mounted into the build (scripts/images.sh); pip then installs offline from it.
