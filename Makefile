@@ -84,7 +84,8 @@ build: $(STAMP)
 
 ## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)
 ## images: the same six images without Docker or a registry (root): buildah on a local mmdebstrap base, written
-##         as dist/images/<image>.tar (docker-archive; scripts/images.sh, cached by a hash of the inputs).
+##         as dist/images/<image>.tar (docker-archive; scripts/images.sh, cached by a hash of the inputs), each
+##         with its CycloneDX SBOM, dist/images/<image>.sbom.cdx.json (docs/security.md#supply-chain).
 ##         `make docker BUILDER=buildah` does the same.
 IMAGES        := scheduler device-plugin exporter controller runtime job-agent
 DOCKER        ?= docker
