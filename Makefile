@@ -77,10 +77,11 @@ proto-check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/trace_replay.py --jobs 2
 
-## build: verify the Kubernetes version selection (hack/download-deps.sh), then the wheel, into dist/
+## build: verify the Kubernetes version selection (hack/download-deps.sh), then the wheel, into dist/ (built
+##        with the locked setuptools of .venv, no build isolation: nothing unlocked is fetched)
 build: $(STAMP)
 	$(BIN)/python scripts/download_deps.py --verify
-	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation --wheel-dir dist .
 
 ## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)
 ## images: the same six images without Docker or a registry (root): buildah on a local mmdebstrap base, written

@@ -469,8 +469,9 @@ def test_make_build_verifies_before_the_wheel() -> None:
     makefile = (REPO / "Makefile").read_text()
     recipe = re.search(r"^build: \$\(STAMP\)\n((?:\t.*\n)+)", makefile, re.M)
     assert recipe is not None
-    assert recipe.group(1).splitlines() == ["\t$(BIN)/python scripts/download_deps.py --verify",
-                                            "\t$(BIN)/python -m pip wheel --no-deps --wheel-dir dist ."]
+    assert recipe.group(1).splitlines() == [
+        "\t$(BIN)/python scripts/download_deps.py --verify",
+        "\t$(BIN)/python -m pip wheel --no-deps --no-build-isolation --wheel-dir dist ."]
 
 
 def test_make_test_verifies_the_selection_before_the_suite() -> None:
