@@ -5,12 +5,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test test-k8s deps-check lint typecheck imports docs unit proto proto-check bench build docker images deploy render clean
+.PHONY: run test test-k8s deps-check lock lock-check lint typecheck imports docs unit proto proto-check bench build docker images deploy render clean
 
-$(STAMP): pyproject.toml
+# The venv holds exactly requirements/dev.lock (hashes checked; it includes the build backend), then the project
+# itself, editable, with no dependency and no build isolation: nothing unlocked is installed. `make lock` remakes the
+# locks after a change to pyproject.toml's requirements; `make lock-check` (in `make test`) says when they disagree.
+LOCK := requirements/dev.lock
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 ## run: the whole stack on this machine (ljrk up: simulated nodes, scheduler, controller, a short workload, report)
@@ -18,12 +22,23 @@ run: $(STAMP)
 	$(BIN)/ljrk up
 
 ## test: every quality gate, then the test suite (what CI runs)
-test: lint typecheck imports proto-check deps-check docs unit
+test: lint typecheck imports proto-check deps-check lock-check docs unit
 
 ## deps-check: the Kubernetes version selection agrees (hack/download-deps.sh --verify: pyproject.toml, the installed
 ##             client, deploy/scheduler and hack/kubernetes-version, the live tests' version)
 deps-check: $(STAMP)
 	$(BIN)/python scripts/download_deps.py --verify
+
+## lock: regenerate requirements/{dev,runtime,build}.lock from pyproject.toml with uv, hashes included (needs the
+##       package index; LOCK_ARGS=--upgrade takes the newest allowed versions instead of keeping the locked ones)
+## lock-check: the locks agree with pyproject.toml for every supported Python, and docker/*.Dockerfile's base is
+##             hack/base-images.txt's digest pin (scripts/supply_chain.py check; no network)
+LOCK_ARGS ?=
+lock: $(STAMP)
+	$(BIN)/python scripts/supply_chain.py lock $(LOCK_ARGS)
+
+lock-check: $(STAMP)
+	$(BIN)/python scripts/supply_chain.py check
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
@@ -62,14 +77,16 @@ proto-check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/trace_replay.py --jobs 2
 
-## build: verify the Kubernetes version selection (hack/download-deps.sh), then the wheel, into dist/
+## build: verify the Kubernetes version selection (hack/download-deps.sh), then the wheel, into dist/ (built
+##        with the locked setuptools of .venv, no build isolation: nothing unlocked is fetched)
 build: $(STAMP)
 	$(BIN)/python scripts/download_deps.py --verify
-	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation --wheel-dir dist .
 
 ## docker: one image per entrypoint, lj-runtimekit/<image>:$(VERSION) (REGISTRY=host/path prefixes the names)
 ## images: the same six images without Docker or a registry (root): buildah on a local mmdebstrap base, written
-##         as dist/images/<image>.tar (docker-archive; scripts/images.sh, cached by a hash of the inputs).
+##         as dist/images/<image>.tar (docker-archive; scripts/images.sh, cached by a hash of the inputs), each
+##         with its CycloneDX SBOM, dist/images/<image>.sbom.cdx.json (docs/security.md#supply-chain).
 ##         `make docker BUILDER=buildah` does the same.
 IMAGES        := scheduler device-plugin exporter controller runtime job-agent
 DOCKER        ?= docker

@@ -6,7 +6,7 @@ set's ``images.tsv`` (image, name, bytes, build seconds, as scripts/images.sh wr
 (10^6 bytes) and MiB. Without ``--cold`` the first build reuses whatever ``/var/cache/ljrk-images`` holds (an
 unchanged tree: about half a second; after a change of README.md, src/ or docker/: the six images again, on the
 cached base and wheels). ``--cold`` builds into a new, empty cache folder (``LJRK_IMAGES_CACHE``; mmdebstrap and
-``pip wheel`` need the Debian mirror and PyPI) and removes it afterwards (``dist/images`` keeps its hard links or
+``pip download`` need the Debian mirror and PyPI) and removes it afterwards (``dist/images`` keeps its hard links or
 copies; the usual cache does not get that set).
 
 Needs root (buildah, mmdebstrap). Usage: ``.venv/bin/python bench/images_build.py [--cold]``.

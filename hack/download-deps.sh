@@ -2,7 +2,7 @@
 # download-deps.sh: switch the build, the deployment and the live tests to the Kubernetes version of the target
 # cluster.
 #
-#   hack/download-deps.sh vX.Y.Z     e.g. v1.28.0; then `make build` installs and verifies
+#   hack/download-deps.sh vX.Y.Z     e.g. v1.28.0; then `make lock build` re-locks, installs, verifies
 #   hack/download-deps.sh --default  back to the committed default
 #   hack/download-deps.sh --verify   change nothing; exit 1 when pyproject.toml, the installed client, the
 #                                    manifests and hack/kubernetes-version disagree (make build and make test run it)

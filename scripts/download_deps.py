@@ -5,7 +5,8 @@ verify it.
 ``download_deps.py vX.Y.Z`` sets, for that Kubernetes minor (table: ``hack/kubernetes-versions.toml``):
 
 1. ``pyproject.toml``: the ``kubernetes`` requirement becomes ``kubernetes==<client>``, the table's Python client
-   for that minor (its major follows the minor, except 1.36 on client 37); ``make`` reinstalls on the change;
+   for that minor (its major follows the minor, except 1.36 on client 37); ``make lock`` re-locks
+   ``requirements/`` and ``make`` reinstalls from it;
 2. ``deploy/scheduler/03-deployment.yaml``: the image becomes ``registry.k8s.io/kube-scheduler:vX.Y.Z``;
 3. ``deploy/scheduler/02-configmap.yaml``: the KubeSchedulerConfiguration's ``apiVersion`` becomes the one that
    minor's kube-scheduler reads;
@@ -52,6 +53,7 @@ DEPLOYMENT = Path("deploy/scheduler/03-deployment.yaml")
 CONFIGMAP = Path("deploy/scheduler/02-configmap.yaml")
 GENERATE = Path("deploy/generate.py")
 COMPAT = Path("src/adapters/kubernetes/compat.py")
+RELOCK = "run make lock build, which re-locks requirements/ and reinstalls from the lock"
 SELECTED = Path("hack/kubernetes-version")
 """The live tests' Kubernetes version, one ``X.Y.Z`` line (``scripts/kube_platform.py``'s ``select_version``)."""
 
@@ -241,7 +243,8 @@ def switch(root: Path, target: Target, table: dict[str, object]) -> list[str]:
     if not changed:
         return [f"already set for {target.label}: nothing changed"]
     return [f"switched to {target.label}:", *(f"  {n}" for n in notes),
-            "next: make build (installs kubernetes" + target.client_spec + " into .venv and verifies)"]
+            "next: make lock build (re-locks requirements/ for kubernetes" + target.client_spec
+            + ", installs it into .venv and verifies)"]
 
 
 def selection(table: dict[str, object], requirement: str, chosen: str | None) -> tuple[str | None, Target]:
@@ -276,7 +279,7 @@ def verify(root: Path, installed: str | None) -> list[str]:
         problems.append("the kubernetes client is not installed in this interpreter: run make")
     elif minor is not None and installed.split(".")[0] != target.client_spec.removeprefix("==").split(".")[0]:
         problems.append(f"installed kubernetes client {installed} does not follow {target.label} (needs "
-                        f"{target.client_spec.removeprefix('==')}): run make, which reinstalls from pyproject.toml")
+                        f"{target.client_spec.removeprefix('==')}): {RELOCK}")
     elif minor is None and not _satisfies_floor(installed, target.client_spec):
         problems.append(f"installed kubernetes client {installed} does not satisfy the default "
                         f"kubernetes{target.client_spec}: run make")
@@ -344,7 +347,7 @@ def _adapter_problems(root: Path, installed: str) -> list[str]:
         raise DepsError(f"{COMPAT}: {error}") from None
     except Exception as error:  # the client itself fails to import: report it, whatever it raised
         return [f"installed kubernetes client {installed} does not import ({type(error).__name__}: "
-                f"{str(error)[:200]}): run make, which reinstalls from pyproject.toml"]
+                f"{str(error)[:200]}): {RELOCK}"]
     problems: list[str] = module.client_problems()
     return problems
 

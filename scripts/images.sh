@@ -11,17 +11,26 @@
 #
 # Caches, all under ${LJRK_IMAGES_CACHE:-/var/cache/ljrk-images} and keyed by a hash of what made them:
 #   base-<key>.tar     the base root filesystem (suite, packages and mmdebstrap options below);
-#   wheels-<key>/      wheels of the build backend and of every dependency in pyproject.toml, made on this host by
-#                      `pip wheel` with $PYTHON (Python 3.11, as in the base): the builds install only from them
-#                      (--no-index), so they need no network and no CA bundle;
-#   images-<hash>/     the six tarballs and images.tsv (image, name, bytes, build seconds), for the inputs hash:
-#                      pyproject.toml, README.md, .dockerignore, docker/, src/ (no bytecode), this script and
-#                      scripts/lib/, the version, the names, the base and wheel keys. dist/images/ holds hard links
-#                      to the current set; only the two newest sets are kept.
+#   wheels-<key>/      the wheels of requirements/runtime.lock and requirements/build.lock (key: the two locks'
+#                      hash), fetched on this host by `pip download --require-hashes --only-binary=:all:` with
+#                      $PYTHON (Python 3.11, as in the base): the builds install only from them (--no-index, hashes
+#                      checked again), so they need no network and no CA bundle;
+#   images-<hash>/     the six tarballs, their SBOMs (<image>.sbom.cdx.json: CycloneDX 1.6, the image's Python
+#                      environment by cyclonedx-py in the build stage, its Debian packages, its base; see
+#                      scripts/image_sbom.py) and images.tsv (image, name, bytes, build seconds), for the inputs
+#                      hash: pyproject.toml, README.md, .dockerignore, docker/, src/ (no bytecode), the two locks,
+#                      hack/base-images.txt, this script, scripts/lib/ and scripts/image_sbom.py, the version, the
+#                      names, the base and wheel keys. dist/images/ holds hard links to the current set; only the
+#                      two newest sets are kept.
 # Storage driver: overlay with cached layers (`bud --layers`: the build stage, identical in the six Dockerfiles, is
 # built once) when an overlay mount works here, else vfs without layer caching (vfs copies the whole tree per
 # layer); LJRK_IMAGES_DRIVER=vfs|overlay forces one. Everything buildah mounts lives in a private mount namespace
-# and goes with it. BASE_IMAGE=python:3.11-slim uses that image from a reachable registry instead of the local base.
+# and goes with it. BASE_IMAGE=pinned uses hack/base-images.txt's python:3.11-slim@sha256:… from a reachable registry
+# instead of the local base (BASE_IMAGE=REF@sha256:DIGEST another one; a reference without a digest is refused).
+# The local base is labelled with what it was built on: org.opencontainers.image.base.name (its name here),
+# org.opencontainers.image.base.digest (sha256 of the mmdebstrap tarball, its content) and
+# io.lj-runtimekit.base.sources (the Debian sources mmdebstrap used); the images inherit them and their SBOMs
+# repeat them.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -44,7 +53,9 @@ MMDEBSTRAP_OPTS=(--variant=apt --include="$BASE_PACKAGES"
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*'
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/doc/*'
     --dpkgopt='path-include=/usr/share/doc/*/copyright')
-INPUTS=(pyproject.toml README.md .dockerignore docker src scripts/images.sh scripts/lib)
+LOCKS=(requirements/runtime.lock requirements/build.lock)
+INPUTS=(pyproject.toml README.md .dockerignore docker src "${LOCKS[@]}" hack/base-images.txt scripts/images.sh
+    scripts/lib scripts/image_sbom.py)
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; }
 
@@ -52,16 +63,19 @@ short_hash() { sha256sum | cut -c1-16; }
 
 base_key() { printf '%s\n' "$SUITE" "${MMDEBSTRAP_OPTS[@]}" | short_hash; }
 
-# The wheelhouse's requirements: the build backend and the runtime dependencies, one per line.
-requirements() {
-    python3 - "$REPO/pyproject.toml" <<'EOF'
-import sys, tomllib
-data = tomllib.load(open(sys.argv[1], "rb"))
-print("\n".join([*data["build-system"]["requires"], *data["project"]["dependencies"]]))
-EOF
-}
+wheels_key() { { cd "$REPO" && sha256sum "${LOCKS[@]}"; echo cp311; } | short_hash; }
 
-wheels_key() { { requirements; echo cp311; } | short_hash; }
+# BASE_IMAGE as given, `pinned` → hack/base-images.txt's reference; dies on a reference without a digest.
+resolve_base_image() {
+    local ref="$BASE_IMAGE"
+    if [[ "$ref" == pinned ]]; then
+        ref="$(grep -v '^[[:space:]]*#' "$REPO/hack/base-images.txt" | grep -v '^[[:space:]]*$')" \
+            || die "hack/base-images.txt holds no image reference"
+    fi
+    [[ "$ref" =~ ^[^@[:space:]]+@sha256:[0-9a-f]{64}$ ]] \
+        || die "BASE_IMAGE=$ref is not pinned by digest (NAME:TAG@sha256:<64 hex>; BASE_IMAGE=pinned uses hack/base-images.txt)"
+    BASE_IMAGE="$ref"
+}
 
 inputs_hash() {
     {
@@ -95,7 +109,7 @@ ensure_base() {  # prints the base tarball
 }
 
 ensure_wheels() {  # prints the wheelhouse
-    local dir part reqs
+    local dir part
     dir="$CACHE/wheels-$(wheels_key)"
     if [[ ! -d "$dir" ]]; then
         [[ -x "$PYTHON" ]] || PYTHON=python3
@@ -103,10 +117,10 @@ ensure_wheels() {  # prints the wheelhouse
             || die "$PYTHON is not Python 3.11 (the base's): set PYTHON=/path/to/python3.11"
         part="$dir.partial"
         rm -rf "$part"
-        log "pip wheel: the build backend and the dependencies into $dir"
-        mapfile -t reqs < <(requirements)
-        "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$part" "${reqs[@]}" >&2 \
-            || die "pip wheel failed"
+        log "pip download: the wheels of ${LOCKS[*]} (hashes checked) into $dir"
+        (cd "$REPO" && "$PYTHON" -m pip download --quiet --disable-pip-version-check --require-hashes \
+            --only-binary=:all: --dest "$part" "${LOCKS[@]/#/--requirement=}") >&2 \
+            || die "pip download failed (every locked package needs a wheel for Python 3.11 on Linux)"
         mv "$part" "$dir"
     fi
     printf '%s\n' "$dir"
@@ -130,9 +144,16 @@ storage_driver() {
     rm -rf "$probe"
 }
 
+# The Debian sources mmdebstrap wrote into the base (one line: each source's URIs and suites, or the list lines).
+base_sources() {
+    tar -xOf "$1" --wildcards './etc/apt/sources.list' './etc/apt/sources.list.d/*' 2>/dev/null \
+        | grep -E '^(deb |URIs:|Suites:)' | tr -s ' \n' ' ' | sed 's/ $//' || true
+}
+
 # _build OUT BASE_TAR WHEELS: runs in a private mount namespace (cmd_build); writes OUT/<image>.tar, OUT/images.tsv.
 cmd_inner_build() {
-    local out="$1" base_tar="$2" wheels="$3" store base_ref ctr image name started layers=()
+    local out="$1" base_tar="$2" wheels="$3" store base_ref base_digest base_sources ctr mnt image name started
+    local layers=()
     store="$(mktemp -d /var/tmp/ljrk-images-XXXXXX)"
     BUILDAH_DRIVER="$(storage_driver "$store")"
     buildah_store "$store"
@@ -143,12 +164,19 @@ cmd_inner_build() {
     log "buildah storage: $BUILDAH_DRIVER${layers[*]:+ (cached layers)}"
     if [[ -n "$BASE_IMAGE" ]]; then
         base_ref="$BASE_IMAGE"
+        base_digest="${BASE_IMAGE##*@}"
+        base_sources=""
     else
+        base_digest="sha256:$(sha256sum "$base_tar" | cut -d' ' -f1)"
+        base_sources="$(base_sources "$base_tar")"
         ctr="$("${BH[@]}" from scratch)"
         "${BH[@]}" add --quiet "$ctr" "$base_tar" / >/dev/null
         "${BH[@]}" config --os linux --arch amd64 --cmd '["python3"]' \
             --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            --label org.opencontainers.image.description="Debian $SUITE with Python 3.11 (mmdebstrap)" "$ctr"
+            --label org.opencontainers.image.description="Debian $SUITE with Python 3.11 (mmdebstrap)" \
+            --label org.opencontainers.image.base.name="$BASE_NAME" \
+            --label org.opencontainers.image.base.digest="$base_digest" \
+            --label io.lj-runtimekit.base.sources="$base_sources" "$ctr"
         "${BH[@]}" commit --quiet "$ctr" "$BASE_NAME" >/dev/null
         "${BH[@]}" rm "$ctr" >/dev/null
         base_ref="$BASE_NAME"
@@ -160,6 +188,16 @@ cmd_inner_build() {
             --build-arg PYTHON_IMAGE="$base_ref" --build-arg WHEELHOUSE=/wheelhouse \
             --volume "$wheels:/wheelhouse:ro" -t "$name" "$REPO" >/dev/null || die "buildah bud $image failed"
         "${BH[@]}" push --quiet "$name" "docker-archive:$out/$image.tar:$name" || die "buildah push $image failed"
+        ctr="$("${BH[@]}" from --pull=false "$name")"
+        mnt="$("${BH[@]}" mount "$ctr")"
+        dpkg-query --admindir="$mnt/var/lib/dpkg" -W -f='${Package}\t${Version}\t${Architecture}\n' \
+            >"$store/dpkg.tsv" || die "dpkg-query on $image failed"
+        "$PYTHON" "$HERE/image_sbom.py" --python-sbom "$mnt/usr/share/lj-runtimekit/sbom/python.cdx.json" \
+            --dpkg "$store/dpkg.tsv" --os-release "$mnt/etc/os-release" --base-name "$base_ref" \
+            --base-digest "$base_digest" --base-sources "$base_sources" --output "$out/$image.sbom.cdx.json" \
+            || die "the SBOM of $image failed"
+        "${BH[@]}" umount "$ctr" >/dev/null
+        "${BH[@]}" rm "$ctr" >/dev/null
         printf '%s\t%s\t%s\t%s\n' "$image" "$name" "$(stat -c %s "$out/$image.tar")" "$((SECONDS - started))" \
             >>"$out/images.tsv"
         log "$name: $(du -h "$out/$image.tar" | cut -f1) in $((SECONDS - started)) s"
@@ -169,8 +207,8 @@ cmd_inner_build() {
 link_out() {  # link_out SET: dist/images/ = hard links to SET's files (copies across file systems)
     local set="$1" f
     mkdir -p "$OUT"
-    rm -f "$OUT"/*.tar "$OUT/images.tsv" "$OUT/.complete"
-    for f in "$set"/*.tar "$set/images.tsv"; do
+    rm -f "$OUT"/*.tar "$OUT"/*.sbom.cdx.json "$OUT/images.tsv" "$OUT/.complete"
+    for f in "$set"/*.tar "$set"/*.sbom.cdx.json "$set/images.tsv"; do
         ln -f "$f" "$OUT/" 2>/dev/null || cp "$f" "$OUT/"
     done
     cp "$set/.complete" "$OUT/.complete"
@@ -218,6 +256,8 @@ cmd_dir() {
         return 1
     fi
 }
+
+[[ -z "$BASE_IMAGE" ]] || resolve_base_image
 
 case "${1:-}" in
     build) cmd_build ;;

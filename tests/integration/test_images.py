@@ -11,6 +11,7 @@ Without current images (or without root and runc) these tests are skipped with t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,9 @@ from pathlib import Path
 
 import pytest
 from image_runner import Archive, images_dir, read_archive, run, runc_available, unpack
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 pytestmark = pytest.mark.images
 
@@ -110,7 +114,49 @@ def test_the_six_images_share_their_layers(image_dir: Path) -> None:
     # gives the six the same layers; containerd then stores them once and the tests above unpack them once
     layers = {image: tuple(read_archive(image_dir / f"{image}.tar").diff_ids) for image in IMAGES}
     assert len(set(layers.values())) == 1, layers
-    assert len(layers[IMAGES[0]]) == 2  # the Debian + Python base, then the environment
+    assert len(layers[IMAGES[0]]) == 3  # the Debian + Python base, the environment, its SBOM
+
+
+def locked_runtime() -> dict[str, str]:
+    """requirements/runtime.lock's pins for the images' Python (3.11, Linux): canonical name → version."""
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env.update(python_version="3.11", python_full_version="3.11.2", sys_platform="linux", platform_system="Linux")
+    pins: dict[str, str] = {}
+    text = re.sub(r"\\\n", " ", (REPO / "requirements" / "runtime.lock").read_text())
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            requirement = Requirement(line.split(" --hash")[0].strip())
+            if requirement.marker is None or requirement.marker.evaluate(env):
+                (pin,) = requirement.specifier
+                pins[canonicalize_name(requirement.name)] = pin.version
+    return pins
+
+
+def test_each_image_has_an_sbom_of_what_it_holds(image_dir: Path) -> None:
+    # dist/images/<image>.sbom.cdx.json (scripts/images.sh): cyclonedx-py's record of the image's environment,
+    # the image's Debian packages and its base; it names our project at its version, every locked runtime
+    # dependency at its locked version and nothing else from PyPI, and the base digest the image's label carries
+    locked = locked_runtime()
+    assert len(locked) > 20
+    for image in IMAGES:
+        sbom = json.loads((image_dir / f"{image}.sbom.cdx.json").read_text())
+        assert (sbom["bomFormat"], sbom["specVersion"]) == ("CycloneDX", "1.6")
+        root = sbom["metadata"]["component"]
+        assert (root["name"], root["version"], root["type"]) == ("lj-runtimekit", VERSION, "application")
+        components = sbom["components"]
+        pypi: dict[str, str] = {canonicalize_name(c["name"]): c["version"] for c in components
+                                if c.get("purl", "").startswith("pkg:pypi/")}
+        assert pypi.pop("lj-runtimekit", VERSION) == VERSION
+        assert pypi == locked, image
+        debian = {c["name"]: c["version"] for c in components
+                  if c.get("purl", "").startswith("pkg:deb/debian/")}
+        assert {"libc6", "python3.11", "libssl3"} <= set(debian), image
+        assert [c["name"] for c in components if c["type"] == "operating-system"] == ["debian"]
+        properties = {p["name"]: p["value"] for p in sbom["metadata"]["properties"]}
+        labels = read_archive(image_dir / f"{image}.tar").config["Labels"]
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", properties["lj-runtimekit:base:digest"])
+        assert properties["lj-runtimekit:base:digest"] == labels["org.opencontainers.image.base.digest"]
+        assert properties["lj-runtimekit:base:name"] == labels["org.opencontainers.image.base.name"]
 
 
 def test_help_runs_in_the_image_read_only_as_its_user(unpacked: tuple[str, Archive, Path, Path]) -> None:

@@ -169,7 +169,7 @@ def test_a_supported_version_pins_the_client_and_sets_the_scheduler(minor: str, 
         f"  pyproject.toml: kubernetes>=37 -> kubernetes=={client}",
         f"  deploy/scheduler/03-deployment.yaml: kube-scheduler image v1.37.2 -> {version}",
         live_line(minor, version),
-        f"next: make build (installs kubernetes=={client} into .venv and verifies)",
+        f"next: make lock build (re-locks requirements/ for kubernetes=={client}, installs it into .venv and verifies)",
     ]
     after = snapshot(root)
     moved = {EDITED[0], EDITED[1]} | ({SELECTED} if minor in ("1.34", "1.35", "1.36") else set())
@@ -312,7 +312,7 @@ def test_verify_needs_the_pinned_clients_major(tmp_path: Path) -> None:
     assert wrong.returncode == 1
     assert wrong.stderr.splitlines() == [
         f"hack/download-deps.sh --verify: installed kubernetes client {installed} does not follow Kubernetes 1.28 "
-        "(needs 28.1.0): run make, which reinstalls from pyproject.toml",
+        "(needs 28.1.0): run make lock build, which re-locks requirements/ and reinstalls from the lock",
     ]
     right = verify(root, "28.1.0", tmp_path)
     assert right.returncode == 0, right.stderr
@@ -417,7 +417,7 @@ def test_1_36_pins_client_37_and_verify_checks_the_pins_major(tmp_path: Path) ->
     assert wrong.returncode == 1
     assert wrong.stderr.splitlines() == [
         "hack/download-deps.sh --verify: installed kubernetes client 36.0.3 does not follow Kubernetes 1.36 "
-        "(needs 37.0.2): run make, which reinstalls from pyproject.toml"]
+        "(needs 37.0.2): run make lock build, which re-locks requirements/ and reinstalls from the lock"]
 
 
 def test_verify_tells_the_minors_sharing_a_pin_apart_by_the_live_version(tmp_path: Path) -> None:
@@ -428,7 +428,7 @@ def test_verify_tells_the_minors_sharing_a_pin_apart_by_the_live_version(tmp_pat
         "switched to Kubernetes v1.37.2:",
         "  deploy/scheduler/03-deployment.yaml: kube-scheduler image v1.36.3 -> v1.37.2",
         f"  {SELECTED}: 1.36.3 -> 1.37.2 (the live tests' Kubernetes)",
-        "next: make build (installs kubernetes==37.0.2 into .venv and verifies)"]
+        "next: make lock build (re-locks requirements/ for kubernetes==37.0.2, installs it into .venv and verifies)"]
     right = verify(root, "37.0.2", tmp_path / "a")
     assert right.returncode == 0, right.stderr
     assert right.stdout == ("verified: Kubernetes 1.37, kubernetes client 37.0.2, manifests agree, live tests on "
@@ -469,8 +469,9 @@ def test_make_build_verifies_before_the_wheel() -> None:
     makefile = (REPO / "Makefile").read_text()
     recipe = re.search(r"^build: \$\(STAMP\)\n((?:\t.*\n)+)", makefile, re.M)
     assert recipe is not None
-    assert recipe.group(1).splitlines() == ["\t$(BIN)/python scripts/download_deps.py --verify",
-                                            "\t$(BIN)/python -m pip wheel --no-deps --wheel-dir dist ."]
+    assert recipe.group(1).splitlines() == [
+        "\t$(BIN)/python scripts/download_deps.py --verify",
+        "\t$(BIN)/python -m pip wheel --no-deps --no-build-isolation --wheel-dir dist ."]
 
 
 def test_make_test_verifies_the_selection_before_the_suite() -> None:
