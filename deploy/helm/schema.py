@@ -14,9 +14,10 @@ NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 QUALIFIED_NAME = f"^({DNS_SUBDOMAIN}/)?{NAME}$"
 EXTENDED_RESOURCE = {
     "type": "string",
-    "description": "An extended resource name: `<domain>/<name>`, the domain not kubernetes.io's.",
+    "description": "an extended resource name, `<domain>/<name>`, the domain not kubernetes.io's.",
     "allOf": [{"pattern": f"^{DNS_SUBDOMAIN}/{NAME}$"}, {"not": {"pattern": r"(^|\.)kubernetes\.io/"}}],
 }
+ER_TEXT = EXTENDED_RESOURCE["description"]
 QUANTITY = r"^([1-9][0-9]*|[0-9]+\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 
 
@@ -63,7 +64,7 @@ PROTOCOL = {
         "version": {"type": "integer", "const": 1, "description": "Protocol format version."},
         "resources": {"type": "object", "description": "The extended resource names.", "additionalProperties": False,
                       "required": ["gpu", "core", "memory"],
-                      "properties": {key: {**EXTENDED_RESOURCE, "description": f"The {what} resource name."}
+                      "properties": {key: {**EXTENDED_RESOURCE, "description": f"The {what} resource name: {ER_TEXT}"}
                                      for key, what in (("gpu", "whole-GPU"), ("core", "GPU core percentage"),
                                                        ("memory", "GPU memory"))}},
         "memory-unit": _string("What one unit of the memory resource is: a positive quantity (1Gi).", QUANTITY),
