@@ -2,7 +2,8 @@
 # The Kubernetes platform of the live tests, built from Go modules (scripts/kube_platform.py does the work).
 #
 #   bash scripts/k8s-control-plane.sh install   # build kube-apiserver, kube-controller-manager, kube-scheduler,
-#                                               # kubelet, kubectl, etcd, containerd, runc (pinned, cached)
+#                                               # kubelet, kubectl, etcd, containerd, runc, and helm (the
+#                                               # chart tests' Helm 4) (pinned, cached)
 #   bash scripts/k8s-control-plane.sh bin-dir   # print the folder with the control plane (exit 1 if not built)
 #
 # The Kubernetes version is $LJRK_K8S_VERSION, else hack/kubernetes-version (what hack/download-deps.sh selects),

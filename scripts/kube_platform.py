@@ -3,7 +3,8 @@
 
 The programs: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl from the
 ``k8s.io/kubernetes`` module; etcd from ``go.etcd.io/etcd/server/v3``; containerd, its runc shim and ctr from
-``github.com/containerd/containerd/v2``; runc from ``github.com/opencontainers/runc``. Each is built from a small
+``github.com/containerd/containerd/v2``; runc from ``github.com/opencontainers/runc``; helm (the chart tests'
+``helm lint`` / ``helm template``) from ``helm.sh/helm/v4``'s ``cmd/helm``. Each is built from a small
 build module committed under ``hack/kubebuild/<name>-<version>/`` (``go.mod`` + ``go.sum``): it requires the
 upstream module at the pinned version and names the commands as ``tool`` directives, so ``go build`` resolves
 exactly the dependency graph that ``go.sum`` pins. For Kubernetes the module also replaces every staging module
@@ -21,6 +22,7 @@ message listing the supported ones)::
     kube_platform.py install [--version 1.37.2]      build what is missing for that Kubernetes version
     kube_platform.py bin-dir [--version 1.37.2]      print the control plane's folder (kube-*, kubectl, etcd)
     kube_platform.py node-bin-dir                    print containerd/ctr/shim/runc's folder
+    kube_platform.py helm-path                       print the helm binary's path (exit 1 if not built)
     kube_platform.py module-dir [--version 1.37.2]   print the k8s.io/kubernetes module's source folder (downloaded
                                                      into Go's module cache when missing; the pause image's source)
     kube_platform.py versions                        the supported Kubernetes versions, the default first
@@ -148,20 +150,27 @@ def kube_component(platform: dict[str, object], version: str) -> Component:
     )
 
 
+def table_component(platform: dict[str, object], name: str) -> Component:
+    """The component of ``[platform.<name>]`` (module, version, sum, commands, optional cgo, tags, stamps)."""
+    entry = platform.get(name)
+    if not isinstance(entry, dict):
+        raise PlatformError(f"hack/kubernetes-versions.toml has no [platform.{name}]")
+    stamps = tuple((k, v.replace("{version}", entry["version"])) for k, v in entry.get("stamps", {}).items())
+    return Component(
+        name=name, version=str(entry["version"]), module=str(entry["module"]), sum=str(entry["sum"]),
+        commands=dict(entry["commands"]), cgo=bool(entry.get("cgo", False)), tags=tuple(entry.get("tags", ())),
+        stamps=stamps,
+    )
+
+
 def node_components(platform: dict[str, object]) -> list[Component]:
     """etcd, containerd and runc: ``[platform.etcd]``, ``[platform.containerd]``, ``[platform.runc]``."""
-    found = []
-    for name in ("etcd", "containerd", "runc"):
-        entry = platform.get(name)
-        if not isinstance(entry, dict):
-            raise PlatformError(f"hack/kubernetes-versions.toml has no [platform.{name}]")
-        stamps = tuple((k, v.replace("{version}", entry["version"])) for k, v in entry.get("stamps", {}).items())
-        found.append(Component(
-            name=name, version=str(entry["version"]), module=str(entry["module"]), sum=str(entry["sum"]),
-            commands=dict(entry["commands"]), cgo=bool(entry.get("cgo", False)), tags=tuple(entry.get("tags", ())),
-            stamps=stamps,
-        ))
-    return found
+    return [table_component(platform, name) for name in ("etcd", "containerd", "runc")]
+
+
+def helm_component(platform: dict[str, object]) -> Component:
+    """helm (``[platform.helm]``): not part of the cluster, the chart tests' renderer and linter."""
+    return table_component(platform, "helm")
 
 
 def source_hash(component: Component) -> str:
@@ -280,7 +289,7 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
         raise PlatformError(f"cannot write {cache_root()}: run as root or set LJRK_K8S_CACHE")
     cache_root().mkdir(parents=True, exist_ok=True)
     kube = kube_component(platform, version)
-    components = [kube, *node_components(platform)]
+    components = [kube, *node_components(platform), helm_component(platform)]
     for component in components:  # first: a missing build module is named, not a traceback of is_built
         check_sum(component)
     runc = next(c for c in components if c.name == "runc")
@@ -296,13 +305,14 @@ def cmd_install(platform: dict[str, object], version: str) -> None:
     etcd = next(c for c in components if c.name == "etcd")
     place_link(control_plane_dir(version) / "etcd", etcd.out / "etcd")
     link_node_tools(platform)
-    for binary in (*KUBE_COMMANDS, "etcd"):
-        flag = "version" if binary == "kubectl" else "--version"
-        argv = [str(control_plane_dir(version) / binary), flag] + (["--client"] if binary == "kubectl" else [])
+    checks = [[str(control_plane_dir(version) / b), "--version"] for b in (*KUBE_COMMANDS, "etcd") if b != "kubectl"]
+    checks += [[str(control_plane_dir(version) / "kubectl"), "version", "--client"],
+               [str(next(c for c in components if c.name == "helm").out / "helm"), "version", "--short"]]
+    for argv in checks:
         out = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
         if out.returncode != 0:
             raise PlatformError(f"{argv[0]} does not run: {out.stderr.strip()[:300]}")
-        log(f"  {binary}: {out.stdout.splitlines()[0] if out.stdout else '?'}")
+        log(f"  {Path(argv[0]).name}: {out.stdout.splitlines()[0] if out.stdout else '?'}")
     print(control_plane_dir(version))
 
 
@@ -320,6 +330,14 @@ def cmd_node_bin_dir(platform: dict[str, object]) -> None:
     if missing:
         raise PlatformError(f"{', '.join(missing)} not built; run: bash scripts/k8s-control-plane.sh install")
     print(node_bin_dir())
+
+
+def cmd_helm_path(platform: dict[str, object]) -> None:
+    helm = helm_component(platform)
+    if not is_built(helm):
+        raise PlatformError(f"helm {helm.version} is not built in {helm.out}; run: bash scripts/k8s-control-plane.sh "
+                            f"install")
+    print(helm.out / "helm")
 
 
 def cmd_module_dir(version: str) -> None:
@@ -345,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("install", "bin-dir"):
         sub.add_parser(name).add_argument("--version", default=None, help="Kubernetes version, e.g. 1.37.2")
     sub.add_parser("node-bin-dir")
+    sub.add_parser("helm-path")
     sub.add_parser("module-dir").add_argument("--version", default=None, help="Kubernetes version, e.g. 1.37.2")
     sub.add_parser("versions")
     sub.add_parser("gen").add_argument("kube_version")
@@ -357,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_bin_dir(platform, select_version(platform, args.version))
         elif args.command == "node-bin-dir":
             cmd_node_bin_dir(platform)
+        elif args.command == "helm-path":
+            cmd_helm_path(platform)
         elif args.command == "module-dir":
             cmd_module_dir(select_version(platform, args.version))
         elif args.command == "versions":

@@ -1,0 +1,103 @@
+"""The chart's ``values.schema.json`` (written by deploy/helm/generate.py): Helm checks the values against it at
+install, upgrade, template and lint time and refuses a bad one naming its path. The scheduling policies are the
+scheduler's own registry's (``domain.scheduling.registry.POLICIES``), so the enum cannot fall behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.scheduling.registry import POLICIES
+
+DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+QUALIFIED_NAME = f"^({DNS_SUBDOMAIN}/)?{NAME}$"
+EXTENDED_RESOURCE = {
+    "type": "string",
+    "description": "an extended resource name, `<domain>/<name>`, the domain not kubernetes.io's.",
+    "allOf": [{"pattern": f"^{DNS_SUBDOMAIN}/{NAME}$"}, {"not": {"pattern": r"(^|\.)kubernetes\.io/"}}],
+}
+ER_TEXT = EXTENDED_RESOURCE["description"]
+QUANTITY = r"^([1-9][0-9]*|[0-9]+\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+
+
+def _string(description: str, pattern: str | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": description}
+    if pattern:
+        schema["pattern"] = pattern
+    return schema
+
+
+def _workload(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "enabled": {"type": "boolean", "description": f"Install the {name}."},
+        "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "The pods' spec.nodeSelector."},
+        "tolerations": {"type": "array", "items": {"type": "object"}, "description": "The pods' spec.tolerations."},
+        "priorityClassName": _string("The pods' priority class (empty: none)."),
+        "resources": {"type": "object", "description": "The main container's requests and limits.",
+                      "properties": {"requests": {"type": "object"}, "limits": {"type": "object"}},
+                      "additionalProperties": False},
+        **(extra or {}),
+    }
+    return {"type": "object", "description": f"The {name}.", "properties": properties, "additionalProperties": False}
+
+
+SCHEDULER = {
+    "policy": {"type": "string", "enum": list(POLICIES),
+               "description": "Default scheduling policy (LJRK_POLICY; a pod's policy annotation overrides it)."},
+    "logLevel": {"type": "string", "enum": ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                 "description": "The extender's log level (LJRK_LOG_LEVEL)."},
+    "leaderElection": {"type": "object", "additionalProperties": False,
+                       "description": "kube-scheduler's leader election (its Lease in `namespace`).",
+                       "properties": {"enabled": {"type": "boolean", "description": "leaderElect."}}},
+    "kubeSchedulerImage": _string("The kube-scheduler image the extender runs beside."),
+    "kubeSchedulerResources": {"type": "object", "description": "The kube-scheduler container's resources."},
+}
+
+PROTOCOL = {
+    "type": "object",
+    "description": "The protocol constants: every component's ConfigMap carries them as protocol.yaml.",
+    "required": ["version", "resources", "memory-unit", "node-label", "scheduler-name", "annotations"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"type": "integer", "const": 1, "description": "Protocol format version."},
+        "resources": {"type": "object", "description": "The extended resource names.", "additionalProperties": False,
+                      "required": ["gpu", "core", "memory"],
+                      "properties": {key: {**EXTENDED_RESOURCE, "description": f"The {what} resource name: {ER_TEXT}"}
+                                     for key, what in (("gpu", "whole-GPU"), ("core", "GPU core percentage"),
+                                                       ("memory", "GPU memory"))}},
+        "memory-unit": _string("What one unit of the memory resource is: a positive quantity (1Gi).", QUANTITY),
+        "node-label": _string("The node label that enables a node for GPU sharing.", QUALIFIED_NAME),
+        "scheduler-name": _string("The schedulerName pods choose the scheduler by.", DNS_SUBDOMAIN.join("^$")),
+        "annotations": {"type": "object", "description": "Node and pod annotation keys.",
+                        "additionalProperties": _string("An annotation key.", QUALIFIED_NAME)},
+        "inventory-stale-seconds": {"type": "integer", "minimum": 1,
+                                    "description": "Age after which a node's inventory counts as stale."},
+        "enforcement-label": _string("The node label saying what enforces a GPU share.", QUALIFIED_NAME),
+    },
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "lj-runtimekit chart values",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "namespace": _string("Namespace of every namespaced object (the toggle Jobs' lj-runtimekit-jobs aside).",
+                             DNS_LABEL),
+        "image": {"type": "object", "description": "Our images: `<registry>/<component>:<tag>`.",
+                  "additionalProperties": False,
+                  "properties": {"registry": _string("Registry and path prefix of our images."),
+                                 "tag": _string("Tag of our images.", r"^[\w][\w.-]{0,127}$")}},
+        "protocol": PROTOCOL,
+        "runtime": _workload("node Runtime (DaemonSet)"),
+        "deviceplugin": _workload("device plugin (DaemonSet)"),
+        "exporter": _workload("exporter (DaemonSet)"),
+        "scheduler": _workload("scheduler: kube-scheduler with our extender (Deployment)", SCHEDULER),
+        "controller": _workload("controller (Deployment) and its toggle Jobs' namespace and RBAC"),
+        "admission": {"type": "object", "description": "The ValidatingAdmissionPolicies (Kubernetes >= 1.30).",
+                      "additionalProperties": False,
+                      "properties": {"enabled": {"type": "boolean", "description": "Install the admission policies."}}},
+    },
+}

@@ -1,0 +1,228 @@
+"""The Helm chart deploy/helm/lj-runtimekit (issue 33), checked with the pinned Helm 4 and the dev extra's kubectl.
+
+Behaviours covered:
+
+* the chart is what ``deploy/helm/generate.py`` makes of the kustomize tree now (no drift; needs no helm);
+* ``helm template`` with the default values holds the same objects as ``kubectl kustomize deploy``, compared as
+  parsed objects (so key order, quoting and YAML layout do not count). Two things are compared differently, and only
+  these: the ``lj-runtimekit.io/config-checksum`` pod annotation (kustomize's is the SHA-256 of the component's
+  02-configmap.yaml file, comments included, which a chart cannot reproduce from values; the chart's must be a
+  SHA-256 too, and must change when the values reaching that ConfigMap change) and the ConfigMaps' ``protocol.yaml``
+  (compared as the YAML document it is: the chart writes it from ``protocol:`` without deploy/protocol.yaml's
+  comments). Helm adds no labels or annotations of its own to these templates, so nothing else is set aside;
+* ``helm lint --strict`` passes;
+* switching a component off removes exactly the objects of its kustomize folder (the controller's: with deploy/jobs);
+* a protocol value reaches every component's ConfigMap and every ``# protocol:`` line (node affinity, the
+  scheduler's schedulerName, the admission parameters), and rolls every workload (new checksum);
+* namespace, scheduler policy and leader election, images, nodeSelector/tolerations/resources/priorityClassName are
+  values that land where they should;
+* values.schema.json refuses a negative memory unit, an unknown policy and a resource name that is not an extended
+  resource name, at template time, with a message naming the value.
+
+Helm comes from ``$LJRK_HELM`` or ``scripts/kube_platform.py helm-path`` (built by ``scripts/k8s-control-plane.sh
+install``); without it the helm tests skip, unless ``LJRK_REQUIRE_K8S=1`` (.ci/run), which makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from adapters.protocolfile import find_protocols, load_protocol
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "lj-runtimekit"
+CHECKSUM = "lj-runtimekit.io/config-checksum"
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "admission")
+Key = tuple[str, str, str, str]
+
+
+def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    if check and result.returncode != 0:
+        pytest.fail(f"{argv[:3]} failed ({result.returncode}):\n{result.stderr}", pytrace=False)
+    return result
+
+
+def kubectl() -> str:
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.is_file() else "kubectl"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = os.environ.get("LJRK_HELM") or run(
+        [sys.executable, str(REPO / "scripts" / "kube_platform.py"), "helm-path"], check=False).stdout.strip()
+    if path and os.access(path, os.X_OK):
+        return path
+    hint = "helm is not built; build it with: bash scripts/k8s-control-plane.sh install"
+    if os.environ.get("LJRK_REQUIRE_K8S") == "1":
+        pytest.fail(f"LJRK_REQUIRE_K8S=1 but {hint}", pytrace=False)
+    pytest.skip(hint)
+
+
+def objects(text: str) -> dict[Key, dict[str, Any]]:
+    found: dict[Key, dict[str, Any]] = {}
+    for doc in yaml.safe_load_all(text):
+        if doc:
+            meta = doc["metadata"]
+            key = (doc["apiVersion"], doc["kind"], meta.get("namespace", ""), meta["name"])
+            assert key not in found, f"{key} twice"
+            found[key] = doc
+    return found
+
+
+def render(helm: str, *args: str) -> str:
+    return run([helm, "template", "lj-runtimekit", str(CHART), *args]).stdout
+
+
+def template(helm: str, *args: str) -> dict[Key, dict[str, Any]]:
+    return objects(render(helm, *args))
+
+
+def kustomize(folder: str = "") -> dict[Key, dict[str, Any]]:
+    return objects(run([kubectl(), "kustomize", str(REPO / "deploy" / folder)]).stdout)
+
+
+def normalised(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with the two fields compared apart (see the module's docstring) taken out."""
+    copy = yaml.safe_load(yaml.safe_dump(obj))
+    annotations = copy.get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+    annotations.pop(CHECKSUM, None)
+    if copy["kind"] == "ConfigMap" and "protocol.yaml" in copy.get("data", {}):
+        copy["data"]["protocol.yaml"] = yaml.safe_load(copy["data"]["protocol.yaml"])
+    return dict(copy)
+
+
+def checksums(rendered: dict[Key, dict[str, Any]]) -> dict[Key, str]:
+    return {key: obj["spec"]["template"]["metadata"]["annotations"][CHECKSUM] for key, obj in rendered.items()
+            if obj["kind"] in ("DaemonSet", "Deployment")}
+
+
+def configmap(rendered: dict[Key, dict[str, Any]], name: str) -> dict[str, str]:
+    return dict(next(o for k, o in rendered.items() if k[1] == "ConfigMap" and k[3] == name)["data"])
+
+
+def test_chart_is_generated_from_deploy() -> None:
+    result = run([sys.executable, str(REPO / "deploy" / "helm" / "generate.py"), "--check", "--kubectl", kubectl()],
+                 check=False)
+    assert result.returncode == 0, result.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert f'version = "{chart["version"]}"' in (REPO / "pyproject.toml").read_text()
+
+
+def test_default_render_holds_the_kustomize_objects(helm: str) -> None:
+    chart, tree = template(helm), kustomize()
+    assert sorted(chart) == sorted(tree)
+    for key, obj in tree.items():
+        assert normalised(chart[key]) == normalised(obj), key
+    sums = checksums(chart)
+    assert len(sums) == 5
+    assert all(re.fullmatch(r"[0-9a-f]{64}", s) for s in sums.values())
+    assert set(sums) == set(checksums(tree))
+
+
+def test_components_read_the_charts_protocol(helm: str) -> None:
+    """The components' own loader (what ``ljrk protocol check`` runs) finds the same protocol in each of the five
+    ConfigMaps: deploy/protocol.yaml's by default, the changed one when a value changes."""
+    default = find_protocols(render(helm), source="helm")
+    assert len(default) == 5
+    assert {constants for _, constants in default} == {load_protocol(REPO / "deploy" / "protocol.yaml")}
+    changed = find_protocols(render(helm, "--set", "protocol.memory-unit=2Gi"), source="helm")
+    assert {constants.memory_unit for _, constants in changed} == {"2Gi"}
+
+
+def test_lint_strict(helm: str) -> None:
+    result = run([helm, "lint", "--strict", str(CHART)], check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_switching_a_component_off_removes_exactly_its_objects(helm: str, component: str) -> None:
+    full = template(helm)
+    off = template(helm, "--set", f"{component}.enabled=false")
+    own = set(kustomize(component)) | (set(kustomize("jobs")) if component == "controller" else set())
+    assert own
+    assert set(off) == set(full) - own
+    for key in off:
+        assert normalised(off[key]) == normalised(full[key])
+
+
+def test_a_protocol_value_reaches_every_component(helm: str) -> None:
+    default = template(helm)
+    changed = template(helm, "--set", "protocol.resources.gpu=example.com/gpu", "--set",
+                       "protocol.node-label=example.com/gpu-share", "--set",
+                       "protocol.scheduler-name=shared-gpu", "--set", "protocol.annotations.pod-plan=example.com/plan")
+    protocols = {k[3]: yaml.safe_load(o["data"]["protocol.yaml"]) for k, o in changed.items()
+                 if k[1] == "ConfigMap" and "protocol.yaml" in o.get("data", {})}
+    assert len(protocols) == 5  # runtime, deviceplugin, exporter, scheduler, controller
+    for name, protocol in protocols.items():
+        assert protocol["resources"]["gpu"] == "example.com/gpu", name
+        assert protocol["node-label"] == "example.com/gpu-share", name
+        assert protocol["resources"]["memory"] == "alibabacloud.com/gpu-memory", name  # the others stay
+    for key, obj in changed.items():
+        if obj["kind"] == "DaemonSet":
+            terms = obj["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            assert [e["key"] for t in terms for e in t["matchExpressions"]] == ["example.com/gpu-share"], key
+    config = yaml.safe_load(configmap(changed, "lj-runtimekit-scheduler-config")["scheduler-config.yaml"])
+    assert config["profiles"][0]["schedulerName"] == "shared-gpu"
+    assert configmap(changed, "lj-runtimekit-admission")["pod-plan"] == "example.com/plan"
+    before, after = checksums(default), checksums(changed)
+    assert all(before[key] != after[key] for key in before)
+
+
+def test_namespace_scheduler_and_pod_values(helm: str) -> None:
+    rendered = template(
+        helm, "--set", "namespace=gpu-system", "--set", "scheduler.policy=binpack", "--set",
+        "scheduler.leaderElection.enabled=false", "--set", "image.registry=registry.example/ljrk", "--set",
+        "image.tag=9.9.9", "--set", "exporter.nodeSelector.pool=gpu", "--set", "exporter.priorityClassName=high",
+        "--set", "runtime.tolerations=null", "--set", "controller.resources.limits.memory=1Gi")
+    text = yaml.safe_dump_all(rendered.values())
+    assert "kube-system" not in text
+    assert {k[2] for k in rendered} == {"", "gpu-system", "lj-runtimekit-jobs"}
+    binding = next(o for k, o in rendered.items() if k[1] == "RoleBinding" and k[2] == "lj-runtimekit-jobs")
+    assert {s["namespace"] for s in binding["subjects"]} == {"gpu-system"}
+    scheduler = configmap(rendered, "lj-runtimekit-scheduler-config")
+    assert scheduler["LJRK_POLICY"] == "binpack"
+    config = yaml.safe_load(scheduler["scheduler-config.yaml"])
+    assert config["leaderElection"] == {"leaderElect": False, "resourceName": "lj-runtimekit-kube-scheduler",
+                                        "resourceNamespace": "gpu-system"}
+    pods = {k[3]: o["spec"]["template"]["spec"] for k, o in rendered.items() if k[1] in ("DaemonSet", "Deployment")}
+    images = {c["image"] for spec in pods.values() for c in spec["containers"]}
+    assert {i for i in images if "kube-scheduler" not in i} == {
+        f"registry.example/ljrk/{n}:9.9.9" for n in ("runtime", "device-plugin", "exporter", "scheduler", "controller")}
+    exporter = pods["lj-runtimekit-exporter-ds"]
+    assert exporter["nodeSelector"] == {"pool": "gpu"}
+    assert exporter["priorityClassName"] == "high"
+    assert "tolerations" not in pods["lj-runtimekit-runtime-ds"]
+    assert pods["lj-runtimekit-device-plugin-ds"]["tolerations"] == [{"operator": "Exists"}]  # the others keep theirs
+    controller = pods["lj-runtimekit-controller"]
+    assert controller["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    job_image = {e["value"] for e in controller["containers"][0]["env"] if e["name"] == "LJRK_JOB_IMAGE"}
+    assert job_image == {"registry.example/ljrk/job-agent:9.9.9"}
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("protocol.memory-unit=-1Gi", "- at '/protocol/memory-unit': '-1Gi' does not match pattern"),
+    ("scheduler.policy=fastest", "- at '/scheduler/policy': value must be one of 'binpack', 'spread'"),
+    ("protocol.resources.gpu=gpu", "  - at '/protocol/resources/gpu': 'gpu' does not match pattern"),
+    ("protocol.resources.core=kubernetes.io/gpu-core", "  - at '/protocol/resources/core': 'not' failed"),
+])
+def test_schema_refuses_bad_values(helm: str, setting: str, message: str) -> None:
+    """Helm names the value's path, and the bad value itself where the check is a pattern (an enum prints the
+    allowed ones instead; the kubernetes.io domain, refused by a ``not``, only the path)."""
+    result = run([helm, "template", "lj-runtimekit", str(CHART), "--set", setting], check=False)
+    assert result.returncode != 0
+    assert result.stderr.startswith("Error: values don't meet the specifications of the schema(s)"), result.stderr
+    assert message in result.stderr.splitlines() or any(line.startswith(message) for line in
+                                                         result.stderr.splitlines()), result.stderr
+    assert result.stdout == ""
