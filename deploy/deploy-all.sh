@@ -194,39 +194,58 @@ trap 'rm -rf "$workdir"' EXIT
 
 render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the chosen components) with the overrides
     cp -R "$DEPLOY_DIR" "$workdir/deploy"
-    local overlay="$workdir/overlay" stack="$workdir/stack" c image
+    local overlay="$workdir/overlay" stack="$workdir/stack" c image kind name full=0
     mkdir -p "$overlay" "$stack"
-    # The chosen components under --namespace; the Jobs' namespace (deploy/jobs, with the controller) beside them,
-    # left where it is but for its RoleBinding's subject, the controller's ServiceAccount in --namespace.
+    [[ ${#core[@]} -ne ${#ALL_COMPONENTS[@]} ]] || full=1
+    # stack: the chosen components (all: deploy/kustomization.yaml, with whatever it adds) under --namespace;
+    # overlay: the Jobs' namespace and its contents (deploy/jobs, with the controller) put back where they belong,
+    # their RoleBinding naming the controller's ServiceAccount of --namespace.
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"
         echo "kind: Kustomization"
         [[ -z "$namespace" ]] || echo "namespace: $namespace"
         echo "resources:"
-        for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
+        if [[ $full -eq 1 ]]; then
+            echo "- ../deploy"
+        else
+            for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
+        fi
         [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
     } > "$stack/kustomization.yaml"
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"
         echo "kind: Kustomization"
         echo "resources:"
-        if [[ ${#core[@]} -eq ${#ALL_COMPONENTS[@]} && -z "$namespace" && $jobs_contents -eq 1 ]]; then
-            echo "- ../deploy"  # deploy/kustomization.yaml, with whatever it adds
-            [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
-        else
-            echo "- ../stack"
-            if [[ " ${core[*]} " == *" controller "* && $jobs_contents -eq 0 ]]; then
-                mkdir -p "$workdir/jobs-namespace"
-                cp "$workdir/deploy/jobs/01-namespace.yaml" "$workdir/jobs-namespace/"
-                printf 'resources:\n- 01-namespace.yaml\n' > "$workdir/jobs-namespace/kustomization.yaml"
-                echo "- ../jobs-namespace"
-            elif [[ " ${core[*]} " == *" controller "* ]]; then
-                echo "- ../deploy/jobs"
-                if [[ -n "$namespace" ]]; then
-                    echo "patches:"
-                    echo "- target: {kind: RoleBinding, name: lj-runtimekit-controller-jobs}"
-                    echo "  patch: '[{\"op\": \"replace\", \"path\": \"/subjects/0/namespace\", \"value\": \"$namespace\"}]'"
-                fi
+        echo "- ../stack"
+        if [[ " ${core[*]} " == *" controller "* && $full -eq 0 ]]; then
+            echo "- ../deploy/jobs"
+        fi
+        if [[ " ${core[*]} " == *" controller "* ]]; then
+            echo "patches:"
+            if [[ -n "$namespace" && $full -eq 1 ]]; then  # the stack's namespace transformer moved (renamed) them
+                echo "- target: {kind: Namespace}"
+                echo "  patch: '[{\"op\": \"replace\", \"path\": \"/metadata/name\", \"value\": \"$JOBS_NAMESPACE\"}]'"
+                for kind in ServiceAccount/lj-runtimekit-job-agent Role/lj-runtimekit-controller-jobs \
+                        RoleBinding/lj-runtimekit-controller-jobs; do
+                    echo "- target: {kind: ${kind%/*}, name: ${kind#*/}}"
+                    echo "  patch: '[{\"op\": \"replace\", \"path\": \"/metadata/namespace\", \"value\": \"$JOBS_NAMESPACE\"}]'"
+                done
+            fi
+            if [[ -n "$namespace" ]]; then
+                echo "- target: {kind: RoleBinding, name: lj-runtimekit-controller-jobs}"
+                echo "  patch: '[{\"op\": \"replace\", \"path\": \"/subjects/0/namespace\", \"value\": \"$namespace\"}]'"
+            fi
+            if [[ $jobs_contents -eq 0 ]]; then  # a dry run checks the missing namespace alone
+                for kind in v1/ServiceAccount/lj-runtimekit-job-agent \
+                        rbac.authorization.k8s.io/v1/Role/lj-runtimekit-controller-jobs \
+                        rbac.authorization.k8s.io/v1/RoleBinding/lj-runtimekit-controller-jobs; do
+                    name="${kind##*/}"; kind="${kind%/*}"
+                    echo "- patch: |-"
+                    echo "    \$patch: delete"
+                    echo "    apiVersion: ${kind%/*}"
+                    echo "    kind: ${kind##*/}"
+                    echo "    metadata: {name: $name, namespace: $JOBS_NAMESPACE}"
+                done
             fi
         fi
         if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then

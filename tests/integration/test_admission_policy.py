@@ -13,7 +13,8 @@ and pod-name claims of a pod-bound token):
   binds with a plan; the scheduler's binding with a plan passes, the device plugin marks a pod bound to its own
   node but not another node's; the tenant's own scheduling requests and later updates of a planned pod pass;
 * our accounts (whose RBAC reaches every pod, or every pod of the stack's namespace) change in a pod update
-  nothing but their own key: another annotation, a label or the spec beside it is refused;
+  nothing but their own key: another annotation, a label or the spec beside it is refused; the status
+  subresource guards the same keys and lets status writes through;
 * node agents: the device plugin and the exporter change their own keys on their own Node only; another Node, a
   label, another annotation or a taint is refused; the controller writes its state keys on any Node.
 
@@ -232,6 +233,15 @@ def test_our_accounts_change_nothing_but_their_own_key_on_a_pod(enforced: Contro
     controller.patch_namespaced_pod(f"ctl-{namespace}", STACK, {"metadata": {"annotations": {
         FINGERPRINT: "0123456789abcdef"}}})
     admin.patch_namespaced_pod("gpu", namespace, {"metadata": {"labels": {"x": "y"}}})  # others are not judged
+
+    # the status subresource carries metadata too: our keys stay guarded there, status writes themselves pass
+    message = refused(lambda: core(enforced, "alice").patch_namespaced_pod_status(
+        "gpu", namespace, {"metadata": {"annotations": {PLAN: "{}"}}}))
+    assert f"may not set or change annotation {PLAN}" in message
+    refused(lambda: plugin.patch_namespaced_pod_status("gpu", namespace, {"metadata": {"annotations": {
+        ALLOCATED: "1"}}}))
+    core(enforced, SCHEDULER).patch_namespaced_pod_status("gpu", namespace, {"status": {"conditions": [
+        {"type": "PodScheduled", "status": "True"}]}})  # kube-scheduler's own kind of status write
 
 
 # ---------------------------------------------------------------- nodes

@@ -610,6 +610,25 @@ def test_deploy_all_overrides_images_namespace_and_components(components: list[s
         "registry.k8s.io/kube-scheduler:v1.30.4"}
 
 
+def test_deploy_all_namespace_keeps_what_deploy_kustomization_adds(tmp_path: Path) -> None:
+    root = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, root, ignore=shutil.ignore_patterns("__pycache__", "helm"))
+    with (root / "kustomization.yaml").open("a") as file:
+        file.write('images:\n- name: lj-runtimekit/exporter\n  newTag: "custom"\n')
+    result = run(["bash", str(root / "deploy-all.sh"), "render", "--namespace", "gpu-system"])
+    assert result.returncode == 0, result.stderr
+    objects = docs(result.stdout)
+    exporter = pod_spec(find(objects, "DaemonSet", "lj-runtimekit-exporter-ds"))["containers"][0]
+    assert exporter["image"] == "lj-runtimekit/exporter:custom"
+    assert find(objects, "Namespace", JOBS_NAMESPACE)
+    assert not any(o["kind"] == "Namespace" and o["metadata"]["name"] == "gpu-system" for o in objects)
+    for kind, name in (("ServiceAccount", "lj-runtimekit-job-agent"), ("Role", "lj-runtimekit-controller-jobs"),
+                       ("RoleBinding", "lj-runtimekit-controller-jobs")):
+        assert find(objects, kind, name)["metadata"]["namespace"] == JOBS_NAMESPACE
+    assert find(objects, "RoleBinding", "lj-runtimekit-controller-jobs")["subjects"][0]["namespace"] == "gpu-system"
+    assert find(objects, "Deployment", "lj-runtimekit-controller")["metadata"]["namespace"] == "gpu-system"
+
+
 def test_deploy_all_accepts_the_device_plugin_alias() -> None:
     alias, folder = deploy_all("render", "--components=device-plugin"), deploy_all("render", "--components",
                                                                                     "deviceplugin")
