@@ -41,7 +41,7 @@ lock-check: $(STAMP)
 	$(BIN)/python scripts/supply_chain.py check
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

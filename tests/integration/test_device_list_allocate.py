@@ -4,7 +4,7 @@ behind gRPC (``dp_world``), so the response is what kubelet would hand to the co
 Covers: ``volume-mounts`` gives a whole two-GPU container one read-only ``/dev/null`` mount per planned GPU in plan
 order and ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`` (no UUID in it), beside the Runtime's
 HAMi-core mounts, with the limit variables kept; ``cdi-cri`` alone gives ``void`` and the CDI names the written
-spec resolves, which the fake kubelet resolves; the default with a CDI spec is today's (UUIDs plus names); with
+spec resolves, which the fake kubelet resolves; the default with a CDI spec is the UUIDs plus the names; with
 ``cdi-cri`` alone and no spec written, Allocate fails before the Runtime is asked; a Runtime answering
 ``NVIDIA_VISIBLE_DEVICES=all`` under ``volume-mounts`` is refused and counted, nothing reaches kubelet.
 """

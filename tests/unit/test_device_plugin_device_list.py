@@ -6,7 +6,7 @@ Behaviours covered:
 - parsing: names and comma lists, repeats and whitespace, canonical order; an unknown name (NVIDIA's
   ``cdi-annotations`` with a hint), an empty item or nothing at all is an ``InvalidRequestError`` naming the flag
   and value; the default is ``envvar`` plus ``cdi-cri`` with a CDI spec;
-- ``envvar``: the Runtime's answer unchanged, no CDI names; ``envvar,cdi-cri``: today's answer plus the names;
+- ``envvar``: the Runtime's answer unchanged, no CDI names; ``envvar,cdi-cri``: that answer plus the names;
 - ``volume-mounts``: one read-only ``/dev/null`` mount per granted GPU or MIG UUID at
   ``/var/run/nvidia-container-devices/<uuid>`` in the Runtime's order (several GPUs; duplicates once),
   ``NVIDIA_VISIBLE_DEVICES`` the folder, so no UUID is left in it; it wins over ``envvar``; the Runtime's own
@@ -132,7 +132,7 @@ def test_envvar_keeps_the_runtimes_answer_and_names_no_cdi_device() -> None:
     assert response.envs["NVIDIA_VISIBLE_DEVICES"] == f"{B},{A}"
 
 
-def test_envvar_with_cdi_cri_is_todays_answer_plus_the_names() -> None:
+def test_envvar_with_cdi_cri_is_the_runtimes_answer_plus_the_names() -> None:
     names = (qualified_name(B), qualified_name(A))
     response = container_response(two_gpu_answer(), strategies=default_strategies(cdi=True), cdi_names=names,
                                   label=LABEL)
