@@ -16,7 +16,9 @@ release, ``lj-runtimekit`` in kube-system:
    it runs, and the pod of 1 is still Running with no restart;
 3. ``helm rollback`` to revision 1: the components roll back to the original protocol (protocol check on the
    original fingerprint, the original name allocatable again), the pod of 1 still Running;
-4. ``helm upgrade --set admission.enabled=true`` then ``helm uninstall --wait``: no object of any revision's
+4. ``helm upgrade --set scheduler.mode=standalone``: the scheduler Deployment runs ``ljrk scheduler --mode
+   standalone`` alone (no kube-scheduler container) and binds a new share pod itself (its plan annotation);
+5. ``helm upgrade --set admission.enabled=true`` then ``helm uninstall --wait``: no object of any revision's
    manifest is left (RBAC, ConfigMaps, NetworkPolicies, admission policies and bindings, the Jobs' namespace and
    what is in it), no pod and no Job of ours. Kept, as docs/helm.md says: the Leases, the node label and
    annotations, the host folders.
@@ -250,6 +252,23 @@ def test_rollback_restores_the_original_names(api: Any, plane: ControlPlane, rel
     _still_running(pods, name, uid)
 
 
+def test_standalone_scheduler_binds_a_share_pod(api: Any, node: Any, release: Release) -> None:
+    from kubernetes import client
+
+    from domain.kube.protocol import ProtocolConstants
+
+    release.apply("upgrade", "--set", "scheduler.mode=standalone")
+    deployment = client.AppsV1Api(api).read_namespaced_deployment("lj-runtimekit-scheduler-framework", NAMESPACE)
+    assert [c.name for c in deployment.spec.template.spec.containers] == ["extender"]
+    assert "--mode=standalone" in deployment.spec.template.spec.containers[0].args
+    eventually(lambda: _workload_pods(api)["scheduler"], 180, "the standalone scheduler Running", interval=1.0)
+    res = ProtocolConstants().resources
+    with pods_in_new_namespace(api, node) as pods:
+        name = pods.create(pod_manifest(unique("standalone"), [container("main", {res.core: 20})]))
+        pods.wait_running(name, timeout=180)
+        assert pods.plan(name)["containers"]["main"]["gpus"][0]["coreMilli"] == 200
+
+
 def test_uninstall_leaves_no_object_of_ours(api: Any, release: Release) -> None:
     from kubernetes import client, dynamic
 
@@ -283,4 +302,4 @@ def test_uninstall_leaves_no_object_of_ours(api: Any, release: Release) -> None:
         eventually(lambda: not remaining(), 180, "every object of ours gone", interval=2.0)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; still there: {remaining()}") from exc
-    assert not release.helm("list", "--all", "--namespace", NAMESPACE, "-q").split()
+    assert not release.helm("list", "--namespace", NAMESPACE, "-q").split()  # Helm 4 lists every status
