@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
-.PHONY: run test test-k8s deps-check lock lock-check lint typecheck imports docs unit proto proto-check bench build docker images deploy render clean
+.PHONY: run test test-k8s deps-check lock lock-check lint typecheck imports docs unit proto proto-check bench build docker images deploy render delete clean
 
 # The venv holds exactly requirements/dev.lock (hashes checked; it includes the build backend), then the project
 # itself, editable, with no dependency and no build isolation: nothing unlocked is installed. `make lock` remakes the
@@ -108,16 +108,34 @@ images: $(STAMP)
 $(DOCKER_IMAGES): docker-%:
 	$(DOCKER) build -f docker/$*.Dockerfile -t $(IMAGE_PREFIX)$*:$(VERSION) .
 
-## deploy: apply deploy/ to kubectl's current cluster (DEPLOY_ARGS, e.g. --components=scheduler --dry-run)
-## render: print the manifests deploy would apply
+## deploy: apply deploy/ to kubectl's current cluster (DEPLOY_ARGS, e.g. --scheduler-mode=standalone --dry-run;
+##         COMPONENT=a,b for some components only)
+## render: print the manifests deploy would apply;  delete: delete them
+## deploy-<component>, render-<component>, delete-<component>: one component of deploy/ (DEPLOY_COMPONENTS)
 KUBECTL     ?= $(BIN)/kubectl
 DEPLOY_ARGS ?=
+COMPONENT   ?=
+DEPLOY_COMPONENTS := runtime deviceplugin exporter scheduler controller admission monitoring
+DEPLOY_ONLY = $(if $(COMPONENT),--components=$(COMPONENT))
+.PHONY: $(addprefix deploy-,$(DEPLOY_COMPONENTS)) $(addprefix render-,$(DEPLOY_COMPONENTS)) $(addprefix delete-,$(DEPLOY_COMPONENTS))
 
 deploy: $(STAMP)
-	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh deploy $(DEPLOY_ARGS)
+	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh deploy $(DEPLOY_ONLY) $(DEPLOY_ARGS)
 
 render: $(STAMP)
-	@KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh render $(DEPLOY_ARGS)
+	@KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh render $(DEPLOY_ONLY) $(DEPLOY_ARGS)
+
+delete: $(STAMP)
+	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh delete $(DEPLOY_ONLY) $(DEPLOY_ARGS)
+
+$(addprefix deploy-,$(DEPLOY_COMPONENTS)): deploy-%: $(STAMP)
+	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh deploy --components=$* $(DEPLOY_ARGS)
+
+$(addprefix render-,$(DEPLOY_COMPONENTS)): render-%: $(STAMP)
+	@KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh render --components=$* $(DEPLOY_ARGS)
+
+$(addprefix delete-,$(DEPLOY_COMPONENTS)): delete-%: $(STAMP)
+	KUBECTL=$(KUBECTL) bash deploy/deploy-all.sh delete --components=$* $(DEPLOY_ARGS)
 
 clean:
 	rm -rf $(VENV) dist build out .mypy_cache .ruff_cache .pytest_cache .hypothesis

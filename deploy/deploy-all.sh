@@ -2,7 +2,7 @@
 # deploy-all.sh: render, deploy or delete the LJ RuntimeKit stack (all components or some) with kubectl/kustomize.
 #
 #   deploy/deploy-all.sh deploy|delete|render [--components=a,b] [--with-monitoring] [--image-registry R]
-#                        [--tag T] [--namespace NS] [--kube-scheduler-tag T] [--dry-run]
+#                        [--tag T] [--namespace NS] [--kube-scheduler-tag T] [--scheduler-mode M] [--dry-run]
 #
 # render  prints the manifests (kustomize, through `kubectl kustomize`) on stdout: deploy/kustomization.yaml (or,
 #         with --components, the components' own kustomizations) under the overrides; with no option exactly what
@@ -22,6 +22,8 @@
 #                        but the toggle Jobs' own namespace lj-runtimekit-jobs (deploy/jobs, with the controller)
 # --kube-scheduler-tag T tag of registry.k8s.io/kube-scheduler: use your control plane's version (>= v1.25);
 #                        a warning on stderr when its minor is not the API server's (kubectl version)
+# --scheduler-mode M     extender (default: kube-scheduler + our extender in one pod) or standalone (`ljrk
+#                        scheduler --mode standalone` alone: the kustomize Component deploy/scheduler/standalone)
 # --dry-run              deploy/delete with --dry-run=server: the API server validates, nothing changes
 #
 # kubectl: $KUBECTL, else `kubectl` on PATH, else the repository's .venv/bin/kubectl (`make` installs it from the
@@ -58,6 +60,7 @@ registry=""
 tag=""
 namespace=""
 kube_scheduler_tag=""
+scheduler_mode="extender"
 dry_run=0
 with_monitoring=0
 
@@ -80,6 +83,8 @@ while [[ $# -gt 0 ]]; do
         --namespace) need_value "$1" "$#"; namespace="$2"; shift ;;
         --kube-scheduler-tag=*) kube_scheduler_tag="${1#*=}" ;;
         --kube-scheduler-tag) need_value "$1" "$#"; kube_scheduler_tag="$2"; shift ;;
+        --scheduler-mode=*) scheduler_mode="${1#*=}" ;;
+        --scheduler-mode) need_value "$1" "$#"; scheduler_mode="$2"; shift ;;
         --dry-run) dry_run=1 ;;
         --with-monitoring) with_monitoring=1 ;;
         -h|--help) usage; exit 0 ;;
@@ -88,6 +93,8 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 [[ -n "$action" ]] || die 2 "no action: use deploy, delete or render (see $0 --help)"
+[[ "$scheduler_mode" == extender || "$scheduler_mode" == standalone ]] \
+    || die 2 "--scheduler-mode must be extender or standalone, not '$scheduler_mode'"
 
 # ---------------------------------------------------------------- validate options
 components=()
@@ -217,6 +224,10 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         echo "kind: Kustomization"
         echo "resources:"
         echo "- ../stack"
+        if [[ "$scheduler_mode" == standalone && " ${core[*]} " == *" scheduler "* ]]; then
+            echo "components:"
+            echo "- ../deploy/scheduler/standalone"
+        fi
         if [[ " ${core[*]} " == *" controller "* && $full -eq 0 ]]; then
             echo "- ../deploy/jobs"
         fi

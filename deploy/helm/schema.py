@@ -44,6 +44,9 @@ def _workload(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 SCHEDULER = {
+    "mode": {"type": "string", "enum": ["extender", "standalone"],
+             "description": "extender: kube-scheduler with our extender beside it in one pod; standalone: `ljrk "
+                            "scheduler --mode standalone` alone, binding itself (deploy/scheduler/standalone)."},
     "policy": {"type": "string", "enum": list(POLICIES),
                "description": "Default scheduling policy (LJRK_POLICY; a pod's policy annotation overrides it)."},
     "logLevel": {"type": "string", "enum": ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -94,7 +97,7 @@ SCHEMA: dict[str, Any] = {
         "runtime": _workload("node Runtime (DaemonSet)"),
         "deviceplugin": _workload("device plugin (DaemonSet)"),
         "exporter": _workload("exporter (DaemonSet)"),
-        "scheduler": _workload("scheduler: kube-scheduler with our extender (Deployment)", SCHEDULER),
+        "scheduler": _workload("scheduler (Deployment; see mode)", SCHEDULER),
         "controller": _workload("controller (Deployment) and its toggle Jobs' namespace and RBAC"),
         "admission": {"type": "object", "description": "The ValidatingAdmissionPolicies (Kubernetes >= 1.30).",
                       "additionalProperties": False,

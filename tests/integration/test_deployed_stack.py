@@ -1,9 +1,7 @@
 """The stack deployed by ``deploy-all.sh deploy`` from the images of ``make images``, as pods on a real node.
 
-A control plane of its own (kube-scheduler for the stack's own pods; kube-controller-manager with the job,
-daemonset, deployment, replicaset and garbage-collector controllers; privileged pods allowed) and a real kubelet
-node (kubelet_harness.py). The six image tarballs and the kube-scheduler image of ``scripts/real-kubelet.sh``
-(the live version's own binary, built from Go modules) are imported into the node's containerd, then a copy of
+The control plane and real node of stack_node.py, the six image tarballs and the kube-scheduler image of
+``scripts/real-kubelet.sh`` (the live version's own binary, built from Go modules) in its containerd; a copy of
 deploy/ with the test overlay of deployed_stack.py is applied with its own
 ``deploy-all.sh deploy --kube-scheduler-tag v<version>``: all five components, the scheduler Deployment being
 kube-scheduler + our extender as deployed. The tests run in file order on that one deployment:
@@ -39,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stack_node
 import yaml
-from deployed_stack import REPO_ROOT, Overlay, metric_values, prepare_deploy_copy, write_kubeconfig
-from image_runner import images_dir
-from k8s_harness import ControlPlane, free_ports, start_control_plane
+from deployed_stack import Overlay, metric_values, prepare_deploy_copy, write_kubeconfig
+from k8s_harness import ControlPlane, free_ports
 from real_node_world import (
     allocatable,
     cdi_injected,
@@ -51,7 +49,6 @@ from real_node_world import (
     expected_env,
     gpu_env,
     http_get,
-    node_ready,
     pod_manifest,
     pods_in_new_namespace,
     unique,
@@ -64,8 +61,6 @@ pytestmark = [pytest.mark.kubelet, pytest.mark.k8s, pytest.mark.images]
 NODE = "ljrk-deploy-node"
 NAMESPACE = "kube-system"
 JOBS_NAMESPACE = "lj-runtimekit-jobs"  # deploy/jobs: where the controller runs its toggle Jobs
-CONTROLLERS = ("job", "daemonset", "deployment", "replicaset", "garbagecollector", "ttl-after-finished",
-               "namespace")
 COMPONENTS = ("runtime", "device-plugin", "exporter", "scheduler", "controller")
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 NEW_CORE = "example.com/gpu-core.percentage"
@@ -74,84 +69,24 @@ STATE = "lj-runtimekit.io/runtime-state"
 
 @pytest.fixture(scope="module")
 def image_tarballs(real_node_files: Path) -> list[Path]:
-    found, why = images_dir()
-    if found is None:
-        hint = f"{why}; build them with: make images (as root)"
-        if os.environ.get("LJRK_REQUIRE_IMAGES") == "1":
-            pytest.fail(f"LJRK_REQUIRE_IMAGES=1 but no current images: {hint}", pytrace=False)
-        pytest.skip(f"no current images: {hint}")
-    return [*sorted(found.glob("*.tar")), real_node_files / "images" / "kube-scheduler.tar"]
+    return stack_node.image_tarballs(real_node_files)
 
 
 @pytest.fixture(scope="module")
 def kube_scheduler_tag(real_node_files: Path) -> str:
-    """The tag of the kube-scheduler image scripts/real-kubelet.sh packed (``names`` lists the images)."""
-    names = (real_node_files / "images" / "names").read_text().split()
-    tags = [n.rpartition(":")[2] for n in names if n.startswith("registry.k8s.io/kube-scheduler:")]
-    assert tags, f"{real_node_files}/images/names lists no kube-scheduler image: run scripts/real-kubelet.sh install"
-    return tags[0]
+    return stack_node.kube_scheduler_tag(real_node_files)
 
 
 @pytest.fixture(scope="module")
 def plane(k8s_bin_dir: Path, real_node_files: Path) -> Iterator[ControlPlane]:
-    started = start_control_plane(k8s_bin_dir, scheduler=True, controller_manager=True, controllers=CONTROLLERS,
-                                  nodes=[NODE], extra_apiserver_args=["--allow-privileged=true"])
-    try:
+    with stack_node.started_plane(k8s_bin_dir, NODE) as started:
         yield started
-    finally:
-        started.stop()
-
-
-def _import_images(ctr: Path, socket: Path, tarballs: list[Path]) -> None:
-    """``ctr images import`` each tarball into containerd's k8s.io namespace: the first alone (it stores the layers
-    our six images share), then the rest side by side (containerd finds those layers stored and only adds each
-    image's config and manifest)."""
-    def start(tarball: Path) -> subprocess.Popen[str]:
-        return subprocess.Popen([str(ctr), "--address", str(socket), "-n", "k8s.io", "images", "import", str(tarball)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    first, *rest = tarballs
-    for batch in ([first], rest):
-        running = [(tarball, start(tarball)) for tarball in batch]
-        deadline = time.monotonic() + 300
-        failures = []
-        try:
-            for tarball, process in running:
-                try:
-                    _, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 1))
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    _, stderr = process.communicate()
-                    stderr = f"still running after 300 s; {stderr}"
-                if process.returncode != 0:
-                    failures.append(f"ctr images import {tarball.name}: {stderr}")
-        finally:
-            for _, process in running:  # none is left behind, whatever failed
-                if process.poll() is None:
-                    process.kill()
-                    process.communicate()
-        assert not failures, failures
 
 
 @pytest.fixture(scope="module")
 def node(plane: ControlPlane, real_node_files: Path, image_tarballs: list[Path]) -> Iterator[Any]:
-    from kubelet_harness import start_node
-    from kubernetes import client
-
-    workdir = Path(tempfile.mkdtemp(prefix="ljrk-kubelet-deploy-", dir="/tmp"))
-    started = start_node(plane.node_kubeconfig(NODE), NODE, workdir, nodes=real_node_files)
-    try:
-        _import_images(real_node_files / "bin" / "ctr", started.containerd_socket, image_tarballs)
-        with plane.api_client() as api:
-            eventually(lambda: node_ready(api, NODE), timeout=90, what=f"node {NODE} Ready")
-            core = client.CoreV1Api(api)
-            taints = [t for t in core.read_node(NODE).spec.taints or []
-                      if not t.key.startswith("node.kubernetes.io/not-ready")]
-            core.patch_node(NODE, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
+    with stack_node.started_node(plane, real_node_files, image_tarballs, NODE) as started:
         yield started
-    finally:
-        started.stop()
-
 
 
 STACK_COMPONENTS = "runtime,deviceplugin,exporter,scheduler,controller"
@@ -350,27 +285,13 @@ def test_documented_configmap_change_reaches_every_component(api: Any, node: Any
                      "deploy/lj-runtimekit-scheduler-framework", "deploy/lj-runtimekit-controller"):
         deployed.kubectl("rollout", "restart", workload, "-n", NAMESPACE)
 
-    check_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-
     last: list[str] = []
-
-    def check() -> subprocess.CompletedProcess[str] | None:
-        result = subprocess.run([sys.executable, "-m", "entrypoints.cli", "protocol", "check", "--kubeconfig",
-                                 str(plane.kubeconfig), "--namespace", NAMESPACE], env=check_env,
-                                capture_output=True, text=True, timeout=60, check=False)
-        last[:] = [f"exit {result.returncode}", result.stdout, result.stderr]
-        lines = result.stdout.splitlines()
-        # exit 0 alone is not enough: pods that are terminating or starting are no problem for the check
-        on_new = all(any(line.startswith(f"{fingerprint}  {component} on ") and "(terminating)" not in line
-                         for line in lines) for component in ("device-plugin", "exporter", "scheduler", "controller"))
-        return result if result.returncode == 0 and on_new else None
-
     try:
         try:
-            result = eventually(check, 240, "ljrk protocol check exit 0 after the rollout", interval=3.0)
+            eventually(lambda: stack_node.protocol_check(plane.kubeconfig, NAMESPACE, fingerprint, last), 240,
+                       "ljrk protocol check exit 0 after the rollout", interval=3.0)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last check: {' / '.join(last)}") from exc
-        assert not any(line.startswith("problem:") for line in result.stdout.splitlines()), result.stdout
         eventually(lambda: client_allocatable(api).get(NEW_CORE) == old_core, 120,
                    f"{NEW_CORE} allocatable", interval=1.0)
         with pods_in_new_namespace(api, node) as pods:

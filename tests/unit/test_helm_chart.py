@@ -16,6 +16,9 @@ Behaviours covered:
   scheduler's schedulerName, the admission parameters), and rolls every workload (new checksum);
 * namespace, scheduler policy and leader election, images, nodeSelector/tolerations/resources/priorityClassName are
   values that land where they should;
+* ``scheduler.mode``: ``extender`` (the default) is deploy/scheduler as it is, kube-scheduler and the extender in one
+  pod; ``standalone`` is deploy/scheduler with its kustomize Component deploy/scheduler/standalone, ``ljrk scheduler
+  --mode standalone`` alone, leader election kept; the rest of the chart does not change with it;
 * values.schema.json refuses a negative memory unit, an unknown policy and a resource name that is not an extended
   resource name, at template time, with a message naming the value.
 
@@ -216,6 +219,7 @@ def test_namespace_scheduler_and_pod_values(helm: str) -> None:
     ("scheduler.policy=fastest", "- at '/scheduler/policy': value must be one of 'binpack', 'spread'"),
     ("protocol.resources.gpu=gpu", "  - at '/protocol/resources/gpu': 'gpu' does not match pattern"),
     ("protocol.resources.core=kubernetes.io/gpu-core", "  - at '/protocol/resources/core': 'not' failed"),
+    ("scheduler.mode=embedded", "- at '/scheduler/mode': value must be one of 'extender', 'standalone'"),
 ])
 def test_schema_refuses_bad_values(helm: str, setting: str, message: str) -> None:
     """Helm names the value's path, and the bad value itself where the check is a pattern (an enum prints the
@@ -226,3 +230,34 @@ def test_schema_refuses_bad_values(helm: str, setting: str, message: str) -> Non
     assert message in result.stderr.splitlines() or any(line.startswith(message) for line in
                                                          result.stderr.splitlines()), result.stderr
     assert result.stdout == ""
+
+
+def scheduler_deployment(rendered: dict[Key, dict[str, Any]]) -> dict[str, Any]:
+    return next(o for k, o in rendered.items() if k[1] == "Deployment" and k[3] == "lj-runtimekit-scheduler-framework")
+
+
+def test_scheduler_modes_render_deploy_scheduler_with_or_without_its_standalone_component(
+        helm: str, tmp_path: Path) -> None:
+    base = os.path.relpath(REPO / "deploy" / "scheduler", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [base],
+        "components": [f"{base}/standalone"]}))
+    tree = objects(run([kubectl(), "kustomize", str(tmp_path)]).stdout)
+    only = ["--show-only", "templates/scheduler.yaml"]
+    standalone = template(helm, *only, "--set", "scheduler.mode=standalone")
+    assert sorted(standalone) == sorted(tree)
+    for key, obj in tree.items():
+        assert normalised(standalone[key]) == normalised(obj), key
+    extender = template(helm, *only, "--set", "scheduler.mode=extender")
+    assert [c["name"] for c in scheduler_deployment(extender)["spec"]["template"]["spec"]["containers"]] == [
+        "kube-scheduler", "extender"]
+    (alone,) = scheduler_deployment(standalone)["spec"]["template"]["spec"]["containers"]
+    assert alone["name"] == "extender"
+    assert "--mode=standalone" in alone["args"]
+    assert "--lease-name=lj-runtimekit-scheduler" in alone["args"]
+    assert "--mode=extender" in scheduler_deployment(extender)["spec"]["template"]["spec"]["containers"][1]["args"]
+    differs = {k for k in extender if normalised(extender[k]) != normalised(standalone[k])}
+    assert {k[1] for k in differs} == {"Deployment"}
+    assert checksums(extender) != checksums(standalone)
+    rest = ["--set", "scheduler.enabled=false"]
+    assert render(helm, *rest, "--set", "scheduler.mode=standalone") == render(helm, *rest)
