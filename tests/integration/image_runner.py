@@ -39,14 +39,16 @@ def runc_binary() -> str | None:
 
 
 def images_dir() -> tuple[Path | None, str]:
-    """The folder holding the current images (``scripts/images.sh dir``), or None and the script's reason."""
+    """The folder holding the current images (``scripts/images.sh dir``), or None and the script's reason (naming
+    the build command)."""
     try:
         result = subprocess.run(["bash", str(IMAGES_SCRIPT), "dir"], capture_output=True, text=True, timeout=60,
                                 check=False)
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"{IMAGES_SCRIPT.name} dir could not run ({exc})"
+        return None, f"{IMAGES_SCRIPT.name} dir could not run ({exc}); build them with: make images (as root)"
     if result.returncode != 0 or not result.stdout.strip():
-        return None, result.stderr.strip() or f"{IMAGES_SCRIPT.name} dir exited {result.returncode}"
+        why = result.stderr.strip() or f"{IMAGES_SCRIPT.name} dir exited {result.returncode}"
+        return None, why if "make images" in why else f"{why}; build them with: make images (as root)"
     return Path(result.stdout.strip()), ""
 
 

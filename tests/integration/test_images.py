@@ -50,8 +50,7 @@ def image_dir() -> Path:
     """dist/images with the current set (skips, or fails with LJRK_REQUIRE_IMAGES=1, when it cannot be used)."""
     found, why = images_dir()
     if found is None or not runc_available():
-        reason = why if found is None else "runc needs root and a runc (k8s-control-plane.sh install builds one)"
-        hint = f"{reason}; build them with: make images (as root)"
+        hint = why if found is None else "runc needs root and a runc (k8s-control-plane.sh install builds one)"
         if os.environ.get("LJRK_REQUIRE_IMAGES") == "1":
             pytest.fail(f"LJRK_REQUIRE_IMAGES=1 but the images cannot be run: {hint}", pytrace=False)
         pytest.skip(f"no current images: {hint}")
