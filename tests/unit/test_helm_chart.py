@@ -18,7 +18,8 @@ Behaviours covered:
   values that land where they should;
 * ``scheduler.mode``: ``extender`` (the default) is deploy/scheduler as it is, kube-scheduler and the extender in one
   pod; ``standalone`` is deploy/scheduler with its kustomize Component deploy/scheduler/standalone, ``ljrk scheduler
-  --mode standalone`` alone, leader election kept; the rest of the chart does not change with it;
+  --mode standalone`` alone, leader election kept, without kube-scheduler's grants (its two built-in role bindings,
+  Lease name and authentication ConfigMap); the rest of the chart does not change with it;
 * values.schema.json refuses a negative memory unit, an unknown policy and a resource name that is not an extended
   resource name, at template time, with a message naming the value.
 
@@ -28,6 +29,7 @@ install``); without it the helm tests skip, unless ``LJRK_REQUIRE_K8S=1`` (.ci/r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -256,8 +258,16 @@ def test_scheduler_modes_render_deploy_scheduler_with_or_without_its_standalone_
     assert "--mode=standalone" in alone["args"]
     assert "--lease-name=lj-runtimekit-scheduler" in alone["args"]
     assert "--mode=extender" in scheduler_deployment(extender)["spec"]["template"]["spec"]["containers"][1]["args"]
-    differs = {k for k in extender if normalised(extender[k]) != normalised(standalone[k])}
-    assert {k[1] for k in differs} == {"Deployment"}
+    differs = {k for k in extender if k in standalone and normalised(extender[k]) != normalised(standalone[k])}
+    assert {k[1] for k in differs} == {"Deployment", "ClusterRole", "Role"}
+    # standalone holds none of kube-scheduler's grants: its built-in roles, its Lease, the authentication ConfigMap
+    assert {k[3] for k in set(extender) - set(standalone)} == {
+        "lj-runtimekit-scheduler-as-kube-scheduler", "lj-runtimekit-scheduler-as-volume-scheduler"}
+    assert set(standalone) <= set(extender)
+    grants = json.dumps([o for k, o in standalone.items() if k[1] in ("Role", "ClusterRole")])
+    assert "lj-runtimekit-kube-scheduler" not in grants
+    assert "extension-apiserver-authentication" not in grants
+    assert "lj-runtimekit-kube-scheduler" in json.dumps([o for k, o in extender.items() if k[1] == "Role"])
     assert checksums(extender) != checksums(standalone)
     rest = ["--set", "scheduler.enabled=false"]
     assert render(helm, *rest, "--set", "scheduler.mode=standalone") == render(helm, *rest)
