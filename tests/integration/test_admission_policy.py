@@ -16,7 +16,11 @@ and pod-name claims of a pod-bound token):
   nothing but their own key: another annotation, a label or the spec beside it is refused; the status
   subresource guards the same keys and lets status writes through;
 * node agents: the device plugin and the exporter change their own keys on their own Node only; another Node, a
-  label, another annotation or a taint is refused; the controller writes its state keys on any Node.
+  label, another annotation or a taint is refused; the controller writes its state keys on any Node;
+* the toggle Jobs' namespace: the controller's own Job (domain JobTemplate, translated as the adapter sends it)
+  passes; each widening of it (an escalating, root or capability-adding container, another ServiceAccount, a token,
+  host network, another host folder, a writable mount, another volume kind) is refused naming it, and so is a bare
+  Pod there.
 
 The module starts its own API server: the policies would refuse what other modules' tests write on purpose.
 """
@@ -51,6 +55,7 @@ EXPORTER = f"system:serviceaccount:{STACK}:lj-runtimekit-exporter"
 CONTROLLER = f"system:serviceaccount:{STACK}:lj-runtimekit-controller"
 NODE_CLAIM = "authentication.kubernetes.io%2fnode-name"
 POD_CLAIM = "authentication.kubernetes.io%2fpod-name"
+JOBS = "lj-runtimekit-jobs"  # the toggle Jobs' namespace (deploy/jobs)
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +109,12 @@ def refused(call: Any) -> str:
 
 @pytest.fixture(scope="module")
 def enforced(plane: ControlPlane) -> ControlPlane:
-    """The plane once all three policies refuse a known-bad request (they take effect asynchronously)."""
+    """The plane once all four policies refuse a known-bad request (they take effect asynchronously)."""
     from kubernetes.client.rest import ApiException
 
     admin = core(plane)
     admin.create_namespace({"metadata": {"name": "probe"}})
+    admin.create_namespace({"metadata": {"name": JOBS}})
     for node in ("node-a", "node-b"):
         admin.create_node({"metadata": {"name": node, "labels": {"zone": "one"}}})
     tenant = core(plane, "alice")
@@ -124,7 +130,8 @@ def enforced(plane: ControlPlane) -> ControlPlane:
     probes = [lambda: tenant.create_namespaced_pod("probe", pod("p", env={"NVIDIA_VISIBLE_DEVICES": "all"}),
                                                    dry_run="All"),
               lambda: tenant.create_namespaced_pod("probe", pod("p", annotations={PLAN: "{}"}), dry_run="All"),
-              lambda: agent.patch_node("node-b", {"metadata": {"annotations": {INVENTORY: "{}"}}}, dry_run="All")]
+              lambda: agent.patch_node("node-b", {"metadata": {"annotations": {INVENTORY: "{}"}}}, dry_run="All"),
+              lambda: admin.create_namespaced_pod(JOBS, pod("p"), dry_run="All")]
     for probe in probes:
         assert wait_for(lambda probe=probe: refuses(probe), timeout=60), "the policies never took effect"
     return plane
@@ -277,3 +284,50 @@ def test_node_agents_change_only_their_own_keys_on_their_own_node(enforced: Cont
         controller.patch_node(node, {"metadata": {"annotations": {STATE: "enabled"}}})
     refused(lambda: controller.patch_node("node-a", {"metadata": {"labels": {"zone": "two"}}}))
     admin.patch_node("node-a", {"metadata": {"labels": {"zone": "two"}}})  # others are not judged
+
+
+# ---------------------------------------------------------------- toggle Jobs' namespace
+def test_toggle_jobs_namespace_holds_only_the_controllers_job_shape(enforced: ControlPlane) -> None:
+    import copy
+
+    from kubernetes import client
+
+    from adapters.kubernetes.translate_jobs import job_to_v1
+    from domain.toggle.jobs import JobTemplate
+    from domain.toggle.states import Action
+
+    api = enforced.api_client()
+    api.set_default_header("Impersonate-User", CONTROLLER)
+    jobs = client.BatchV1Api(api)
+    node = core(enforced).read_node("node-a")
+    template = JobTemplate(namespace=JOBS, service_account="lj-runtimekit-job-agent")
+    ours = api.sanitize_for_serialization(job_to_v1(template.build("node-a", node.metadata.uid, Action.ENABLE, 1)))
+    jobs.create_namespaced_job(JOBS, ours, dry_run="All")
+
+    def widened(change: Any) -> str:
+        job = copy.deepcopy(ours)
+        change(job["spec"]["template"]["spec"])
+        return refused(lambda: jobs.create_namespaced_job(JOBS, job, dry_run="All"))
+
+    def container(**security: Any) -> Any:
+        return lambda spec: spec["containers"][0]["securityContext"].update(security)
+
+    for change, expected in [
+        # (privileged: true is refused before admission by this API server, which runs without --allow-privileged)
+        (container(allowPrivilegeEscalation=True), "container main needs privileged false"),
+        (container(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}), "container main needs"),
+        (container(runAsUser=0), "container main needs"),
+        (container(readOnlyRootFilesystem=False), "container main needs"),
+        (lambda spec: spec.update(serviceAccountName="default"), "run as ServiceAccount lj-runtimekit-job-agent"),
+        (lambda spec: spec.pop("serviceAccountName"), "not (the namespace default)"),
+        (lambda spec: spec.update(automountServiceAccountToken=True), "mount no ServiceAccount token"),
+        (lambda spec: spec.update(hostNetwork=True), "host's network, PID or IPC"),
+        (lambda spec: spec["securityContext"].update(runAsNonRoot=False), "runAsNonRoot: true"),
+        (lambda spec: spec["volumes"][0]["hostPath"].update(path="/"), "only the Runtime socket folder"),
+        (lambda spec: spec["volumes"].append({"name": "scratch", "emptyDir": {}}), "volume scratch is not it"),
+        (lambda spec: spec["containers"][0]["volumeMounts"][0].pop("readOnly"), "container main has a writable"),
+    ]:
+        assert expected in widened(change), expected
+    bare = pod("bare")
+    bare["spec"]["hostPID"] = True
+    assert "ServiceAccount" in refused(lambda: core(enforced).create_namespaced_pod(JOBS, bare, dry_run="All"))

@@ -8,7 +8,9 @@ Behaviours covered:
   none of the pod owner's scheduling requests; each annotation key of protocol.yaml is classified, so a new key
   needs a decision here;
 * the node keys each writer may change are its own protocol keys; the ServiceAccount names are the workloads';
-* the three bindings reference the ConfigMap in its namespace and deny while it is missing.
+* the toggle-Jobs policy's account, socket folder and namespace are the ones deploy/jobs and the controller use (the
+  CEL itself runs in tests/integration/test_admission_policy.py);
+* the four bindings reference the ConfigMap in its namespace and deny while it is missing.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def test_bindings_use_the_parameter_configmap_and_deny_without_it() -> None:
     policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert set(policies) == {b["spec"]["policyName"] for b in bindings} == {
-        "lj-runtimekit-gpu-env", "lj-runtimekit-pod-annotations", "lj-runtimekit-node-writes"}
+        "lj-runtimekit-gpu-env", "lj-runtimekit-pod-annotations", "lj-runtimekit-node-writes",
+        "lj-runtimekit-toggle-jobs"}
     for binding in bindings:
         assert binding["spec"]["paramRef"] == {"name": configmap["metadata"]["name"],
                                                "namespace": configmap["metadata"]["namespace"],
@@ -113,3 +116,20 @@ def test_bindings_use_the_parameter_configmap_and_deny_without_it() -> None:
         assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
         assert "namespace" not in policy["metadata"]
         assert "namespace" not in binding["metadata"]
+
+
+def test_toggle_jobs_policy_names_deploy_jobs_account_namespace_and_the_controllers_socket_folder() -> None:
+    params = _params()
+    jobs = [doc for doc in yaml.safe_load_all((REPO / "deploy" / "jobs" / "01-namespace.yaml").read_text()) if doc]
+    [namespace] = [d["metadata"]["name"] for d in jobs if d["kind"] == "Namespace"]
+    accounts = [doc["metadata"]["name"] for doc in yaml.safe_load_all(
+        (REPO / "deploy" / "jobs" / "02-rbac.yaml").read_text()) if doc and doc["kind"] == "ServiceAccount"]
+    assert accounts == [params["job-agent-account"]]
+    [policy] = [o for o in _objects() if o["kind"] == "ValidatingAdmissionPolicy"
+                and o["metadata"]["name"] == "lj-runtimekit-toggle-jobs"]
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]["matchLabels"]
+    assert selector == {"kubernetes.io/metadata.name": namespace}
+    controller = (REPO / "deploy" / "controller" / "03-deployment.yaml").read_text()
+    [socket] = [line.split("=", 1)[1] for line in controller.split() if line.startswith("--config-daemon-socket=")]
+    assert params["runtime-socket-dir"] == socket.rsplit("/", 1)[0]
+    assert f"--namespace={namespace}" in controller
