@@ -119,11 +119,8 @@ class SlicePublisher:
         """Delete every slice of this driver on this node (the driver leaves for good); returns how many. Raises
         ``ports.cluster.ClusterError``."""
         with self._lock:
-            stored = self._slices.list_resource_slices(driver=self.driver, node=self.node)
-            for resource_slice in stored:
-                self._slices.delete_resource_slice(resource_slice.name)
             self._pool = None
-            return len(stored)
+            return withdraw_node(self._slices, driver=self.driver, node=self.node)
 
     def follow(self, stop: threading.Event) -> None:
         """Publish, then re-publish on every Runtime health event and stream re-open, until ``stop`` is set and
@@ -151,3 +148,13 @@ class SlicePublisher:
             stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
+
+
+def withdraw_node(slices: ResourceSlicesApi, *, driver: str, node: str) -> int:
+    """Delete every slice of ``driver`` on ``node`` (no Runtime needed: the driver leaves for good); returns how
+    many. Raises ``ports.cluster.ClusterError``."""
+    stored = slices.list_resource_slices(driver=driver, node=node)
+    for resource_slice in stored:
+        slices.delete_resource_slice(resource_slice.name)
+    log.info("node %s: withdrew %d ResourceSlices of %s", node, len(stored), driver)
+    return len(stored)
