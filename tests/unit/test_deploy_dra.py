@@ -74,7 +74,7 @@ def test_device_classes_follow_the_protocol_and_the_mig_tables() -> None:
                             *(mig_device_class(dra, p) for p in profiles)}
     assert classes[dra.device_class_gpu]["extendedResourceName"] == PROTOCOL.resources.gpu
     assert "extendedResourceName" not in classes[dra.device_class_share]
-    for name, spec in classes.items():
+    for spec in classes.values():
         (selector,) = spec["selectors"]
         assert selector["cel"]["expression"].startswith(f'device.driver == "{dra.driver}" && ')
     for profile in profiles:
