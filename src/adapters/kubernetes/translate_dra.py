@@ -1,11 +1,12 @@
 """``resource.k8s.io/v1`` ResourceSlice models of the official client (37: ``V1ResourceSlice`` …) to and from
 :mod:`domain.dra.slices`.
 
-Quantities are written as plain integers (bytes, percent) and read with the protocol's quantity parser: the server
-returns them canonical (``85899345920`` reads back ``80Gi``). Attribute values are typed by Python type (``bool``
-before ``int``); taints' ``timeAdded``, stamped by the server, is dropped on read; the owner is the first
-``ownerReferences`` entry of kind ``Node``. Raises :class:`~domain.errors.InvalidRequestError` (field named) for a
-stored slice the domain cannot hold (an attribute of no known type, a fractional quantity).
+Quantities are written as plain integers (bytes, percent) and read with the protocol's quantity parser, so any
+integral spelling reads back (kube-apiserver 1.37.2 returns ``42949672960`` as written; a client may write
+``40Gi``). Attribute values are typed by Python type (``bool`` before ``int``); taints' ``timeAdded``, stamped by
+the server, is dropped on read; the owner is the first ``ownerReferences`` entry of kind ``Node``. Raises
+:class:`~domain.errors.InvalidRequestError` (field named) for a stored slice the domain cannot hold (an attribute of
+no known type, a fractional quantity).
 """
 
 from __future__ import annotations
