@@ -14,7 +14,9 @@
 #                        admission (default: all). admission holds ValidatingAdmissionPolicies (Kubernetes >= 1.30;
 #                        deploy refuses it, naming the fix, on a server without admissionregistration.k8s.io/v1's). Each component is self-contained (its own RBAC and ConfigMap).
 #                        Optional, never in the default: monitoring (deploy/monitoring: PodMonitors and the
-#                        PrometheusRule; needs prometheus-operator's CRDs, which deploy checks first).
+#                        PrometheusRule; needs prometheus-operator's CRDs, which deploy checks first); dra
+#                        (deploy/dra: the DRA driver, its RBAC and DeviceClasses; Kubernetes >= 1.36; its DaemonSet
+#                        runs only on nodes labelled lj-runtimekit.io/dra-driver=true, which run no device plugin).
 # --with-monitoring      add monitoring to the components (all of them by default)
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
@@ -39,7 +41,8 @@ PROG="deploy-all.sh"
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$DEPLOY_DIR")"
 ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller admission)
-OPTIONAL_COMPONENTS=(monitoring)  # not in the default set: needs prometheus-operator's CRDs
+OPTIONAL_COMPONENTS=(monitoring dra)  # not in the default set: monitoring needs prometheus-operator's CRDs; dra
+# (the DRA driver and its DeviceClasses, Kubernetes >= 1.36) replaces the device plugin on the nodes that run it
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
 FIELD_MANAGER="lj-runtimekit"
@@ -129,6 +132,8 @@ for c in "${components[@]}"; do
 done
 monitoring=0
 [[ " ${components[*]} " != *" monitoring "* ]] || monitoring=1
+dra=0
+[[ " ${components[*]} " != *" dra "* ]] || dra=1
 
 if [[ -n "$namespace" && ! "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
     die 2 "--namespace '$namespace' is not a valid namespace name (DNS label)"
@@ -218,6 +223,7 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
             for c in "${core[@]+"${core[@]}"}"; do echo "- ../deploy/$c"; done
         fi
         [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
+        [[ $dra -eq 0 ]] || echo "- ../deploy/dra"
     } > "$stack/kustomization.yaml"
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"

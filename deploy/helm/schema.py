@@ -78,6 +78,15 @@ PROTOCOL = {
         "inventory-stale-seconds": {"type": "integer", "minimum": 1,
                                     "description": "Age after which a node's inventory counts as stale."},
         "enforcement-label": _string("The node label saying what enforces a GPU share.", QUALIFIED_NAME),
+        "dra": {"type": "object", "description": "The DRA driver's name and DeviceClass names (deploy/dra).",
+                "additionalProperties": False,
+                "properties": {
+                    "driver": _string("The DRA driver name.", DNS_SUBDOMAIN.join("^$")),
+                    "device-class-gpu": _string("The whole-GPU DeviceClass.", DNS_SUBDOMAIN.join("^$")),
+                    "device-class-share": _string("The GPU-share DeviceClass.", DNS_SUBDOMAIN.join("^$")),
+                    "device-class-mig": _string("The MIG DeviceClass pattern, {profile} where the profile goes.",
+                                                r"^[-a-z0-9.]*\{profile\}[-a-z0-9.]*$"),
+                }},
     },
 }
 

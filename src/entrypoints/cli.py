@@ -57,6 +57,8 @@ COMMANDS: dict[str, Command] = {
                        _component("runtime")),
     "device-plugin": Command("kubelet device plugin: GPU, core and memory resources allocated from the plan",
                              _component("device_plugin")),
+    "dra-driver": Command("DRA driver (node): the node's GPUs as resource.k8s.io/v1 ResourceSlices from the Runtime",
+                          _component("dra_driver")),
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
                         _component("exporter")),
     "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus",

@@ -141,7 +141,7 @@ def test_bad_values_get_the_same_error_in_either_form(form: str, key: str, value
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("colour: blue\n", "colour='blue': unknown key; known keys: annotations.*, enforcement-label, "
+        ("colour: blue\n", "colour='blue': unknown key; known keys: annotations.*, dra.*, enforcement-label, "
                             "inventory-stale-seconds"),
         ("memory-unit.x: 1\n", "memory-unit.x=1: unknown key"),
         ("resources.gpu.x: a\n", "resources.gpu.x='a': unknown key"),

@@ -21,7 +21,7 @@ import yaml
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from domain.errors import InvalidRequestError
-from domain.kube.protocol import AnnotationKeys, ProtocolConstants, ResourceNames
+from domain.kube.protocol import AnnotationKeys, DraNames, ProtocolConstants, ResourceNames
 
 from ._keys import fold_keys, known_keys
 
@@ -37,7 +37,7 @@ class ProtocolFileError(ValueError):
 
 def _converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
-    for cls in (ResourceNames, AnnotationKeys, ProtocolConstants):  # nested classes first
+    for cls in (ResourceNames, AnnotationKeys, DraNames, ProtocolConstants):  # nested classes first
         renames: dict[str, Any] = {f.name: override(rename=f.name.replace("_", "-")) for f in attrs.fields(cls)}
         converter.register_structure_hook(
             cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renames)

@@ -1,6 +1,7 @@
 """Protocol constants every component must agree on (the content of the ``protocol.yaml`` ConfigMap).
 
-Resource names, the memory unit, the node label key, annotation keys and the scheduler name. Components load
+Resource names, the memory unit, the node label key, annotation keys, the scheduler name and the DRA driver's
+names (:class:`DraNames`: driver and DeviceClasses). Components load
 one :class:`ProtocolConstants` at start and publish its :meth:`fingerprint`, so disagreeing components are
 detected (a node whose device plugin runs another protocol gets no GPU pods).
 
@@ -98,6 +99,57 @@ class AnnotationKeys:
     pod_gpu_uuids_exclude: str = "lj-runtimekit.io/gpu-uuids-exclude"
 
 
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+PROFILE_PLACEHOLDER = "{profile}"
+"""What :attr:`DraNames.device_class_mig` holds in place of a MIG profile (:func:`mig_device_class`)."""
+
+
+@attrs.frozen
+class DraNames:
+    """Names of the Dynamic Resource Allocation driver (``resource.k8s.io/v1``) every component agrees on.
+
+    ``driver``: the DRA driver name (``ResourceSlice.spec.driver``, a DNS subdomain, at most 63 characters as
+    the API requires). ``device_class_gpu``: the DeviceClass of a whole GPU; ``device_class_share``: the
+    DeviceClass of a share of one GPU (consumable capacity ``cores`` and ``memory``); ``device_class_mig``: the
+    pattern of the per-profile MIG DeviceClasses, with :data:`PROFILE_PLACEHOLDER` where the profile goes in its
+    DNS form (:func:`mig_device_class`). Every class name is a DNS subdomain of at most 253 characters.
+    Raises :class:`InvalidRequestError` naming ``dra.<field>`` for a name that is not one, a MIG pattern without
+    exactly one placeholder, and two classes of the same name.
+    """
+
+    driver: str = "gpu.lj-runtimekit.io"
+    device_class_gpu: str = "gpu.lj-runtimekit.io"
+    device_class_share: str = "gpu-share.lj-runtimekit.io"
+    device_class_mig: str = "mig-{profile}.lj-runtimekit.io"
+
+    def __attrs_post_init__(self) -> None:
+        if self.device_class_mig.count(PROFILE_PLACEHOLDER) != 1:
+            raise InvalidRequestError("dra.device_class_mig", self.device_class_mig,
+                                      f"must hold {PROFILE_PLACEHOLDER} exactly once")
+        checks = (("driver", self.driver, 63), ("device_class_gpu", self.device_class_gpu, 253),
+                  ("device_class_share", self.device_class_share, 253),
+                  ("device_class_mig", self.device_class_mig.replace(PROFILE_PLACEHOLDER, "1g-10gb"), 253))
+        for field, value, limit in checks:
+            if not isinstance(value, str) or len(value) > limit or not _DNS_SUBDOMAIN.match(value):
+                raise InvalidRequestError(f"dra.{field}", value,
+                                          f"must be a lower-case DNS subdomain of at most {limit} characters")
+        if self.device_class_gpu == self.device_class_share:
+            raise InvalidRequestError("dra.device_class_share", self.device_class_share,
+                                      "same name as dra.device-class-gpu; each must differ")
+
+
+def mig_device_class(names: DraNames, profile: str) -> str:
+    """The DeviceClass of MIG ``profile`` (canonical name such as ``1g.10gb`` or ``1g.10gb+me``): the pattern
+    with the profile's DNS form (``.`` and ``+`` become ``-``: ``mig-1g-10gb-me.lj-runtimekit.io``)."""
+    return names.device_class_mig.replace(PROFILE_PLACEHOLDER, dns_profile(profile))
+
+
+def dns_profile(profile: str) -> str:
+    """A MIG profile name as a DNS label part: lower case, ``.`` and ``+`` as ``-`` (``1g.10gb+me`` →
+    ``1g-10gb-me``)."""
+    return profile.lower().replace(".", "-").replace("+", "-")
+
+
 @attrs.frozen(cache_hash=True)  # a memo key on every pod (MIG stem, MIG table, fingerprint): hashed once
 class ProtocolConstants:
     """All shared constants. Raises :class:`InvalidRequestError` (field dotted, e.g. ``resources.gpu``) for a
@@ -112,6 +164,7 @@ class ProtocolConstants:
     annotations: AnnotationKeys = AnnotationKeys()
     enforcement_label: str = "lj-runtimekit.io/share-enforcement"
     inventory_stale_seconds: int = 60
+    dra: DraNames = DraNames()
 
     def __attrs_post_init__(self) -> None:
         if self.version != PROTOCOL_VERSION:

@@ -1,0 +1,93 @@
+"""``ljrk dra-driver`` (also ``python -m entrypoints.dra_driver``): the DRA driver's node component.
+
+``ljrk dra-driver --node-name NAME --runtime-socket PATH [--kubeconfig FILE] [--protocol FILE]
+[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--log-level LEVEL]``
+(hidden: ``--in-memory``).
+
+Publishes the node's GPUs, read from the node Runtime, as ``resource.k8s.io/v1`` ResourceSlices of the driver
+``protocol.dra.driver`` (pool = the node; whole GPUs with consumable ``cores``/``memory``, MIG GPUs as
+partitionable devices; ``services.dra.publisher``) and keeps them current until SIGTERM or SIGINT; the slices stay
+when it stops (a restart resumes them without a write). ``--withdraw`` deletes the node's slices and exits (the
+driver leaves the node for good); the Node's deletion removes them too (owner reference). Unhealthy GPUs are
+tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without DRADeviceTaints).
+A node runs this or ``ljrk device-plugin``, not both. The kubelet DRA plugin (claim preparation, CDI) is not
+part of it yet (docs/dra.md).
+
+Exit codes: 0 stopped by a signal or withdrawn; 1 cannot run (Runtime unreachable, kubeconfig unreadable, API
+errors); 2 bad command line or protocol file. Errors are one line ``ljrk dra-driver: error: …`` on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+
+from adapters.protocolfile import ProtocolFileError
+from domain.errors import InvalidRequestError
+from domain.runtime.errors import UnsupportedFeatureError
+from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
+from entrypoints._shared.flags import (
+    IN_MEMORY,
+    KUBECONFIG,
+    LOG_LEVEL,
+    NODE_NAME,
+    PROTOCOL,
+    RUNTIME_SOCKET,
+    RUNTIME_WAIT,
+    cli,
+    flag,
+)
+from ports.runtime import NodeRuntimeError
+from services.dra.publisher import withdraw_node
+
+from .app import DraDriverSettings
+from .containers import DraDriverContainer
+
+__all__ = ["CLI", "main"]
+
+CLI = cli(
+    "ljrk dra-driver",
+    "DRA driver node component: publishes the node's GPUs (whole GPUs with consumable cores and memory, MIG "
+    "profiles as partitionable devices) as resource.k8s.io/v1 ResourceSlices from the node Runtime.",
+    DraDriverSettings,
+    NODE_NAME,
+    RUNTIME_SOCKET,
+    KUBECONFIG.but(help="kubeconfig (default: in-cluster)"),
+    PROTOCOL.but(help="protocol.yaml (default: built-in constants)"),
+    RUNTIME_WAIT,
+    flag("--unhealthy", default="taint", choices=["taint", "withdraw"],
+         help="unhealthy GPUs: taint their devices (Kubernetes 1.36+) or leave them out (default: taint)"),
+    flag("--withdraw", action="store_true", help="delete this node's ResourceSlices and exit"),
+    LOG_LEVEL,
+    IN_MEMORY,
+)
+"""The command line (module docstring)."""
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk dra-driver",
+         stop: threading.Event | None = None) -> int:
+    """Run until a signal (or ``stop``, for tests); returns the exit code (module docstring)."""
+    return CLI.main(argv, prog, lambda settings: _run(settings, stop))
+
+
+def _run(settings: DraDriverSettings, stop: threading.Event | None) -> int:
+    container = DraDriverContainer(settings=settings)
+    container.init_resources()
+    with shutting_down(container):
+        with failing(ProtocolFileError, InvalidRequestError, code=EXIT_USAGE):
+            protocol = container.protocol()
+        if settings.withdraw:  # no Runtime needed: the driver leaves the node
+            with failing(Exception, code=EXIT_FAILED, prefix="withdraw: "):
+                withdraw_node(container.api().slices, driver=protocol.dra.driver, node=settings.node_name)
+            return EXIT_OK
+        with failing(Exception, code=EXIT_FAILED), failing(NodeRuntimeError, UnsupportedFeatureError,
+                                                           code=EXIT_FAILED,
+                                                           prefix=f"node Runtime on {settings.runtime_socket}: "):
+            app = container.app()
+        serve(app, stop)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

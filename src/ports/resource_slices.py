@@ -1,0 +1,48 @@
+"""The ResourceSlice port: what the DRA driver needs of ``resource.k8s.io/v1`` ResourceSlices, in domain types
+(:mod:`domain.dra.slices`).
+
+Semantics every implementation honours (``tests/contract/test_resource_slices_contract.py``, in-memory and against a
+real kube-apiserver):
+
+* ``list_resource_slices(driver=, node=)`` returns the slices of that driver on that node (``spec.driver``,
+  ``spec.nodeName``), by name, with their resourceVersion; content reads back equal to what was written (the
+  server's ``timeAdded`` of taints is not part of the domain value);
+* ``create_resource_slice`` stores a new slice, with an owner reference to its Node when ``owner`` is set (so the
+  garbage collector removes it with the Node); an existing name raises :class:`ConflictError`;
+* ``update_resource_slice`` replaces a slice's spec (and owner); with a ``resource_version`` the write is
+  conditional (stale: :class:`ConflictError`); a missing one raises :class:`NotFoundError`;
+* ``delete_resource_slice`` is idempotent: a missing slice is not an error.
+
+Errors: the cluster port's (:class:`~ports.cluster.ClusterError` and subclasses; :class:`UnavailableError` when the
+API server cannot be reached), re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from domain.dra.slices import ResourceSlice
+from ports.cluster import ClusterError, ConflictError, NotFoundError, UnavailableError
+
+__all__ = ["ClusterError", "ConflictError", "NotFoundError", "ResourceSlicesApi", "UnavailableError"]
+
+
+class ResourceSlicesApi(Protocol):
+    """ResourceSlices of one driver's node pools (module docstring)."""
+
+    def list_resource_slices(self, *, driver: str, node: str) -> tuple[ResourceSlice, ...]:
+        """The slices of ``driver`` on ``node``, by name. Raises ClusterError."""
+        ...
+
+    def create_resource_slice(self, resource_slice: ResourceSlice) -> ResourceSlice:
+        """Store a new slice; returns it with its resourceVersion. Raises ConflictError when the name exists."""
+        ...
+
+    def update_resource_slice(self, resource_slice: ResourceSlice) -> ResourceSlice:
+        """Replace a stored slice; returns it with its new resourceVersion. Raises NotFoundError, ConflictError
+        (stale resourceVersion)."""
+        ...
+
+    def delete_resource_slice(self, name: str) -> None:
+        """Delete a slice; a missing one is no error. Raises ClusterError."""
+        ...

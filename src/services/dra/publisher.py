@@ -1,0 +1,160 @@
+"""Publishes the node's GPUs as the DRA driver's ResourceSlices and keeps them current.
+
+* **Source**: the node Runtime (``ports.runtime.NodeRuntime``), as for the device plugin: ``ListDevices`` gives
+  the GPUs, MIG mode and instances; ``WatchHealth`` says when something changed (each event, and each re-open
+  of the stream after a Runtime restart, triggers a fresh ``ListDevices``). The MIG strategy is the Runtime's
+  (``mig-dynamic`` feature: every placement is offered; else its listed instances).
+* **Content and generation**: :func:`domain.dra.build.desired_content` and :class:`domain.dra.pool.PoolState`;
+  the pool resumes from the slices already stored (a restart with the same GPUs writes nothing and keeps the
+  generation), and a change bumps the generation once.
+* **Writes**: :func:`domain.dra.pool.plan_writes` against the stored slices, creates then updates then deletes;
+  every slice has the Node as owner (read once from the API: its UID), so the garbage collector removes the
+  slices with the Node. A write that conflicts (someone else wrote) re-reads and re-plans once per call.
+* **Leaving for good**: :meth:`SlicePublisher.withdraw` deletes the node's slices (``ljrk dra-driver --withdraw``).
+  Stopping does not withdraw: a restarting driver keeps its devices visible.
+
+Thread-safe: :meth:`publish` and :meth:`withdraw` are serialised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from domain.dra.build import GpuTopology, UnhealthyPolicy, desired_content
+from domain.dra.pool import PoolState, SlicePlan, plan_writes
+from domain.dra.slices import NodeOwner
+from domain.errors import InvalidRequestError
+from domain.gpu import GpuUuid
+from domain.kube.protocol import ProtocolConstants
+from domain.runtime.features import MIG_DYNAMIC
+from ports.cluster import ClusterError, ConflictError, NodesApi
+from ports.resource_slices import ResourceSlicesApi
+from ports.runtime import HealthStream, NodeRuntime, NodeRuntimeError
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0
+"""Pause before re-opening a failed health stream, s."""
+
+REQUIRED_FEATURES = ("inventory", "health-watch")
+"""Runtime features the publisher uses (``domain.runtime.features``); checked at start."""
+
+
+class SlicePublisher:
+    """The node's ResourceSlices (module docstring) for node ``node``. ``topology``: NUMA node and PCIe root per
+    GPU where known (the Runtime does not report them yet). Construction reads the Runtime's version: raises
+    ``ports.runtime.NodeRuntimeError`` when it cannot be reached and ``UnsupportedFeatureError`` when it lacks a
+    feature of :data:`REQUIRED_FEATURES`."""
+
+    def __init__(self, *, node: str, runtime: NodeRuntime, slices: ResourceSlicesApi, nodes: NodesApi,
+                 protocol: ProtocolConstants, unhealthy: UnhealthyPolicy = UnhealthyPolicy.TAINT,
+                 topology: Mapping[GpuUuid, GpuTopology] | None = None) -> None:
+        self.node = node
+        self._runtime = runtime
+        self._slices = slices
+        self._nodes = nodes
+        self._protocol = protocol
+        self._unhealthy = unhealthy
+        self._topology = dict(topology or {})
+        info = runtime.get_version()
+        info.require(*REQUIRED_FEATURES)
+        self._mig_dynamic = info.supports(MIG_DYNAMIC)
+        self._lock = threading.Lock()
+        self._pool: PoolState | None = None
+        self._stream: HealthStream | None = None
+        self._stream_lock = threading.Lock()  # apart from _lock: close() must not wait for a publication
+        self.publications = 0
+        """Passes that wrote something (for tests and logs)."""
+
+    @property
+    def driver(self) -> str:
+        """The DRA driver name (``protocol.dra.driver``)."""
+        return self._protocol.dra.driver
+
+    @property
+    def generation(self) -> int:
+        """The pool generation last published (0: none yet)."""
+        return 0 if self._pool is None else self._pool.generation
+
+    def _start_pool(self) -> PoolState:
+        node = self._nodes.get_node(self.node)
+        pool = PoolState(self.node, self.driver, owner=NodeOwner(node.name, node.uid) if node.uid else None)
+        pool.resume(self._slices.list_resource_slices(driver=self.driver, node=self.node))
+        return pool
+
+    def publish(self) -> bool:
+        """Read the Runtime's devices and make the stored slices match; True when something was written. Raises
+        ``ports.runtime.NodeRuntimeError`` (Runtime unreadable) and ``ports.cluster.ClusterError`` (NotFoundError
+        when the Node is missing)."""
+        listed = self._runtime.list_devices()
+        content = desired_content(listed, protocol=self._protocol, mig_dynamic=self._mig_dynamic,
+                                  topology=self._topology, unhealthy=self._unhealthy)
+        with self._lock:
+            if self._pool is None:
+                self._pool = self._start_pool()
+            if self._pool.advance(content):
+                log.info("node %s: pool generation %d (%d slices)", self.node, self._pool.generation, len(content))
+            wanted = self._pool.slices()
+            try:
+                return self._apply(plan_writes(wanted, self._slices.list_resource_slices(
+                    driver=self.driver, node=self.node)))
+            except ConflictError:  # written meanwhile (another instance during a rolling update): re-read once
+                return self._apply(plan_writes(wanted, self._slices.list_resource_slices(
+                    driver=self.driver, node=self.node)))
+
+    def _apply(self, plan: SlicePlan) -> bool:
+        for resource_slice in plan.create:
+            self._slices.create_resource_slice(resource_slice)
+        for resource_slice in plan.update:
+            self._slices.update_resource_slice(resource_slice)
+        for name in plan.delete:
+            self._slices.delete_resource_slice(name)
+        if not plan.empty:
+            self.publications += 1
+        return not plan.empty
+
+    def withdraw(self) -> int:
+        """Delete every slice of this driver on this node (the driver leaves for good); returns how many. Raises
+        ``ports.cluster.ClusterError``."""
+        with self._lock:
+            self._pool = None
+            return withdraw_node(self._slices, driver=self.driver, node=self.node)
+
+    def follow(self, stop: threading.Event) -> None:
+        """Publish, then re-publish on every Runtime health event and stream re-open, until ``stop`` is set and
+        :meth:`close` is called; failures are logged and retried after :data:`RETRY_S`. Never raises."""
+        while not stop.is_set():
+            try:
+                stream = self._runtime.watch_health()
+                with self._stream_lock:
+                    self._stream = stream
+                if stop.is_set():
+                    break
+                self.publish()
+                for _change in stream:
+                    self.publish()
+            except (NodeRuntimeError, ClusterError, InvalidRequestError) as error:  # a daemon: log, retry
+                log.warning("node %s: publishing ResourceSlices failed: %s; retrying in %.0f s", self.node, error,
+                            RETRY_S)
+            finally:
+                self.close()
+            stop.wait(RETRY_S)
+
+    def close(self) -> None:
+        """Close the open health stream, if any (ends :meth:`follow`'s current pass)."""
+        with self._stream_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+
+def withdraw_node(slices: ResourceSlicesApi, *, driver: str, node: str) -> int:
+    """Delete every slice of ``driver`` on ``node`` (no Runtime needed: the driver leaves for good); returns how
+    many. Raises ``ports.cluster.ClusterError``."""
+    stored = slices.list_resource_slices(driver=driver, node=node)
+    for resource_slice in stored:
+        slices.delete_resource_slice(resource_slice.name)
+    log.info("node %s: withdrew %d ResourceSlices of %s", node, len(stored), driver)
+    return len(stored)
