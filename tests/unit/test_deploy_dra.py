@@ -107,3 +107,17 @@ def test_dra_is_optional_in_deploy_all() -> None:
     assert not [o for o in default if o["kind"] == "DeviceClass" or "dra-driver" in o["metadata"]["name"]]
     chosen = _render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=dra")
     assert {o["kind"] for o in chosen} >= {"DeviceClass", "DaemonSet", "ClusterRole"}
+
+
+def test_a_node_runs_the_dra_driver_or_the_device_plugin_never_both() -> None:
+    def terms(component: str) -> list[dict[str, Any]]:
+        [daemonset] = [o for o in _render(_kubectl(), "kustomize", str(DEPLOY / component)) if o["kind"] == "DaemonSet"]
+        affinity = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        selector = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert len(selector) == 1, component  # one term: its expressions are ANDed
+        expressions: list[dict[str, Any]] = selector[0]["matchExpressions"]
+        return expressions
+
+    label = "lj-runtimekit.io/dra-driver"
+    assert {"key": label, "operator": "In", "values": ["true"]} in terms("dra")
+    assert {"key": label, "operator": "NotIn", "values": ["true"]} in terms("deviceplugin")

@@ -347,7 +347,11 @@ def test_node_daemonsets_follow_the_enable_label(rendered: list[dict[str, Any]])
     for obj in rendered:
         if obj["kind"] == "DaemonSet":
             terms = pod_spec(obj)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            assert terms["nodeSelectorTerms"] == [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
+            [term] = terms["nodeSelectorTerms"]
+            assert term["matchExpressions"][0] == {"key": label, "operator": "Exists"}
+            # the device plugin's second expression keeps it off DRA nodes (tests/unit/test_deploy_dra.py)
+            assert len(term["matchExpressions"]) == (2 if obj["metadata"]["name"].startswith(
+                "lj-runtimekit-device-plugin") else 1), obj["metadata"]["name"]
 
 
 # ---------------------------------------------------------------- containers
