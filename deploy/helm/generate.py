@@ -64,7 +64,8 @@ def _deploy_generate() -> Any:
 
 MARKER_LINE: re.Pattern[str] = _deploy_generate().MARKER_LINE  # the `# protocol: KEY` lines
 
-COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "jobs", "admission")
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "jobs", "admission", "dra")
+OFF_BY_DEFAULT = {"dra"}  # deploy-all.sh's optional components the chart holds: not in `kubectl kustomize deploy`
 GATE = {"jobs": "controller"}  # deploy/jobs is the controller's (its toggle Jobs' namespace and RBAC)
 VARIANTS = {"scheduler": ("mode", "extender", "standalone")}
 """Per component: the value key, its default (the folder as it is) and the variant (the Component folder)."""
@@ -299,7 +300,7 @@ def generate(kubectl: str) -> dict[Path, str]:
     files: dict[Path, str] = {}
     for component in COMPONENTS:
         gate = GATE.get(component, component)
-        values.setdefault(gate, {})["enabled"] = True
+        values.setdefault(gate, {})["enabled"] = component not in OFF_BY_DEFAULT
         templater = Templater(component, values)
         docs = component_docs(kubectl, component, templater)
         missing = {m[2] for m in templater.markers} - templater.used

@@ -108,6 +108,8 @@ SCHEMA: dict[str, Any] = {
         "exporter": _workload("exporter (DaemonSet)"),
         "scheduler": _workload("scheduler (Deployment; see mode)", SCHEDULER),
         "controller": _workload("controller (Deployment) and its toggle Jobs' namespace and RBAC"),
+        "dra": _workload("DRA driver (DaemonSet on nodes labelled lj-runtimekit.io/dra-driver=true, where the device "
+                         "plugin does not run) and its DeviceClasses; off by default (docs/dra.md)"),
         "admission": {"type": "object", "description": "The ValidatingAdmissionPolicies (Kubernetes >= 1.30).",
                       "additionalProperties": False,
                       "properties": {"enabled": {"type": "boolean", "description": "Install the admission policies."}}},

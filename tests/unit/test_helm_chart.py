@@ -134,6 +134,18 @@ def test_default_render_holds_the_kustomize_objects(helm: str) -> None:
     assert set(sums) == set(checksums(tree))
 
 
+def test_dra_is_off_by_default_and_renders_deploy_dra_when_enabled(helm: str) -> None:
+    only = ["--show-only", "templates/dra.yaml"]
+    assert "DeviceClass" not in render(helm)
+    chart, tree = template(helm, *only, "--set", "dra.enabled=true"), kustomize("dra")
+    assert sorted(chart) == sorted(tree)
+    for key, obj in tree.items():
+        assert normalised(chart[key]) == normalised(obj), key
+    renamed = template(helm, *only, "--set", "dra.enabled=true", "--set", "protocol.resources.gpu=example.com/gpu")
+    classes = {k[3]: o for k, o in renamed.items() if k[1] == "DeviceClass"}
+    assert classes["gpu.lj-runtimekit.io"]["spec"]["extendedResourceName"] == "example.com/gpu"
+
+
 def test_components_read_the_charts_protocol(helm: str) -> None:
     """The components' own loader (what ``ljrk protocol check`` runs) finds the same protocol in each of the five
     ConfigMaps: deploy/protocol.yaml's by default, the changed one when a value changes."""
