@@ -115,7 +115,7 @@ $(DOCKER_IMAGES): docker-%:
 KUBECTL     ?= $(BIN)/kubectl
 DEPLOY_ARGS ?=
 COMPONENT   ?=
-DEPLOY_COMPONENTS := runtime deviceplugin exporter scheduler controller admission monitoring
+DEPLOY_COMPONENTS := runtime deviceplugin exporter scheduler controller admission monitoring dra
 DEPLOY_ONLY = $(if $(COMPONENT),--components=$(COMPONENT))
 .PHONY: $(addprefix deploy-,$(DEPLOY_COMPONENTS)) $(addprefix render-,$(DEPLOY_COMPONENTS)) $(addprefix delete-,$(DEPLOY_COMPONENTS))
 

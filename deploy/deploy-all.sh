@@ -230,12 +230,12 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         echo "kind: Kustomization"
         echo "resources:"
         echo "- ../stack"
+        if [[ " ${core[*]} " == *" controller "* && $full -eq 0 ]]; then
+            echo "- ../deploy/jobs"  # a resource: before `components:` starts its own list
+        fi
         if [[ "$scheduler_mode" == standalone && " ${core[*]} " == *" scheduler "* ]]; then
             echo "components:"
             echo "- ../deploy/scheduler/standalone"
-        fi
-        if [[ " ${core[*]} " == *" controller "* && $full -eq 0 ]]; then
-            echo "- ../deploy/jobs"
         fi
         if [[ " ${core[*]} " == *" controller "* ]]; then
             echo "patches:"

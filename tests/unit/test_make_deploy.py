@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "admission", "monitoring")
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "admission", "monitoring", "dra")
 Key = tuple[str, str, str]
 
 
@@ -80,4 +80,15 @@ def test_scheduler_mode_standalone_through_make() -> None:
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (alone,) = deployment["spec"]["template"]["spec"]["containers"]
     assert alone["name"] == "extender"
+    assert "--mode=standalone" in alone["args"]
+
+
+def test_scheduler_mode_standalone_with_the_controller_in_a_partial_set() -> None:
+    # the controller brings deploy/jobs as a resource; the standalone Component must not swallow it
+    docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(make(
+        "render", "COMPONENT=runtime,deviceplugin,exporter,scheduler,controller",
+        "DEPLOY_ARGS=--scheduler-mode=standalone")) if d]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"] == ["lj-runtimekit-jobs"]
+    (scheduler,) = [d for d in docs if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]]
+    (alone,) = scheduler["spec"]["template"]["spec"]["containers"]
     assert "--mode=standalone" in alone["args"]
