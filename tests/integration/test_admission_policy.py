@@ -18,9 +18,9 @@ and pod-name claims of a pod-bound token):
 * node agents: the device plugin and the exporter change their own keys on their own Node only; another Node, a
   label, another annotation or a taint is refused; the controller writes its state keys on any Node;
 * the toggle Jobs' namespace: the controller's own Job (domain JobTemplate, translated as the adapter sends it)
-  passes; each widening of it (an escalating, root or capability-adding container, another ServiceAccount, a token,
-  host network, another host folder, a writable mount, another volume kind) is refused naming it, and so is a bare
-  Pod there.
+  passes; each widening of it (an escalating, root or capability-adding container, one turning runAsNonRoot off,
+  another ServiceAccount, a token, host network, another host folder, a writable mount, another volume kind) is
+  refused naming it, and so is a bare Pod there and an ephemeral container added to a pod of the Job's shape.
 
 The module starts its own API server: the policies would refuse what other modules' tests write on purpose.
 """
@@ -317,6 +317,7 @@ def test_toggle_jobs_namespace_holds_only_the_controllers_job_shape(enforced: Co
         (container(allowPrivilegeEscalation=True), "container main needs privileged false"),
         (container(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}), "container main needs"),
         (container(runAsUser=0), "container main needs"),
+        (container(runAsNonRoot=False), "container main needs"),
         (container(readOnlyRootFilesystem=False), "container main needs"),
         (lambda spec: spec.update(serviceAccountName="default"), "run as ServiceAccount lj-runtimekit-job-agent"),
         (lambda spec: spec.pop("serviceAccountName"), "not (the namespace default)"),
@@ -330,4 +331,15 @@ def test_toggle_jobs_namespace_holds_only_the_controllers_job_shape(enforced: Co
         assert expected in widened(change), expected
     bare = pod("bare")
     bare["spec"]["hostPID"] = True
-    assert "ServiceAccount" in refused(lambda: core(enforced).create_namespaced_pod(JOBS, bare, dry_run="All"))
+    admin = core(enforced)
+    assert "ServiceAccount" in refused(lambda: admin.create_namespaced_pod(JOBS, bare, dry_run="All"))
+
+    # a pod of the Job's shape passes; an ephemeral container added to it later (no securityContext) does not
+    shaped = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent"},
+              "spec": {**ours["spec"]["template"]["spec"], "schedulerName": "nobody"}}
+    shaped["spec"].pop("nodeName", None)
+    admin.create_namespaced_pod(JOBS, shaped)
+    added = api.sanitize_for_serialization(admin.read_namespaced_pod("agent", JOBS))
+    added["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
+    message = refused(lambda: admin.replace_namespaced_pod_ephemeralcontainers("agent", JOBS, added))
+    assert "container debug needs" in message
