@@ -20,7 +20,9 @@ and pod-name claims of a pod-bound token):
 * the toggle Jobs' namespace: the controller's own Job (domain JobTemplate, translated as the adapter sends it)
   passes; each widening of it (an escalating, root or capability-adding container, one turning runAsNonRoot off,
   another ServiceAccount, a token, host network, another host folder, a writable mount, another volume kind) is
-  refused naming it, and so is a bare Pod there and an ephemeral container added to a pod of the Job's shape.
+  refused naming it, and so is a bare Pod there and an ephemeral container added to a pod of the Job's shape;
+* ResourceSlices: the DRA driver's account creates, updates and deletes slices of our driver for its own Node only;
+  another Node's, another driver's, or any without the node-name claim are refused; other users are not judged.
 
 The module starts its own API server: the policies would refuse what other modules' tests write on purpose.
 """
@@ -53,6 +55,7 @@ SCHEDULER = f"system:serviceaccount:{STACK}:lj-runtimekit-scheduler"
 DEVICE_PLUGIN = f"system:serviceaccount:{STACK}:lj-runtimekit-device-plugin"
 EXPORTER = f"system:serviceaccount:{STACK}:lj-runtimekit-exporter"
 CONTROLLER = f"system:serviceaccount:{STACK}:lj-runtimekit-controller"
+DRA_DRIVER = f"system:serviceaccount:{STACK}:lj-runtimekit-dra-driver"
 NODE_CLAIM = "authentication.kubernetes.io%2fnode-name"
 POD_CLAIM = "authentication.kubernetes.io%2fpod-name"
 JOBS = "lj-runtimekit-jobs"  # the toggle Jobs' namespace (deploy/jobs)
@@ -343,3 +346,37 @@ def test_toggle_jobs_namespace_holds_only_the_controllers_job_shape(enforced: Co
     added["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
     message = refused(lambda: admin.replace_namespaced_pod_ephemeralcontainers("agent", JOBS, added))
     assert "container debug needs" in message
+
+
+# ---------------------------------------------------------------- ResourceSlices
+def test_dra_driver_writes_only_its_own_nodes_slices_of_our_driver(enforced: ControlPlane) -> None:
+    from kubernetes import client
+
+    def slices(user: str | None = None, **claims: str) -> Any:
+        api = enforced.api_client()
+        if user is not None:
+            api.set_default_header("Impersonate-User", user)
+            for key, value in claims.items():
+                api.set_default_header(f"Impersonate-Extra-{key}", value)
+        return client.ResourceV1Api(api)
+
+    def slice_of(node: str, driver: str = "gpu.lj-runtimekit.io") -> dict[str, Any]:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{driver}"},
+                "spec": {"driver": driver, "nodeName": node, "devices": [{"name": "gpu-0"}],
+                         "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+
+    driver = slices(DRA_DRIVER, **{NODE_CLAIM: "node-a"})
+    driver.create_resource_slice(slice_of("node-a"))
+    message = refused(lambda: driver.create_resource_slice(slice_of("node-b")))
+    assert "only the ResourceSlices of its own Node (its token's node-name claim: node-a), not of node-b" in message
+    message = refused(lambda: driver.create_resource_slice(slice_of("node-a", "gpu.nvidia.com")))
+    assert "only ResourceSlices of driver gpu.lj-runtimekit.io, not gpu.nvidia.com" in message
+    assert "claim: none" in refused(lambda: slices(DRA_DRIVER).create_resource_slice(slice_of("node-a")))
+
+    slices().create_resource_slice(slice_of("node-b"))  # others, e.g. the admin, are not judged
+    other = "node-b-gpu.lj-runtimekit.io"
+    refused(lambda: driver.patch_resource_slice(other, {"spec": {"pool": {"generation": 2}}}))
+    refused(lambda: driver.delete_resource_slice(other))
+    driver.patch_resource_slice("node-a-gpu.lj-runtimekit.io", {"spec": {"pool": {"generation": 2}}})
+    driver.delete_resource_slice("node-a-gpu.lj-runtimekit.io")
+    assert [s.metadata.name for s in slices().list_resource_slice().items] == [other]

@@ -10,7 +10,7 @@ Behaviours covered:
 * the node keys each writer may change are its own protocol keys; the ServiceAccount names are the workloads';
 * the toggle-Jobs policy's account, socket folder and namespace are the ones deploy/jobs and the controller use (the
   CEL itself runs in tests/integration/test_admission_policy.py);
-* the four bindings reference the ConfigMap in its namespace and deny while it is missing.
+* the five bindings reference the ConfigMap in its namespace and deny while it is missing.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_bindings_use_the_parameter_configmap_and_deny_without_it() -> None:
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert set(policies) == {b["spec"]["policyName"] for b in bindings} == {
         "lj-runtimekit-gpu-env", "lj-runtimekit-pod-annotations", "lj-runtimekit-node-writes",
-        "lj-runtimekit-toggle-jobs"}
+        "lj-runtimekit-toggle-jobs", "lj-runtimekit-resource-slices"}
     for binding in bindings:
         assert binding["spec"]["paramRef"] == {"name": configmap["metadata"]["name"],
                                                "namespace": configmap["metadata"]["namespace"],
@@ -133,3 +133,11 @@ def test_toggle_jobs_policy_names_deploy_jobs_account_namespace_and_the_controll
     [socket] = [line.split("=", 1)[1] for line in controller.split() if line.startswith("--config-daemon-socket=")]
     assert params["runtime-socket-dir"] == socket.rsplit("/", 1)[0]
     assert f"--namespace={namespace}" in controller
+
+
+def test_resource_slices_policy_names_the_dra_driver_account_and_the_protocols_driver() -> None:
+    params = _params()
+    accounts = [doc["metadata"]["name"] for doc in yaml.safe_load_all(
+        (REPO / "deploy" / "dra" / "01-rbac.yaml").read_text()) if doc and doc["kind"] == "ServiceAccount"]
+    assert accounts == [params["dra-driver-account"]]
+    assert params["dra-driver"] == PROTOCOL.dra.driver

@@ -56,8 +56,7 @@ def test_rbac_grants_exactly_what_the_driver_calls() -> None:
     objects = _dra()
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     assert _rules(role) == {
-        *(("resource.k8s.io", "resourceslices", v) for v in ("create", "update", "delete", "list", "watch")),
-        *(("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")),
+        *(("resource.k8s.io", "resourceslices", v) for v in ("create", "update", "delete", "list")),
         ("", "nodes", "get"),
     }
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
