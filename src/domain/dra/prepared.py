@@ -50,6 +50,14 @@ class PreparedClaim:
     devices: tuple[PreparedDevice, ...]
 
 
+@attrs.frozen
+class ClaimOutcome:
+    """The answer for one claim: ``prepared`` (None on error) or ``error`` (empty on success)."""
+
+    prepared: PreparedClaim | None = None
+    error: str = ""
+
+
 def cdi_device_name(claim_uid: str, gpu_index: int) -> str:
     """``<claim uid>-gpu-<index>`` (unqualified)."""
     return f"{claim_uid}-gpu-{gpu_index}"
