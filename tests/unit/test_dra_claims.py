@@ -92,7 +92,7 @@ def test_bad_devices_and_capacities_name_the_claim_and_the_device(device: str, c
 def test_no_results_and_empty_identity_are_refused() -> None:
     with pytest.raises(ClaimPreparationError, match="no allocated device of this driver on this node"):
         plan_claim(CLAIM, [], DEVICES)
-    with pytest.raises(InvalidRequestError, match="claim.uid"):
+    with pytest.raises(InvalidRequestError, match=r"claim\.uid"):
         ClaimRef(namespace="ns", uid="", name="c")
 
 

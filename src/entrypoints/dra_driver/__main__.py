@@ -67,7 +67,8 @@ CLI = cli(
     flag("--plugins-registry", type=Path, default=DEFAULT_REGISTRY_DIR, metavar="DIR",
          help=f"kubelet plugin registration folder (default: {DEFAULT_REGISTRY_DIR})"),
     flag("--plugins-dir", type=Path, default=DEFAULT_PLUGINS_DIR, metavar="DIR",
-         help=f"kubelet plugins folder; the DRA socket and checkpoint go to DIR/<driver>/ (default: {DEFAULT_PLUGINS_DIR})"),
+         help=f"kubelet plugins folder; the DRA socket and checkpoint go to DIR/<driver>/ "
+              f"(default: {DEFAULT_PLUGINS_DIR})"),
     flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
          help=f"where per-claim CDI specs are written (default: {DEFAULT_CDI_DIR})"),
     LOG_LEVEL,

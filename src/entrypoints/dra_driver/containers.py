@@ -5,7 +5,8 @@ owner reference) and the ResourceSlices are the Kubernetes API (``--kubeconfig``
 ``ApiClient``, or with the hidden ``--in-memory`` flag an InMemoryCluster holding this node and
 InMemoryResourceSlices. The kubelet DRA plugin reads claims from the same API (in memory: InMemoryResourceClaims),
 keeps its checkpoint in ``<plugins_dir>/<driver>/checkpoint.json``, writes per-claim CDI specs
-``<cdi_dir>/lj-runtimekit.io-claim-<uid>.json`` and reads device minors from the host driver. Providers are annotated with their port types so mypy checks conformance.
+``<cdi_dir>/lj-runtimekit.io-claim-<uid>.json`` and reads device minors from the host driver. Providers are
+annotated with their port types so mypy checks conformance.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from adapters.cdifiles import CdiSpecDirectory, ProcfsGpuDevices
 from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.dra_plugin import DraPluginServer, dra_socket, registration_socket
 from adapters.kubernetes import KubernetesCluster, from_kubeconfig
+from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
 from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 from adapters.memory.cluster import InMemoryCluster
-from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.memory.resource_slices import InMemoryResourceSlices
-from adapters.statefile.dra_checkpoint import CHECKPOINT_FILE, JsonPreparedClaims
 from adapters.protocolfile import load_protocol
+from adapters.statefile.dra_checkpoint import CHECKPOINT_FILE, JsonPreparedClaims
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
-from ports.cluster import NodesApi
 from ports.cdi import CdiSpecStore
+from ports.cluster import NodesApi
 from ports.resource_claims import ResourceClaimsApi
 from ports.resource_slices import ResourceSlicesApi
 from ports.runtime import NodeRuntime
