@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import runtime_node
 from dependency_injector import providers
 
 from adapters.grpc import unix_channel
@@ -30,8 +31,6 @@ from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from entrypoints.dra_driver.app import DraDriverSettings
 from entrypoints.dra_driver.containers import DraDriverContainer
-
-from . import runtime_node
 
 DRIVER = "gpu.lj-runtimekit.io"
 
