@@ -95,6 +95,10 @@ def test_configmap_carries_the_protocol_and_the_daemonset_arguments_parse() -> N
     argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
     settings = CLI.settings_from(CLI.parser().parse_args(argv))
     assert (settings.node_name, settings.unhealthy) == ("node-1", "taint")
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    writable = {host[m["name"]] for m in container["volumeMounts"]
+                if m["name"] in host and m["mountPath"] == host[m["name"]] and not m.get("readOnly", False)}
+    assert {str(settings.plugins_registry), str(settings.plugins_dir), str(settings.cdi_dir)} <= writable
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [
         {"key": PROTOCOL.node_label, "operator": "Exists"},

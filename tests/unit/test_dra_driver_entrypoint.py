@@ -4,6 +4,8 @@ Runtime; settings reject bad values; ``ljrk`` lists the command."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -19,7 +21,10 @@ from entrypoints.runtime.inprocess import InProcessRuntime
 
 
 def test_container_resolves_and_the_app_publishes_until_stopped(tmp_path: Path) -> None:
-    settings = DraDriverSettings(node_name="n1", runtime_socket=tmp_path / "rt.sock", in_memory=True)
+    short = Path(tempfile.mkdtemp(prefix="ljrk-dra-", dir="/tmp"))  # unix socket paths are limited to 107 bytes
+    settings = DraDriverSettings(node_name="n1", runtime_socket=tmp_path / "rt.sock", in_memory=True,
+                                 plugins_registry=short / "reg", plugins_dir=short / "plugins",
+                                 cdi_dir=tmp_path / "cdi")
     container = DraDriverContainer(settings=settings)
     container.check_dependencies()
     runtime = InProcessRuntime([Gpu(0, GpuUuid("GPU-a"), "A100", 16 * 2**30)])
@@ -30,6 +35,8 @@ def test_container_resolves_and_the_app_publishes_until_stopped(tmp_path: Path) 
         stop = threading.Event()
         stop.set()
         app.run(stop)  # returns at once: already stopped
+    assert not (short / "reg" / "gpu.lj-runtimekit.io-reg.sock").exists()  # served, then removed at stop
+    shutil.rmtree(short)
     (stored,) = container.api().slices.list_resource_slices(driver="gpu.lj-runtimekit.io", node="n1")
     assert [d.name for d in stored.content.devices] == ["gpu-0"]
 

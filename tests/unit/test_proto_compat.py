@@ -258,6 +258,7 @@ def test_vendored_files_are_byte_identical_to_the_recorded_upstream() -> None:
     table = _vendored_table()
     assert set(table) == {
         "kubelet/deviceplugin/v1beta1/api.proto", "kubelet/podresources/v1/api.proto",
+        "kubelet/dra/v1/api.proto", "kubelet/pluginregistration/v1/api.proto",
     }
     for relative, digest in table.items():
         data = (PROTO_ROOT / relative).read_bytes()
@@ -268,7 +269,9 @@ def test_vendored_files_are_byte_identical_to_the_recorded_upstream() -> None:
 
 def test_vendored_kubelet_protos_import_nothing_and_keep_their_packages() -> None:
     for relative, package in (("kubelet/deviceplugin/v1beta1/api.proto", "v1beta1"),
-                              ("kubelet/podresources/v1/api.proto", "v1")):
+                              ("kubelet/podresources/v1/api.proto", "v1"),
+                              ("kubelet/dra/v1/api.proto", "k8s.io.kubelet.pkg.apis.dra.v1"),
+                              ("kubelet/pluginregistration/v1/api.proto", "pluginregistration")):
         text = (PROTO_ROOT / relative).read_text()
         assert f"package {package};" in text
         assert "import " not in text, f"proto/{relative}: v1.37.2 imports nothing (no gogo.proto to vendor)"

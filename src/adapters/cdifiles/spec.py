@@ -44,7 +44,7 @@ def spec_to_json(spec: CdiSpec) -> str:
         "cdiVersion": spec.version, "kind": spec.kind,
         "devices": [{"name": d.name, "containerEdits": _edits(d.env, d.device_nodes)} for d in spec.devices],
     }
-    common = _edits((), spec.device_nodes)
+    common = _edits(spec.env, spec.device_nodes)
     if common:
         document["containerEdits"] = common
     return json.dumps(document, indent=2) + "\n"
@@ -63,8 +63,10 @@ def spec_from_json(text: str) -> CdiSpec:
             edits = item.get("containerEdits", {})
             env = tuple(tuple(entry.split("=", 1)) for entry in edits.get("env", ()))
             devices.append(CdiDevice(item["name"], env=env, device_nodes=_nodes(edits)))
-        return CdiSpec(document["kind"], tuple(devices), device_nodes=_nodes(document.get("containerEdits", {})),
-                       version=document["cdiVersion"])
+        common = document.get("containerEdits", {})
+        env = tuple(tuple(entry.split("=", 1)) for entry in common.get("env", ()))
+        return CdiSpec(document["kind"], tuple(devices), device_nodes=_nodes(common), version=document["cdiVersion"],
+                       env=env)
     except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a CDI spec: {error!r}") from error
 

@@ -100,12 +100,15 @@ class CdiDevice:
 
 @attrs.frozen
 class CdiSpec:
-    """A CDI spec: ``kind``, ``devices`` (by GPU index), spec-wide ``device_nodes``, ``version`` (``cdiVersion``)."""
+    """A CDI spec: ``kind``, ``devices`` (by GPU index), spec-wide ``device_nodes``, ``version`` (``cdiVersion``)
+    and spec-wide ``env`` (``(key, value)`` pairs, applied once whenever any device of the spec is injected; the
+    DRA plugin's per-claim limits, none in the device plugin's spec)."""
 
     kind: str
     devices: tuple[CdiDevice, ...]
     device_nodes: tuple[CdiDeviceNode, ...] = ()
     version: str = CDI_VERSION
+    env: tuple[tuple[str, str], ...] = ()
 
     def qualified_names(self) -> tuple[str, ...]:
         """``kind=name`` of every device."""

@@ -1,7 +1,8 @@
 """``ljrk dra-driver`` (also ``python -m entrypoints.dra_driver``): the DRA driver's node component.
 
 ``ljrk dra-driver --node-name NAME --runtime-socket PATH [--kubeconfig FILE] [--protocol FILE]
-[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--log-level LEVEL]``
+[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--plugins-registry DIR] [--plugins-dir DIR]
+[--cdi-dir DIR] [--log-level LEVEL]``
 (hidden: ``--in-memory``).
 
 Publishes the node's GPUs, read from the node Runtime, as ``resource.k8s.io/v1`` ResourceSlices of the driver
@@ -10,8 +11,10 @@ partitionable devices; ``services.dra.publisher``) and keeps them current until 
 when it stops (a restart resumes them without a write). ``--withdraw`` deletes the node's slices and exits (the
 driver leaves the node for good); the Node's deletion removes them too (owner reference). Unhealthy GPUs are
 tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without DRADeviceTaints).
-A node runs this or ``ljrk device-plugin``, not both. The kubelet DRA plugin (claim preparation, CDI) is not
-part of it yet (docs/dra.md).
+A node runs this or ``ljrk device-plugin``, not both. Beside the slices it serves the kubelet DRA plugin
+(``services.dra.plugin``): registration on ``<plugins-registry>/<driver>-reg.sock``, ``NodePrepareResources`` /
+``NodeUnprepareResources`` on ``<plugins-dir>/<driver>/dra.sock``, a Runtime grant and a CDI spec in ``--cdi-dir``
+per claim, checkpointed in ``<plugins-dir>/<driver>/checkpoint.json`` (docs/dra.md).
 
 Exit codes: 0 stopped by a signal or withdrawn; 1 cannot run (Runtime unreachable, kubeconfig unreadable, API
 errors); 2 bad command line or protocol file. Errors are one line ``ljrk dra-driver: error: …`` on stderr.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
@@ -38,10 +42,11 @@ from entrypoints._shared.flags import (
     cli,
     flag,
 )
+from ports.resource_claims import CheckpointError
 from ports.runtime import NodeRuntimeError
 from services.dra.publisher import withdraw_node
 
-from .app import DraDriverSettings
+from .app import DEFAULT_CDI_DIR, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, DraDriverSettings
 from .containers import DraDriverContainer
 
 __all__ = ["CLI", "main"]
@@ -59,6 +64,13 @@ CLI = cli(
     flag("--unhealthy", default="taint", choices=["taint", "withdraw"],
          help="unhealthy GPUs: taint their devices (Kubernetes 1.36+) or leave them out (default: taint)"),
     flag("--withdraw", action="store_true", help="delete this node's ResourceSlices and exit"),
+    flag("--plugins-registry", type=Path, default=DEFAULT_REGISTRY_DIR, metavar="DIR",
+         help=f"kubelet plugin registration folder (default: {DEFAULT_REGISTRY_DIR})"),
+    flag("--plugins-dir", type=Path, default=DEFAULT_PLUGINS_DIR, metavar="DIR",
+         help=f"kubelet plugins folder; the DRA socket and checkpoint go to DIR/<driver>/ "
+              f"(default: {DEFAULT_PLUGINS_DIR})"),
+    flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
+         help=f"where per-claim CDI specs are written (default: {DEFAULT_CDI_DIR})"),
     LOG_LEVEL,
     IN_MEMORY,
 )
@@ -85,7 +97,8 @@ def _run(settings: DraDriverSettings, stop: threading.Event | None) -> int:
                                                            code=EXIT_FAILED,
                                                            prefix=f"node Runtime on {settings.runtime_socket}: "):
             app = container.app()
-        serve(app, stop)
+        with failing(OSError, CheckpointError, code=EXIT_FAILED, prefix="kubelet plugin: "):
+            serve(app, stop)
     return EXIT_OK
 
 

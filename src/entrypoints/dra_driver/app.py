@@ -1,22 +1,30 @@
 """Settings and the serving loop of ``ljrk dra-driver``.
 
-:class:`DraDriverApp` runs the ResourceSlice publisher (``services.dra.publisher``) on its own thread until
-stopped. **Seam for the kubelet DRA plugin** (the next part of issue 34, not here): the plugin's registration
-socket and ``NodePrepareResources``/``NodeUnprepareResources`` server will be another runnable started beside the
-publisher in :meth:`DraDriverApp.run` and stopped with it; the publisher already owns the pool the kubelet
-refers to (``pool_name`` = node name, ``device_name`` = the slice device names of ``domain.dra.build``).
+:class:`DraDriverApp` runs the ResourceSlice publisher (``services.dra.publisher``) on its own thread and, beside
+it, the kubelet DRA plugin (``adapters.grpc.dra_plugin.DraPluginServer`` over ``services.dra.plugin``: the
+registration socket ``<plugins_registry>/<driver>-reg.sock`` and the DRA socket ``<plugins>/<driver>/dra.sock``)
+until stopped. The publisher owns the pool the kubelet refers to (``pool_name`` = node name, ``device_name`` = the
+slice device names of ``domain.dra.build``).
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
 from domain.dra.build import UnhealthyPolicy
 from entrypoints._shared.command import SettingsError
 from services.dra.publisher import SlicePublisher
+
+DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+"""The kubelet's plugin registration folder (``--plugins-registry``)."""
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+"""The kubelet's plugins folder (``--plugins-dir``); the plugin's socket and checkpoint go to ``<it>/<driver>/``."""
+DEFAULT_CDI_DIR = Path("/var/run/cdi")
+"""Where the per-claim CDI specs are written (``--cdi-dir``)."""
 
 
 @attrs.frozen
@@ -35,6 +43,9 @@ class DraDriverSettings:
     unhealthy: str = UnhealthyPolicy.TAINT.value
     withdraw: bool = False
     log_level: str = "INFO"
+    plugins_registry: Path = DEFAULT_REGISTRY_DIR
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    cdi_dir: Path = DEFAULT_CDI_DIR
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
@@ -50,17 +61,35 @@ class DraDriverSettings:
         return UnhealthyPolicy(self.unhealthy)
 
 
-class DraDriverApp:
-    """Publishes the node's ResourceSlices until stopped (module docstring)."""
+class Startable(Protocol):
+    """A server started and stopped with the app (the kubelet DRA plugin)."""
 
-    def __init__(self, publisher: SlicePublisher) -> None:
+    def start(self) -> None:
+        """Serve; raises OSError when it cannot."""
+        ...
+
+    def stop(self, grace_s: float = 0.5) -> None:
+        """Stop serving; idempotent."""
+        ...
+
+
+class DraDriverApp:
+    """Publishes the node's ResourceSlices and serves the kubelet plugin until stopped (module docstring)."""
+
+    def __init__(self, publisher: SlicePublisher, plugin: Startable) -> None:
         self.publisher = publisher
+        self.plugin = plugin
 
     def run(self, stop: threading.Event) -> None:
-        """Publish and keep the slices current until ``stop`` is set; the slices stay (a restart keeps the
-        devices visible). Returns when stopped."""
+        """Serve the kubelet plugin, publish and keep the slices current until ``stop`` is set; the slices stay
+        (a restart keeps the devices visible) and so do prepared claims (checkpoint). Raises OSError when the
+        plugin's sockets cannot be bound. Returns when stopped."""
+        self.plugin.start()
         worker = threading.Thread(target=self.publisher.follow, args=(stop,), name="dra-slices", daemon=True)
         worker.start()
-        stop.wait()
-        self.publisher.close()
-        worker.join(timeout=10)
+        try:
+            stop.wait()
+        finally:
+            self.plugin.stop()
+            self.publisher.close()
+            worker.join(timeout=10)

@@ -1,0 +1,161 @@
+"""A ResourceClaim's allocation for our driver, turned into the Runtime grant that prepares it on this node.
+
+The kubelet's ``NodePrepareResources`` names claims only (:class:`ClaimRef`: namespace, UID, name); the plugin
+reads the claim's ``status.allocation.devices.results`` (:class:`AllocationResult`, one per allocated device and
+request) and keeps the results whose ``driver`` is ours and whose ``pool`` is this node (the pool name of
+:mod:`domain.dra.pool` is the node name). :func:`plan_claim` maps them to one
+:class:`~domain.runtime.types.ContainerAllocationRequest`:
+
+* **Device names** are those of :mod:`domain.dra.build`: ``gpu-<index>`` is the whole GPU with that NVML index
+  (MIG off). A MIG device (``gpu-<index>-mig-<profile>-<start>``) is refused (not prepared by this plugin yet);
+  any other name, an index the node does not have, or a GPU in MIG mode is refused.
+* **Shares** come from ``consumedCapacity`` (consumable capacity, KEP-5075): ``cores`` in percent of one GPU
+  (1..100; the slice's capacity is 100) becomes ``core_milli`` = cores × 10, ``memory`` (a quantity, bytes)
+  becomes ``memory_bytes``. A result without consumed capacity takes the whole GPU (1000 milli-GPU, memory by the
+  ledger's rule). Several results on one GPU (two requests of the claim) add up, at most one GPU.
+* **The grant key**: the Runtime's records are keyed by (pod UID, container); a claim's grant uses
+  (claim UID, :data:`CLAIM_CONTAINER`) and the claim's namespace and name as the pod's, so the Runtime counts it in
+  the same per-GPU capacity book as device-plugin grants (``domain.runtime.capacity``) with no contract change.
+
+Errors: :class:`ClaimPreparationError` with a message naming the claim and the field or device at fault.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from domain.errors import DomainError, InvalidRequestError
+from domain.gpu import MigMode
+from domain.kube.protocol import parse_quantity
+from domain.runtime.types import ContainerAllocationRequest, DeviceInfo, PlannedGpu
+from domain.units import MILLI_PER_GPU
+
+CLAIM_CONTAINER = "dra-claim"
+"""The container name of every claim grant in the Runtime's book (key = claim UID + this name)."""
+
+_WHOLE_GPU = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})$")
+_MIG_DEVICE = re.compile(r"^gpu-[0-9]+-mig-")
+_PERCENT_MILLI = MILLI_PER_GPU // 100
+
+
+class ClaimPreparationError(DomainError):
+    """A claim cannot be prepared on this node; the message names the claim and what is wrong."""
+
+
+@attrs.frozen
+class ClaimRef:
+    """A claim as the kubelet names it: ``namespace``, ``uid`` (the key of every answer) and ``name``. Raises
+    :class:`InvalidRequestError` (field ``claim.uid`` / ``claim.name``) when one is empty."""
+
+    namespace: str
+    uid: str
+    name: str
+
+    def __attrs_post_init__(self) -> None:
+        if not self.uid:
+            raise InvalidRequestError("claim.uid", self.uid, "must not be empty")
+        if not self.name:
+            raise InvalidRequestError("claim.name", self.name, "must not be empty")
+
+    @property
+    def label(self) -> str:
+        """``claim <namespace>/<name> (<uid>)`` for messages."""
+        return f"claim {self.namespace}/{self.name} ({self.uid})"
+
+
+def _text_map(value: Mapping[str, str]) -> Mapping[str, str]:
+    return dict(value)
+
+
+@attrs.frozen
+class AllocationResult:
+    """One ``status.allocation.devices.results`` entry: ``request`` name, ``driver``, ``pool``, ``device`` name,
+    ``consumed`` capacity (name → quantity text, e.g. ``{"cores": "30", "memory": "4Gi"}``; empty when the
+    scheduler recorded none) and ``share_id`` (None without consumable capacity)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    consumed: Mapping[str, str] = attrs.field(factory=dict, converter=_text_map)
+    share_id: str | None = None
+
+
+@attrs.frozen
+class ClaimAllocation:
+    """A claim read from the API: its identity (``namespace``, ``name``, ``uid``) and ``results`` (empty when the
+    claim is not allocated)."""
+
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[AllocationResult, ...] = ()
+
+
+def ours(results: Iterable[AllocationResult], *, driver: str, pool: str) -> tuple[AllocationResult, ...]:
+    """The results of ``driver`` in ``pool`` (this node), in their order."""
+    return tuple(r for r in results if r.driver == driver and r.pool == pool)
+
+
+def _gpu_index(claim: ClaimRef, device: str) -> int:
+    if _MIG_DEVICE.match(device):
+        raise ClaimPreparationError(f"{claim.label}: device {device!r} is a MIG device; the plugin prepares whole "
+                                    "GPUs and GPU shares only (MIG not yet)")
+    match = _WHOLE_GPU.match(device)
+    if match is None:
+        raise ClaimPreparationError(f"{claim.label}: device {device!r} is not a device of this driver "
+                                    "(expected gpu-<index>)")
+    return int(match.group(1))
+
+
+def _share(claim: ClaimRef, result: AllocationResult) -> tuple[int, int | None]:
+    """(core milli-GPU, memory bytes or None) of one result."""
+    if not result.consumed:
+        return MILLI_PER_GPU, None
+    where = f"{claim.label}: device {result.device} consumedCapacity"
+    try:
+        cores = result.consumed.get("cores")
+        core = MILLI_PER_GPU if cores is None else parse_quantity(f"{where}.cores", cores) * _PERCENT_MILLI
+        memory_text = result.consumed.get("memory")
+        memory = None if memory_text is None else parse_quantity(f"{where}.memory", memory_text)
+    except InvalidRequestError as error:
+        raise ClaimPreparationError(str(error)) from error
+    if not 1 <= core <= MILLI_PER_GPU:
+        raise ClaimPreparationError(f"{where}.cores={result.consumed.get('cores')!r}: must be 1..100 (percent)")
+    if memory is not None and memory < 1:
+        raise ClaimPreparationError(f"{where}.memory={memory_text!r}: must be at least 1 byte")
+    return core, memory
+
+
+def plan_claim(claim: ClaimRef, results: Sequence[AllocationResult], devices: Sequence[DeviceInfo]) -> (
+        ContainerAllocationRequest):
+    """The Runtime grant of ``claim`` for ``results`` (already filtered by :func:`ours`) on the node's
+    ``devices`` (module docstring). Raises :class:`ClaimPreparationError` for no results, an unknown or MIG device,
+    a bad consumed capacity, or shares adding up beyond one GPU."""
+    if not results:
+        raise ClaimPreparationError(f"{claim.label}: no allocated device of this driver on this node")
+    by_index = {d.gpu.index: d for d in devices}
+    totals: dict[int, tuple[int, int | None]] = {}
+    for result in results:
+        index = _gpu_index(claim, result.device)
+        info = by_index.get(index)
+        if info is None:
+            raise ClaimPreparationError(f"{claim.label}: device {result.device!r}: this node has no GPU {index}")
+        if info.gpu.mig_mode is MigMode.ENABLED:
+            raise ClaimPreparationError(f"{claim.label}: device {result.device!r}: GPU {index} is in MIG mode")
+        core, memory = _share(claim, result)
+        if index in totals:
+            old_core, old_memory = totals[index]
+            core = old_core + core
+            memory = None if memory is None or old_memory is None else memory + old_memory
+        if core > MILLI_PER_GPU:
+            raise ClaimPreparationError(f"{claim.label}: GPU {index}: the claim's shares add up to {core} milli-GPU, "
+                                        f"more than one GPU ({MILLI_PER_GPU})")
+        totals[index] = (core, memory)
+    gpus = tuple(PlannedGpu(index=i, uuid=by_index[i].gpu.uuid, core_milli=core, memory_bytes=memory)
+                 for i, (core, memory) in totals.items())
+    return ContainerAllocationRequest(pod_uid=claim.uid, namespace=claim.namespace, pod_name=claim.name,
+                                      container=CLAIM_CONTAINER, gpus=gpus)
