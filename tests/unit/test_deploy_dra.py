@@ -57,6 +57,7 @@ def test_rbac_grants_exactly_what_the_driver_calls() -> None:
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     assert _rules(role) == {
         *(("resource.k8s.io", "resourceslices", v) for v in ("create", "update", "delete", "list")),
+        ("resource.k8s.io", "resourceclaims", "get"),
         ("", "nodes", "get"),
     }
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
