@@ -7,7 +7,9 @@ Behaviours covered:
 - a restarted publisher with the same GPUs resumes: no write, the same generation;
 - withdraw deletes every slice of the node and says how many; the node's slices only;
 - a Runtime without the health-watch feature is refused at construction;
-- follow() publishes, then ends when stopped (the stream closed), without raising.
+- follow() publishes, then ends when stopped (the stream closed), without raising;
+- a recreated Node (new UID) gets its slices again under the new owner;
+- a generation stored by another instance above this one's is resumed, never overwritten with a lower one.
 """
 
 from __future__ import annotations
@@ -123,3 +125,35 @@ def test_follow_publishes_and_ends_when_stopped() -> None:
     assert done.wait(30)
     assert it.generation == 1
     assert len(slices.list_resource_slices(driver=DRIVER, node="node-a")) == 1
+
+
+def test_a_recreated_node_gets_its_slices_under_the_new_owner() -> None:
+    runtime, cluster, slices = world()
+    it = publisher(runtime, cluster, slices)
+    it.publish()
+    old = cluster.get_node("node-a").uid
+    cluster.delete_node("node-a")
+    for stored in slices.list_resource_slices(driver=DRIVER, node="node-a"):  # what the garbage collector does
+        slices.delete_resource_slice(stored.name)
+    cluster.create_node(NodeObject("node-a"))
+    assert it.publish()
+    (stored,) = slices.list_resource_slices(driver=DRIVER, node="node-a")
+    assert stored.owner is not None
+    assert stored.owner.uid == cluster.get_node("node-a").uid != old
+
+
+def test_a_higher_stored_generation_is_resumed_never_overwritten_with_a_lower_one() -> None:
+    runtime, cluster, slices = world()
+    first, second = publisher(runtime, cluster, slices), publisher(runtime, cluster, slices)
+    first.publish()
+    second.publish()  # resumes: generation 1
+    for _ in range(3):  # the other instance moves on: generation 4 stored
+        runtime.set_health("GPU-b", Health.UNHEALTHY)
+        first.publish()
+        runtime.set_health("GPU-b", Health.HEALTHY)
+        first.publish()
+    assert first.generation == 7
+    runtime.set_health("GPU-a", Health.UNHEALTHY)
+    assert second.publish()  # it reads generation 7 stored and goes past it
+    (stored,) = slices.list_resource_slices(driver=DRIVER, node="node-a")
+    assert stored.generation == 8 == second.generation

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from domain.dra.build import GpuTopology, UnhealthyPolicy, desired_content
 from domain.dra.pool import PoolState, SlicePlan, plan_writes
-from domain.dra.slices import NodeOwner
+from domain.dra.slices import NodeOwner, ResourceSlice, SliceContent
 from domain.errors import InvalidRequestError
 from domain.gpu import GpuUuid
 from domain.kube.protocol import ProtocolConstants
@@ -78,31 +78,40 @@ class SlicePublisher:
         """The pool generation last published (0: none yet)."""
         return 0 if self._pool is None else self._pool.generation
 
-    def _start_pool(self) -> PoolState:
-        node = self._nodes.get_node(self.node)
-        pool = PoolState(self.node, self.driver, owner=NodeOwner(node.name, node.uid) if node.uid else None)
-        pool.resume(self._slices.list_resource_slices(driver=self.driver, node=self.node))
+    def _resume(self, uid: str, stored: Sequence[ResourceSlice], content: Sequence[SliceContent]) -> PoolState:
+        """A pool resumed from ``stored`` under the Node's ``uid`` and advanced to ``content``."""
+        pool = PoolState(self.node, self.driver, owner=NodeOwner(self.node, uid) if uid else None)
+        pool.resume(stored)
+        pool.advance(content)
         return pool
 
     def publish(self) -> bool:
-        """Read the Runtime's devices and make the stored slices match; True when something was written. Raises
-        ``ports.runtime.NodeRuntimeError`` (Runtime unreadable) and ``ports.cluster.ClusterError`` (NotFoundError
-        when the Node is missing)."""
+        """Read the Runtime's devices and make the stored slices match; True when something was written. The Node
+        and the stored slices are read each time: a recreated Node (new UID), or a stored generation above this
+        publisher's (another instance wrote meanwhile, e.g. during a rolling update), restarts the pool from what is
+        stored, so the owner is current and the generation only grows. Raises ``ports.runtime.NodeRuntimeError``
+        (Runtime unreadable) and ``ports.cluster.ClusterError`` (NotFoundError when the Node is missing)."""
         listed = self._runtime.list_devices()
         content = desired_content(listed, protocol=self._protocol, mig_dynamic=self._mig_dynamic,
                                   topology=self._topology, unhealthy=self._unhealthy)
+        uid = self._nodes.get_node(self.node).uid
         with self._lock:
-            if self._pool is None:
-                self._pool = self._start_pool()
-            if self._pool.advance(content):
-                log.info("node %s: pool generation %d (%d slices)", self.node, self._pool.generation, len(content))
-            wanted = self._pool.slices()
+            stored = self._slices.list_resource_slices(driver=self.driver, node=self.node)
+            pool, before = self._pool, self.generation
+            owner = "" if pool is None or pool.owner is None else pool.owner.uid
+            if pool is None or owner != uid or max((s.generation for s in stored), default=0) > pool.generation:
+                pool = self._resume(uid, stored, content)
+            else:
+                pool.advance(content)
+            self._pool = pool
+            if pool.generation != before:
+                log.info("node %s: pool generation %d (%d slices)", self.node, pool.generation, len(content))
             try:
-                return self._apply(plan_writes(wanted, self._slices.list_resource_slices(
-                    driver=self.driver, node=self.node)))
-            except ConflictError:  # written meanwhile (another instance during a rolling update): re-read once
-                return self._apply(plan_writes(wanted, self._slices.list_resource_slices(
-                    driver=self.driver, node=self.node)))
+                return self._apply(plan_writes(pool.slices(), stored))
+            except ConflictError:  # written between our read and write: resume from what is stored now, once
+                stored = self._slices.list_resource_slices(driver=self.driver, node=self.node)
+                self._pool = pool = self._resume(uid, stored, content)
+                return self._apply(plan_writes(pool.slices(), stored))
 
     def _apply(self, plan: SlicePlan) -> bool:
         for resource_slice in plan.create:
@@ -138,6 +147,8 @@ class SlicePublisher:
             except (NodeRuntimeError, ClusterError, InvalidRequestError) as error:  # a daemon: log, retry
                 log.warning("node %s: publishing ResourceSlices failed: %s; retrying in %.0f s", self.node, error,
                             RETRY_S)
+            except Exception:  # anything else: the thread must survive it too
+                log.exception("node %s: publishing ResourceSlices failed; retrying in %.0f s", self.node, RETRY_S)
             finally:
                 self.close()
             stop.wait(RETRY_S)
