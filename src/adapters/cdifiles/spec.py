@@ -14,11 +14,10 @@ runtimes load only ``*.json``/``*.yaml``, so they never read it), is fsynced and
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from adapters.atomicfile import write_atomically
 from domain.device_plugin.cdi import CDI_CLASS, CDI_VENDOR, CdiDevice, CdiDeviceNode, CdiSpec
 from ports.cdi import CdiSpecError
 
@@ -80,27 +79,10 @@ class CdiSpecDirectory:
     def write(self, spec: CdiSpec) -> None:
         """Replace the spec atomically. Raises :class:`CdiSpecError`."""
         text = spec_to_json(spec)
-        temporary = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-            with os.fdopen(handle, "w") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, self.path)
-            temporary = None
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            write_atomically(self.path, text, mode=0o644)
         except OSError as error:
             raise CdiSpecError(f"cannot write CDI spec {self.path}: {error}") from error
-        finally:
-            if temporary is not None:
-                Path(temporary).unlink(missing_ok=True)
 
     def read(self) -> CdiSpec | None:
         """The spec in the file, None when there is none. Raises :class:`CdiSpecError` (unreadable, malformed)."""

@@ -9,11 +9,10 @@ checkpoint. The folder is created when missing. Every OSError and a malformed fi
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from adapters.atomicfile import write_atomically
 from domain.dra.prepared import PreparedClaim, from_document, to_document
 from ports.resource_claims import CheckpointError
 
@@ -43,23 +42,7 @@ class JsonPreparedClaims:
     def save(self, claims: Mapping[str, PreparedClaim]) -> None:
         """Replace the file atomically. Raises :class:`CheckpointError`."""
         text = json.dumps(to_document(claims), indent=2) + "\n"
-        temporary = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-            with os.fdopen(handle, "w") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.path)
-            temporary = None
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            write_atomically(self.path, text)
         except OSError as error:
             raise CheckpointError(f"cannot write DRA checkpoint {self.path}: {error}") from error
-        finally:
-            if temporary is not None:
-                Path(temporary).unlink(missing_ok=True)
