@@ -24,6 +24,7 @@ by :meth:`ClaimPreparer.check_runtime`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -33,6 +34,7 @@ from domain.dra.claims import CLAIM_CONTAINER, ClaimPreparationError, ClaimRef, 
 from domain.dra.prepared import ClaimOutcome, PreparedClaim, claim_spec, prepared
 from domain.errors import DomainError
 from domain.runtime.features import RUNTIME_FEATURES, SemVer
+from domain.runtime.types import DeviceInfo
 from ports.cdi import CdiSpecError, CdiSpecStore
 from ports.resource_claims import CheckpointError, PreparedClaimsStore, ResourceClaimsApi, ResourceClaimsError
 from ports.runtime import NodeRuntime, NodeRuntimeError
@@ -73,21 +75,23 @@ class ClaimPreparer:
         self._runtime.get_version().require(*REQUIRED_FEATURES)
 
     def prepare(self, claims: Iterable[ClaimRef]) -> dict[str, ClaimOutcome]:
-        """Every claim's outcome by UID (module docstring). Never raises for one claim's failure."""
+        """Every claim's outcome by UID (module docstring). Never raises for one claim's failure. The Runtime's
+        devices are listed at most once per call, when a claim not yet prepared needs them."""
         with self._lock:
-            return {claim.uid: self._prepare_one(claim) for claim in claims}
+            devices = functools.cache(self._runtime.list_devices)
+            return {claim.uid: self._prepare_one(claim, devices) for claim in claims}
 
     def unprepare(self, claims: Iterable[ClaimRef]) -> dict[str, str]:
         """Every claim's error by UID (empty = unprepared or never prepared)."""
         with self._lock:
             return {claim.uid: self._unprepare_one(claim) for claim in claims}
 
-    def _prepare_one(self, claim: ClaimRef) -> ClaimOutcome:
+    def _prepare_one(self, claim: ClaimRef, devices: Callable[[], tuple[DeviceInfo, ...]]) -> ClaimOutcome:
         known = self._prepared.get(claim.uid)
         if known is not None:
             return ClaimOutcome(prepared=known)
         try:
-            result = self._grant(claim)
+            result = self._grant(claim, devices)
         except (ClaimPreparationError, DomainError, ResourceClaimsError, NodeRuntimeError, CdiSpecError,
                 CheckpointError) as error:
             log.warning("prepare %s failed: %s", claim.label, error)
@@ -96,7 +100,7 @@ class ClaimPreparer:
         log.info("prepared %s: %s", claim.label, ", ".join(d.device for d in result.devices))
         return ClaimOutcome(prepared=result)
 
-    def _grant(self, claim: ClaimRef) -> PreparedClaim:
+    def _grant(self, claim: ClaimRef, devices: Callable[[], tuple[DeviceInfo, ...]]) -> PreparedClaim:
         stored = self._claims.get(claim.namespace, claim.name)
         if stored is None:
             raise ClaimPreparationError(f"{claim.label}: the ResourceClaim does not exist")
@@ -104,12 +108,12 @@ class ClaimPreparer:
             raise ClaimPreparationError(f"{claim.label}: the ResourceClaim {claim.namespace}/{claim.name} now has UID "
                                         f"{stored.uid} (deleted and re-created)")
         results = ours(stored.results, driver=self.driver, pool=self.node)
-        request = plan_claim(claim, results, self._runtime.list_devices())
+        request = plan_claim(claim, results, devices())
         response = self._runtime.allocate(request)
         try:
             self._spec_store(claim.uid).write(claim_spec(request, response, self._host()))
             answer = prepared(claim, results, request)
-            self._save({**self._prepared, claim.uid: answer})
+            self._checkpoint.save({**self._prepared, claim.uid: answer})
         except (CdiSpecError, CheckpointError):
             self._undo(claim)
             raise
@@ -123,16 +127,13 @@ class ClaimPreparer:
         except (NodeRuntimeError, CdiSpecError) as error:
             log.error("cannot undo the grant of %s: %s", claim.label, error)
 
-    def _save(self, claims: dict[str, PreparedClaim]) -> None:
-        self._checkpoint.save(claims)
-
     def _unprepare_one(self, claim: ClaimRef) -> str:
         try:
             self._runtime.release(claim.uid, CLAIM_CONTAINER)
             self._spec_store(claim.uid).remove()
             if claim.uid in self._prepared:
                 remaining = {uid: p for uid, p in self._prepared.items() if uid != claim.uid}
-                self._save(remaining)
+                self._checkpoint.save(remaining)
                 self._prepared = remaining
         except (NodeRuntimeError, CdiSpecError, CheckpointError) as error:
             log.warning("unprepare %s failed: %s", claim.label, error)
