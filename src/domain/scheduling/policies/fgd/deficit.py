@@ -39,7 +39,13 @@ def typical_cpu_per_gpu(model: FragmentationModel) -> float:
 def cpu_deficit(rho: float, cpu_left: I64, free: I64) -> F64:
     """``D = max(0, ρ · Σ_g free_g − cpuLeft)`` (CPU-milli, float64 ``(M,)``) for ``M`` node states:
     ``cpu_left`` (M,) CPU-milli, ``free`` (M, G) milli per GPU. Raises nothing."""
-    result: F64 = np.maximum(rho * free.sum(axis=1) - cpu_left, 0.0)
+    return cpu_deficit_of_total(rho, cpu_left, free.sum(axis=1))
+
+
+def cpu_deficit_of_total(rho: float, cpu_left: I64, total: I64) -> F64:
+    """:func:`cpu_deficit` from the states' total free milli ``total`` (M,) instead of per-GPU free. Raises
+    nothing."""
+    result: F64 = np.maximum(rho * total - cpu_left, 0.0)
     return result
 
 

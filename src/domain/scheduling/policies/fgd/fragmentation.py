@@ -251,6 +251,37 @@ class FragmentationModel:
             return self._weighted_heads(cpu_left, total, *heads)
         return self._weighted_from(cpu_left, total, self._usable(free, models, None))
 
+    @property
+    def head_count(self) -> int:
+        """Number of heads ``H``: distinct (group, GPU count) pairs of the GPU-using typical pods."""
+        return len(self._h_k)
+
+    def head_usable(self, free: I64, models: I64) -> tuple[I64, I64]:
+        """Per state and head (int64 ``(M, H)`` each): the usable-GPU counts and free milli :meth:`weighted_frag`
+        reads for states with per-GPU free milli ``free`` and model ids ``models`` (M, G). Raises nothing."""
+        heads = self._usable_heads(free, models)
+        if heads is not None:
+            return heads
+        count_g, milli_g = self._usable(free, models, None)
+        return count_g[:, self._h_group], milli_g[:, self._h_group]
+
+    def head_change(self, before: I64, after: I64, model_ids: I64) -> tuple[I64, I64]:
+        """How :meth:`head_usable` moves (int64 ``(M, H)`` each: counts, free milli) when one GPU of model
+        ``model_ids[i]`` (≥ 0) goes from ``before[i]`` to ``after[i]`` free milli (each 0..capacity). Raises
+        nothing."""
+        threshold = self.u_g[self._h_group][None, :]
+        allowed = self.allowed_table()[self._h_group][:, model_ids].T
+        was, now = allowed & (before[:, None] >= threshold), allowed & (after[:, None] >= threshold)
+        count: I64 = now.astype(np.int64) - was
+        milli: I64 = np.where(now, after[:, None], 0) - np.where(was, before[:, None], 0)
+        return count, milli
+
+    def weighted_heads(self, cpu_left: I64, total: I64, count: I64, milli: I64) -> F64:
+        """:meth:`weighted_frag` of ``M`` states from their CPU left (M,), total free milli (M,) and
+        :meth:`head_usable` ``(count, milli)``: the very arithmetic :meth:`weighted_frag` ends with. Raises
+        nothing."""
+        return self._weighted_heads(cpu_left, total, count, milli)
+
     def _usable_heads(self, free: I64, models: I64) -> tuple[I64, I64] | None:
         """Per state and head (M, H): GPUs that can host one GPU of the head's typical pods and their free milli,
         read from the per-milli table (one gather and one sum), when every group may use every model and

@@ -4,13 +4,17 @@
 decision. :class:`GapCounts` holds the same histogram ``N(h)`` and moves it by the rows whose ledger version
 changed since the last call (one decision changes one node), so a call costs one comparison over the ledger's rows
 plus the changed rows' GPUs. It recounts from scratch when nodes join or leave, capacity, model or health change
-(``node_set_generation``, ``capacity_generation``) or a node starts or stops admitting pods.
+(``node_set_generation``, ``capacity_generation``) or a node starts or stops admitting pods. The same pass keeps,
+per row, its partly used GPUs (so a share learns without a pass over every GPU whether any feasible node has one)
+and the cluster's schedulable and fully free GPU counts (the saturation test). Like every FGD cache it relies on
+the ledger bumping a row's ``version`` whenever the row's books change.
 
 :func:`keys_by_free` gives, for a share needing ``u`` milli on GPUs of capacity
 :data:`~domain.units.MILLI_PER_GPU`, the :func:`~domain.scheduling.policies.fgd.gapbalance.option_keys` key of an
 option as a function of the GPU's free milli ``h`` alone. The key's last field is ``2^11 − 1 − h``, so distinct
 ``h`` give distinct keys: the best option of a decision is one free value ``h*``, and the nodes with the best
-option are those having a fitting GPU with exactly ``h*`` free.
+option are those having a fitting GPU with exactly ``h*`` free; :func:`keys_of_free` gives the same keys for
+just the free values the options have.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ def keys_by_free(need: int, histogram: I64) -> I64:
 
 class GapCounts:
     """``N(h)`` of :func:`~domain.scheduling.policies.fgd.gapbalance.gap_histogram` for one ledger, moved by the
-    changed rows (module docstring)."""
+    changed rows (module docstring), with two more views of the same rows kept the same way: per ledger row the
+    number of *partly used* GPUs (``0 < sched_free < capacity``, every row, admitting or not; :meth:`partly_used`)
+    and the saturation counts ``(Σ sched_gpus, Σ free_gpus)`` over active rows (:meth:`saturated`)."""
 
     def __init__(self, ledger: ClusterLedger) -> None:
         self.ledger = ledger
@@ -46,6 +52,11 @@ class GapCounts:
         self._free: I64 = np.zeros((0, 0), np.int64)
         self._cap: I64 = np.zeros((0, 0), np.int64)
         self._histogram: I64 = np.zeros(MILLI_PER_GPU + 1, np.int64)
+        self._partly: I64 = np.zeros(0, np.int64)
+        self._row_gpus: I64 = np.zeros(0, np.int64)
+        self._row_whole: I64 = np.zeros(0, np.int64)
+        self._gpus = 0
+        self._whole = 0
 
     def _recount(self, counted: BoolArray) -> None:
         ledger = self.ledger
@@ -55,10 +66,15 @@ class GapCounts:
         self._free = ledger.sched_free[:rows].copy()
         self._cap = ledger.core_cap[:rows] * ledger.gpu_ok[:rows]
         self._histogram = gap_histogram_of(self._free[counted], self._cap[counted])
+        self._partly = ((self._free > 0) & (self._free < self._cap)).sum(axis=1)
+        active = ledger.active[:rows]
+        self._row_gpus = ledger.sched_gpus[:rows] * active
+        self._row_whole = ledger.free_gpus[:rows] * active
+        self._gpus, self._whole = int(self._row_gpus.sum()), int(self._row_whole.sum())
 
-    def histogram(self) -> I64:
-        """``N(h)`` now, int64 ``(C + 1,)`` (``C``: the largest capacity, at least 1000); equal to
-        ``gap_histogram(ledger)``. The array is this object's own: callers must not modify it."""
+    def _sync(self) -> None:
+        """Bring every view up to date: a recount when nodes, capacity or the admitting rows changed, else the rows
+        whose ledger version moved."""
         ledger = self.ledger
         rows = ledger.rows
         counted = ledger.active[:rows] & ledger.admitting[:rows]
@@ -66,15 +82,48 @@ class GapCounts:
         if generations != self._generations or not np.array_equal(counted, self._counted):
             self._generations = generations
             self._recount(counted)
-            return self._histogram
+            return
         changed = np.flatnonzero(ledger.version[:rows] != self._seen)
-        if len(changed):
-            changed = changed[counted[changed]]
-            cap = self._cap[changed]
-            old, new = self._free[changed], ledger.sched_free[changed]
-            top = len(self._histogram) - 1
-            np.subtract.at(self._histogram, np.minimum(old[(old > 0) & (old < cap)], top), 1)
-            np.add.at(self._histogram, np.minimum(new[(new > 0) & (new < cap)], top), 1)
-            self._free[changed] = new
-            self._seen[: rows] = ledger.version[:rows]
+        if not len(changed):
+            return
+        cap = self._cap[changed]
+        old, new = self._free[changed], ledger.sched_free[changed]
+        self._partly[changed] = ((new > 0) & (new < cap)).sum(axis=1)
+        gaps = counted[changed]
+        old_gaps, new_gaps, gap_cap = old[gaps], new[gaps], cap[gaps]
+        top = len(self._histogram) - 1
+        np.subtract.at(self._histogram, np.minimum(old_gaps[(old_gaps > 0) & (old_gaps < gap_cap)], top), 1)
+        np.add.at(self._histogram, np.minimum(new_gaps[(new_gaps > 0) & (new_gaps < gap_cap)], top), 1)
+        self._free[changed] = new
+        self._seen[changed] = ledger.version[changed]
+        active = ledger.active[changed]
+        gpus, whole = ledger.sched_gpus[changed] * active, ledger.free_gpus[changed] * active
+        self._gpus += int(gpus.sum() - self._row_gpus[changed].sum())
+        self._whole += int(whole.sum() - self._row_whole[changed].sum())
+        self._row_gpus[changed], self._row_whole[changed] = gpus, whole
+
+    def histogram(self) -> I64:
+        """``N(h)`` now, int64 ``(C + 1,)`` (``C``: the largest capacity, at least 1000); equal to
+        ``gap_histogram(ledger)``. The array is this object's own: callers must not modify it."""
+        self._sync()
         return self._histogram
+
+    def partly_used(self) -> I64:
+        """Per ledger row (int64 ``(rows,)``), its GPUs with ``0 < sched_free < core_cap``: a row with none offers a
+        share no partly used GPU. The array is this object's own: callers must not modify it."""
+        self._sync()
+        return self._partly
+
+    def saturated(self, whole_fraction: float) -> bool:
+        """:func:`~domain.scheduling.policies.fgd.staged.saturated` of the ledger now, from the kept counts."""
+        self._sync()
+        return self._gpus > 0 and self._whole <= whole_fraction * self._gpus
+
+
+def keys_of_free(need: int, free: I64, histogram: I64) -> I64:
+    """:func:`keys_by_free` at the free values ``free`` only (int64 ``(n,)``, each 0..1000): the same keys,
+    ``keys_by_free(need, histogram)[free]``, without keying the values no option has. Raises nothing."""
+    row = free[None, :]
+    keys: I64 = option_keys(row, np.full_like(row, MILLI_PER_GPU), np.full_like(row, need),
+                            np.ones(row.shape, np.bool_), histogram)[0]
+    return keys

@@ -64,14 +64,28 @@ def residue_vectors(
     :meth:`FragmentationModel.allowed_for` of ``models`` (M, U, G), when the caller already has it. Raises nothing."""
     if allowed is None:
         allowed = model.allowed_for(models)
-    share = model.u_t < MILLI_PER_GPU
+    return residue_from_units(model, cpu_left, free.sum(axis=-1), gpu_units(model, free, allowed))
+
+
+def gpu_units(model: FragmentationModel, free: I64, allowed: BoolArray) -> I64:
+    """Per state and typical-pod group ``u`` (int64 ``(M, U)``): ``Σ_g ⌊free_g / max(u_u, 1)⌋`` over the GPUs
+    ``allowed`` ((M, U, G)) lets the group use — share copies, or fully free GPUs for whole-GPU groups (``free``
+    (M, G) milli, at most one GPU's capacity each). Raises nothing."""
     unit = np.maximum(model.u_g, 1)[None, :, None]
-    per_gpu = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)[:, model.group_t]  # share copies or free GPUs
+    units: I64 = np.where(allowed, free[:, None, :] // unit, 0).sum(axis=-1)
+    return units
+
+
+def residue_from_units(model: FragmentationModel, cpu_left: I64, total: I64, units: I64) -> I64:
+    """``r_t`` (int64 ``(M, T)``) from ``cpu_left`` (M,) CPU-milli, ``total`` (M,) free milli and :func:`gpu_units`
+    ``units`` (M, U) of the same states: :func:`residue_vectors` after its per-GPU pass. Raises nothing."""
+    share = model.u_t < MILLI_PER_GPU
+    per_gpu = units[:, model.group_t]  # share copies or free GPUs
     gpu_copies = np.where(share[None, :], per_gpu, per_gpu // np.maximum(model.k_t, 1)[None, :])
     cpu = np.maximum(cpu_left, 0)[:, None]
     cpu_copies = np.where(model.cpu_t[None, :] > 0, cpu // np.maximum(model.cpu_t, 1)[None, :], gpu_copies)
     copies = np.where(model.cpu_only_t[None, :], 0, np.minimum(gpu_copies, cpu_copies))
-    residue: I64 = (free.sum(axis=-1)[:, None] - copies * (model.u_t * model.k_t)[None, :]).astype(np.int64)
+    residue: I64 = (total[:, None] - copies * (model.u_t * model.k_t)[None, :]).astype(np.int64)
     return residue
 
 

@@ -35,11 +35,11 @@ from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import BoolArray, CycleState
 from domain.scheduling.framework.planner import ensure_gpu_fit
-from domain.scheduling.policies.fgd.fragmentation import I64, schedulable_free
-from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
+from domain.scheduling.policies.fgd.fragmentation import I64
+from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
-from domain.scheduling.policies.fgd.residue import residue_vectors
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.units import MILLI_PER_GPU
 
@@ -69,31 +69,6 @@ def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPU
     return gpus > 0 and whole <= whole_fraction * gpus
 
 
-class _GapPlus(FgdPlusScore):
-    """``fgd-plus`` whose residue vectors are cached per evaluated node state in a dict: gap balance values few
-    states, so a table indexed by every interned state id (:meth:`FgdResidueScore._residue_now`) would mostly
-    hold rows never read, and regrow as FGD interns states. Same values."""
-
-    def __init__(self, cache: NodeStateCache) -> None:
-        super().__init__(cache)
-        self._residue_rows: dict[int, I64] = {}
-
-    def _residue_now(self, where: I64) -> I64:
-        """``r_t`` (int64 ``(len(where), T)``) of the current state of slots ``where``."""
-        states = self.cache.slot_state[where].tolist()
-        rows = self._residue_rows
-        missing = {state: slot for state, slot in zip(states, where.tolist(), strict=True) if state not in rows}
-        if missing:
-            ledger = self.ledger
-            first = np.array(list(missing.values()), np.int64)
-            fresh = residue_vectors(self.cache.model, ledger.cpu_cap[first] - ledger.cpu_used[first],
-                                    schedulable_free(ledger, first), ledger.gpu_model[first])
-            rows.update(zip(missing, fresh, strict=True))
-        if not states:
-            return np.zeros((0, len(self.cache.model.p)), np.int64)
-        return np.stack([rows[state] for state in states])
-
-
 class FgdStagedScore:
     """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
     (:class:`FgdScore`) or by gap balance; gap balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
@@ -108,7 +83,7 @@ class FgdStagedScore:
         self.cache = cache
         self.ledger: ClusterLedger = cache.ledger
         self.fgd = FgdScore(cache)
-        self.plus: FgdPlusScore = _GapPlus(cache)
+        self.plus: FgdPlusScore = GapPlusScore(cache)
         self.gaps = GapCounts(cache.ledger)
         self._uniform_key = (-1, -1)
         self._uniform = False
@@ -126,52 +101,58 @@ class FgdStagedScore:
             self._uniform_key = key
         return self._uniform
 
-    def _allowed(self, ledger: ClusterLedger, state: CycleState, slots: I64, whole_too: bool) -> BoolArray | None:
-        """Allowed options over every ledger row (bool ``[rows, GPUs]``): fitting GPUs of ``slots``; below saturation
-        (``whole_too`` False) only partly used GPUs of models no restricted typical pod claims. None when there is
+    def _options(self, ledger: ClusterLedger, state: CycleState, slots: I64,
+                 whole_too: bool) -> tuple[I64, BoolArray] | None:
+        """The slots of ``slots`` (ascending) that have an allowed option, and their allowed GPUs (bool ``(R, G)``):
+        fitting GPUs; below saturation (``whole_too`` False) only partly used GPUs of models no restricted typical
+        pod claims, looked for only on slots :class:`GapCounts` counts a partly used GPU on. None when there is
         none."""
-        rows = ledger.rows
         assert state.gpu_fit is not None
-        feasible = np.zeros(rows, np.bool_)
-        feasible[slots] = True
-        allowed = state.gpu_fit[:rows] & feasible[:, None]
         if not whole_too:
-            allowed &= ledger.sched_free[:rows] < ledger.core_cap[:rows]
+            slots = slots[self.gaps.partly_used()[slots] > 0]
+            if not len(slots):
+                return None
+        allowed = np.take(state.gpu_fit, slots, axis=0)
+        if not whole_too:
+            allowed &= np.take(ledger.sched_free, slots, axis=0) < np.take(ledger.core_cap, slots, axis=0)
             if not allowed.any():
                 return None
             claim = self.plus.claim()
             if claim.any():
-                allowed &= claim[ledger.gpu_model[:rows]] <= 0
-        return allowed if allowed.any() else None
+                allowed &= claim[np.take(ledger.gpu_model, slots, axis=0)] <= 0
+        keep = allowed.any(axis=1)
+        if not keep.all():
+            slots, allowed = slots[keep], allowed[keep]
+        return (slots, allowed) if len(slots) else None
 
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
-        """Node scores (0..100) for ``slots``: 0 per slot for a share placed by gap balance (module docstring; the
-        ranking is :meth:`refine`'s), else FGD's."""
-        allowed = None
+        """Node scores (0..100) for ``slots`` (ascending): 0 per slot for a share placed by gap balance (module
+        docstring; the ranking is :meth:`refine`'s), else FGD's."""
+        options = None
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
-            allowed = self._allowed(ledger, state, slots, saturated(ledger))
-        state.data[_PLUS] = allowed is not None
-        if allowed is None:
+            options = self._options(ledger, state, slots, self.gaps.saturated(SATURATED_WHOLE_GPUS))
+        state.data[_PLUS] = options is not None
+        if options is None:
             return self.fgd.score(pod, ledger, state, slots)
+        rows, allowed = options
         shape = pod.simple_shape
         assert shape is not None
+        assert state.gpu_fit is not None
         if shape.core_milli is None or not self._uniform_gpus():
-            assert state.gpu_fit is not None
-            masked = state.gpu_fit.copy()
-            masked[: ledger.rows] = allowed  # fgd-plus reads the fit of ``slots`` only
+            masked = np.zeros_like(state.gpu_fit)  # fgd-plus reads the fit of ``slots`` only
+            masked[rows] = allowed
             state.gpu_fit = masked
             state.data[_GAP] = None
             return self.plus.score(pod, ledger, state, slots)
         self.cache.refresh()
-        keys = keys_by_free(shape.core_milli, self.gaps.histogram())
-        free = ledger.sched_free[: ledger.rows]
-        present = np.zeros(len(keys), np.bool_)
-        present[free[allowed]] = True
-        best = int(np.flatnonzero(present)[np.argmax(keys[present])])
-        top_rows, top_gpus = np.nonzero(allowed & (free == best))
-        first = np.flatnonzero(np.r_[True, top_rows[1:] != top_rows[:-1]])  # lowest GPU index per node
-        state.data[_GAP] = (top_rows[first].astype(np.int64), top_gpus[first].astype(np.int64))
+        free = np.take(ledger.sched_free, rows, axis=0)
+        values = np.unique(free[allowed])  # the free milli the options have, ascending
+        keys = keys_of_free(shape.core_milli, values, self.gaps.histogram())
+        best = int(values[int(np.argmax(keys))])
+        top, gpus = np.nonzero(allowed & (free == best))
+        first = np.flatnonzero(np.r_[True, top[1:] != top[:-1]])  # lowest GPU index per node
+        state.data[_GAP] = (rows[top[first]], gpus[first].astype(np.int64))
         result: I64 = np.zeros(len(slots), np.int64)
         return result
 
