@@ -1,0 +1,217 @@
+"""FGD-staged's fast paths (:mod:`domain.scheduling.policies.fgd.staged`, :mod:`~.gapcounts`, :mod:`~.optionvalues`)
+decide exactly as a straightforward reference of the same rules, kept here.
+
+The reference (:class:`ReferenceStaged`) is fgd-staged written the plain way: the allowed options as a mask over
+every ledger row and GPU, the saturation test and the gap histogram recounted from the ledger at each decision,
+the gap key of every free value 0..1000, and share options valued by ``fgd-plus``'s own evaluation
+(:meth:`FgdPlusScore._evaluate_options`, a pass over every GPU, head and typical pod). Behaviours covered, on seeded
+random clusters (GPU models with and without a restricted claim, quarantined nodes, releases):
+
+* the same pod stream placed by the production ``fgd-staged`` and by the reference gives the same node and GPUs
+  for every pod, below and past saturation, for shares with a fixed milli and memory-only shares;
+* the counts :class:`GapCounts` keeps (gap histogram, partly used GPUs per row, saturation) equal a recount;
+* :class:`GapPlusScore`'s option values equal ``fgd-plus``'s evaluation for every fitting (node, GPU) option, valued
+  in one batch and one at a time, and :func:`keys_of_free` equals :func:`keys_by_free` at the values asked.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from domain.ledger import ClusterLedger
+from domain.request import PodRequest, single_container_pod
+from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler, WeightedScore
+from domain.scheduling.framework.planner import ChooserPlanner, ensure_gpu_fit
+from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel, PodClass, TypicalPods
+from domain.scheduling.policies.fgd.gapbalance import gap_histogram
+from domain.scheduling.policies.fgd.gapcounts import keys_by_free, keys_of_free
+from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
+from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.staged import SATURATED_WHOLE_GPUS, FgdStagedScore, is_share, saturated
+from domain.scheduling.registry import build_profile
+from support.fgd_clusters import node
+
+_PLUS, _GAP = "fgd-staged.plus", "fgd-staged.gap"
+
+OPEN = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 500, 1), PodClass(2000, 200, 1), PodClass(8000, 1000, 2),
+                    PodClass(4000, 0, 0)), (0.3, 0.3, 0.2, 0.1, 0.1))
+"""Typical pods without a model list: every restricted claim is 0."""
+RESTRICTED = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 300, 1, "T4"), PodClass(2000, 500, 1),
+                          PodClass(6000, 1000, 1, "T4|V100"), PodClass(4000, 0, 0)), (0.3, 0.2, 0.2, 0.2, 0.1))
+"""Typical pods of which some may use T4 (and V100) only: those models carry a claim."""
+
+
+class ReferenceStaged(FgdStagedScore):
+    """fgd-staged written the plain way (module docstring): same rules, no kept counts, no per-state parts."""
+
+    def __init__(self, cache: NodeStateCache) -> None:
+        super().__init__(cache)
+        self.plus = FgdPlusScore(cache)
+
+    def _reference_allowed(self, ledger: ClusterLedger, state: CycleState, slots: I64,
+                           whole_too: bool) -> BoolArray | None:
+        rows = ledger.rows
+        assert state.gpu_fit is not None
+        feasible = np.zeros(rows, np.bool_)
+        feasible[slots] = True
+        allowed = state.gpu_fit[:rows] & feasible[:, None]
+        if not whole_too:
+            allowed &= ledger.sched_free[:rows] < ledger.core_cap[:rows]
+            claim = self.plus.claim()
+            allowed &= claim[ledger.gpu_model[:rows]] <= 0
+        return allowed if allowed.any() else None
+
+    def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
+        allowed = None
+        if is_share(pod):
+            ensure_gpu_fit(pod, ledger, state)
+            allowed = self._reference_allowed(ledger, state, slots, saturated(ledger))
+        state.data[_PLUS] = allowed is not None
+        if allowed is None:
+            return self.fgd.score(pod, ledger, state, slots)
+        shape = pod.simple_shape
+        assert shape is not None
+        assert state.gpu_fit is not None
+        if shape.core_milli is None or not self._uniform_gpus():
+            masked = state.gpu_fit.copy()
+            masked[: ledger.rows] = allowed
+            state.gpu_fit = masked
+            state.data[_GAP] = None
+            return self.plus.score(pod, ledger, state, slots)
+        self.cache.refresh()
+        keys = keys_by_free(shape.core_milli, gap_histogram(ledger))
+        free = ledger.sched_free[: ledger.rows]
+        present = np.zeros(len(keys), np.bool_)
+        present[free[allowed]] = True
+        best = int(np.flatnonzero(present)[np.argmax(keys[present])])
+        top_rows, top_gpus = np.nonzero(allowed & (free == best))
+        first = np.flatnonzero(np.r_[True, top_rows[1:] != top_rows[:-1]])
+        state.data[_GAP] = (top_rows[first].astype(np.int64), top_gpus[first].astype(np.int64))
+        return np.zeros(len(slots), np.int64)
+
+
+def cluster(rng: np.random.Generator, nodes: int) -> ClusterLedger:
+    """``nodes`` nodes of 1, 2, 4 or 8 GPUs of G2, T4 or V100 with 8..96 cores (seeded)."""
+    return ClusterLedger([node(f"n{i:03d}", int(rng.choice([1, 2, 4, 8])), cpu=int(rng.integers(8, 97)) * 1000,
+                               model=str(rng.choice(["G2", "T4", "V100"]))) for i in range(nodes)])
+
+
+def random_pod(rng: np.random.Generator, uid: str) -> PodRequest:
+    """A share (mostly: fixed milli, sometimes memory only), a whole-GPU pod or a CPU-only pod."""
+    cpu = int(rng.integers(0, 9)) * 1000
+    kind = rng.random()
+    if kind < 0.6:
+        core = int(rng.choice([50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 750, 810, 900]))
+        return single_container_pod(uid, cpu_milli=cpu, core_milli=core)
+    if kind < 0.65:
+        return single_container_pod(uid, cpu_milli=cpu, gpu_memory_bytes=int(rng.integers(50, 900)) * 2**20)
+    if kind < 0.7:
+        return single_container_pod(uid, cpu_milli=cpu, core_milli=300, models=("T4",))
+    if kind < 0.9:
+        return single_container_pod(uid, cpu_milli=cpu, gpus=int(rng.choice([1, 1, 2, 4])))
+    return single_container_pod(uid, cpu_milli=cpu + 1000)
+
+
+def scheduler(ledger: ClusterLedger, typical: TypicalPods, reference: bool) -> Scheduler:
+    """``fgd-staged`` through the production profile, its score plugin swapped for the reference when asked."""
+    profile = build_profile("fgd-staged", ledger, rng=np.random.default_rng(0), typical=typical)
+    if reference:
+        plugin = ReferenceStaged(NodeStateCache(FragmentationModel(typical, ledger)))
+        profile = attrs.evolve(profile, scores=(WeightedScore(plugin),), planner=ChooserPlanner(plugin))
+    return Scheduler(ledger, profile)
+
+
+def test_placements_equal_the_reference_below_and_past_saturation() -> None:
+    for seed, typical in ((11, OPEN), (12, RESTRICTED), (13, OPEN), (14, RESTRICTED)):
+        rng = np.random.default_rng(seed)
+        nodes = int(rng.integers(8, 25))
+        ledgers = [cluster(np.random.default_rng(seed), nodes) for _ in range(2)]
+        fast, slow = scheduler(ledgers[0], typical, False), scheduler(ledgers[1], typical, True)
+        booked: list[str] = []
+        regimes = set()
+        for number in range(700):
+            if booked and rng.random() < 0.15:
+                uid = booked.pop(int(rng.integers(len(booked))))
+                for ledger in ledgers:
+                    ledger.release(uid)
+                continue
+            if number == 200:
+                name = f"n{int(rng.integers(nodes)):03d}"
+                for ledger in ledgers:
+                    ledger.quarantine_node(name, "test")
+            pod = random_pod(rng, f"p{number}")
+            regimes.add(saturated(ledgers[0]))
+            got, want = fast.schedule(pod), slow.schedule(pod)
+            placed = [None if r.allocation is None else (r.allocation.node, sorted(r.allocation.per_gpu_usage()))
+                      for r in (got, want)]
+            assert placed[0] == placed[1], (seed, number)
+            if got.allocation is not None:
+                booked.append(pod.uid)
+        assert regimes == {False, True}, seed  # both regimes were exercised
+
+
+def test_kept_counts_equal_a_recount() -> None:
+    rng = np.random.default_rng(5)
+    ledger = cluster(rng, 12)
+    sched = scheduler(ledger, OPEN, False)
+    plugin = sched.profile.scores[0].plugin
+    assert isinstance(plugin, FgdStagedScore)
+    booked: list[str] = []
+    for number in range(400):
+        if booked and rng.random() < 0.2:
+            ledger.release(booked.pop(int(rng.integers(len(booked)))))
+        else:
+            pod = random_pod(rng, f"p{number}")
+            if sched.schedule(pod).allocation is not None:
+                booked.append(pod.uid)
+        if number == 150:
+            ledger.quarantine_node("n003", "test")
+        if number == 300:
+            ledger.upsert_node(node("late", 3))
+        free, cap = ledger.sched_free, ledger.core_cap
+        assert plugin.gaps.partly_used().tolist() == ((free > 0) & (free < cap)).sum(axis=1).tolist(), number
+        assert plugin.gaps.histogram().tolist() == gap_histogram(ledger).tolist(), number
+        for fraction in (SATURATED_WHOLE_GPUS, 0.3, 0.6):
+            assert plugin.gaps.saturated(fraction) == saturated(ledger, fraction), number
+
+
+def test_option_values_equal_fgd_plus_evaluation() -> None:
+    for seed, typical in ((21, OPEN), (22, RESTRICTED)):
+        rng = np.random.default_rng(seed)
+        ledger = cluster(rng, 30)
+        sched = scheduler(ledger, typical, False)
+        for number in range(60):  # fill part of the cluster
+            sched.schedule(random_pod(rng, f"fill{number}"))
+        cache = NodeStateCache(FragmentationModel(typical, ledger))
+        fast, plain = GapPlusScore(cache), FgdPlusScore(cache)
+        cache.refresh()
+        checked = 0
+        for number in range(40):
+            cpu = int(rng.integers(0, 9)) * 1000
+            pod = single_container_pod(f"q{number}", cpu_milli=cpu, core_milli=int(rng.choice([50, 200, 500, 810])))
+            state = CycleState()
+            ensure_gpu_fit(pod, ledger, state)
+            assert state.gpu_fit is not None
+            assert state.core_need is not None
+            slots, gpus = np.nonzero(state.gpu_fit & (ledger.cpu_free >= cpu)[:, None])
+            slots, gpus = slots.astype(np.int64), gpus.astype(np.int64)
+            if not len(slots):
+                continue
+            want = plain._evaluate_options(pod, state.core_need, slots, gpus)
+            assert fast._evaluate_options(pod, state.core_need, slots, gpus).tolist() == want.tolist(), number
+            for i in rng.choice(len(slots), min(5, len(slots)), replace=False).tolist():
+                one = fast._evaluate_options(pod, state.core_need, slots[i:i + 1], gpus[i:i + 1])
+                assert one.tolist() == plain._evaluate_options(pod, state.core_need, slots[i:i + 1],
+                                                               gpus[i:i + 1]).tolist()
+            checked += len(slots)
+        assert checked > 100, seed
+
+
+def test_keys_of_free_are_keys_by_free_at_those_values() -> None:
+    rng = np.random.default_rng(9)
+    histogram = rng.integers(0, 30, 1001).astype(np.int64)
+    for need in (1, 50, 333, 810, 1000):
+        free = np.unique(rng.integers(0, 1001, 40)).astype(np.int64)
+        assert keys_of_free(need, free, histogram).tolist() == keys_by_free(need, histogram)[free].tolist()
