@@ -72,9 +72,9 @@ class GapCounts:
         self._row_whole = ledger.free_gpus[:rows] * active
         self._gpus, self._whole = int(self._row_gpus.sum()), int(self._row_whole.sum())
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Bring every view up to date: a recount when nodes, capacity or the admitting rows changed, else the rows
-        whose ledger version moved."""
+        whose ledger version moved (one changed row, the common case, in scalar steps)."""
         ledger = self.ledger
         rows = ledger.rows
         counted = ledger.active[:rows] & ledger.admitting[:rows]
@@ -84,12 +84,41 @@ class GapCounts:
             self._recount(counted)
             return
         changed = np.flatnonzero(ledger.version[:rows] != self._seen)
-        if not len(changed):
-            return
+        if len(changed) == 1:
+            self._move_row(int(changed[0]), bool(counted[changed[0]]))
+        elif len(changed):
+            self._move_rows(changed, counted[changed])
+
+    def _move_row(self, row: int, gaps: bool) -> None:
+        """:meth:`_move_rows` for one row (``gaps``: whether its GPUs are in the histogram)."""
+        ledger = self.ledger
+        old, new, cap = self._free[row].tolist(), ledger.sched_free[row].tolist(), self._cap[row].tolist()
+        histogram, top, partly = self._histogram, len(self._histogram) - 1, 0
+        for before, after, capacity in zip(old, new, cap, strict=True):
+            if 0 < after < capacity:
+                partly += 1
+            if gaps and before != after:
+                if 0 < before < capacity:
+                    histogram[min(before, top)] -= 1
+                if 0 < after < capacity:
+                    histogram[min(after, top)] += 1
+        self._partly[row] = partly
+        self._free[row] = new
+        self._seen[row] = ledger.version[row]
+        active = bool(ledger.active[row])
+        gpus = int(ledger.sched_gpus[row]) if active else 0
+        whole = int(ledger.free_gpus[row]) if active else 0
+        self._gpus += gpus - int(self._row_gpus[row])
+        self._whole += whole - int(self._row_whole[row])
+        self._row_gpus[row], self._row_whole[row] = gpus, whole
+
+    def _move_rows(self, changed: I64, gaps: BoolArray) -> None:
+        """Move every view by the rows ``changed`` (their old values are this object's copies); ``gaps``: per
+        changed row, whether its GPUs are in the histogram (active and admitting)."""
+        ledger = self.ledger
         cap = self._cap[changed]
         old, new = self._free[changed], ledger.sched_free[changed]
         self._partly[changed] = ((new > 0) & (new < cap)).sum(axis=1)
-        gaps = counted[changed]
         old_gaps, new_gaps, gap_cap = old[gaps], new[gaps], cap[gaps]
         top = len(self._histogram) - 1
         np.subtract.at(self._histogram, np.minimum(old_gaps[(old_gaps > 0) & (old_gaps < gap_cap)], top), 1)
@@ -102,21 +131,27 @@ class GapCounts:
         self._whole += int(whole.sum() - self._row_whole[changed].sum())
         self._row_gpus[changed], self._row_whole[changed] = gpus, whole
 
-    def histogram(self) -> I64:
+    def histogram(self, *, sync: bool = True) -> I64:
         """``N(h)`` now, int64 ``(C + 1,)`` (``C``: the largest capacity, at least 1000); equal to
-        ``gap_histogram(ledger)``. The array is this object's own: callers must not modify it."""
-        self._sync()
+        ``gap_histogram(ledger)`` (as of the last :meth:`sync` when ``sync`` is False). The array is this object's
+        own: callers must not modify it."""
+        if sync:
+            self.sync()
         return self._histogram
 
-    def partly_used(self) -> I64:
+    def partly_used(self, *, sync: bool = True) -> I64:
         """Per ledger row (int64 ``(rows,)``), its GPUs with ``0 < sched_free < core_cap``: a row with none offers a
-        share no partly used GPU. The array is this object's own: callers must not modify it."""
-        self._sync()
+        share no partly used GPU (as of the last :meth:`sync` when ``sync`` is False). The array is this object's
+        own: callers must not modify it."""
+        if sync:
+            self.sync()
         return self._partly
 
-    def saturated(self, whole_fraction: float) -> bool:
-        """:func:`~domain.scheduling.policies.fgd.staged.saturated` of the ledger now, from the kept counts."""
-        self._sync()
+    def saturated(self, whole_fraction: float, *, sync: bool = True) -> bool:
+        """:func:`~domain.scheduling.policies.fgd.staged.saturated` of the ledger now (as of the last :meth:`sync`
+        when ``sync`` is False), from the kept counts."""
+        if sync:
+            self.sync()
         return self._gpus > 0 and self._whole <= whole_fraction * self._gpus
 
 

@@ -109,7 +109,7 @@ class FgdStagedScore:
         none."""
         assert state.gpu_fit is not None
         if not whole_too:
-            slots = slots[self.gaps.partly_used()[slots] > 0]
+            slots = slots[self.gaps.partly_used(sync=False)[slots] > 0]
             if not len(slots):
                 return None
         allowed = np.take(state.gpu_fit, slots, axis=0)
@@ -126,12 +126,15 @@ class FgdStagedScore:
         return (slots, allowed) if len(slots) else None
 
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
-        """Node scores (0..100) for ``slots`` (ascending): 0 per slot for a share placed by gap balance (module
-        docstring; the ranking is :meth:`refine`'s), else FGD's."""
+        """Node scores (0..100) for ``slots`` (ascending). A share placed by gap balance on the fast path: 1 on the
+        slots offering the best gap key and 0 on the others, so only those reach :meth:`refine` (which ranks them
+        and gives every other slot 0: the same choice as scoring all 0), and none is valued when one slot offers
+        it; through ``fgd-plus``'s own share decision: 0 per slot. Any other pod: FGD's scores."""
         options = None
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
-            options = self._options(ledger, state, slots, self.gaps.saturated(SATURATED_WHOLE_GPUS))
+            self.gaps.sync()
+            options = self._options(ledger, state, slots, self.gaps.saturated(SATURATED_WHOLE_GPUS, sync=False))
         state.data[_PLUS] = options is not None
         if options is None:
             return self.fgd.score(pod, ledger, state, slots)
@@ -148,12 +151,14 @@ class FgdStagedScore:
         self.cache.refresh()
         free = np.take(ledger.sched_free, rows, axis=0)
         values = np.unique(free[allowed])  # the free milli the options have, ascending
-        keys = keys_of_free(shape.core_milli, values, self.gaps.histogram())
+        keys = keys_of_free(shape.core_milli, values, self.gaps.histogram(sync=False))
         best = int(values[int(np.argmax(keys))])
         top, gpus = np.nonzero(allowed & (free == best))
         first = np.flatnonzero(np.r_[True, top[1:] != top[:-1]])  # lowest GPU index per node
-        state.data[_GAP] = (rows[top[first]], gpus[first].astype(np.int64))
+        best_rows = rows[top[first]]
+        state.data[_GAP] = (best_rows, gpus[first].astype(np.int64))
         result: I64 = np.zeros(len(slots), np.int64)
+        result[np.searchsorted(slots, best_rows)] = 1
         return result
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
