@@ -5,7 +5,8 @@ decision. :class:`GapCounts` holds the same histogram ``N(h)`` and moves it by t
 changed since the last call (one decision changes one node), so a call costs one comparison over the ledger's rows
 plus the changed rows' GPUs. It recounts from scratch when nodes join or leave, capacity, model or health change
 (``node_set_generation``, ``capacity_generation``) or a node starts or stops admitting pods. The same pass keeps,
-per row, its partly used GPUs (so a share learns without a pass over every GPU whether any feasible node has one)
+per row, its widest gap (so a share learns without a pass over every GPU whether a feasible node has a partly used
+GPU wide enough)
 and the cluster's schedulable and fully free GPU counts (the saturation test). Like every FGD cache it relies on
 the ledger bumping a row's ``version`` whenever the row's books change.
 
@@ -41,8 +42,9 @@ def keys_by_free(need: int, histogram: I64) -> I64:
 class GapCounts:
     """``N(h)`` of :func:`~domain.scheduling.policies.fgd.gapbalance.gap_histogram` for one ledger, moved by the
     changed rows (module docstring), with two more views of the same rows kept the same way: per ledger row the
-    number of *partly used* GPUs (``0 < sched_free < capacity``, every row, admitting or not; :meth:`partly_used`)
-    and the saturation counts ``(Σ sched_gpus, Σ free_gpus)`` over active rows (:meth:`saturated`)."""
+    widest gap, the most free milli of its *partly used* GPUs (``0 < sched_free < capacity``; every row, admitting
+    or not; :meth:`widest_gap`), and the saturation counts ``(Σ sched_gpus, Σ free_gpus)`` over active rows
+    (:meth:`saturated`)."""
 
     def __init__(self, ledger: ClusterLedger) -> None:
         self.ledger = ledger
@@ -52,7 +54,7 @@ class GapCounts:
         self._free: I64 = np.zeros((0, 0), np.int64)
         self._cap: I64 = np.zeros((0, 0), np.int64)
         self._histogram: I64 = np.zeros(MILLI_PER_GPU + 1, np.int64)
-        self._partly: I64 = np.zeros(0, np.int64)
+        self._widest: I64 = np.zeros(0, np.int64)
         self._row_gpus: I64 = np.zeros(0, np.int64)
         self._row_whole: I64 = np.zeros(0, np.int64)
         self._gpus = 0
@@ -66,7 +68,7 @@ class GapCounts:
         self._free = ledger.sched_free[:rows].copy()
         self._cap = ledger.core_cap[:rows] * ledger.gpu_ok[:rows]
         self._histogram = gap_histogram_of(self._free[counted], self._cap[counted])
-        self._partly = ((self._free > 0) & (self._free < self._cap)).sum(axis=1)
+        self._widest = np.where((self._free > 0) & (self._free < self._cap), self._free, 0).max(axis=1, initial=0)
         active = ledger.active[:rows]
         self._row_gpus = ledger.sched_gpus[:rows] * active
         self._row_whole = ledger.free_gpus[:rows] * active
@@ -93,16 +95,16 @@ class GapCounts:
         """:meth:`_move_rows` for one row (``gaps``: whether its GPUs are in the histogram)."""
         ledger = self.ledger
         old, new, cap = self._free[row].tolist(), ledger.sched_free[row].tolist(), self._cap[row].tolist()
-        histogram, top, partly = self._histogram, len(self._histogram) - 1, 0
+        histogram, top, widest = self._histogram, len(self._histogram) - 1, 0
         for before, after, capacity in zip(old, new, cap, strict=True):
-            if 0 < after < capacity:
-                partly += 1
+            if widest < after < capacity:
+                widest = after
             if gaps and before != after:
                 if 0 < before < capacity:
                     histogram[min(before, top)] -= 1
                 if 0 < after < capacity:
                     histogram[min(after, top)] += 1
-        self._partly[row] = partly
+        self._widest[row] = widest
         self._free[row] = new
         self._seen[row] = ledger.version[row]
         active = bool(ledger.active[row])
@@ -118,7 +120,7 @@ class GapCounts:
         ledger = self.ledger
         cap = self._cap[changed]
         old, new = self._free[changed], ledger.sched_free[changed]
-        self._partly[changed] = ((new > 0) & (new < cap)).sum(axis=1)
+        self._widest[changed] = np.where((new > 0) & (new < cap), new, 0).max(axis=1, initial=0)
         old_gaps, new_gaps, gap_cap = old[gaps], new[gaps], cap[gaps]
         top = len(self._histogram) - 1
         np.subtract.at(self._histogram, np.minimum(old_gaps[(old_gaps > 0) & (old_gaps < gap_cap)], top), 1)
@@ -139,13 +141,14 @@ class GapCounts:
             self.sync()
         return self._histogram
 
-    def partly_used(self, *, sync: bool = True) -> I64:
-        """Per ledger row (int64 ``(rows,)``), its GPUs with ``0 < sched_free < core_cap``: a row with none offers a
-        share no partly used GPU (as of the last :meth:`sync` when ``sync`` is False). The array is this object's
-        own: callers must not modify it."""
+    def widest_gap(self, *, sync: bool = True) -> I64:
+        """Per ledger row (int64 ``(rows,)``), the most free milli of a GPU with ``0 < sched_free < core_cap`` there,
+        0 when it has none: a row offers a share needing ``u`` milli a partly used GPU it fits only when this is at
+        least ``u`` (as of the last :meth:`sync` when ``sync`` is False). The array is this object's own: callers
+        must not modify it."""
         if sync:
             self.sync()
-        return self._partly
+        return self._widest
 
     def saturated(self, whole_fraction: float, *, sync: bool = True) -> bool:
         """:func:`~domain.scheduling.policies.fgd.staged.saturated` of the ledger now (as of the last :meth:`sync`

@@ -59,6 +59,16 @@ def is_share(pod: PodRequest) -> bool:
     return pod.wants_gpu and shape is not None and shape.kind is GpuKind.SHARE
 
 
+def least_need(pod: PodRequest) -> int:
+    """A lower bound (milli-GPU, ≥ 1) of the core milli a share ``pod`` needs on any GPU: its fixed core milli, or
+    its relative memory share (which then sets the core, :func:`~domain.request.resolve_share`), else 1."""
+    shape = pod.simple_shape
+    assert shape is not None
+    if shape.core_milli is not None:
+        return shape.core_milli
+    return shape.memory_milli if shape.memory_milli is not None else 1
+
+
 def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPUS) -> bool:
     """Whether at most ``whole_fraction`` of the schedulable GPUs of active nodes are fully free (False for a
     ledger without schedulable GPUs)."""
@@ -101,15 +111,15 @@ class FgdStagedScore:
             self._uniform_key = key
         return self._uniform
 
-    def _options(self, ledger: ClusterLedger, state: CycleState, slots: I64,
-                 whole_too: bool) -> tuple[I64, BoolArray] | None:
+    def _options(self, ledger: ClusterLedger, state: CycleState, slots: I64, whole_too: bool,
+                 least: int) -> tuple[I64, BoolArray] | None:
         """The slots of ``slots`` (ascending) that have an allowed option, and their allowed GPUs (bool ``(R, G)``):
         fitting GPUs; below saturation (``whole_too`` False) only partly used GPUs of models no restricted typical
-        pod claims, looked for only on slots :class:`GapCounts` counts a partly used GPU on. None when there is
-        none."""
+        pod claims, looked for only on slots whose widest gap (:meth:`GapCounts.widest_gap`) is at least ``least``,
+        a lower bound of the pod's per-GPU milli. None when there is none."""
         assert state.gpu_fit is not None
         if not whole_too:
-            slots = slots[self.gaps.partly_used(sync=False)[slots] > 0]
+            slots = slots[self.gaps.widest_gap(sync=False)[slots] >= least]
             if not len(slots):
                 return None
         allowed = np.take(state.gpu_fit, slots, axis=0)
@@ -134,7 +144,8 @@ class FgdStagedScore:
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
             self.gaps.sync()
-            options = self._options(ledger, state, slots, self.gaps.saturated(SATURATED_WHOLE_GPUS, sync=False))
+            options = self._options(ledger, state, slots, self.gaps.saturated(SATURATED_WHOLE_GPUS, sync=False),
+                                    least_need(pod))
         state.data[_PLUS] = options is not None
         if options is None:
             return self.fgd.score(pod, ledger, state, slots)
