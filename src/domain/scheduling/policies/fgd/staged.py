@@ -20,11 +20,12 @@ the six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) sh
 below saturation are failed 4- and 8-GPU pods, and its gain at x = 130 comes mostly from how shares fill the last
 GPUs. Raises nothing beyond what FGD and ``fgd-plus`` raise.
 
-Cost: a non-share pod costs FGD's decision; a share also costs the saturation fraction (two dot products over the
-ledger's rows) and the allowed-option mask (a few passes over the ledger's GPUs), and, when gap balance places it,
-the gap counts moved by the changed rows, one key per free value (1,001) and FGD-deficit-scarce's value of the nodes
-offering the best key (memoised per pod class, node state and GPU); shares whose milli depends on GPU memory, or
-clusters with GPUs other than 1000 milli, go through ``fgd-plus``'s own share decision instead.
+Cost: a non-share pod costs FGD's decision; a share also costs one :class:`GapCounts` sync (the rows whose ledger
+version changed) and a mask over the feasible rows whose widest gap fits it. When gap balance places it (fast path:
+a fixed milli on a cluster whose GPUs all hold 1000 milli) it costs the gap key of the free values its options have,
+and, when more than one node offers the best key, FGD-deficit-scarce's value of those nodes
+(:mod:`~domain.scheduling.policies.fgd.optionvalues`, memoised per pod class, node state and GPU); other shares go
+through ``fgd-plus``'s own share decision on the allowed options.
 """
 
 from __future__ import annotations
