@@ -11,18 +11,21 @@ random clusters (GPU models with and without a restricted claim, quarantined nod
   for every pod, below and past saturation, for shares with a fixed milli and memory-only shares;
 * the counts :class:`GapCounts` keeps (gap histogram, widest gap per row, saturation) equal a recount;
 * :class:`GapPlusScore`'s option values equal ``fgd-plus``'s evaluation for every fitting (node, GPU) option, valued
-  in one batch and one at a time, and :func:`keys_of_free` equals :func:`keys_by_free` at the values asked.
+  in one batch and one at a time (also when the per-state parts are dropped for want of room), and
+  :func:`keys_of_free` equals :func:`keys_by_free` at the values asked.
 """
 
 from __future__ import annotations
 
 import attrs
 import numpy as np
+import pytest
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler, WeightedScore
 from domain.scheduling.framework.planner import ChooserPlanner, ensure_gpu_fit
+from domain.scheduling.policies.fgd import optionvalues
 from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram
 from domain.scheduling.policies.fgd.gapcounts import keys_by_free, keys_of_free
@@ -176,6 +179,12 @@ def test_kept_counts_equal_a_recount() -> None:
         assert plugin.gaps.histogram().tolist() == gap_histogram(ledger).tolist(), number
         for fraction in (SATURATED_WHOLE_GPUS, 0.3, 0.6):
             assert plugin.gaps.saturated(fraction) == saturated(ledger, fraction), number
+
+
+def test_option_values_equal_fgd_plus_evaluation_when_the_state_parts_are_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optionvalues, "MAX_STATES", 3)  # parts of more than 3 states: all dropped, recomputed
+    test_option_values_equal_fgd_plus_evaluation()
 
 
 def test_option_values_equal_fgd_plus_evaluation() -> None:
