@@ -102,11 +102,15 @@ def test_claim_spec_carries_the_runtime_env_and_host_device_nodes() -> None:
     spec = claim_spec(grant, response, HostGpuNodes(minors={GpuUuid("GPU-a"): 3}, control_nodes=("nvidiactl",)))
     assert spec.kind == CLAIM_CDI_KIND
     assert spec.env == (("LJRK_X", "1"), ("NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b"))
-    assert [(d.name, d.device_nodes) for d in spec.devices] == [
-        ("uid-1-gpu-0", (CdiDeviceNode("/dev/nvidia3"),)), ("uid-1-gpu-1", ())]
+    assert [(d.name, d.env, d.device_nodes) for d in spec.devices] == [
+        ("uid-1-gpu-0", (("LJRK_CDI_DEVICE_0", "GPU-a"),), (CdiDeviceNode("/dev/nvidia3"),)),
+        ("uid-1-gpu-1", (("LJRK_CDI_DEVICE_1", "GPU-b"),), ())]
     assert spec.device_nodes == (CdiDeviceNode("/dev/nvidiactl"),)
     simulated = claim_spec(grant, response, HostGpuNodes(control_nodes=("nvidiactl",)))
     assert simulated.device_nodes == ()
+    # CDI refuses a spec with a device without edits (container-device-interface Device.validate): a GPU the host
+    # driver does not list still has its env edit
+    assert all(d.env or d.device_nodes for d in simulated.devices)
 
 
 def test_answer_and_checkpoint_round_trip() -> None:
