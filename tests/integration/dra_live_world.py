@@ -132,7 +132,9 @@ class DraNodeStack(NodeStack):
         """Stop the named components (all when none is named), the driver before the Runtime."""
         if "dra-driver" in self.procs and (not names or "dra-driver" in names):
             self.procs["dra-driver"].stop()
-        super().stop(*[n for n in names if n != "dra-driver"] if names else ())
+        others = [n for n in names if n != "dra-driver"]
+        if others or not names:
+            super().stop(*others)
 
     @contextlib.contextmanager
     def runtime(self) -> Iterator[GrpcNodeRuntime]:

@@ -18,7 +18,7 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 - a grant the Runtime refuses (its GPUs granted behind DRA's back): the pod's FailedPrepareDynamicResources event
   carries the claim's error, nothing is booked, written or checkpointed; once the GPUs are free the kubelet's
   retry prepares it and the pod runs;
-- a MIG claim (class ``mig-3g-40gb``): the MIG device gets its own error (not prepared by this plugin yet).
+- a MIG claim (class ``mig-3g-40gb``): the container gets the Runtime's MIG instance of that profile.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
 from real_node_world import RES, node_ready, pods_in_new_namespace
 
+from domain.kube.protocol import parse_quantity
 from support.polling import eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
@@ -121,7 +122,8 @@ def test_share_of_30_percent_and_4_gib(claims: Claims, stack: DraNodeStack) -> N
     pod = claims.pod(claim)
     env = running(claims, pod)
     (result,) = claims.get(claim).status.allocation.devices.results
-    assert {k: str(v) for k, v in result.consumed_capacity.items()} == {"cores": "30", "memory": "4Gi"}
+    consumed = {k: parse_quantity(k, str(v)) for k, v in result.consumed_capacity.items()}
+    assert consumed == {"cores": 30, "memory": 4 * GIB}
     assert result.share_id
     uuid = stack.gpu_uuids()[int(result.device.removeprefix("gpu-"))]
     assert env == expected_limits(uuid, claims.uid(claim), 300, 4 * GIB)
@@ -216,12 +218,17 @@ def test_a_grant_the_runtime_refuses_is_the_claims_error_and_leaks_nothing(claim
     assert stack.book() == {uid: "dra-claim"}
 
 
-def test_a_mig_claim_gets_its_own_error(claims: Claims, stack: DraNodeStack, node: NodeClaims) -> None:
+def test_mig_claim_gets_the_runtimes_mig_instance(claims: Claims, stack: DraNodeStack, node: NodeClaims) -> None:
     claim = claims.create("mig-3g-40gb.lj-runtimekit.io")
     pod = claims.pod(claim)
-    failed = eventually(lambda: [e for e in claims.events(pod) if e.startswith("FailedPrepareDynamicResources")],
-                        90, "FailedPrepareDynamicResources event")
-    assert "is a MIG device" in failed[0], failed
-    assert claims.device(claim).startswith("gpu-2-mig-3g.40gb-")
-    assert stack.book() == {}
-    assert claims.uid(claim) not in node.cdi_uids() | node.checkpoint()
+    claims.pods.wait_running(pod, timeout=90)
+    env = claims.pods.env(pod, "main")
+    device = claims.device(claim)
+    assert device in ("gpu-2-mig-3g-40gb-0", "gpu-2-mig-3g-40gb-4")
+    parent = stack.gpu_uuids()[2]
+    uid = claims.uid(claim)
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert (env["LJRK_MIG_PROFILE_0"], env["LJRK_MIG_GPU_UUID_0"], env["LJRK_POD_UID"]) == ("3g.40gb", parent, uid)
+    assert gpu_limits(env)["CDI"] == parent
+    assert stack.book() == {uid: "dra-claim"}
+    assert node.cdi_uids() == {uid}
