@@ -259,7 +259,8 @@ class NodeClaims:
 
     def cdi_uids(self) -> set[str]:
         """UIDs of the claims that have a CDI spec file."""
-        return {p.name[len(CLAIM_CDI_PREFIX):-len(".json")] for p in self.node.cdi_spec_dir.glob(f"{CLAIM_CDI_PREFIX}*")}
+        names = (p.name for p in self.node.cdi_spec_dir.glob(f"{CLAIM_CDI_PREFIX}*.json"))
+        return {n.removeprefix(CLAIM_CDI_PREFIX).removesuffix(".json") for n in names}
 
     def checkpoint(self) -> set[str]:
         """UIDs of the claims in the plugin's checkpoint."""

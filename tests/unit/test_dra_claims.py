@@ -6,9 +6,10 @@ Behaviours covered: results of other drivers or pools are dropped; ``gpu-<index>
 on one GPU add up and beyond one GPU is refused; a MIG device ``gpu-<i>-mig-<profile>-<start>`` becomes the
 Runtime's planned instance (``create`` where none is listed) and one CDI device per parent GPU, mixed with a whole
 GPU it is refused; unknown and absent devices, a profile or start the GPU lacks, a MIG device on a GPU without MIG,
-a MIG-mode GPU taken whole and bad quantities are refused with the claim and device named; the grant key is (claim UID, ``dra-claim``); the CDI spec carries the
-Runtime's environment spec-wide and a device node per GPU the host lists; the checkpoint round-trips and a malformed
-one is refused.
+a MIG-mode GPU taken whole and bad quantities are refused with the claim and device named; the grant key is (claim
+UID, ``dra-claim``); the CDI spec carries the Runtime's environment spec-wide, an env edit per device (CDI refuses
+edit-less devices) and a device node per GPU the host lists; the checkpoint round-trips and a malformed one is
+refused.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
   (``NVIDIA_VISIBLE_DEVICES``, ``LJRK_*`` and HAMi-core limits, the same the device plugin hands a container) and
   the host's control nodes. A simulated GPU (no driver entry) gets the environment only. A MIG claim has one
   device per parent GPU of its instances (``<claim uid>-gpu-<parent index>``, the parent's device node); the
-  Runtime's environment names the instances (``NVIDIA_VISIBLE_DEVICES=MIG-…``, ``LJRK_MIG_*``). Every device has at least
-  the env edit: CDI refuses a whole spec with a device without edits ("invalid device, empty device edits",
+  Runtime's environment names the instances (``NVIDIA_VISIBLE_DEVICES=MIG-…``, ``LJRK_MIG_*``). Every device has
+  at least the env edit: CDI refuses a whole spec with a device without edits ("invalid device, empty device edits",
   ``Device.validate`` of tags.cncf.io/container-device-interface), and containerd then finds none of its devices.
 * **Answer**: per allocation result, its request name, pool, device, share ID and the CDI id of its GPU.
 * **Checkpoint**: :func:`to_document` / :func:`from_document`, a JSON-ready mapping ``{"version": 1, "claims":

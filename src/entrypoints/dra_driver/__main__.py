@@ -1,17 +1,18 @@
 """``ljrk dra-driver`` (also ``python -m entrypoints.dra_driver``): the DRA driver's node component.
 
 ``ljrk dra-driver --node-name NAME --runtime-socket PATH [--kubeconfig FILE] [--protocol FILE]
-[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--resync SECONDS] [--plugins-registry DIR] [--plugins-dir DIR]
-[--cdi-dir DIR] [--log-level LEVEL]``
+[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--resync SECONDS] [--plugins-registry DIR]
+[--plugins-dir DIR] [--cdi-dir DIR] [--log-level LEVEL]``
 (hidden: ``--in-memory``).
 
 Publishes the node's GPUs, read from the node Runtime, as ``resource.k8s.io/v1`` ResourceSlices of the driver
 ``protocol.dra.driver`` (pool = the node; whole GPUs with consumable ``cores``/``memory``, MIG GPUs as
 partitionable devices; ``services.dra.publisher``) and keeps them current until SIGTERM or SIGINT; the slices stay
-when it stops (a restart resumes them without a write), and puts back every ``--resync`` seconds slices someone
-else deleted or changed (the kubelet deletes its node's slices when it starts). ``--withdraw`` deletes the node's slices and exits (the
-driver leaves the node for good); the Node's deletion removes them too (owner reference). Unhealthy GPUs are
-tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without DRADeviceTaints).
+when it stops (a restart resumes them without a write); every ``--resync`` seconds it puts back slices someone
+else deleted or changed (the kubelet deletes its node's slices when it starts). ``--withdraw`` deletes the node's
+slices and exits (the driver leaves the node for good); the Node's deletion removes them too (owner reference).
+Unhealthy GPUs are tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without
+DRADeviceTaints).
 A node runs this or ``ljrk device-plugin``, not both. Beside the slices it serves the kubelet DRA plugin
 (``services.dra.plugin``): registration on ``<plugins-registry>/<driver>-reg.sock``, ``NodePrepareResources`` /
 ``NodeUnprepareResources`` on ``<plugins-dir>/<driver>/dra.sock``, a Runtime grant and a CDI spec in ``--cdi-dir``
