@@ -146,8 +146,7 @@ class RealNode:
         return self.kubelet_root / "device-plugins"
 
     @property
-    def plugins_registry_dir(self) -> Path:
-        """Host path of ``/var/lib/kubelet/plugins_registry`` (kubelet watches it for registration sockets)."""
+    def plugins_registry_dir(self) -> Path:  # kubelet watches it for plugin registration sockets
         return self.kubelet_root / "plugins_registry"
 
     @property
