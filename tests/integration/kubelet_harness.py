@@ -13,9 +13,10 @@ from Go modules, under ``bin/``; the pause and workload images; the no-op CNI pl
   CRI stream server on 127.0.0.1; kubelet serves only on 127.0.0.1 (random free ports), uses ``cgroupfs`` with
   ``cgroupsPerQOS: false`` and never garbage-collects images (the imported ones cannot be pulled again).
 
-Seen from outside the namespace, kubelet's device-plugin folder is :attr:`RealNode.device_plugin_dir` and its
-pod-resources socket :attr:`RealNode.pod_resources_socket` (unix sockets work through bind mounts), container logs
-are under :attr:`RealNode.pod_logs_dir`.
+Seen from outside the namespace, kubelet's device-plugin folder is :attr:`RealNode.device_plugin_dir`, its DRA
+plugin folders :attr:`RealNode.plugins_registry_dir` and :attr:`RealNode.plugins_dir`, containerd's CDI spec folder
+:attr:`RealNode.cdi_spec_dir` and its pod-resources socket :attr:`RealNode.pod_resources_socket` (unix sockets work
+through bind mounts); container logs are under :attr:`RealNode.pod_logs_dir`.
 
 :meth:`RealNode.stop` kills every container (through containerd, then every process left in their cgroups, and in
 the whole ``k8s.io`` cgroup tree when this node made it, so containers go even when containerd no longer answers),
@@ -143,6 +144,15 @@ class RealNode:
     def device_plugin_dir(self) -> Path:
         """Host path of ``/var/lib/kubelet/device-plugins`` (``kubelet.sock`` and the plugins' sockets)."""
         return self.kubelet_root / "device-plugins"
+
+    @property
+    def plugins_registry_dir(self) -> Path:  # kubelet watches it for plugin registration sockets
+        return self.kubelet_root / "plugins_registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Host path of ``/var/lib/kubelet/plugins`` (DRA plugin sockets; kubelet dials the advertised path)."""
+        return self.kubelet_root / "plugins"
 
     @property
     def pod_resources_socket(self) -> Path:

@@ -79,7 +79,8 @@ def test_device_classes_follow_the_protocol_and_the_mig_tables() -> None:
         assert selector["cel"]["expression"].startswith(f'device.driver == "{dra.driver}" && ')
     for profile in profiles:
         expression = classes[mig_device_class(dra, profile)]["selectors"][0]["cel"]["expression"]
-        assert expression.endswith(f'.profile == "{profile}"')
+        # type first: reading the profile of a whole-GPU device (none) is a CEL error failing the scheduler's filter
+        assert expression.endswith(f'.type == "mig" && device.attributes["{dra.driver}"].profile == "{profile}"')
 
 
 def test_configmap_carries_the_protocol_and_the_daemonset_arguments_parse() -> None:

@@ -9,7 +9,8 @@ Behaviours covered:
 - a Runtime without the health-watch feature is refused at construction;
 - follow() publishes, then ends when stopped (the stream closed), without raising;
 - a recreated Node (new UID) gets its slices again under the new owner;
-- a generation stored by another instance above this one's is resumed, never overwritten with a lower one.
+- a generation stored by another instance above this one's is resumed, never overwritten with a lower one;
+- resync() puts back slices deleted by someone else (the kubelet when it starts), same generation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.dra.publisher import SlicePublisher
+from support.polling import eventually
 
 DRIVER = "gpu.lj-runtimekit.io"
 
@@ -157,3 +159,22 @@ def test_a_higher_stored_generation_is_resumed_never_overwritten_with_a_lower_on
     assert second.publish()  # it reads generation 7 stored and goes past it
     (stored,) = slices.list_resource_slices(driver=DRIVER, node="node-a")
     assert stored.generation == 8 == second.generation
+
+
+def test_resync_puts_back_slices_the_kubelet_deleted() -> None:
+    runtime, cluster, slices = world()
+    it = publisher(runtime, cluster, slices)
+    assert it.publish()
+    for stored in slices.list_resource_slices(driver=DRIVER, node="node-a"):  # the kubelet's wipe when it starts
+        slices.delete_resource_slice(stored.name)
+    stop = threading.Event()
+    worker = threading.Thread(target=it.resync, args=(stop, 0.01), daemon=True)
+    worker.start()
+    try:
+        (back,) = eventually(lambda: slices.list_resource_slices(driver=DRIVER, node="node-a"), 10, "slices back")
+    finally:
+        stop.set()
+        worker.join(10)
+    assert not worker.is_alive()
+    assert back.generation == 1  # same GPUs: the pool's generation does not move
+    assert [d.name for d in back.content.devices] == ["gpu-0", "gpu-1"]

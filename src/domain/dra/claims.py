@@ -7,8 +7,13 @@ request) and keeps the results whose ``driver`` is ours and whose ``pool`` is th
 :class:`~domain.runtime.types.ContainerAllocationRequest`:
 
 * **Device names** are those of :mod:`domain.dra.build`: ``gpu-<index>`` is the whole GPU with that NVML index
-  (MIG off). A MIG device (``gpu-<index>-mig-<profile>-<start>``) is refused (not prepared by this plugin yet);
-  any other name, an index the node does not have, or a GPU in MIG mode is refused.
+  (MIG off); ``gpu-<index>-mig-<profile>-<start>`` (``<profile>`` as :func:`domain.kube.protocol.dns_profile`
+  spells it) is the MIG instance of that profile at that placement start on that GPU (MIG on), granted as the
+  Runtime's :class:`~domain.runtime.types.PlannedMig` (profile, start; ``create`` when the Runtime lists no
+  instance of the profile there: a dynamic-MIG Runtime creates it, a static one refuses), the way the device
+  plugin asks for a planned MIG instance. Any other name, an index the node does not have, a whole-GPU device on
+  a GPU in MIG mode, a MIG device on a GPU without MIG, an unknown profile or start, or a claim mixing whole
+  GPUs or shares with MIG instances (one Runtime grant holds either) is refused.
 * **Shares** come from ``consumedCapacity`` (consumable capacity, KEP-5075): ``cores`` in percent of one GPU
   (1..100; the slice's capacity is 100) becomes ``core_milli`` = cores × 10, ``memory`` (a quantity, bytes)
   becomes ``memory_bytes``. A result without consumed capacity takes the whole GPU (1000 milli-GPU, memory by the
@@ -29,15 +34,16 @@ import attrs
 
 from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import MigMode
-from domain.kube.protocol import parse_quantity
-from domain.runtime.types import ContainerAllocationRequest, DeviceInfo, PlannedGpu
+from domain.kube.protocol import dns_profile, parse_quantity
+from domain.runtime.mig import mig_table, same_profile
+from domain.runtime.types import ContainerAllocationRequest, DeviceInfo, PlannedGpu, PlannedMig
 from domain.units import MILLI_PER_GPU
 
 CLAIM_CONTAINER = "dra-claim"
 """The container name of every claim grant in the Runtime's book (key = claim UID + this name)."""
 
 _WHOLE_GPU = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})$")
-_MIG_DEVICE = re.compile(r"^gpu-[0-9]+-mig-")
+_MIG_DEVICE = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})-mig-([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]{0,2})$")
 _PERCENT_MILLI = MILLI_PER_GPU // 100
 
 
@@ -101,14 +107,30 @@ def ours(results: Iterable[AllocationResult], *, driver: str, pool: str) -> tupl
 
 
 def _gpu_index(claim: ClaimRef, device: str) -> int:
-    if _MIG_DEVICE.match(device):
-        raise ClaimPreparationError(f"{claim.label}: device {device!r} is a MIG device; the plugin prepares whole "
-                                    "GPUs and GPU shares only (MIG not yet)")
     match = _WHOLE_GPU.match(device)
     if match is None:
         raise ClaimPreparationError(f"{claim.label}: device {device!r} is not a device of this driver "
-                                    "(expected gpu-<index>)")
+                                    "(expected gpu-<index> or gpu-<index>-mig-<profile>-<start>)")
     return int(match.group(1))
+
+
+def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> PlannedMig:
+    """The Runtime's planned MIG instance for MIG device name ``device`` (module docstring)."""
+    match = _MIG_DEVICE.match(device)
+    assert match is not None  # the caller matched it
+    index, name, start = int(match.group(1)), match.group(2), int(match.group(3))
+    info = by_index.get(index)
+    if info is None:
+        raise ClaimPreparationError(f"{claim.label}: device {device!r}: this node has no GPU {index}")
+    if info.gpu.mig_mode is not MigMode.ENABLED:
+        raise ClaimPreparationError(f"{claim.label}: device {device!r}: GPU {index} is not in MIG mode")
+    table = mig_table(info.gpu)
+    profile = next((p for p in table.profiles if dns_profile(p.name) == name), None) if table else None
+    if profile is None or start not in profile.placements:
+        raise ClaimPreparationError(f"{claim.label}: device {device!r}: GPU {index} ({info.gpu.model}) has no MIG "
+                                    f"profile {name!r} placed at memory slice {start}")
+    listed = any(i.start == start and same_profile(i.profile, profile.name, table) for i in info.mig_instances)
+    return PlannedMig(index, info.gpu.uuid, profile=profile.name, start=start, create=not listed)
 
 
 def _share(claim: ClaimRef, result: AllocationResult) -> tuple[int, int | None]:
@@ -133,11 +155,19 @@ def _share(claim: ClaimRef, result: AllocationResult) -> tuple[int, int | None]:
 def plan_claim(claim: ClaimRef, results: Sequence[AllocationResult], devices: Sequence[DeviceInfo]) -> (
         ContainerAllocationRequest):
     """The Runtime grant of ``claim`` for ``results`` (already filtered by :func:`ours`) on the node's
-    ``devices`` (module docstring). Raises :class:`ClaimPreparationError` for no results, an unknown or MIG device,
-    a bad consumed capacity, or shares adding up beyond one GPU."""
+    ``devices`` (module docstring). Raises :class:`ClaimPreparationError` for no results, an unknown device, a MIG
+    device that does not fit the GPU, whole GPUs mixed with MIG instances, a bad consumed capacity, or shares
+    adding up beyond one GPU."""
     if not results:
         raise ClaimPreparationError(f"{claim.label}: no allocated device of this driver on this node")
     by_index = {d.gpu.index: d for d in devices}
+    mig = tuple(_mig(claim, r.device, by_index) for r in results if _MIG_DEVICE.match(r.device))
+    if mig and len(mig) != len(results):
+        raise ClaimPreparationError(f"{claim.label}: the claim mixes MIG devices with whole GPUs or shares "
+                                    f"({', '.join(r.device for r in results)}); one grant holds either")
+    if mig:
+        return ContainerAllocationRequest(pod_uid=claim.uid, namespace=claim.namespace, pod_name=claim.name,
+                                          container=CLAIM_CONTAINER, gpus=(), mig=mig)
     totals: dict[int, tuple[int, int | None]] = {}
     for result in results:
         index = _gpu_index(claim, result.device)

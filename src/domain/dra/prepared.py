@@ -2,10 +2,15 @@
 
 * **CDI** (CDI spec ``cdiVersion`` 0.6.0, as :mod:`domain.device_plugin.cdi`): one spec per claim, kind
   :data:`CLAIM_CDI_KIND` (``lj-runtimekit.io/claim``, apart from the device plugin's ``lj-runtimekit.io/gpu`` so
-  the two never name the same device), one device ``<claim uid>-gpu-<index>`` per granted GPU with the device node
-  ``/dev/nvidia<minor>`` where the host's driver lists the GPU, and spec-wide edits: the Runtime's environment
-  for the grant (``NVIDIA_VISIBLE_DEVICES``, ``LJRK_*`` and HAMi-core limits, the same the device plugin hands a
-  container) and the host's control nodes. A simulated GPU (no driver entry) gets the environment only.
+  the two never name the same device), one device ``<claim uid>-gpu-<index>`` per granted GPU with the env edit
+  ``LJRK_CDI_DEVICE_<index>=<uuid>`` (as the device plugin's spec) and the device node ``/dev/nvidia<minor>`` where
+  the host's driver lists the GPU, and spec-wide edits: the Runtime's environment for the grant
+  (``NVIDIA_VISIBLE_DEVICES``, ``LJRK_*`` and HAMi-core limits, the same the device plugin hands a container) and
+  the host's control nodes. A simulated GPU (no driver entry) gets the environment only. A MIG claim has one
+  device per parent GPU of its instances (``<claim uid>-gpu-<parent index>``, the parent's device node); the
+  Runtime's environment names the instances (``NVIDIA_VISIBLE_DEVICES=MIG-…``, ``LJRK_MIG_*``). Every device has
+  at least the env edit: CDI refuses a whole spec with a device without edits ("invalid device, empty device edits",
+  ``Device.validate`` of tags.cncf.io/container-device-interface), and containerd then finds none of its devices.
 * **Answer**: per allocation result, its request name, pool, device, share ID and the CDI id of its GPU.
 * **Checkpoint**: :func:`to_document` / :func:`from_document`, a JSON-ready mapping ``{"version": 1, "claims":
   {uid: {"namespace", "name", "devices": [{"requests", "pool", "device", "cdi", "share_id"}]}}}``.
@@ -20,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from domain.device_plugin.cdi import CDI_VENDOR, CdiDevice, CdiDeviceNode, CdiSpec, HostGpuNodes
+from domain.device_plugin.cdi import CDI_VENDOR, ENV_PREFIX, CdiDevice, CdiDeviceNode, CdiSpec, HostGpuNodes
 from domain.dra.claims import AllocationResult, ClaimRef
 from domain.runtime.types import ContainerAllocationRequest, ContainerAllocationResponse
 
@@ -69,11 +74,13 @@ def claim_spec(request: ContainerAllocationRequest, response: ContainerAllocatio
     and ``response``."""
     devices = []
     real = False
-    for gpu in request.gpus:
-        minor = host.minors.get(gpu.uuid)
+    parents = dict.fromkeys([(g.index, g.uuid) for g in request.gpus] + [(m.index, m.uuid) for m in request.mig])
+    for index, uuid in parents:
+        minor = host.minors.get(uuid)
         real = real or minor is not None
         nodes = () if minor is None else (CdiDeviceNode(f"/dev/nvidia{minor}"),)
-        devices.append(CdiDevice(cdi_device_name(request.pod_uid, gpu.index), device_nodes=nodes))
+        devices.append(CdiDevice(cdi_device_name(request.pod_uid, index), env=((f"{ENV_PREFIX}{index}", uuid),),
+                                 device_nodes=nodes))
     control = tuple(CdiDeviceNode(f"/dev/{name}") for name in host.control_nodes) if real else ()
     env = tuple(sorted(response.envs.items()))
     return CdiSpec(CLAIM_CDI_KIND, tuple(devices), device_nodes=control, env=env)
@@ -81,8 +88,8 @@ def claim_spec(request: ContainerAllocationRequest, response: ContainerAllocatio
 
 def prepared(claim: ClaimRef, results: Iterable[AllocationResult], request: ContainerAllocationRequest) -> (
         PreparedClaim):
-    """The answer for ``results`` granted by ``request`` (each result's GPU named by its index in the device
-    name ``gpu-<index>``, as :func:`domain.dra.claims.plan_claim` checked)."""
+    """The answer for ``results`` granted by ``request`` (each result's GPU, or a MIG instance's parent GPU, named
+    by its index in the device name ``gpu-<index>[-mig-…]``, as :func:`domain.dra.claims.plan_claim` checked)."""
     devices = tuple(
         PreparedDevice(requests=(r.request,) if r.request else (), pool=r.pool, device=r.device,
                        cdi_ids=(f"{CLAIM_CDI_KIND}={cdi_device_name(claim.uid, int(r.device.split('-')[1]))}",),

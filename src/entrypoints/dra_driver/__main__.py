@@ -1,16 +1,18 @@
 """``ljrk dra-driver`` (also ``python -m entrypoints.dra_driver``): the DRA driver's node component.
 
 ``ljrk dra-driver --node-name NAME --runtime-socket PATH [--kubeconfig FILE] [--protocol FILE]
-[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--plugins-registry DIR] [--plugins-dir DIR]
-[--cdi-dir DIR] [--log-level LEVEL]``
+[--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--resync SECONDS] [--plugins-registry DIR]
+[--plugins-dir DIR] [--cdi-dir DIR] [--log-level LEVEL]``
 (hidden: ``--in-memory``).
 
 Publishes the node's GPUs, read from the node Runtime, as ``resource.k8s.io/v1`` ResourceSlices of the driver
 ``protocol.dra.driver`` (pool = the node; whole GPUs with consumable ``cores``/``memory``, MIG GPUs as
 partitionable devices; ``services.dra.publisher``) and keeps them current until SIGTERM or SIGINT; the slices stay
-when it stops (a restart resumes them without a write). ``--withdraw`` deletes the node's slices and exits (the
-driver leaves the node for good); the Node's deletion removes them too (owner reference). Unhealthy GPUs are
-tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without DRADeviceTaints).
+when it stops (a restart resumes them without a write); every ``--resync`` seconds it puts back slices someone
+else deleted or changed (the kubelet deletes its node's slices when it starts). ``--withdraw`` deletes the node's
+slices and exits (the driver leaves the node for good); the Node's deletion removes them too (owner reference).
+Unhealthy GPUs are tainted (``--unhealthy taint``, Kubernetes 1.36+) or left out (``withdraw``, for servers without
+DRADeviceTaints).
 A node runs this or ``ljrk device-plugin``, not both. Beside the slices it serves the kubelet DRA plugin
 (``services.dra.plugin``): registration on ``<plugins-registry>/<driver>-reg.sock``, ``NodePrepareResources`` /
 ``NodeUnprepareResources`` on ``<plugins-dir>/<driver>/dra.sock``, a Runtime grant and a CDI spec in ``--cdi-dir``
@@ -46,7 +48,7 @@ from ports.resource_claims import CheckpointError
 from ports.runtime import NodeRuntimeError
 from services.dra.publisher import withdraw_node
 
-from .app import DEFAULT_CDI_DIR, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, DraDriverSettings
+from .app import DEFAULT_CDI_DIR, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, DEFAULT_RESYNC_S, DraDriverSettings
 from .containers import DraDriverContainer
 
 __all__ = ["CLI", "main"]
@@ -64,6 +66,9 @@ CLI = cli(
     flag("--unhealthy", default="taint", choices=["taint", "withdraw"],
          help="unhealthy GPUs: taint their devices (Kubernetes 1.36+) or leave them out (default: taint)"),
     flag("--withdraw", action="store_true", help="delete this node's ResourceSlices and exit"),
+    flag("--resync", dest="resync_s", type=float, default=DEFAULT_RESYNC_S, metavar="SECONDS",
+         help=f"seconds between two passes that restore slices deleted by others, e.g. the kubelet when it starts "
+              f"(default: {DEFAULT_RESYNC_S:g})"),
     flag("--plugins-registry", type=Path, default=DEFAULT_REGISTRY_DIR, metavar="DIR",
          help=f"kubelet plugin registration folder (default: {DEFAULT_REGISTRY_DIR})"),
     flag("--plugins-dir", type=Path, default=DEFAULT_PLUGINS_DIR, metavar="DIR",

@@ -25,14 +25,16 @@ DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 """The kubelet's plugins folder (``--plugins-dir``); the plugin's socket and checkpoint go to ``<it>/<driver>/``."""
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 """Where the per-claim CDI specs are written (``--cdi-dir``)."""
+DEFAULT_RESYNC_S = 10.0
+"""Seconds between two passes that repair the node's slices (``--resync``; the kubelet deletes them when it starts)."""
 
 
 @attrs.frozen
 class DraDriverSettings:
     """Validated settings of ``ljrk dra-driver`` (flags in ``__main__``). ``unhealthy``: ``taint`` or
     ``withdraw`` (:class:`~domain.dra.build.UnhealthyPolicy`); ``withdraw``: delete the node's slices and exit;
-    ``runtime_wait_s`` in seconds. Raises :class:`SettingsError` for an empty node name, an unknown unhealthy
-    policy or a non-positive wait."""
+    ``runtime_wait_s`` and ``resync_s`` (between two slice repair passes) in seconds. Raises :class:`SettingsError`
+    for an empty node name, an unknown unhealthy policy or a non-positive wait or resync interval."""
 
     node_name: str
     runtime_socket: Path
@@ -46,6 +48,7 @@ class DraDriverSettings:
     plugins_registry: Path = DEFAULT_REGISTRY_DIR
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
     cdi_dir: Path = DEFAULT_CDI_DIR
+    resync_s: float = DEFAULT_RESYNC_S
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
@@ -54,6 +57,8 @@ class DraDriverSettings:
             raise SettingsError(f"--unhealthy {self.unhealthy!r}: must be taint or withdraw")
         if self.runtime_wait_s <= 0:
             raise SettingsError(f"--runtime-wait {self.runtime_wait_s}: must be > 0 seconds")
+        if self.resync_s <= 0:
+            raise SettingsError(f"--resync {self.resync_s}: must be > 0 seconds")
 
     @property
     def unhealthy_policy(self) -> UnhealthyPolicy:
@@ -76,20 +81,26 @@ class Startable(Protocol):
 class DraDriverApp:
     """Publishes the node's ResourceSlices and serves the kubelet plugin until stopped (module docstring)."""
 
-    def __init__(self, publisher: SlicePublisher, plugin: Startable) -> None:
+    def __init__(self, publisher: SlicePublisher, plugin: Startable, resync_s: float = DEFAULT_RESYNC_S) -> None:
         self.publisher = publisher
         self.plugin = plugin
+        self.resync_s = resync_s
 
     def run(self, stop: threading.Event) -> None:
         """Serve the kubelet plugin, publish and keep the slices current until ``stop`` is set; the slices stay
         (a restart keeps the devices visible) and so do prepared claims (checkpoint). Raises OSError when the
-        plugin's sockets cannot be bound. Returns when stopped."""
+        plugin's sockets cannot be bound. Returns when stopped. A second thread repairs the slices every
+        ``resync_s`` seconds (``SlicePublisher.resync``)."""
         self.plugin.start()
-        worker = threading.Thread(target=self.publisher.follow, args=(stop,), name="dra-slices", daemon=True)
-        worker.start()
+        workers = [threading.Thread(target=self.publisher.follow, args=(stop,), name="dra-slices", daemon=True),
+                   threading.Thread(target=self.publisher.resync, args=(stop, self.resync_s), name="dra-resync",
+                                    daemon=True)]
+        for worker in workers:
+            worker.start()
         try:
             stop.wait()
         finally:
             self.plugin.stop()
             self.publisher.close()
-            worker.join(timeout=10)
+            for worker in workers:
+                worker.join(timeout=10)

@@ -117,4 +117,5 @@ class DraDriverContainer(containers.DeclarativeContainer):
                                                                         protocol)
     preparer: providers.Provider[ClaimPreparer] = providers.Singleton(make_preparer, settings, runtime, api, protocol)
     plugin: providers.Provider[DraPluginServer] = providers.Singleton(make_plugin, settings, preparer, protocol)
-    app: providers.Provider[DraDriverApp] = providers.Singleton(DraDriverApp, publisher, plugin)
+    app: providers.Provider[DraDriverApp] = providers.Singleton(DraDriverApp, publisher, plugin,
+                                                                  settings.provided.resync_s)

@@ -10,6 +10,10 @@
 * **Writes**: :func:`domain.dra.pool.plan_writes` against the stored slices, creates then updates then deletes;
   every slice has the Node as owner (read once from the API: its UID), so the garbage collector removes the
   slices with the Node. A write that conflicts (someone else wrote) re-reads and re-plans once per call.
+* **Repair**: :meth:`SlicePublisher.resync` publishes again every few seconds, so slices deleted or edited by
+  someone else come back: the kubelet deletes every ResourceSlice of its node when it starts, and a driver's
+  slices when its plugin stays unregistered (``wipeResourceSlices`` in kubelet's ``DRAPluginManager``, 1.34+);
+  a pass that finds the stored slices right writes nothing.
 * **Leaving for good**: :meth:`SlicePublisher.withdraw` deletes the node's slices (``ljrk dra-driver --withdraw``).
   Stopping does not withdraw: a restarting driver keeps its devices visible.
 
@@ -152,6 +156,18 @@ class SlicePublisher:
             finally:
                 self.close()
             stop.wait(RETRY_S)
+
+    def resync(self, stop: threading.Event, interval_s: float) -> None:
+        """Every ``interval_s`` seconds until ``stop`` is set, :meth:`publish` (module docstring, "Repair");
+        failures are logged and tried again at the next pass. Never raises."""
+        while not stop.wait(interval_s):
+            try:
+                if self.publish():
+                    log.info("node %s: ResourceSlices repaired (stored ones were missing or changed)", self.node)
+            except (NodeRuntimeError, ClusterError, InvalidRequestError) as error:  # a daemon: log, retry
+                log.warning("node %s: re-publishing ResourceSlices failed: %s", self.node, error)
+            except Exception:  # anything else: the thread must survive it too
+                log.exception("node %s: re-publishing ResourceSlices failed", self.node)
 
     def close(self) -> None:
         """Close the open health stream, if any (ends :meth:`follow`'s current pass)."""
