@@ -78,10 +78,8 @@ class Replica:
 def write_claim(api: client.ResourceV1Api, name: str, node: str, results: list[dict[str, object]]) -> None:
     """Create claim ``name`` (requests ``whole`` and ``share`` of our classes) if needed, then write its allocation
     (``results``; empty = deallocate) through the status subresource, as kube-scheduler's allocator does."""
-    try:
-        api.read_namespaced_resource_claim(name, "default")
-    except client.ApiException as error:
-        assert error.status == 404
+    names = {c.metadata.name for c in api.list_namespaced_resource_claim("default").items}
+    if name not in names:
         requests = [{"name": "whole", "exactly": {"deviceClassName": PROTOCOL.dra.device_class_gpu}},
                     {"name": "share", "exactly": {"deviceClassName": PROTOCOL.dra.device_class_share}}]
         api.create_namespaced_resource_claim("default", {

@@ -48,7 +48,8 @@ class ServiceUpkeep(ServiceState):
 
     def resync(self) -> DriftReport:
         """List nodes, pods and (with a claims port) ResourceClaims, rebuild the books from the listing and adopt
-        them (repairing the live books in place), report the drift (counted in the metrics), and refresh FGD's typical pods.
+        them (repairing the live books in place), report the drift (counted in the metrics), and refresh FGD's
+        typical pods.
 
         The listing and the rebuild run without the lock; the adoption takes it and happens only when each
         listing's resourceVersion is at least the informer's (:attr:`listing`): otherwise an event newer than
