@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domain.dra.booking import SHARES, WHOLE, book_on_node, claim_record_uid, node_results
+from domain.dra.booking import SHARES, WHOLE, ClaimBooking, book_on_node, claim_record_uid, node_results
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from domain.units import GiB
 from support.kube_builders import GPU16, PROTOCOL, make_gpus
@@ -20,7 +20,7 @@ def claim(*results: AllocationResult, uid: str = "c1") -> ClaimAllocation:
     return ClaimAllocation(namespace="ns", name="claim", uid=uid, results=results)
 
 
-def book(*results: AllocationResult):  # type: ignore[no-untyped-def]
+def book(*results: AllocationResult) -> ClaimBooking:
     c = claim(*results)
     return book_on_node(c, "n1", node_results(c, DRIVER)["n1"], GPUS)
 
