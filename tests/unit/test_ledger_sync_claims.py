@@ -105,3 +105,12 @@ def test_a_rebuild_books_listed_claims_like_the_events_and_adopt_keeps_them() ->
     assert stale.ledger.books() == live.ledger.books()
     stale.on_claim_deleted(claims[0])
     assert used(stale, "n1")[0] == (0, 0)
+
+
+def test_a_dra_only_node_without_inventory_is_gated_and_its_claims_are_no_problem() -> None:
+    sync = make_sync(make_node("d1", annotation=None))
+    sync.on_claim(claim(("gpu-0", {}), node="d1"))
+    assert "d1" in sync.gates
+    assert sync.claim_problems == {}
+    sync.on_claim_deleted(claim(node="d1"))
+    assert "d1" in sync.gates  # still no inventory

@@ -9,7 +9,9 @@ still has to count what they hold, or it would place a classic pod on a GPU a cl
   arrives, and again from its stored object whenever the node's GPU identity changes;
 * what cannot be mapped exactly counts as the whole GPU and is recorded in :attr:`ClaimEvents.claim_problems`
   (logged by the service); a device whose GPU cannot be told gates the node for GPU pods while the claim holds it
-  (never a silent drop);
+  (never a silent drop). The GPUs are those of the node's inventory annotation (the device plugin's, or the last
+  good list): a node that runs only the DRA driver publishes none, so its claims only gate it (it is gated for
+  GPU pods anyway, inventory missing) and are not reported as problems;
 * a claim whose allocation goes (deallocated), that leaves our driver, or is deleted (plainly, or by a new UID
   under its ``namespace/name``) is released; events are idempotent and keyed by UID;
 * after a claim change the node's plan-less pods are re-inferred on top of it, so the books stay a function of the
@@ -92,7 +94,7 @@ class ClaimEvents(LedgerEvents):
         booking = book_on_node(claim, node, results, self._counted[node].gpus)
         uid = claim_record_uid(claim.uid)
         notes = [*booking.problems, *([booking.unknown] if booking.unknown else [])]
-        if notes:
+        if notes and self._counted[node].gpus:  # a node without GPU inventory (DRA only) is gated anyway
             self.claim_problems[claim.key] = "; ".join(notes)
         else:
             self.claim_problems.pop(claim.key, None)
