@@ -123,11 +123,11 @@ class SchedulerService(ServiceUpkeep):
         Never raises for bad claim content."""
         with self._lock:
             before = self.sync.claim_problems.get(claim.key)
-            held = claim.uid in self.sync.claims
+            held = self.sync.holds_claim(claim.uid)
             if not self.listing.holds_claim(claim.resource_version):
                 self.sync.on_claim(claim)
             problem = self.sync.claim_problems.get(claim.key)
-            if held and claim.uid not in self.sync.claims:
+            if held and not self.sync.holds_claim(claim.uid):
                 self._changed()  # deallocated: capacity may have appeared
             events = self.alerts.collect(self.sync)
         if problem and problem != before:

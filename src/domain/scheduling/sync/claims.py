@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from domain.dra.booking import book_on_node, claim_record_uid, is_claim_record, node_results
+from domain.dra.booking import CLAIM_RECORD_PREFIX, book_on_node, claim_record_uid, is_claim_record, node_results
 from domain.dra.claims import ClaimAllocation
 from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger
@@ -48,7 +48,7 @@ class ClaimEvents(LedgerEvents):
 
     def _label(self, uid: str) -> str:
         if is_claim_record(uid):
-            claim = self._claims.get(uid.removeprefix("claim:"))
+            claim = self._claims.get(uid.removeprefix(CLAIM_RECORD_PREFIX))
             return uid if claim is None else f"claim {claim.key}"
         return super()._label(uid)
 
@@ -56,6 +56,11 @@ class ClaimEvents(LedgerEvents):
     def claims(self) -> dict[str, ClaimAllocation]:
         """The claims holding devices of our driver, by claim UID (a copy)."""
         return dict(self._claims)
+
+    def holds_claim(self, claim_uid: str) -> bool:
+        """True while the claim with UID ``claim_uid`` holds devices of our driver (is in the books or waits for
+        its node)."""
+        return claim_uid in self._claims
 
     @checks_books
     def on_claim(self, claim: ClaimAllocation) -> None:
