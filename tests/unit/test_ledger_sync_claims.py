@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.dra.claims import AllocationResult, ClaimAllocation
@@ -114,3 +116,32 @@ def test_a_dra_only_node_without_inventory_is_gated_and_its_claims_are_no_proble
     assert sync.claim_problems == {}
     sync.on_claim_deleted(claim(node="d1"))
     assert "d1" in sync.gates  # still no inventory
+
+
+DEVICES = st.sampled_from(["gpu-0", "gpu-1", "gpu-1-mig-1g.10gb-0", "gpu-5", "bogus"])
+CONSUMED = st.sampled_from([{}, {"cores": "30"}, {"cores": "20", "memory": "2Gi"}, {"cores": "x"}, {"memory": "1Gi"}])
+EVENTS = st.lists(st.tuples(st.integers(0, 3), st.lists(st.tuples(DEVICES, CONSUMED), max_size=2),
+                            st.booleans()), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(EVENTS)
+def test_live_claim_events_give_the_books_of_a_rebuild_from_the_last_objects(events: list[
+        tuple[int, list[tuple[str, dict[str, str]]], bool]]) -> None:
+    node = make_node("n1")
+    live = make_sync(node)
+    plan_less = make_pod("inferred", core="30", mem="2", node="n1", phase=PodPhase.RUNNING)
+    live.on_pod(plan_less)  # re-inferred on top of the claims after every change
+    last: dict[int, ClaimAllocation] = {}
+    for number, devices, delete in events:
+        current = claim(*devices, uid=f"u{number}", name=f"c{number}")
+        if delete:
+            live.on_claim_deleted(current)
+            last.pop(number, None)
+        else:
+            live.on_claim(current)
+            last[number] = current
+    fresh = live.rebuild([node], [plan_less], claims=list(last.values()))
+    assert fresh.ledger.books() == live.ledger.books()
+    assert fresh.gates == live.gates
+    assert fresh.claim_problems == live.claim_problems
