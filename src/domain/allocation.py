@@ -50,13 +50,16 @@ class ContainerGrant:
 
 @attrs.frozen
 class PodAllocation:
-    """The ledger's record of one pod: node, container grants, and node-level CPU (milli) and memory (bytes)."""
+    """The ledger's record of one pod: node, container grants, and node-level CPU (milli) and memory (bytes).
+    ``pod_slot``: whether it takes one of the node's pod slots (False for a DRA claim's record,
+    :mod:`domain.dra.booking`: the pods that use the claim take theirs)."""
 
     pod_uid: str
     node: str
     containers: tuple[ContainerGrant, ...] = ()
     cpu_milli: int = 0
     memory_bytes: int = 0
+    pod_slot: bool = True
 
     def __attrs_post_init__(self) -> None:
         names = [c.container for c in self.containers]

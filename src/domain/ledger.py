@@ -170,7 +170,7 @@ class ClusterLedger(LedgerSlots):
             mem_used[slot, index] += sign * mem
         self.cpu_used[slot] += sign * allocation.cpu_milli
         self.hostmem_used[slot] += sign * allocation.memory_bytes
-        self.pods_used[slot] += sign
+        self.pods_used[slot] += sign * allocation.pod_slot
         tag = allocation.gpu_tag
         if tag is not None:
             column = self.tag_id(tag)  # may grow tag_counts, so resolve before indexing
@@ -190,7 +190,7 @@ class ClusterLedger(LedgerSlots):
     def _derived(self, slot: int) -> tuple[list[int], list[int], int, int, int]:
         core = [0] * self.max_gpus
         mem = [0] * self.max_gpus
-        cpu = hostmem = 0
+        cpu = hostmem = pods = 0
         uids = self._by_node[slot]
         records, usages = self._records, self._usage
         for uid in uids:
@@ -200,7 +200,8 @@ class ClusterLedger(LedgerSlots):
                 mem[index] += m
             cpu += record.cpu_milli
             hostmem += record.memory_bytes
-        return core, mem, cpu, hostmem, len(uids)
+            pods += record.pod_slot
+        return core, mem, cpu, hostmem, pods
 
     def verify_node(self, name: str) -> list[str]:
         """Re-derive a node's totals from its records; returns the problems found (empty if consistent).

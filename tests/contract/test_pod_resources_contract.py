@@ -23,7 +23,10 @@ Behaviours covered:
 - ``[grpc]``: ``Get`` is used (``get_supported`` True); ``[grpc-list-only]`` and ``[grpc-gate-off]``: the client
   falls back to ``List`` after the first refused ``Get`` and stays there (``get_supported`` False, the fake counts
   no second ``Get``);
-- gRPC only: a client on a socket path nothing serves raises the same error within its deadline.
+- gRPC only: a client on a socket path nothing serves raises the same error within its deadline;
+- DRA claims: a container's row names every claim it uses (``dynamic_resources``: claim namespace and name, any
+  driver, with their claim resources and CDI devices on the wire), in ``List`` and in ``Get``; a container using
+  none names none.
 
 Row order is not part of the contract (kubelet lists pods in map order), nor is the order of device IDs.
 """
@@ -57,15 +60,21 @@ Resources = tuple[tuple[str, tuple[str, ...]], ...]
 
 @attrs.frozen
 class KubeletPod:
-    """A pod as kubelet runs it: ``namespace``, ``name`` and ``containers`` as ``(container name, resources)``."""
+    """A pod as kubelet runs it: ``namespace``, ``name``, ``containers`` as ``(container name, resources)`` and
+    ``claims``: per container name, the DRA claims it uses as ``(claim namespace, claim name, driver, device)``."""
 
     namespace: str
     name: str
     containers: tuple[tuple[str, Resources], ...] = ()
+    claims: tuple[tuple[str, tuple[tuple[str, str, str, str], ...]], ...] = ()
+
+    def _claims_of(self, container: str) -> tuple[tuple[str, str, str, str], ...]:
+        return dict(self.claims).get(container, ())
 
     def rows(self) -> list[PodContainerDevices]:
         """The domain rows the port must give for this pod."""
-        return [PodContainerDevices(self.namespace, self.name, container, [i for _, ids in resources for i in ids])
+        return [PodContainerDevices(self.namespace, self.name, container, [i for _, ids in resources for i in ids],
+                                    [(ns, name) for ns, name, _, _ in self._claims_of(container)])
                 for container, resources in self.containers]
 
     def to_pb(self) -> pr.PodResources:
@@ -73,6 +82,11 @@ class KubeletPod:
         return pr.PodResources(name=self.name, namespace=self.namespace, containers=[
             pr.ContainerResources(name=container, devices=[
                 pr.ContainerDevices(resource_name=resource, device_ids=list(ids)) for resource, ids in resources
+            ], dynamic_resources=[
+                pr.DynamicResource(claim_name=name, claim_namespace=ns, claim_resources=[pr.ClaimResource(
+                    cdi_devices=[pr.CDIDevice(name=f"{driver}/claim={device}")], driver_name=driver,
+                    pool_name="node-1", device_name=device)])
+                for ns, name, driver, device in self._claims_of(container)
             ]) for container, resources in self.containers
         ])
 
@@ -313,3 +327,21 @@ def test_grpc_uses_get_or_falls_back_to_list_once(under_test: PodResourcesUnderT
         assert (under_test.lister.get_supported, under_test.fake.get_calls) == (True, 2)
     else:
         assert (under_test.lister.get_supported, under_test.fake.get_calls) == (False, 1)
+
+
+DRA_POD = KubeletPod("team-c", "dra", (("main", ()), ("helper", ()), ("plain", ())), claims=(
+    ("main", (("team-c", "gpu-claim", "gpu.lj-runtimekit.io", "gpu-0"),
+              ("team-c", "nic-claim", "nic.example.com", "nic-3"))),
+    ("helper", (("team-c", "gpu-claim", "gpu.lj-runtimekit.io", "gpu-0"),)),
+))
+
+
+def test_containers_name_the_dra_claims_they_use(under_test: PodResourcesUnderTest) -> None:
+    under_test.run([DRA_POD, SERVER])
+    rows = {row.key: row for row in under_test.lister.list_containers()}
+    assert rows[("team-c", "dra", "main")].claims == (("team-c", "gpu-claim"), ("team-c", "nic-claim"))
+    assert rows[("team-c", "dra", "helper")].claims == (("team-c", "gpu-claim"),)
+    assert rows[("team-c", "dra", "plain")].claims == ()
+    assert rows[("team-b", "server", "main")].claims == ()
+    one = {row.key: row.claims for row in under_test.lister.pod_containers("team-c", "dra")}
+    assert one[("team-c", "dra", "helper")] == (("team-c", "gpu-claim"),)

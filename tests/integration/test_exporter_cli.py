@@ -3,8 +3,9 @@ pod-resources server, both on unix sockets; scraped over HTTP.
 
 Covers: the gRPC pod-resources client maps ``List`` to domain rows; the command serves ``/metrics`` (parsed by
 ``prometheus_client.parser``) with every GPU and only the containers pod-resources lists, drops a pod at the next
-pull once kubelet stops listing it, and ``/healthz``; a Runtime without the ``exporter-data`` feature exits 1;
-bad flags exit 2; the process exits 0 on SIGTERM.
+pull once kubelet stops listing it, and ``/healthz``; a DRA claim's grant is served for the container kubelet lists
+as using it (``dynamic_resources``), with the claim labels, and goes when no listed container uses it; a Runtime
+without the ``exporter-data`` feature exits 1; bad flags exit 2; the process exits 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2 as pr
 from adapters.grpc._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
 from adapters.grpc.client import unix_target
 from adapters.grpc.podresources import GrpcPodResourcesLister
+from domain.dra.claims import AllocationResult, ClaimRef, plan_claim
 from domain.exporter.attribution import PodContainerDevices
 from domain.gpu import Gpu, GpuUuid
 from domain.runtime.features import SemVer
@@ -201,6 +203,31 @@ def test_process_exits_0_on_sigterm(world: World) -> None:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def test_exporter_attributes_a_dra_claim_to_the_containers_using_it(world: World) -> None:
+    claim = ClaimRef("team", "claim-uid", "gpu-claim")
+    result = AllocationResult("share", "gpu.lj-runtimekit.io", "node-a", "gpu-2", {"cores": "40", "memory": "2Gi"})
+    world.runtime.allocate(plan_claim(claim, [result], world.runtime.list_devices()))  # what the DRA plugin asks
+    uses = [pr.DynamicResource(claim_name="gpu-claim", claim_namespace="team", claim_resources=[pr.ClaimResource(
+        cdi_devices=[pr.CDIDevice(name="lj-runtimekit.io/claim=claim-uid-gpu-2")], driver_name="gpu.lj-runtimekit.io",
+        pool_name="node-a", device_name="gpu-2")])]
+    world.kubelet.pods = [pr.PodResources(name="trainer", namespace="team", containers=[
+        pr.ContainerResources(name="main", dynamic_resources=uses), pr.ContainerResources(name="idle")])]
+    port, stop, codes = _free_port(), threading.Event(), {}
+    thread = _run_exporter(world, port, stop, codes, "--pod-resources-socket", str(world.pr_socket))
+    try:
+        _wait(lambda: "lj_runtimekit_container_gpu_core_limit_ratio" in _scrape(port))
+        [(labels, value)] = _scrape(port)["lj_runtimekit_container_gpu_core_limit_ratio"]
+        assert (labels["namespace"], labels["pod"], labels["container"], labels["claim_namespace"],
+                labels["claim_name"], labels["gpu_uuid"], value) == ("team", "trainer", "main", "team", "gpu-claim",
+                                                                     "GPU-2", 0.4)
+        world.kubelet.pods = []  # the pod ended; the claim is not unprepared yet
+        _wait(lambda: "lj_runtimekit_container_gpu_core_limit_ratio" not in _scrape(port))
+    finally:
+        stop.set()
+        thread.join(10)
+    assert codes == {"rc": 0}
 
 
 # ---------------------------------------------------------------- Events on the node (--kubeconfig)

@@ -44,6 +44,9 @@ def account(name: str) -> str:
     return f"system:serviceaccount:{STACK}:lj-runtimekit-{name}"
 
 
+GROUPS = {"jobs": "batch", "resourceclaims": "resource.k8s.io"}
+"""API group of each resource of :data:`RIGHTS` outside the core group."""
+
 # (account, verb, resource (with /subresource), namespace ("" = cluster-wide), allowed)
 RIGHTS = [
     ("scheduler", "create", "pods/binding", "tenant", True),
@@ -53,6 +56,9 @@ RIGHTS = [
     ("scheduler", "update", "pods", "tenant", False),
     ("scheduler", "create", "pods", "tenant", False),
     ("scheduler", "patch", "nodes", "", False),
+    # DRA allocations counted in its books (its kube-scheduler's built-in role, bound to the same account, grants
+    # more on claims: it allocates them; tests/unit/test_deploy_manifests.py pins that our own role only reads)
+    ("scheduler", "watch", "resourceclaims", "", True),
     ("device-plugin", "patch", "pods", "tenant", True),  # the allocated mark (deploy/admission: its node's pods)
     ("device-plugin", "patch", "nodes", "", True),  # deploy/admission: only its own Node, only our keys
     ("device-plugin", "delete", "nodes", "", False),
@@ -97,7 +103,7 @@ def allowed(plane: ControlPlane, user: str, verb: str, resource: str, namespace:
     review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
         user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{STACK}", "system:authenticated"],
         resource_attributes=client.V1ResourceAttributes(
-            verb=verb, group="batch" if name == "jobs" else "", resource=name, subresource=subresource or None,
+            verb=verb, group=GROUPS.get(name, ""), resource=name, subresource=subresource or None,
             namespace=namespace or None)))
     answer = client.AuthorizationV1Api(plane.api_client()).create_subject_access_review(review)
     return bool(answer.status.allowed)

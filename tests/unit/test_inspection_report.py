@@ -314,3 +314,18 @@ def test_the_report_equals_a_sync_fed_the_same_objects() -> None:
     report = build_report(nodes, pods, PROTOCOL, now=NOW)
     assert [(g.core_used_milli, g.memory_used_bytes) for g in node_of(report, "n1").gpus] == [
         (g.core_used, g.memory_used) for g in sync.ledger.gpus("n1")]
+
+
+def test_dra_claims_are_booked_as_the_scheduler_books_them_and_named_as_claims() -> None:
+    from domain.dra.claims import AllocationResult, ClaimAllocation
+
+    claims = [ClaimAllocation("team", "gpu", "c-uid", (AllocationResult("r", PROTOCOL.dra.driver, "n1", "gpu-1"),))]
+    nodes = [make_node("n1", 2)]
+    view = scheduler_view(book(nodes, [], PROTOCOL, now=NOW, claims=claims), serving=True)
+    report = build_report(nodes, [], PROTOCOL, now=NOW, view=view, claims=claims)
+    assert report.disagreements == ()
+    gpu1 = report.node("n1").gpus[1]  # type: ignore[union-attr]
+    assert (gpu1.core_used_milli, gpu1.memory_used_bytes) == (1000, 16 * GiB)
+    assert [(h.namespace, h.name, h.core_milli) for h in gpu1.holders] == [("team", "claim/gpu", 1000)]
+    without = build_report(nodes, [], PROTOCOL, now=NOW, view=view)  # an inspection blind to claims disagrees
+    assert "node n1 GPU 1 coreUsedMilli: API 0, scheduler 1000" in [d.describe() for d in without.disagreements]

@@ -33,11 +33,13 @@ GET_DISABLED = "PodResources API Get method disabled"
 
 
 def pod_from_pb(pod: pr.PodResources) -> tuple[PodContainerDevices, ...]:
-    """Domain rows of one pod: one per container, its device IDs of every resource in reply order."""
+    """Domain rows of one pod: one per container, its device IDs of every resource in reply order and the DRA
+    claims it uses (``dynamic_resources``: claim namespace and name; kubelet 1.27+, filled by default from 1.34)."""
     return tuple(
         PodContainerDevices(
             namespace=pod.namespace, pod=pod.name, container=container.name,
             device_ids=[i for devices in container.devices for i in devices.device_ids],
+            claims=[(claim.claim_namespace, claim.claim_name) for claim in container.dynamic_resources],
         )
         for container in pod.containers
     )

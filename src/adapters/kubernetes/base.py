@@ -28,3 +28,8 @@ class KubernetesApis:
     def request_timeout(self) -> float:
         """Client timeout (s) of one non-watch call."""
         return self._seconds
+
+    @property
+    def api_client(self) -> client.ApiClient:
+        """The API client these calls go through (for the adapters of other API groups on the same connection)."""
+        return self._api_client

@@ -15,12 +15,13 @@ from typing import TypeVar
 
 import attrs
 
+from domain.dra.claims import ClaimAllocation
 from domain.kube.objects import EventType, JobObject, NodeObject, PodObject, WatchEvent
 from ports.cluster import ConflictError, GoneError
 
 from .cluster_watch import Change, History, status_error, visible_event
 
-_O = TypeVar("_O", PodObject, NodeObject, JobObject)
+_O = TypeVar("_O", PodObject, NodeObject, JobObject, ClaimAllocation)
 _K = TypeVar("_K", bound=Hashable)
 
 

@@ -92,13 +92,19 @@ class AllocationResult:
 
 @attrs.frozen
 class ClaimAllocation:
-    """A claim read from the API: its identity (``namespace``, ``name``, ``uid``) and ``results`` (empty when the
-    claim is not allocated)."""
+    """A claim read from the API: its identity (``namespace``, ``name``, ``uid``), ``results`` (empty when the
+    claim is not allocated) and the object's ``resource_version`` (empty where unknown)."""
 
     namespace: str
     name: str
     uid: str
     results: tuple[AllocationResult, ...] = ()
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
 
 
 def ours(results: Iterable[AllocationResult], *, driver: str, pool: str) -> tuple[AllocationResult, ...]:
@@ -106,7 +112,12 @@ def ours(results: Iterable[AllocationResult], *, driver: str, pool: str) -> tupl
     return tuple(r for r in results if r.driver == driver and r.pool == pool)
 
 
-def _gpu_index(claim: ClaimRef, device: str) -> int:
+def gpu_index(claim: ClaimRef, device: str) -> int:
+    """The NVML index of whole-GPU device ``device`` (``gpu-<index>``). Raises :class:`ClaimPreparationError` for a
+    MIG device (:func:`mig_parent_index` reads its GPU) or a name that is not a device of this driver."""
+    if _MIG_DEVICE.match(device):
+        raise ClaimPreparationError(f"{claim.label}: device {device!r} is a MIG device; it is prepared as a MIG "
+                                    "instance, not a whole GPU")
     match = _WHOLE_GPU.match(device)
     if match is None:
         raise ClaimPreparationError(f"{claim.label}: device {device!r} is not a device of this driver "
@@ -133,8 +144,18 @@ def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> Pl
     return PlannedMig(index, info.gpu.uuid, profile=profile.name, start=start, create=not listed)
 
 
-def _share(claim: ClaimRef, result: AllocationResult) -> tuple[int, int | None]:
-    """(core milli-GPU, memory bytes or None) of one result."""
+def mig_parent_index(device: str) -> int | None:
+    """The parent GPU's NVML index of MIG device ``device`` (``gpu-<index>-mig-<profile>-<start>``), None for any
+    other name."""
+    match = _MIG_DEVICE.match(device)
+    return None if match is None else int(match.group(1))
+
+
+def result_share(claim: ClaimRef, result: AllocationResult) -> tuple[int, int | None]:
+    """(core milli-GPU, memory bytes or None = derived from the core by the ledger's rule) that ``result`` takes
+    of its GPU: no ``consumedCapacity`` is the whole GPU (1000, None); ``cores`` percent × 10, absent = 1000.
+    Raises :class:`ClaimPreparationError` naming the field for a quantity that does not parse or is out of range
+    (cores 1..100, memory ≥ 1 byte)."""
     if not result.consumed:
         return MILLI_PER_GPU, None
     where = f"{claim.label}: device {result.device} consumedCapacity"
@@ -170,13 +191,13 @@ def plan_claim(claim: ClaimRef, results: Sequence[AllocationResult], devices: Se
                                           container=CLAIM_CONTAINER, gpus=(), mig=mig)
     totals: dict[int, tuple[int, int | None]] = {}
     for result in results:
-        index = _gpu_index(claim, result.device)
+        index = gpu_index(claim, result.device)
         info = by_index.get(index)
         if info is None:
             raise ClaimPreparationError(f"{claim.label}: device {result.device!r}: this node has no GPU {index}")
         if info.gpu.mig_mode is MigMode.ENABLED:
             raise ClaimPreparationError(f"{claim.label}: device {result.device!r}: GPU {index} is in MIG mode")
-        core, memory = _share(claim, result)
+        core, memory = result_share(claim, result)
         if index in totals:
             old_core, old_memory = totals[index]
             core = old_core + core

@@ -9,6 +9,17 @@ Device IDs of our resources embed the GPU UUID as ``<uuid>::<kind>::<n>`` (``dom
 of MIG resources the parent GPU's UUID as ``<uuid>::mig-<profile>::<gpu instance id>``; :func:`device_uuid` reads
 the UUID back from either, and :class:`PodContainerDevices` keeps the UUIDs it names.
 
+DRA claims (``docs/dra.md``): the Runtime records a claim's grant as pod = the claim (claim UID, namespace, name)
+with container :data:`~domain.dra.claims.CLAIM_CONTAINER`. Pod-resources lists, per container, the claims it uses
+(``dynamic_resources``: claim namespace and name, kubelet 1.27+, filled by default from 1.34). Such a row is
+served once for every listed container that uses the claim, with that container's namespace, pod and container
+names and the claim's in ``claim_namespace``/``claim_name`` (its ``pod_uid`` stays the claim's UID); a claim no
+listed container uses (its pods ended, the claim not yet unprepared) is not served. Several containers sharing one
+claim each show the claim's whole grant and usage (the Runtime measures the claim, not its users): aggregate by the
+claim labels, not by pod, to count it once. The GPU cross-check below does not apply to claim rows (pod-resources
+names their devices by DRA device name, not by our device IDs). Without pod-resources a claim's row is served as
+the Runtime has it, with the claim labels set.
+
 MIG instances (``ExporterData.mig``) are never filtered either: free ones are reported too (B22). An instance is
 served as held (its ``owner`` kept) only while a container row pod-resources lists names its MIG UUID; otherwise
 its owner is cleared, so the instance of a terminated pod is reported free at the next scrape even when the Runtime
@@ -29,6 +40,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from domain.dra.claims import CLAIM_CONTAINER
 from domain.gpu import GpuUuid
 from domain.runtime.types import ContainerData, ExporterData, MigInstanceData
 
@@ -47,15 +59,20 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _claim_tuple(values: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(namespace), str(name)) for namespace, name in values)
+
+
 @attrs.frozen
 class PodContainerDevices:
-    """One container as pod-resources lists it: ``namespace``, ``pod``, ``container`` and the ``device_ids`` it
-    holds (all resources)."""
+    """One container as pod-resources lists it: ``namespace``, ``pod``, ``container``, the ``device_ids`` it
+    holds (all resources) and the DRA ``claims`` it uses, as (claim namespace, claim name), all drivers."""
 
     namespace: str
     pod: str
     container: str
     device_ids: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    claims: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_claim_tuple)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -106,15 +123,28 @@ def attribute_checked(data: ExporterData, listed: Sequence[PodContainerDevices] 
     pod-resources socket configured) keeps every row and owner. A container listed twice counts the GPUs of both
     entries. Never raises."""
     if listed is None:
-        return Attribution(data)
+        if not any(row.container == CLAIM_CONTAINER for row in data.containers):
+            return Attribution(data)
+        rows = tuple(_as_claim(row) if row.container == CLAIM_CONTAINER else row for row in data.containers)
+        return Attribution(attrs.evolve(data, containers=rows))
     live: dict[tuple[str, str, str], frozenset[GpuUuid]] = {}
+    users: dict[tuple[str, str], dict[tuple[str, str, str], None]] = {}  # claim → its containers, listed order
     for entry in listed:
         live[entry.key] = live.get(entry.key, frozenset()) | entry.gpu_uuids
+        for claim in entry.claims:
+            users.setdefault(claim, {})[entry.key] = None
     mig_gpus = {m.instance.uuid: m.instance.gpu_uuid for m in data.mig if m.instance.uuid}
     kept: list[ContainerData] = []
     mismatches: list[AttributionMismatch] = []
     held: set[str] = set()
+    changed = False
     for row in data.containers:
+        if row.container == CLAIM_CONTAINER:
+            changed = True
+            for namespace, pod, container in users.get((row.namespace, row.pod_name), {}):
+                held.update(row.mig_uuids)
+                kept.append(attrs.evolve(_as_claim(row), namespace=namespace, pod_name=pod, container=container))
+            continue
         key = (row.namespace, row.pod_name, row.container)
         if key not in live:
             continue
@@ -126,9 +156,14 @@ def attribute_checked(data: ExporterData, listed: Sequence[PodContainerDevices] 
             continue
         kept.append(row)
     mig = _held_only(data.mig, held)
-    if len(kept) == len(data.containers) and mig is data.mig:
+    if not changed and len(kept) == len(data.containers) and mig is data.mig:
         return Attribution(data)
     return Attribution(attrs.evolve(data, containers=tuple(kept), mig=mig), tuple(mismatches))
+
+
+def _as_claim(row: ContainerData) -> ContainerData:
+    """A claim's Runtime row (pod = the claim) with the claim labels set."""
+    return attrs.evolve(row, claim_namespace=row.namespace, claim_name=row.pod_name)
 
 
 def _held_only(rows: tuple[MigInstanceData, ...], held: set[str]) -> tuple[MigInstanceData, ...]:

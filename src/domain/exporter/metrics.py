@@ -24,10 +24,13 @@ PREFIX = "lj_runtimekit_"
 """Prefix of every series the exporter serves."""
 
 GPU_LABELS = ("node", "gpu_index", "gpu_uuid", "model")
-CONTAINER_LABELS = (*GPU_LABELS, "namespace", "pod", "container")
+CONTAINER_LABELS = (*GPU_LABELS, "namespace", "pod", "container", "claim_namespace", "claim_name")
+"""A container's series: its GPU, its pod and container, and the DRA claim whose grant it uses (empty for a
+device-plugin container; ``domain.exporter.attribution``)."""
 NODE_LABELS = ("node",)
 MIG_LABELS = (*GPU_LABELS, "profile", "gpu_instance_id", "compute_instance_id", "mig_uuid")
-CONTAINER_MIG_LABELS = (*CONTAINER_LABELS, "profile", "mig_uuid")
+CONTAINER_MIG_LABELS = (*GPU_LABELS, "namespace", "pod", "container", "profile", "mig_uuid")
+"""A container's series on a MIG instance (no claim labels: DRA claims are not prepared on MIG devices yet)."""
 NODE_MIG_LABELS = (*NODE_LABELS, "profile")
 
 MetricKind = Literal["gauge", "counter"]
@@ -212,10 +215,15 @@ def _gpu_families(node: str, data: ExporterData) -> Iterator[Family]:
                  "counter", (*GPU_LABELS, "xid"), xids)
 
 
+def _who(c: ContainerData) -> tuple[str, str, str, str, str]:
+    """The container's labels after its GPU's: namespace, pod, container, claim namespace, claim name."""
+    return c.namespace, c.pod_name, c.container, c.claim_namespace, c.claim_name
+
+
 def _container_families(node: str, data: ExporterData) -> Iterator[Family]:
     models = {g.device.gpu.uuid: g.device.gpu.model for g in data.gpus}
     rows = [
-        ((node, str(g.index), g.uuid, models.get(g.uuid, ""), c.namespace, c.pod_name, c.container), c, g)
+        ((node, str(g.index), g.uuid, models.get(g.uuid, ""), *_who(c)), c, g)
         for c in data.containers for g in c.gpus
     ]
     for spec in CONTAINER_METRICS:
@@ -231,8 +239,8 @@ def _missing_families(node: str, data: ExporterData) -> Iterator[Family]:
     yield Family(PREFIX + "gpu_missing", "1 for a GPU a container holds that the Runtime no longer lists (model "
                  "unknown)", "gauge", GPU_LABELS, tuple(((node, index, uuid, ""), 1.0) for index, uuid in gpus))
     yield Family(PREFIX + "container_gpu_missing", "1 for a container holding a GPU the Runtime no longer lists",
-                 "gauge", CONTAINER_LABELS, tuple(((node, str(g.index), g.uuid, "", c.namespace, c.pod_name,
-                                                     c.container), 1.0) for c, g in held))
+                 "gauge", CONTAINER_LABELS, tuple(((node, str(g.index), g.uuid, "", *_who(c)), 1.0)
+                                                    for c, g in held))
     yield Family(PREFIX + "node_missing_gpus", "GPUs containers hold that the Runtime no longer lists", "gauge",
                  NODE_LABELS, (((node,), float(len(gpus))),))
 
@@ -255,8 +263,8 @@ def _container_mig_families(node: str, data: ExporterData) -> Iterator[Family]:
     models = {g.device.gpu.uuid: g.device.gpu.model for g in data.gpus}
     by_uuid = {m.instance.uuid: m for m in data.mig if m.instance.uuid}
     rows = [
-        ((node, str(m.instance.gpu_index), m.instance.gpu_uuid, models.get(m.instance.gpu_uuid, ""), c.namespace,
-          c.pod_name, c.container, m.instance.profile, m.instance.uuid), c, m)
+        ((node, str(m.instance.gpu_index), m.instance.gpu_uuid, models.get(m.instance.gpu_uuid, ""), *_who(c)[:3],
+          m.instance.profile, m.instance.uuid), c, m)
         for c in data.containers for u in c.mig_uuids if (m := by_uuid.get(u)) is not None
     ]
     for spec in CONTAINER_MIG_METRICS:

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from domain.dra.booking import CLAIM_RECORD_PREFIX, is_claim_record
+from domain.dra.claims import ClaimAllocation
 from domain.gpu import Gpu, Health, MigMode
 from domain.inspection.compare import Disagreement, compare_view
 from domain.inspection.flags import Flag, cluster_flags, node_flags
@@ -155,12 +157,15 @@ class InspectionReport:
 
 
 def book(nodes: Iterable[NodeObject], pods: Iterable[PodObject], protocol: ProtocolConstants, *, now: float,
-         mig_mode: PlacementMode = PlacementMode.STATIC) -> LedgerSync:
+         mig_mode: PlacementMode = PlacementMode.STATIC, claims: Iterable[ClaimAllocation] = ()) -> LedgerSync:
     """The scheduler's books of a listing at ``now`` (epoch s): a fresh :class:`LedgerSync` fed every node, then
-    every pod (what the scheduler's rebuild does, without a last-good GPU list: a fresh scheduler's view)."""
+    every DRA claim and every pod (what the scheduler's rebuild does, without a last-good GPU list: a fresh
+    scheduler's view)."""
     sync = LedgerSync(ClusterLedger(), protocol, clock=lambda: now, mig_mode=mig_mode)
     for node in nodes:
         sync.on_node(node)
+    for claim in claims:
+        sync.on_claim(claim)
     for pod in pods:
         sync.on_pod(pod)
     return sync
@@ -168,12 +173,17 @@ def book(nodes: Iterable[NodeObject], pods: Iterable[PodObject], protocol: Proto
 
 def _holders(sync: LedgerSync, name: str, pods: Mapping[str, PodObject]) -> dict[int, list[Holder]]:
     out: dict[int, list[Holder]] = {}
+    claims = sync.claims
     for uid in sync.ledger.pods_on(name):
         record, pod = sync.ledger.record(uid), pods.get(uid)
         if record is None:
             continue
         source = sync.sources.get(uid)
-        namespace, pod_name = (pod.namespace, pod.name) if pod is not None else ("", uid)
+        claim = claims.get(uid.removeprefix(CLAIM_RECORD_PREFIX)) if is_claim_record(uid) else None
+        if pod is not None:
+            namespace, pod_name = pod.namespace, pod.name
+        else:  # a DRA claim's record shows as "claim/<name>"
+            namespace, pod_name = ("", uid) if claim is None else (claim.namespace, f"claim/{claim.name}")
         for container in record.containers:
             for grant in container.grants:
                 out.setdefault(grant.gpu_index, []).append(Holder(
@@ -238,14 +248,16 @@ def build_report(
     now: float,
     view: SchedulerView | None = None,
     mig_mode: PlacementMode = PlacementMode.STATIC,
+    claims: Iterable[ClaimAllocation] = (),
 ) -> InspectionReport:
     """The report of a listing (module docstring) at ``now`` (epoch s), read with ``protocol`` (the one the
     components loaded: its fingerprint decides protocol mismatches); ``view``: the scheduler's books, to list
-    disagreements; ``mig_mode``: the scheduler's MIG strategy (a node publishing another is flagged). Never raises
+    disagreements; ``mig_mode``: the scheduler's MIG strategy (a node publishing another is flagged); ``claims``:
+    the ResourceClaims, whose DRA allocations of our driver the books count as the scheduler's do. Never raises
     for bad object content: what cannot be read is flagged."""
     node_list = sorted(nodes, key=lambda n: n.name)
     pod_list = list(pods)
-    sync = book(node_list, pod_list, protocol, now=now, mig_mode=mig_mode)
+    sync = book(node_list, pod_list, protocol, now=now, mig_mode=mig_mode, claims=claims)
     by_uid = {p.uid: p for p in pod_list}
     on_node: dict[str, list[PodObject]] = {}
     for pod in pod_list:

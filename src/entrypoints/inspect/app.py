@@ -4,7 +4,9 @@ report (:func:`domain.inspection.report.build_report`).
 With a node name only that node and the pods bound to it are listed (``spec.nodeName`` field selector), so
 inspecting one node of a large cluster stays cheap; the scheduler's view is restricted to it. Failures a user can
 act on raise :class:`InspectError` with one line naming what failed: the API server unreachable or refusing, an
-unknown node, an unreachable scheduler.
+unknown node, an unreachable scheduler. With a claims port the ResourceClaims are listed too (the scheduler counts
+their DRA allocations of our driver in its books); an API server that does not serve them (404, before 1.34) counts
+as none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Protocol
 
 import attrs
 
+from domain.dra.claims import ClaimAllocation
 from domain.inspection.report import InspectionReport, build_report
 from domain.inspection.view import SchedulerView, only
 from domain.kube.annotations import MIG_STRATEGIES
@@ -22,6 +25,7 @@ from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.mig.gpu import PlacementMode
 from ports.cluster import ClusterError, NodesApi, NotFoundError, PodsApi
+from ports.resource_claims import ResourceClaimsWatch
 from ports.scheduler_view import SchedulerViewError, SchedulerViewSource
 
 OUTPUTS = ("table", "wide", "json")
@@ -64,8 +68,10 @@ class InspectApp:
     time ``clock`` gives (epoch seconds)."""
 
     def __init__(self, *, settings: InspectSettings, cluster: InspectCluster, protocol: ProtocolConstants,
-                 view: SchedulerViewSource | None, clock: Callable[[], float]) -> None:
+                 view: SchedulerViewSource | None, clock: Callable[[], float],
+                 claims: ResourceClaimsWatch | None = None) -> None:
         self.settings = settings
+        self.claims = claims
         self.cluster = cluster
         self.protocol = protocol
         self.view = view
@@ -84,6 +90,16 @@ class InspectApp:
         except ClusterError as error:
             raise InspectError(f"cannot list the cluster: {error}") from error
 
+    def _claims(self) -> tuple[ClaimAllocation, ...]:
+        if self.claims is None:
+            return ()
+        try:
+            return self.claims.list_claims().items
+        except NotFoundError:
+            return ()  # resource.k8s.io/v1 not served: no DRA claims
+        except ClusterError as error:
+            raise InspectError(f"cannot list ResourceClaims: {error}") from error
+
     def _scheduler_view(self) -> SchedulerView | None:
         if self.view is None:
             return None
@@ -96,6 +112,7 @@ class InspectApp:
     def report(self) -> InspectionReport:
         """List, read, build (module docstring). Raises :class:`InspectError`."""
         nodes, pods = self._listing()
+        claims = self._claims()
         view = self._scheduler_view()
         return build_report(nodes, pods, self.protocol, now=self.clock(), view=view,
-                            mig_mode=PlacementMode(self.settings.mig_strategy))
+                            mig_mode=PlacementMode(self.settings.mig_strategy), claims=claims)

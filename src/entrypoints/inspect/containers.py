@@ -14,10 +14,13 @@ from collections.abc import Callable, Iterator
 from dependency_injector import containers, providers
 
 from adapters.httpjson import HttpSchedulerView
+from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cluster import api_server
 from ports.cluster import ClusterApi
+from ports.resource_claims import ResourceClaimsWatch
 from ports.scheduler_view import SchedulerViewSource
 
 from .app import InspectApp, InspectSettings
@@ -38,6 +41,13 @@ def scheduler_view(settings: InspectSettings) -> SchedulerViewSource | None:
     return HttpSchedulerView(settings.scheduler, timeout_s=settings.timeout_s) if settings.scheduler else None
 
 
+def resource_claims(cluster: ClusterApi) -> ResourceClaimsWatch | None:
+    """The ResourceClaims over ``cluster``'s API server connection (None for any other cluster port)."""
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
+    return None
+
+
 def epoch_clock() -> Callable[[], float]:
     """Wall-clock epoch seconds (inventory heartbeats are epoch times)."""
     return time.time
@@ -53,4 +63,4 @@ class InspectContainer(containers.DeclarativeContainer):
     view: providers.Provider[SchedulerViewSource | None] = providers.Singleton(scheduler_view, settings)
     app: providers.Provider[InspectApp] = providers.Singleton(
         InspectApp, settings=settings, cluster=cluster, protocol=protocol, view=view,
-        clock=providers.Callable(epoch_clock))
+        clock=providers.Callable(epoch_clock), claims=providers.Callable(resource_claims, cluster))

@@ -1,9 +1,10 @@
 """The ``scheduler`` use case: settings, and the threads that keep one replica running.
 
-:class:`SchedulerApp` starts, in this order: the node and pod informers (list+watch into the service; a pod or node
-re-created under a known name is released by UID first; their resourceVersions are the service's resync
-watermarks), the HTTP listener (``/healthz``, ``/readyz``, ``/metrics``, the read-only ``/debug/ledger`` view
-of the books, and the extender verbs in extender mode;
+:class:`SchedulerApp` starts, in this order: the node and pod informers and, when the service has a claims port,
+the ResourceClaim informer (list+watch into the service; a pod, node or claim re-created under a known name is
+released by UID first; their resourceVersions are the service's resync watermarks), the HTTP listener
+(``/healthz``, ``/readyz``, ``/metrics``, the read-only ``/debug/ledger`` view of the books, and the extender verbs
+in extender mode;
 with ``metrics_listen`` a second one without the verbs, for Prometheus), the leader elector (on gaining leadership
 a new term opens at once on the elector's thread, and the ledger is rebuilt from a full listing on a thread of its
 own — so the Lease keeps being renewed — once both informers have listed, retried with backoff until it succeeds or
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from domain.dra.claims import ClaimAllocation
 from domain.errors import InvalidRequestError
 from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
@@ -84,6 +86,8 @@ class SchedulerSettings:
     node (0: never, the same meaning as in ``ServiceConfig``: :func:`domain.scheduling.nodefit.holds.hold_window`).
     ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
     (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
+    ``dra_claims``: watch ResourceClaims (``resource.k8s.io/v1``, Kubernetes 1.34+) and count the DRA allocations
+    of our driver in the books (:mod:`domain.scheduling.sync.claims`); off only for API servers without that API.
     ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
     authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
     network namespace (kube-scheduler calls them over loopback).
@@ -117,6 +121,7 @@ class SchedulerSettings:
     pod_namespace: str = ""
     pod_name: str = ""
     insecure_listen: bool = False
+    dra_claims: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -184,6 +189,16 @@ class SchedulerApp(RunUntilStopped):
             key=lambda p: p.key, uid=lambda p: p.uid, on_upsert=service.on_pod,
             on_delete=service.on_pod_deleted, watch_timeout=timeout)
         service.listing.watermarks = lambda: (self.nodes.resource_version, self.pods.resource_version)
+        self.claims: Informer[ClaimAllocation] | None = None
+        if service.claims is not None:
+            api = service.claims
+            claims: Informer[ClaimAllocation] = Informer(
+                name="resourceclaims", list_fn=api.list_claims,
+                watch_fn=lambda rv, t: api.watch_claims(resource_version=rv, timeout_seconds=t),
+                key=lambda c: c.key, uid=lambda c: c.uid, on_upsert=service.on_claim,
+                on_delete=service.on_claim_deleted, watch_timeout=timeout)
+            self.claims = claims
+            service.listing.claim_watermark = lambda: claims.resource_version
         self.threads = ReplicaThreads()
         wire = None if self.extender is None else ExtenderJson(self.extender)
         verbs = {} if wire is None else {"filter": wire.filter, "prioritize": wire.prioritize, "bind": wire.bind}
@@ -200,8 +215,9 @@ class SchedulerApp(RunUntilStopped):
 
     @property
     def synced(self) -> bool:
-        """True once both informers have listed."""
-        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+        """True once every informer (nodes, pods, claims when watched) has listed."""
+        claims = self.claims is None or self.claims.synced.is_set()
+        return claims and self.nodes.synced.is_set() and self.pods.synced.is_set()
 
     def health(self) -> tuple[bool, str]:
         """Liveness: every started thread still runs."""
@@ -229,6 +245,9 @@ class SchedulerApp(RunUntilStopped):
         threads, stop = self.threads, self.threads.stop_event
         threads.spawn("informer-nodes", lambda: self.nodes.run(stop))
         threads.spawn("informer-pods", lambda: self.pods.run(stop))
+        if self.claims is not None:
+            claims = self.claims
+            threads.spawn("informer-resourceclaims", lambda: claims.run(stop))
         self.http.start()
         if self.metrics_http is not None:
             self.metrics_http.start()

@@ -21,12 +21,15 @@ from collections.abc import Callable, Iterator
 from dependency_injector import containers, providers
 
 from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
+from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cluster import in_memory_or_api_server
 from ports.cluster import ClusterApi
 from ports.metrics import SchedulerMetrics
+from ports.resource_claims import ResourceClaimsWatch
 from services._shared.leader import LeaderConfig, LeaderElector
 from services._shared.logs import configure_logging
 from services._shared.publish import ProtocolPublisher, pod_publisher
@@ -58,6 +61,16 @@ def commit_cluster(cluster: ClusterApi, settings: SchedulerSettings) -> ClusterA
     if isinstance(cluster, KubernetesCluster):
         return cluster.with_request_timeout(min(cluster.request_timeout, commit_timeout(settings)))
     return cluster
+
+
+def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> ResourceClaimsWatch | None:
+    """The ResourceClaims the service lists and watches: None with ``dra_claims`` off, over the API server's
+    connection of ``cluster`` (its request timeout), else in memory (empty, development)."""
+    if not settings.dra_claims:
+        return None
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
+    return InMemoryResourceClaims()
 
 
 def leader_config(settings: SchedulerSettings) -> LeaderConfig:
@@ -96,7 +109,8 @@ def epoch_clock() -> Callable[[], float]:
 
 
 class SchedulerContainer(containers.DeclarativeContainer):
-    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, service, publisher, app."""
+    """``settings`` (required) → logging, protocol, cluster, metrics, leader election, claims, service, publisher,
+    app."""
 
     settings: providers.Dependency[SchedulerSettings] = providers.Dependency(instance_of=SchedulerSettings)
     logging: providers.Provider[object] = providers.Resource(configure_logging, level=settings.provided.log_level)
@@ -110,7 +124,8 @@ class SchedulerContainer(containers.DeclarativeContainer):
     service: providers.Provider[SchedulerService] = providers.Singleton(
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
-        commit_cluster=providers.Callable(commit_cluster, cluster, settings))
+        commit_cluster=providers.Callable(commit_cluster, cluster, settings),
+        claims=providers.Callable(resource_claims, cluster, settings))
     publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
         make_publisher, cluster, settings, protocol)
     app: providers.Provider[SchedulerApp] = providers.Singleton(

@@ -11,7 +11,8 @@ their number is in the snapshot and each such container is logged once, when its
 
 With ``ended_pods`` (the Kubernetes API, :mod:`.podphases`: a watched view of the node's pods, started by
 :meth:`SnapshotCollector.start`), each successful pull then drops the rows of pods the API shows terminal or no
-longer has, and shows their MIG instances free (``domain.exporter.liveness``): kubelets before 1.34 keep listing
+longer has (a DRA claim's rows, whose ``pod_uid`` is the claim's, are left to pod-resources), and shows their MIG
+instances free (``domain.exporter.liveness``): kubelets before 1.34 keep listing
 a terminated pod in pod-resources, and the Runtime keeps its record until the device plugin releases it, so without
 the API a completed pod's series would outlive it by up to a minute.
 
@@ -136,7 +137,7 @@ class SnapshotCollector:
             return self._failed(f"{type(error).__name__}: {error}")
         data, api_errors = pulled.data, None
         if self._ended_pods is not None:
-            uids = {row.pod_uid for row in data.containers}
+            uids = {row.pod_uid for row in data.containers if not row.claim_name}  # a claim row's is the claim's
             uids.update(m.instance.owner.pod_uid for m in data.mig if m.instance.owner is not None)
             data = drop_pods(data, self._ended_pods.update(uids))
             api_errors = self._ended_pods.errors

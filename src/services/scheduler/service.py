@@ -22,6 +22,7 @@ import logging
 from collections.abc import Collection, Sequence
 
 from domain.allocation import PodAllocation
+from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
@@ -113,6 +114,31 @@ class SchedulerService(ServiceUpkeep):
             for listener in self.deletion_listeners:
                 listener(item)
             self._changed()
+            events = self.alerts.collect(self.sync)
+        self.notices.emit(events)
+
+    def on_claim(self, claim: ClaimAllocation) -> None:
+        """ResourceClaim added or updated: book what its allocation holds of our driver, release what it no longer
+        holds (:mod:`domain.scheduling.sync.claims`); what was counted on the safe side is logged once per change.
+        Never raises for bad claim content."""
+        with self._lock:
+            before = self.sync.claim_problems.get(claim.key)
+            held = self.sync.holds_claim(claim.uid)
+            if not self.listing.holds_claim(claim.resource_version):
+                self.sync.on_claim(claim)
+            problem = self.sync.claim_problems.get(claim.key)
+            if held and not self.sync.holds_claim(claim.uid):
+                self._changed()  # deallocated: capacity may have appeared
+            events = self.alerts.collect(self.sync)
+        if problem and problem != before:
+            log.warning("DRA claim counted on the safe side", extra=fields(claim=claim.key, problem=problem))
+        self.notices.emit(events)
+
+    def on_claim_deleted(self, claim: ClaimAllocation) -> None:
+        """ResourceClaim deleted: release what it held. Never raises."""
+        with self._lock:
+            if self.sync.on_claim_deleted(claim):
+                self._changed()
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
 

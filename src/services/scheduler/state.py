@@ -21,6 +21,7 @@ from domain.mig.gpu import PlacementMode
 from domain.scheduling.sync import LedgerSync, Tombstone
 from ports.cluster import EventsApi, NodesApi, PodsApi
 from ports.metrics import SchedulerMetrics
+from ports.resource_claims import ResourceClaimsWatch
 
 from .alerts import BookAlerts
 from .leadership import Terms
@@ -47,8 +48,12 @@ class ServiceState:
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
         commit_cluster: PodsApi | None = None,
+        claims: ResourceClaimsWatch | None = None,
     ) -> None:
         self.cluster = cluster
+        self.claims = claims
+        """ResourceClaims listed by resyncs (DRA claims in the books: :mod:`domain.scheduling.sync.claims`); None =
+        none counted (no claim informer either)."""
         self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
         self.protocol = protocol
         self.metrics = metrics

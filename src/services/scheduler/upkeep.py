@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from domain.kube.objects import Listing
 from domain.scheduling.sync.drift import DriftReport
 from services._shared.gcpause import collection_paused
 from services._shared.logs import fields
@@ -46,8 +47,9 @@ class ServiceUpkeep(ServiceState):
         self.notices.emit(events)
 
     def resync(self) -> DriftReport:
-        """List nodes and pods, rebuild the books from the listing and adopt them (repairing the live books in
-        place), report the drift (counted in the metrics), and refresh FGD's typical pods.
+        """List nodes, pods and (with a claims port) ResourceClaims, rebuild the books from the listing and adopt
+        them (repairing the live books in place), report the drift (counted in the metrics), and refresh FGD's
+        typical pods.
 
         The listing and the rebuild run without the lock; the adoption takes it and happens only when each
         listing's resourceVersion is at least the informer's (:attr:`listing`): otherwise an event newer than
@@ -58,19 +60,21 @@ class ServiceUpkeep(ServiceState):
         for attempt in range(1, RESYNC_ATTEMPTS + 1):
             nodes = self.cluster.list_nodes()
             pods = self.cluster.list_pods()
+            claims = Listing((), "") if self.claims is None else self.claims.list_claims()
             with self._lock:
                 last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
             with collection_paused():
-                fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good)
+                fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good,
+                                          claims=claims.items)
             with self._lock, collection_paused():
-                behind = self.listing.behind(nodes.resource_version, pods.resource_version)
+                behind = self.listing.behind(nodes.resource_version, pods.resource_version, claims.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
                     self.schedulers.reobserve(pods.items)
                     if held - set(self.sync.holds.holders()):
                         self._changed()  # holds the listing ended (a mark the informer had not shown yet)
-                    self.listing.adopted(nodes.resource_version, pods.resource_version)
+                    self.listing.adopted(nodes.resource_version, pods.resource_version, claims.resource_version)
                     count = drift_count(report)
                     events = self.alerts.collect(self.sync)
                     break

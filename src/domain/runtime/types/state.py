@@ -122,7 +122,9 @@ class ContainerGpuData:
 @attrs.frozen
 class ContainerData:
     """Exporter row for one allocated container; ``mig_uuids``: the MIG instances it holds (``MIG-…``, details in
-    :attr:`ExporterData.mig`)."""
+    :attr:`ExporterData.mig`). ``claim_namespace``/``claim_name``: the DRA claim whose grant this is, set by the
+    exporter's attribution (``domain.exporter.attribution``) on a claim's row (the Runtime keeps a claim's grant as
+    pod = the claim, container ``dra-claim``); empty for a device-plugin container."""
 
     pod_uid: str
     namespace: str
@@ -132,6 +134,8 @@ class ContainerData:
     gpus: tuple[ContainerGpuData, ...]
     allocated_at: float = 0.0
     mig_uuids: tuple[str, ...] = ()
+    claim_namespace: str = ""
+    claim_name: str = ""
 
 
 @attrs.frozen

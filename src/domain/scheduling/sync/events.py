@@ -339,6 +339,7 @@ class LedgerEvents:
         for uid in self.ledger.pods_on(node):
             self.ledger.release(uid)
         self._inferred[node] = set()
+        self._recount_claims(node)
         for uid in sorted(self._on_node.get(node, ())):
             self._count(uid)
         for uid, (allocation, _) in list(self._assumed.items()):
@@ -349,6 +350,9 @@ class LedgerEvents:
                     del self._assumed[uid]
                     self.problems[uid] = f"reservation dropped: {error}"
         self._reinfer(node)
+
+    def _recount_claims(self, node: str) -> None:
+        """Re-book the DRA claims of ``node`` (:class:`~domain.scheduling.sync.claims.ClaimEvents`; none here)."""
 
     def _unstore(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from domain.allocation import PodAllocation
+from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
 from domain.gpu import Gpu
 from domain.kube.annotations import MigInstanceRecord, decode_plan
@@ -25,14 +26,15 @@ from domain.request import PodRequest
 from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
 from domain.scheduling.mig.cycle import schedule_mig
 from domain.scheduling.nodefit import PodConstraints, node_fit_reason
+from domain.scheduling.sync.claims import ClaimEvents
 from domain.scheduling.sync.drift import DriftReport, compare_books
-from domain.scheduling.sync.events import LedgerEvents
 from domain.scheduling.sync.overbooking import checks_books
 
 
-class LedgerSync(LedgerEvents):
+class LedgerSync(ClaimEvents):
     """Keeps ``ledger`` equal to the cluster plus this scheduler's reservations (module docstring; state and
-    events: :class:`~domain.scheduling.sync.events.LedgerEvents`)."""
+    events: :class:`~domain.scheduling.sync.events.LedgerEvents`, DRA claims:
+    :class:`~domain.scheduling.sync.claims.ClaimEvents`)."""
 
     # ------------------------------------------------------------------ reservations
     @checks_books
@@ -164,6 +166,7 @@ class LedgerSync(LedgerEvents):
         keep_assumed: bool = False,
         last_good: Mapping[str, tuple[Gpu, ...]] | None = None,
         mig_last_good: Mapping[str, tuple[Mapping[int, tuple[MigInstanceRecord, ...]], str]] | None = None,
+        claims: Iterable[ClaimAllocation] = (),
     ) -> LedgerSync:
         """A new :class:`LedgerSync` on a fresh ledger, built from API objects only (same protocol and clock).
 
@@ -171,7 +174,8 @@ class LedgerSync(LedgerEvents):
         this instance's, :meth:`last_good`); ``mig_last_good`` likewise its MIG layout and strategy (default:
         :meth:`MigBooks.last_good`). Given explicitly and with ``keep_assumed`` False, this reads nothing of this
         instance that changes, so a caller may run it without its lock and :meth:`adopt` the result under it.
-        With ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
+        ``claims``: the listed ResourceClaims (:class:`~domain.scheduling.sync.claims.ClaimEvents`). With
+        ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
         """
         fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
                            assumed_ttl_seconds=self.assumed_ttl_seconds, mig_mode=self.mig_mode,
@@ -183,6 +187,8 @@ class LedgerSync(LedgerEvents):
                 fresh.on_node(node)
             fresh._last_good = {name: gpus for name, gpus in fresh._last_good.items() if name in fresh._counted}
             fresh.books.prune(fresh._counted)
+            for claim in claims:
+                fresh.on_claim(claim)
             pods = list(pods)
             fresh._listed = {p.uid: p for p in pods}
             fresh._reinfer_later = set()
@@ -292,10 +298,11 @@ class LedgerSync(LedgerEvents):
         self._adopt(fresh, report)
         return report
 
-    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject]) -> DriftReport:
+    def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject],
+               claims: Iterable[ClaimAllocation] = ()) -> DriftReport:
         """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
         in place (the scheduler and its plugins keep their reference), and report the drift."""
-        return self.adopt(self.rebuild(nodes, pods))
+        return self.adopt(self.rebuild(nodes, pods, claims=claims))
 
     def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
         """Repair the live ledger in place; cost: the differences (and one pass over the node table). Only nodes
@@ -339,6 +346,8 @@ class LedgerSync(LedgerEvents):
         self._last_good = fresh._last_good
         self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
         self._assumed = fresh._assumed
+        self._claims, self._claim_uid_by_key = fresh._claims, fresh._claim_uid_by_key
+        self.claim_problems = fresh.claim_problems
         self.holds.adopt(fresh.holds, keep=self._assumed)
         self.books.adopt(fresh.books)
         self.requests = fresh.requests

@@ -1,0 +1,133 @@
+"""DRA ResourceClaims in the scheduler's ledger: :class:`ClaimEvents`, one book for classic pods and claims.
+
+kube-scheduler's DRA allocator places claims for our driver's devices without asking this scheduler; the ledger
+still has to count what they hold, or it would place a classic pod on a GPU a claim took. Rules:
+
+* every claim whose ``status.allocation`` holds devices of our driver (``protocol.dra.driver``) is booked on the
+  node of each pool it names (pool = node name) as :func:`domain.dra.booking.book_on_node` says, keyed
+  ``claim:<uid>``, with no pod slot, CPU or host memory; a claim on a node not seen yet is booked when the node
+  arrives, and again from its stored object whenever the node's GPU identity changes;
+* what cannot be mapped exactly counts as the whole GPU and is recorded in :attr:`ClaimEvents.claim_problems`
+  (logged by the service); a device whose GPU cannot be told gates the node for GPU pods while the claim holds it
+  (never a silent drop). The GPUs are those of the node's inventory annotation (the device plugin's, or the last
+  good list): a node that runs only the DRA driver publishes none, so its claims only gate it (it is gated for
+  GPU pods anyway, inventory missing) and are not reported as problems;
+* a claim whose allocation goes (deallocated), that leaves our driver, or is deleted (plainly, or by a new UID
+  under its ``namespace/name``) is released; events are idempotent and keyed by UID;
+* after a claim change the node's plan-less pods are re-inferred on top of it, so the books stay a function of the
+  objects; :meth:`domain.scheduling.sync.LedgerSync.rebuild` books the listed claims the same way.
+
+Not thread-safe: the caller serialises events (as for :class:`~domain.scheduling.sync.events.LedgerEvents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from domain.dra.booking import CLAIM_RECORD_PREFIX, book_on_node, claim_record_uid, is_claim_record, node_results
+from domain.dra.claims import ClaimAllocation
+from domain.kube.protocol import ProtocolConstants
+from domain.ledger import ClusterLedger
+from domain.mig.gpu import PlacementMode
+from domain.scheduling.sync.events import LedgerEvents
+from domain.scheduling.sync.overbooking import checks_books
+
+
+class ClaimEvents(LedgerEvents):
+    """The claim half of the informer events (module docstring). Public state: ``claim_problems`` (claim
+    ``namespace/name`` → what was counted on the safe side or left the node gated, for the log)."""
+
+    def __init__(self, ledger: ClusterLedger, protocol: ProtocolConstants, *, clock: Callable[[], float],
+                 assumed_ttl_seconds: float = 60.0, mig_mode: PlacementMode = PlacementMode.STATIC,
+                 hold_window_seconds: float | None = None) -> None:
+        super().__init__(ledger, protocol, clock=clock, assumed_ttl_seconds=assumed_ttl_seconds,
+                         mig_mode=mig_mode, hold_window_seconds=hold_window_seconds)
+        self._claims: dict[str, ClaimAllocation] = {}  # claim UID → last object holding devices of ours
+        self._claim_uid_by_key: dict[str, str] = {}
+        self.claim_problems: dict[str, str] = {}
+
+    def _label(self, uid: str) -> str:
+        if is_claim_record(uid):
+            claim = self._claims.get(uid.removeprefix(CLAIM_RECORD_PREFIX))
+            return uid if claim is None else f"claim {claim.key}"
+        return super()._label(uid)
+
+    @property
+    def claims(self) -> dict[str, ClaimAllocation]:
+        """The claims holding devices of our driver, by claim UID (a copy)."""
+        return dict(self._claims)
+
+    def holds_claim(self, claim_uid: str) -> bool:
+        """True while the claim with UID ``claim_uid`` holds devices of our driver (is in the books or waits for
+        its node)."""
+        return claim_uid in self._claims
+
+    @checks_books
+    def on_claim(self, claim: ClaimAllocation) -> None:
+        """Claim added or updated: book what its allocation holds of our driver, release what it no longer holds;
+        idempotent. A new UID under a known ``namespace/name`` releases the old one first."""
+        previous = self._claim_uid_by_key.get(claim.key)
+        if previous is not None and previous != claim.uid:
+            self._drop_claim(previous)
+        old = self._claims.get(claim.uid)
+        if not node_results(claim, self.protocol.dra.driver):
+            if old is not None:
+                self._drop_claim(claim.uid)
+            return
+        if old is not None and old.results == claim.results:
+            self._claims[claim.uid] = claim
+            return
+        if old is not None:
+            self._drop_claim(claim.uid)
+        self._claims[claim.uid] = claim
+        self._claim_uid_by_key[claim.key] = claim.uid
+        for node in node_results(claim, self.protocol.dra.driver):
+            if node in self._counted:
+                self._book_claim(claim, node)
+                self._reinfer(node)
+
+    @checks_books
+    def on_claim_deleted(self, claim: ClaimAllocation) -> bool:
+        """Claim deleted: release what it held; returns True when it was booked."""
+        if self._claim_uid_by_key.get(claim.key) == claim.uid:
+            del self._claim_uid_by_key[claim.key]
+        return self._drop_claim(claim.uid)
+
+    def _book_claim(self, claim: ClaimAllocation, node: str) -> None:
+        """Book ``claim`` on counted ``node`` from its stored results (no re-inference)."""
+        results = node_results(claim, self.protocol.dra.driver).get(node, ())
+        booking = book_on_node(claim, node, results, self._counted[node].gpus)
+        uid = claim_record_uid(claim.uid)
+        notes = [*booking.problems, *([booking.unknown] if booking.unknown else [])]
+        if notes and self._counted[node].gpus:  # a node without GPU inventory (DRA only) is gated anyway
+            self.claim_problems[claim.key] = "; ".join(notes)
+        else:
+            self.claim_problems.pop(claim.key, None)
+        self._gates.mark_gpu_unknown(node, uid, booking.unknown or None, now=self.clock())
+        if booking.record is not None:
+            self.ledger.observe(booking.record)
+            self.sources.pop(uid, None)
+
+    def _drop_claim(self, claim_uid: str) -> bool:
+        claim = self._claims.pop(claim_uid, None)
+        if claim is None:
+            return False
+        self.claim_problems.pop(claim.key, None)
+        if self._claim_uid_by_key.get(claim.key) == claim_uid:
+            del self._claim_uid_by_key[claim.key]
+        uid = claim_record_uid(claim_uid)
+        record = self.ledger.release(uid)
+        for node in node_results(claim, self.protocol.dra.driver):
+            if self._gates.is_unknown(node, uid):
+                self._gates.mark_gpu_unknown(node, uid, None, now=self.clock())
+        if record is not None:
+            self._reinfer(record.node)
+        return True
+
+    def _recount_claims(self, node: str) -> None:
+        """Re-book every stored claim on ``node`` (its GPU identity changed or it came back; the caller released
+        the node's records and re-infers afterwards)."""
+        for uid in sorted(self._claims):
+            claim = self._claims[uid]
+            if node in node_results(claim, self.protocol.dra.driver):
+                self._book_claim(claim, node)

@@ -1,0 +1,147 @@
+"""DRA claims in the scheduler's ledger (``domain.scheduling.sync.claims``): one book with classic pods."""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.dra.claims import AllocationResult, ClaimAllocation
+from domain.kube.objects import PodPhase
+from domain.scheduling.sync import LedgerSync
+from domain.units import GiB
+from support.kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+
+DRIVER = PROTOCOL.dra.driver
+
+
+def claim(*devices: tuple[str, dict[str, str]], uid: str = "c1", node: str = "n1", name: str = "claim"
+          ) -> ClaimAllocation:
+    return ClaimAllocation("ns", name, uid, tuple(
+        AllocationResult(request=f"r{i}", driver=DRIVER, pool=node, device=d, consumed=c)
+        for i, (d, c) in enumerate(devices)))
+
+
+def schedule_whole(sync: LedgerSync, uid: str = "p") -> str | None:
+    result = sync.schedule(make_scheduler(sync), make_pod(uid, gpu="1"))
+    if result.allocation is None:
+        return None
+    sync.forget(uid)
+    return result.allocation.node
+
+
+def test_claims_hold_gpus_so_a_classic_pod_is_placed_around_them_and_released_after() -> None:
+    sync = make_sync(make_node("n1"))
+    sync.on_claim(claim(("gpu-0", {})))
+    sync.on_claim(claim(("gpu-1", {"cores": "30", "memory": "4Gi"}), uid="c2", name="share"))
+    assert used(sync, "n1") == [(1000, GPU16), (300, 4 * GiB)]
+    assert sync.ledger.books()["n1"]["pods"] == ["claim:c1", "claim:c2"]
+    assert int(sync.ledger.pods_used[sync.ledger.slot("n1")]) == 0  # no pod slot
+    assert schedule_whole(sync) is None  # GPU 0 held whole, GPU 1 partly: no whole GPU left
+    sync.on_claim_deleted(claim(uid="c2", name="share"))
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    sync.on_claim(attrs.evolve(claim(), results=()))  # deallocated
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    assert schedule_whole(sync) == "n1"
+
+
+def test_a_claim_on_a_node_not_seen_yet_is_booked_when_the_node_arrives_and_survives_identity_changes() -> None:
+    sync = make_sync()
+    sync.on_claim(claim(("gpu-1", {})))
+    sync.on_node(make_node("n1"))
+    assert used(sync, "n1") == [(0, 0), (1000, GPU16)]
+    sync.on_node(make_node("n1", count=3))  # GPU identity changed: re-derived from the stored claim
+    assert used(sync, "n1") == [(0, 0), (1000, GPU16), (0, 0)]
+    sync.on_node_deleted("n1")
+    sync.on_node(make_node("n1"))
+    assert used(sync, "n1") == [(0, 0), (1000, GPU16)]
+
+
+def test_events_are_idempotent_and_a_new_uid_under_the_name_releases_the_old() -> None:
+    sync = make_sync(make_node("n1"))
+    first = claim(("gpu-0", {}))
+    sync.on_claim(first)
+    sync.on_claim(first)
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    sync.on_claim(claim(("gpu-1", {}), uid="c9"))
+    assert used(sync, "n1") == [(0, 0), (1000, GPU16)]
+    assert not sync.on_claim_deleted(first)
+    assert sync.on_claim_deleted(claim(uid="c9"))
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+
+
+def test_an_inferred_pod_is_placed_on_top_of_a_claim() -> None:
+    sync = make_sync(make_node("n1"))
+    sync.on_pod(make_pod("a", gpu="1", node="n1", phase=PodPhase.RUNNING))  # plan-less: inferred
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    sync.on_claim(claim(("gpu-0", {})))
+    assert sorted(used(sync, "n1")) == [(1000, GPU16), (1000, GPU16)]
+
+
+def test_unknown_devices_gate_the_node_and_the_gate_lifts_with_the_claim() -> None:
+    sync = make_sync(make_node("n1"))
+    sync.on_claim(claim(("gpu-9", {})))
+    assert "n1" in sync.gates
+    assert "no GPU 9" in sync.claim_problems["ns/claim"]
+    assert schedule_whole(sync) is None
+    sync.on_claim_deleted(claim())
+    assert "n1" not in sync.gates
+    assert sync.claim_problems == {}
+
+
+def test_a_rebuild_books_listed_claims_like_the_events_and_adopt_keeps_them() -> None:
+    node = make_node("n1")
+    live = make_sync(node)
+    share = PodAllocation("a", "n1", (ContainerGrant("main", (GpuGrant(1, 200, 2 * GiB),)),))
+    pod = with_plan(make_pod("a", core="20", mem="2"), share, live.ledger.inventory("n1").gpus)
+    claims = [claim(("gpu-0", {})), claim(("gpu-1", {"cores": "30"}), uid="c2", name="b")]
+    live.on_pod(pod)
+    for c in claims:
+        live.on_claim(c)
+    fresh = live.rebuild([node], [pod], claims=claims)
+    assert fresh.ledger.books() == live.ledger.books()
+    stale = make_sync(node)
+    report = stale.adopt(live.rebuild([node], [pod], claims=claims))
+    assert set(report.missing) == {"a", "claim:c1", "claim:c2"}
+    assert stale.ledger.books() == live.ledger.books()
+    stale.on_claim_deleted(claims[0])
+    assert used(stale, "n1")[0] == (0, 0)
+
+
+def test_a_dra_only_node_without_inventory_is_gated_and_its_claims_are_no_problem() -> None:
+    sync = make_sync(make_node("d1", annotation=None))
+    sync.on_claim(claim(("gpu-0", {}), node="d1"))
+    assert "d1" in sync.gates
+    assert sync.claim_problems == {}
+    sync.on_claim_deleted(claim(node="d1"))
+    assert "d1" in sync.gates  # still no inventory
+
+
+DEVICES = st.sampled_from(["gpu-0", "gpu-1", "gpu-1-mig-1g.10gb-0", "gpu-5", "bogus"])
+CONSUMED = st.sampled_from([{}, {"cores": "30"}, {"cores": "20", "memory": "2Gi"}, {"cores": "x"}, {"memory": "1Gi"}])
+EVENTS = st.lists(st.tuples(st.integers(0, 3), st.lists(st.tuples(DEVICES, CONSUMED), max_size=2),
+                            st.booleans()), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(EVENTS)
+def test_live_claim_events_give_the_books_of_a_rebuild_from_the_last_objects(events: list[
+        tuple[int, list[tuple[str, dict[str, str]]], bool]]) -> None:
+    node = make_node("n1")
+    live = make_sync(node)
+    plan_less = make_pod("inferred", core="30", mem="2", node="n1", phase=PodPhase.RUNNING)
+    live.on_pod(plan_less)  # re-inferred on top of the claims after every change
+    last: dict[int, ClaimAllocation] = {}
+    for number, devices, delete in events:
+        current = claim(*devices, uid=f"u{number}", name=f"c{number}")
+        if delete:
+            live.on_claim_deleted(current)
+            last.pop(number, None)
+        else:
+            live.on_claim(current)
+            last[number] = current
+    fresh = live.rebuild([node], [plan_less], claims=list(last.values()))
+    assert fresh.ledger.books() == live.ledger.books()
+    assert fresh.gates == live.gates
+    assert fresh.claim_problems == live.claim_problems
