@@ -19,7 +19,7 @@ resyncs and leadership terms are :mod:`.upkeep`; informer events and cycles (dec
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from domain.allocation import PodAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
@@ -36,6 +36,7 @@ from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
 from .policies import ServiceConfig
+from .preemption import NodeVictims, minimise
 from .state import SchedulerCluster
 from .upkeep import ServiceUpkeep
 
@@ -187,6 +188,15 @@ class SchedulerService(ServiceUpkeep):
                 invalid = result.reason.startswith("invalid request")
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
             return result
+
+    def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:
+        """kube-scheduler's proposed victims per node for pending ``pod``, minimised with our per-GPU books
+        (:mod:`.preemption`); nodes where no victim set makes the pod fit are left out. A replica that is not
+        serving answers with no node. Never raises for bad pod content; changes nothing."""
+        if not self.serving:
+            return {}
+        with self._lock:
+            return minimise(self.sync, pod, proposals)
 
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""
