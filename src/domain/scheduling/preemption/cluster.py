@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+import numpy as np
+
 from domain.kube.objects import PodObject
 from domain.request import PodRequest
+from domain.scheduling.framework.cycle import CycleState, Scheduler
 from domain.scheduling.preemption.victims import (
     Outcome,
     PreemptionPolicy,
@@ -30,6 +33,29 @@ def preemptor_of(pod: PodObject, request: PodRequest) -> Preemptor:
     except ValueError:
         policy = PreemptionPolicy.NEVER
     return Preemptor(request, pod.priority, policy)
+
+
+RESOLVABLE = frozenset({"NodeResourcesFit", "GpuFit"})
+"""Filters whose refusal preemption can resolve (capacity: CPU, memory, pod slots, per-GPU core and memory); every
+other filter (node fit, gates, GPU model and UUID, GPUs in MIG mode, other extended resources, admission holds) must
+pass for a node to be worth preempting on, as kube-scheduler skips ``UnschedulableAndUnresolvable`` nodes."""
+
+
+def preemptable_nodes(scheduler: Scheduler, request: PodRequest) -> list[str]:
+    """Nodes (ledger order) where ``request`` passes every filter of ``scheduler``'s profile but the
+    :data:`RESOLVABLE` ones: the nodes where evicting pods could make room. The pod's node constraints must be
+    recorded as for a cycle (:meth:`LedgerSync.schedule` does it). Changes nothing."""
+    ledger = scheduler.ledger
+    mask = ledger.active & ledger.admitting
+    state = CycleState()
+    for plugin in scheduler.profile.filters:
+        if not mask.any():
+            break
+        if plugin.name in RESOLVABLE:
+            continue
+        mask = plugin.filter(request, ledger, state, mask)
+        state.reasons.pop(plugin.name, None)
+    return [ledger.name(int(slot)) for slot in np.flatnonzero(mask)]
 
 
 def victims_on(
