@@ -6,8 +6,8 @@ node object; a pod without our resources passes untouched; an unschedulable pod 
 a repeated filter keeps the reservation, and drops it when its node is no longer a candidate; ``/prioritize``
 gives the chosen node 10; ``/bind`` binds with the plan in the same write (and reports an error for a pod that no longer
 fits); a standby answers with ``Error``; ``/healthz``, ``/readyz``; ``/metrics`` parses with prometheus_client's
-parser and shows the booked GPU; malformed bodies (preempt included) → 400, unknown verbs → 404; the standalone app binds a pod
-end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
+parser and shows the booked GPU; malformed bodies (preempt included) → 400, unknown verbs → 404; the standalone
+app binds a pod end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
 body unread closes it, and stopping ends an idle kept-alive connection at once.
 """
 
