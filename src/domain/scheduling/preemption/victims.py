@@ -24,7 +24,9 @@ Rules (``docs/scheduler.md``, section Preemption):
   (``allowed``: budget key → ``status.disruptionsAllowed``, a missing key counts 0), and a victim that drives any
   of them below zero is one violation;
 * exact search: with at most :data:`EXACT_LIMIT` useful candidates every subset is ordered by the key above and
-  the first that fits is the answer (the minimum); with more, kube-scheduler's own reprieve (start from every
+  the first that fits is the answer (the minimum); a one-container share on a node not short of CPU, memory or
+  pod slots is searched per GPU (only the pods using that GPU; still the minimum, as a share lands on one GPU);
+  with more, kube-scheduler's own reprieve (start from every
   candidate evicted, put back PDB-violating ones, then the others, most important first, each kept back when the
   preemptor still fits), which is minimal (no victim can be spared) but not always the minimum. A candidate is
   useful when it uses a GPU the preemptor may use, or when the node is short of CPU, memory or pod slots.
@@ -42,7 +44,7 @@ import numpy as np
 from domain.allocation import PodAllocation
 from domain.errors import UnknownNodeError
 from domain.ledger import ClusterLedger
-from domain.request import PodRequest
+from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import I64, BoolArray
 from domain.scheduling.framework.planner import plan_vectors
 
@@ -225,11 +227,30 @@ def select_victims(
         return Outcome(node, None, "does not fit even with every lower-priority pod evicted"
                        if candidates else "no pod of lower priority on the node")
     useful = _useful(state, request, candidates, gone)
+    groups = _per_gpu(state, request, useful, gone)
+    found = [_search(state, request, node, group, budgets, gone, exact_limit) for group in groups]
+    best = min((v for v in found if v is not None), key=lambda v: (v.cost, sorted(v.uids)), default=None)
+    return Outcome(node, best)
+
+
+def _search(state: _Node, request: PodRequest, node: str, useful: list[RunningPod], budgets: Mapping[str, int],
+            gone: list[str], exact_limit: int) -> Victims | None:
     if len(useful) <= exact_limit:
-        victims = _exact(state, request, node, useful, budgets, gone)
-    else:
-        victims = _reprieve(state, request, node, useful, budgets, gone)
-    return Outcome(node, victims)
+        return _exact(state, request, node, useful, budgets, gone)
+    return _reprieve(state, request, node, useful, budgets, gone)
+
+
+def _per_gpu(state: _Node, request: PodRequest, useful: list[RunningPod], gone: list[str]) -> list[list[RunningPod]]:
+    """The candidate groups to search: for a one-container share on a node not short of CPU, memory or pod slots,
+    one group per eligible GPU (the pods using it: a share lands on one GPU, and evicting a pod that does not use
+    that GPU frees nothing it needs, so the minimum over the groups is the minimum); otherwise all of ``useful``."""
+    shape = request.simple_shape
+    _, _, _, cpu, hostmem, pods = state.free_with(gone)
+    short = cpu < request.cpu_milli or hostmem < request.memory_bytes or pods < 1
+    if shape is None or shape.kind is not GpuKind.SHARE or short:
+        return [useful]
+    groups = [[p for p in useful if int(g) in state.usage[p.uid][0]] for g in np.flatnonzero(state.eligible)]
+    return [group for group in groups if group]
 
 
 def _useful(state: _Node, request: PodRequest, candidates: list[RunningPod], gone: list[str]) -> list[RunningPod]:
