@@ -151,6 +151,11 @@ class PodsApi(Protocol):
         """Set/delete annotations. Raises NotFoundError, ConflictError (stale RV)."""
         ...
 
+    def nominate_pod(self, namespace: str, name: str, node: str) -> PodObject:
+        """Write ``status.nominatedNodeName`` (``node``; "" clears it), as a scheduler does for a preemptor.
+        Raises NotFoundError."""
+        ...
+
     def bind_pod(
         self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str] | None = None
     ) -> None:

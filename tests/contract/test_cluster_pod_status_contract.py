@@ -7,7 +7,9 @@ Behaviours covered:
   400 ClusterError; ``namespace=`` lists that namespace only;
 - ``set_pod_phase(…, terminations=…)`` writes ``status.containerStatuses[].state.terminated`` (exit code, reason,
   the container's termination message, multi-line and up to kubelet's 4096 bytes) and every read returns them in
-  ``PodObject.terminations``; a phase written without terminations keeps them; a pod that never terminated has none.
+  ``PodObject.terminations``; a phase written without terminations keeps them; a pod that never terminated has none;
+- ``nominate_pod`` writes ``status.nominatedNodeName`` (read back as ``PodObject.nominated_node_name``), "" clears
+  it, an absent pod is a 404.
 """
 
 from __future__ import annotations
@@ -72,3 +74,17 @@ def test_terminated_container_states_round_trip(cluster: ClusterUnderTest) -> No
                       terminations=(ContainerTermination("agent", 137, "OOMKilled", long),))
     assert api.get_pod(cluster.namespace, other.name).terminations == (
         ContainerTermination("agent", 137, "OOMKilled", long),)
+
+
+def test_nomination_writes_and_clears_status_nominated_node_name(cluster: ClusterUnderTest) -> None:
+    api = cluster.api
+    pod = api.create_pod(PodObject("", cluster.namespace, cluster.name(), (ContainerSpec("agent"),),
+                                   scheduler_name="ljrk-contract"))
+    assert pod.nominated_node_name == ""
+    assert api.nominate_pod(cluster.namespace, pod.name, "n-held").nominated_node_name == "n-held"
+    assert api.get_pod(cluster.namespace, pod.name).nominated_node_name == "n-held"
+    assert api.nominate_pod(cluster.namespace, pod.name, "").nominated_node_name == ""
+    assert api.get_pod(cluster.namespace, pod.name).nominated_node_name == ""
+    with pytest.raises(ClusterError) as raised:
+        api.nominate_pod(cluster.namespace, f"{pod.name}-absent", "n-held")
+    assert raised.value.status == 404

@@ -6,8 +6,8 @@ node object; a pod without our resources passes untouched; an unschedulable pod 
 a repeated filter keeps the reservation, and drops it when its node is no longer a candidate; ``/prioritize``
 gives the chosen node 10; ``/bind`` binds with the plan in the same write (and reports an error for a pod that no longer
 fits); a standby answers with ``Error``; ``/healthz``, ``/readyz``; ``/metrics`` parses with prometheus_client's
-parser and shows the booked GPU; malformed bodies → 400, unknown verbs → 404; the standalone app binds a pod
-end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
+parser and shows the booked GPU; malformed bodies (preempt included) → 400, unknown verbs → 404; the standalone
+app binds a pod end to end through its informers; verbs reuse one kept-alive connection, an error reply that leaves the
 body unread closes it, and stopping ends an idle kept-alive connection at once.
 """
 
@@ -193,7 +193,8 @@ def test_malformed_requests(running: Running) -> None:
     assert running.post("filter", None, raw=b"{not json")[0] == 400
     assert running.post("filter", {"Pod": "x", "NodeNames": []})[0] == 400
     assert running.post("bind", {"PodName": ""})[0] == 400
-    status, reply = running.post("preempt", {})
+    assert running.post("preempt", {"Pod": "x", "NodeNameToMetaVictims": {}})[0] == 400
+    status, reply = running.post("reserve", {})
     assert status == 404
     assert "unknown verb" in reply["Error"]
     assert running.get("/nothing")[0] == 404
@@ -216,7 +217,7 @@ def test_verbs_share_one_kept_alive_connection_and_error_replies_close_it(runnin
         assert sockets[0] is not None
         assert sockets == [sockets[0]] * 3
         assert replies == [(200, ["n1"], 11)] * 3
-        connection.request("POST", "/preempt", b"{}", {"Content-Type": "application/json"})
+        connection.request("POST", "/reserve", b"{}", {"Content-Type": "application/json"})
         response = connection.getresponse()
         assert (response.status, response.getheader("Connection")) == (404, "close")
         response.read()

@@ -526,8 +526,8 @@ def test_kube_scheduler_configuration_matches_the_extender(rendered: list[dict[s
     assert "managedResources" not in extender  # the extender ranks every pod of the profile
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
-        "filter", "prioritize", "bind")
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
+        "filter", "prioritize", "bind", "preempt")
     containers = {c["name"]: c for c in pod_spec(find(rendered, "Deployment", "lj-runtimekit-scheduler-framework"))[
         "containers"]}
     args = containers["extender"]["args"]

@@ -213,6 +213,9 @@ def pod_from_json(data: object) -> PodObject:
                           for i, t in enumerate(_list("spec.tolerations", spec.get("tolerations")))),
         required_node_affinity=_required_terms("spec.affinity", spec.get("affinity")),
         terminations=_terminations("status.containerStatuses", status.get("containerStatuses")),
+        priority=_int("spec.priority", spec.get("priority")),
+        preemption_policy=_str("spec.preemptionPolicy", spec.get("preemptionPolicy")) or "PreemptLowerPriority",
+        nominated_node_name=_str("status.nominatedNodeName", status.get("nominatedNodeName")),
     )
 
 

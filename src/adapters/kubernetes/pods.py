@@ -90,6 +90,13 @@ class KubernetesPods(KubernetesApis):
         return self._patch_pod(f"patch pod {namespace[:64]}/{name[:100]}", self._core.patch_namespaced_pod, POD,
                                namespace, name, metadata_patch(annotations=changes, resource_version=resource_version))
 
+    def nominate_pod(self, namespace: str, name: str, node: str) -> PodObject:
+        """Merge-patch ``status.nominatedNodeName`` (null when ``node`` is empty) through the status subresource.
+        Raises NotFoundError."""
+        return self._patch_pod(f"nominate pod {namespace[:64]}/{name[:100]}",
+                               self._core.patch_namespaced_pod_status, POD_STATUS, namespace, name,
+                               {"status": {"nominatedNodeName": node or None}})
+
     def _patch_pod(self, what: str, method: Callable[..., Any], route: PatchRoute, namespace: str, name: str,
                    body: Mapping[str, object]) -> PodObject:
         """One merge patch of pod ``namespace/name`` (``method`` is the client's, ``route`` its path) → the pod."""

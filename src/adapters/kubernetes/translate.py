@@ -253,6 +253,9 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         tolerations=tuple(_toleration_from_v1(t) for t in spec.tolerations or ()),
         required_node_affinity=_required_terms_from_v1(spec.affinity),
         terminations=_terminations_from_v1(status),
+        priority=spec.priority or 0,
+        preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
+        nominated_node_name=status.nominated_node_name or "",
     )
 
 

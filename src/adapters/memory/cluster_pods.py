@@ -119,6 +119,13 @@ class InMemoryPods(InMemoryStore):
             pod = attrs.evolve(prev, phase=phase, terminations=tuple(terminations) or prev.terminations)
             return prev if pod == prev else self._put_pod(pod, prev)
 
+    def nominate_pod(self, namespace: str, name: str, node: str) -> PodObject:
+        """Write ``status.nominatedNodeName`` ("" clears it). Raises NotFoundError."""
+        with self._cond:
+            prev = self._pod(namespace, name)
+            pod = attrs.evolve(prev, nominated_node_name=node)
+            return prev if pod == prev else self._put_pod(pod, prev)
+
     def patch_pod_annotations(self, namespace: str, name: str, changes: Mapping[str, str | None], *,
                               resource_version: str | None = None) -> PodObject:
         """Merge annotations (None deletes a key). Raises NotFoundError, ConflictError (stale RV)."""

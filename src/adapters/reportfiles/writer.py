@@ -27,7 +27,8 @@ CURVES_FILE = "curves.csv"
 FAILURES_FILE = "failures.csv"
 
 SUMMARY_KEYS = ("policy", "seed", "typical", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals",
-                "failed_pods", "wall_seconds", "alloc_auc", "failed_by_size")
+                "failed_pods", "wall_seconds", "alloc_auc", "failed_by_size", "high_share", "high_arrivals",
+                "preemptions", "evicted_pods", "evicted_milli")
 """Keys of each ``summary.json`` object, in written order."""
 
 
@@ -39,7 +40,10 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | dict[str,
     """The ``summary.json`` object of one run (keys :data:`SUMMARY_KEYS`; module docstring for units):
     ``alloc_auc`` the mean allocation % over x = 0..130 (3 decimals, None when the run stopped short of 130),
     ``failed_by_size`` size class → pods of that class that failed in the whole run (every class of
-    :data:`~domain.simulation.breakdown.SIZE_CLASSES`, in that order; the counts sum to ``failed_pods``)."""
+    :data:`~domain.simulation.breakdown.SIZE_CLASSES`, in that order; the counts sum to ``failed_pods``);
+    ``high_share`` the run's share of high-priority arrivals, ``high_arrivals`` their count, ``preemptions`` those
+    placed by evicting pods, ``evicted_pods`` and ``evicted_milli`` (milli-GPU) what they evicted (all 0 without
+    priorities)."""
     headline = result.headline()
     return {
         "policy": result.config.policy,
@@ -53,6 +57,11 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | dict[str,
         "wall_seconds": round(result.wall_seconds, 3),
         "alloc_auc": _finite(result.allocation_auc(), 3),
         "failed_by_size": result.failed_by_size(),
+        "high_share": result.config.high_share,
+        "high_arrivals": result.high_arrivals,
+        "preemptions": result.preemptions,
+        "evicted_pods": result.evicted_pods,
+        "evicted_milli": result.evicted_milli,
     }
 
 

@@ -122,7 +122,9 @@ class ContainerTermination:
 class PodObject:
     """The parts of a Pod the stack uses. ``node_name`` is empty while unbound; ``deletion_timestamp`` is set
     while terminating; ``resource_version`` is the API's optimistic-concurrency token; ``terminations`` are the
-    containers that terminated (``status.containerStatuses`` with ``state.terminated``), in status order."""
+    containers that terminated (``status.containerStatuses`` with ``state.terminated``), in status order;
+    ``priority`` is ``spec.priority`` (0 when unset), ``preemption_policy`` ``spec.preemptionPolicy``
+    (``PreemptLowerPriority`` when unset) and ``nominated_node_name`` ``status.nominatedNodeName``."""
 
     uid: str
     namespace: str
@@ -139,6 +141,9 @@ class PodObject:
     tolerations: tuple[Toleration, ...] = ()
     required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
     terminations: tuple[ContainerTermination, ...] = ()
+    priority: int = 0
+    preemption_policy: str = "PreemptLowerPriority"
+    nominated_node_name: str = ""
 
     @property
     def key(self) -> str:

@@ -12,6 +12,9 @@ One run (policy P, seed s, tune τ):
    (its arrival index and size class, :func:`~domain.simulation.breakdown.size_class`, are kept);
    after every arrival record ``(arrived milli, allocated milli, fragmentation, idle milli)``.
 
+With ``ReplayConfig.high_share`` > 0, that share of arrivals is high priority and one that fits nowhere may evict
+low-priority pods first (:mod:`domain.simulation.preemption`); evicted pods leave the allocation and are counted.
+
 Typical pods (``ReplayConfig.typical``): ``trace`` — the policy knows the whole trace's (as published);
 ``online`` — the policy knows only the pods arrived so far (:class:`~domain.simulation.online.OnlineTypical`), and
 its scheduler is rebuilt, keeping the run's node order, at each refresh. The recorded fragmentation is always
@@ -37,6 +40,7 @@ from domain.scheduling.registry import build_profile, get_policy
 from domain.simulation.breakdown import allocation_auc, failed_by_size, failure_curves, size_class
 from domain.simulation.curves import allocation_curve, fragmentation_curve
 from domain.simulation.online import REFERENCE_SCALE, OnlineTypical
+from domain.simulation.preemption import HIGH, LOW, Preemptions
 from domain.simulation.synthetic import synthetic_pods
 from domain.simulation.workload import TraceNode, TracePod
 from domain.units import MILLI_PER_GPU
@@ -53,13 +57,15 @@ TYPICAL_MODES = ("trace", "online")
 class ReplayConfig:
     """One run: ``policy`` (registered name), ``seed``, ``tune`` (target arrived GPU request as a fraction of
     cluster GPU capacity, > 0), ``tie_break`` (``fixed-order`` as published, ``random`` or ``name``), ``typical``
-    (one of :data:`TYPICAL_MODES`). Raises :class:`InvalidRequestError` naming the bad field."""
+    (one of :data:`TYPICAL_MODES`), ``high_share`` (probability that an arrival is high priority and may preempt,
+    0..1; 0 = no priorities, as published). Raises :class:`InvalidRequestError` naming the bad field."""
 
     policy: str
     seed: int
     tune: float = 1.3
     tie_break: str = "fixed-order"
     typical: str = "trace"
+    high_share: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         get_policy(self.policy)
@@ -67,6 +73,8 @@ class ReplayConfig:
             raise InvalidRequestError("tune", self.tune, "must be > 0")
         if self.typical not in TYPICAL_MODES:
             raise InvalidRequestError("typical", self.typical, f"must be one of {', '.join(TYPICAL_MODES)}")
+        if not 0 <= self.high_share <= 1:
+            raise InvalidRequestError("high_share", self.high_share, "must be within 0..1")
 
 
 @attrs.frozen
@@ -74,6 +82,8 @@ class ReplayResult:
     """Per-event series (length = arrivals) and the derived curves/summary of one run.
 
     ``failures``: (arrival index, size class) of each pod that did not fit, in arrival order; one per failed pod.
+    With priorities (``config.high_share`` > 0): ``high_arrivals`` (high-priority arrivals), ``preemptions``
+    (those placed by evicting pods), ``evicted_pods`` and ``evicted_milli`` (what they evicted, milli-GPU).
     """
 
     config: ReplayConfig
@@ -84,6 +94,10 @@ class ReplayResult:
     idle_milli: list[int]
     wall_seconds: float
     failures: list[tuple[int, str]]
+    high_arrivals: int = 0
+    preemptions: int = 0
+    evicted_pods: int = 0
+    evicted_milli: int = 0
 
     @property
     def failed_pods(self) -> int:
@@ -207,6 +221,9 @@ def replay(
     profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)
     scheduler = Scheduler(ledger, profile)
     online = _online_typical() if config.typical == "online" and get_policy(config.policy).needs_typical_pods else None
+    high_rng = np.random.default_rng([config.seed, 36]) if config.high_share > 0 else None
+    preempting = Preemptions(ledger) if high_rng is not None else None
+    high_arrivals = 0
     arrived = used = 0
     failures: list[tuple[int, str]] = []
     arrived_series: list[int] = []
@@ -220,11 +237,21 @@ def replay(
         if learned is not None:
             scheduler = Scheduler(ledger, build_profile(config.policy, ledger, rng=rng, typical=learned,
                                                         tie_breaker=profile.tie_breaker))
-        result = scheduler.schedule(pod.request(uid=f"{pod.name}#{number}"))
-        if result.allocation is None:
+        request = pod.request(uid=f"{pod.name}#{number}")
+        allocation = scheduler.schedule(request).allocation
+        high = high_rng is not None and bool(high_rng.random() < config.high_share)
+        high_arrivals += high
+        if preempting is not None:
+            if allocation is None and high:
+                before = preempting.evicted_milli
+                allocation = preempting.preempt(scheduler, request, number)
+                used -= preempting.evicted_milli - before
+            if allocation is not None:
+                preempting.placed(allocation, HIGH if high else LOW)
+        if allocation is None:
             failures.append((number, size_class(pod.num_gpu, pod.gpu_milli)))
         else:
-            used += result.allocation.gpu_milli
+            used += allocation.gpu_milli
         frag, idle = states.cluster_fragmentation()
         arrived_series.append(arrived)
         used_series.append(used)
@@ -237,5 +264,8 @@ def replay(
     return ReplayResult(
         config=config, total_gpus=total_gpus, arrived_milli=arrived_series, used_milli=used_series,
         frag_milli=frag_series, idle_milli=idle_series,
-        wall_seconds=time.perf_counter() - started, failures=failures,
+        wall_seconds=time.perf_counter() - started, failures=failures, high_arrivals=high_arrivals,
+        preemptions=0 if preempting is None else preempting.preemptors,
+        evicted_pods=0 if preempting is None else len(preempting.evicted),
+        evicted_milli=0 if preempting is None else preempting.evicted_milli,
     )

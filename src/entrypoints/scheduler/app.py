@@ -201,7 +201,8 @@ class SchedulerApp(RunUntilStopped):
             service.listing.claim_watermark = lambda: claims.resource_version
         self.threads = ReplicaThreads()
         wire = None if self.extender is None else ExtenderJson(self.extender)
-        verbs = {} if wire is None else {"filter": wire.filter, "prioritize": wire.prioritize, "bind": wire.bind}
+        verbs = {} if wire is None else {"filter": wire.filter, "prioritize": wire.prioritize, "bind": wire.bind,
+                                         "preempt": wire.preempt}
         self.http = HttpEndpoint(settings.host, settings.port, health=self.health, ready=self.ready,
                                  metrics=metrics_text, verbs=verbs, views={VIEW_PATH: self.ledger_view})
         self.metrics_http: HealthEndpoint | None = None

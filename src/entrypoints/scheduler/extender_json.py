@@ -5,6 +5,10 @@
   ``nodeCacheCapable`` extender) or as a ``NodeList`` in ``Nodes``; the reply echoes the same form, a NodeList
   keeping the passed node objects as sent.
 * ``prioritize``: ``ExtenderArgs`` → ``HostPriorityList`` (``Host``, ``Score``).
+* ``preempt``: ``ExtenderPreemptionArgs`` (``Pod``; ``NodeNameToMetaVictims``: node → ``MetaVictims`` {``Pods``:
+  [{``UID``}], ``NumPDBViolations``} from a ``nodeCacheCapable`` kube-scheduler, else ``NodeNameToVictims``: node →
+  ``Victims`` {``Pods``: [core/v1 Pod], ``NumPDBViolations``}) → ``ExtenderPreemptionResult``
+  (``NodeNameToMetaVictims`` only, whichever form came: kube-scheduler reads no other);
 * ``bind``: ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``) →
   ``ExtenderBindingResult`` (``Error``, empty on success).
 
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
 from domain.kube.objects import PodObject
 from services.scheduler.extender import Extender
+from services.scheduler.preemption import NodeVictims
 
 
 class ExtenderArgsError(ValueError):
@@ -59,8 +64,36 @@ def _candidates(args: Mapping[str, object]) -> tuple[list[str], list[Mapping[str
     return out, items
 
 
+def _victim_uid(path: str, item: object, *, meta: bool) -> str:
+    entry = _mapping(item, path)
+    uid = entry.get("UID") if meta else _mapping(entry.get("metadata") or {}, f"{path}.metadata").get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ExtenderArgsError(f"{path}: {'UID' if meta else 'metadata.uid'} must be a non-empty string")
+    return uid
+
+
+def _proposals(args: Mapping[str, object]) -> dict[str, NodeVictims]:
+    """The victims kube-scheduler proposes per node, from ``NodeNameToMetaVictims`` or ``NodeNameToVictims``."""
+    meta = args.get("NodeNameToMetaVictims") is not None
+    key = "NodeNameToMetaVictims" if meta else "NodeNameToVictims"
+    out: dict[str, NodeVictims] = {}
+    given = args.get(key)
+    for node, raw in _mapping({} if given is None else given, key).items():
+        victims = _mapping({} if raw is None else raw, f"{key}[{node}]")
+        pods = victims.get("Pods")
+        pods = [] if pods is None else pods
+        if not isinstance(pods, list):
+            raise ExtenderArgsError(f"{key}[{node}].Pods must be an array")
+        count = victims.get("NumPDBViolations") or 0
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ExtenderArgsError(f"{key}[{node}].NumPDBViolations must be a non-negative integer, got {count!r}")
+        uids = tuple(_victim_uid(f"{key}[{node}].Pods[{i}]", item, meta=meta) for i, item in enumerate(pods))
+        out[node] = NodeVictims(uids, count)
+    return out
+
+
 class ExtenderJson:
-    """The three verbs of ``extender`` over decoded JSON bodies (module docstring): each takes the body and
+    """The four verbs of ``extender`` over decoded JSON bodies (module docstring): each takes the body and
     returns the JSON-serialisable reply; :class:`ExtenderArgsError` means a malformed body."""
 
     def __init__(self, extender: Extender) -> None:
@@ -87,6 +120,16 @@ class ExtenderJson:
         pod = _pod(args)
         names, _ = _candidates(args)
         return [{"Host": name, "Score": score} for name, score in self.extender.prioritize(pod, names)]
+
+    def preempt(self, body: object) -> dict[str, object]:
+        """``ExtenderPreemptionArgs`` → ``ExtenderPreemptionResult``. Raises :class:`ExtenderArgsError` for a
+        malformed body."""
+        args = _mapping(body, "ExtenderPreemptionArgs")
+        pod = _pod(args)
+        answer = self.extender.preempt(pod, _proposals(args))
+        return {"NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.pdb_violations}
+            for node, victims in answer.items()}}
 
     def bind(self, body: object) -> dict[str, object]:
         """``ExtenderBindingArgs`` → ``ExtenderBindingResult``. Raises :class:`ExtenderArgsError` for a malformed

@@ -12,6 +12,7 @@ names. ``--scale`` (hidden) sizes the embedded synthetic workload (default 0.1 â
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -92,6 +93,17 @@ def _scale(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    """A fraction 0..1. Raises :class:`argparse.ArgumentTypeError` naming the value."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0..1, e.g. 0.1)") from None
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise argparse.ArgumentTypeError(f"{text!r} must be within 0..1 (e.g. 0.1 = 10 % of arrivals)")
+    return value
+
+
 def _trace_files(args: argparse.Namespace) -> dict[str, Any]:
     """Nothing more than the flags: checks that ``--nodes`` and ``--pods`` come together (:class:`UsageError`)."""
     if (args.nodes is None) != (args.pods is None):
@@ -119,6 +131,9 @@ CLI = cli(
     flag("--typical", choices=TYPICAL_MODES, default="trace",
          help="typical pods of FGD-family policies: trace = the whole pod file (as published), online = only the "
          "pods arrived so far, as the production scheduler learns them (default: trace)"),
+    flag("--high-priority-share", setting="high_share", type=_share, default=0.0, metavar="FRACTION",
+         help="share of arrivals that are high priority and may preempt low-priority pods when they fit nowhere, "
+         "0..1 (default: 0, no priorities, as published)"),
     flag("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
          help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})"),
     flag("--plot", type=Path, metavar="FILE.png",

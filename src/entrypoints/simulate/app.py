@@ -52,7 +52,8 @@ class SimulateSettings:
     ``tie_break``: one of :data:`TIE_BREAKS`; ``output_dir``: report folder; ``plot``: optional chart file;
     ``progress``: ``None`` = bar only on a terminal, ``False`` = never, ``True`` = always; ``typical``: where the
     policies' typical pods come from, one of :data:`TYPICAL_MODES` (``trace``: the whole pod file, as published;
-    ``online``: only the pods arrived so far, as the production scheduler learns them).
+    ``online``: only the pods arrived so far, as the production scheduler learns them); ``high_share``: share of
+    arrivals that are high priority and may preempt (0..1, 0 = none).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` (message lists known policies).
     """
@@ -68,6 +69,7 @@ class SimulateSettings:
     progress: bool | None = None
     scale: float = 0.1
     typical: str = "trace"
+    high_share: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         validate_policy_names(list(self.policies))
@@ -87,10 +89,13 @@ class SimulateSettings:
             raise SettingsError("nodes and pods: give both trace files, or neither for the embedded workload")
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise SettingsError(f"scale: {self.scale} must be > 0")
+        if not (math.isfinite(self.high_share) and 0 <= self.high_share <= 1):
+            raise SettingsError(f"high-priority-share: {self.high_share} must be within 0..1 (0.1 = 10 % of arrivals)")
 
     def configs(self) -> list[ReplayConfig]:
         """One :class:`ReplayConfig` per policy × seed, policy-major (the report order)."""
-        return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break, typical=self.typical)
+        return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break, typical=self.typical,
+                             high_share=self.high_share)
                 for p in self.policies for s in self.seeds]
 
 
@@ -143,6 +148,7 @@ class Simulation:
         written = self.report.write(results, workload=workload.name)
         self.stdout.write(format_table(results, workload=workload.name))
         self.stdout.write(format_regressions(results))
+        self.stdout.write(format_preemptions(results))
         if self.settings.plot is not None:
             written.append(self.plotter.plot(results, self.settings.plot, title=workload.name))
         for path in written:
@@ -208,6 +214,15 @@ def format_table(results: Sequence[ReplayResult], *, workload: str = "") -> str:
     ) + "alloc@X = milli-GPU allocated, % of cluster GPU capacity, when X % of it has arrived; frag@80 = % of idle GPU "
     heading += "milli unusable by typical pods at X = 80; auc = mean alloc % over X = 0..130\n"
     return heading + "\n".join(lines) + "\n"
+
+
+def format_preemptions(results: Sequence[ReplayResult]) -> str:
+    """With high-priority arrivals: one line per run, ``policy seed: H high-priority arrivals, P placed by
+    preemption, E pods evicted (M milli-GPU)``; otherwise the empty string."""
+    lines = [f"{r.config.policy} seed {r.config.seed}: {r.high_arrivals} high-priority arrivals "
+             f"({r.config.high_share:.0%}), {r.preemptions} placed by preemption, {r.evicted_pods} pods evicted "
+             f"({r.evicted_milli} milli-GPU)\n" for r in results if r.config.high_share > 0]
+    return "".join(lines)
 
 
 def _by_size(result: ReplayResult) -> str:

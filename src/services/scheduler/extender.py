@@ -1,4 +1,5 @@
-"""The kube-scheduler extender verbs over :meth:`SchedulerService.decide`: ``filter``, ``prioritize``, ``bind``, in
+"""The kube-scheduler extender verbs over :meth:`SchedulerService.decide`: ``filter``, ``prioritize``, ``bind`` and
+``preempt`` (:meth:`SchedulerService.preempt`), in
 domain values (their HTTP JSON, ``k8s.io/kube-scheduler/extender/v1``, is :mod:`entrypoints.scheduler.extender_json`).
 
 ``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and passes only that
@@ -24,6 +25,7 @@ from services._shared.logs import fields
 
 from .commit import CommitError
 from .decision import NOT_SERVING
+from .preemption import NodeVictims
 from .service import SchedulerService
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,14 @@ class Extender:
         self._pods.move_to_end(pod.uid)
         while len(self._pods) > PENDING_PODS_KEPT:
             self._pods.popitem(last=False)
+
+    def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:
+        """kube-scheduler's proposed victims per node, minimised with our books (nodes where nothing fits left out;
+        :mod:`.preemption`)."""
+        answer = self.service.preempt(pod, proposals)
+        log.info("preempt answered", extra=fields(pod=pod.key, proposed=len(proposals), kept=len(answer),
+                                                  victims={n: list(v.uids) for n, v in answer.items()}))
+        return answer
 
     def prioritize(self, pod: PodObject, names: Sequence[str]) -> list[tuple[str, int]]:
         """``(node, score)`` per candidate, in the order sent: :data:`MAX_PRIORITY` for the node reserved for the

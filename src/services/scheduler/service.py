@@ -19,7 +19,9 @@ resyncs and leadership terms are :mod:`.upkeep`; informer events and cycles (dec
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+
+import attrs
 
 from domain.allocation import PodAllocation
 from domain.dra.claims import ClaimAllocation
@@ -28,15 +30,18 @@ from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
 from domain.scheduling.framework.candidates import rejection_reasons
-from domain.scheduling.framework.cycle import ScheduleResult
+from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
 from domain.scheduling.mig.cycle import mig_reasons
+from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
+from .nominations import plan_preemption
 from .policies import ServiceConfig
+from .preemption import NodeVictims, minimise
 from .state import SchedulerCluster
 from .upkeep import ServiceUpkeep
 
@@ -76,6 +81,7 @@ class SchedulerService(ServiceUpkeep):
         with self._lock:
             name = node if isinstance(node, str) else node.name
             self.sync.on_node_deleted(name)
+            self.nominations.node_deleted(name)
             self.notices.track_protocol(name, {})
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
@@ -96,6 +102,7 @@ class SchedulerService(ServiceUpkeep):
             unheld = held and not self.sync.holds.holding(pod.uid)  # its devices came: twins may come now
             if pod.node_name or pod.phase.terminal:
                 self._reservations.confirmed(pod.uid)
+                self.nominations.end(pod.uid)
             self.schedulers.observe(pod)
             for listener in self.pod_listeners:
                 listener(pod)
@@ -111,6 +118,7 @@ class SchedulerService(ServiceUpkeep):
             uid = item.uid if isinstance(item, PodObject) else (item.obj.uid if item.obj is not None else None)
             if uid is not None:
                 self._forget(uid)
+                self.nominations.end(uid)
             for listener in self.deletion_listeners:
                 listener(item)
             self._changed()
@@ -207,12 +215,55 @@ class SchedulerService(ServiceUpkeep):
                 return ScheduleResult(pod.uid, None, reason=str(error))
             offered = None if candidates is None else frozenset(candidates)
             result = self.sync.schedule(scheduler, pod, candidates=offered)
+            result = self._respect_holds(scheduler, pod, result, offered)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
             else:
                 invalid = result.reason.startswith("invalid request")
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
             return result
+
+    def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:
+        """kube-scheduler's proposed victims per node for pending ``pod``, minimised with our per-GPU books
+        (:mod:`.preemption`); nodes where no victim set makes the pod fit are left out. A replica that is not
+        serving answers with no node. Never raises for bad pod content; changes nothing."""
+        if not self.serving:
+            return {}
+        with self._lock:
+            return minimise(self.sync, pod, proposals)
+
+    def _respect_holds(self, scheduler: Scheduler, pod: PodObject, result: ScheduleResult,
+                       offered: frozenset[str] | None) -> ScheduleResult:
+        """``result`` when its node breaks no nominee's hold (:mod:`.nominations`), else the cycle again without
+        that node (released first), until one does or none is left. Under the lock."""
+        refused: dict[str, str] = {}
+        while result.allocation is not None:
+            why = self.nominations.blocked_by(self.sync, pod, result.allocation.node)
+            if not why:
+                return result
+            self._reservations.release(pod.uid)
+            refused[result.allocation.node] = why
+            names = set(self.sync.ledger.node_names()) if offered is None else set(offered)
+            result = self.sync.schedule(scheduler, pod, candidates=frozenset(names - set(refused)))
+        if refused:
+            held = "; ".join(refused.values())
+            return attrs.evolve(result, reason=f"{result.reason}; {held}" if result.reason else held)
+        return result
+
+    def preempt_for(self, pod: PodObject) -> Victims | str:
+        """Standalone preemption for pending ``pod`` that fits nowhere: the victim set chosen (and the pod nominated
+        to its node, with the hold) or why there is none (:func:`.nominations.plan_preemption`). Victims with
+        empty ``pods``: wait for the terminating ones. Never raises for bad pod content."""
+        with self._lock:
+            try:
+                request = self.sync.requests.get(pod)
+                scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
+            except (InvalidRequestError, UnknownPolicyError) as error:
+                return str(error)
+            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod))
+            if isinstance(planned, Victims):
+                self.nominations.add(pod, request, planned)
+            return planned
 
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""

@@ -4,13 +4,19 @@ For clusters without extender configuration and for the local cluster. Queue rul
 active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubernetes):
 
 * the pod informer offers every pod (:meth:`StandaloneLoop.offer`); pending, unbound, not terminating pods with
-  our scheduler name are queued FIFO by ``namespace/name`` (a repeated offer only refreshes the stored object);
-  a bound, finished or deleted pod leaves the queue;
+  our scheduler name are queued by ``namespace/name`` (a repeated offer only refreshes the stored object), the
+  ready ones taken highest ``spec.priority`` first, first come first within a priority (kube-scheduler's default
+  ``PrioritySort``); a bound, finished or deleted pod leaves the queue;
 * each attempt runs one cycle (node fit — cordon, nodeSelector, required node affinity, taints — then CPU,
   memory, pod slots, GPU model/UUID and per-GPU fit; see :mod:`.policies`) and commits the result; on failure a
   ``FailedScheduling`` Warning Event carries the reason and the pod waits in backoff: 1 s, doubling to 60 s (a
   retry failing for the same reason raises that Event's count and last timestamp: one Event per pod UID, reason
   and message, as Kubernetes' event recorder keeps them, ``ClusterApi.create_event``);
+* a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
+  one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
+  (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
+  gracefully (its own grace period) with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
+  until the deletions wake it. While victims terminate, it evicts nothing more;
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
@@ -29,6 +35,7 @@ import time
 from collections.abc import Callable
 
 from domain.kube.objects import ClusterEvent, PodObject
+from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
@@ -69,7 +76,7 @@ class StandaloneLoop:
         self.max_backoff = max_backoff
         self.min_wake_interval = min_wake_interval
         self._cond = threading.Condition()
-        self._ready: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._ready: collections.OrderedDict[str, None] = collections.OrderedDict()  # FIFO; taken by priority
         self._pods: dict[str, PodObject] = {}
         self._backoff: dict[str, float] = {}  # key → not before (clock s)
         self._delay: dict[str, float] = {}  # key → last backoff delay (s), kept until the pod is bound
@@ -139,7 +146,8 @@ class StandaloneLoop:
                         del self._backoff[key]
                         self._ready[key] = None
                 if self._ready:
-                    key, _ = self._ready.popitem(last=False)
+                    key = self._highest()
+                    del self._ready[key]
                     return self._pods.get(key)
                 waits = [due - now for due in self._backoff.values()]
                 remaining = min([deadline - now, *waits])
@@ -147,6 +155,16 @@ class StandaloneLoop:
                     return None
                 self._cond.wait(remaining)
             return None
+
+    def _highest(self) -> str:
+        """The ready key of highest priority, the earliest queued among equals (one pass over the ready pods)."""
+        best, top = "", None
+        for key in self._ready:
+            pod = self._pods.get(key)
+            priority = 0 if pod is None else pod.priority
+            if top is None or priority > top:
+                best, top = key, priority
+        return best
 
     def _fail(self, pod: PodObject, reason: str) -> None:
         with self._cond:
@@ -178,7 +196,10 @@ class StandaloneLoop:
         self.attempts += 1
         result = service.schedule_pod(pod)
         if result.allocation is None:
-            self._fail(pod, result.reason)
+            reason = result.reason
+            if not reason.startswith("invalid request"):
+                reason = f"{reason}; {self._preempt(pod)}"
+            self._fail(pod, reason)
             return False
         try:
             service.commit(pod, result.allocation)
@@ -194,6 +215,33 @@ class StandaloneLoop:
             self._delay.pop(pod.key, None)
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {result.allocation.node}", "Normal")
         return True
+
+    def _preempt(self, pod: PodObject) -> str:
+        """Preemption for ``pod`` (module docstring): nominate it, delete the victims gracefully with an Event on
+        each; returns what happened, for the pod's FailedScheduling Event. API failures are logged and said."""
+        planned = self.service.preempt_for(pod)
+        if not isinstance(planned, Victims):
+            return planned
+        node = planned.node
+        try:
+            if pod.nominated_node_name != node:
+                self.service.cluster.nominate_pod(pod.namespace, pod.name, node)
+        except Exception as error:  # the hold stands in our books; the status field is informative
+            log.warning("nomination not written", extra=fields(pod=pod.key, node=node, error=str(error)))
+        if not planned.pods:
+            return f"preemption: nominated to node {node}, waiting for the pods it evicted to terminate"
+        deleted = []
+        for victim in planned.pods:
+            namespace, _, name = victim.key.partition("/")
+            message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
+            self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
+            try:
+                self.service.cluster.delete_pod(namespace, name)
+                deleted.append(victim.key)
+            except Exception as error:  # the next attempt chooses again from what is left
+                log.warning("victim not deleted", extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
+        log.info("preempting", extra=fields(pod=pod.key, node=node, victims=deleted))
+        return f"preemption: nominated to node {node}, evicting {', '.join(deleted) or 'nothing (deletes failed)'}"
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
         """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring). ``poll``:

@@ -26,6 +26,7 @@ from ports.resource_claims import ResourceClaimsWatch
 from .alerts import BookAlerts
 from .leadership import Terms
 from .listing import ListingFloor
+from .nominations import Nominations
 from .notices import Notices
 from .policies import SchedulerSet, ServiceConfig
 from .reservations import Reservations
@@ -72,6 +73,8 @@ class ServiceState:
         self.listing = ListingFloor()
         """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
         self._reservations = Reservations(self.sync, clock)
+        self.nominations = Nominations()
+        """Pods nominated by standalone preemption and the hold on their victims' capacity (:mod:`.nominations`)."""
         self._terms = Terms()
         self.notices = Notices(cluster, metrics, protocol, is_leader=is_leader)
         self.alerts = BookAlerts(metrics)

@@ -285,28 +285,35 @@ def _place(
     return ContainerGrant(container.name, (grant,), init=container.init)
 
 
+def plan_vectors(
+    pod: PodRequest, eligible: BoolArray, mem_cap: I64, core_free: I64, mem_free: I64, untouched: BoolArray
+) -> tuple[ContainerGrant, ...] | None:
+    """Greedy grants of every GPU container of ``pod`` on one node's vectors (``[gpus]`` each: eligible GPUs, memory
+    capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used), app containers first,
+    then init containers against the node as it was before the pod (module docstring); None if one does not fit.
+    The inputs are not changed."""
+    core, mem, still = core_free.copy(), mem_free.copy(), untouched.copy()
+    grants: list[ContainerGrant] = []
+    for container in (c for c in pod.gpu_containers if not c.init):
+        placed = _place(container, core, mem, still, eligible, mem_cap)
+        if placed is None:
+            return None
+        grants.append(placed)
+    held = core_free - core
+    for container in (c for c in pod.gpu_containers if c.init):
+        placed = _place(container, core_free.copy(), mem_free.copy(), untouched.copy(), eligible, mem_cap, held=held)
+        if placed is None:
+            return None
+        grants.append(placed)
+    return tuple(grants)
+
+
 def plan_composite(pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int) -> PodAllocation | None:
     """Greedy plan for a pod with several GPU containers (module docstring); None if it does not fit."""
     eligible = eligible_gpus(pod, ledger, state)[slot]
-    mem_cap = ledger.mem_cap[slot]
-    base_core = ledger.free_core[slot].copy()
-    base_mem = ledger.free_mem[slot].copy()
-    base_untouched = ledger.free_whole[slot].copy()  # eligible GPUs are schedulable: same GPUs as untouched ones
-    core, mem, untouched = base_core.copy(), base_mem.copy(), base_untouched.copy()
-    grants: list[ContainerGrant] = []
-    for container in (c for c in pod.gpu_containers if not c.init):
-        placed = _place(container, core, mem, untouched, eligible, mem_cap)
-        if placed is None:
-            return None
-        grants.append(placed)
-    held = base_core - core
-    for container in (c for c in pod.gpu_containers if c.init):
-        placed = _place(
-            container, base_core.copy(), base_mem.copy(), base_untouched.copy(), eligible, mem_cap, held=held
-        )
-        if placed is None:
-            return None
-        grants.append(placed)
-    return PodAllocation(
-        pod.uid, ledger.name(slot), tuple(grants), cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes
-    )
+    # eligible GPUs are schedulable: the ledger's untouched GPUs are the same GPUs as "nothing used" ones
+    grants = plan_vectors(pod, eligible, ledger.mem_cap[slot], ledger.free_core[slot], ledger.free_mem[slot],
+                          ledger.free_whole[slot])
+    if grants is None:
+        return None
+    return PodAllocation(pod.uid, ledger.name(slot), grants, cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)

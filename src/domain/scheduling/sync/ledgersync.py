@@ -125,6 +125,10 @@ class LedgerSync(ClaimEvents):
         """Reservations not yet confirmed by the watch, by pod UID (a copy)."""
         return {uid: allocation for uid, (allocation, _) in self._assumed.items()}
 
+    def bound_pods(self, node: str) -> list[PodObject]:
+        """The pod objects this sync counts as bound to ``node`` (terminating ones included), by UID."""
+        return [self._pods[uid] for uid in sorted(self._on_node.get(node, ())) if uid in self._pods]
+
     def attach(self, scheduler: Scheduler) -> None:
         """Make every unreserve of ``scheduler`` (failed bind, B06) forget the reservation here too."""
 

@@ -1,0 +1,114 @@
+"""Standalone preemption's books: which pending pod was nominated to which node, over which victims, and the hold
+that keeps the capacity its victims free for it.
+
+* :func:`plan_preemption` — for a pending pod that fits nowhere: the nodes where only capacity refuses it
+  (:func:`~domain.scheduling.preemption.cluster.preemptable_nodes`), the victim set on each
+  (:func:`~domain.scheduling.preemption.cluster.victims_on`: strictly lower priority, per GPU, terminating pods
+  counted as freed), and the best node by kube-scheduler's order (:func:`~domain.scheduling.preemption.victims.
+  best_node`);
+* :class:`Nominations` — the pods nominated (pod UID → :class:`Nomination`) and the **hold**: a cycle that places
+  pod P on a node N where a pod of priority ≥ P's is nominated keeps that placement only when the nominee still
+  fits N once its victims are gone (the books with P's reservation in them, victims counted as freed): the same
+  rule kube-scheduler applies with nominated pods (``RunFilterPluginsWithNominatedPods``), per GPU here. A
+  nomination ends when its pod is bound, deleted or finished, or its node is deleted.
+
+Not thread-safe: the service calls it under its lock. Pure bookkeeping: the API writes (victims' deletion, the
+Events, ``status.nominatedNodeName``) are the standalone loop's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import attrs
+
+from domain.allocation import PodAllocation
+from domain.kube.objects import PodObject
+from domain.request import PodRequest
+from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.preemption.cluster import preemptable_nodes, preemptor_of, victims_on
+from domain.scheduling.preemption.victims import PreemptionPolicy, Preemptor, Victims, best_node, select_victims
+from domain.scheduling.sync import LedgerSync
+
+
+@attrs.frozen
+class Nomination:
+    """Pod ``uid`` (``key``: namespace/name) nominated to ``node``: where it will go (``allocation``), the victims
+    being deleted for it (UIDs) and its ``preemptor`` (request and priority)."""
+
+    uid: str
+    key: str
+    node: str
+    allocation: PodAllocation
+    victims: tuple[str, ...]
+    preemptor: Preemptor
+
+
+def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, request: PodRequest, *,
+                    held: Collection[str] = ()) -> Victims | str:
+    """The victim set to evict for pending ``pod`` (module docstring), or the reason there is none; nodes in
+    ``held`` (held for a nominee of priority ≥ the pod's) are not considered. Its ``pods`` are empty when the pod
+    fits once pods already terminating are gone (wait, evict nothing more)."""
+    if not request.wants_gpu:
+        return "preemption is for pods asking for GPU resources (not MIG, not CPU only)"
+    preemptor = preemptor_of(pod, request)
+    if preemptor.policy is PreemptionPolicy.NEVER:
+        return "not eligible for preemption: preemptionPolicy is Never"
+    nodes = [node for node in preemptable_nodes(scheduler, request) if node not in held]
+    outcomes = [victims_on(sync, pod, request, node) for node in nodes]
+    chosen = best_node(outcomes)
+    if chosen is None:
+        return (f"preemption: 0/{len(nodes)} nodes where only capacity refuses the pod have lower-priority pods "
+                "whose eviction makes it fit")
+    return chosen
+
+
+class Nominations:
+    """Nominated pods and the hold on what their victims free (module docstring)."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, Nomination] = {}
+
+    def add(self, pod: PodObject, request: PodRequest, victims: Victims) -> Nomination:
+        """Nominate ``pod`` to ``victims.node`` (replacing an earlier nomination of it)."""
+        nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation, victims.uids,
+                                preemptor_of(pod, request))
+        self._by_uid[pod.uid] = nomination
+        return nomination
+
+    def get(self, uid: str) -> Nomination | None:
+        """The nomination of pod ``uid``, if any."""
+        return self._by_uid.get(uid)
+
+    def end(self, uid: str) -> Nomination | None:
+        """The pod was bound, deleted or finished: drop its nomination (idempotent); returns it."""
+        return self._by_uid.pop(uid, None)
+
+    def node_deleted(self, node: str) -> None:
+        """Drop the nominations to ``node``."""
+        for uid in [u for u, n in self._by_uid.items() if n.node == node]:
+            del self._by_uid[uid]
+
+    def all(self) -> list[Nomination]:
+        """Every nomination, by pod UID."""
+        return [self._by_uid[uid] for uid in sorted(self._by_uid)]
+
+    def held_for(self, pod: PodObject) -> set[str]:
+        """Nodes with a nominee other than ``pod`` of priority ≥ ``pod``'s."""
+        return {n.node for n in self._by_uid.values() if n.uid != pod.uid and n.preemptor.priority >= pod.priority}
+
+    def blocked_by(self, sync: LedgerSync, pod: PodObject, node: str, *, leaving: Collection[str] = ()) -> str:
+        """Why the books (with ``pod``'s reservation on ``node`` in them) break the hold of a nominee of priority ≥
+        ``pod``'s on that node: the first such nominee that would no longer fit once its victims are gone, or ""
+        when none. ``leaving``: other UIDs counted as freed."""
+        for nomination in self.all():
+            if nomination.node != node or nomination.uid == pod.uid:
+                continue
+            if nomination.preemptor.priority < pod.priority:
+                continue
+            gone = {*nomination.victims, *leaving}
+            outcome = select_victims(sync.ledger, node, nomination.preemptor, [], leaving=gone)
+            if outcome.victims is None:
+                return f"node {node} is held for the nominated pod {nomination.key} (priority " \
+                       f"{nomination.preemptor.priority}) while its victims terminate"
+        return ""

@@ -1,0 +1,108 @@
+"""The extender's ``preempt`` verb (ExtenderPreemptionArgs → ExtenderPreemptionResult,
+k8s.io/kube-scheduler/extender/v1, Go field names) over the scheduler service on the in-memory cluster:
+kube-scheduler's summed view proposes a victim whose GPU cannot take the pod → we answer the victim on the right
+GPU; a proposal larger than needed is minimised; a node where nothing fits is dropped; ``Never``, a standby and
+pods not ours; malformed bodies are 400s."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from domain.kube.objects import PodObject
+from entrypoints.scheduler.extender_json import ExtenderArgsError, ExtenderJson
+from services.scheduler.extender import Extender
+from support.kube_builders import RES
+from support.scheduler_world import World, world
+
+
+def running(w: World, name: str, node: str, gpu: int, percent: int, priority: int) -> PodObject:
+    bound = w.running(name, node, {gpu: (percent, 1)})
+    updated = attrs.evolve(bound, priority=priority)
+    w.service.on_pod(updated)
+    return updated
+
+
+def pod_json(name: str, percent: int, *, priority: int = 1000, policy: str | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {"priority": priority, "containers": [
+        {"name": "main", "resources": {"limits": {RES.core: str(percent), RES.memory: "1"}}}]}
+    if policy is not None:
+        spec["preemptionPolicy"] = policy
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec, "status": {}}
+
+
+def meta(*pods: PodObject, violations: int = 0) -> dict[str, object]:
+    return {"Pods": [{"UID": p.uid} for p in pods], "NumPDBViolations": violations}
+
+
+@pytest.fixture
+def w() -> World:
+    w = world()
+    w.node("n1", 2)
+    w.node("n2", 1)
+    assert w.service.start_leading()
+    return w
+
+
+def test_the_victim_on_the_gpu_that_can_take_the_pod_replaces_kube_schedulers_summed_choice(w: World) -> None:
+    a = running(w, "a", "n1", 0, 40, priority=5)   # GPU 0: 40 % (prio 5) + 30 % (prio 30)
+    running(w, "d", "n1", 0, 30, priority=30)
+    b = running(w, "b", "n1", 1, 60, priority=10)  # GPU 1: 60 % (prio 10)
+    wire = ExtenderJson(Extender(w.service))
+    # kube-scheduler's summed view: 70 % free after evicting a (the lowest) "fits" an 80 % share; per GPU it does not
+    reply = wire.preempt({"Pod": pod_json("hi", 80), "NodeNameToMetaVictims": {"n1": meta(a, violations=1)}})
+    assert reply == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": b.uid}], "NumPDBViolations": 1}}}
+
+
+def test_a_proposal_larger_than_needed_is_minimised_within_it(w: World) -> None:
+    a = running(w, "a", "n1", 0, 70, priority=1)
+    b = running(w, "b", "n1", 1, 70, priority=2)
+    wire = ExtenderJson(Extender(w.service))
+    reply = wire.preempt({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {"n1": meta(a, b)}})
+    assert reply["NodeNameToMetaVictims"] == {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 0}}
+
+
+def test_a_node_where_no_victim_set_fits_is_dropped_and_others_kept(w: World) -> None:
+    a = running(w, "a", "n1", 0, 70, priority=1)
+    running(w, "a2", "n1", 1, 70, priority=2000)
+    peer = running(w, "peer", "n2", 0, 70, priority=1000)  # not lower than the preemptor
+    small = running(w, "small", "n2", 0, 20, priority=1)
+    wire = ExtenderJson(Extender(w.service))
+    reply = wire.preempt({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {
+        "n1": meta(a), "n2": meta(small), "ghost": meta()}})
+    assert reply["NodeNameToMetaVictims"] == {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 0}}
+    assert peer.uid not in str(reply)
+
+
+def test_the_full_pod_form_of_a_cache_less_kube_scheduler_is_read_too(w: World) -> None:
+    a = running(w, "a", "n1", 0, 70, priority=1)
+    running(w, "b", "n1", 1, 70, priority=2)
+    full = {"metadata": {"uid": a.uid, "name": "a", "namespace": "default"}, "spec": {}}
+    reply = ExtenderJson(Extender(w.service)).preempt(
+        {"Pod": pod_json("hi", 60), "NodeNameToVictims": {"n1": {"Pods": [full], "NumPDBViolations": 0}}})
+    assert reply["NodeNameToMetaVictims"] == {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 0}}
+
+
+def test_never_a_standby_and_unmanaged_pods(w: World) -> None:
+    a = running(w, "a", "n1", 0, 70, priority=1)
+    wire = ExtenderJson(Extender(w.service))
+    never = wire.preempt({"Pod": pod_json("hi", 60, policy="Never"), "NodeNameToMetaVictims": {"n1": meta(a)}})
+    assert never == {"NodeNameToMetaVictims": {}}
+    cpu_only = {"metadata": {"name": "cpu", "uid": "uid-cpu"}, "spec": {"priority": 9, "containers": [{"name": "c"}]}}
+    untouched = wire.preempt({"Pod": cpu_only, "NodeNameToMetaVictims": {"n1": meta(a, violations=2)}})
+    assert untouched == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 2}}}
+    w.leader[0] = False
+    standby = wire.preempt({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {"n1": meta(a)}})
+    assert standby == {"NodeNameToMetaVictims": {}}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": ""}]}}}, "UID must be"),
+    ({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {"n1": {"Pods": {}}}}, "Pods must be an array"),
+    ({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": -1}}},
+     "NumPDBViolations must be a non-negative integer"),
+    ({"Pod": pod_json("hi", 60), "NodeNameToMetaVictims": []}, "NodeNameToMetaVictims must be a JSON object"),
+])
+def test_malformed_bodies_name_the_field(w: World, body: dict[str, object], message: str) -> None:
+    with pytest.raises(ExtenderArgsError, match=message):
+        ExtenderJson(Extender(w.service)).preempt(body)

@@ -1,0 +1,119 @@
+"""Standalone preemption (services.scheduler.standalone + .nominations) on the in-memory cluster: the queue takes
+the highest priority first; a pod that fits nowhere evicts the victim on the GPU it will use (gracefully, with a
+``Preempted`` Event naming it), is nominated, evicts nothing more while its victim terminates, and the freed GPU
+is held against a lower-priority pod until the preemptor is bound; ``preemptionPolicy: Never`` evicts nobody."""
+
+from __future__ import annotations
+
+import threading
+
+from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.kube.annotations import encode_plan
+from domain.kube.objects import PodObject, PodPhase
+from domain.units import GiB
+from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import KEYS, make_gpus, make_pod
+from support.scheduler_world import NONE_SCHEDULER, World, plan_of, world
+
+
+def pending(w: World, name: str, percent: int, priority: int, *, policy: str = "PreemptLowerPriority") -> PodObject:
+    template = make_pod("template", core=str(percent), mem="1")
+    pod = w.cluster.create_pod(PodObject("", "default", name, containers=template.containers,
+                                         scheduler_name=w.service.protocol.scheduler_name, priority=priority,
+                                         preemption_policy=policy))
+    w.service.on_pod(pod)
+    return pod
+
+
+def running(w: World, name: str, node: str, gpu: int, percent: int, priority: int) -> PodObject:
+    template = make_pod("template", core=str(percent), mem="1")
+    pod = w.cluster.create_pod(PodObject("", "default", name, containers=template.containers,
+                                         scheduler_name=NONE_SCHEDULER, priority=priority))
+    grant = ContainerGrant("main", (GpuGrant(gpu, percent * 10, GiB),))
+    plan = encode_plan(PodAllocation(pod.uid, node, (grant,)), make_gpus(node, 2), writer=NONE_SCHEDULER)
+    w.cluster.patch_pod_annotations("default", name, {KEYS.pod_plan: plan})
+    w.cluster.bind_pod("default", name, uid=pod.uid, node=node)
+    bound = w.cluster.set_pod_phase("default", name, PodPhase.RUNNING)
+    w.service.on_pod(bound)
+    return bound
+
+
+def kubelet_removes(w: World, name: str) -> None:
+    """The terminating pod's containers ended: the pod object goes."""
+    pod = w.deliver(name)
+    assert pod.deletion_timestamp is not None
+    w.cluster.delete_pod("default", name, grace_period_seconds=0)
+    w.service.on_pod_deleted(pod)
+
+
+def setup() -> tuple[World, StandaloneLoop]:
+    w = world()
+    w.node("n1", 2)
+    assert w.service.start_leading()
+    running(w, "a", "n1", 0, 40, priority=5)
+    running(w, "d", "n1", 0, 30, priority=30)
+    running(w, "b", "n1", 1, 60, priority=10)
+    return w, StandaloneLoop(w.service)
+
+
+def test_the_queue_takes_the_highest_priority_first_then_first_come() -> None:
+    w = world()
+    loop = StandaloneLoop(w.service)
+    for name, priority in (("low", 0), ("high-1", 10), ("mid", 5), ("high-2", 10)):
+        pending(w, name, 10, priority)
+    stop = threading.Event()
+    taken = [pod.name for _ in range(4) if (pod := loop._next(stop, 0)) is not None]
+    assert taken == ["high-1", "high-2", "mid", "low"]
+
+
+def test_a_preemptor_evicts_the_victim_on_its_gpu_is_nominated_and_holds_the_freed_gpu() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False
+    assert w.deliver("b").deletion_timestamp is not None  # graceful: terminating, not gone
+    assert w.deliver("a").deletion_timestamp is None
+    assert w.deliver("d").deletion_timestamp is None
+    assert w.cluster.get_pod("default", "hi").nominated_node_name == "n1"
+    (preempted,) = [e for e in w.cluster.events if e.reason == "Preempted"]
+    assert preempted.name == "b"
+    assert "default/hi" in preempted.message
+    assert preempted.type == "Normal"
+    failed = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"]
+    assert failed[-1].endswith("preemption: nominated to node n1, evicting default/b")
+
+    assert loop.attempt(w.deliver("hi")) is False  # b still terminating: nothing more is evicted
+    assert w.deliver("a").deletion_timestamp is None
+    assert w.deliver("d").deletion_timestamp is None
+
+    kubelet_removes(w, "b")
+    sneak = pending(w, "sneak", 50, priority=1)  # would fit GPU 1 now, but it is held for hi
+    assert loop.attempt(sneak) is False
+    why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "sneak"][-1]
+    assert "held for the nominated pod default/hi" in why
+    assert w.deliver("a").deletion_timestamp is None  # sneak (priority 1) may not evict a (5) either
+
+    assert loop.attempt(w.deliver("hi")) is True
+    w.deliver("hi")
+    assert plan_of(w, "hi").containers[0].grants == (GpuGrant(1, 800, 1 * GiB),)
+    assert w.service.nominations.get(hi.uid) is None
+
+
+def test_a_higher_priority_pod_may_take_a_held_node() -> None:
+    w, loop = setup()
+    assert loop.attempt(pending(w, "hi", 80, priority=1000)) is False
+    kubelet_removes(w, "b")
+    assert loop.attempt(pending(w, "higher", 50, priority=2000)) is True
+
+
+def test_preemption_policy_never_and_no_lower_pods_evict_nobody() -> None:
+    w, loop = setup()
+    never = pending(w, "never", 80, priority=1000, policy="Never")
+    assert loop.attempt(never) is False
+    peer = pending(w, "peer", 80, priority=5)  # a has priority 5 too, b 10, d 30: none is strictly lower
+    assert loop.attempt(peer) is False
+    assert [e for e in w.cluster.events if e.reason == "Preempted"] == []
+    assert all(w.deliver(name).deletion_timestamp is None for name in ("a", "b", "d"))
+    messages = {e.name: e.message for e in w.cluster.events if e.reason == "FailedScheduling"}
+    assert "preemptionPolicy is Never" in messages["never"]
+    assert "0/1 nodes" in messages["peer"]
+    assert w.cluster.get_pod("default", "never").nominated_node_name == ""
