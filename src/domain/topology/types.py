@@ -196,3 +196,13 @@ class NodeTopology:
     def island_of(self) -> Mapping[int, int]:
         """GPU index → island id (the position of its island in :meth:`islands`)."""
         return {index: number for number, island in enumerate(self.islands()) for index in island}
+
+
+def node_topology(gpus: Iterable[tuple[int, GpuTopology | None]]) -> NodeTopology | None:
+    """The :class:`NodeTopology` of ``(index, topology)`` pairs (what a Runtime lists per GPU), GPUs without one
+    taking an unknown :class:`GpuTopology`; None when no GPU has one (a Runtime before 1.2.0, or one that does not
+    know). Raises :class:`InvalidRequestError` as :class:`NodeTopology` does."""
+    pairs = list(gpus)
+    if all(topology is None for _, topology in pairs):
+        return None
+    return NodeTopology({index: topology or GpuTopology() for index, topology in pairs})
