@@ -257,6 +257,7 @@ def exporter_to_pb(data: ExporterData) -> pb.ExporterGetDataListResponse:
             xid_counts=dict(sample.xid_counts), sample_error=sample.error,
             allocated_core_milli=row.allocated_core_milli, allocated_memory_bytes=row.allocated_memory_bytes,
             mig_mode=_MIG_TO_PB[gpu.mig_mode],
+            topology=None if row.device.topology is None else topology_to_pb(row.device.topology),
         )
         if sample.utilization_percent is not None:
             message.utilization_percent = sample.utilization_percent
@@ -303,6 +304,7 @@ def exporter_from_pb(message: pb.ExporterGetDataListResponse) -> ExporterData:
             Gpu(row.index, GpuUuid(row.uuid), row.model, row.memory_total_bytes, _health(row.health),
                 _mig(row.mig_mode)),
             row.health_reason,
+            topology=topology_from_pb(row.topology) if row.HasField("topology") else None,
         )
         memory_used = int(row.memory_used_bytes) if row.HasField("memory_used_bytes") else None
         sample = GpuSample(

@@ -798,6 +798,7 @@ class GpuData(_message.Message):
     ALLOCATED_CORE_MILLI_FIELD_NUMBER: _builtins.int
     ALLOCATED_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     MIG_MODE_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     uuid: _builtins.str
     model: _builtins.str
@@ -821,6 +822,10 @@ class GpuData(_message.Message):
     def xid_counts(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
         """XID code -> number of events seen since the Runtime started (application XIDs included)."""
 
+    @_builtins.property
+    def topology(self) -> Global___DeviceTopology:
+        """The GPU's place in the node, as ListDevices reports it (since 1.2.0, feature gpu-topology); absent when unknown."""
+
     def __init__(
         self,
         *,
@@ -839,10 +844,11 @@ class GpuData(_message.Message):
         allocated_core_milli: _builtins.int = ...,
         allocated_memory_bytes: _builtins.int = ...,
         mig_mode: Global___MigMode.ValueType = ...,
+        topology: Global___DeviceTopology | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "memory_used_bytes", b"memory_used_bytes", "power_watts", b"power_watts", "temperature_celsius", b"temperature_celsius", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "memory_used_bytes", b"memory_used_bytes", "power_watts", b"power_watts", "temperature_celsius", b"temperature_celsius", "topology", b"topology", "utilization_percent", b"utilization_percent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "allocated_core_milli", b"allocated_core_milli", "allocated_memory_bytes", b"allocated_memory_bytes", "health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "mig_mode", b"mig_mode", "model", b"model", "power_watts", b"power_watts", "sample_error", b"sample_error", "temperature_celsius", b"temperature_celsius", "utilization_percent", b"utilization_percent", "uuid", b"uuid", "xid_counts", b"xid_counts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "allocated_core_milli", b"allocated_core_milli", "allocated_memory_bytes", b"allocated_memory_bytes", "health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "mig_mode", b"mig_mode", "model", b"model", "power_watts", b"power_watts", "sample_error", b"sample_error", "temperature_celsius", b"temperature_celsius", "topology", b"topology", "utilization_percent", b"utilization_percent", "uuid", b"uuid", "xid_counts", b"xid_counts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__memory_used_bytes: _TypeAlias = _typing.Literal["memory_used_bytes"]  # noqa: Y015
     _WhichOneofArgType__memory_used_bytes: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes"]  # noqa: Y015
