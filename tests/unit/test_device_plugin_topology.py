@@ -68,3 +68,17 @@ def test_connected_gpus_applies_to_whole_gpus_only() -> None:
     assert connected_gpus(ResourceKind.GPU, offered, [], 5, GPUS, topology) == ()
     assert connected_gpus(ResourceKind.GPU, ["garbage", *offered], [], 2, GPUS, topology) == (
         GpuUuid("GPU-6"), GpuUuid("GPU-7"))
+
+
+def test_list_and_watch_devices_carry_the_numa_node_as_topology_hint() -> None:
+    from adapters.grpc.device_plugin import _device
+
+    service, _ = plugin("pcie-pairs-2numa")
+    _, devices = service.devices(ResourceKind.GPU)
+    assert [d.numa_node for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    wire = _device(devices[5])
+    assert [node.ID for node in wire.topology.nodes] == [1]
+    bare, _ = plugin("none")
+    _, plain = bare.devices(ResourceKind.GPU)
+    assert {d.numa_node for d in plain} == {None}
+    assert not _device(plain[0]).HasField("topology")

@@ -5,7 +5,7 @@ Parts: :mod:`.types` (values, tiers, islands), :mod:`.choose` (:func:`best_conne
 """
 
 from domain.topology.choose import Choice, best_connected, can_connect
-from domain.topology.types import PCIE_ROOT, GpuTopology, NodeTopology, NvLinkPeer, Tier, node_topology
+from domain.topology.types import PCIE_ROOT, GpuTopology, NodeTopology, NvLinkPeer, Tier, node_topology, numa_nodes
 
 __all__ = ["PCIE_ROOT", "Choice", "GpuTopology", "NodeTopology", "NvLinkPeer", "Tier", "best_connected",
-           "can_connect", "node_topology"]
+           "can_connect", "node_topology", "numa_nodes"]

@@ -206,3 +206,10 @@ def node_topology(gpus: Iterable[tuple[int, GpuTopology | None]]) -> NodeTopolog
     if all(topology is None for _, topology in pairs):
         return None
     return NodeTopology({index: topology or GpuTopology() for index, topology in pairs})
+
+
+def numa_nodes(topology: NodeTopology | None) -> dict[int, int]:
+    """GPU index → NUMA node, for the GPUs whose NUMA node is known (empty without topology)."""
+    if topology is None:
+        return {}
+    return {index: gpu.numa_node for index, gpu in topology.gpus.items() if gpu.numa_node is not None}

@@ -83,7 +83,7 @@ from domain.runtime.types import (
     DeviceInfo,
     MigInstanceInfo,
 )
-from domain.topology import node_topology
+from domain.topology import node_topology, numa_nodes
 from ports.cluster import NodesApi, PodsApi
 from ports.runtime import CapacityExceededError, HealthStream, NodeRuntime, NodeRuntimeError
 
@@ -172,7 +172,7 @@ class DevicePluginService:
             slots = self._mig_slots(kind) if isinstance(kind, MigResource) else ()
         if isinstance(kind, MigResource):
             return generation, mig_device_list(kind, slots)
-        return generation, device_list(kind, gpus, memory_unit_bytes=self._memory_unit)
+        return generation, device_list(kind, gpus, memory_unit_bytes=self._memory_unit, numa=numa_nodes(self.topology))
 
     # ------------------------------------------------------------------ MIG
     @property
