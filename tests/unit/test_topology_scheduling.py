@@ -133,3 +133,15 @@ def test_inventory_annotation_carries_the_topology() -> None:
     with pytest.raises(InvalidRequestError, match="describes GPUs the node lacks"):
         NodeInventory(NodeName("n"), inventory.gpus[:2], topology=inventory.topology)
     assert NodeTopology({}).islands() == ()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ties_go_to_the_node_with_a_connected_set(seed: int) -> None:
+    ledger = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "nvlink-islands-2x4")])
+    hold(ledger, "a", 0, 4)  # both islands broken: 4 GPUs would span them
+    hold(ledger, "b", 0, 1)  # island 4-7 whole
+    scheduler = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(seed)))
+    result = scheduler.schedule(whole("four", 4))
+    assert result.allocation is not None
+    assert (result.allocation.node, tuple(g.gpu_index for g in result.allocation.containers[0].grants)) == (
+        "b", (4, 5, 6, 7))

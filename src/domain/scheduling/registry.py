@@ -17,7 +17,7 @@ from domain.scheduling.framework.cycle import BindPlugin, Profile, ScorePlugin, 
 from domain.scheduling.framework.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.framework.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.framework.tiebreak import make_tie_breaker
-from domain.scheduling.framework.topology import GpuTopologyFit
+from domain.scheduling.framework.topology import GpuTopologyFit, GpuTopologyTies
 from domain.scheduling.mig.timesharing import MigModeGpus
 from domain.scheduling.policies.classic import (
     BestFitScore,
@@ -139,7 +139,9 @@ def build_profile(
 ) -> Profile:
     """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit, the
     pod's GPU topology requirement),
-    its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
+    its score plugin (weight 1) and the topology tie refiner (weight 0,
+    :class:`~domain.scheduling.framework.topology.GpuTopologyTies`), its GPU chooser and the tie rule (default
+    ``fixed-order``, §3.4).
 
     ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
     mode (:class:`~domain.scheduling.mig.timesharing.MigModeGpus`).
@@ -157,7 +159,7 @@ def build_profile(
     return Profile(
         name=name,
         filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit()),
-        scores=(WeightedScore(score),),
+        scores=(WeightedScore(score), WeightedScore(GpuTopologyTies(), weight=0)),
         planner=ChooserPlanner(chooser),
         tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),
         binder=binder,
