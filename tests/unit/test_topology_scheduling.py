@@ -145,3 +145,14 @@ def test_ties_go_to_the_node_with_a_connected_set(seed: int) -> None:
     assert result.allocation is not None
     assert (result.allocation.node, tuple(g.gpu_index for g in result.allocation.containers[0].grants)) == (
         "b", (4, 5, 6, 7))
+
+
+def test_ties_on_wide_nodes_take_the_unpacked_path() -> None:
+    ledger = ClusterLedger([node("a", "nvlink-islands-2x4", 64), node("b", "nvlink-islands-2x4", 64)])
+    hold(ledger, "a", *range(1, 64, 2))  # every other GPU: no 32 NVLink-connected free GPUs on a... nor on b
+    hold(ledger, "b", *range(32, 64))  # island 0-31 whole on b
+    scheduler = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(0)))
+    result = scheduler.schedule(whole("big", 32))
+    assert result.allocation is not None
+    assert result.allocation.node == "b"
+    assert [g.gpu_index for g in result.allocation.containers[0].grants] == list(range(32))

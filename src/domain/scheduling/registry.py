@@ -17,7 +17,7 @@ from domain.scheduling.framework.cycle import BindPlugin, Profile, ScorePlugin, 
 from domain.scheduling.framework.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.framework.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.framework.tiebreak import make_tie_breaker
-from domain.scheduling.framework.topology import GpuTopologyFit, GpuTopologyTies
+from domain.scheduling.framework.topology import GpuTopologyFit, GpuTopologyTies, TopologyClasses
 from domain.scheduling.mig.timesharing import MigModeGpus
 from domain.scheduling.policies.classic import (
     BestFitScore,
@@ -156,10 +156,11 @@ def build_profile(
     if states is None and typical is not None:
         states = NodeStateCache(FragmentationModel(typical, ledger))
     score, chooser = policy.build(PolicyContext(ledger=ledger, rng=rng, states=states))
+    classes = TopologyClasses()
     return Profile(
         name=name,
-        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit()),
-        scores=(WeightedScore(score), WeightedScore(GpuTopologyTies(), weight=0)),
+        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit(classes)),
+        scores=(WeightedScore(score), WeightedScore(GpuTopologyTies(classes), weight=0)),
         planner=ChooserPlanner(chooser),
         tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),
         binder=binder,

@@ -116,12 +116,19 @@ class NodeTopology:
 
     entries: tuple[tuple[int, GpuTopology], ...] = attrs.field(converter=_entries)
     gpus: Mapping[int, GpuTopology] = attrs.field(init=False, eq=False, hash=False, repr=False)
+    _links: Mapping[tuple[int, int], int] = attrs.field(init=False, eq=False, hash=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         indexes = [index for index, _ in self.entries]
         if len(set(indexes)) != len(indexes):
             raise InvalidRequestError("topology.gpus", indexes, "lists a GPU twice")
         object.__setattr__(self, "gpus", MappingProxyType(dict(self.entries)))
+        links: dict[tuple[int, int], int] = {}
+        for index, gpu in self.entries:
+            for peer in gpu.nvlink:
+                for key in ((index, peer.index), (peer.index, index)):
+                    links[key] = max(links.get(key, 0), peer.links)
+        object.__setattr__(self, "_links", links)
         for index, gpu in self.entries:
             _int("topology.gpu", index, 0)
             for peer in gpu.nvlink:
@@ -133,8 +140,7 @@ class NodeTopology:
 
     def links(self, a: int, b: int) -> int:
         """NVLinks between GPUs ``a`` and ``b`` (0 when none or unknown)."""
-        first, second = self.gpus.get(a), self.gpus.get(b)
-        return max(first.links_to(b) if first else 0, second.links_to(a) if second else 0)
+        return self._links.get((a, b), 0)
 
     def pair_tier(self, a: int, b: int) -> Tier:
         """The tier of the pair ``{a, b}``."""
