@@ -17,6 +17,7 @@ from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.framework.topology import TopologyClasses
 from domain.scheduling.registry import build_profile
 from domain.topology import NodeTopology, Tier
 from domain.topology.machines import machine_topology
@@ -156,3 +157,17 @@ def test_ties_on_wide_nodes_take_the_unpacked_path() -> None:
     assert result.allocation is not None
     assert result.allocation.node == "b"
     assert [g.gpu_index for g in result.allocation.containers[0].grants] == list(range(32))
+
+
+def test_each_profile_numbers_topologies_on_its_own() -> None:
+    # profiles built one after another on one ledger (the replay rebuilds them) must not read each other's numbers
+    ledger = ClusterLedger([node("a", "none"), node("b", "nvswitch8")])
+    slots = np.array([ledger.slot("a"), ledger.slot("b")], dtype=np.int64)
+    first = TopologyClasses()
+    assert first._class(machine_topology("pcie-pairs-2numa", 8)) == 1
+    assert first.of(ledger, slots).tolist() == [0, 2]
+    second = TopologyClasses()
+    assert second.of(ledger, slots).tolist() == [0, 1]
+    assert second.topology(1) == machine_topology("nvswitch8", 8)
+    for n in range(20):  # fresh profiles each time, the pattern that once read a collected profile's numbers
+        assert placed(ledger, whole(f"p{n}", 1, Tier.NVLINK)) is not None or n >= 8

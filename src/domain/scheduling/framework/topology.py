@@ -62,13 +62,13 @@ class TopologyClasses:
     def of(self, ledger: ClusterLedger, slots: I64) -> I64:
         """Class per slot of ``slots`` (int64, same order)."""
         memo = ledger.capacity_memo()
-        per_row = memo.get(("topology_classes", id(self)))
+        per_row = memo.get(("topology_classes", self))  # the object, not its id: ids are reused
         if not isinstance(per_row, np.ndarray) or len(per_row) != ledger.rows:
             per_row = np.zeros(ledger.rows, np.int64)
             for name in ledger.node_names():
                 per_row[ledger.slot(name)] = self._class(ledger.inventory(name).topology)
             per_row.flags.writeable = False
-            memo[("topology_classes", id(self))] = per_row
+            memo[("topology_classes", self)] = per_row
         out: I64 = per_row[slots]
         return out
 
