@@ -12,6 +12,7 @@ from typing import NewType
 import attrs
 
 from domain.errors import InvalidRequestError
+from domain.topology import NodeTopology
 from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY
 
 GpuUuid = NewType("GpuUuid", str)
@@ -82,7 +83,9 @@ class NodeInventory:
     """A node's allocatable resources and its GPUs.
 
     Fields: ``name``; ``gpus`` (indexes must be exactly ``0..n-1``, UUIDs unique); ``cpu_milli`` (allocatable
-    CPU in milli-cores, ≥ 0); ``memory_bytes`` (allocatable host memory, ≥ 0); ``max_pods`` (pod slots, ≥ 0).
+    CPU in milli-cores, ≥ 0); ``memory_bytes`` (allocatable host memory, ≥ 0); ``max_pods`` (pod slots, ≥ 0);
+    ``topology`` (NUMA nodes, PCIe roots and NVLink peers of its GPUs, as the device plugin published them from a
+    Runtime ≥ 1.2.0; None when unknown; it may describe only GPUs the node has).
 
     Raises :class:`InvalidRequestError` for duplicate or non-dense GPU indexes, duplicate UUIDs, negative
     quantities or ones above ``MAX_NODE_QUANTITY`` (beyond the ledger's int64 books).
@@ -93,6 +96,7 @@ class NodeInventory:
     cpu_milli: int = 0
     memory_bytes: int = 0
     max_pods: int = 110
+    topology: NodeTopology | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -109,6 +113,9 @@ class NodeInventory:
         uuids = [gpu.uuid for gpu in self.gpus]
         if len(set(uuids)) != len(uuids):
             raise InvalidRequestError(f"node[{self.name}].gpus.uuid", uuids, "must be unique")
+        if self.topology is not None and not set(self.topology.gpus) <= set(indexes):
+            raise InvalidRequestError(f"node[{self.name}].topology", sorted(self.topology.gpus),
+                                      f"describes GPUs the node lacks (it has {len(indexes)})")
 
     @property
     def gpu_count(self) -> int:

@@ -38,6 +38,7 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu
+from domain.topology import Tier
 from domain.units import (
     MAX_GPU_MEMORY_BYTES,
     MAX_NODE_QUANTITY,
@@ -251,7 +252,8 @@ class PodRequest:
 
     Fields: ``uid`` (Kubernetes pod UID, the ledger key); ``containers`` (unique names, init and app);
     ``namespace``/``name`` (for messages); ``cpu_milli`` and ``memory_bytes`` (the pod's *effective* node-level
-    requests, milli-cores and bytes); ``selector``.
+    requests, milli-cores and bytes); ``selector``; ``gpu_topology``: the least connection its whole GPUs must have
+    (:class:`domain.topology.Tier`; ``SYSTEM``, the default, requires nothing).
 
     Raises :class:`InvalidRequestError` for an empty UID, duplicate container names, negative quantities or ones
     above ``MAX_NODE_QUANTITY`` (1 PiB of memory, 2^50 milli-cores), or a pod
@@ -265,6 +267,7 @@ class PodRequest:
     cpu_milli: int = 0
     memory_bytes: int = 0
     selector: GpuSelector = GpuSelector()
+    gpu_topology: Tier = Tier.SYSTEM
 
     def __attrs_post_init__(self) -> None:
         if not self.uid:

@@ -70,7 +70,7 @@ def allocation(running: RunningRuntime, container: str = "main", core: int = 500
 
 def test_every_rpc_round_trips(running: RunningRuntime) -> None:
     info = running.runtime.get_version()
-    assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.1.0", "simulated")
+    assert (info.name, str(info.version), info.backend) == ("ljrk-reference-runtime", "1.2.0", "simulated")
     devices = running.runtime.list_devices()
     assert [(d.gpu.index, d.gpu.model, d.gpu.memory_bytes) for d in devices] == [(0, "A100", 16 * GiB),
                                                                                  (1, "A100", 16 * GiB)]
@@ -134,7 +134,7 @@ def test_capability_check_refuses_a_missing_feature(running: RunningRuntime) -> 
     info.require("mig-inventory", "mig-allocate", "mig-exporter-data", "mig-partitions")
     with pytest.raises(UnsupportedFeatureError) as caught:
         info.require("mig-dynamic")
-    assert str(caught.value).startswith("node Runtime ljrk-reference-runtime 1.1.0 does not advertise feature "
+    assert str(caught.value).startswith("node Runtime ljrk-reference-runtime 1.2.0 does not advertise feature "
                                         "'mig-dynamic'")
     mig = running.runtime.list_devices()[0]
     with pytest.raises(UnsupportedFeatureError, match="mig-dynamic"):  # refused by the client before sending

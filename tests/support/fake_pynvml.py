@@ -2,7 +2,9 @@
 
 :class:`FakeNvml` keeps GPUs as dicts (``uuid``, ``name``, ``memory`` bytes, optional ``util`` %, ``temp`` °C,
 ``power_mw``, ``used`` bytes, ``mig`` 1 for MIG mode, ``mig_layout`` ``[(GI profile constant, start[, [CI ids]])]``,
-``procs`` ``[(pid, bytes)]``, ``events`` mask, ``minor``); tests steer ``events`` (:meth:`FakeNvml.event`) and
+``procs`` ``[(pid, bytes)]``, ``events`` mask, ``minor``; topology: ``bus`` NVML bus id, ``numa`` node (absent:
+NotSupported), ``nvlinks`` ``[(remote bus id, remote type)]`` per link, type 0 GPU or 2 NVSwitch, absent:
+NotSupported); tests steer ``events`` (:meth:`FakeNvml.event`) and
 ``errors`` (``(function, GPU index) → NVML error code``, ``-1`` for calls without a device). MIG follows the
 A100-SXM4-40GB profile table as NVML reports it. ``test_nvml_backend.test_fake_matches_the_real_module`` checks
 the names and constants against the real module.
@@ -32,6 +34,7 @@ CONSTANTS = {
     "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2": 9, "NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE": 0,
     "NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE": 1, "NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE": 2,
     "NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE": 3, "NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE": 4,
+    "NVML_NVLINK_MAX_LINKS": 36, "NVML_FEATURE_ENABLED": 1, "NVML_NVLINK_DEVICE_TYPE_SWITCH": 2,
 }
 
 # A100-SXM4-40GB GPU instance profiles as NVML reports them (nvidia-smi mig -lgip): profile constant →
@@ -146,6 +149,36 @@ class FakeNvml:
     def nvmlDeviceGetMigMode(self, handle: Handle) -> list[int]:  # noqa: N802
         self._check("mig", handle)
         return [self.gpus[handle.index].get("mig", 0), 0]
+
+    def nvmlDeviceGetPciInfo(self, handle: Handle) -> types.SimpleNamespace:  # noqa: N802
+        bus = self.gpus[handle.index].get("bus")
+        if bus is None:
+            raise self.error(NOT_SUPPORTED)
+        return types.SimpleNamespace(busId=str(bus).encode())
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:  # noqa: N802
+        numa = self.gpus[handle.index].get("numa")
+        if numa is None:
+            raise self.error(NOT_SUPPORTED)
+        return int(numa)
+
+    def _link(self, handle: Handle, link: int) -> tuple[str, int]:
+        links = self.gpus[handle.index].get("nvlinks")
+        if links is None:
+            raise self.error(NOT_SUPPORTED)
+        if link >= len(links):
+            raise self.error(2)  # NVML_ERROR_INVALID_ARGUMENT: past the GPU's links
+        return links[link]  # type: ignore[no-any-return]
+
+    def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:  # noqa: N802
+        self._link(handle, link)
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Handle, link: int) -> types.SimpleNamespace:  # noqa: N802
+        return types.SimpleNamespace(busId=self._link(handle, link)[0])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Handle, link: int) -> int:  # noqa: N802
+        return self._link(handle, link)[1]
 
     def nvmlEventSetCreate(self) -> str:  # noqa: N802
         return "event-set"

@@ -35,7 +35,8 @@ PROTOCOL = load_protocol(REPO / "deploy" / "protocol.yaml")
 KEYS = PROTOCOL.annotations
 WRITTEN_ON_PODS = {KEYS.pod_plan, KEYS.pod_allocated, KEYS.node_protocol}
 """Pod annotations our components write: plan (scheduler), allocated (device plugin), fingerprint (own Pod)."""
-OWNER_SET = {KEYS.pod_policy, KEYS.pod_gpu_models, KEYS.pod_gpu_uuids, KEYS.pod_gpu_uuids_exclude}
+OWNER_SET = {KEYS.pod_policy, KEYS.pod_gpu_models, KEYS.pod_gpu_uuids, KEYS.pod_gpu_uuids_exclude,
+             KEYS.pod_gpu_topology}
 """Pod annotations the pod's owner sets: scheduling requests."""
 NODE_ONLY = {KEYS.node_inventory, KEYS.node_exporter_protocol, KEYS.node_state, KEYS.node_toggle}
 

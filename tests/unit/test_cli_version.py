@@ -34,7 +34,7 @@ def test_version_prints_the_component_and_the_contract_version(capsys: pytest.Ca
     release = importlib.metadata.version("lj-runtimekit")
     assert capsys.readouterr().out == (
         f"ljrk {release}\n"
-        "Runtime contract 1.1.0 (gRPC ljrk.runtime.v1): this release follows Runtime 1.1.0 and works with a node "
+        "Runtime contract 1.2.0 (gRPC ljrk.runtime.v1): this release follows Runtime 1.2.0 and works with a node "
         "Runtime >= 1.0.0\n"
     )
 
@@ -47,7 +47,7 @@ def test_version_text_names_the_given_release() -> None:
 
 def test_the_contract_version_is_the_newest_feature_minimum_and_what_the_runtimes_report() -> None:
     minimums = [feature.minimum for feature in RUNTIME_FEATURES.values()]
-    assert CONTRACT_VERSION == max(minimums) == SemVer(1, 1, 0)
+    assert CONTRACT_VERSION == max(minimums) == SemVer(1, 2, 0)
     assert OLDEST_RUNTIME == min(minimums) == SemVer(1, 0, 0)
     in_process = InProcessRuntime([Gpu(0, GpuUuid("GPU-0"), "A100", 2**34)])
     assert RUNTIME_VERSION == in_process.get_version().version == CONTRACT_VERSION
@@ -62,5 +62,5 @@ def test_the_project_version_is_the_contract_version() -> None:
     """One number: bumping the contract (a new feature row) without the project version fails here, and back."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert SemVer.parse(project) == CONTRACT_VERSION
-    assert project == str(CONTRACT_VERSION) == "1.1.0"
+    assert project == str(CONTRACT_VERSION) == "1.2.0"
     assert f"lj-runtimekit/job-agent:{project}" == DEFAULT_IMAGE

@@ -139,7 +139,7 @@ def test_runtime_info_refuses_features_it_does_not_advertise() -> None:
 
 def test_features_at_lists_what_a_version_serves() -> None:
     assert "mig-partitions" not in features_at(SemVer(1, 0, 0))
-    assert features_at(SemVer(1, 1, 0)) == frozenset(RUNTIME_FEATURES)
+    assert features_at(SemVer(1, 2, 0)) == frozenset(RUNTIME_FEATURES)
     assert "hami-core-env" not in features_at(SemVer(1, 0, 0), exclude=["hami-core-env"])
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from domain.device_plugin.devices import ResourceKey
+from domain.device_plugin.devices import PluginDevice, ResourceKey
 from domain.device_plugin.matching import DevicePluginError, NoMatchingContainerError
 from domain.runtime.types import ContainerAllocationResponse
 from ports.cluster import ClusterError
@@ -81,6 +81,14 @@ def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
     return status_for(error)
 
 
+def _device(device: PluginDevice) -> dp.Device:
+    """A device of ListAndWatch, with its NUMA node as the topology hint when known."""
+    if device.numa_node is None:
+        return dp.Device(ID=device.id, health=device.health.value)
+    return dp.Device(ID=device.id, health=device.health.value,
+                     topology=dp.TopologyInfo(nodes=[dp.NUMANode(ID=device.numa_node)]))
+
+
 class DevicePluginServicer(dp_grpc.DevicePluginServicer):
     """``v1beta1.DevicePlugin`` for one resource ``kind`` over a :class:`DevicePluginHandler`; ``stopping`` ends
     open ListAndWatch streams. ``on_stream_lost(kind)`` is called when kubelet ends a ListAndWatch stream while
@@ -104,7 +112,7 @@ class DevicePluginServicer(dp_grpc.DevicePluginServicer):
             current, devices = self._handler.devices(self._kind)
             if current != generation:
                 generation = current
-                yield dp.ListAndWatchResponse(devices=[dp.Device(ID=d.id, health=d.health.value) for d in devices])
+                yield dp.ListAndWatchResponse(devices=[_device(d) for d in devices])
             self._handler.wait_change(generation, _WATCH_POLL_S)
         if not self._stopping.is_set():
             log.warning("kubelet ended the ListAndWatch stream of %s; registering again", self._kind.value)

@@ -40,6 +40,7 @@ from domain.runtime.types import (
     PlannedMig,
     RuntimeState,
 )
+from domain.topology import GpuTopology, NvLinkPeer
 from domain.units import MILLI_PER_PERCENT
 
 from ._pb.ljrk.config.v1 import config_service_pb2 as cpb
@@ -96,14 +97,34 @@ def device_to_pb(device: DeviceInfo) -> pb.Device:
         index=gpu.index, uuid=gpu.uuid, model=gpu.model, memory_bytes=gpu.memory_bytes,
         health=_HEALTH_TO_PB[gpu.health], mig_mode=_MIG_TO_PB[gpu.mig_mode], health_reason=device.health_reason,
         mig_instances=[mig_instance_to_pb(i) for i in device.mig_instances],
+        topology=None if device.topology is None else topology_to_pb(device.topology),
     )
 
 
+def topology_to_pb(topology: GpuTopology) -> pb.DeviceTopology:
+    """GpuTopology → DeviceTopology (``numa_node`` None → absent)."""
+    return pb.DeviceTopology(
+        numa_node=topology.numa_node, pcie_root=topology.pcie_root,
+        nvlink_peers=[pb.NvLinkPeer(gpu_index=p.index, link_count=p.links) for p in topology.nvlink],
+    )
+
+
+def topology_from_pb(message: pb.DeviceTopology) -> GpuTopology:
+    """DeviceTopology → GpuTopology. Raises domain InvalidRequestError naming the field for a malformed PCIe root, a
+    peer listed twice or a link count of 0."""
+    numa = message.numa_node if message.HasField("numa_node") else None
+    return GpuTopology(numa, message.pcie_root,
+                       tuple(NvLinkPeer(p.gpu_index, p.link_count) for p in message.nvlink_peers))
+
+
 def device_from_pb(message: pb.Device) -> DeviceInfo:
-    """Device → DeviceInfo. Raises domain InvalidRequestError for an invalid GPU (empty UUID, zero memory)."""
+    """Device → DeviceInfo. Raises domain InvalidRequestError for an invalid GPU (empty UUID, zero memory) or
+    topology (:func:`topology_from_pb`)."""
     gpu = Gpu(message.index, GpuUuid(message.uuid), message.model, message.memory_bytes,
               _health(message.health), _mig(message.mig_mode))
-    return DeviceInfo(gpu, message.health_reason, tuple(mig_instance_from_pb(i) for i in message.mig_instances))
+    topology = topology_from_pb(message.topology) if message.HasField("topology") else None
+    return DeviceInfo(gpu, message.health_reason, tuple(mig_instance_from_pb(i) for i in message.mig_instances),
+                      topology)
 
 
 def health_event_to_pb(change: HealthChange) -> pb.HealthEvent:
@@ -236,6 +257,7 @@ def exporter_to_pb(data: ExporterData) -> pb.ExporterGetDataListResponse:
             xid_counts=dict(sample.xid_counts), sample_error=sample.error,
             allocated_core_milli=row.allocated_core_milli, allocated_memory_bytes=row.allocated_memory_bytes,
             mig_mode=_MIG_TO_PB[gpu.mig_mode],
+            topology=None if row.device.topology is None else topology_to_pb(row.device.topology),
         )
         if sample.utilization_percent is not None:
             message.utilization_percent = sample.utilization_percent
@@ -282,6 +304,7 @@ def exporter_from_pb(message: pb.ExporterGetDataListResponse) -> ExporterData:
             Gpu(row.index, GpuUuid(row.uuid), row.model, row.memory_total_bytes, _health(row.health),
                 _mig(row.mig_mode)),
             row.health_reason,
+            topology=topology_from_pb(row.topology) if row.HasField("topology") else None,
         )
         memory_used = int(row.memory_used_bytes) if row.HasField("memory_used_bytes") else None
         sample = GpuSample(

@@ -23,6 +23,10 @@ MIG (``adapters.nvml.mig``): GPUs whose ``nvmlDeviceGetMigMode`` current mode is
 with their instances at every :meth:`NvmlGpuBackend.devices` call (a listing that fails is logged and leaves that
 GPU's instances empty); :meth:`create_mig_instance` / :meth:`destroy_mig_instance` change the layout, one at a
 time. The MIG mode is read at start (changing it needs a GPU reset, and so a Runtime restart).
+
+Topology (``adapters.nvml.topology``; Runtime 1.2.0): each GPU's NUMA node, PCIe root and NVLink peers are read
+once at start (they change only with the hardware) from NVML and ``sysfs`` (default ``/sys``) and listed by
+:meth:`NvmlGpuBackend.devices`; what cannot be read is reported unknown.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -51,6 +56,7 @@ from ports.gpu_backend import GpuBackendError, GpuBackendUnavailableError
 
 from .mig import NvmlMig
 from .procfs import container_of_pid, pod_uid_of_pid
+from .topology import TopologyReader
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +95,7 @@ class NvmlGpuBackend:
         sleep: Callable[[float], None] = time.sleep,
         pod_uid_of: Callable[[int], str | None] = pod_uid_of_pid,
         container_of: Callable[[int], str | None] = container_of_pid,
+        sysfs: Path = Path("/sys"),
     ) -> None:
         self._nvml: Any = nvml
         self._clock = clock
@@ -108,6 +115,7 @@ class NvmlGpuBackend:
             raise GpuBackendUnavailableError(f"NVML is unavailable on this node: nvmlInit failed: {error}") from error
         try:
             self._handles, gpus = self._discover()
+            self._topology = TopologyReader(nvml, sysfs).read({g.index: self._handles[g.uuid] for g in gpus})
             self._tracker = HealthTracker(gpus, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids)
             self._events = self._register_events()
         except nvml.NVMLError as error:
@@ -183,7 +191,7 @@ class NvmlGpuBackend:
             current = self._tracker.current()
         return tuple(
             DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason,
-                       self._mig_instances(g.uuid))
+                       self._mig_instances(g.uuid), self._topology.get(g.index))
             for g, health, reason in current
         )
 

@@ -13,6 +13,10 @@ held by a record uses ``utilization_factor × 100`` % and ``floor(memory × memo
 free one nothing. A MIG GPU's own sample has no utilization (NVML reports NotSupported in MIG mode), memory used
 is the sum over its instances, and temperature and power follow the compute-slice-weighted instance utilization.
 
+Topology (Runtime 1.2.0): ``topology`` (a :class:`domain.topology.NodeTopology` of every GPU index, or a machine name
+of ``domain.topology.machines`` through ``from_spec``/``from_file``) is reported per GPU by :meth:`devices`; without
+it (the default, machine ``none``) no GPU has a topology, as before.
+
 Health: :meth:`SimulatedGpuBackend.inject_health` and :meth:`inject_xid` change it (through the same
 ``HealthTracker`` as NVML, so the ``ignored_xids``, default the application XIDs, are ignored here too);
 :meth:`poll_health` hands the changes to the Runtime at once, and applies timed recovery when a ``quiet_period_s``
@@ -28,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from adapters.simulated.miglayout import MigLayouts
-from domain.errors import DomainError
+from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.mig.profiles import MigProfile
 from domain.runtime.health import APPLICATION_XIDS, HealthTracker
@@ -43,6 +47,8 @@ from domain.runtime.types import (
     MigSample,
     UsageSample,
 )
+from domain.topology import NodeTopology
+from domain.topology.machines import machine_topology
 from domain.units import MILLI_PER_PERCENT
 from ports.gpu_backend import GpuBackendError
 
@@ -64,6 +70,7 @@ class SimulatedGpuBackend:
         clock: Callable[[], float] = time.time,
         quiet_period_s: float | None = None,
         ignored_xids: frozenset[int] = APPLICATION_XIDS,
+        topology: NodeTopology | None = None,
         utilization_factor: float = 0.8,
         memory_factor: float = 0.5,
         idle_celsius: float = 30.0,
@@ -73,6 +80,10 @@ class SimulatedGpuBackend:
         if not gpus:
             raise ValueError("a simulated node needs at least one GPU")
         self._gpus = tuple(gpus)
+        if topology is not None and set(topology.gpus) != {g.index for g in self._gpus}:
+            raise ValueError(f"simulated topology describes GPUs {sorted(topology.gpus)}, the node has "
+                             f"{[g.index for g in self._gpus]}")
+        self._topology = topology
         self._mig = MigLayouts(self._gpus, mig_layouts)
         self._clock = clock
         self._tracker = HealthTracker(self._gpus, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids)
@@ -93,10 +104,12 @@ class SimulatedGpuBackend:
         quiet_period_s: float | None = None,
         ignored_xids: frozenset[int] = APPLICATION_XIDS,
         clock: Callable[[], float] = time.time,
+        topology: str = "none",
     ) -> SimulatedGpuBackend:
-        """GPUs from ``2x16Gi:A100``-style text (``adapters.simulated.spec``). Raises SpecError."""
+        """GPUs from ``2x16Gi:A100``-style text (``adapters.simulated.spec``), on machine ``topology``
+        (``domain.topology.machines``). Raises SpecError."""
         return cls._built(parse_spec(text), text, seed=seed, quiet_period_s=quiet_period_s, ignored_xids=ignored_xids,
-                          clock=clock)
+                          clock=clock, topology=topology)
 
     @classmethod
     def from_file(
@@ -107,20 +120,25 @@ class SimulatedGpuBackend:
         quiet_period_s: float | None = None,
         ignored_xids: frozenset[int] = APPLICATION_XIDS,
         clock: Callable[[], float] = time.time,
+        topology: str = "none",
     ) -> SimulatedGpuBackend:
-        """GPUs from a YAML file (``adapters.simulated.spec``). Raises SpecError."""
+        """GPUs from a YAML file (``adapters.simulated.spec``), on machine ``topology``. Raises SpecError."""
         return cls._built(load_file(path), str(path), seed=seed, quiet_period_s=quiet_period_s,
-                          ignored_xids=ignored_xids, clock=clock)
+                          ignored_xids=ignored_xids, clock=clock, topology=topology)
 
     @classmethod
     def _built(
         cls, groups: Sequence[GpuGroup], where: str, *, seed: str, quiet_period_s: float | None,
-        ignored_xids: frozenset[int], clock: Callable[[], float],
+        ignored_xids: frozenset[int], clock: Callable[[], float], topology: str = "none",
     ) -> SimulatedGpuBackend:
         gpus = build_inventory(groups, seed=seed)
         try:
+            machine = machine_topology(topology, len(gpus))
+        except InvalidRequestError as error:
+            raise SpecError(f"simulated GPUs {where!r}: {error}") from None
+        try:
             return cls(gpus, mig_layouts=mig_layouts(groups), quiet_period_s=quiet_period_s,
-                       ignored_xids=ignored_xids, clock=clock)
+                       ignored_xids=ignored_xids, clock=clock, topology=machine)
         except DomainError as error:
             raise SpecError(f"simulated GPUs {where!r}: MIG: {error}") from None
 
@@ -135,7 +153,7 @@ class SimulatedGpuBackend:
             current = self._tracker.current()
         return tuple(
             DeviceInfo(Gpu(g.index, g.uuid, g.model, g.memory_bytes, health, g.mig_mode), reason,
-                       self._mig.instances(g.uuid))
+                       self._mig.instances(g.uuid), None if self._topology is None else self._topology.gpus[g.index])
             for g, health, reason in current
         )
 

@@ -24,7 +24,7 @@ string) and ``constants.go``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -66,10 +66,12 @@ ResourceKey = ResourceKind | MigResource
 
 @attrs.frozen
 class PluginDevice:
-    """One advertised device: ``id`` (``<uuid>::<kind>::<n>``) and ``health``."""
+    """One advertised device: ``id`` (``<uuid>::<kind>::<n>``), ``health`` and ``numa_node`` (its GPU's NUMA node,
+    kubelet's topology hint for the Topology Manager; None when unknown)."""
 
     id: str
     health: Health
+    numa_node: int | None = None
 
 
 @attrs.frozen
@@ -114,16 +116,18 @@ def units_per_gpu(kind: ResourceKind, gpu: Gpu, *, memory_unit_bytes: int | None
     return gpu.memory_bytes // memory_unit_bytes
 
 
-def device_list(kind: ResourceKind, gpus: Iterable[Gpu], *, memory_unit_bytes: int | None) -> tuple[PluginDevice, ...]:
+def device_list(kind: ResourceKind, gpus: Iterable[Gpu], *, memory_unit_bytes: int | None,
+                numa: Mapping[int, int] | None = None) -> tuple[PluginDevice, ...]:
     """The complete list ListAndWatch sends for ``kind`` over ``gpus`` (index order; GPUs in MIG mode are left
-    out, see module docstring), each ID with its GPU's health. Raises :class:`InvalidRequestError` when an ID
+    out, see module docstring), each ID with its GPU's health and NUMA node (``numa``: GPU index → NUMA node, GPUs
+    absent when unknown). Raises :class:`InvalidRequestError` when an ID
     would exceed 63 characters (an absurd UUID)."""
     devices: list[PluginDevice] = []
     for gpu in sorted(gpus, key=lambda g: g.index):
         if gpu.mig_mode is MigMode.ENABLED:
             continue
         for n in range(units_per_gpu(kind, gpu, memory_unit_bytes=memory_unit_bytes)):
-            devices.append(PluginDevice(_checked(DeviceId(gpu.uuid, kind, n)), gpu.health))
+            devices.append(PluginDevice(_checked(DeviceId(gpu.uuid, kind, n)), gpu.health, (numa or {}).get(gpu.index)))
     return tuple(devices)
 
 

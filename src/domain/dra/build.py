@@ -3,7 +3,11 @@ device listing.
 
 * **Whole GPUs** (MIG off): one device ``gpu-<index>`` each, attributes ``type`` = ``gpu``, ``uuid``,
   ``productName``, ``index`` (int), ``memoryBytes`` (int), and ``numaNode`` (int) and the standard
-  ``resource.kubernetes.io/pcieRoot`` (string) when :class:`GpuTopology` knows them; capacity ``cores`` (100, one
+  ``resource.kubernetes.io/pcieRoot`` (string) when known (the Runtime's ``DeviceInfo.topology``, Runtime ≥ 1.2.0,
+  or the publisher's :class:`GpuTopology` override, which wins), and ``nvlinkIsland`` (int: the GPU's NVLink island,
+  numbered by lowest GPU index, :meth:`domain.topology.NodeTopology.islands`; a GPU without NVLink is an island of
+  its own) when the Runtime reports a topology, so a claim's ``matchAttribute: gpu.lj-runtimekit.io/nvlinkIsland``
+  gets NVLink-connected GPUs; capacity ``cores`` (100, one
   GPU) and ``memory`` (bytes), each with a request policy (cores: 1..100 step 1; memory: steps of the protocol's
   memory unit, or 1 % of the GPU's memory in percent mode, up to the largest multiple not above the GPU's memory; a
   request without an amount takes the maximum, i.e. the whole GPU); ``allowMultipleAllocations: true``, so claims
@@ -32,11 +36,13 @@ from typing import TypeVar
 
 import attrs
 
+from domain.errors import InvalidRequestError
 from domain.gpu import GpuUuid, Health, MigMode
 from domain.kube.protocol import ProtocolConstants, dns_profile
 from domain.mig.profiles import MigGpuModel, MigProfile
 from domain.runtime.mig import mig_table
 from domain.runtime.types import DeviceInfo
+from domain.topology import node_topology
 
 from .slices import (
     MAX_COUNTER_SETS,
@@ -57,6 +63,8 @@ CORES = 100
 T = TypeVar("T")
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 """The standard attribute for PCIe alignment (``matchAttribute`` across drivers)."""
+NVLINK_ISLAND = "nvlinkIsland"
+"""The attribute naming a whole GPU's NVLink island (module docstring)."""
 
 
 class UnhealthyPolicy(enum.Enum):
@@ -68,7 +76,8 @@ class UnhealthyPolicy(enum.Enum):
 
 @attrs.frozen
 class GpuTopology:
-    """Where a GPU sits, when known: ``numa_node`` (≥ 0) and ``pcie_root`` (e.g. ``pci0000:00``)."""
+    """Where a GPU sits, when known: ``numa_node`` (≥ 0) and ``pcie_root`` (e.g. ``pci0000:00``); the publisher's
+    override of what the Runtime reports."""
 
     numa_node: int | None = None
     pcie_root: str | None = None
@@ -88,6 +97,11 @@ def desired_content(
     equal result. Raises :class:`~domain.errors.InvalidRequestError` only for input the domain types already
     refuse (a slice limit cannot be exceeded: the content is split)."""
     topology = topology or {}
+    try:
+        node = node_topology((d.gpu.index, d.topology) for d in devices)
+    except InvalidRequestError:  # peers naming a GPU the listing lacks: no islands rather than wrong ones
+        node = None
+    islands = {} if node is None else node.island_of()
     whole: list[Device] = []
     mig: list[Device] = []
     counters: list[CounterSet] = []
@@ -109,7 +123,8 @@ def desired_content(
                 mig.extend(_mig_device(info, table, profile, start, uuid, counter_set.name, taints)
                            for profile, start, uuid in placeable)
             continue
-        whole.append(_gpu_device(info, protocol, topology.get(gpu.uuid, GpuTopology()), taints))
+        whole.append(_gpu_device(info, protocol, topology.get(gpu.uuid) or _reported(info), islands.get(gpu.index),
+                                 taints))
     out = [SliceContent(devices=chunk) for chunk in _chunks(whole, _limit(whole))]
     out += [SliceContent(devices=chunk) for chunk in _chunks(mig, MAX_DEVICES_TAINTED)]
     out += [SliceContent(shared_counters=chunk) for chunk in _chunks(counters, MAX_COUNTER_SETS)]
@@ -131,7 +146,14 @@ def memory_step(memory_bytes: int, protocol: ProtocolConstants) -> int:
     return max(1, memory_bytes // 100) if unit is None else unit
 
 
-def _gpu_device(info: DeviceInfo, protocol: ProtocolConstants, where: GpuTopology,
+def _reported(info: DeviceInfo) -> GpuTopology:
+    reported = info.topology
+    if reported is None:
+        return GpuTopology()
+    return GpuTopology(reported.numa_node, reported.pcie_root or None)
+
+
+def _gpu_device(info: DeviceInfo, protocol: ProtocolConstants, where: GpuTopology, island: int | None,
                 taints: tuple[DeviceTaint, ...]) -> Device:
     gpu = info.gpu
     attributes: dict[str, AttributeValue] = {
@@ -142,6 +164,8 @@ def _gpu_device(info: DeviceInfo, protocol: ProtocolConstants, where: GpuTopolog
         attributes["numaNode"] = where.numa_node
     if where.pcie_root is not None:
         attributes[PCIE_ROOT] = where.pcie_root
+    if island is not None:
+        attributes[NVLINK_ISLAND] = island
     step = memory_step(gpu.memory_bytes, protocol)
     top = gpu.memory_bytes // step * step
     memory = Capacity(gpu.memory_bytes, RequestPolicy(default=top, minimum=step, maximum=top, step=step)

@@ -19,6 +19,7 @@ from domain.runtime.types import ContainerData, ContainerGpuData, ExporterData, 
 from domain.units import MILLI_PER_GPU
 
 from .snapshot import Snapshot
+from .topology import topology_families_spec, topology_samples
 
 PREFIX = "lj_runtimekit_"
 """Prefix of every series the exporter serves."""
@@ -319,7 +320,7 @@ def _exporter_families(node: str, snapshot: Snapshot, now: float) -> Iterator[Fa
 
 def build_data_families(data: ExporterData, *, node: str) -> Iterator[Family]:
     """The families that depend only on the Runtime's ``data``: GPU, MIG instance, container, missing GPUs,
-    container on MIG, then node and node MIG."""
+    container on MIG, then node, node MIG and the GPU topology (:mod:`domain.exporter.topology`)."""
     yield from _gpu_families(node, data)
     yield from _mig_families(node, data)
     yield from _container_families(node, data)
@@ -329,6 +330,9 @@ def build_data_families(data: ExporterData, *, node: str) -> Iterator[Family]:
         value = spec.value(data)
         yield Family(PREFIX + spec.name, spec.help, "gauge", NODE_LABELS, () if value is None else (((node,), value),))
     yield from _node_mig_families(node, data)
+    for (name, help, labels), samples in zip(topology_families_spec(), topology_samples(data, node=node),
+                                             strict=True):
+        yield Family(PREFIX + name, help, "gauge", labels, samples)
 
 
 def build_health_families(snapshot: Snapshot, *, node: str, now: float) -> Iterator[Family]:

@@ -84,6 +84,8 @@ class AnnotationKeys:
     ``enabled``, ``disabling``, ``failed``; :mod:`domain.toggle`); the scheduler gives GPU pods only to nodes
     without it or in ``enabled`` with the enable label ``true``. ``node_toggle`` holds the controller's detail
     for that state (JSON: target, tries, Job generation, last error), so a restarted controller resumes.
+    ``pod_gpu_topology`` on a pod asking for whole GPUs requires a connected set: ``nvlink``, ``pcie-root`` or
+    ``numa`` (the least :class:`domain.topology.Tier` its GPUs may have; ``system`` is no requirement).
     """
 
     node_inventory: str = "lj-runtimekit.io/gpu-inventory"
@@ -97,6 +99,7 @@ class AnnotationKeys:
     pod_gpu_models: str = "lj-runtimekit.io/gpu-models"
     pod_gpu_uuids: str = "lj-runtimekit.io/gpu-uuids"
     pod_gpu_uuids_exclude: str = "lj-runtimekit.io/gpu-uuids-exclude"
+    pod_gpu_topology: str = "lj-runtimekit.io/gpu-topology"
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -46,7 +46,8 @@ class PodRequests:
     def __init__(self, protocol: ProtocolConstants) -> None:
         self.protocol = protocol
         keys = protocol.annotations
-        self._selector_keys = (keys.pod_gpu_models, keys.pod_gpu_uuids, keys.pod_gpu_uuids_exclude)
+        self._selector_keys = (keys.pod_gpu_models, keys.pod_gpu_uuids, keys.pod_gpu_uuids_exclude,
+                               keys.pod_gpu_topology)
         self._memo: dict[str, tuple[PodObject, _Key, PodRequest | InvalidRequestError]] = {}
         self._shared: dict[_Key, PodRequest] = {}
 
@@ -55,8 +56,8 @@ class PodRequests:
         containers = tuple([(c.name, c.init, tuple(sorted(c.requests.items())), tuple(sorted(c.limits.items())))
                             for c in pod.containers])  # a list first: cheaper than a generator
         get = pod.annotations.get
-        models, uuids, excluded = self._selector_keys
-        return (containers, (get(models), get(uuids), get(excluded)))
+        models, uuids, excluded, topology = self._selector_keys
+        return (containers, (get(models), get(uuids), get(excluded), get(topology)))
 
     def get(self, pod: PodObject) -> PodRequest:
         """The request of ``pod``. Raises :class:`InvalidRequestError` as :func:`pod_request` does."""

@@ -78,6 +78,7 @@ def _table(*features: Feature) -> Mapping[str, Feature]:
 
 V1_0 = SemVer(1, 0, 0)
 V1_1 = SemVer(1, 1, 0)
+V1_2 = SemVer(1, 2, 0)
 
 RUNTIME_FEATURES: Mapping[str, Feature] = _table(
     Feature("inventory", V1_0, "ListDevices: GPU inventory with health"),
@@ -100,11 +101,13 @@ RUNTIME_FEATURES: Mapping[str, Feature] = _table(
     Feature("share-enforcement-hami-core", V1_1, "HAMi-core, preloaded into each container, enforces a share"),
     Feature("share-enforcement-mps", V1_1, "the CUDA MPS control daemon enforces a share"),
     Feature("share-enforcement-mig", V1_1, "every GPU is in MIG mode: grants are hardware-isolated instances"),
+    Feature("gpu-topology", V1_2, "ListDevices reports each GPU's NUMA node, PCIe root and NVLink peers "
+            "(Device.topology)"),
 )
 """Feature name → :class:`Feature`; read-only."""
 
 CONTRACT_VERSION: SemVer = max(feature.minimum for feature in RUNTIME_FEATURES.values())
-"""The Runtime contract version this build speaks: the newest Runtime version in :data:`RUNTIME_FEATURES` (1.1.0),
+"""The Runtime contract version this build speaks: the newest Runtime version in :data:`RUNTIME_FEATURES` (1.2.0),
 which is the Runtime version this release of the components follows (``ljrk --version`` prints it)."""
 
 OLDEST_RUNTIME: SemVer = min(feature.minimum for feature in RUNTIME_FEATURES.values())
@@ -171,6 +174,10 @@ class RuntimeInfo:
         if missing:
             raise UnsupportedFeatureError("; ".join(missing))
 
+
+GPU_TOPOLOGY = "gpu-topology"
+"""The topology feature: a client reads ``DeviceInfo.topology`` only from a Runtime that serves it (older ones leave
+it absent, which reads as unknown)."""
 
 MIG_INVENTORY, MIG_ALLOCATE, MIG_DYNAMIC, MIG_EXPORTER_DATA = (
     "mig-inventory", "mig-allocate", "mig-dynamic", "mig-exporter-data")

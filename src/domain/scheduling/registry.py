@@ -17,6 +17,7 @@ from domain.scheduling.framework.cycle import BindPlugin, Profile, ScorePlugin, 
 from domain.scheduling.framework.filters import GpuFit, GpuModelMatch, NodeResourcesFit
 from domain.scheduling.framework.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.framework.tiebreak import make_tie_breaker
+from domain.scheduling.framework.topology import GpuTopologyFit, GpuTopologyTies, TopologyClasses
 from domain.scheduling.mig.timesharing import MigModeGpus
 from domain.scheduling.policies.classic import (
     BestFitScore,
@@ -136,8 +137,11 @@ def build_profile(
     mig_stem: str | None = None,
     tie_breaker: TieBreaker | None = None,
 ) -> Profile:
-    """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit),
-    its score plugin (weight 1), its GPU chooser and the tie rule (default ``fixed-order``, §3.4).
+    """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit, the
+    pod's GPU topology requirement),
+    its score plugin (weight 1) and the topology tie refiner (weight 0,
+    :class:`~domain.scheduling.framework.topology.GpuTopologyTies`), its GPU chooser and the tie rule (default
+    ``fixed-order``, §3.4).
 
     ``mig_stem``: ``<prefix>/mig-`` of the protocol's MIG resources, named when a time-sharing pod meets GPUs in MIG
     mode (:class:`~domain.scheduling.mig.timesharing.MigModeGpus`).
@@ -152,10 +156,11 @@ def build_profile(
     if states is None and typical is not None:
         states = NodeStateCache(FragmentationModel(typical, ledger))
     score, chooser = policy.build(PolicyContext(ledger=ledger, rng=rng, states=states))
+    classes = TopologyClasses()
     return Profile(
         name=name,
-        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit()),
-        scores=(WeightedScore(score),),
+        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit(classes)),
+        scores=(WeightedScore(score), WeightedScore(GpuTopologyTies(classes), weight=0)),
         planner=ChooserPlanner(chooser),
         tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),
         binder=binder,

@@ -1,7 +1,8 @@
 """``ljrk runtime`` (also ``python -m entrypoints.runtime``): the reference node Runtime.
 
 ``ljrk runtime --socket PATH [--backend auto|nvml|simulated] [--simulated-gpus 2x16Gi:A100 |
---simulated-gpus-file FILE.yaml] [--state-dir DIR] [--initial-state enabled|disabled]
+--simulated-gpus-file FILE.yaml] [--simulated-topology none|nvswitch8|nvlink-islands-2x4|pcie-pairs-2numa]
+[--state-dir DIR] [--initial-state enabled|disabled]
 [--recovery-quiet-period SECONDS] [--health-hold SECONDS] [--ignored-xids XID,…|none]
 [--device-specs [--dev-root DIR]] [--hami-core-library PATH | --mps-pipe-dir DIR] [--mig-strategy static|dynamic]
 [--log-level LEVEL]``
@@ -27,6 +28,7 @@ from adapters.simulated import SpecError
 from domain.mig.gpu import PlacementMode
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.command import (
     EXIT_FAILED,
     EXIT_OK,
@@ -97,6 +99,10 @@ CLI = cli(
     flag("--simulated-gpus-file", group="gpus", type=Path, metavar="FILE.yaml",
          help="simulated inventory from YAML: gpus: [{model, memory, count, uuid, health, migMode, "
          "migInstances: [{profile, start}]}]"),
+    flag("--simulated-topology", choices=MACHINE_NAMES, default="none",
+         help="simulated machine whose NUMA nodes, PCIe roots and NVLink peers ListDevices reports: nvswitch8 (all "
+         "GPUs NVLinked), nvlink-islands-2x4 (two NVLink islands of half the GPUs), pcie-pairs-2numa (no NVLink; PCIe "
+         "pairs, half on each NUMA node); needs an even GPU count; none = no topology reported (default: none)"),
     flag("--state-dir", type=Path, metavar="DIR",
          help="where runtime-state.json is kept (default: the socket's directory)"),
     flag("--initial-state", convert=RuntimeState, choices=[s.value for s in RuntimeState], default="enabled",

@@ -37,6 +37,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import CONTROL_DEVICES, HAMI_LIBRARY_PATH, ContainerEdits
 from domain.runtime.health import APPLICATION_XIDS, MAX_XID
 from domain.runtime.types import RuntimeState
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.command import SettingsError as SettingsError
 from entrypoints._shared.lifecycle import RunUntilStopped
 from ports.gpu_backend import GpuBackend, GpuBackendUnavailableError
@@ -59,6 +60,7 @@ class RuntimeSettings:
     backend: str = "auto"
     simulated_gpus: str | None = None
     simulated_gpus_file: Path | None = None
+    simulated_topology: str = "none"
     state_dir: Path | None = None
     initial_state: RuntimeState = RuntimeState.ENABLED
     recovery_quiet_period_s: float | None = 300.0
@@ -80,6 +82,11 @@ class RuntimeSettings:
             raise SettingsError("--simulated-gpus and --simulated-gpus-file are mutually exclusive")
         if self.backend == "nvml" and (self.simulated_gpus or self.simulated_gpus_file):
             raise SettingsError("--simulated-gpus/--simulated-gpus-file need --backend simulated or auto")
+        if self.simulated_topology not in MACHINE_NAMES:
+            raise SettingsError(f"--simulated-topology {self.simulated_topology!r}: choose one of "
+                                f"{', '.join(MACHINE_NAMES)}")
+        if self.backend == "nvml" and self.simulated_topology != "none":
+            raise SettingsError("--simulated-topology needs --backend simulated or auto")
         if len(str(self.socket.absolute()).encode()) > MAX_SOCKET_PATH:
             raise SettingsError(f"--socket {self.socket}: a unix socket path has at most {MAX_SOCKET_PATH} bytes")
         quiet = self.recovery_quiet_period_s
@@ -145,9 +152,10 @@ def _simulated(settings: RuntimeSettings) -> SimulatedGpuBackend:
     quiet, ignored = settings.recovery_quiet_period_s, settings.ignored_xids
     if settings.simulated_gpus_file is not None:
         return SimulatedGpuBackend.from_file(settings.simulated_gpus_file, seed=settings.seed, quiet_period_s=quiet,
-                                             ignored_xids=ignored)
+                                             ignored_xids=ignored, topology=settings.simulated_topology)
     spec = settings.simulated_gpus or DEFAULT_SIMULATED_GPUS
-    return SimulatedGpuBackend.from_spec(spec, seed=settings.seed, quiet_period_s=quiet, ignored_xids=ignored)
+    return SimulatedGpuBackend.from_spec(spec, seed=settings.seed, quiet_period_s=quiet, ignored_xids=ignored,
+                                         topology=settings.simulated_topology)
 
 
 def select_backend(settings: RuntimeSettings) -> GpuBackend:

@@ -24,6 +24,7 @@ from domain.mig.gpu import PlacementMode
 from domain.runtime.edits import ContainerEdits
 from domain.runtime.features import RuntimeInfo, SemVer, features_at
 from domain.runtime.types import RuntimeState
+from domain.topology import NodeTopology
 from ports.runtime_state import RuntimeStateStore
 from services.runtime.service import RuntimeService
 
@@ -35,7 +36,8 @@ class InProcessRuntime(RuntimeService):
     one); ``mig_mode``: the MIG strategy; ``state``: the config state when ``store`` holds nothing (``store``
     defaults to a fresh in-memory one, :attr:`store`); ``clock``: epoch seconds for the Runtime and its GPUs;
     ``health_hold_s``: the damping quiet period, seconds; ``version`` and ``capabilities``: what GetVersion
-    announces instead of the reference Runtime's (capabilities default to the version's features). The simulated
+    announces instead of the reference Runtime's (capabilities default to the version's features); ``topology``: the
+    GPUs' NUMA nodes, PCIe roots and NVLink peers ListDevices reports (default none). The simulated
     backend is :attr:`backend`. Thread-safe."""
 
     def __init__(
@@ -51,8 +53,9 @@ class InProcessRuntime(RuntimeService):
         health_hold_s: float = 0.0,
         version: SemVer | None = None,
         capabilities: Iterable[str] | None = None,
+        topology: NodeTopology | None = None,
     ) -> None:
-        self.backend = SimulatedGpuBackend(gpus, mig_layouts=mig_layouts, clock=clock)
+        self.backend = SimulatedGpuBackend(gpus, mig_layouts=mig_layouts, clock=clock, topology=topology)
         self.store = InMemoryRuntimeStateStore() if store is None else store
         super().__init__(self.backend, self.store, initial_state=state, clock=clock, health_hold_s=health_hold_s,
                          edits=edits, mig_mode=mig_mode)

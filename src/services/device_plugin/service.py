@@ -34,6 +34,8 @@ preferred allocations, and Allocate mapped onto the scheduler's plan and one Run
   Runtime. Allocate of a MIG resource sends the container's planned instances (profile, placement start, create)
   as ``PlannedMig``; kubelet's IDs never choose the instance (B17). GetPreferredAllocation prefers the planned
   instances' own IDs (static) or IDs of their GPUs (dynamic).
+* Topology (Runtime >= 1.2.0): the GPUs' NUMA nodes, PCIe roots and NVLink peers go into the inventory annotation;
+  GetPreferredAllocation of whole GPUs without a plan prefers the best-connected set.
 
 Thread-safe: Allocate and preferred calls are serialised (kubelet serialises admission anyway).
 """
@@ -69,6 +71,7 @@ from domain.device_plugin.matching import (
 )
 from domain.device_plugin.pods import mig_resource_names, node_candidates
 from domain.device_plugin.response_guard import ResponseAllowList
+from domain.device_plugin.topology import connected_gpus
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.annotations import MigInstanceRecord, encode_inventory
 from domain.kube.protocol import ProtocolConstants
@@ -80,6 +83,7 @@ from domain.runtime.types import (
     DeviceInfo,
     MigInstanceInfo,
 )
+from domain.topology import node_topology, numa_nodes
 from ports.cluster import NodesApi, PodsApi
 from ports.runtime import CapacityExceededError, HealthStream, NodeRuntime, NodeRuntimeError
 
@@ -141,6 +145,8 @@ class DevicePluginService:
         published as the protocol's ``enforcement_label``."""
         self._mig_names = mig_resource_names(protocol)
         self._gpus: dict[GpuUuid, Gpu] = {d.gpu.uuid: d.gpu for d in listed}
+        self.topology = node_topology((d.gpu.index, d.topology) for d in listed)
+        """The GPUs' NUMA nodes, PCIe roots and NVLink peers (Runtime >= 1.2.0; None when it reports none)."""
         self._mig: dict[GpuUuid, tuple[MigInstanceInfo, ...]] = self._mig_listing(listed)
         self._health_stream: HealthStream | None = None
         self._alloc_lock = threading.Lock()
@@ -166,7 +172,7 @@ class DevicePluginService:
             slots = self._mig_slots(kind) if isinstance(kind, MigResource) else ()
         if isinstance(kind, MigResource):
             return generation, mig_device_list(kind, slots)
-        return generation, device_list(kind, gpus, memory_unit_bytes=self._memory_unit)
+        return generation, device_list(kind, gpus, memory_unit_bytes=self._memory_unit, numa=numa_nodes(self.topology))
 
     # ------------------------------------------------------------------ MIG
     @property
@@ -262,6 +268,7 @@ class DevicePluginService:
 
         with self._changed:
             same = shape(fresh, mig) == shape(self._gpus, self._mig)
+            self.topology = node_topology((d.gpu.index, d.topology) for d in listed)
             self._mig = mig  # owners ("free") always follow the Runtime, for the inventory annotation
             if same:
                 return False
@@ -325,7 +332,8 @@ class DevicePluginService:
         with self._changed:
             mig = self._mig_records()
         text = encode_inventory(self.gpus(), heartbeat=self._clock(), protocol=fingerprint, mig=mig,
-                                mig_strategy=self.mig_strategy if mig else "", kubelet_registered=kubelet_registered)
+                                mig_strategy=self.mig_strategy if mig else "", kubelet_registered=kubelet_registered,
+                                topology=self.topology)
         self._cluster.patch_node_metadata(self.node, labels={self.protocol.enforcement_label: self.enforcement.value},
                                           annotations={keys.node_inventory: text, keys.node_protocol: fingerprint})
 
@@ -345,7 +353,8 @@ class DevicePluginService:
     ) -> tuple[str, ...]:
         """IDs of the planned GPUs first (``domain.device_plugin.devices.preferred_ids``; for a MIG resource the
         planned instances' own IDs first, static strategy); without an identified plan, must-include then available
-        IDs. Never raises (a preference is advisory)."""
+        IDs; whole GPUs without a plan: the best-connected set where the Runtime reports a topology. Never raises (a
+        preference is advisory)."""
         planned: list[GpuUuid] = []
         exact: list[str] = []
         try:
@@ -359,6 +368,8 @@ class DevicePluginService:
                 exact = planned_instance_ids(chosen, kind, listed)
         except Exception as error:  # advisory: log and fall back to kubelet's own order
             log.info("no preferred allocation for %d x %s: %s", size, kind.value, error)
+        if not planned and not exact:  # no plan: the best-connected whole GPUs (domain.device_plugin.topology)
+            planned = list(connected_gpus(kind, available, must_include, size, self.gpus(), self.topology))
         return preferred_ids(available, must_include, size, planned, exact=exact)
 
     def allocate(self, kind: ResourceKey, device_ids: Sequence[str]) -> ContainerAllocationResponse:

@@ -48,9 +48,9 @@ REQUIRED_FEATURES = ("inventory", "health-watch")
 
 class SlicePublisher:
     """The node's ResourceSlices (module docstring) for node ``node``. ``topology``: NUMA node and PCIe root per
-    GPU where known (the Runtime does not report them yet). Construction reads the Runtime's version: raises
-    ``ports.runtime.NodeRuntimeError`` when it cannot be reached and ``UnsupportedFeatureError`` when it lacks a
-    feature of :data:`REQUIRED_FEATURES`."""
+    GPU, overriding what the Runtime reports (Runtime >= 1.2.0 reports them). Construction reads the Runtime's
+    version: raises ``ports.runtime.NodeRuntimeError`` when it cannot be reached and ``UnsupportedFeatureError``
+    when it lacks a feature of :data:`REQUIRED_FEATURES`."""
 
     def __init__(self, *, node: str, runtime: NodeRuntime, slices: ResourceSlicesApi, nodes: NodesApi,
                  protocol: ProtocolConstants, unhealthy: UnhealthyPolicy = UnhealthyPolicy.TAINT,

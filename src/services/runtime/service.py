@@ -60,7 +60,7 @@ from services.runtime.broadcast import HealthBroadcast, HealthSubscription
 log = logging.getLogger(__name__)
 
 RUNTIME_NAME = "ljrk-reference-runtime"
-RUNTIME_VERSION = SemVer(1, 1, 0)
+RUNTIME_VERSION = SemVer(1, 2, 0)
 """Contract features this Runtime implements (``domain.runtime.features.RUNTIME_FEATURES``)."""
 
 HEALTH_POLL_S = 0.25

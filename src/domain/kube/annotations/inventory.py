@@ -31,6 +31,8 @@ from domain.kube.annotations.records import (
     MigInstanceRecord,
     _mig_map,
 )
+from domain.kube.annotations.topology import read_topology, topology_json
+from domain.topology import NodeTopology, node_topology
 from domain.units import MAX_GPU_MEMORY_BYTES
 
 
@@ -47,11 +49,13 @@ def encode_inventory(
     mig: Mapping[int, Sequence[MigInstanceRecord]] | None = None,
     mig_strategy: str = "",
     kubelet_registered: bool = True,
+    topology: NodeTopology | None = None,
 ) -> str:
     """Render the node inventory annotation (module docstring) for ``gpus`` at ``heartbeat`` (epoch seconds),
     stamped with the writer's protocol fingerprint; ``mig``: GPU index → MIG instances of that GPU (GPUs in MIG
     mode only); ``mig_strategy``: ``static``/``dynamic`` (empty: not published); ``kubelet_registered``: False
-    writes ``"kubeletRegistered": false``. Version 2 when a GPU is in MIG
+    writes ``"kubeletRegistered": false``; ``topology``: each listed GPU's ``topology`` object
+    (:mod:`domain.kube.annotations.topology`; None: none written). Version 2 when a GPU is in MIG
     mode, else version 1 (the same text as before MIG). Raises :class:`InvalidRequestError` for a non-finite
     heartbeat, an unknown strategy, or instances on a GPU that is absent or not in MIG mode."""
     if not math.isfinite(heartbeat):
@@ -72,6 +76,9 @@ def encode_inventory(
                                     "health": g.health.value, "migMode": g.mig_mode.value}
         if g.mig_mode is MigMode.ENABLED:
             entry["migInstances"] = [_mig_instance_json(i) for i in layouts.get(g.index, ())]
+        place = None if topology is None else topology.gpus.get(g.index)
+        if place is not None:
+            entry["topology"] = topology_json(place)
         entries.append(entry)
     data: dict[str, object] = {
         "version": INVENTORY_VERSION if with_mig else 1,
@@ -185,7 +192,8 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     :class:`InvalidRequestError` naming ``key`` and the field for an unknown version, malformed JSON, a missing
     field, a wrong type, a heartbeat that is no finite number, a GPU with memory ≤ 0 or above 1 PiB, duplicate
     UUIDs, indexes that are not exactly ``0..n-1``, MIG instances on a GPU not in MIG mode or sharing a start, an
-    unknown ``migStrategy``, or a ``kubeletRegistered`` that is not a boolean.
+    unknown ``migStrategy``, a ``kubeletRegistered`` that is not a boolean, or a malformed ``topology`` (one naming a
+    peer the node lacks included).
     """
     data = _load(key, text)
     version = _version(key, data, INVENTORY_VERSIONS_READ)
@@ -217,4 +225,10 @@ def decode_inventory(text: object, *, key: str) -> InventoryRecord:
     if len(set(uuids)) != len(uuids):
         raise InvalidRequestError(f"{key}.gpus.uuid", uuids, "must be unique")
     registered = _bool(key, data, "kubeletRegistered") if "kubeletRegistered" in data else True
-    return InventoryRecord(tuple(gpus), float(heartbeat), protocol, layouts, strategy, registered)
+    places = [(gpu.index, read_topology(f"{key}.gpus[{i}]", entry) if isinstance(entry, dict) else None)
+              for i, entry, gpu in parsed]
+    try:
+        topology = node_topology(places)
+    except InvalidRequestError as error:
+        raise InvalidRequestError(f"{key}.gpus.{error.field}", error.value, error.reason) from None
+    return InventoryRecord(tuple(gpus), float(heartbeat), protocol, layouts, strategy, registered, topology)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from domain.gpu import Gpu
+from domain.topology import NodeTopology
 
 INVENTORY_VERSION = 2
 """Schema version of the node inventory annotation (2 added the MIG layout; written only for nodes with a GPU in
@@ -61,7 +62,8 @@ class InventoryRecord:
     seconds when the device plugin last wrote it), ``protocol`` (the writer's protocol fingerprint), ``mig`` (GPU
     index → its MIG instances by start; GPUs without instances absent) and ``mig_strategy`` (``static``,
     ``dynamic``, or empty when not published) and ``kubelet_registered`` (False: the device plugin said kubelet
-    would refuse GPU pods now)."""
+    would refuse GPU pods now) and ``topology`` (the GPUs' NUMA nodes, PCIe roots and NVLink peers; None when the
+    annotation carries none)."""
 
     gpus: tuple[Gpu, ...]
     heartbeat: float
@@ -69,3 +71,4 @@ class InventoryRecord:
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = attrs.field(factory=dict, converter=_mig_map)
     mig_strategy: str = ""
     kubelet_registered: bool = True
+    topology: NodeTopology | None = None

@@ -126,6 +126,7 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
     heartbeat: float | None = None
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = {}
     strategy = ""
+    topology = None
     if text is None:
         problems.insert(0, f"no GPU inventory annotation {key}")
     else:
@@ -135,6 +136,7 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
             problems.insert(0, f"malformed GPU inventory: {error}")
         else:
             gpus, heartbeat, mig, strategy = record.gpus, record.heartbeat, record.mig, record.mig_strategy
+            topology = record.topology
             if record.protocol != protocol.fingerprint():
                 problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
                                    f"scheduler {protocol.fingerprint()}")
@@ -145,7 +147,8 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
         if component != "device-plugin" or not known:
             problems.insert(0, f"protocol mismatch: {component.replace('-', ' ')} speaks {fingerprint}, "
                                f"scheduler {protocol.fingerprint()}")
-    counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods)
+    counted = NodeInventory(NodeName(node.name), gpus, cpu_milli=cpu, memory_bytes=memory, max_pods=pods,
+                            topology=topology)
     steady = "; ".join(problems)
     return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady,
                             dict(mig), strategy)

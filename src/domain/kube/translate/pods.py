@@ -21,6 +21,7 @@ from domain.kube.protocol import ProtocolConstants, parse_quantity
 from domain.kube.quantity import parse_bytes, parse_cpu_milli
 from domain.mig.errors import UnknownMigProfileError
 from domain.request import ContainerRequest, GpuSelector, PodRequest
+from domain.topology import Tier
 from domain.units import MAX_GPU_MEMORY_BYTES, MAX_NODE_QUANTITY, MILLI_PER_PERCENT, PERCENT_PER_GPU
 
 
@@ -171,6 +172,15 @@ def pod_selector(pod: PodObject, protocol: ProtocolConstants) -> GpuSelector:
     )
 
 
+def pod_gpu_topology(pod: PodObject, protocol: ProtocolConstants) -> Tier:
+    """The connection the pod's whole GPUs must have, from its ``pod_gpu_topology`` annotation (``nvlink``,
+    ``pcie-root``, ``numa`` or ``system``; absent or blank: ``system``, no requirement). Raises
+    :class:`InvalidRequestError` naming the pod and the annotation for another value."""
+    key = protocol.annotations.pod_gpu_topology
+    text = (pod.annotations.get(key) or "").strip()
+    return Tier.parse(f"pod[{pod.key}].annotations[{key}]", text) if text else Tier.SYSTEM
+
+
 def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     """The :class:`PodRequest` of ``pod`` (module docstring).
 
@@ -180,7 +190,7 @@ def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     core/memory, malformed cpu/memory quantities, an empty UID or duplicate container names; and for MIG: a
     ``<prefix>/mig-*`` name the shared table does not know (reason: the table's "unknown profile" message, with
     the canonical name when an alias was spelled; B30), two MIG profiles in one container, MIG combined with our
-    time-sharing resources in one container or one pod.
+    time-sharing resources in one container or one pod; an unknown ``pod_gpu_topology`` value.
     ``gpu=0`` next to core/memory is a plain share; a MIG amount 0 is no ask.
     """
     containers = tuple(_container(pod, spec, protocol) for spec in pod.containers)
@@ -193,4 +203,5 @@ def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
         cpu_milli=cpu,
         memory_bytes=memory,
         selector=pod_selector(pod, protocol),
+        gpu_topology=pod_gpu_topology(pod, protocol),
     )

@@ -10,6 +10,7 @@ import attrs
 
 from domain.gpu import Gpu, GpuUuid, Health
 from domain.mig.gpu import MigOwner
+from domain.topology import GpuTopology
 
 
 @attrs.frozen
@@ -59,12 +60,14 @@ def _mig_tuple(value: tuple[MigInstanceInfo, ...] | list[MigInstanceInfo]) -> tu
 @attrs.frozen
 class DeviceInfo:
     """One GPU as the Runtime reports it: the inventory value ``gpu`` (whose ``health`` is current),
-    ``health_reason`` (why it is unhealthy; empty when healthy) and, for a GPU in MIG mode, its
-    ``mig_instances`` (by placement start; empty otherwise)."""
+    ``health_reason`` (why it is unhealthy; empty when healthy), for a GPU in MIG mode its ``mig_instances`` (by
+    placement start; empty otherwise), and its ``topology`` (NUMA node, PCIe root, NVLink peers; None when the
+    backend does not know it; Runtime 1.2.0, feature ``gpu-topology``)."""
 
     gpu: Gpu
     health_reason: str = ""
     mig_instances: tuple[MigInstanceInfo, ...] = attrs.field(default=(), converter=_mig_tuple)
+    topology: GpuTopology | None = None
 
 
 @attrs.frozen

@@ -1,10 +1,11 @@
 """Reserve-phase GPU planning: turn "this pod on this node" into per-container GPU grants.
 
 Shares go to the GPU a :class:`ShareGpuChooser` picks among the GPUs that fit (best-fit, worst-fit, first,
-random, or a policy's own rule such as FGD's). Whole-GPU containers take the first ``k`` completely free
-eligible GPUs by index (the published simulator's rule, docs/trace-replay.md §3.5). Pods with several GPU
-containers are planned greedily, container by container, with best-fit for shares; init containers are planned
-against the node as it was before the pod, because the pod holds ``max(app, init)`` per GPU.
+random, or a policy's own rule such as FGD's). A pod with one whole-GPU container takes the best-connected ``k``
+completely free eligible GPUs where its node reports a topology, else the first ``k`` by index (the published
+simulator's rule, docs/trace-replay.md §3.5; :func:`domain.scheduling.framework.topology.whole_gpus`). Pods with
+several GPU containers are planned greedily, container by container, with best-fit for shares; init containers are
+planned against the node as it was before the pod, because the pod holds ``max(app, init)`` per GPU.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.scheduling.framework.cycle import I64, BoolArray, CycleState
+from domain.scheduling.framework.topology import whole_gpus
 from domain.units import MILLI_PER_GPU
 
 SHARE_NEEDS_MEMO = 32
@@ -234,9 +236,10 @@ class ChooserPlanner:
         assert state.gpu_fit is not None
         fit = np.flatnonzero(state.gpu_fit[slot]).astype(np.int64)
         if shape.kind is GpuKind.WHOLE:
-            if len(fit) < shape.gpus:
+            chosen = whole_gpus(pod, ledger, slot, fit, shape.gpus)
+            if chosen is None:
                 return None
-            grants = tuple(GpuGrant(int(i), MILLI_PER_GPU, int(ledger.mem_cap[slot, i])) for i in fit[: shape.gpus])
+            grants = tuple(GpuGrant(int(i), MILLI_PER_GPU, int(ledger.mem_cap[slot, i])) for i in chosen)
             container = ContainerGrant(shape.name, grants, init=shape.init, whole=True)
         else:
             if not len(fit):

@@ -26,6 +26,9 @@ instead of GPU shares and gets NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,...; a Runtime 
 creates planned instances at Allocate and destroys them at Release; ExporterGetDataList adds one row per MIG
 instance. Profile names are canonical MIG profile names such as "3g.40gb" (NVIDIA MIG user guide); placements
 count memory slices.
+
+Topology (Runtime >= 1.2.0; feature gpu-topology): Device.topology gives each GPU's NUMA node, PCIe root and NVLink
+peers, which the scheduler, the device plugin's preferred allocation and the DRA slices use.
 """
 
 from collections import abc as _abc
@@ -155,6 +158,7 @@ class Device(_message.Message):
     MIG_MODE_FIELD_NUMBER: _builtins.int
     HEALTH_REASON_FIELD_NUMBER: _builtins.int
     MIG_INSTANCES_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """NVML device index on the node (>= 0)."""
     uuid: _builtins.str
@@ -171,6 +175,12 @@ class Device(_message.Message):
     def mig_instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigInstance]:
         """MIG instances of a GPU in MIG mode, by placement start (since 1.1.0, feature mig-inventory)."""
 
+    @_builtins.property
+    def topology(self) -> Global___DeviceTopology:
+        """Where the GPU sits in the node: NUMA node, PCIe root, NVLink peers (since 1.2.0, feature gpu-topology);
+        absent when the Runtime does not know it.
+        """
+
     def __init__(
         self,
         *,
@@ -182,14 +192,77 @@ class Device(_message.Message):
         mig_mode: Global___MigMode.ValueType = ...,
         health_reason: _builtins.str = ...,
         mig_instances: _abc.Iterable[Global___MigInstance] | None = ...,
+        topology: Global___DeviceTopology | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "mig_instances", b"mig_instances", "mig_mode", b"mig_mode", "model", b"model", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "mig_instances", b"mig_instances", "mig_mode", b"mig_mode", "model", b"model", "topology", b"topology", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Device: _TypeAlias = Device  # noqa: Y015
+
+@_typing.final
+class NvLinkPeer(_message.Message):
+    """One GPU of the node joined to this one by NVLink (since 1.2.0)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_INDEX_FIELD_NUMBER: _builtins.int
+    LINK_COUNT_FIELD_NUMBER: _builtins.int
+    gpu_index: _builtins.int
+    """NVML index of the peer GPU (not this GPU)."""
+    link_count: _builtins.int
+    """NVLinks joining the two GPUs (>= 1); through NVSwitches, this GPU's links to the switches."""
+    def __init__(
+        self,
+        *,
+        gpu_index: _builtins.int = ...,
+        link_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_index", b"gpu_index", "link_count", b"link_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NvLinkPeer: _TypeAlias = NvLinkPeer  # noqa: Y015
+
+@_typing.final
+class DeviceTopology(_message.Message):
+    """A GPU's place in the node (since 1.2.0, feature gpu-topology)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMA_NODE_FIELD_NUMBER: _builtins.int
+    PCIE_ROOT_FIELD_NUMBER: _builtins.int
+    NVLINK_PEERS_FIELD_NUMBER: _builtins.int
+    numa_node: _builtins.int
+    """Linux NUMA node of the GPU's PCI device; absent when unknown."""
+    pcie_root: _builtins.str
+    """The PCI root complex, as the Kubernetes DRA attribute resource.kubernetes.io/pcieRoot spells it:
+    "pci<domain>:<bus>" in lower-case hex, e.g. "pci0000:00"; empty when unknown.
+    """
+    @_builtins.property
+    def nvlink_peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___NvLinkPeer]:
+        """Every GPU reachable over NVLink, by index (GPUs on one NVSwitch fabric list each other)."""
+
+    def __init__(
+        self,
+        *,
+        numa_node: _builtins.int | None = ...,
+        pcie_root: _builtins.str = ...,
+        nvlink_peers: _abc.Iterable[Global___NvLinkPeer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_numa_node", b"_numa_node", "numa_node", b"numa_node"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_numa_node", b"_numa_node", "numa_node", b"numa_node", "nvlink_peers", b"nvlink_peers", "pcie_root", b"pcie_root"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__numa_node: _TypeAlias = _typing.Literal["numa_node"]  # noqa: Y015
+    _WhichOneofArgType__numa_node: _TypeAlias = _typing.Literal["_numa_node", b"_numa_node"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__numa_node) -> _WhichOneofReturnType__numa_node | None: ...
+
+Global___DeviceTopology: _TypeAlias = DeviceTopology  # noqa: Y015
 
 @_typing.final
 class MigOwner(_message.Message):
@@ -725,6 +798,7 @@ class GpuData(_message.Message):
     ALLOCATED_CORE_MILLI_FIELD_NUMBER: _builtins.int
     ALLOCATED_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     MIG_MODE_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     uuid: _builtins.str
     model: _builtins.str
@@ -748,6 +822,10 @@ class GpuData(_message.Message):
     def xid_counts(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
         """XID code -> number of events seen since the Runtime started (application XIDs included)."""
 
+    @_builtins.property
+    def topology(self) -> Global___DeviceTopology:
+        """The GPU's place in the node, as ListDevices reports it (since 1.2.0, feature gpu-topology); absent when unknown."""
+
     def __init__(
         self,
         *,
@@ -766,10 +844,11 @@ class GpuData(_message.Message):
         allocated_core_milli: _builtins.int = ...,
         allocated_memory_bytes: _builtins.int = ...,
         mig_mode: Global___MigMode.ValueType = ...,
+        topology: Global___DeviceTopology | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "memory_used_bytes", b"memory_used_bytes", "power_watts", b"power_watts", "temperature_celsius", b"temperature_celsius", "utilization_percent", b"utilization_percent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "memory_used_bytes", b"memory_used_bytes", "power_watts", b"power_watts", "temperature_celsius", b"temperature_celsius", "topology", b"topology", "utilization_percent", b"utilization_percent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "allocated_core_milli", b"allocated_core_milli", "allocated_memory_bytes", b"allocated_memory_bytes", "health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "mig_mode", b"mig_mode", "model", b"model", "power_watts", b"power_watts", "sample_error", b"sample_error", "temperature_celsius", b"temperature_celsius", "utilization_percent", b"utilization_percent", "uuid", b"uuid", "xid_counts", b"xid_counts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes", "_power_watts", b"_power_watts", "_temperature_celsius", b"_temperature_celsius", "_utilization_percent", b"_utilization_percent", "allocated_core_milli", b"allocated_core_milli", "allocated_memory_bytes", b"allocated_memory_bytes", "health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "mig_mode", b"mig_mode", "model", b"model", "power_watts", b"power_watts", "sample_error", b"sample_error", "temperature_celsius", b"temperature_celsius", "topology", b"topology", "utilization_percent", b"utilization_percent", "uuid", b"uuid", "xid_counts", b"xid_counts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__memory_used_bytes: _TypeAlias = _typing.Literal["memory_used_bytes"]  # noqa: Y015
     _WhichOneofArgType__memory_used_bytes: _TypeAlias = _typing.Literal["_memory_used_bytes", b"_memory_used_bytes"]  # noqa: Y015

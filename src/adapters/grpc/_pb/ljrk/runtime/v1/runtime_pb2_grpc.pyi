@@ -26,6 +26,9 @@ instead of GPU shares and gets NVIDIA_VISIBLE_DEVICES=MIG-<uuid>,...; a Runtime 
 creates planned instances at Allocate and destroys them at Release; ExporterGetDataList adds one row per MIG
 instance. Profile names are canonical MIG profile names such as "3g.40gb" (NVIDIA MIG user guide); placements
 count memory slices.
+
+Topology (Runtime >= 1.2.0; feature gpu-topology): Device.topology gives each GPU's NUMA node, PCIe root and NVLink
+peers, which the scheduler, the device plugin's preferred allocation and the DRA slices use.
 """
 
 from collections import abc as _abc
