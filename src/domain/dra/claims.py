@@ -44,6 +44,8 @@ CLAIM_CONTAINER = "dra-claim"
 
 _WHOLE_GPU = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})$")
 _MIG_DEVICE = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})-mig-([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]{0,2})$")
+_MIG_PARENT = re.compile(r"^gpu-(0|[1-9][0-9]{0,3})-mig-")
+"""Any name in our MIG devices' namespace: its parent GPU is known even where the rest does not parse."""
 _PERCENT_MILLI = MILLI_PER_GPU // 100
 
 
@@ -115,7 +117,7 @@ def ours(results: Iterable[AllocationResult], *, driver: str, pool: str) -> tupl
 def gpu_index(claim: ClaimRef, device: str) -> int:
     """The NVML index of whole-GPU device ``device`` (``gpu-<index>``). Raises :class:`ClaimPreparationError` for a
     MIG device (:func:`mig_parent_index` reads its GPU) or a name that is not a device of this driver."""
-    if _MIG_DEVICE.match(device):
+    if _MIG_PARENT.match(device):
         raise ClaimPreparationError(f"{claim.label}: device {device!r} is a MIG device; it is prepared as a MIG "
                                     "instance, not a whole GPU")
     match = _WHOLE_GPU.match(device)
@@ -128,7 +130,9 @@ def gpu_index(claim: ClaimRef, device: str) -> int:
 def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> PlannedMig:
     """The Runtime's planned MIG instance for MIG device name ``device`` (module docstring)."""
     match = _MIG_DEVICE.match(device)
-    assert match is not None  # the caller matched it
+    if match is None:
+        raise ClaimPreparationError(f"{claim.label}: device {device!r} is not a device of this driver "
+                                    "(expected gpu-<index>-mig-<profile>-<start>, the profile in DNS form)")
     index, name, start = int(match.group(1)), match.group(2), int(match.group(3))
     info = by_index.get(index)
     if info is None:
@@ -146,8 +150,8 @@ def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> Pl
 
 def mig_parent_index(device: str) -> int | None:
     """The parent GPU's NVML index of MIG device ``device`` (``gpu-<index>-mig-<profile>-<start>``), None for any
-    other name."""
-    match = _MIG_DEVICE.match(device)
+    other name; the rest of the name is not checked (the parent is enough to count the GPU as taken)."""
+    match = _MIG_PARENT.match(device)
     return None if match is None else int(match.group(1))
 
 
@@ -182,7 +186,7 @@ def plan_claim(claim: ClaimRef, results: Sequence[AllocationResult], devices: Se
     if not results:
         raise ClaimPreparationError(f"{claim.label}: no allocated device of this driver on this node")
     by_index = {d.gpu.index: d for d in devices}
-    mig = tuple(_mig(claim, r.device, by_index) for r in results if _MIG_DEVICE.match(r.device))
+    mig = tuple(_mig(claim, r.device, by_index) for r in results if _MIG_PARENT.match(r.device))
     if mig and len(mig) != len(results):
         raise ClaimPreparationError(f"{claim.label}: the claim mixes MIG devices with whole GPUs or shares "
                                     f"({', '.join(r.device for r in results)}); one grant holds either")
