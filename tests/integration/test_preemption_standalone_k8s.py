@@ -7,7 +7,8 @@ One node with two 16 GiB GPUs: GPU 0 holds ``a`` (40 %, priority 100) and ``d`` 
 gracefully with a ``Preempted`` Event naming the preemptor, the preemptor is nominated
 (``status.nominatedNodeName``) and, once b is gone, bound to GPU 1; a lower-priority 50 % share created meanwhile
 is not bound (neither GPU can take it beside the preemptor), and a and d are untouched. A ``preemptionPolicy:
-Never`` pod evicts nobody and says so in its FailedScheduling Event.
+Never`` pod evicts nobody and says so in its FailedScheduling Event. A PodDisruptionBudget (``maxUnavailable: 0``)
+over the lowest-priority pod makes the preemptor evict the other one, whose eviction violates no budget.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from k8s_harness import ControlPlane
 from kubernetes import client
 
 from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.disruptionbudgets import KubernetesDisruptionBudgets
 from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid
@@ -56,7 +58,8 @@ def world(k8s_control_plane: ControlPlane) -> Iterator[tuple[client.CoreV1Api, K
             metadata=client.V1ObjectMeta(name=f"ljrk-{name}-{SUFFIX}"), value=value, preemption_policy=policy))
     cluster = KubernetesCluster(api_client)
     service = SchedulerService(cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                               config=ServiceConfig(policy="fgd", admission_hold_seconds=None))
+                               config=ServiceConfig(policy="fgd", admission_hold_seconds=None),
+                               budgets=KubernetesDisruptionBudgets(api_client))
     settings = SchedulerSettings(mode="standalone", host="127.0.0.1", port=0, watch_timeout_seconds=1,
                                  tick_seconds=0.2, identity="solo")
     app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None,
@@ -83,9 +86,9 @@ def make_node(core: client.CoreV1Api, label: dict[str, str]) -> str:
 
 
 def create(core: client.CoreV1Api, name: str, percent: int, priority: str, label: dict[str, str], *,
-           scheduler: str = PROTOCOL.scheduler_name) -> str:
+           scheduler: str = PROTOCOL.scheduler_name, extra: dict[str, str] | None = None) -> str:
     core.create_namespaced_pod("default", client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace="default", labels=label),
+        metadata=client.V1ObjectMeta(name=name, namespace="default", labels={**label, **(extra or {})}),
         spec=client.V1PodSpec(
             scheduler_name=scheduler, priority_class_name=f"ljrk-{priority}-{SUFFIX}", node_selector=label,
             containers=[client.V1Container(
@@ -95,8 +98,8 @@ def create(core: client.CoreV1Api, name: str, percent: int, priority: str, label
 
 
 def running(core: client.CoreV1Api, cluster: KubernetesCluster, node: str, gpu: int, percent: int, priority: str,
-            label: dict[str, str]) -> str:
-    name = create(core, f"victim-{uuid.uuid4().hex[:6]}", percent, priority, label, scheduler=NOBODY)
+            label: dict[str, str], extra: dict[str, str] | None = None) -> str:
+    name = create(core, f"victim-{uuid.uuid4().hex[:6]}", percent, priority, label, scheduler=NOBODY, extra=extra)
     uid = core.read_namespaced_pod(name, "default").metadata.uid
     plan = encode_plan(PodAllocation(uid, node, (ContainerGrant("main", (GpuGrant(gpu, percent * 10, GiB),)),)),
                        gpus(node), writer=NOBODY)
@@ -155,3 +158,26 @@ def test_standalone_never_pod_evicts_nobody(world: tuple[client.CoreV1Api, Kuber
     pod = core.read_namespaced_pod(never, "default")
     assert not pod.spec.node_name
     assert not pod.status.nominated_node_name
+
+
+def test_standalone_spares_the_pod_a_disruption_budget_protects(
+    world: tuple[client.CoreV1Api, KubernetesCluster],
+) -> None:
+    core, cluster = world
+    label = {"ljrk-preempt": uuid.uuid4().hex[:8]}
+    guarded = {"ljrk-guarded": label["ljrk-preempt"]}
+    node = make_node(core, label)
+    policy = client.PolicyV1Api(core.api_client)
+    budget = f"guard-{label['ljrk-preempt']}"
+    policy.create_namespaced_pod_disruption_budget("default", client.V1PodDisruptionBudget(
+        metadata=client.V1ObjectMeta(name=budget),
+        spec=client.V1PodDisruptionBudgetSpec(max_unavailable=0,
+                                              selector=client.V1LabelSelector(match_labels=guarded))))
+    try:
+        a = running(core, cluster, node, 0, 60, "low", label, extra=guarded)   # lowest priority, but protected
+        b = running(core, cluster, node, 1, 60, "mid-200", label)
+        create(core, f"hi-{uuid.uuid4().hex[:6]}", 80, "high", label)
+        eventually(lambda: terminating(core, b), timeout=30, what="the unprotected victim deleted")
+        assert not terminating(core, a)
+    finally:
+        policy.delete_namespaced_pod_disruption_budget(budget, "default")

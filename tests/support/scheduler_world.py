@@ -16,6 +16,7 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import decode_plan, encode_plan
 from domain.kube.objects import Listing, PodObject, PodPhase
 from domain.units import GiB
+from ports.disruption_budgets import DisruptionBudgetsApi
 from services.scheduler.service import SchedulerService, ServiceConfig
 from support.kube_builders import GPU16, KEYS, NOW, PROTOCOL, Clock, make_gpus, make_node, make_pod
 
@@ -134,15 +135,17 @@ def new_pod(cluster: InMemoryCluster, name: str, *, gpu: str | None = None, core
                                         annotations=dict(annotations or {}), scheduler_name=scheduler))
 
 
-def world(policy: str = "binpack", *, admission_hold_seconds: float | None = None) -> World:
+def world(policy: str = "binpack", *, admission_hold_seconds: float | None = None,
+          budgets: DisruptionBudgetsApi | None = None) -> World:
     """A scheduler service over an in-memory cluster. Admission holds are off by default: these worlds have no
-    device plugin to mark pods allocated (tests of the holds turn them on)."""
+    device plugin to mark pods allocated (tests of the holds turn them on). ``budgets``: the PodDisruptionBudgets
+    preemption reads (none by default)."""
     clock, leader = Clock(NOW), [True]
     cluster = FlakyCluster()
     metrics = PrometheusSchedulerMetrics()
     config = ServiceConfig(policy=policy, admission_hold_seconds=admission_hold_seconds)
     service = SchedulerService(cluster, PROTOCOL, metrics, config=config, clock=clock,
-                               is_leader=lambda: leader[0])
+                               is_leader=lambda: leader[0], budgets=budgets)
     return World(cluster, service, metrics, clock, leader)
 
 

@@ -21,13 +21,16 @@ from collections.abc import Callable, Iterator
 from dependency_injector import containers, providers
 
 from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.disruptionbudgets import KubernetesDisruptionBudgets
 from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
+from adapters.memory.disruption_budgets import InMemoryDisruptionBudgets
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cluster import in_memory_or_api_server
 from ports.cluster import ClusterApi
+from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
 from ports.resource_claims import ResourceClaimsWatch
 from services._shared.leader import LeaderConfig, LeaderElector
@@ -71,6 +74,14 @@ def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> Resourc
     if isinstance(cluster, KubernetesCluster):
         return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
     return InMemoryResourceClaims()
+
+
+def disruption_budgets(cluster: ClusterApi) -> DisruptionBudgetsApi:
+    """The PodDisruptionBudgets preemption reads: over the API server's connection of ``cluster`` (its request
+    timeout), else in memory (none, development)."""
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesDisruptionBudgets(cluster.api_client, request_timeout=cluster.request_timeout)
+    return InMemoryDisruptionBudgets()
 
 
 def leader_config(settings: SchedulerSettings) -> LeaderConfig:
@@ -125,7 +136,8 @@ class SchedulerContainer(containers.DeclarativeContainer):
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
         commit_cluster=providers.Callable(commit_cluster, cluster, settings),
-        claims=providers.Callable(resource_claims, cluster, settings))
+        claims=providers.Callable(resource_claims, cluster, settings),
+        budgets=providers.Callable(disruption_budgets, cluster))
     publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
         make_publisher, cluster, settings, protocol)
     app: providers.Provider[SchedulerApp] = providers.Singleton(

@@ -18,11 +18,12 @@ Events, ``status.nominatedNodeName``) are the standalone loop's.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import attrs
 
 from domain.allocation import PodAllocation
+from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import PodObject
 from domain.request import PodRequest
 from domain.scheduling.framework.cycle import Scheduler
@@ -45,9 +46,10 @@ class Nomination:
 
 
 def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, request: PodRequest, *,
-                    held: Collection[str] = ()) -> Victims | str:
+                    held: Collection[str] = (), budgets: Sequence[DisruptionBudget] = ()) -> Victims | str:
     """The victim set to evict for pending ``pod`` (module docstring), or the reason there is none; nodes in
-    ``held`` (held for a nominee of priority ≥ the pod's) are not considered. Its ``pods`` are empty when the pod
+    ``held`` (held for a nominee of priority ≥ the pod's) are not considered; ``budgets``: the cluster's
+    PodDisruptionBudgets, fewest violations first (kube-scheduler's order). Its ``pods`` are empty when the pod
     fits once pods already terminating are gone (wait, evict nothing more)."""
     if not request.wants_gpu:
         return "preemption is for pods asking for GPU resources (not MIG, not CPU only)"
@@ -55,7 +57,7 @@ def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, requ
     if preemptor.policy is PreemptionPolicy.NEVER:
         return "not eligible for preemption: preemptionPolicy is Never"
     nodes = [node for node in preemptable_nodes(scheduler, request) if node not in held]
-    outcomes = [victims_on(sync, pod, request, node) for node in nodes]
+    outcomes = [victims_on(sync, pod, request, node, budgets=budgets) for node in nodes]
     chosen = best_node(outcomes)
     if chosen is None:
         return (f"preemption: 0/{len(nodes)} nodes where only capacity refuses the pod have lower-priority pods "

@@ -27,6 +27,7 @@ from domain.allocation import PodAllocation
 from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
+from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
 from domain.scheduling.framework.candidates import rejection_reasons
@@ -34,6 +35,7 @@ from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
 from domain.scheduling.mig.cycle import mig_reasons
 from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
+from ports.cluster import ClusterError
 from services._shared.logs import fields
 
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
@@ -229,8 +231,21 @@ class SchedulerService(ServiceUpkeep):
         serving answers with no node. Never raises for bad pod content; changes nothing."""
         if not self.serving:
             return {}
+        budgets = self._list_budgets(pod)
         with self._lock:
-            return minimise(self.sync, pod, proposals)
+            return minimise(self.sync, pod, proposals, budgets=budgets)
+
+    def _list_budgets(self, pod: PodObject) -> list[DisruptionBudget] | None:
+        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call: outside the lock); None
+        when none are read (no port, or the list failed: logged)."""
+        if self.budgets is None:
+            return None
+        try:
+            return self.budgets.list_budgets()
+        except ClusterError as error:
+            log.warning("PodDisruptionBudgets not read: preempting as if none protected a pod",
+                        extra=fields(pod=pod.key, error=str(error)))
+            return None
 
     def _respect_holds(self, scheduler: Scheduler, pod: PodObject, result: ScheduleResult,
                        offered: frozenset[str] | None) -> ScheduleResult:
@@ -254,13 +269,15 @@ class SchedulerService(ServiceUpkeep):
         """Standalone preemption for pending ``pod`` that fits nowhere: the victim set chosen (and the pod nominated
         to its node, with the hold) or why there is none (:func:`.nominations.plan_preemption`). Victims with
         empty ``pods``: wait for the terminating ones. Never raises for bad pod content."""
+        budgets = self._list_budgets(pod) or ()
         with self._lock:
             try:
                 request = self.sync.requests.get(pod)
                 scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
             except (InvalidRequestError, UnknownPolicyError) as error:
                 return str(error)
-            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod))
+            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
+                                      budgets=budgets)
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
             return planned

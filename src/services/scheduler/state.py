@@ -20,6 +20,7 @@ from domain.ledger import ClusterLedger, GpuUsage
 from domain.mig.gpu import PlacementMode
 from domain.scheduling.sync import LedgerSync, Tombstone
 from ports.cluster import EventsApi, NodesApi, PodsApi
+from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
 from ports.resource_claims import ResourceClaimsWatch
 
@@ -50,8 +51,12 @@ class ServiceState:
         is_leader: Callable[[], bool] = lambda: True,
         commit_cluster: PodsApi | None = None,
         claims: ResourceClaimsWatch | None = None,
+        budgets: DisruptionBudgetsApi | None = None,
     ) -> None:
         self.cluster = cluster
+        self.budgets = budgets
+        """PodDisruptionBudgets, listed once per preemption (outside the lock); None = none read (every victim set
+        counts 0 violations in standalone mode, kube-scheduler's number in the extender's answer)."""
         self.claims = claims
         """ResourceClaims listed by resyncs (DRA claims in the books: :mod:`domain.scheduling.sync.claims`); None =
         none counted (no claim informer either)."""

@@ -3,15 +3,18 @@
 Pure (reads a :class:`~domain.scheduling.sync.LedgerSync`, changes nothing). The pods bound to a node as the sync
 counts them are the candidates, with ``spec.priority`` and ``spec.preemptionPolicy``; terminating pods (deletion
 timestamp set) are *leaving*: freed for the fit, never chosen. A node gated for GPU pods (stale or missing
-inventory, a pod of unreadable request…) takes no preemptor that wants a GPU.
+inventory, a pod of unreadable request…) takes no preemptor that wants a GPU. PodDisruptionBudgets
+(:mod:`domain.kube.budgets`) are matched against the node's pods here, so a budget counts what its selector and
+``status`` say, as kube-scheduler counts it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from domain.kube.budgets import DisruptionBudget, protection
 from domain.kube.objects import PodObject
 from domain.request import PodRequest
 from domain.scheduling.framework.cycle import CycleState, Scheduler
@@ -60,17 +63,17 @@ def preemptable_nodes(scheduler: Scheduler, request: PodRequest) -> list[str]:
 
 def victims_on(
     sync: LedgerSync, pod: PodObject, request: PodRequest, node: str, *, within: Collection[str] | None = None,
-    allowed: Mapping[str, int] | None = None, pdbs: Mapping[str, tuple[str, ...]] | None = None,
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> Outcome:
     """:func:`~.victims.select_victims` on ``node`` for pending ``pod`` (request ``request``) among the pods the sync
-    counts there, only those whose UID is in ``within`` when given; ``pdbs``: pod UID → keys of the budgets that
-    match it, ``allowed``: budget key → disruptions allowed."""
+    counts there, only those whose UID is in ``within`` when given; ``budgets``: the cluster's
+    PodDisruptionBudgets (those of other namespaces match nothing here)."""
     gate = sync.gates.get(node)
     if gate is not None and (request.wants_gpu or request.wants_mig):
         return Outcome(node, None, f"node is not taking GPU pods: {gate}")
     bound = [p for p in sync.bound_pods(node) if p.uid != pod.uid]
     leaving = [p.uid for p in bound if p.deletion_timestamp is not None]
-    matches = pdbs or {}
+    matches, allowed = protection(budgets, bound)
     candidates = [RunningPod(p.uid, p.priority, p.key, matches.get(p.uid, ())) for p in bound
                   if p.deletion_timestamp is None and (within is None or p.uid in within)]
     return select_victims(sync.ledger, node, preemptor_of(pod, request), candidates, allowed=allowed,
