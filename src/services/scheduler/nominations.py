@@ -4,8 +4,8 @@ that keeps the capacity its victims free for it.
 * :func:`plan_preemption` — for a pending pod that fits nowhere: the nodes where only capacity refuses it
   (:func:`~domain.scheduling.preemption.cluster.preemptable_nodes`), the victim set on each
   (:func:`~domain.scheduling.preemption.cluster.victims_on`: strictly lower priority, per GPU, terminating pods
-  counted as freed), and the best node by kube-scheduler's order (:func:`~domain.scheduling.preemption.victims.
-  best_node`);
+  counted as freed), and the best node by kube-scheduler's order (:func:`~domain.scheduling.preemption.cluster.
+  best_victims`, which skips the nodes that cannot beat the best found);
 * :class:`Nominations` — the pods nominated (pod UID → :class:`Nomination`) and the **hold**: a cycle that places
   pod P on a node N where a pod of priority ≥ P's is nominated keeps that placement only when the nominee still
   fits N once its victims are gone (the books with P's reservation in them, victims counted as freed): the same
@@ -27,8 +27,8 @@ from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import PodObject
 from domain.request import PodRequest
 from domain.scheduling.framework.cycle import Scheduler
-from domain.scheduling.preemption.cluster import preemptable_nodes, preemptor_of, victims_on
-from domain.scheduling.preemption.victims import PreemptionPolicy, Preemptor, Victims, best_node, select_victims
+from domain.scheduling.preemption.cluster import best_victims, fitting_nodes, preemptable_nodes, preemptor_of
+from domain.scheduling.preemption.victims import PreemptionPolicy, Preemptor, Victims, select_victims
 from domain.scheduling.sync import LedgerSync
 
 
@@ -57,8 +57,7 @@ def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, requ
     if preemptor.policy is PreemptionPolicy.NEVER:
         return "not eligible for preemption: preemptionPolicy is Never"
     nodes = [node for node in preemptable_nodes(scheduler, request) if node not in held]
-    outcomes = [victims_on(sync, pod, request, node, budgets=budgets) for node in nodes]
-    chosen = best_node(outcomes)
+    chosen, _ = best_victims(sync, pod, request, nodes, fitting=fitting_nodes(scheduler, request), budgets=budgets)
     if chosen is None:
         return (f"preemption: 0/{len(nodes)} nodes where only capacity refuses the pod have lower-priority pods "
                 "whose eviction makes it fit")
