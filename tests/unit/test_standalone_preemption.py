@@ -117,3 +117,15 @@ def test_preemption_policy_never_and_no_lower_pods_evict_nobody() -> None:
     assert "preemptionPolicy is Never" in messages["never"]
     assert "0/1 nodes" in messages["peer"]
     assert w.cluster.get_pod("default", "never").nominated_node_name == ""
+
+
+def test_a_hold_the_nominee_cannot_use_anyway_does_not_refuse_a_lower_pod() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False  # evicts b (GPU 1)
+    kubelet_removes(w, "b")
+    assert loop.attempt(pending(w, "higher", 50, priority=2000)) is True  # takes half of GPU 1: hi fits nowhere now
+    assert w.service.nominations.get(hi.uid) is not None  # hi has not come back yet
+    low = pending(w, "low", 10, priority=1)  # takes nothing hi could use: hi does not fit with or without it
+    assert loop.attempt(low) is True
+    assert w.service.reservation(low.uid) is not None
