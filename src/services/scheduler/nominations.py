@@ -11,7 +11,8 @@ that keeps the capacity its victims free for it.
   what stops the nominee from fitting N once its victims are gone (it fits without P, victims counted as freed,
   and not with P): the rule kube-scheduler applies with nominated pods (``RunFilterPluginsWithNominatedPods``),
   per GPU here. A nominee that fits nowhere on N whatever P does holds nothing against P. A nomination ends when
-  its pod is bound, deleted or finished, or its node is deleted.
+  its pod is bound, deleted or finished, or its node is deleted, and when the pod can no longer use it: no victim
+  set makes it fit any more, or a cycle places it on another node (the service ends it then).
 
 Not thread-safe: the service calls it under its lock. Pure bookkeeping: the API writes (victims' deletion, the
 Events, ``status.nominatedNodeName``) are the standalone loop's.
