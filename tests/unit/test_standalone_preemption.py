@@ -171,3 +171,17 @@ def test_a_nominee_whose_node_no_longer_takes_it_loses_its_nomination_and_the_st
     assert loop.attempt(w.deliver("hi")) is False
     assert w.service.nominations.get(hi.uid) is None
     assert w.cluster.get_pod("default", "hi").nominated_node_name == ""
+
+
+def test_a_victim_recreated_under_its_name_is_not_deleted() -> None:
+    w, loop = setup()
+    old_b = w.cluster.get_pod("default", "b")
+    w.cluster.delete_pod("default", "b", grace_period_seconds=0)  # gone and recreated (a controller's new pod);
+    template = make_pod("template", core="60", mem="1")  # the informer has shown neither yet
+    new_b = w.cluster.create_pod(PodObject("", "default", "b", containers=template.containers, priority=10))
+    assert new_b.uid != old_b.uid
+    assert loop.attempt(pending(w, "hi", 80, priority=1000)) is False  # the books still hold the old b on GPU 1
+    assert w.cluster.get_pod("default", "b").uid == new_b.uid
+    assert w.cluster.get_pod("default", "b").deletion_timestamp is None
+    why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"][-1]
+    assert why.endswith("evicting nothing (deletes failed)")

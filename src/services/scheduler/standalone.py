@@ -15,7 +15,8 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 * a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
   one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
   (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
-  gracefully (its own grace period) with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
+  gracefully (its own grace period), by UID (a precondition: a pod recreated under its name is never deleted),
+  with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
   until the deletions wake it. While victims terminate, it evicts nothing more. A nomination the pod can no longer
   use ends and its ``status.nominatedNodeName`` is cleared: when no victim set makes it fit any more (its node
   cordoned, the room taken by a pod of higher priority…) and when it is bound to another node;
@@ -246,7 +247,7 @@ class StandaloneLoop:
             message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
             self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
             try:
-                self.service.cluster.delete_pod(namespace, name)
+                self.service.cluster.delete_pod(namespace, name, uid=victim.uid)  # never a namesake
                 deleted.append(victim.key)
             except Exception as error:  # the next attempt chooses again from what is left
                 log.warning("victim not deleted", extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
