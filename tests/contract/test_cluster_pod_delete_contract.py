@@ -16,6 +16,7 @@ import pytest
 
 from domain.kube.objects import ContainerSpec, PodObject
 from ports.cluster import ConflictError, NotFoundError
+from support.polling import eventually
 
 from .conftest import ClusterUnderTest
 
@@ -32,6 +33,8 @@ def test_delete_with_the_pods_uid_deletes_it(cluster: ClusterUnderTest) -> None:
         cluster.api.get_pod(cluster.namespace, pod.name)
     bound = _pod(cluster, cluster.name())
     cluster.api.bind_pod(cluster.namespace, bound.name, uid=bound.uid, node="n1")
+    # as in test_delete_bound_pod_is_graceful: a DELETE sent the instant the binding returns may meet the unbound pod
+    eventually(lambda: cluster.api.get_pod(cluster.namespace, bound.name).node_name == "n1", what="pod bound to n1")
     cluster.api.delete_pod(cluster.namespace, bound.name, uid=bound.uid)
     assert cluster.api.get_pod(cluster.namespace, bound.name).deletion_timestamp is not None
 
