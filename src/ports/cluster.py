@@ -133,8 +133,10 @@ class PodsApi(Protocol):
         """Create a pod (tests, local cluster); the server assigns uid and resourceVersion."""
         ...
 
-    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
-        """Delete a pod (grace 0 = immediately). Raises NotFoundError."""
+    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None,
+                   uid: str | None = None) -> None:
+        """Delete a pod (grace 0 = immediately). With ``uid``, only the pod of that UID (a precondition): a pod
+        recreated under the name is left alone. Raises NotFoundError, ConflictError (``uid`` is not the pod's)."""
         ...
 
     def set_pod_phase(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import attrs
+
 from domain.dra.booking import SHARES, WHOLE, ClaimBooking, book_on_node, claim_record_uid, node_results
 from domain.dra.claims import AllocationResult, ClaimAllocation
+from domain.gpu import MigMode
 from domain.units import GiB
 from support.kube_builders import GPU16, PROTOCOL, make_gpus
 
@@ -63,11 +66,29 @@ def test_unmappable_amounts_and_mig_devices_count_as_the_whole_gpu_and_are_named
     assert over.record is not None
     assert over.record.per_gpu_usage() == {1: (1000, GPU16)}
     assert "beyond one GPU" in over.problems[0]
-    mig = book(result("gpu-1-mig-1g.10gb-0"))
+    mig = book(result("gpu-1-mig-1g.10gb-0"))  # GPU 1 is not in MIG mode: the safe side, the whole GPU
     assert mig.record is not None
     assert mig.record.per_gpu_usage() == {1: (1000, GPU16)}
     assert "MIG device" in mig.problems[0]
+    assert "counted as the whole GPU 1" in mig.problems[0]
     assert [c.container for c in mig.record.containers] == [WHOLE]
+
+
+def test_a_mig_device_on_a_gpu_in_mig_mode_is_named_but_not_booked_as_the_whole_gpu() -> None:
+    gpus = (GPUS[0], attrs.evolve(GPUS[1], mig_mode=MigMode.ENABLED))
+    c = claim(result("gpu-1-mig-1g.10gb-0"), result("gpu-0", {"cores": "20", "memory": "2Gi"}, request="b"))
+    booking = book_on_node(c, "n1", node_results(c, DRIVER)["n1"], gpus)
+    assert booking.record is not None
+    assert booking.record.per_gpu_usage() == {0: (200, 2 * GiB)}  # the share still counts; GPU 1 not at all
+    assert booking.unknown == ""
+    (problem,) = booking.problems
+    assert "'gpu-1-mig-1g.10gb-0'" in problem
+    assert "not booked" in problem
+    only_mig = claim(result("gpu-1-mig-1g.10gb-0"))
+    alone = book_on_node(only_mig, "n1", node_results(only_mig, DRIVER)["n1"], gpus)
+    assert alone.record is None
+    assert alone.unknown == ""
+    assert len(alone.problems) == 1
 
 
 def test_a_device_whose_gpu_cannot_be_told_leaves_the_usage_unknown() -> None:

@@ -12,6 +12,7 @@ from domain.kube.objects import PodPhase
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
 from support.kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+from support.mig_builders import mig_node
 
 DRIVER = PROTOCOL.dra.driver
 
@@ -116,6 +117,17 @@ def test_a_dra_only_node_without_inventory_is_gated_and_its_claims_are_no_proble
     assert sync.claim_problems == {}
     sync.on_claim_deleted(claim(node="d1"))
     assert "d1" in sync.gates  # still no inventory
+
+
+def test_claims_of_mig_instances_on_a_gpu_in_mig_mode_leave_the_node_unquarantined() -> None:
+    sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
+    sync.on_claim(claim(("gpu-0-mig-3g.40gb-0", {})))
+    sync.on_claim(claim(("gpu-0-mig-3g.40gb-4", {}), uid="c2", name="other"))
+    assert sync.ledger.quarantine == {}
+    assert "n1" not in sync.gates
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    assert "not booked" in sync.claim_problems["ns/claim"]
+    assert "not booked" in sync.claim_problems["ns/other"]
 
 
 DEVICES = st.sampled_from(["gpu-0", "gpu-1", "gpu-1-mig-1g.10gb-0", "gpu-5", "bogus"])

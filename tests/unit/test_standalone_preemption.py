@@ -1,11 +1,15 @@
 """Standalone preemption (services.scheduler.standalone + .nominations) on the in-memory cluster: the queue takes
 the highest priority first; a pod that fits nowhere evicts the victim on the GPU it will use (gracefully, with a
 ``Preempted`` Event naming it), is nominated, evicts nothing more while its victim terminates, and the freed GPU
-is held against a lower-priority pod until the preemptor is bound; ``preemptionPolicy: Never`` evicts nobody."""
+is held against a lower-priority pod until the preemptor is bound (only while that pod is what would stop the
+preemptor from fitting); a nomination the pod can no longer use ends, its ``status.nominatedNodeName`` cleared;
+``preemptionPolicy: Never`` evicts nobody."""
 
 from __future__ import annotations
 
 import threading
+
+import attrs
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
@@ -117,3 +121,67 @@ def test_preemption_policy_never_and_no_lower_pods_evict_nobody() -> None:
     assert "preemptionPolicy is Never" in messages["never"]
     assert "0/1 nodes" in messages["peer"]
     assert w.cluster.get_pod("default", "never").nominated_node_name == ""
+
+
+def test_a_hold_the_nominee_cannot_use_anyway_does_not_refuse_a_lower_pod() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False  # evicts b (GPU 1)
+    kubelet_removes(w, "b")
+    assert loop.attempt(pending(w, "higher", 50, priority=2000)) is True  # takes half of GPU 1: hi fits nowhere now
+    assert w.service.nominations.get(hi.uid) is not None  # hi has not come back yet
+    low = pending(w, "low", 10, priority=1)  # takes nothing hi could use: hi does not fit with or without it
+    assert loop.attempt(low) is True
+    assert w.service.reservation(low.uid) is not None
+
+
+def test_a_nominee_that_can_no_longer_preempt_there_loses_its_nomination_and_the_status_field() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=20)  # may evict a (5) and b (10), never d (30)
+    assert loop.attempt(hi) is False  # evicts b (GPU 1)
+    assert w.cluster.get_pod("default", "hi").nominated_node_name == "n1"
+    kubelet_removes(w, "b")
+    assert loop.attempt(pending(w, "higher", 50, priority=2000)) is True  # half of GPU 1 taken for good
+    assert loop.attempt(w.deliver("hi")) is False  # evicting a leaves GPU 0 at 70 %: nothing makes hi fit now
+    assert w.service.nominations.get(hi.uid) is None
+    assert w.cluster.get_pod("default", "hi").nominated_node_name == ""
+    why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"][-1]
+    assert "nomination to node n1 ended" in why
+    assert w.deliver("a").deletion_timestamp is None
+
+
+def test_a_nominee_placed_on_another_node_loses_its_nomination_and_the_status_field() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False  # evicts b; b terminates slowly
+    w.node("n2", 1)
+    assert loop.attempt(w.deliver("hi")) is True
+    assert plan_of(w, "hi").node == "n2"
+    assert w.service.nominations.get(hi.uid) is None  # ended at once, before the watch shows it bound
+    assert w.cluster.get_pod("default", "hi").nominated_node_name == ""
+
+
+def test_a_nominee_whose_node_no_longer_takes_it_loses_its_nomination_and_the_status_field() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False
+    node = w.cluster.get_node("n1")
+    cordoned = attrs.evolve(node, unschedulable=True, resource_version=str(int(node.resource_version) + 1))
+    w.service.on_node(cordoned)  # preempting there helps no more
+    assert loop.attempt(w.deliver("hi")) is False
+    assert w.service.nominations.get(hi.uid) is None
+    assert w.cluster.get_pod("default", "hi").nominated_node_name == ""
+
+
+def test_a_victim_recreated_under_its_name_is_not_deleted() -> None:
+    w, loop = setup()
+    old_b = w.cluster.get_pod("default", "b")
+    w.cluster.delete_pod("default", "b", grace_period_seconds=0)  # gone and recreated (a controller's new pod);
+    template = make_pod("template", core="60", mem="1")  # the informer has shown neither yet
+    new_b = w.cluster.create_pod(PodObject("", "default", "b", containers=template.containers, priority=10))
+    assert new_b.uid != old_b.uid
+    assert loop.attempt(pending(w, "hi", 80, priority=1000)) is False  # the books still hold the old b on GPU 1
+    assert w.cluster.get_pod("default", "b").uid == new_b.uid
+    assert w.cluster.get_pod("default", "b").deletion_timestamp is None
+    why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"][-1]
+    assert why.endswith("evicting nothing (deletes failed)")

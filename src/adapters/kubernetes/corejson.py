@@ -13,6 +13,7 @@ ContainerStatus, Node, NodeSpec, Taint, NodeStatus).
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 
 from domain.kube.objects import (
@@ -30,14 +31,30 @@ from domain.kube.objects import (
 
 
 class CoreJsonError(ValueError):
-    """The JSON has a field of the wrong type; the message names the field (``spec.containers[0].name``)."""
+    """The JSON has a field of the wrong type; the message names the field (``spec.containers[0].name``) and shows
+    the value refused (:func:`_got`)."""
+
+
+GOT_CHARS = 60
+"""Longest rendering of a refused value in a message (longer ones are cut, marked with ``…``)."""
+
+
+def _got(value: object) -> str:
+    """The refused ``value`` for a message: its type and itself as JSON, cut to :data:`GOT_CHARS` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > GOT_CHARS:
+        text = f"{text[:GOT_CHARS - 1]}…"
+    return f"{type(value).__name__} {text}"
 
 
 def _object(path: str, value: object) -> Mapping[str, object]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise CoreJsonError(f"{path}: expected an object, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected an object, got {_got(value)}")
     return value
 
 
@@ -45,7 +62,7 @@ def _list(path: str, value: object) -> list[object]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise CoreJsonError(f"{path}: expected an array, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected an array, got {_got(value)}")
     return value
 
 
@@ -53,7 +70,7 @@ def _str(path: str, value: object, default: str = "") -> str:
     if value is None:
         return default
     if not isinstance(value, str):
-        raise CoreJsonError(f"{path}: expected a string, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected a string, got {_got(value)}")
     return value
 
 
@@ -62,7 +79,7 @@ def _strings(path: str, value: object) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, item in _object(path, value).items():
         if isinstance(item, bool) or not isinstance(item, str | int | float):
-            raise CoreJsonError(f"{path}.{key}: expected a string, got {type(item).__name__}")
+            raise CoreJsonError(f"{path}.{key}: expected a string, got {_got(item)}")
         out[str(key)] = str(item)
     return out
 
@@ -142,7 +159,7 @@ def _int(path: str, value: object) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CoreJsonError(f"{path}: expected an integer, got {type(value).__name__}")
+        raise CoreJsonError(f"{path}: expected an integer, got {_got(value)}")
     return value
 
 
@@ -229,7 +246,7 @@ def node_from_json(data: object) -> NodeObject:
     status = _object("status", node.get("status"))
     unschedulable = spec.get("unschedulable")
     if unschedulable is not None and not isinstance(unschedulable, bool):
-        raise CoreJsonError(f"spec.unschedulable: expected a boolean, got {type(unschedulable).__name__}")
+        raise CoreJsonError(f"spec.unschedulable: expected a boolean, got {_got(unschedulable)}")
     return NodeObject(
         name=_str("metadata.name", meta.get("name")),
         uid=_str("metadata.uid", meta.get("uid")),

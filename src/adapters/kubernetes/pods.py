@@ -68,12 +68,19 @@ class KubernetesPods(KubernetesApis):
             )
         return pod_from_v1(created)
 
-    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
+    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None,
+                   uid: str | None = None) -> None:
         """Delete a pod; ``grace_period_seconds`` (s) None = the pod's own (30 s by default); the server deletes
-        unbound or finished pods at once and marks the others terminating. Raises NotFoundError."""
+        unbound or finished pods at once and marks the others terminating. ``uid``: sent as the DeleteOptions'
+        precondition, so the server refuses (409) a pod of another UID under the name. Raises NotFoundError,
+        ConflictError."""
+        body = None
+        if uid is not None:
+            body = client.V1DeleteOptions(grace_period_seconds=grace_period_seconds,
+                                          preconditions=client.V1Preconditions(uid=uid))
         with api_errors(f"delete pod {namespace[:64]}/{name[:100]}"):
             self._core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=grace_period_seconds, _request_timeout=self._timeout
+                name, namespace, grace_period_seconds=grace_period_seconds, body=body, _request_timeout=self._timeout
             )
 
     def set_pod_phase(self, namespace: str, name: str, phase: PodPhase, *,

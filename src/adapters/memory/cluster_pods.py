@@ -3,9 +3,10 @@
 
 As kube-apiserver does with no kubelet: a create assigns a uuid4 ``uid`` and an RV, defaults the scheduler name
 and starts the pod Pending; a delete is graceful (``deletionTimestamp`` set; an unbound or finished pod, or a grace
-of 0, goes at once; a second delete only shortens the grace); a binding sets ``spec.nodeName`` and merges its
-annotations in one write, refusing a bound or terminating pod or another UID (409). Lists and watches are in
-namespace/name order, filtered by field and label selectors (:mod:`.cluster_watch`).
+of 0, goes at once; a second delete only shortens the grace; a UID precondition refuses a pod of another UID,
+409); a binding sets ``spec.nodeName`` and merges its annotations in one write, refusing a bound or terminating pod
+or another UID (409). Lists and watches are in namespace/name order, filtered by field and label selectors
+(:mod:`.cluster_watch`).
 """
 
 from __future__ import annotations
@@ -85,10 +86,15 @@ class InMemoryPods(InMemoryStore):
             )
             return self._put_pod(fresh, None)
 
-    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
-        """Delete a pod gracefully (module docstring); ``grace_period_seconds`` in s. Raises NotFoundError."""
+    def delete_pod(self, namespace: str, name: str, *, grace_period_seconds: int | None = None,
+                   uid: str | None = None) -> None:
+        """Delete a pod gracefully (module docstring); ``grace_period_seconds`` in s; ``uid``: only the pod of that
+        UID, as the API server's precondition. Raises NotFoundError, ConflictError (another UID)."""
         with self._cond:
             pod = self._pod(namespace, name)
+            if uid is not None and uid != pod.uid:
+                raise ConflictError(f'pods "{name}": precondition failed: UID in precondition: {uid!r}, UID in '
+                                    f"object meta: {pod.uid!r}")
             key = (namespace, name)
             now = self._clock()
             if pod.deletion_timestamp is not None:

@@ -14,9 +14,12 @@ whose parsing is reused: :func:`~domain.dra.claims.gpu_index`, :func:`~domain.dr
 
 **Safe side.** What cannot be mapped exactly is counted as more, never dropped, and named in
 :attr:`ClaimBooking.problems` (the caller logs them): a consumed capacity that does not parse, shares adding up
-beyond one GPU, and a MIG device (``gpu-<index>-mig-…``, the parent GPU) count as the whole GPU. A device whose GPU
-cannot be told at all (a name not of this driver, an index the node does not list) leaves the GPU usage unknown:
-:attr:`ClaimBooking.unknown` says why, and the caller gates the node for GPU pods while the claim is there.
+beyond one GPU, and a MIG device (``gpu-<index>-mig-…``) whose parent GPU is **not** in MIG mode count as the whole
+GPU. A MIG device on a GPU the inventory lists in MIG mode is named in the problems but not booked: the ledger's
+per-GPU books of a MIG-mode GPU take no time-sharing pod anyway, its instances are the MIG books' (from the node's
+inventory), and a whole-GPU record per such claim would add up beyond the GPU and quarantine the node. A device
+whose GPU cannot be told at all (a name not of this driver, an index the node does not list) leaves the GPU usage
+unknown: :attr:`ClaimBooking.unknown` says why, and the caller gates the node for GPU pods while the claim is there.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from domain.dra.claims import (
     result_share,
 )
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu
+from domain.gpu import Gpu, MigMode
 from domain.request import resolve_share
 from domain.units import MILLI_PER_GPU
 
@@ -88,9 +91,9 @@ def node_results(claim: ClaimAllocation, driver: str) -> dict[str, tuple[Allocat
 
 
 def _one(ref: ClaimRef, result: AllocationResult, gpus: dict[int, Gpu],
-         problems: list[str]) -> tuple[int, int, int | None] | str:
+         problems: list[str]) -> tuple[int, int, int | None] | str | None:
     """(index, core milli-GPU, memory bytes or None) of one result, None memory with 1000 core = the whole GPU;
-    or why its GPU is unknown."""
+    why its GPU is unknown; or None when the result is not booked (a MIG device on a GPU in MIG mode)."""
     parent = mig_parent_index(result.device)
     try:
         index = gpu_index(ref, result.device) if parent is None else parent
@@ -99,7 +102,12 @@ def _one(ref: ClaimRef, result: AllocationResult, gpus: dict[int, Gpu],
     if index not in gpus:
         return f"{ref.label}: device {result.device!r}: the node lists no GPU {index}"
     if parent is not None:
-        problems.append(f"{ref.label}: MIG device {result.device!r} counted as the whole GPU {index}")
+        if gpus[index].mig_mode is not MigMode.DISABLED:
+            problems.append(f"{ref.label}: MIG device {result.device!r} on GPU {index} (in MIG mode) not booked: "
+                            "its instances are the MIG books'")
+            return None
+        problems.append(f"{ref.label}: MIG device {result.device!r} on GPU {index}, which is not in MIG mode, "
+                        f"counted as the whole GPU {index}")
         return index, MILLI_PER_GPU, None
     try:
         return (index, *result_share(ref, result))
@@ -120,6 +128,8 @@ def book_on_node(claim: ClaimAllocation, node: str, results: Sequence[Allocation
     whole: set[int] = set()
     for result in results:
         share = _one(ref, result, by_index, problems)
+        if share is None:
+            continue
         if isinstance(share, str):
             unknown.append(share)
             continue

@@ -19,6 +19,7 @@ is not what kube-scheduler sends raises :class:`ExtenderArgsError` (the HTTP lay
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
@@ -28,12 +29,35 @@ from services.scheduler.preemption import NodeVictims
 
 
 class ExtenderArgsError(ValueError):
-    """The request body is not what kube-scheduler sends; the HTTP layer answers 400."""
+    """The request body is not what kube-scheduler sends; the HTTP layer answers 400. The message names the field
+    (its path in the body) and shows the value refused (:func:`shown`)."""
+
+
+SHOWN_CHARS = 80
+"""Longest rendering of a refused value in a message (longer ones are cut, marked with ``…``)."""
+
+
+def shown(value: object) -> str:
+    """``value`` as JSON (what the client sent), cut to :data:`SHOWN_CHARS` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 1]}…"
+
+
+def _refuse(path: str, expected: str, value: object) -> ExtenderArgsError:
+    return ExtenderArgsError(f"{path} must be {expected}, got {shown(value)}")
+
+
+def _or(value: object, default: object) -> object:
+    """``value``, or ``default`` when it is absent (JSON null): any other value is checked, never replaced."""
+    return default if value is None else value
 
 
 def _mapping(value: object, what: str) -> Mapping[str, object]:
     if not isinstance(value, Mapping):
-        raise ExtenderArgsError(f"{what} must be a JSON object")
+        raise _refuse(what, "a JSON object", value)
     return value
 
 
@@ -48,27 +72,31 @@ def _candidates(args: Mapping[str, object]) -> tuple[list[str], list[Mapping[str
     """Node names and, when sent as a NodeList, the node objects (to echo back the kept ones)."""
     names = args.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ExtenderArgsError("NodeNames must be an array of strings")
+        if not isinstance(names, list):
+            raise _refuse("NodeNames", "an array of strings", names)
+        for i, name in enumerate(names):
+            if not isinstance(name, str):
+                raise _refuse(f"NodeNames[{i}]", "a string", name)
         return list(names), None
-    items_raw = _mapping(args.get("Nodes") or {}, "Nodes").get("items") or []
+    items_raw = _or(_mapping(_or(args.get("Nodes"), {}), "Nodes").get("items"), [])
     if not isinstance(items_raw, list):
-        raise ExtenderArgsError("Nodes.items must be an array")
-    items = [_mapping(item, "Nodes.items[]") for item in items_raw]
+        raise _refuse("Nodes.items", "an array", items_raw)
+    items = [_mapping(item, f"Nodes.items[{i}]") for i, item in enumerate(items_raw)]
     out = []
-    for item in items:
-        name = _mapping(item.get("metadata") or {}, "Nodes.items[].metadata").get("name")
+    for i, item in enumerate(items):
+        name = _mapping(_or(item.get("metadata"), {}), f"Nodes.items[{i}].metadata").get("name")
         if not isinstance(name, str):
-            raise ExtenderArgsError("Nodes.items[].metadata.name must be a string")
+            raise _refuse(f"Nodes.items[{i}].metadata.name", "a string", name)
         out.append(name)
     return out, items
 
 
 def _victim_uid(path: str, item: object, *, meta: bool) -> str:
     entry = _mapping(item, path)
-    uid = entry.get("UID") if meta else _mapping(entry.get("metadata") or {}, f"{path}.metadata").get("uid")
+    field = "UID" if meta else "metadata.uid"
+    uid = entry.get("UID") if meta else _mapping(_or(entry.get("metadata"), {}), f"{path}.metadata").get("uid")
     if not isinstance(uid, str) or not uid:
-        raise ExtenderArgsError(f"{path}: {'UID' if meta else 'metadata.uid'} must be a non-empty string")
+        raise _refuse(f"{path}.{field}", "a non-empty string", uid)
     return uid
 
 
@@ -83,10 +111,10 @@ def _proposals(args: Mapping[str, object]) -> dict[str, NodeVictims]:
         pods = victims.get("Pods")
         pods = [] if pods is None else pods
         if not isinstance(pods, list):
-            raise ExtenderArgsError(f"{key}[{node}].Pods must be an array")
-        count = victims.get("NumPDBViolations") or 0
+            raise _refuse(f"{key}[{node}].Pods", "an array", pods)
+        count = _or(victims.get("NumPDBViolations"), 0)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ExtenderArgsError(f"{key}[{node}].NumPDBViolations must be a non-negative integer, got {count!r}")
+            raise _refuse(f"{key}[{node}].NumPDBViolations", "a non-negative integer", count)
         uids = tuple(_victim_uid(f"{key}[{node}].Pods[{i}]", item, meta=meta) for i, item in enumerate(pods))
         out[node] = NodeVictims(uids, count)
     return out
@@ -135,8 +163,12 @@ class ExtenderJson:
         """``ExtenderBindingArgs`` → ``ExtenderBindingResult``. Raises :class:`ExtenderArgsError` for a malformed
         body; failures come back in ``Error``."""
         args = _mapping(body, "ExtenderBindingArgs")
-        values = {key: args.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
-        if not all(isinstance(v, str) and v for k, v in values.items() if k != "PodUID"):
-            raise ExtenderArgsError("PodName, PodNamespace and Node must be non-empty strings")
-        name, namespace, uid, node = (str(values[k] or "") for k in ("PodName", "PodNamespace", "PodUID", "Node"))
-        return {"Error": self.extender.bind(namespace, name, uid, node)}
+        for key in ("PodName", "PodNamespace", "Node"):
+            value = args.get(key)
+            if not isinstance(value, str) or not value:
+                raise _refuse(key, "a non-empty string", value)
+        uid = args.get("PodUID")
+        if uid is not None and not isinstance(uid, str):
+            raise _refuse("PodUID", "a string", uid)
+        name, namespace, node = (str(args[k]) for k in ("PodName", "PodNamespace", "Node"))
+        return {"Error": self.extender.bind(namespace, name, uid or "", node)}

@@ -7,10 +7,12 @@ that keeps the capacity its victims free for it.
   counted as freed), and the best node by kube-scheduler's order (:func:`~domain.scheduling.preemption.cluster.
   best_victims`, which skips the nodes that cannot beat the best found);
 * :class:`Nominations` — the pods nominated (pod UID → :class:`Nomination`) and the **hold**: a cycle that places
-  pod P on a node N where a pod of priority ≥ P's is nominated keeps that placement only when the nominee still
-  fits N once its victims are gone (the books with P's reservation in them, victims counted as freed): the same
-  rule kube-scheduler applies with nominated pods (``RunFilterPluginsWithNominatedPods``), per GPU here. A
-  nomination ends when its pod is bound, deleted or finished, or its node is deleted.
+  pod P on a node N where a pod of priority ≥ P's is nominated keeps that placement unless P's reservation is
+  what stops the nominee from fitting N once its victims are gone (it fits without P, victims counted as freed,
+  and not with P): the rule kube-scheduler applies with nominated pods (``RunFilterPluginsWithNominatedPods``),
+  per GPU here. A nominee that fits nowhere on N whatever P does holds nothing against P. A nomination ends when
+  its pod is bound, deleted or finished, or its node is deleted, and when the pod can no longer use it: no victim
+  set makes it fit any more, or a cycle places it on another node (the service ends it then).
 
 Not thread-safe: the service calls it under its lock. Pure bookkeeping: the API writes (victims' deletion, the
 Events, ``status.nominatedNodeName``) are the standalone loop's.
@@ -99,17 +101,25 @@ class Nominations:
         return {n.node for n in self._by_uid.values() if n.uid != pod.uid and n.preemptor.priority >= pod.priority}
 
     def blocked_by(self, sync: LedgerSync, pod: PodObject, node: str, *, leaving: Collection[str] = ()) -> str:
-        """Why the books (with ``pod``'s reservation on ``node`` in them) break the hold of a nominee of priority ≥
-        ``pod``'s on that node: the first such nominee that would no longer fit once its victims are gone, or ""
-        when none. ``leaving``: other UIDs counted as freed."""
+        """Why ``pod``'s reservation on ``node`` (in the books) breaks the hold of a nominee of priority ≥ ``pod``'s
+        on that node, or "" when it breaks none. Only what the pod takes counts: a nominee is refused the pod's
+        placement when, its victims gone, it fits **without** the pod's reservation and not with it; a nominee that
+        fits either way, or neither way (another pod took the room, the node changed), holds nothing against it.
+        ``leaving``: other UIDs counted as freed."""
         for nomination in self.all():
             if nomination.node != node or nomination.uid == pod.uid:
                 continue
             if nomination.preemptor.priority < pod.priority:
                 continue
             gone = {*nomination.victims, *leaving}
-            outcome = select_victims(sync.ledger, node, nomination.preemptor, [], leaving=gone)
-            if outcome.victims is None:
-                return f"node {node} is held for the nominated pod {nomination.key} (priority " \
-                       f"{nomination.preemptor.priority}) while its victims terminate"
+            if _fits(sync, nomination, gone) or not _fits(sync, nomination, {*gone, pod.uid}):
+                continue
+            return (f"node {node} is held for the nominated pod {nomination.key} (priority "
+                    f"{nomination.preemptor.priority}) while its victims terminate")
         return ""
+
+
+def _fits(sync: LedgerSync, nomination: Nomination, gone: Collection[str]) -> bool:
+    """True when ``nomination``'s pod fits its node with the UIDs in ``gone`` counted as freed."""
+    outcome = select_victims(sync.ledger, nomination.node, nomination.preemptor, [], leaving=gone)
+    return outcome.victims is not None

@@ -199,7 +199,8 @@ class SchedulerService(ServiceUpkeep):
         candidates keeps it while :meth:`LedgerSync.reservation_problem` finds nothing (its resources are in the
         books already); otherwise it is released and the cycle runs again. Never raises for bad pod content:
         invalid requests and unknown policies come back unscheduled with a reason, and are counted in the
-        metrics."""
+        metrics. A nominated pod placed on another node than its nomination's loses the nomination
+        (:mod:`.nominations`)."""
         with self._lock:
             held = self.sync.assumed.get(pod.uid)
             if held is not None:
@@ -220,6 +221,9 @@ class SchedulerService(ServiceUpkeep):
             result = self._respect_holds(scheduler, pod, result, offered)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
+                nomination = self.nominations.get(pod.uid)
+                if nomination is not None and nomination.node != result.allocation.node:
+                    self.nominations.end(pod.uid)  # placed elsewhere: the hold on its old node is stale
             else:
                 invalid = result.reason.startswith("invalid request")
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
@@ -267,8 +271,9 @@ class SchedulerService(ServiceUpkeep):
 
     def preempt_for(self, pod: PodObject) -> Victims | str:
         """Standalone preemption for pending ``pod`` that fits nowhere: the victim set chosen (and the pod nominated
-        to its node, with the hold) or why there is none (:func:`.nominations.plan_preemption`). Victims with
-        empty ``pods``: wait for the terminating ones. Never raises for bad pod content."""
+        to its node, with the hold) or why there is none (:func:`.nominations.plan_preemption`; the pod's
+        nomination, if any, then ends). Victims with empty ``pods``: wait for the terminating ones. Never raises for
+        bad pod content."""
         budgets = self._list_budgets(pod) or ()
         with self._lock:
             try:
@@ -280,7 +285,15 @@ class SchedulerService(ServiceUpkeep):
                                       budgets=budgets)
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
+            else:
+                self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
             return planned
+
+    def nominated_node(self, uid: str) -> str:
+        """The node pod ``uid`` is nominated to in this replica's books, or ""."""
+        with self._lock:
+            nomination = self.nominations.get(uid)
+            return "" if nomination is None else nomination.node
 
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""

@@ -15,8 +15,11 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 * a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
   one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
   (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
-  gracefully (its own grace period) with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
-  until the deletions wake it. While victims terminate, it evicts nothing more;
+  gracefully (its own grace period), by UID (a precondition: a pod recreated under its name is never deleted),
+  with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
+  until the deletions wake it. While victims terminate, it evicts nothing more. A nomination the pod can no longer
+  use ends and its ``status.nominatedNodeName`` is cleared: when no victim set makes it fit any more (its node
+  cordoned, the room taken by a pod of higher priority…) and when it is bound to another node;
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
@@ -194,11 +197,12 @@ class StandaloneLoop:
         if service.committed(pod.uid):
             return True
         self.attempts += 1
+        nominated = pod.nominated_node_name or service.nominated_node(pod.uid)
         result = service.schedule_pod(pod)
         if result.allocation is None:
             reason = result.reason
             if not reason.startswith("invalid request"):
-                reason = f"{reason}; {self._preempt(pod)}"
+                reason = f"{reason}; {self._preempt(pod, nominated)}"
             self._fail(pod, reason)
             return False
         try:
@@ -213,14 +217,21 @@ class StandaloneLoop:
             return False
         with self._cond:
             self._delay.pop(pod.key, None)
+        if nominated and nominated != result.allocation.node:
+            self._unnominate(pod, nominated)
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {result.allocation.node}", "Normal")
         return True
 
-    def _preempt(self, pod: PodObject) -> str:
+    def _preempt(self, pod: PodObject, nominated: str) -> str:
         """Preemption for ``pod`` (module docstring): nominate it, delete the victims gracefully with an Event on
-        each; returns what happened, for the pod's FailedScheduling Event. API failures are logged and said."""
+        each; returns what happened, for the pod's FailedScheduling Event. When no victim set helps, a nomination
+        (``nominated``: its node, or "") ends and ``status.nominatedNodeName`` is cleared. API failures are logged
+        and said."""
         planned = self.service.preempt_for(pod)
         if not isinstance(planned, Victims):
+            if nominated:
+                self._unnominate(pod, nominated)
+                return f"{planned}; nomination to node {nominated} ended"
             return planned
         node = planned.node
         try:
@@ -236,12 +247,19 @@ class StandaloneLoop:
             message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
             self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
             try:
-                self.service.cluster.delete_pod(namespace, name)
+                self.service.cluster.delete_pod(namespace, name, uid=victim.uid)  # never a namesake
                 deleted.append(victim.key)
             except Exception as error:  # the next attempt chooses again from what is left
                 log.warning("victim not deleted", extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
         log.info("preempting", extra=fields(pod=pod.key, node=node, victims=deleted))
         return f"preemption: nominated to node {node}, evicting {', '.join(deleted) or 'nothing (deletes failed)'}"
+
+    def _unnominate(self, pod: PodObject, node: str) -> None:
+        """Clear ``pod``'s ``status.nominatedNodeName`` (was ``node``); best effort: a failure is logged."""
+        try:
+            self.service.cluster.nominate_pod(pod.namespace, pod.name, "")
+        except Exception as error:  # the books no longer hold the node; the status field is informative
+            log.warning("nomination not cleared", extra=fields(pod=pod.key, node=node, error=str(error)))
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
         """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring). ``poll``:

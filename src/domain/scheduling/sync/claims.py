@@ -8,7 +8,9 @@ still has to count what they hold, or it would place a classic pod on a GPU a cl
   ``claim:<uid>``, with no pod slot, CPU or host memory; a claim on a node not seen yet is booked when the node
   arrives, and again from its stored object whenever the node's GPU identity changes;
 * what cannot be mapped exactly counts as the whole GPU and is recorded in :attr:`ClaimEvents.claim_problems`
-  (logged by the service); a device whose GPU cannot be told gates the node for GPU pods while the claim holds it
+  (logged by the service), except a MIG device on a GPU in MIG mode: recorded there, not booked (the MIG books
+  own that GPU; see :mod:`domain.dra.booking`); a device whose GPU cannot be told gates the node for GPU pods while
+  the claim holds it
   (never a silent drop). The GPUs are those of the node's inventory annotation (the device plugin's, or the last
   good list): a node that runs only the DRA driver publishes none, so its claims only gate it (it is gated for
   GPU pods anyway, inventory missing) and are not reported as problems;
