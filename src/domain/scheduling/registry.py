@@ -36,6 +36,7 @@ from domain.scheduling.policies.fgd.residue import FgdResidueScore
 from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.policies.fgd.staged import FgdStagedScore
+from domain.scheduling.policies.kubedefault import FirstFitGpu, KubeDefaultScore
 
 
 @attrs.frozen
@@ -86,6 +87,9 @@ POLICIES: dict[str, Policy] = {
         Policy("gpu-packing", "fill partly used GPUs before fresh ones (ATC'23 GpuPacking)",
                lambda c: (GpuPackingScore(), BestFitGpu())),
         Policy("best-fit", "least leftover CPU and GPU (ATC'23 BestFit)", lambda c: (BestFitScore(), BestFitGpu())),
+        Policy("dra-first-fit", "kube-scheduler's DRA placement: default node scoring (least allocated and balanced "
+               "CPU and memory; GPUs unscored), then the first GPUs that fit in device order",
+               lambda c: (KubeDefaultScore(), FirstFitGpu())),
         Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd_family("fgd", FgdScore),
                needs_typical_pods=True),
         Policy("fgd-plus", "fgd-deficit-scarce, with shares placed by cluster-wide gap balance (closing a GPU first, "
