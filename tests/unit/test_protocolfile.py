@@ -2,7 +2,8 @@
 
 Covers: the committed deploy/protocol.yaml equals the embedded defaults (components can never disagree by
 default); round trip dump → parse; overrides of resource names and the memory unit (incl. percentage mode);
-unknown keys, bad units, claim-quota label keys that are no qualified label key or equal, wrong versions and non-mappings are rejected with the file and key named; the
+unknown keys, bad units, claim-quota label keys that are no qualified label key or equal, wrong versions and
+non-mappings are rejected with the file and key named; the
 fingerprint changes when any constant changes and is stable otherwise.
 """
 

@@ -1,0 +1,332 @@
+"""The DRA claim quota webhook (``ljrk claim-quota``) against a real kube-apiserver, and its HTTPS listener.
+
+The ``k8s`` tests start etcd + kube-apiserver (``k8s_harness``), run ``ljrk claim-quota`` in-process on
+``https://127.0.0.1:<port>`` with a serving certificate from a CA made here (openssl), and register
+``deploy/claim-quota/05-webhook.yaml`` with its ``clientConfig`` pointed at that URL and ``caBundle`` at that CA.
+Allocations are written the way kube-scheduler's DRA plugin writes them in PreBind: an UPDATE of the claim's
+``status`` adding ``allocation`` (here a merge patch of the status subresource; no kube-scheduler runs, so the
+FailedScheduling event that carries the refusal in a cluster is not shown here, only the API error it quotes).
+
+Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.claim-quota-memory=48Gi``):
+- an allocation within the quota is admitted and stored;
+- one that would go over is refused by kube-apiserver with the webhook's message: ``over quota``, the claim, the
+  namespace, the label key, its limit, what is in use and what the claim asks; nothing is stored;
+- a whole GPU counts its ResourceSlice memory (a 40Gi GPU beside a 20Gi share passes 48Gi: refused);
+- a namespace without quota labels is unaffected; one with the memory label only is checked by the second webhook;
+- deallocating a claim frees its quota: the refused allocation then goes through;
+- a write that keeps an existing allocation is not reviewed (matchConditions), even over quota.
+
+Without the cluster (no marker): the HTTPS listener answers AdmissionReviews allowed and refused, 404 and 400 for
+other paths and malformed reviews, serves /healthz, and survives a client that never completes the TLS handshake.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from k8s_harness import ControlPlane, free_ports, make_pki, start_control_plane
+
+from adapters.memory.namespaces import InMemoryNamespaces
+from adapters.memory.resource_claims import InMemoryResourceClaims
+from adapters.memory.resource_slices import InMemoryResourceSlices
+from adapters.protocolfile import load_protocol
+from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import Capacity, Device, RequestPolicy, ResourceSlice, SliceContent
+from entrypoints.claim_quota.__main__ import main
+from entrypoints.claim_quota.app import WebhookEndpoint, tls_context
+from services.claim_quota.gate import ClaimQuotaGate
+from support.polling import eventually
+
+REPO = Path(__file__).resolve().parents[2]
+PROTOCOL_FILE = REPO / "deploy" / "protocol.yaml"
+DRA = load_protocol(PROTOCOL_FILE).dra
+DRIVER = DRA.driver
+GI = 2**30
+NODE = "quota-node"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    ca, crt, key, _ = make_pki(tmp_path_factory.mktemp("claim-quota-pki"))
+    return ca, crt, key
+
+
+def _context(ca: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
+def _get(url: str, ca: Path) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, context=_context(ca), timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _post(url: str, body: bytes, ca: Path) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, context=_context(ca), timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+# ---------------------------------------------------------------- the HTTPS listener (no cluster)
+
+def _review(namespace: str, name: str, cores: str) -> bytes:
+    claim = {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+             "status": {"allocation": {"devices": {"results": [
+                 {"request": "r", "driver": DRIVER, "pool": NODE, "device": "gpu-0",
+                  "consumedCapacity": {"cores": cores, "memory": "1Gi"}}]}}}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "r1", "namespace": namespace, "object": claim, "oldObject": None}}).encode()
+
+
+def test_https_listener_answers_reviews_and_bounds_bad_clients(pki: tuple[Path, Path, Path]) -> None:
+    ca, crt, key = pki
+    namespaces = InMemoryNamespaces()
+    namespaces.put("team", {DRA.claim_quota_cores: "50"})
+    claims = InMemoryResourceClaims()
+    for name in ("a", "b"):  # created, not allocated yet: the reviews add the allocations
+        claims.put(ClaimAllocation("team", name, f"uid-{name}"))
+    gate = ClaimQuotaGate(names=DRA, namespaces=namespaces, claims=claims, slices=InMemoryResourceSlices(),
+                          clock=lambda: 0.0)
+    endpoint = WebhookEndpoint("127.0.0.1", 0, gate=gate, tls=tls_context(crt, key))
+    endpoint.start()
+    try:
+        base = f"https://127.0.0.1:{endpoint.address[1]}"
+        with socket.create_connection(("127.0.0.1", endpoint.address[1]), timeout=10) as plain:
+            plain.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")  # no TLS: the handshake fails, the server goes on
+            assert not plain.recv(100).startswith(b"HTTP/")
+        assert _get(f"{base}/healthz", ca) == (200, b"ok\n")
+        status, body = _post(f"{base}/validate", _review("team", "a", "30"), ca)
+        assert status == 200
+        assert json.loads(body)["response"] == {"uid": "r1", "allowed": True}
+        status, body = _post(f"{base}/validate", _review("team", "b", "30"), ca)  # "a" not listed yet: pending
+        response = json.loads(body)["response"]
+        assert response["allowed"] is False
+        assert "over quota in namespace team" in response["status"]["message"]
+        assert _post(f"{base}/other", b"{}", ca)[0] == 404
+        status, body = _post(f"{base}/validate", b"{}", ca)
+        assert status == 400
+        assert b"malformed AdmissionReview: apiVersion/kind" in body
+        metrics = _get(f"{base}/metrics", ca)[1]
+        assert b'ljrk_claim_quota_reviews_total{verdict="refused"} 1' in metrics
+    finally:
+        endpoint.stop()
+
+
+# ---------------------------------------------------------------- against kube-apiserver
+
+@pytest.fixture(scope="module")
+def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
+    plane = start_control_plane(k8s_bin_dir)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
+    """``ljrk claim-quota`` serving on a free loopback port; yields the port."""
+    _, crt, key = pki
+    port = free_ports(1)[0]
+    stop = threading.Event()
+    codes: list[int] = []
+    argv = ["--listen", f"127.0.0.1:{port}", "--tls-cert", str(crt), "--tls-key", str(key),
+            "--kubeconfig", str(plane.kubeconfig), "--protocol", str(PROTOCOL_FILE)]
+    thread = threading.Thread(target=lambda: codes.append(main(argv, stop=stop)), name="claim-quota", daemon=True)
+    thread.start()
+    ca = pki[0]
+    eventually(lambda: codes or _get(f"https://127.0.0.1:{port}/healthz", ca)[0] == 200,
+               what="the webhook's /healthz", ignoring=(OSError,))
+    assert not codes, f"ljrk claim-quota exited with {codes}"
+    try:
+        yield port
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert codes == [0]
+
+
+@pytest.fixture(scope="module")
+def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iterator[Any]:
+    """A client, with our driver's slice for :data:`NODE` and the webhook configuration of deploy/ registered."""
+    from kubernetes import client
+
+    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
+
+    api_client = plane.api_client()
+    share = RequestPolicy(default=100, minimum=1, maximum=100, step=1)
+    devices = tuple(Device(f"gpu-{i}", capacity={"cores": Capacity(100, share), "memory": Capacity(40 * GI)},
+                           allow_multiple_allocations=True) for i in range(4))
+    KubernetesResourceSlices(api_client).create_resource_slice(
+        ResourceSlice(f"{NODE}-gpus", DRIVER, NODE, 1, 1, SliceContent(devices)))
+    configuration = yaml.safe_load((REPO / "deploy" / "claim-quota" / "05-webhook.yaml").read_text())
+    bundle = base64.b64encode(pki[0].read_bytes()).decode()
+    for hook in configuration["webhooks"]:
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook}/validate", "caBundle": bundle}
+    client.AdmissionregistrationV1Api(api_client).create_validating_webhook_configuration(configuration)
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+class Namespace:
+    """A namespace with labels, its claims made and allocated through the API."""
+
+    def __init__(self, api_client: Any, labels: dict[str, str]) -> None:
+        from kubernetes import client
+
+        self.name = f"cq-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(api_client).create_namespace({"metadata": {"name": self.name, "labels": labels}})
+        self.resource = client.ResourceV1Api(api_client)
+
+    def claim(self, name: str) -> None:
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": DRIVER}}]}}}
+        self.resource.create_namespaced_resource_claim(self.name, body)
+
+    def allocate(self, name: str, *devices: tuple[str, dict[str, str] | None]) -> None:
+        """Write the allocation (``(device, consumedCapacity or None)`` each) as kube-scheduler's PreBind does."""
+        results = []
+        for device, consumed in devices:
+            result: dict[str, Any] = {"request": "r", "driver": DRIVER, "pool": NODE, "device": device}
+            if consumed is not None:
+                result["consumedCapacity"] = consumed
+                result["shareID"] = str(uuid.uuid4())
+            results.append(result)
+        self.resource.patch_namespaced_resource_claim_status(
+            name, self.name, {"status": {"allocation": {"devices": {"results": results}}}},
+            _content_type="application/merge-patch+json")
+
+    def deallocate(self, name: str) -> None:
+        self.resource.patch_namespaced_resource_claim_status(name, self.name, {"status": {"allocation": None}},
+                                                             _content_type="application/merge-patch+json")
+
+    def allocated(self, name: str) -> bool:
+        status = self.resource.read_namespaced_resource_claim(name, self.name).status
+        return status is not None and status.allocation is not None
+
+    def refused(self, name: str, *devices: tuple[str, dict[str, str] | None]) -> str:
+        """Allocate, expecting a refusal; returns kube-apiserver's message."""
+        from kubernetes.client import ApiException
+
+        with pytest.raises(ApiException) as error:
+            self.allocate(name, *devices)
+        assert error.value.status == 403
+        assert not self.allocated(name)
+        return str(json.loads(error.value.body)["message"])
+
+
+def _share(cores: int, memory_gi: int) -> dict[str, str]:
+    return {"cores": str(cores), "memory": f"{memory_gi}Gi"}
+
+
+QUOTA = {DRA.claim_quota_cores: "100", DRA.claim_quota_memory: "48Gi"}
+
+
+@pytest.fixture(scope="module")
+def ready(api: Any) -> Any:
+    """The webhook configuration in force: kube-apiserver refuses an allocation past a zero quota."""
+    probe = Namespace(api, {DRA.claim_quota_cores: "0"})
+
+    def refused() -> bool:
+        from kubernetes.client import ApiException
+
+        name = f"probe-{uuid.uuid4().hex[:6]}"
+        probe.claim(name)
+        try:
+            probe.allocate(name, ("gpu-0", _share(1, 1)))
+        except ApiException as error:
+            return error.status == 403
+        return False
+
+    eventually(refused, timeout=60, interval=0.5, what="the ValidatingWebhookConfiguration to take effect")
+    return api
+
+
+@pytest.mark.k8s
+def test_within_quota_admitted_over_quota_refused_with_the_message(ready: Any) -> None:
+    team = Namespace(ready, QUOTA)
+    team.claim("a")
+    team.allocate("a", ("gpu-0", _share(60, 20)))
+    assert team.allocated("a")
+    team.claim("b")
+    message = team.refused("b", ("gpu-1", _share(50, 10)))
+    assert 'admission webhook "cores.claim-quota.lj-runtimekit.io" denied the request' in message
+    assert (f"ResourceClaim {team.name}/b is over quota in namespace {team.name}: cores limit "
+            f"{DRA.claim_quota_cores}=100 (1 GPU): in use 60 (0.6 GPU) by 1 claim(s), this claim asks 50 (0.5 GPU)"
+            ) in message
+    team.allocate("b", ("gpu-1", _share(40, 28)))  # exactly at both limits
+    assert team.allocated("b")
+
+
+@pytest.mark.k8s
+def test_whole_gpu_counts_its_slice_memory(ready: Any) -> None:
+    team = Namespace(ready, QUOTA)
+    team.claim("small")
+    team.allocate("small", ("gpu-0", _share(1, 20)))
+    team.claim("whole")
+    message = team.refused("whole", ("gpu-2", None))
+    assert f"memory limit {DRA.claim_quota_memory}=48Gi: in use 20Gi by 1 claim(s), this claim asks 40Gi" in message
+
+
+@pytest.mark.k8s
+def test_namespaces_without_quota_or_with_memory_only(ready: Any) -> None:
+    free = Namespace(ready, {})
+    for name in ("x", "y"):
+        free.claim(name)
+        free.allocate(name, ("gpu-2", None), ("gpu-3", None))
+        assert free.allocated(name)
+    memory_only = Namespace(ready, {DRA.claim_quota_memory: "40Gi"})
+    memory_only.claim("m1")
+    memory_only.allocate("m1", ("gpu-2", None))  # 100 cores: no cores limit here
+    memory_only.claim("m2")
+    message = memory_only.refused("m2", ("gpu-0", _share(1, 1)))
+    assert 'admission webhook "memory.claim-quota.lj-runtimekit.io" denied the request' in message
+    assert "over quota" in message
+
+
+def _reviews(port: int, ca: Path) -> int:
+    """Reviews the webhook answered so far (its /metrics)."""
+    text = _get(f"https://127.0.0.1:{port}/metrics", ca)[1].decode()
+    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("ljrk_claim_quota_reviews_total{"))
+
+
+@pytest.mark.k8s
+def test_deallocation_frees_quota_and_kept_allocations_are_not_reviewed(
+        ready: Any, webhook: int, pki: tuple[Path, Path, Path]) -> None:
+    from kubernetes import client
+
+    team = Namespace(ready, QUOTA)
+    team.claim("a")
+    team.allocate("a", ("gpu-0", _share(80, 40)))
+    team.claim("b")
+    assert "over quota" in team.refused("b", ("gpu-1", _share(30, 4)))
+    team.deallocate("a")
+    team.allocate("b", ("gpu-1", _share(30, 4)))
+    assert team.allocated("b")
+    client.CoreV1Api(ready).patch_namespace(team.name, {"metadata": {"labels": {DRA.claim_quota_cores: "10"}}})
+    before = _reviews(webhook, pki[0])
+    team.resource.patch_namespaced_resource_claim_status(  # a status write keeping the allocation, over quota now
+        "b", team.name, {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": str(uuid.uuid4())}]}},
+        _content_type="application/merge-patch+json")
+    assert team.allocated("b")
+    assert _reviews(webhook, pki[0]) == before  # matchConditions: kube-apiserver did not call the webhook
