@@ -3,9 +3,10 @@
 The ``k8s`` tests start etcd + kube-apiserver (``k8s_harness``), run ``ljrk claim-quota`` in-process on
 ``https://127.0.0.1:<port>`` with a serving certificate from a CA made here (openssl), and register
 ``deploy/claim-quota/05-webhook.yaml`` with its ``clientConfig`` pointed at that URL and ``caBundle`` at that CA.
-Allocations are written the way kube-scheduler's DRA plugin writes them in PreBind: an UPDATE of the claim's
-``status`` adding ``allocation`` (here a merge patch of the status subresource; no kube-scheduler runs, so the
-FailedScheduling event that carries the refusal in a cluster is not shown here, only the API error it quotes).
+Most allocations are written the way kube-scheduler's DRA plugin writes them in PreBind: an UPDATE of the claim's
+``status`` adding ``allocation`` (a merge patch of the status subresource). One test runs pods through the plane's
+kube-scheduler (default profile, DRA plugin; Nodes without kubelet with our driver's slices, the shipped
+DeviceClasses) to show the two FailedScheduling events apart.
 
 Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.claim-quota-memory=48Gi``):
 - an allocation within the quota is admitted and stored;
@@ -14,7 +15,11 @@ Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.cla
 - a whole GPU counts its ResourceSlice memory (a 40Gi GPU beside a 20Gi share passes 48Gi: refused);
 - a namespace without quota labels is unaffected; one with the memory label only is checked by the second webhook;
 - deallocating a claim frees its quota: the refused allocation then goes through;
-- a write that keeps an existing allocation is not reviewed (matchConditions), even over quota.
+- a write that keeps an existing allocation is not reviewed (matchConditions), even over quota;
+- through kube-scheduler: a pod whose share claim fits is bound with its claim allocated; one whose claim would go
+  over quota stays unbound, its claim unallocated, with a FailedScheduling event quoting the webhook's over-quota
+  message (PreBind); one whose claim no device can satisfy gets FailedScheduling "cannot allocate all claims"
+  (Filter) instead.
 
 Without the cluster (no marker): the HTTPS listener answers AdmissionReviews allowed and refused, 404 and 400 for
 other paths and malformed reviews, serves /healthz, and survives a client that never completes the TLS handshake.
@@ -47,6 +52,7 @@ from domain.dra.slices import Capacity, Device, RequestPolicy, ResourceSlice, Sl
 from entrypoints.claim_quota.__main__ import main
 from entrypoints.claim_quota.app import WebhookEndpoint, tls_context
 from services.claim_quota.gate import ClaimQuotaGate
+from support.k8s_nodes import make_schedulable
 from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +139,7 @@ def test_https_listener_answers_reviews_and_bounds_bad_clients(pki: tuple[Path, 
 
 @pytest.fixture(scope="module")
 def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
-    plane = start_control_plane(k8s_bin_dir)
+    plane = start_control_plane(k8s_bin_dir, scheduler=True)  # the default profile, with its DRA plugin
     try:
         yield plane
     finally:
@@ -163,6 +169,15 @@ def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
     assert codes == [0]
 
 
+def _devices() -> tuple[Device, ...]:
+    """Four 40Gi GPUs as ``ljrk dra-driver`` publishes them (type gpu, consumable cores and memory)."""
+    cores = RequestPolicy(default=100, minimum=1, maximum=100, step=1)
+    memory = RequestPolicy(default=40 * GI, minimum=GI, maximum=40 * GI, step=GI)
+    return tuple(Device(f"gpu-{i}", attributes={"type": "gpu"},
+                        capacity={"cores": Capacity(100, cores), "memory": Capacity(40 * GI, memory)},
+                        allow_multiple_allocations=True) for i in range(4))
+
+
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iterator[Any]:
     """A client, with our driver's slice for :data:`NODE` and the webhook configuration of deploy/ registered."""
@@ -171,11 +186,14 @@ def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iter
     from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 
     api_client = plane.api_client()
-    share = RequestPolicy(default=100, minimum=1, maximum=100, step=1)
-    devices = tuple(Device(f"gpu-{i}", capacity={"cores": Capacity(100, share), "memory": Capacity(40 * GI)},
-                           allow_multiple_allocations=True) for i in range(4))
+    core = client.CoreV1Api(api_client)
+    core.create_node({"metadata": {"name": NODE}})
+    make_schedulable(core, NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    for document in yaml.safe_load_all((REPO / "deploy" / "dra" / "04-deviceclasses.yaml").read_text()):
+        if document:
+            client.ResourceV1Api(api_client).create_device_class(document)
     KubernetesResourceSlices(api_client).create_resource_slice(
-        ResourceSlice(f"{NODE}-gpus", DRIVER, NODE, 1, 1, SliceContent(devices)))
+        ResourceSlice(f"{NODE}-gpus", DRIVER, NODE, 1, 1, SliceContent(_devices())))
     configuration = yaml.safe_load((REPO / "deploy" / "claim-quota" / "05-webhook.yaml").read_text())
     bundle = base64.b64encode(pki[0].read_bytes()).decode()
     for hook in configuration["webhooks"]:
@@ -330,3 +348,63 @@ def test_deallocation_frees_quota_and_kept_allocations_are_not_reviewed(
         _content_type="application/merge-patch+json")
     assert team.allocated("b")
     assert _reviews(webhook, pki[0]) == before  # matchConditions: kube-apiserver did not call the webhook
+
+
+def _pod(namespace: Namespace, name: str, claim: str) -> None:
+    from kubernetes import client
+
+    client.CoreV1Api(namespace.resource.api_client).create_namespaced_pod(namespace.name, {
+        "metadata": {"name": name},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                 "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]}})
+
+
+def _claim_of(namespace: Namespace, name: str, device_class: str, count: int = 1,
+              capacity: dict[str, str] | None = None) -> None:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    namespace.resource.create_namespaced_resource_claim(namespace.name, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}})
+
+
+def _failed_scheduling(namespace: Namespace, pod: str) -> str:
+    from kubernetes import client
+
+    events = client.CoreV1Api(namespace.resource.api_client).list_namespaced_event(
+        namespace.name, field_selector=f"involvedObject.name={pod}").items
+    return "\n".join(e.message or "" for e in events if e.reason == "FailedScheduling")
+
+
+@pytest.mark.k8s
+def test_kube_scheduler_tells_over_quota_from_no_capacity(ready: Any) -> None:
+    from kubernetes import client
+
+    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
+
+    pods = client.CoreV1Api(ready)
+    fresh = f"{NODE}-2"  # four free GPUs: the other tests' allocations fill the first node's
+    pods.create_node({"metadata": {"name": fresh}})
+    make_schedulable(pods, fresh, {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    KubernetesResourceSlices(ready).create_resource_slice(ResourceSlice(f"{fresh}-gpus", DRIVER, fresh, 1, 1,
+                                                                        SliceContent(_devices())))
+    team = Namespace(ready, QUOTA)
+    _claim_of(team, "fits", DRA.device_class_share, capacity={"cores": "60", "memory": "20Gi"})
+    _pod(team, "fits", "fits")
+    eventually(lambda: pods.read_namespaced_pod("fits", team.name).spec.node_name, timeout=60,
+               what="the pod whose claim fits to be bound")
+    assert team.allocated("fits")
+    _claim_of(team, "over", DRA.device_class_share, capacity={"cores": "50", "memory": "10Gi"})
+    _pod(team, "over", "over")
+    over = eventually(lambda: _failed_scheduling(team, "over"), timeout=60, what="FailedScheduling of 'over'")
+    assert 'running PreBind plugin "DynamicResources"' in over
+    assert f"ResourceClaim {team.name}/over is over quota in namespace {team.name}: cores limit" in over
+    assert "in use 60 (0.6 GPU) by 1 claim(s), this claim asks 50 (0.5 GPU)" in over
+    assert pods.read_namespaced_pod("over", team.name).spec.node_name is None
+    assert not team.allocated("over")
+    _claim_of(team, "none", DRA.device_class_gpu, count=5)  # no node has 5 GPUs
+    _pod(team, "none", "none")
+    none = eventually(lambda: _failed_scheduling(team, "none"), timeout=60, what="FailedScheduling of 'none'")
+    assert "cannot allocate all claims" in none
+    assert "over quota" not in none
