@@ -21,8 +21,9 @@ Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.cla
   message (PreBind); one whose claim no device can satisfy gets FailedScheduling "cannot allocate all claims"
   (Filter) instead.
 
-Without the cluster (no marker): the HTTPS listener answers AdmissionReviews allowed and refused, 404 and 400 for
-other paths and malformed reviews, serves /healthz, and survives a client that never completes the TLS handshake.
+Without the cluster (no marker): the command's container resolves over in-memory adapters; the HTTPS listener
+answers AdmissionReviews allowed and refused, 404 and 400 for other paths and malformed reviews, serves /healthz and
+/metrics, and survives a client that never completes the TLS handshake.
 """
 
 from __future__ import annotations
@@ -133,6 +134,26 @@ def test_https_listener_answers_reviews_and_bounds_bad_clients(pki: tuple[Path, 
         assert b'ljrk_claim_quota_reviews_total{verdict="refused"} 1' in metrics
     finally:
         endpoint.stop()
+
+
+def test_container_resolves_with_in_memory_api_and_serves_until_stopped(pki: tuple[Path, Path, Path]) -> None:
+    from dependency_injector import providers
+
+    from entrypoints.claim_quota.app import ClaimQuotaApp, ClaimQuotaSettings
+    from entrypoints.claim_quota.containers import ApiAccess, ClaimQuotaContainer
+
+    ca, crt, key = pki
+    container = ClaimQuotaContainer(settings=ClaimQuotaSettings(tls_cert=crt, tls_key=key, host="127.0.0.1", port=0))
+    container.check_dependencies()
+    api = ApiAccess(InMemoryNamespaces(), InMemoryResourceClaims(), InMemoryResourceSlices())
+    with container.api.override(providers.Object(api)):
+        app = container.app()
+        assert isinstance(app, ClaimQuotaApp)
+        assert container.gate() is app.endpoint.gate
+        stop = threading.Event()
+        stop.set()
+        app.run(stop)  # starts, then stops at once: already stopped
+    assert ca.is_file()
 
 
 # ---------------------------------------------------------------- against kube-apiserver
