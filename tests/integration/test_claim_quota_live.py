@@ -2,8 +2,10 @@
 ``k8s``; its listener without a cluster: test_claim_quota_https.py).
 
 The ``k8s`` tests start etcd + kube-apiserver (``k8s_harness``), run ``ljrk claim-quota`` in-process on
-``https://127.0.0.1:<port>`` with a serving certificate from a CA made here (openssl), and register
-``deploy/claim-quota/05-webhook.yaml`` with its ``clientConfig`` pointed at that URL and ``caBundle`` at that CA.
+``https://127.0.0.1:<port>`` as its ServiceAccount with only the RBAC of ``deploy/claim-quota/01-rbac.yaml``
+(kube-apiserver with ``--authorization-mode=RBAC``), with a serving certificate from a CA made here (openssl), and
+register ``deploy/claim-quota/05-webhook.yaml`` with its ``clientConfig`` pointed at that URL and ``caBundle`` at
+that CA.
 Most allocations are written the way kube-scheduler's DRA plugin writes them in PreBind: an UPDATE of the claim's
 ``status`` adding ``allocation`` (a merge patch of the status subresource). One test runs pods through the plane's
 kube-scheduler (default profile, DRA plugin; Nodes without kubelet with our driver's slices, the shipped
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -37,7 +41,7 @@ import pytest
 import yaml
 from claim_quota_tls import get as _get
 from claim_quota_tls import webhook_pki
-from k8s_harness import ControlPlane, free_ports, start_control_plane
+from k8s_harness import ControlPlane, free_ports, start_control_plane, write_kubeconfig
 
 from adapters.protocolfile import load_protocol
 from domain.dra.slices import Capacity, Device, RequestPolicy, ResourceSlice, SliceContent
@@ -62,22 +66,45 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 
 @pytest.fixture(scope="module")
 def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
-    plane = start_control_plane(k8s_bin_dir, scheduler=True)  # the default profile, with its DRA plugin
+    # the default profile, with its DRA plugin; RBAC judges the webhook's ServiceAccount (the harness is a master)
+    plane = start_control_plane(k8s_bin_dir, scheduler=True, authorization_mode="RBAC")
     try:
         yield plane
     finally:
         plane.stop()
 
 
+def account_kubeconfig(plane: ControlPlane) -> Path:
+    """A kubeconfig of the webhook's ServiceAccount with the RBAC of ``kubectl kustomize deploy/claim-quota``
+    applied (its rights only)."""
+    from kubernetes import client, utils
+
+    kubectl = Path(sys.executable).parent / "kubectl"
+    rendered = subprocess.run([str(kubectl), "kustomize", str(REPO / "deploy" / "claim-quota")], check=True,
+                              capture_output=True, text=True, timeout=60).stdout
+    api_client = plane.api_client()
+    try:
+        for document in yaml.safe_load_all(rendered):
+            if document and document["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}:
+                utils.create_from_dict(api_client, document)
+        token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
+            "lj-runtimekit-claim-quota", "kube-system", {"spec": {"expirationSeconds": 3600}}).status.token
+    finally:
+        api_client.close()
+    path = plane.workdir / "claim-quota.kubeconfig"
+    write_kubeconfig(path, plane.host, plane.ca_file, token)
+    return path
+
+
 @pytest.fixture(scope="module")
 def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
-    """``ljrk claim-quota`` serving on a free loopback port; yields the port."""
+    """``ljrk claim-quota`` serving on a free loopback port as its ServiceAccount; yields the port."""
     _, crt, key = pki
     port = free_ports(1)[0]
     stop = threading.Event()
     codes: list[int] = []
     argv = ["--listen", f"127.0.0.1:{port}", "--tls-cert", str(crt), "--tls-key", str(key),
-            "--kubeconfig", str(plane.kubeconfig), "--protocol", str(PROTOCOL_FILE)]
+            "--kubeconfig", str(account_kubeconfig(plane)), "--protocol", str(PROTOCOL_FILE)]
     thread = threading.Thread(target=lambda: codes.append(main(argv, stop=stop)), name="claim-quota", daemon=True)
     thread.start()
     ca = pki[0]
