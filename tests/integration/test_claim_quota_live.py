@@ -22,7 +22,8 @@ Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.cla
 - through kube-scheduler: a pod whose share claim fits is bound with its claim allocated; one whose claim would go
   over quota stays unbound, its claim unallocated, with a FailedScheduling event quoting the webhook's over-quota
   message (PreBind); one whose claim no device can satisfy gets FailedScheduling "cannot allocate all claims"
-  (Filter) instead.
+  (Filter) instead;
+- ``ljrk inspect -o json`` reports the namespace's limits, use and allocated claims (``claimQuotas``).
 """
 
 from __future__ import annotations
@@ -358,3 +359,20 @@ def test_kube_scheduler_tells_over_quota_from_no_capacity(ready: Any) -> None:
     none = eventually(lambda: _failed_scheduling(team, "none"), timeout=60, what="FailedScheduling of 'none'")
     assert "cannot allocate all claims" in none
     assert "over quota" not in none
+
+
+@pytest.mark.k8s
+def test_inspect_reports_the_namespace_quota(plane: ControlPlane, ready: Any,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from entrypoints.inspect.__main__ import main as inspect
+
+    team = Namespace(ready, QUOTA)
+    team.claim("share")
+    team.allocate("share", ("gpu-1", _share(10, 3)))
+    team.claim("pending")  # created, never allocated: counts nothing
+    capsys.readouterr()
+    inspect(["-o", "json", "--kubeconfig", str(plane.kubeconfig), "--protocol", str(PROTOCOL_FILE)])
+    quotas = {q["namespace"]: q for q in json.loads(capsys.readouterr().out)["claimQuotas"]}
+    assert quotas[team.name] == {"namespace": team.name, "claims": 1, "over": False, "error": "",
+                                 "limits": {"cores": 100, "memoryBytes": 48 * GI},
+                                 "used": {"cores": 10, "memoryBytes": 3 * GI}, "problems": []}
