@@ -16,7 +16,10 @@
 #                        Optional, never in the default: monitoring (deploy/monitoring: PodMonitors and the
 #                        PrometheusRule; needs prometheus-operator's CRDs, which deploy checks first); dra
 #                        (deploy/dra: the DRA driver, its RBAC and DeviceClasses; Kubernetes >= 1.36; its DaemonSet
-#                        runs only on nodes labelled lj-runtimekit.io/dra-driver=true, which run no device plugin).
+#                        runs only on nodes labelled lj-runtimekit.io/dra-driver=true, which run no device plugin);
+#                        claim-quota (deploy/claim-quota: the DRA claim quota webhook, docs/quota.md; deploy makes a
+#                        CA and a serving certificate with openssl into the Secret lj-runtimekit-claim-quota-tls,
+#                        or reuses the Secret's, and patches that CA into the webhook configuration's caBundle).
 # --with-monitoring      add monitoring to the components (all of them by default)
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
@@ -41,8 +44,11 @@ PROG="deploy-all.sh"
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$DEPLOY_DIR")"
 ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller admission)
-OPTIONAL_COMPONENTS=(monitoring dra)  # not in the default set: monitoring needs prometheus-operator's CRDs; dra
-# (the DRA driver and its DeviceClasses, Kubernetes >= 1.36) replaces the device plugin on the nodes that run it
+OPTIONAL_COMPONENTS=(monitoring dra claim-quota)  # not in the default set: monitoring needs prometheus-operator's
+# CRDs; dra (the DRA driver and its DeviceClasses, Kubernetes >= 1.36) replaces the device plugin on the nodes that run
+# it; claim-quota (the claim quota webhook) needs dra and a serving certificate
+CLAIM_QUOTA_SECRET="lj-runtimekit-claim-quota-tls"
+CLAIM_QUOTA_SERVICE="lj-runtimekit-claim-quota"  # deploy/claim-quota/04-service.yaml
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
 FIELD_MANAGER="lj-runtimekit"
@@ -134,6 +140,8 @@ monitoring=0
 [[ " ${components[*]} " != *" monitoring "* ]] || monitoring=1
 dra=0
 [[ " ${components[*]} " != *" dra "* ]] || dra=1
+claim_quota=0
+[[ " ${components[*]} " != *" claim-quota "* ]] || claim_quota=1
 
 if [[ -n "$namespace" && ! "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
     die 2 "--namespace '$namespace' is not a valid namespace name (DNS label)"
@@ -206,7 +214,7 @@ trap 'rm -rf "$workdir"' EXIT
 
 render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the chosen components) with the overrides
     cp -R "$DEPLOY_DIR" "$workdir/deploy"
-    local overlay="$workdir/overlay" stack="$workdir/stack" c image kind name full=0
+    local overlay="$workdir/overlay" stack="$workdir/stack" c image kind name full=0 patches=0
     mkdir -p "$overlay" "$stack"
     [[ ${#core[@]} -ne ${#ALL_COMPONENTS[@]} ]] || full=1
     # stack: the chosen components (all: deploy/kustomization.yaml, with whatever it adds) under --namespace;
@@ -224,6 +232,7 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         fi
         [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
         [[ $dra -eq 0 ]] || echo "- ../deploy/dra"
+        [[ $claim_quota -eq 0 ]] || echo "- ../deploy/claim-quota"
     } > "$stack/kustomization.yaml"
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"
@@ -239,6 +248,7 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         fi
         if [[ " ${core[*]} " == *" controller "* ]]; then
             echo "patches:"
+            patches=1
             if [[ -n "$namespace" && $full -eq 1 ]]; then  # the stack's namespace transformer moved (renamed) them
                 echo "- target: {kind: Namespace}"
                 echo "  patch: '[{\"op\": \"replace\", \"path\": \"/metadata/name\", \"value\": \"$JOBS_NAMESPACE\"}]'"
@@ -264,6 +274,18 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
                     echo "    metadata: {name: $name, namespace: $JOBS_NAMESPACE}"
                 done
             fi
+        fi
+        if [[ $claim_quota -eq 1 && ( -n "$ca_bundle" || -n "$namespace" ) ]]; then
+            # the claim quota webhook: its CA (claim_quota_certificate) and its Service's namespace, which the
+            # namespace transformer leaves alone in a webhook configuration
+            [[ $patches -eq 1 ]] || echo "patches:"
+            local ops=() i
+            for i in 0 1; do
+                [[ -z "$ca_bundle" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/caBundle\", \"value\": \"$ca_bundle\"}")
+                [[ -z "$namespace" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/service/namespace\", \"value\": \"$namespace\"}")
+            done
+            echo "- target: {kind: ValidatingWebhookConfiguration, name: lj-runtimekit-claim-quota}"
+            echo "  patch: '[$(IFS=,; echo "${ops[*]}")]'"
         fi
         if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then
             echo "images:"
@@ -292,6 +314,32 @@ if [[ "$action" == "deploy" && $dry_run -eq 1 && " ${core[*]} " == *" controller
     echo "$PROG: namespace $JOBS_NAMESPACE does not exist; this dry run checks the namespace but not the" \
         "ServiceAccount, Role and RoleBinding a deploy without --dry-run creates in it" >&2
 fi
+
+# The claim quota webhook's serving certificate: the Secret's when it exists, else a new CA and a certificate for the
+# Service's DNS names (made here with openssl, stored by deploy once the namespace exists). Sets ca_bundle (base64).
+ca_bundle=""
+new_certificate=""
+claim_quota_certificate() {
+    local ns="${namespace:-kube-system}" dir="$workdir/claim-quota-tls" dns
+    ca_bundle="$("$kubectl_bin" get secret "$CLAIM_QUOTA_SECRET" -n "$ns" -o jsonpath='{.data.ca\.crt}' 2>/dev/null \
+        || true)"
+    [[ -z "$ca_bundle" ]] || return 0
+    command -v openssl >/dev/null 2>&1 || die 1 "openssl not found: it makes the claim quota webhook's certificate"
+    mkdir -p "$dir"
+    dns="DNS:$CLAIM_QUOTA_SERVICE.$ns.svc,DNS:$CLAIM_QUOTA_SERVICE.$ns.svc.cluster.local"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=$CLAIM_QUOTA_SERVICE-ca" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null || die 1 "openssl could not make the claim quota CA"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$CLAIM_QUOTA_SERVICE.$ns.svc" \
+        -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null || die 1 "openssl could not make the claim quota key"
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' \
+        "$dns" > "$dir/tls.ext"
+    openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 3650 \
+        -extfile "$dir/tls.ext" -out "$dir/tls.crt" 2>/dev/null || die 1 "openssl could not sign the claim quota certificate"
+    ca_bundle="$(base64 < "$dir/ca.crt" | tr -d '\n')"
+    new_certificate="$dir"
+}
+if [[ "$action" == "deploy" && $claim_quota -eq 1 ]]; then claim_quota_certificate; fi
 
 rendered="$workdir/rendered.yaml"
 render > "$rendered" || die 1 "kubectl kustomize failed"
@@ -351,6 +399,12 @@ case "$action" in
                 "$kubectl_bin" label namespace "$target_ns" pod-security.kubernetes.io/enforce=privileged \
                     || die 1 "cannot label namespace $target_ns"
             fi
+        fi
+        if [[ -n "$new_certificate" ]]; then  # before the webhook's Deployment needs it
+            "$kubectl_bin" create secret generic "$CLAIM_QUOTA_SECRET" -n "${namespace:-kube-system}" \
+                --from-file=tls.crt="$new_certificate/tls.crt" --from-file=tls.key="$new_certificate/tls.key" \
+                --from-file=ca.crt="$new_certificate/ca.crt" "${dry_args[@]+"${dry_args[@]}"}" \
+                || die 1 "cannot create the Secret $CLAIM_QUOTA_SECRET"
         fi
         "$kubectl_bin" apply --server-side --field-manager="$FIELD_MANAGER" "${dry_args[@]+"${dry_args[@]}"}" \
             -f "$rendered" || die 1 "kubectl apply failed"

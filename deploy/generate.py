@@ -36,7 +36,7 @@ import re
 import sys
 from pathlib import Path
 
-COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "dra")
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "dra", "claim-quota")
 """Component folders under deploy/, each with 02-configmap.yaml and one workload manifest."""
 
 MARKER_FOLDERS = ("admission",)

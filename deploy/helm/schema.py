@@ -86,6 +86,10 @@ PROTOCOL = {
                     "device-class-share": _string("The GPU-share DeviceClass.", DNS_SUBDOMAIN.join("^$")),
                     "device-class-mig": _string("The MIG DeviceClass pattern, {profile} where the profile goes.",
                                                 r"^[-a-z0-9.]*\{profile\}[-a-z0-9.]*$"),
+                    "claim-quota-cores": _string("The Namespace label limiting its DRA claims' cores (percent of "
+                                                 "one GPU; docs/quota.md).", QUALIFIED_NAME),
+                    "claim-quota-memory": _string("The Namespace label limiting its DRA claims' memory (a "
+                                                  "quantity; docs/quota.md).", QUALIFIED_NAME),
                 }},
     },
 }

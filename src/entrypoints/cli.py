@@ -59,6 +59,8 @@ COMMANDS: dict[str, Command] = {
                              _component("device_plugin")),
     "dra-driver": Command("DRA driver (node): the node's GPUs as resource.k8s.io/v1 ResourceSlices from the Runtime",
                           _component("dra_driver")),
+    "claim-quota": Command("validating webhook: per-namespace quotas on the cores and memory DRA claims consume",
+                           _component("claim_quota")),
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
                         _component("exporter")),
     "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus",

@@ -11,6 +11,10 @@ cluster port (``ports.cluster``: a watch from a resourceVersion the server no lo
 :class:`ports.cluster.GoneError`; every failure is a :class:`ports.cluster.ClusterError`). Implemented by the same
 two adapters; ``tests/contract/test_resource_claims_contract.py`` checks both against one contract.
 
+:class:`NamespaceClaimsApi` (the claim quota webhook): ``list_namespace_claims`` returns every claim of one
+namespace, in name order (a namespaced list: a Role, or a ClusterRole's ``list``, suffices). Implemented by the same
+two adapters, checked by the same contract suite; failures are :class:`ports.cluster.ClusterError`.
+
 :class:`PreparedClaimsStore`: ``load`` returns every prepared claim by UID (empty when nothing was saved),
 ``save`` replaces them atomically (a crash leaves the old or the new set, never a torn one). Implementations:
 ``adapters.statefile.dra_checkpoint.JsonPreparedClaims`` and ``adapters.memory.resource_claims.InMemoryPreparedClaims``.
@@ -26,8 +30,8 @@ from domain.dra.claims import ClaimAllocation
 from domain.dra.prepared import PreparedClaim
 from domain.kube.objects import Listing, WatchEvent
 
-__all__ = ["CheckpointError", "PreparedClaimsStore", "ResourceClaimsApi", "ResourceClaimsError",
-           "ResourceClaimsWatch"]
+__all__ = ["CheckpointError", "NamespaceClaimsApi", "PreparedClaimsStore", "ResourceClaimsApi",
+           "ResourceClaimsError", "ResourceClaimsWatch"]
 
 
 class ResourceClaimsError(Exception):
@@ -56,6 +60,15 @@ class ResourceClaimsWatch(Protocol):
     def watch_claims(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[ClaimAllocation]]:
         """Claim changes after ``resource_version`` for about ``timeout_seconds`` (s). The iterator raises
         :class:`ports.cluster.GoneError` (410) and :class:`ports.cluster.ClusterError`."""
+        ...
+
+
+class NamespaceClaimsApi(Protocol):
+    """The ResourceClaims of one namespace, listed (module docstring)."""
+
+    def list_namespace_claims(self, namespace: str) -> tuple[ClaimAllocation, ...]:
+        """Every claim of ``namespace`` (none for an unknown one), by name. Raises
+        :class:`ports.cluster.ClusterError`."""
         ...
 
 

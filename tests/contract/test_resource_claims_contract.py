@@ -7,7 +7,8 @@ Behaviours covered:
   and one of another driver read back equal, with resourceVersions, beside an unallocated claim (no results);
 - watch from the list's resourceVersion: an allocation written later arrives as MODIFIED with its results, a
   deallocation as MODIFIED without, a delete as DELETED with the last state, in order;
-- get (the DRA plugin's read) returns the same claim as the list, None when absent.
+- get (the DRA plugin's read) returns the same claim as the list, None when absent;
+- the namespace list (the quota webhook's read) holds that namespace's claims by name, none for an unknown one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from domain.kube.objects import EventType, WatchEvent
-from ports.resource_claims import ResourceClaimsWatch
+from ports.resource_claims import NamespaceClaimsApi, ResourceClaimsWatch
 
 DRIVER = "gpu.lj-runtimekit.io"
 NAMESPACE = "default"
@@ -37,6 +38,7 @@ class ClaimsUnderTest:
     write: Callable[[str, tuple[AllocationResult, ...]], str]
     delete: Callable[[str], None]
     get: Callable[[str], ClaimAllocation | None]
+    namespaced: NamespaceClaimsApi
 
 
 def _memory() -> ClaimsUnderTest:
@@ -52,7 +54,7 @@ def _memory() -> ClaimsUnderTest:
         uids.pop(name, None)
         store.delete(NAMESPACE, name)
 
-    return ClaimsUnderTest(store, write, delete, lambda name: store.get(NAMESPACE, name))
+    return ClaimsUnderTest(store, write, delete, lambda name: store.get(NAMESPACE, name), store)
 
 
 def _status(results: tuple[AllocationResult, ...]) -> dict[str, object]:
@@ -117,7 +119,7 @@ def claims(request: pytest.FixtureRequest) -> Iterator[ClaimsUnderTest]:
         return write(name, results)
 
     try:
-        yield ClaimsUnderTest(port, tracked, delete, lambda name: port.get(NAMESPACE, name))
+        yield ClaimsUnderTest(port, tracked, delete, lambda name: port.get(NAMESPACE, name), port)
     finally:
         for name in set(made):
             if port.get(NAMESPACE, name) is not None:
@@ -179,3 +181,16 @@ def test_watch_delivers_allocation_deallocation_and_delete_in_order(claims: Clai
     assert [(e.type, e.object.results if e.object else None) for e in events] == [
         (EventType.MODIFIED, (WHOLE,)), (EventType.MODIFIED, ()), (EventType.DELETED, ())]
     assert all(e.resource_version for e in events)
+
+
+def test_namespace_list_holds_the_namespaces_claims_by_name(claims: ClaimsUnderTest) -> None:
+    first, second = sorted((_name(), _name()))
+    uid = claims.write(second, (SHARE,))
+    claims.write(first, ())
+    listed = {c.name: c for c in claims.namespaced.list_namespace_claims(NAMESPACE) if c.name in {first, second}}
+    assert list(listed) == [first, second]
+    assert (listed[second].uid, listed[second].results) == (uid, (SHARE,))
+    assert listed[first].results == ()
+    names = [c.name for c in claims.namespaced.list_namespace_claims(NAMESPACE)]
+    assert names == sorted(names)
+    assert claims.namespaced.list_namespace_claims(f"absent-{uuid.uuid4().hex[:8]}") == ()

@@ -286,7 +286,7 @@ def test_json_form_has_stable_keys_and_values() -> None:
                           PROTOCOL, now=NOW)
     data = report_json(report)
     assert list(data) == ["version", "generatedAt", "scheduler", "nodes", "flags", "disagreements", "totals",
-                          "problems"]
+                          "claimQuotas", "problems"]
     assert (data["version"], data["generatedAt"], data["scheduler"], data["problems"]) == (1, NOW, None, True)
     n1 = data["nodes"][0]  # type: ignore[index]
     assert list(n1) == ["name", "gate", "heartbeat", "enforcement", "flags", "gpus", "pods", "disagreements"]

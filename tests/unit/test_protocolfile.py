@@ -2,7 +2,8 @@
 
 Covers: the committed deploy/protocol.yaml equals the embedded defaults (components can never disagree by
 default); round trip dump → parse; overrides of resource names and the memory unit (incl. percentage mode);
-unknown keys, bad units, wrong versions and non-mappings are rejected with the file and key named; the
+unknown keys, bad units, claim-quota label keys that are no qualified label key or equal, wrong versions and
+non-mappings are rejected with the file and key named; the
 fingerprint changes when any constant changes and is stable otherwise.
 """
 
@@ -50,6 +51,11 @@ def test_percentage_mode_needs_a_percentage_memory_name() -> None:
         ("version: 2\n", "version=2"),
         ("- a\n- b\n", "must be a mapping"),
         ("a: [\n", "not valid YAML"),
+        ("dra: {claim-quota-cores: no-prefix}\n", "dra.claim-quota-cores='no-prefix': must be a qualified label key"),
+        ("dra: {claim-quota-memory: Example.com/m}\n", "dra.claim-quota-memory='Example.com/m'"),
+        ("dra: {claim-quota-memory: example.com/has space}\n", "dra.claim-quota-memory"),
+        ("dra: {claim-quota-cores: a.io/q, claim-quota-memory: a.io/q}\n",
+         "dra.claim-quota-memory='a.io/q': same key as dra.claim-quota-cores"),
     ],
 )
 def test_bad_files_name_the_key(text: str, expected: str, tmp_path: Path) -> None:
@@ -79,3 +85,10 @@ def test_fingerprint_tracks_every_constant() -> None:
     prints = {p.fingerprint() for p in changed}
     assert base.fingerprint() not in prints
     assert len(prints) == len(changed)
+
+
+def test_claim_quota_label_keys_load_and_change_the_fingerprint() -> None:
+    custom = parse_protocol("dra: {claim-quota-cores: quota.example.com/gpu-cores}\n")
+    assert custom.dra.claim_quota_cores == "quota.example.com/gpu-cores"
+    assert custom.dra.claim_quota_memory == ProtocolConstants().dra.claim_quota_memory
+    assert custom.fingerprint() != ProtocolConstants().fingerprint()

@@ -1,9 +1,9 @@
-"""ResourceClaims, read only (:class:`~ports.resource_claims.ResourceClaimsApi` and
-:class:`~ports.resource_claims.ResourceClaimsWatch`), over the official client's ``ResourceV1Api``
-(``resource.k8s.io/v1``, Kubernetes 1.34+).
+"""ResourceClaims, read only (:class:`~ports.resource_claims.ResourceClaimsApi`,
+:class:`~ports.resource_claims.ResourceClaimsWatch` and :class:`~ports.resource_claims.NamespaceClaimsApi`), over the
+official client's ``ResourceV1Api`` (``resource.k8s.io/v1``, Kubernetes 1.34+).
 
-``list_claims``/``watch_claims`` cover all namespaces and read the API server's JSON directly (:mod:`.rawjson`,
-:func:`claim_from_json`), as the node and pod informers do; ``get`` reads
+``list_claims``/``watch_claims`` cover all namespaces, ``list_namespace_claims`` one; they read the API server's
+JSON directly (:mod:`.rawjson`, :func:`claim_from_json`), as the node and pod informers do; ``get`` reads
 ``status.allocation.devices.results`` (request, driver, pool, device, ``consumedCapacity`` as quantity strings,
 ``shareID``); a claim without an allocation has no results. A missing claim is None; any other API error
 becomes :class:`ports.resource_claims.ResourceClaimsError` naming the claim.
@@ -89,6 +89,13 @@ class KubernetesResourceClaims:
         claims, rv = list_json(self._api.list_resource_claim_for_all_namespaces, claim_from_json,
                                "list resourceclaims", _request_timeout=self._timeout)
         return Listing(claims, rv)
+
+    def list_namespace_claims(self, namespace: str) -> tuple[ClaimAllocation, ...]:
+        """Every claim of ``namespace``, by name. Raises ClusterError."""
+        claims, _ = list_json(self._api.list_namespaced_resource_claim, claim_from_json,
+                              f"list resourceclaims in {namespace[:100]}", namespace=namespace,
+                              _request_timeout=self._timeout)
+        return tuple(sorted(claims, key=lambda c: c.name))
 
     def watch_claims(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[ClaimAllocation]]:
         """Claim changes after ``resource_version`` for about ``timeout_seconds`` (s). The iterator raises

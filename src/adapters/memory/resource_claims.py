@@ -57,6 +57,11 @@ class InMemoryResourceClaims(InMemoryStore):
         with self._cond:
             return Listing(tuple(self._current()), str(self._rv))
 
+    def list_namespace_claims(self, namespace: str) -> tuple[ClaimAllocation, ...]:
+        """Every claim of ``namespace``, by name."""
+        with self._cond:
+            return tuple(self._claims[key] for key in sorted(self._claims) if key[0] == namespace)
+
     def watch_claims(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[ClaimAllocation]]:
         """Claim changes after ``resource_version`` for ``timeout_seconds`` (s). The iterator raises GoneError."""
         return self._watch(self._history, self._current, resource_version, timeout_seconds, _always)

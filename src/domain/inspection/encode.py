@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from domain.inspection.compare import Disagreement
 from domain.inspection.flags import Flag
+from domain.inspection.quota import ClaimQuotaReport
 from domain.inspection.report import GpuReport, InspectionReport, NodeReport
 
 REPORT_VERSION = 1
@@ -41,6 +42,13 @@ def _node(node: NodeReport) -> dict[str, object]:
             "pods": list(node.gpu_pods), "disagreements": [_disagreement(d) for d in node.disagreements]}
 
 
+def _quota(quota: ClaimQuotaReport) -> dict[str, object]:
+    return {"namespace": quota.namespace, "claims": quota.claims, "over": quota.over, "error": quota.error,
+            "limits": {"cores": quota.limits.cores, "memoryBytes": quota.limits.memory_bytes},
+            "used": {"cores": quota.used.cores, "memoryBytes": quota.used.memory_bytes},
+            "problems": list(quota.problems)}
+
+
 def report_json(report: InspectionReport) -> dict[str, object]:
     """The JSON value of ``report`` (module docstring), ready for ``json.dumps``."""
     t = report.totals
@@ -56,5 +64,6 @@ def report_json(report: InspectionReport) -> dict[str, object]:
                    "coreCapacityMilli": t.core_capacity_milli, "memoryUsedBytes": t.memory_used_bytes,
                    "memoryCapacityBytes": t.memory_capacity_bytes, "gpuPods": t.gpu_pods,
                    "migInstances": t.mig_instances, "migHeld": t.mig_held},
+        "claimQuotas": [_quota(q) for q in report.claim_quotas],
         "problems": report.problems,
     }

@@ -23,6 +23,7 @@ from domain.dra.claims import ClaimAllocation
 from domain.gpu import Gpu, Health, MigMode
 from domain.inspection.compare import Disagreement, compare_view
 from domain.inspection.flags import Flag, cluster_flags, node_flags
+from domain.inspection.quota import ClaimQuotaReport
 from domain.inspection.view import GpuBooks, NodeBooks, SchedulerView
 from domain.kube.annotations import MigInstanceRecord
 from domain.kube.objects import NodeObject, PodObject
@@ -137,7 +138,8 @@ class Totals:
 class InspectionReport:
     """The report (module docstring): ``nodes`` by name, cluster-wide ``flags``, ``totals``, ``generated_at``
     (epoch s), and ``scheduler``: None without a view, else whether it was serving; ``disagreements`` are all
-    nodes' together (a node's own are on its :class:`NodeReport`)."""
+    nodes' together (a node's own are on its :class:`NodeReport`); ``claim_quotas``: the namespaces with a DRA
+    claim quota (:mod:`domain.inspection.quota`, added by the caller that lists Namespaces)."""
 
     nodes: tuple[NodeReport, ...]
     totals: Totals
@@ -145,6 +147,7 @@ class InspectionReport:
     flags: tuple[Flag, ...] = ()
     scheduler_serving: bool | None = None
     disagreements: tuple[Disagreement, ...] = ()
+    claim_quotas: tuple[ClaimQuotaReport, ...] = ()
 
     @property
     def problems(self) -> bool:

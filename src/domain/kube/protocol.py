@@ -116,14 +116,19 @@ class DraNames:
     DeviceClass of a share of one GPU (consumable capacity ``cores`` and ``memory``); ``device_class_mig``: the
     pattern of the per-profile MIG DeviceClasses, with :data:`PROFILE_PLACEHOLDER` where the profile goes in its
     DNS form (:func:`mig_device_class`). Every class name is a DNS subdomain of at most 253 characters.
+    ``claim_quota_cores`` and ``claim_quota_memory``: the Namespace label keys that limit what the namespace's
+    claims of the driver consume (``docs/quota.md``, :mod:`domain.dra.quota`): cores in percent of one GPU, memory
+    as a quantity; each a qualified label key (``prefix/name``: a DNS subdomain, ``/``, at most 63 characters).
     Raises :class:`InvalidRequestError` naming ``dra.<field>`` for a name that is not one, a MIG pattern without
-    exactly one placeholder, and two classes of the same name.
+    exactly one placeholder, two classes of the same name, a quota key that is no label key, and two equal keys.
     """
 
     driver: str = "gpu.lj-runtimekit.io"
     device_class_gpu: str = "gpu.lj-runtimekit.io"
     device_class_share: str = "gpu-share.lj-runtimekit.io"
     device_class_mig: str = "mig-{profile}.lj-runtimekit.io"
+    claim_quota_cores: str = "lj-runtimekit.io/claim-quota-cores"
+    claim_quota_memory: str = "lj-runtimekit.io/claim-quota-memory"
 
     def __attrs_post_init__(self) -> None:
         if self.device_class_mig.count(PROFILE_PLACEHOLDER) != 1:
@@ -139,6 +144,28 @@ class DraNames:
         if self.device_class_gpu == self.device_class_share:
             raise InvalidRequestError("dra.device_class_share", self.device_class_share,
                                       "same name as dra.device-class-gpu; each must differ")
+        for field, value in (("claim_quota_cores", self.claim_quota_cores),
+                             ("claim_quota_memory", self.claim_quota_memory)):
+            if not is_label_key(value):
+                raise InvalidRequestError(f"dra.{field}", value, "must be a qualified label key: a DNS subdomain "
+                                          "prefix, '/', and a name of at most 63 characters")
+        if self.claim_quota_cores == self.claim_quota_memory:
+            raise InvalidRequestError("dra.claim_quota_memory", self.claim_quota_memory,
+                                      "same key as dra.claim-quota-cores; each must differ")
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def is_label_key(key: object) -> bool:
+    """True for a qualified Kubernetes label key ``prefix/name``: the prefix a lower-case DNS subdomain of at
+    most 253 characters, the name at most 63 alphanumerics, ``-``, ``_`` or ``.``, starting and ending
+    alphanumeric. The prefix is required: unprefixed keys belong to users."""
+    if not isinstance(key, str):
+        return False
+    prefix, slash, name = key.rpartition("/")
+    return (bool(slash) and 0 < len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix) is not None
+            and len(name) <= 63 and _LABEL_NAME.match(name) is not None)
 
 
 def mig_device_class(names: DraNames, profile: str) -> str:

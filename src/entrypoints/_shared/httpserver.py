@@ -15,6 +15,11 @@ at a time; each listener is on the pod network):
 * a connection may wait for the first byte of its next request at most the handler's ``timeout`` (idle limit);
 * once that byte arrived, the whole request — reading it, answering it, writing the reply — must end within
   ``request_deadline`` (:data:`REQUEST_DEADLINE`) seconds, or a watchdog shuts the connection.
+
+With ``tls`` (an ``ssl.SSLContext``, server side) every connection is HTTPS: the accepted socket is wrapped without
+a handshake, and the handshake runs on the connection's own thread under the idle limit (a client that never
+completes it holds one connection of the cap, for at most ``timeout`` seconds, never the accept loop); a failed
+handshake closes the connection.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import http.server
 import ipaddress
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -72,7 +78,8 @@ class _Server(http.server.ThreadingHTTPServer):
     endpoint: HealthEndpoint
 
     def __init__(self, address: tuple[str, int], handler: type[ProbeHandler], *, max_connections: int,
-                 request_deadline: float) -> None:
+                 request_deadline: float, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self._open: dict[socket.socket, float] = {}  # connection → monotonic deadline of its request (inf: idle)
         self._open_lock = threading.Lock()
         self.max_connections = max_connections
@@ -81,6 +88,16 @@ class _Server(http.server.ThreadingHTTPServer):
         self.watch_passes = 0
         self._watchdog_stop = threading.Event()
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        connection, address = super().get_request()
+        if self.tls is None:
+            return connection, address
+        try:
+            return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
+        except (OSError, ValueError):
+            connection.close()
+            raise
 
     def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
                         client_address: object) -> None:
@@ -155,6 +172,21 @@ class ProbeHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         log.debug("http " + format, *args)
 
+    def setup(self) -> None:
+        super().setup()  # sets the idle limit on the socket first: it bounds the TLS handshake too
+        self.handshake_failed = False
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()
+            except (OSError, ValueError) as error:  # ssl.SSLError is an OSError; a timeout too
+                log.debug("TLS handshake failed: %s", error)
+                self.handshake_failed = True
+                self.close_connection = True
+
+    def handle(self) -> None:
+        if not self.handshake_failed:
+            super().handle()
+
     def handle_one_request(self) -> None:
         """Wait (idle limit: ``timeout``) for the next request's first byte, then serve it under the server's
         request deadline."""
@@ -199,14 +231,15 @@ class ProbeHandler(http.server.BaseHTTPRequestHandler):
 class HealthEndpoint:
     """The listener on ``host:port`` (port 0 picks a free one; see :attr:`address`); ``name`` prefixes its
     thread's name; ``handler`` serves the requests; with ``join_requests``, :meth:`stop` waits for the request
-    threads; ``max_connections`` and ``request_deadline`` (s) bound the clients (module docstring). Raises
-    OSError when the address cannot be bound, ValueError for a ``max_connections`` below 1 or a
+    threads; ``max_connections`` and ``request_deadline`` (s) bound the clients; ``tls`` serves HTTPS (module
+    docstring). Raises OSError when the address cannot be bound, ValueError for a ``max_connections`` below 1 or a
     ``request_deadline`` not above 0."""
 
     def __init__(
         self, host: str, port: int, *, health: Probe, ready: Probe, metrics: Callable[[], bytes],
         name: str = "http", handler: type[ProbeHandler] = ProbeHandler, join_requests: bool = False,
         max_connections: int = MAX_CONNECTIONS, request_deadline: float = REQUEST_DEADLINE,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections={max_connections}: must be at least 1")
@@ -217,7 +250,7 @@ class HealthEndpoint:
         self.ready = ready
         self.metrics = metrics
         self._server = _Server((host, port), handler, max_connections=max_connections,
-                               request_deadline=request_deadline)
+                               request_deadline=request_deadline, tls=tls)
         self._server.daemon_threads = not join_requests  # joined by server_close() when True
         self._server.endpoint = self
         self._thread: threading.Thread | None = None

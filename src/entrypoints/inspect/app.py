@@ -6,7 +6,9 @@ inspecting one node of a large cluster stays cheap; the scheduler's view is rest
 act on raise :class:`InspectError` with one line naming what failed: the API server unreachable or refusing, an
 unknown node, an unreachable scheduler. With a claims port the ResourceClaims are listed too (the scheduler counts
 their DRA allocations of our driver in its books); an API server that does not serve them (404, before 1.34) counts
-as none.
+as none. With a Namespace port (and the slices port) the report also holds the DRA claim quotas: every Namespace
+carrying a quota label, its limits, use and claims (:mod:`domain.inspection.quota`), whole devices read from the
+driver's ResourceSlices of the pools the claims use.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Protocol
 import attrs
 
 from domain.dra.claims import ClaimAllocation
+from domain.dra.quota import device_facts
+from domain.dra.slices import ResourceSlice
+from domain.inspection.quota import ClaimQuotaReport, claim_quotas
 from domain.inspection.report import InspectionReport, build_report
 from domain.inspection.view import SchedulerView, only
 from domain.kube.annotations import MIG_STRATEGIES
@@ -25,7 +30,9 @@ from domain.kube.objects import NodeObject, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.mig.gpu import PlacementMode
 from ports.cluster import ClusterError, NodesApi, NotFoundError, PodsApi
+from ports.namespaces import NamespacesApi
 from ports.resource_claims import ResourceClaimsWatch
+from ports.resource_slices import ResourceSlicesApi
 from ports.scheduler_view import SchedulerViewError, SchedulerViewSource
 
 OUTPUTS = ("table", "wide", "json")
@@ -69,9 +76,12 @@ class InspectApp:
 
     def __init__(self, *, settings: InspectSettings, cluster: InspectCluster, protocol: ProtocolConstants,
                  view: SchedulerViewSource | None, clock: Callable[[], float],
-                 claims: ResourceClaimsWatch | None = None) -> None:
+                 claims: ResourceClaimsWatch | None = None, namespaces: NamespacesApi | None = None,
+                 slices: ResourceSlicesApi | None = None) -> None:
         self.settings = settings
         self.claims = claims
+        self.namespaces = namespaces
+        self.slices = slices
         self.cluster = cluster
         self.protocol = protocol
         self.view = view
@@ -109,10 +119,34 @@ class InspectApp:
             raise InspectError(f"cannot read the scheduler's view: {error}") from error
         return only(view, {self.settings.node}) if self.settings.node else view
 
+    def _quotas(self, claims: tuple[ClaimAllocation, ...]) -> tuple[ClaimQuotaReport, ...]:
+        if self.namespaces is None:
+            return ()
+        names = self.protocol.dra
+        try:
+            labels = self.namespaces.list_namespace_labels()
+        except ClusterError as error:
+            raise InspectError(f"cannot list Namespaces (DRA claim quotas): {error}") from error
+        quota_keys = (names.claim_quota_cores, names.claim_quota_memory)
+        limited = {ns for ns, found in labels.items() if any(key in found for key in quota_keys)}
+        pools = {r.pool for c in claims if c.namespace in limited for r in c.results if r.driver == names.driver}
+        found_slices: list[ResourceSlice] = []
+        if self.slices is not None:
+            try:
+                for pool in sorted(pools):
+                    found_slices.extend(self.slices.list_resource_slices(driver=names.driver, node=pool))
+            except NotFoundError:
+                found_slices = []  # resource.k8s.io/v1 not served
+            except ClusterError as error:
+                raise InspectError(f"cannot list ResourceSlices (DRA claim quotas): {error}") from error
+        devices = device_facts(found_slices, driver=names.driver)
+        return claim_quotas(labels, claims, devices, names)
+
     def report(self) -> InspectionReport:
         """List, read, build (module docstring). Raises :class:`InspectError`."""
         nodes, pods = self._listing()
         claims = self._claims()
         view = self._scheduler_view()
-        return build_report(nodes, pods, self.protocol, now=self.clock(), view=view,
-                            mig_mode=PlacementMode(self.settings.mig_strategy), claims=claims)
+        report = build_report(nodes, pods, self.protocol, now=self.clock(), view=view,
+                              mig_mode=PlacementMode(self.settings.mig_strategy), claims=claims)
+        return attrs.evolve(report, claim_quotas=self._quotas(claims))

@@ -2,7 +2,8 @@
 
 The API server comes from the kubeconfig (None: the in-cluster service account) through
 :class:`~adapters.kubernetes.KubernetesCluster`, its client closed on shutdown (a ``Resource``); the scheduler's view,
-when a URL is given, from :class:`~adapters.httpjson.HttpSchedulerView`. Tests override ``cluster`` with an
+when a URL is given, from :class:`~adapters.httpjson.HttpSchedulerView`; ResourceClaims, Namespaces and ResourceSlices
+over the same client. Tests override ``cluster`` with an
 in-memory cluster.
 """
 
@@ -15,12 +16,16 @@ from dependency_injector import containers, providers
 
 from adapters.httpjson import HttpSchedulerView
 from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.namespaces import KubernetesNamespaces
 from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
+from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cluster import api_server
 from ports.cluster import ClusterApi
+from ports.namespaces import NamespacesApi
 from ports.resource_claims import ResourceClaimsWatch
+from ports.resource_slices import ResourceSlicesApi
 from ports.scheduler_view import SchedulerViewSource
 
 from .app import InspectApp, InspectSettings
@@ -48,6 +53,20 @@ def resource_claims(cluster: ClusterApi) -> ResourceClaimsWatch | None:
     return None
 
 
+def namespaces(cluster: ClusterApi) -> NamespacesApi | None:
+    """The Namespaces over ``cluster``'s API server connection (None for any other cluster port)."""
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesNamespaces(cluster.api_client, request_timeout=cluster.request_timeout)
+    return None
+
+
+def resource_slices(cluster: ClusterApi) -> ResourceSlicesApi | None:
+    """The ResourceSlices over ``cluster``'s API server connection (None for any other cluster port)."""
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesResourceSlices(cluster.api_client, request_timeout=cluster.request_timeout)
+    return None
+
+
 def epoch_clock() -> Callable[[], float]:
     """Wall-clock epoch seconds (inventory heartbeats are epoch times)."""
     return time.time
@@ -63,4 +82,5 @@ class InspectContainer(containers.DeclarativeContainer):
     view: providers.Provider[SchedulerViewSource | None] = providers.Singleton(scheduler_view, settings)
     app: providers.Provider[InspectApp] = providers.Singleton(
         InspectApp, settings=settings, cluster=cluster, protocol=protocol, view=view,
-        clock=providers.Callable(epoch_clock), claims=providers.Callable(resource_claims, cluster))
+        clock=providers.Callable(epoch_clock), claims=providers.Callable(resource_claims, cluster),
+        namespaces=providers.Callable(namespaces, cluster), slices=providers.Callable(resource_slices, cluster))

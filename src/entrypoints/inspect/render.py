@@ -7,6 +7,9 @@ row); a node without GPUs gets one row of dashes. A MIG GPU shows ``mig`` as its
 those listed as its memory. Then the cluster totals, and one line counting the flags and disagreements that
 ``-o wide`` details.
 
+Then one ``CLAIM QUOTA`` line per namespace with a DRA claim quota: cores used of the limit (percent of one GPU),
+memory used of the limit (GiB), claims counted, ``OVER`` when the use exceeds a limit, or the label error.
+
 Wide: also the GPU's ``UUID``; under each GPU its holders (``namespace/pod/container``, core %, memory GiB, where
 the books took it from) and MIG instances (profile@start, UUID, holder or free); then every flag's message and
 every disagreement with the scheduler.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from domain.inspection.quota import ClaimQuotaReport
 from domain.inspection.report import GpuReport, InspectionReport, NodeReport
 from domain.units import MILLI_PER_PERCENT, GiB
 
@@ -99,6 +103,18 @@ def enforcement_line(report: InspectionReport) -> str:
     return "ENFORCEMENT  " + "; ".join(parts)
 
 
+def quota_line(quota: ClaimQuotaReport) -> str:
+    """``CLAIM QUOTA  team-a: cores 120/150, memory 48.0/64.0 GiB, 3 claims`` (``-`` for no limit)."""
+    if quota.error:
+        return f"CLAIM QUOTA  {quota.namespace}: invalid label ({quota.error}); allocations there are refused"
+    limits, used = quota.limits, quota.used
+    cores = "-" if limits.cores is None else str(limits.cores)
+    memory = "-" if limits.memory_bytes is None else _gib(limits.memory_bytes)
+    line = (f"CLAIM QUOTA  {quota.namespace}: cores {used.cores}/{cores}, memory {_gib(used.memory_bytes)}/{memory} "
+            f"GiB, {quota.claims} claim{'s' if quota.claims != 1 else ''}")
+    return line + (" OVER" if quota.over else "")
+
+
 def render(report: InspectionReport, *, wide: bool = False) -> str:
     """The table (module docstring), ``wide`` for ``-o wide``; ends with a newline."""
     header = ["NODE", "GPU", *(["UUID"] if wide else []), "MODEL", "HEALTH", "CORE", "MEMORY", "PODS", "FLAGS"]
@@ -114,6 +130,10 @@ def render(report: InspectionReport, *, wide: bool = False) -> str:
     out.append(totals_line(report))
     if report.nodes:
         out.append(enforcement_line(report))
+    for quota in report.claim_quotas:
+        out.append(quota_line(quota))
+        if wide:
+            out += [f"  {problem}" for problem in quota.problems]
     if report.scheduler_serving is not None:
         agree = "agrees" if not report.disagreements else f"disagrees on {len(report.disagreements)} item(s)"
         out.append(f"SCHEDULER  {'serving' if report.scheduler_serving else 'not serving'}, {agree}")

@@ -1,0 +1,1 @@
+"""``ljrk claim-quota``: the validating webhook that enforces per-namespace quotas on DRA claims of our driver."""

