@@ -39,15 +39,18 @@ GOT_CHARS = 60
 """Longest rendering of a refused value in a message (longer ones are cut, marked with ``…``)."""
 
 
-def _got(value: object) -> str:
-    """The refused ``value`` for a message: its type and itself as JSON, cut to :data:`GOT_CHARS` characters."""
+def shown(value: object, limit: int = GOT_CHARS) -> str:
+    """``value`` as JSON (as the client sent it; ``repr`` when it is not JSON), cut to ``limit`` characters."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(value)
-    if len(text) > GOT_CHARS:
-        text = f"{text[:GOT_CHARS - 1]}…"
-    return f"{type(value).__name__} {text}"
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"
+
+
+def _got(value: object) -> str:
+    """The refused ``value`` for a message: its type and itself (:func:`shown`)."""
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def _object(path: str, value: object) -> Mapping[str, object]:

@@ -19,10 +19,10 @@ is not what kube-scheduler sends raises :class:`ExtenderArgsError` (the HTTP lay
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
+from adapters.kubernetes.corejson import shown as show_json
 from domain.kube.objects import PodObject
 from services.scheduler.extender import Extender
 from services.scheduler.preemption import NodeVictims
@@ -39,11 +39,7 @@ SHOWN_CHARS = 80
 
 def shown(value: object) -> str:
     """``value`` as JSON (what the client sent), cut to :data:`SHOWN_CHARS` characters."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 1]}…"
+    return show_json(value, SHOWN_CHARS)
 
 
 def _refuse(path: str, expected: str, value: object) -> ExtenderArgsError:
