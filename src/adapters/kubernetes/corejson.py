@@ -22,6 +22,7 @@ from domain.kube.objects import (
     NodeObject,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PodClaim,
     PodObject,
     PodPhase,
     Taint,
@@ -193,6 +194,23 @@ def _taint(path: str, raw: object) -> Taint:
                  value=_str(f"{path}.value", item.get("value")))
 
 
+def _pod_claims(spec: Mapping[str, object], status: Mapping[str, object]) -> tuple[PodClaim, ...]:
+    """``spec.resourceClaims`` with the generated names of ``status.resourceClaimStatuses`` (:class:`PodClaim`)."""
+    generated: dict[str, str] = {}
+    for i, raw in enumerate(_list("status.resourceClaimStatuses", status.get("resourceClaimStatuses"))):
+        item = _object(f"status.resourceClaimStatuses[{i}]", raw)
+        generated[_str(f"status.resourceClaimStatuses[{i}].name", item.get("name"))] = _str(
+            f"status.resourceClaimStatuses[{i}].resourceClaimName", item.get("resourceClaimName"))
+    claims = []
+    for i, raw in enumerate(_list("spec.resourceClaims", spec.get("resourceClaims"))):
+        item = _object(f"spec.resourceClaims[{i}]", raw)
+        name = _str(f"spec.resourceClaims[{i}].name", item.get("name"))
+        claims.append(PodClaim(name, _str(f"spec.resourceClaims[{i}].resourceClaimName", item.get("resourceClaimName")),
+                               _str(f"spec.resourceClaims[{i}].resourceClaimTemplateName",
+                                    item.get("resourceClaimTemplateName")), generated.get(name)))
+    return tuple(claims)
+
+
 def pod_phase(text: str | None) -> PodPhase:
     """The phase named ``status.phase`` (``Pending`` when empty, ``Unknown`` when not a phase we know): the
     reading shared with the client-model path (:func:`.translate.pod_from_v1`)."""
@@ -236,6 +254,7 @@ def pod_from_json(data: object) -> PodObject:
         priority=_int("spec.priority", spec.get("priority")),
         preemption_policy=_str("spec.preemptionPolicy", spec.get("preemptionPolicy")) or "PreemptLowerPriority",
         nominated_node_name=_str("status.nominatedNodeName", status.get("nominatedNodeName")),
+        resource_claims=_pod_claims(spec, status),
     )
 
 

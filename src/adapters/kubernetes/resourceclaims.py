@@ -3,9 +3,10 @@
 official client's ``ResourceV1Api`` (``resource.k8s.io/v1``, Kubernetes 1.34+).
 
 ``list_claims``/``watch_claims`` cover all namespaces, ``list_namespace_claims`` one; they read the API server's
-JSON directly (:mod:`.rawjson`, :func:`claim_from_json`), as the node and pod informers do; ``get`` reads
-``status.allocation.devices.results`` (request, driver, pool, device, ``consumedCapacity`` as quantity strings,
-``shareID``); a claim without an allocation has no results. A missing claim is None; any other API error
+JSON directly (:mod:`.rawjson`, :func:`claim_from_json`), as the node and pod informers do; every read goes
+through :func:`claim_from_json` (``status.allocation.devices.results``: request, driver, pool, device,
+``consumedCapacity`` as quantity strings, ``shareID``; ``spec.devices.requests``; ``status.reservedFor``); a claim
+without an allocation has no results. A missing claim is None; any other API error
 becomes :class:`ports.resource_claims.ResourceClaimsError` naming the claim.
 """
 
@@ -16,30 +17,14 @@ from typing import Any
 
 from kubernetes import client
 
-from domain.dra.claims import AllocationResult, ClaimAllocation
+from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.kube.objects import Listing, WatchEvent
 from ports.cluster import ClusterError, NotFoundError
 from ports.resource_claims import ResourceClaimsError
 
 from .compat import wire_timeout
 from .errors import api_errors
-from .rawjson import list_json, watch_json
-
-
-def _result(item: Any) -> AllocationResult:
-    consumed = {str(k): str(v) for k, v in (item.consumed_capacity or {}).items()}
-    return AllocationResult(request=item.request or "", driver=item.driver or "", pool=item.pool or "",
-                            device=item.device or "", consumed=consumed, share_id=item.share_id)
-
-
-def claim_from_v1(claim: Any) -> ClaimAllocation:
-    """A ``V1ResourceClaim`` as the domain's :class:`ClaimAllocation`."""
-    allocation = claim.status.allocation if claim.status is not None else None
-    devices = allocation.devices if allocation is not None else None
-    results = tuple(_result(r) for r in (devices.results or ())) if devices is not None else ()
-    meta = claim.metadata
-    return ClaimAllocation(namespace=meta.namespace or "", name=meta.name or "", uid=meta.uid or "", results=results,
-                           resource_version=meta.resource_version or "")
+from .rawjson import list_json, read_json, watch_json
 
 
 def _text(value: Any) -> str:
@@ -54,15 +39,39 @@ def _result_json(item: dict[str, Any]) -> AllocationResult:
                             share_id=None if share is None else str(share))
 
 
+_ASK_EXTRAS = ("selectors", "adminAccess", "tolerations")
+_SPEC_EXTRAS = ("constraints", "config")
+
+
+def _ask_json(item: dict[str, Any]) -> DeviceAsk:
+    name = _text(item.get("name"))
+    if item.get("firstAvailable"):
+        return DeviceAsk(name, extras=("firstAvailable",))
+    exactly = item.get("exactly") or {}
+    capacity = {str(k): _text(v) for k, v in ((exactly.get("capacity") or {}).get("requests") or {}).items()}
+    count = exactly.get("count")
+    return DeviceAsk(name, device_class=_text(exactly.get("deviceClassName")),
+                     mode=_text(exactly.get("allocationMode")) or "ExactCount",
+                     count=1 if count is None else int(count), capacity=capacity,
+                     extras=tuple(k for k in _ASK_EXTRAS if exactly.get(k)))
+
+
 def claim_from_json(obj: dict[str, Any]) -> ClaimAllocation:
-    """A ResourceClaim's JSON (``resource.k8s.io/v1``) as the domain's :class:`ClaimAllocation`, the same as
-    :func:`claim_from_v1` of its model. Raises ValueError/TypeError/AttributeError for another shape."""
+    """A ResourceClaim's JSON (``resource.k8s.io/v1``) as the domain's :class:`ClaimAllocation`: identity,
+    allocation results, device requests, ``reservedFor`` UIDs. Raises ValueError/TypeError/AttributeError for
+    another shape."""
     meta = obj.get("metadata") or {}
-    allocation = (obj.get("status") or {}).get("allocation") or {}
+    devices = (obj.get("spec") or {}).get("devices") or {}
+    status = obj.get("status") or {}
+    allocation = status.get("allocation") or {}
     results = tuple(_result_json(r) for r in ((allocation.get("devices") or {}).get("results") or ()))
     return ClaimAllocation(namespace=_text(meta.get("namespace")), name=_text(meta.get("name")),
                            uid=_text(meta.get("uid")), results=results,
-                           resource_version=_text(meta.get("resourceVersion")))
+                           resource_version=_text(meta.get("resourceVersion")),
+                           requests=tuple(_ask_json(r) for r in devices.get("requests") or ()),
+                           extras=tuple(k for k in _SPEC_EXTRAS if devices.get(k)),
+                           allocated=bool(status.get("allocation")),
+                           reserved_for=tuple(_text(r.get("uid")) for r in status.get("reservedFor") or ()))
 
 
 class KubernetesResourceClaims:
@@ -77,12 +86,16 @@ class KubernetesResourceClaims:
         """The claim, None when absent. Raises :class:`ResourceClaimsError`."""
         try:
             with api_errors(f"get resourceclaim {namespace[:100]}/{name[:100]}"):
-                claim = self._api.read_namespaced_resource_claim(name, namespace, _request_timeout=self._timeout)
+                claim = read_json(self._api.read_namespaced_resource_claim(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout), "resourceclaim")
         except NotFoundError:
             return None
         except ClusterError as error:
             raise ResourceClaimsError(str(error)) from error
-        return claim_from_v1(claim)
+        try:
+            return claim_from_json(claim)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ResourceClaimsError(f"resourceclaim {namespace[:100]}/{name[:100]}: unreadable: {error}") from error
 
     def list_claims(self) -> Listing[ClaimAllocation]:
         """Every claim of every namespace and the list's resourceVersion. Raises ClusterError."""

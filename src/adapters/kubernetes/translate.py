@@ -24,6 +24,7 @@ from domain.kube.objects import (
     NodeObject,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PodClaim,
     PodObject,
     PodPhase,
     Taint,
@@ -228,6 +229,12 @@ def pod_status_patch(phase: PodPhase, terminations: Sequence[ContainerTerminatio
     return {"status": status}
 
 
+def _pod_claims_from_v1(spec: client.V1PodSpec, status: client.V1PodStatus) -> tuple[PodClaim, ...]:
+    generated = {s.name: s.resource_claim_name or "" for s in status.resource_claim_statuses or ()}
+    return tuple(PodClaim(c.name, c.resource_claim_name or "", c.resource_claim_template_name or "",
+                          generated.get(c.name)) for c in spec.resource_claims or ())
+
+
 def pod_from_v1(pod: client.V1Pod) -> PodObject:
     """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers; the terminated
     app containers' states."""
@@ -256,6 +263,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         priority=spec.priority or 0,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         nominated_node_name=status.nominated_node_name or "",
+        resource_claims=_pod_claims_from_v1(spec, status),
     )
 
 

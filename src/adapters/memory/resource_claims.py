@@ -1,5 +1,6 @@
-"""In-memory twins of the DRA ports (``ports.resource_claims``): :class:`InMemoryResourceClaims` holds claims put by
-tests (``put``, ``delete``) and lists and watches them as kube-apiserver does (every write at a new
+"""In-memory twins of the DRA ports (``ports.resource_claims``, ``ports.claim_writes``): :class:`InMemoryResourceClaims`
+holds claims put by tests (``put``, ``delete``) or allocated through it, and lists and watches them as kube-apiserver
+does (every write at a new
 resourceVersion, a bounded change history, 410 for a watch from before it: the in-memory cluster's machinery,
 :class:`~adapters.memory.cluster_store.InMemoryStore`), :class:`InMemoryPreparedClaims` holds the last saved
 checkpoint (``saves`` counts saves; :meth:`InMemoryPreparedClaims.fail` makes ``save`` raise)."""
@@ -7,11 +8,15 @@ checkpoint (``saves`` counts saves; :meth:`InMemoryPreparedClaims.fail` makes ``
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from domain.dra.claims import ClaimAllocation
+import attrs
+
+from domain.dra.claims import AllocationResult, ClaimAllocation
 from domain.dra.prepared import PreparedClaim
 from domain.kube.objects import Listing, WatchEvent
+from ports.claim_writes import DELETE_PROTECTION, Consumer
+from ports.cluster import ConflictError, NotFoundError
 from ports.resource_claims import CheckpointError
 
 from .cluster_store import InMemoryStore
@@ -29,6 +34,8 @@ class InMemoryResourceClaims(InMemoryStore):
         super().__init__()
         self._claims: dict[tuple[str, str], ClaimAllocation] = {}
         self._history: History[ClaimAllocation] = History(history_limit)
+        self.finalizers: dict[str, set[str]] = {}
+        """Finalizers the writes put on each claim, by claim UID."""
 
     def put(self, claim: ClaimAllocation) -> ClaimAllocation:
         """Create or replace ``claim`` (kept as given, at a new resourceVersion); returns the stored claim. A claim
@@ -65,6 +72,51 @@ class InMemoryResourceClaims(InMemoryStore):
     def watch_claims(self, *, resource_version: str, timeout_seconds: float) -> Iterator[WatchEvent[ClaimAllocation]]:
         """Claim changes after ``resource_version`` for ``timeout_seconds`` (s). The iterator raises GoneError."""
         return self._watch(self._history, self._current, resource_version, timeout_seconds, _always)
+
+    # ------------------------------------------------------------------ writes (ports.claim_writes)
+    def _current_claim(self, claim: ClaimAllocation) -> ClaimAllocation:
+        stored = self._claims.get((claim.namespace, claim.name))
+        if stored is None or stored.uid != claim.uid:
+            raise NotFoundError(f"resourceclaim {claim.key}: UID {claim.uid} not found")
+        if claim.resource_version and stored.resource_version != claim.resource_version:
+            raise ConflictError(f"resourceclaim {claim.key}: changed since it was read (resourceVersion "
+                                f"{claim.resource_version} → {stored.resource_version})")
+        return stored
+
+    def _store(self, prev: ClaimAllocation, new: ClaimAllocation) -> ClaimAllocation:
+        return self._put(self._claims, (prev.namespace, prev.name), self._history, new, prev)
+
+    def allocate(self, claim: ClaimAllocation, results: Sequence[AllocationResult], *, node: str,
+                 consumer: Consumer) -> ClaimAllocation:
+        """Allocate and reserve (``ports.claim_writes``); the finalizer is recorded in :attr:`finalizers`."""
+        with self._cond:
+            stored = self._current_claim(claim)
+            if stored.allocated or stored.results:
+                raise ConflictError(f"resourceclaim {claim.key}: already allocated")
+            self.finalizers.setdefault(claim.uid, set()).add(DELETE_PROTECTION)
+            return self._store(stored, attrs.evolve(stored, results=tuple(results), allocated=True,
+                                                    reserved_for=(*stored.reserved_for, consumer.uid)))
+
+    def reserve(self, claim: ClaimAllocation, consumer: Consumer) -> ClaimAllocation:
+        """Add ``consumer`` to ``reservedFor`` (``ports.claim_writes``)."""
+        with self._cond:
+            stored = self._current_claim(claim)
+            if not (stored.allocated or stored.results):
+                raise ConflictError(f"resourceclaim {claim.key}: no longer allocated")
+            if consumer.uid in stored.reserved_for:
+                return stored
+            return self._store(stored, attrs.evolve(stored, reserved_for=(*stored.reserved_for, consumer.uid)))
+
+    def unreserve(self, claim: ClaimAllocation, consumer_uid: str, *, deallocate: bool) -> ClaimAllocation:
+        """Remove ``consumer_uid`` from ``reservedFor``, deallocating when asked and none is left."""
+        with self._cond:
+            stored = self._current_claim(attrs.evolve(claim, resource_version=""))
+            left = tuple(u for u in stored.reserved_for if u != consumer_uid)
+            new = attrs.evolve(stored, reserved_for=left)
+            if deallocate and not left:
+                new = attrs.evolve(new, results=(), allocated=False)
+                self.finalizers.pop(claim.uid, None)
+            return stored if new == stored else self._store(stored, new)
 
     def compact(self) -> None:
         """Forget the change history (etcd compaction): a watch from an earlier resourceVersion gets 410."""

@@ -93,15 +93,38 @@ class AllocationResult:
 
 
 @attrs.frozen
+class DeviceAsk:
+    """One ``spec.devices.requests`` entry of a claim, as far as the standalone scheduler allocates it
+    (:mod:`domain.dra.allocate`): ``name``; for an ``exactly`` request ``device_class`` (``deviceClassName``),
+    ``mode`` (``allocationMode``: ``ExactCount`` or ``All``), ``count`` (devices, with ``ExactCount``) and
+    ``capacity`` (``capacity.requests``: capacity name → quantity text); ``extras``: the other fields it sets
+    (``selectors``, ``adminAccess``, ``tolerations``, ``firstAvailable``), which that allocator does not evaluate."""
+
+    name: str
+    device_class: str = ""
+    mode: str = "ExactCount"
+    count: int = 1
+    capacity: Mapping[str, str] = attrs.field(factory=dict, converter=_text_map)
+    extras: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ClaimAllocation:
     """A claim read from the API: its identity (``namespace``, ``name``, ``uid``), ``results`` (empty when the
-    claim is not allocated) and the object's ``resource_version`` (empty where unknown)."""
+    claim is not allocated) and the object's ``resource_version`` (empty where unknown); from its spec the device
+    ``requests`` and ``extras`` (``spec.devices`` fields besides ``requests`` that it sets: ``constraints``,
+    ``config``); ``allocated``: ``status.allocation`` is set (whatever the drivers); ``reserved_for``: the UIDs of
+    ``status.reservedFor``, in order."""
 
     namespace: str
     name: str
     uid: str
     results: tuple[AllocationResult, ...] = ()
     resource_version: str = ""
+    requests: tuple[DeviceAsk, ...] = ()
+    extras: tuple[str, ...] = ()
+    allocated: bool = False
+    reserved_for: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -119,12 +119,32 @@ class ContainerTermination:
 
 
 @attrs.frozen
+class PodClaim:
+    """One ``spec.resourceClaims`` entry of a pod (core/v1): ``name`` (what its containers' ``resources.claims``
+    name), then either ``claim_name`` (``resourceClaimName``: an existing ResourceClaim of the pod's namespace) or
+    ``template_name`` (``resourceClaimTemplateName``: kube-controller-manager's resourceclaim controller makes a
+    claim from it), and ``generated``: the name of that claim as ``status.resourceClaimStatuses`` gives it (None
+    while no status names it yet, "" when the controller decided no claim is needed)."""
+
+    name: str
+    claim_name: str = ""
+    template_name: str = ""
+    generated: str | None = None
+
+    @property
+    def resolved(self) -> str | None:
+        """The ResourceClaim's name: ``claim_name``, else ``generated`` (None: not made yet; "": none needed)."""
+        return self.claim_name or self.generated
+
+
+@attrs.frozen
 class PodObject:
     """The parts of a Pod the stack uses. ``node_name`` is empty while unbound; ``deletion_timestamp`` is set
     while terminating; ``resource_version`` is the API's optimistic-concurrency token; ``terminations`` are the
     containers that terminated (``status.containerStatuses`` with ``state.terminated``), in status order;
     ``priority`` is ``spec.priority`` (0 when unset), ``preemption_policy`` ``spec.preemptionPolicy``
-    (``PreemptLowerPriority`` when unset) and ``nominated_node_name`` ``status.nominatedNodeName``."""
+    (``PreemptLowerPriority`` when unset), ``nominated_node_name`` ``status.nominatedNodeName`` and
+    ``resource_claims`` the DRA claims of ``spec.resourceClaims`` (:class:`PodClaim`), in spec order."""
 
     uid: str
     namespace: str
@@ -144,6 +164,7 @@ class PodObject:
     priority: int = 0
     preemption_policy: str = "PreemptLowerPriority"
     nominated_node_name: str = ""
+    resource_claims: tuple[PodClaim, ...] = ()
 
     @property
     def key(self) -> str:

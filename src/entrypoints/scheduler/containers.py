@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dependency_injector import containers, providers
 
 from adapters.kubernetes import KubernetesCluster
+from adapters.kubernetes.claimwrites import KubernetesClaimWrites
 from adapters.kubernetes.disruptionbudgets import KubernetesDisruptionBudgets
 from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
 from adapters.memory.disruption_budgets import InMemoryDisruptionBudgets
@@ -29,6 +30,7 @@ from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
 from entrypoints._shared.cluster import in_memory_or_api_server
+from ports.claim_writes import ClaimWritesApi
 from ports.cluster import ClusterApi
 from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
@@ -74,6 +76,18 @@ def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> Resourc
     if isinstance(cluster, KubernetesCluster):
         return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
     return InMemoryResourceClaims()
+
+
+def claim_writer(claims: ResourceClaimsWatch | None, cluster: ClusterApi) -> ClaimWritesApi | None:
+    """The ResourceClaims the standalone loop allocates (:mod:`services.scheduler.claimcycle`): None when claims
+    are not watched, the in-memory claims themselves in memory, else over the API server's connection."""
+    if claims is None:
+        return None
+    if isinstance(claims, InMemoryResourceClaims):
+        return claims
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesClaimWrites(cluster.api_client, request_timeout=cluster.request_timeout)
+    return None
 
 
 def disruption_budgets(cluster: ClusterApi) -> DisruptionBudgetsApi:
@@ -132,11 +146,12 @@ class SchedulerContainer(containers.DeclarativeContainer):
     metrics_text: providers.Provider[Callable[[], bytes]] = providers.Callable(exposition, metrics)
     elector: providers.Provider[LeaderElector] = providers.Singleton(
         LeaderElector, cluster, providers.Callable(leader_config, settings))
+    claims: providers.Provider[ResourceClaimsWatch | None] = providers.Singleton(resource_claims, cluster, settings)
     service: providers.Provider[SchedulerService] = providers.Singleton(
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
         commit_cluster=providers.Callable(commit_cluster, cluster, settings),
-        claims=providers.Callable(resource_claims, cluster, settings),
+        claims=claims, claim_writes=providers.Callable(claim_writer, claims, cluster),
         budgets=providers.Callable(disruption_budgets, cluster))
     publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
         make_publisher, cluster, settings, protocol)

@@ -24,12 +24,14 @@ from collections.abc import Collection, Mapping, Sequence
 import attrs
 
 from domain.allocation import PodAllocation
+from domain.dra.allocate import ClaimNeed
 from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
+from domain.request import PodRequest
 from domain.scheduling.framework.candidates import rejection_reasons
 from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
 from domain.scheduling.mig.cycle import mig_reasons
@@ -38,6 +40,7 @@ from domain.scheduling.sync import Tombstone
 from ports.cluster import ClusterError
 from services._shared.logs import fields
 
+from .claimcycle import ClaimCycle
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
@@ -45,7 +48,6 @@ from .nominations import plan_preemption
 from .policies import ServiceConfig
 from .preemption import NodeVictims, minimise
 from .state import SchedulerCluster
-from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ __all__ = ["CommitError", "NotLeaderError", "SchedulerCluster", "SchedulerServic
            "StaleListingError", "drift_count"]
 
 
-class SchedulerService(ServiceUpkeep):
+class SchedulerService(ClaimCycle):
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
     ``clock`` returns epoch seconds (inventory heartbeats are epoch times); ``is_leader`` says whether this
@@ -193,13 +195,15 @@ class SchedulerService(ServiceUpkeep):
                 reasons.setdefault(name, result.reason)
             return Decision(pod.uid, reasons=reasons, reason=result.reason)
 
-    def schedule_pod(self, pod: PodObject, *, candidates: Collection[str] | None = None) -> ScheduleResult:
-        """One cycle for pending ``pod``, restricted to ``candidates`` (node names) when given; the placement
-        is reserved in the ledger as an assumed pod. A pod already holding a reservation on a node among the
-        candidates keeps it while :meth:`LedgerSync.reservation_problem` finds nothing (its resources are in the
-        books already); otherwise it is released and the cycle runs again. Never raises for bad pod content:
-        invalid requests and unknown policies come back unscheduled with a reason, and are counted in the
-        metrics. A nominated pod placed on another node than its nomination's loses the nomination
+    def schedule_pod(self, pod: PodObject, *, candidates: Collection[str] | None = None,
+                     claims: ClaimNeed | None = None) -> ScheduleResult:
+        """One cycle for pending ``pod``, restricted to ``candidates`` (node names) when given, with its DRA
+        ``claims`` (:mod:`.claimcycle`) when it has some; the placement is reserved in the ledger as an assumed
+        pod. A pod already holding a reservation on a node among the candidates keeps it while
+        :meth:`LedgerSync.reservation_problem` finds nothing (its resources are in the books already); otherwise it
+        is released and the cycle runs again. Never raises for bad pod content: invalid requests and unknown
+        policies come back unscheduled with a reason, and are counted in the metrics. A nominated pod placed on
+        another node than its nomination's loses the nomination
         (:mod:`.nominations`)."""
         with self._lock:
             held = self.sync.assumed.get(pod.uid)
@@ -213,12 +217,15 @@ class SchedulerService(ServiceUpkeep):
                 self.release(pod.uid)
             try:
                 scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
-            except UnknownPolicyError as error:
-                self.metrics.decision(scheduled=False, reason="unknown-policy")
-                return ScheduleResult(pod.uid, None, reason=str(error))
+                request, candidates = (None, candidates) if claims is None else self._claim_request(
+                    pod, claims, candidates)
+            except (UnknownPolicyError, InvalidRequestError) as error:
+                invalid = isinstance(error, InvalidRequestError)
+                self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unknown-policy")
+                return ScheduleResult(pod.uid, None, reason=f"invalid request: {error}" if invalid else str(error))
             offered = None if candidates is None else frozenset(candidates)
-            result = self.sync.schedule(scheduler, pod, candidates=offered)
-            result = self._respect_holds(scheduler, pod, result, offered)
+            result = self.sync.schedule(scheduler, pod, candidates=offered, request=request)
+            result = self._respect_holds(scheduler, pod, result, offered, request)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
                 nomination = self.nominations.get(pod.uid)
@@ -252,7 +259,7 @@ class SchedulerService(ServiceUpkeep):
             return None
 
     def _respect_holds(self, scheduler: Scheduler, pod: PodObject, result: ScheduleResult,
-                       offered: frozenset[str] | None) -> ScheduleResult:
+                       offered: frozenset[str] | None, request: PodRequest | None) -> ScheduleResult:
         """``result`` when its node breaks no nominee's hold (:mod:`.nominations`), else the cycle again without
         that node (released first), until one does or none is left. Under the lock."""
         refused: dict[str, str] = {}
@@ -263,7 +270,7 @@ class SchedulerService(ServiceUpkeep):
             self._reservations.release(pod.uid)
             refused[result.allocation.node] = why
             names = set(self.sync.ledger.node_names()) if offered is None else set(offered)
-            result = self.sync.schedule(scheduler, pod, candidates=frozenset(names - set(refused)))
+            result = self.sync.schedule(scheduler, pod, candidates=frozenset(names - set(refused)), request=request)
         if refused:
             held = "; ".join(refused.values())
             return attrs.evolve(result, reason=f"{result.reason}; {held}" if result.reason else held)
@@ -310,9 +317,9 @@ class SchedulerService(ServiceUpkeep):
         with self._lock:
             return self._reservations.committed(uid)
 
-    def commit(self, pod: PodObject, allocation: PodAllocation) -> None:
+    def commit(self, pod: PodObject, allocation: PodAllocation, *, claims: ClaimNeed | None = None) -> None:
         """Bind ``pod`` as ``allocation`` says, its plan annotation carried by the binding in the same write
-        (:mod:`.commit`).
+        (:mod:`.commit`), after allocating its DRA ``claims`` (:mod:`.claimcycle`: undone when the binding fails).
 
         Re-books the reservation if it vanished meanwhile (a MIG pod's MIG reservation must still be held: its
         instances are not re-planned here). Raises :class:`NotLeaderError` on a standby (or when
@@ -340,7 +347,8 @@ class SchedulerService(ServiceUpkeep):
                 gpus = self.sync.ledger.inventory(allocation.node).gpus
                 mig_plans = () if mig is None else mig_container_plans(
                     request, mig, gpus, self.sync.books.instance_ids(allocation.node))
-                plan = encode_plan(allocation, gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
+                own = allocation if claims is None else claims.pod_part(allocation)
+                plan = encode_plan(own, gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
             except Exception as error:  # nothing is written yet: release and fail
                 self.release(uid)
                 self.metrics.decision(scheduled=False, reason="bind-failed")
@@ -351,8 +359,10 @@ class SchedulerService(ServiceUpkeep):
                 raise CommitError(f"pod {pod.key}: {why}: {error}") from error
             term = self._terms.number
             self._reservations.start_commit(uid)
-        bound = False
+        bound, written = False, []
         try:
+            if claims is not None:
+                written = self._write_claims(pod, allocation, claims)
             write_plan_and_bind(self.commit_cluster, pod, node=allocation.node, key=key, plan=plan,
                                 writer=self.protocol.scheduler_name, may_write=lambda: self._may_write(term))
             bound = True
@@ -363,6 +373,8 @@ class SchedulerService(ServiceUpkeep):
             log.exception("commit failed", extra=fields(pod=pod.key, node=allocation.node))
             raise CommitError(f"pod {pod.key}: binding to node {allocation.node} failed: {error!r}") from error
         finally:
+            if written and not bound:
+                self._unwrite_claims(pod, written)
             with self._lock:
                 self._reservations.end_commit(uid, bound=bound)
                 if bound:

@@ -12,6 +12,9 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
   ``FailedScheduling`` Warning Event carries the reason and the pod waits in backoff: 1 s, doubling to 60 s (a
   retry failing for the same reason raises that Event's count and last timestamp: one Event per pod UID, reason
   and message, as Kubernetes' event recorder keeps them, ``ClusterApi.create_event``);
+* a pod with DRA ResourceClaims (``spec.resourceClaims``) has them read, placed with it and allocated before its
+  binding (:mod:`.claimcycle`); a claim not usable here is its FailedScheduling reason, and such a pod does not
+  preempt;
 * a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
   one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
   (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
@@ -198,15 +201,21 @@ class StandaloneLoop:
             return True
         self.attempts += 1
         nominated = pod.nominated_node_name or service.nominated_node(pod.uid)
-        result = service.schedule_pod(pod)
+        claims = service.claim_need(pod) if pod.resource_claims else None
+        if isinstance(claims, str):
+            self._fail(pod, claims)
+            return False
+        result = service.schedule_pod(pod, claims=claims)
         if result.allocation is None:
             reason = result.reason
-            if not reason.startswith("invalid request"):
+            if claims is not None:
+                reason = f"{reason}; preemption: not for pods with ResourceClaims (not supported yet)"
+            elif not reason.startswith("invalid request"):
                 reason = f"{reason}; {self._preempt(pod, nominated)}"
             self._fail(pod, reason)
             return False
         try:
-            service.commit(pod, result.allocation)
+            service.commit(pod, result.allocation, claims=claims)
         except NotLeaderError:
             with self._cond:
                 if pod.key in self._pods:

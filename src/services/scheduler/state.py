@@ -19,6 +19,7 @@ from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger, GpuUsage
 from domain.mig.gpu import PlacementMode
 from domain.scheduling.sync import LedgerSync, Tombstone
+from ports.claim_writes import ClaimWritesApi
 from ports.cluster import EventsApi, NodesApi, PodsApi
 from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
@@ -52,6 +53,7 @@ class ServiceState:
         commit_cluster: PodsApi | None = None,
         claims: ResourceClaimsWatch | None = None,
         budgets: DisruptionBudgetsApi | None = None,
+        claim_writes: ClaimWritesApi | None = None,
     ) -> None:
         self.cluster = cluster
         self.budgets = budgets
@@ -60,6 +62,9 @@ class ServiceState:
         self.claims = claims
         """ResourceClaims listed by resyncs (DRA claims in the books: :mod:`domain.scheduling.sync.claims`); None =
         none counted (no claim informer either)."""
+        self.claim_writes = claim_writes
+        """ResourceClaims read and allocated for pods of the standalone loop (:mod:`.claimcycle`); None = pods
+        using claims are not scheduled here."""
         self.commit_cluster: PodsApi = cluster if commit_cluster is None else commit_cluster
         self.protocol = protocol
         self.metrics = metrics

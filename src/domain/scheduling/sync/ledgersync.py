@@ -137,15 +137,16 @@ class LedgerSync(ClaimEvents):
 
         scheduler.on_unreserve.append(rollback)
 
-    def schedule(self, scheduler: Scheduler, pod: PodObject, *, candidates: Collection[str] | None = None
-                 ) -> ScheduleResult:
+    def schedule(self, scheduler: Scheduler, pod: PodObject, *, candidates: Collection[str] | None = None,
+                 request: PodRequest | None = None) -> ScheduleResult:
         """One scheduling cycle for a pending ``pod`` among ``candidates`` (node names; None: every node):
         translate, record its node constraints, run ``scheduler``
         (sharing this ledger; :func:`~domain.scheduling.mig.cycle.schedule_mig` for a MIG pod), and assume
         the reservation. Never raises for bad pod content: an invalid request (B12) becomes an unscheduled result
-        whose reason names the container, resource and value."""
+        whose reason names the container, resource and value. ``request``: the pod's request when the caller made
+        it (a pod with DRA claims: :mod:`domain.dra.allocate`), else the pod's own."""
         try:
-            request = self.requests.get(pod)
+            request = self.requests.get(pod) if request is None else request
         except InvalidRequestError as error:
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
         self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)

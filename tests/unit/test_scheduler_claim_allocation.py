@@ -1,0 +1,186 @@
+"""The standalone scheduler allocates DRA claims itself (``services.scheduler.claimcycle``): placed with the pod
+by the ledger's policy, written as kube-scheduler writes them, counted once, rolled back when the binding fails,
+rebuilt after a restart."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from adapters.memory.resource_claims import InMemoryResourceClaims
+from adapters.prometheus import PrometheusSchedulerMetrics
+from domain.dra.claims import ClaimAllocation, DeviceAsk
+from domain.kube.objects import ClusterEvent, ContainerSpec, PodClaim, PodObject
+from domain.units import GiB
+from ports.claim_writes import DELETE_PROTECTION
+from ports.cluster import UnavailableError
+from services.scheduler.commit import CommitError
+from services.scheduler.service import SchedulerService, ServiceConfig
+from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node
+from support.scheduler_world import FlakyCluster
+
+DRA = PROTOCOL.dra
+
+
+@attrs.define
+class ClaimWorld:
+    cluster: FlakyCluster
+    claims: InMemoryResourceClaims
+    service: SchedulerService
+    loop: StandaloneLoop
+
+    def claim(self, name: str, *asks: DeviceAsk) -> ClaimAllocation:
+        return self.claims.put(ClaimAllocation("default", name, f"uid-{name}", requests=asks))
+
+    def pod(self, name: str, *claims: PodClaim, core: str | None = None) -> PodObject:
+        limits = {} if core is None else {PROTOCOL.resources.core: core, PROTOCOL.resources.memory: "1"}
+        pod = self.cluster.create_pod(PodObject("", "default", name, containers=(ContainerSpec("main", limits=limits),),
+                                                scheduler_name=PROTOCOL.scheduler_name, resource_claims=claims))
+        self.service.on_pod(pod)
+        return pod
+
+    def deliver(self, name: str) -> PodObject:
+        pod = self.cluster.get_pod("default", name)
+        self.service.on_pod(pod)
+        return pod
+
+    def used(self, node: str) -> list[tuple[int, int]]:
+        return [(g.core_used, g.memory_used // GiB) for g in self.service.gpus(node)]
+
+    def reasons(self, name: str) -> list[str]:
+        return [e.message for e in self.cluster.events if isinstance(e, ClusterEvent) and e.name == name
+                and e.reason == "FailedScheduling"]
+
+
+def new_world(claims: InMemoryResourceClaims | None = None, cluster: FlakyCluster | None = None,
+              nodes: tuple[str, ...] = ("n1",)) -> ClaimWorld:
+    claims = claims or InMemoryResourceClaims()
+    cluster = cluster or FlakyCluster()
+    service = SchedulerService(cluster, PROTOCOL, PrometheusSchedulerMetrics(),
+                               config=ServiceConfig(policy="binpack", admission_hold_seconds=None), clock=Clock(NOW),
+                               claims=claims, claim_writes=claims)
+    for name in nodes:
+        try:
+            node = cluster.create_node(make_node(name))
+        except Exception:  # already there: a restarted scheduler over the same cluster
+            node = cluster.get_node(name)
+        service.on_node(node)
+    return ClaimWorld(cluster, claims, service, StandaloneLoop(service))
+
+
+def share(cores: str = "30", memory: str = "4Gi") -> DeviceAsk:
+    return DeviceAsk("r", DRA.device_class_share, capacity={"cores": cores, "memory": memory})
+
+
+def test_a_share_claim_is_placed_allocated_reserved_and_counted_once() -> None:
+    w = new_world()
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert w.loop.attempt(pod)
+    stored = w.claims.get("default", "c")
+    assert stored is not None
+    (result,) = stored.results
+    assert (result.request, result.driver, result.pool, result.device) == ("r", DRA.driver, "n1", "gpu-0")
+    assert result.consumed == {"cores": "30", "memory": str(4 * GiB)} and result.share_id
+    assert stored.allocated and stored.reserved_for == (pod.uid,)
+    assert w.claims.finalizers[stored.uid] == {DELETE_PROTECTION}
+    assert w.used("n1") == [(300, 4), (0, 0)]  # before the watch shows the pod bound: the claim's record alone
+    bound = w.deliver("p")
+    assert bound.node_name == "n1"
+    assert "dra-claim/" not in bound.annotations[KEYS.pod_plan]
+    assert w.used("n1") == [(300, 4), (0, 0)]
+    w.service.on_claim(stored)  # the informer's event for the written claim
+    assert w.used("n1") == [(300, 4), (0, 0)]
+
+
+def test_claims_and_the_pods_own_share_are_packed_by_one_policy() -> None:
+    w = new_world()
+    w.claim("c", share("50", "8Gi"))
+    pod = w.pod("p", PodClaim("g", claim_name="c"), core="40")
+    assert w.loop.attempt(pod)
+    w.deliver("p")
+    assert w.used("n1") == [(900, 9), (0, 0)]  # binpack: the claim's share beside the pod's own on GPU 0
+
+
+def test_a_whole_gpu_claim_and_a_second_that_no_longer_fits() -> None:
+    w = new_world()
+    w.claim("c1", DeviceAsk("r", DRA.device_class_gpu, count=2))
+    w.claim("c2", share("10", "1Gi"))
+    first = w.pod("p1", PodClaim("g", claim_name="c1"))
+    assert w.loop.attempt(first)
+    assert [r.device for r in w.claims.get("default", "c1").results] == ["gpu-0", "gpu-1"]  # type: ignore[union-attr]
+    second = w.pod("p2", PodClaim("g", claim_name="c2"))
+    assert not w.loop.attempt(second)
+    assert "not supported yet" in w.reasons("p2")[-1]
+    assert not w.claims.get("default", "c2").allocated  # type: ignore[union-attr]
+
+
+def test_a_shared_claim_pins_the_next_pod_to_its_node_and_reserves_it_too() -> None:
+    w = new_world(nodes=("n1", "n2"))
+    w.claim("c", share())
+    first = w.pod("p1", PodClaim("g", claim_name="c"))
+    assert w.loop.attempt(first)
+    node = w.deliver("p1").node_name
+    second = w.pod("p2", PodClaim("g", claim_name="c"))
+    assert w.loop.attempt(second)
+    assert w.deliver("p2").node_name == node
+    assert w.claims.get("default", "c").reserved_for == (first.uid, second.uid)  # type: ignore[union-attr]
+    assert sum(core for core, _ in w.used(node)) == 300  # the claim once, not once per pod
+
+
+def test_a_claim_changed_after_it_was_read_fails_the_commit_and_the_retry_reads_it_again() -> None:
+    w = new_world()
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    need = w.service.claim_need(pod)
+    assert not isinstance(need, str)
+    result = w.service.schedule_pod(pod, claims=need)
+    assert result.allocation is not None
+    w.claims.put(w.claims.get("default", "c"))  # type: ignore[arg-type]  # someone wrote it: a new resourceVersion
+    with pytest.raises(CommitError, match="changed since it was read"):
+        w.service.commit(pod, result.allocation, claims=need)
+    assert w.used("n1") == [(0, 0), (0, 0)]
+    assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]
+    assert w.loop.attempt(pod)
+    assert w.claims.get("default", "c").reserved_for == (pod.uid,)  # type: ignore[union-attr]
+
+
+def test_a_failed_binding_rolls_the_claims_back() -> None:
+    w = new_world()
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    w.cluster.bind_failures.append(UnavailableError("API server down"))
+    assert not w.loop.attempt(pod)
+    stored = w.claims.get("default", "c")
+    assert stored is not None and not stored.allocated and stored.results == () and stored.reserved_for == ()
+    assert stored.uid not in w.claims.finalizers
+    assert w.used("n1") == [(0, 0), (0, 0)]
+    assert "binding to node n1 failed" in w.reasons("p")[-1]
+
+
+def test_pods_wait_for_their_template_claim_and_a_missing_claim() -> None:
+    w = new_world()
+    waiting = w.pod("p1", PodClaim("g", template_name="t"))
+    assert not w.loop.attempt(waiting)
+    assert "waiting for the ResourceClaim made from template 't'" in w.reasons("p1")[-1]
+    missing = w.pod("p2", PodClaim("g", claim_name="nope"))
+    assert not w.loop.attempt(missing)
+    assert "ResourceClaim default/nope does not exist" in w.reasons("p2")[-1]
+    w.claim("p1-g-x", share())
+    # the in-memory cluster has no resourceclaim controller: the pod's status names the claim by hand
+    generated = attrs.evolve(waiting, resource_claims=(PodClaim("g", template_name="t", generated="p1-g-x"),))
+    assert w.loop.attempt(generated)
+    assert w.claims.get("default", "p1-g-x").reserved_for == (waiting.uid,)  # type: ignore[union-attr]
+
+
+def test_a_restarted_scheduler_rebuilds_the_same_books_from_claims_and_plans() -> None:
+    w = new_world()
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"), core="20")
+    assert w.loop.attempt(pod)
+    w.deliver("p")
+    before = w.used("n1")
+    restarted = new_world(w.claims, w.cluster)
+    restarted.service.resync()
+    assert restarted.used("n1") == before == [(500, 5), (0, 0)]
