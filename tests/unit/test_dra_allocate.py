@@ -54,7 +54,8 @@ def test_a_share_asks_its_cores_and_memory_rounded_up_to_the_memory_unit() -> No
     (container,) = ask.containers
     assert (container.name, container.core_milli, container.memory_bytes) == (ask_name("g", "r"), 300, 4 * GiB)
     assert ask.consumed == ((30, 4 * GiB),)
-    assert need.node is None and need.shared == ()
+    assert need.node is None
+    assert need.shared == ()
 
 
 def test_omitted_capacity_takes_the_whole_of_it_as_the_slice_default_says() -> None:
@@ -62,9 +63,11 @@ def test_omitted_capacity_takes_the_whole_of_it_as_the_slice_default_says() -> N
     memory_only = claim_need(p, {"c": claim("c", share(memory="8Gi"))}, PROTOCOL).asks[0]
     assert (memory_only.containers[0].core_milli, memory_only.consumed) == (1000, ((None, 8 * GiB),))
     cores_only = claim_need(p, {"c": claim("c", share(cores="20"))}, PROTOCOL).asks[0]
-    assert cores_only.containers[0].gpus == 1 and cores_only.consumed == ((20, None),)
+    assert cores_only.containers[0].gpus == 1
+    assert cores_only.consumed == ((20, None),)
     whole = claim_need(p, {"c": claim("c", DeviceAsk("r", WHOLE, count=2))}, PROTOCOL).asks[0]
-    assert whole.containers[0].gpus == 2 and whole.consumed == ((None, None),)
+    assert whole.containers[0].gpus == 2
+    assert whole.consumed == ((None, None),)
 
 
 @pytest.mark.parametrize(("ask", "message"), [
@@ -91,7 +94,7 @@ def test_claim_level_refusals() -> None:
     p = pod(PodClaim("g", claim_name="c"))
     with pytest.raises(ClaimRefusedError, match="ResourceClaim default/c does not exist"):
         claim_need(p, {"c": None}, PROTOCOL)
-    with pytest.raises(ClaimRefusedError, match="sets spec.devices constraints"):
+    with pytest.raises(ClaimRefusedError, match=r"sets spec\.devices constraints"):
         claim_need(p, {"c": claim("c", share(cores="1"), extras=("constraints",))}, PROTOCOL)
     with pytest.raises(ClaimRefusedError, match="asks no device"):
         claim_need(p, {"c": claim("c")}, PROTOCOL)
@@ -136,7 +139,8 @@ def test_the_request_gains_the_asks_and_the_plan_keeps_only_the_pods_own_contain
                       PROTOCOL)
     base = PodRequest("p", (ContainerRequest("main", core_milli=100, memory_bytes=GiB),), cpu_milli=500)
     request = need.request(base)
-    assert [c.name for c in request.containers] == ["main", "dra-claim/g/r"] and request.cpu_milli == 500
+    assert [c.name for c in request.containers] == ["main", "dra-claim/g/r"]
+    assert request.cpu_milli == 500
     allocation = PodAllocation("p", "n1", (ContainerGrant("main", (GpuGrant(0, 100, GiB),)),
                                            ContainerGrant("dra-claim/g/r", (GpuGrant(1, 300, 4 * GiB),))))
     assert [c.container for c in need.pod_part(allocation).containers] == ["main"]

@@ -82,8 +82,10 @@ def test_a_share_claim_is_placed_allocated_reserved_and_counted_once() -> None:
     assert stored is not None
     (result,) = stored.results
     assert (result.request, result.driver, result.pool, result.device) == ("r", DRA.driver, "n1", "gpu-0")
-    assert result.consumed == {"cores": "30", "memory": str(4 * GiB)} and result.share_id
-    assert stored.allocated and stored.reserved_for == (pod.uid,)
+    assert result.consumed == {"cores": "30", "memory": str(4 * GiB)}
+    assert result.share_id
+    assert stored.allocated
+    assert stored.reserved_for == (pod.uid,)
     assert w.claims.finalizers[stored.uid] == {DELETE_PROTECTION}
     assert w.used("n1") == [(300, 4), (0, 0)]  # before the watch shows the pod bound: the claim's record alone
     bound = w.deliver("p")
@@ -153,7 +155,10 @@ def test_a_failed_binding_rolls_the_claims_back() -> None:
     w.cluster.bind_failures.append(UnavailableError("API server down"))
     assert not w.loop.attempt(pod)
     stored = w.claims.get("default", "c")
-    assert stored is not None and not stored.allocated and stored.results == () and stored.reserved_for == ()
+    assert stored is not None
+    assert not stored.allocated
+    assert stored.results == ()
+    assert stored.reserved_for == ()
     assert stored.uid not in w.claims.finalizers
     assert w.used("n1") == [(0, 0), (0, 0)]
     assert "binding to node n1 failed" in w.reasons("p")[-1]

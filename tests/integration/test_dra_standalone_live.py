@@ -1,0 +1,162 @@
+"""Our standalone scheduler allocates DRA claims itself, on the genuine kubelet + containerd 2 of the live version
+(kubelet_harness.py, real_node_world.py, dra_live_world.py): the pods name our scheduler, so kube-scheduler's DRA
+allocator never sees them; the kubelet and our DRA driver prepare what we wrote as they prepare kube-scheduler's.
+
+On the node: ``ljrk runtime`` on two simulated 16 GiB A100s, ``ljrk dra-driver`` (slices, kubelet DRA plugin, CDI),
+``ljrk device-plugin`` (its node inventory is where our ledger learns the GPUs) and ``ljrk scheduler --mode
+standalone``; kube-controller-manager's resourceclaim controller makes claims from templates, takes ended pods out
+of ``reservedFor`` and deallocates. Covers:
+- a 30 % / 4 GiB share: the claim's ``status.allocation`` written by us (consumedCapacity, shareID, node selector),
+  ``reservedFor`` the pod, the delete-protection finalizer; the pod runs with exactly that share;
+- a claim from a ResourceClaimTemplate: made by the controller, allocated by us, the pod runs; deleting the pod
+  deletes the claim and the node unprepares it;
+- one whole-GPU claim shared by two pods: both run on that GPU, both in ``reservedFor``, counted once;
+- a restart of our scheduler rebuilds its books from the claims: a pod asking both GPUs stays pending while a claim
+  holds one (our FailedScheduling), and runs once that claim's pod is deleted and the claim deallocated.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dra_live_world import (
+    DRA,
+    GIB,
+    Claims,
+    DraNodeStack,
+    NodeClaims,
+    apply_device_classes,
+    dra_control,
+    dra_stack,
+    expected_limits,
+    gpu_limits,
+)
+from k8s_harness import ControlPlane
+from kubelet_harness import RealNode
+from real_node_world import PROTOCOL, container, pod_manifest, pods_in_new_namespace, unique
+
+from domain.kube.protocol import parse_quantity
+from support.polling import eventually
+
+pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
+
+GPUS = "2x16Gi:A100"
+SHARE = DRA.device_class_share
+WHOLE = DRA.device_class_gpu
+OURS = PROTOCOL.scheduler_name
+
+
+@pytest.fixture(scope="module")
+def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[DraNodeStack]:
+    apply_device_classes(kubelet_plane)
+    workdir = Path(tempfile.mkdtemp(prefix="ljrk-drasa-", dir="/tmp"))
+    try:
+        with dra_control(kubelet_plane, workdir), dra_stack(real_node, kubelet_plane, kubelet_api, GPUS) as world:
+            world.start_device_plugin()
+            world.start_scheduler("standalone")
+            yield world
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack) -> Iterator[Claims]:
+    """Claims and pods in a new namespace; afterwards every pod and claim is gone and the node holds no claim."""
+    node = NodeClaims(real_node)
+    with pods_in_new_namespace(kubelet_api, real_node) as pods:
+        helper = Claims(kubelet_api, pods)
+        try:
+            yield helper
+        finally:
+            for pod in pods.core.list_namespaced_pod(pods.namespace).items:
+                pods.delete(pod.metadata.name, force=True)
+            for name in helper.names():
+                helper.delete(name)
+            eventually(lambda: not helper.names(), 90, "claims deleted (deallocated and un-finalized)")
+            eventually(lambda: not stack.book() and not node.cdi_uids() and not node.checkpoint(), 60,
+                       "no claim left on the node")
+
+
+def our_pod(claims: Claims, entries: list[dict[str, str]]) -> str:
+    """A pod for our scheduler on the node whose container uses the pod claims ``entries``."""
+    main = container("main")
+    manifest = pod_manifest(unique("sa"), [main], scheduler=OURS)
+    manifest["spec"]["resourceClaims"] = entries
+    main["resources"]["claims"] = [{"name": e["name"]} for e in entries]
+    return claims.pods.create(manifest)
+
+
+def test_a_share_claim_allocated_by_us_runs_with_that_share(claims: Claims, stack: DraNodeStack) -> None:
+    claim = claims.create(SHARE, {"cores": "30", "memory": "4Gi"})
+    pod = our_pod(claims, [{"name": "gpu", "resourceClaimName": claim}])
+    claims.pods.wait_running(pod, timeout=90)
+    stored = claims.get(claim)
+    (result,) = stored.status.allocation.devices.results
+    assert (result.driver, result.pool, result.request) == (DRA.driver, claims.pods.node.node_name, "gpu")
+    assert {k: parse_quantity(k, str(v)) for k, v in result.consumed_capacity.items()} == {"cores": 30,
+                                                                                         "memory": 4 * GIB}
+    assert result.share_id
+    (term,) = stored.status.allocation.node_selector.node_selector_terms
+    assert [(f.key, f.operator, f.values) for f in term.match_fields] == [
+        ("metadata.name", "In", [claims.pods.node.node_name])]
+    assert [(r.resource, r.name, r.uid) for r in stored.status.reserved_for] == [
+        ("pods", pod, claims.pods.get(pod).metadata.uid)]
+    assert "resource.kubernetes.io/delete-protection" in stored.metadata.finalizers
+    uuid = stack.gpu_uuids()[int(result.device.removeprefix("gpu-"))]
+    assert gpu_limits(claims.pods.env(pod, "main")) == expected_limits(uuid, claims.uid(claim), 300, 4 * GIB)
+
+
+def test_a_template_claim_is_made_allocated_and_removed_with_its_pod(claims: Claims, stack: DraNodeStack) -> None:
+    template = unique("tpl")
+    claims.resource.create_namespaced_resource_claim_template(claims.namespace, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": template},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": SHARE, "capacity": {"requests": {"cores": "20", "memory": "2Gi"}}}}]}}}})
+    pod = our_pod(claims, [{"name": "gpu", "resourceClaimTemplateName": template}])
+    claims.pods.wait_running(pod, timeout=90)
+    (made,) = claims.pods.get(pod).status.resource_claim_statuses
+    (result,) = claims.get(made.resource_claim_name).status.allocation.devices.results
+    assert result.driver == DRA.driver
+    assert result.share_id
+    assert stack.book()  # the Runtime holds the claim's grant
+    claims.pods.delete(pod)
+    eventually(lambda: made.resource_claim_name not in claims.names(), 90, "the template's claim deleted")
+    eventually(lambda: not stack.book(), 60, "claim unprepared")
+
+
+def test_one_whole_gpu_claim_shared_by_two_pods(claims: Claims, stack: DraNodeStack) -> None:
+    claim = claims.create(WHOLE)
+    pods = [our_pod(claims, [{"name": "gpu", "resourceClaimName": claim}]) for _ in range(2)]
+    for pod in pods:
+        claims.pods.wait_running(pod, timeout=90)
+    stored = claims.get(claim)
+    assert sorted(r.name for r in stored.status.reserved_for) == sorted(pods)
+    assert len(stored.status.allocation.devices.results) == 1
+    envs = [gpu_limits(claims.pods.env(pod, "main")) for pod in pods]
+    assert envs[0]["NVIDIA_VISIBLE_DEVICES"] == envs[1]["NVIDIA_VISIBLE_DEVICES"]
+
+
+def test_a_restarted_scheduler_counts_the_claims_it_allocated(claims: Claims, stack: DraNodeStack) -> None:
+    first = claims.create(WHOLE)
+    holder = our_pod(claims, [{"name": "gpu", "resourceClaimName": first}])
+    claims.pods.wait_running(holder, timeout=90)
+    stack.stop("scheduler")
+    stack.start_scheduler("standalone")
+    both = unique("claim")
+    claims.resource.create_namespaced_resource_claim(claims.namespace, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": both},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": WHOLE, "allocationMode": "ExactCount", "count": 2}}]}}})
+    waiting = our_pod(claims, [{"name": "gpu", "resourceClaimName": both}])
+    eventually(lambda: any("FailedScheduling" in e for e in claims.events(waiting)), 60,
+               "our FailedScheduling while the first claim holds a GPU")
+    assert claims.pods.phase(waiting) == "Pending"
+    assert claims.get(both).status.allocation is None
+    claims.pods.delete(holder)
+    claims.pods.wait_running(waiting, timeout=120)
+    assert len(claims.get(both).status.allocation.devices.results) == 2
