@@ -154,3 +154,21 @@ def test_reserve_and_unreserve_keep_the_allocation_until_the_last_consumer_leave
     gone = writes.api.unreserve(again, POD_B.uid, deallocate=True)
     assert (gone.allocated, gone.results, gone.reserved_for) == (False, (), ())
     assert DELETE_PROTECTION not in writes.finalizers(name)
+
+
+def test_the_claims_json_reads_requests_extras_and_reservations() -> None:
+    from adapters.kubernetes.resourceclaims import claim_from_json
+
+    claim = claim_from_json({
+        "metadata": {"namespace": "ns", "name": "c", "uid": "u", "resourceVersion": "5"},
+        "spec": {"devices": {"requests": [
+            {"name": "a", "exactly": {"deviceClassName": SHARE_CLASS, "capacity": {"requests": {"cores": 30}}}},
+            {"name": "b", "exactly": {"deviceClassName": "x", "allocationMode": "All", "selectors": [{"cel": {}}]}},
+            {"name": "c", "firstAvailable": [{"name": "s", "deviceClassName": "x"}]}],
+            "constraints": [{"matchAttribute": "k"}]}},
+        "status": {"allocation": {"devices": {"results": []}}, "reservedFor": [{"resource": "pods", "uid": "p1"}]},
+    })
+    assert claim.requests == (DeviceAsk("a", SHARE_CLASS, capacity={"cores": "30"}),
+                              DeviceAsk("b", "x", mode="All", extras=("selectors",)),
+                              DeviceAsk("c", extras=("firstAvailable",)))
+    assert (claim.extras, claim.allocated, claim.reserved_for) == (("constraints",), True, ("p1",))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from adapters.kubernetes.corejson import node_from_json, pod_from_json
-from domain.kube.objects import EventType, NodeObject, PodObject, Taint, TaintEffect
+from domain.kube.objects import EventType, NodeObject, PodClaim, PodObject, Taint, TaintEffect
 from ports.cluster import ClusterError, GoneError
 
 RICH_POD: dict[str, Any] = {
@@ -42,8 +42,12 @@ RICH_POD: dict[str, Any] = {
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}],
              "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]},
             {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}},
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "c1"}, {"name": "share",
+                                                                          "resourceClaimTemplateName": "t"},
+                           {"name": "later", "resourceClaimTemplateName": "t"}],
     },
-    "status": {"phase": "Failed", "containerStatuses": [
+    "status": {"phase": "Failed", "resourceClaimStatuses": [{"name": "share", "resourceClaimName": "p-share-x"}],
+               "containerStatuses": [
         {"name": "main", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
          "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": "boom"}}},
         {"name": "side", "ready": True, "restartCount": 1, "image": "y", "imageID": "",
@@ -91,6 +95,9 @@ def test_rich_pod_translation_reads_every_field() -> None:
     assert pod.deletion_timestamp == 1704067210.0
     assert len(pod.required_node_affinity) == 2
     assert pod.node_name == "n1"
+    assert pod.resource_claims == (PodClaim("gpu", claim_name="c1"),
+                                   PodClaim("share", template_name="t", generated="p-share-x"),
+                                   PodClaim("later", template_name="t"))
 
 
 @pytest.mark.parametrize("raw", NODES, ids=["tainted", "bare"])

@@ -189,3 +189,29 @@ def test_a_restarted_scheduler_rebuilds_the_same_books_from_claims_and_plans() -
     restarted = new_world(w.claims, w.cluster)
     restarted.service.resync()
     assert restarted.used("n1") == before == [(500, 5), (0, 0)]
+
+
+def test_extender_mode_chooses_the_node_by_the_claims_and_leaves_their_allocation_to_kube_scheduler() -> None:
+    from domain.dra.claims import AllocationResult
+    from services.scheduler.extender import Extender
+
+    w = new_world(nodes=("n1", "n2"))
+    for name in ("busy-0", "busy-1"):  # n1: both GPUs at 60 %; binpack would put a claim-less pod there
+        w.claim(name, share("60", "8Gi"))
+        assert w.loop.attempt(w.pod(name, PodClaim("g", claim_name=name)))
+        w.deliver(name)
+    assert w.used("n1") == [(600, 8), (600, 8)]
+    w.service.start_leading()  # the extender answers only as the serving leader
+    extender = Extender(w.service, rank_all_pods=True)
+    w.claim("c", share("50", "4Gi"))
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert extender.filter(pod, ["n1", "n2"]).passed == ("n2",)
+    assert extender.bind("default", "p", pod.uid, "n2") == ""
+    assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]  # kube-scheduler's to write
+    assert "dra-claim/" not in w.deliver("p").annotations[KEYS.pod_plan]
+    stored = w.claims.get("default", "c")
+    assert stored is not None
+    written = w.claims.put(attrs.evolve(stored, allocated=True, reserved_for=(pod.uid,), results=(
+        AllocationResult("r", DRA.driver, "n2", "gpu-1", {"cores": "50", "memory": "4Gi"}, "s"),)))
+    w.service.on_claim(written)
+    assert w.used("n2") == [(0, 0), (500, 4)]  # the device kube-scheduler chose, counted once

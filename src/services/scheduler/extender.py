@@ -5,9 +5,12 @@ domain values (their HTTP JSON, ``k8s.io/kube-scheduler/extender/v1``, is :mod:`
 ``filter`` runs our whole cycle over the candidates kube-scheduler sends, reserves the winner and passes only that
 node (extender priorities are 0..10 and kube-scheduler breaks ties at random, which would undo the policy), with no
 failed nodes (kube-scheduler reads them only when no node is left); when nothing fits, every candidate gets its
-reason there. ``bind`` commits the reservation or releases it. A standby replica answers with an error. Invariant:
-no scheduling rule lives here; each verb asks the service once. The deployment requirements
-(``percentageOfNodesToScore: 100``, ``managedResources``, ``rank_all_pods``) and what they cost:
+reason there. ``bind`` commits the reservation or releases it. A pod with DRA claims of our classes is placed with
+what they ask (:mod:`.claimcycle`: its node is chosen by our policy over the ledger), but kube-scheduler's
+DynamicResources plugin still allocates the claims, first fit on that node, before our ``bind``; claims we would
+refuse to allocate ourselves (MIG classes, other drivers, selectors…) are left out of the choice. A standby replica
+answers with an error. Invariant: no scheduling rule lives here; each verb asks the service once. The deployment
+requirements (``percentageOfNodesToScore: 100``, ``managedResources``, ``rank_all_pods``) and what they cost:
 ``docs/extender.md``.
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from domain.dra.allocate import ClaimNeed
 from domain.kube.objects import PodObject
 from ports.cluster import ClusterError
 from services._shared.logs import fields
@@ -53,25 +57,37 @@ class Extender:
     def __init__(self, service: SchedulerService, *, rank_all_pods: bool = False) -> None:
         self.service = service
         self.rank_all_pods = rank_all_pods
-        self._pods: collections.OrderedDict[str, PodObject] = collections.OrderedDict()
+        self._pods: collections.OrderedDict[str, tuple[PodObject, ClaimNeed | None]] = collections.OrderedDict()
+
+    def _claims(self, pod: PodObject) -> ClaimNeed | None:
+        """What ``pod``'s DRA claims ask of our GPUs (module docstring), None when it has none or they are not ours
+        to place (kube-scheduler allocates them anyway; the pod is then placed as if it had none)."""
+        if not pod.resource_claims:
+            return None
+        need = self.service.claim_need(pod)
+        if isinstance(need, str):
+            log.debug("claims not placed by us", extra=fields(pod=pod.key, reason=need))
+            return None
+        return need
 
     def filter(self, pod: PodObject, names: Sequence[str]) -> FilterResult:
         """At most one of the candidate ``names`` passes (module docstring); scheduling problems come back in
         :attr:`FilterResult.failed` and :attr:`FilterResult.error`, never raised."""
-        decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods)
+        claims = self._claims(pod)
+        decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods, claims=claims)
         if decision.error:
             return FilterResult((), {}, decision.error)
         if not decision.managed:
             return FilterResult(tuple(names))
         if decision.node is not None:
-            self._remember(pod)
+            self._remember(pod, claims)
             log.info("filter chose a node", extra=fields(pod=pod.key, node=decision.node, candidates=len(names)))
             return FilterResult((decision.node,), dict(decision.reasons))
         log.info("filter found no node", extra=fields(pod=pod.key, reason=decision.reason))
         return FilterResult((), dict(decision.reasons))
 
-    def _remember(self, pod: PodObject) -> None:
-        self._pods[pod.uid] = pod
+    def _remember(self, pod: PodObject, claims: ClaimNeed | None) -> None:
+        self._pods[pod.uid] = (pod, claims)
         self._pods.move_to_end(pod.uid)
         while len(self._pods) > PENDING_PODS_KEPT:
             self._pods.popitem(last=False)
@@ -107,15 +123,16 @@ class Extender:
         service = self.service
         if not service.serving:
             raise CommitError(NOT_SERVING)
-        pod = self._pods.pop(uid, None) if uid else None
+        pod, claims = self._pods.pop(uid, (None, None)) if uid else (None, None)
         if pod is None or (pod.namespace, pod.name) != (namespace, name):
             pod = service.cluster.get_pod(namespace, name)
+            claims = self._claims(pod)
         if uid and pod.uid != uid:
             raise CommitError(f"pod {namespace}/{name} has UID {pod.uid}, not {uid}")
         held = service.reservation(pod.uid)
         if held is None or held.node != node:
-            result = service.schedule_pod(pod, candidates=[node])
+            result = service.schedule_pod(pod, candidates=[node], claims=claims)
             if result.allocation is None:
                 raise CommitError(f"pod {namespace}/{name} does not fit node {node}: {result.reason}")
             held = result.allocation
-        service.commit(pod, held)
+        service.commit(pod, held, claims=claims, write_claims=False)

@@ -155,19 +155,22 @@ class SchedulerService(ClaimCycle):
         self.notices.emit(events)
 
     # ------------------------------------------------------------------ cycles
-    def decide(self, pod: PodObject, candidates: Sequence[str], *, rank_all_pods: bool = False) -> Decision:
+    def decide(self, pod: PodObject, candidates: Sequence[str], *, rank_all_pods: bool = False,
+               claims: ClaimNeed | None = None) -> Decision:
         """The one entry of a driver that offers candidate nodes (the extender's ``filter``): pending ``pod`` over
         ``candidates`` (node names) → :class:`Decision`, with the reservation made (:meth:`schedule_pod`); when no
         node is chosen, a reason for every candidate (nodes the ledger does not know, the first node filter or MIG
         reason that removes each), when one is, none (:mod:`.decision`). A pod asking for none of our resources is not
         ours (``managed`` False) unless ``rank_all_pods``. Never raises for bad pod content: an invalid request
-        is every candidate's reason; a replica that is not serving answers with ``error`` only."""
+        is every candidate's reason; a replica that is not serving answers with ``error`` only. ``claims``: what the
+        pod's DRA claims ask, placed with it (:mod:`.claimcycle`; the devices stay kube-scheduler's choice)."""
         if not self.serving:
             return Decision(pod.uid, error=NOT_SERVING)
         names = list(candidates)
         with self._lock:
             try:
                 request = self.sync.requests.get(pod)
+                request = request if claims is None else claims.request(request)
             except InvalidRequestError as error:
                 self.metrics.decision(scheduled=False, reason="invalid-request")
                 return Decision(pod.uid, reasons=dict.fromkeys(names, f"invalid request: {error}"))
@@ -180,7 +183,7 @@ class SchedulerService(ClaimCycle):
                 reasons = {n: UNKNOWN_NODE for n in names if n not in kept}
             if not known:
                 return Decision(pod.uid, reasons=reasons, reason="no candidate node is known")
-            result = self.schedule_pod(pod, candidates=known)
+            result = self.schedule_pod(pod, candidates=known, claims=claims)
             if result.allocation is not None:
                 return Decision(pod.uid, result.allocation)
             try:
@@ -317,9 +320,11 @@ class SchedulerService(ClaimCycle):
         with self._lock:
             return self._reservations.committed(uid)
 
-    def commit(self, pod: PodObject, allocation: PodAllocation, *, claims: ClaimNeed | None = None) -> None:
+    def commit(self, pod: PodObject, allocation: PodAllocation, *, claims: ClaimNeed | None = None,
+               write_claims: bool = True) -> None:
         """Bind ``pod`` as ``allocation`` says, its plan annotation carried by the binding in the same write
-        (:mod:`.commit`), after allocating its DRA ``claims`` (:mod:`.claimcycle`: undone when the binding fails).
+        (:mod:`.commit`), after allocating its DRA ``claims`` (:mod:`.claimcycle`: undone when the binding fails;
+        with ``write_claims`` False, in extender mode, kube-scheduler allocates them and the plan leaves them out).
 
         Re-books the reservation if it vanished meanwhile (a MIG pod's MIG reservation must still be held: its
         instances are not re-planned here). Raises :class:`NotLeaderError` on a standby (or when
@@ -361,7 +366,7 @@ class SchedulerService(ClaimCycle):
             self._reservations.start_commit(uid)
         bound, written = False, []
         try:
-            if claims is not None:
+            if claims is not None and write_claims:
                 written = self._write_claims(pod, allocation, claims)
             write_plan_and_bind(self.commit_cluster, pod, node=allocation.node, key=key, plan=plan,
                                 writer=self.protocol.scheduler_name, may_write=lambda: self._may_write(term))
