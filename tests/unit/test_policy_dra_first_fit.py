@@ -59,3 +59,19 @@ def test_a_share_takes_the_first_gpu_that_fits_and_whole_gpus_the_first_free() -
     assert whole.allocation is not None
     assert [g.gpu_index for c in whole.allocation.containers for g in c.grants] == [2, 3]
 
+
+
+def test_fgd_node_first_fit_takes_fgds_node_and_the_first_gpu_that_fits_on_it() -> None:
+    from domain.scheduling.policies.fgd.fragmentation import PodClass, TypicalPods
+
+    typical = TypicalPods((PodClass(4000, 500, 1), PodClass(4000, 1000, 1)), (0.5, 0.5))
+    pod = single_container_pod("s", cpu_milli=1000, core_milli=500)
+    chosen = {}
+    for name in ("fgd", "fgd-node-first-fit"):
+        ledger = ClusterLedger([node("a"), node("b")])
+        ledger.observe(share("x", "b", 2, 500))  # fgd closes GPU 2 of b: no half-used GPU is left
+        placed = Scheduler(ledger, build_profile(name, ledger, rng=np.random.default_rng(0),
+                                                 typical=typical)).schedule(pod)
+        assert placed.allocation is not None
+        chosen[name] = (placed.allocation.node, [g.gpu_index for c in placed.allocation.containers for g in c.grants])
+    assert chosen == {"fgd": ("b", [2]), "fgd-node-first-fit": ("b", [0])}

@@ -73,6 +73,15 @@ def _fgd_family(
     return build
 
 
+def _fgd_node_first_fit(context: PolicyContext) -> tuple[ScorePlugin, ShareGpuChooser]:
+    """fgd's node score over the run's node-state cache with the DRA allocator's first-fit GPU choice: a pod whose
+    GPUs come from claims, placed in extender mode (``services.scheduler.extender``: our filter picks the node,
+    kube-scheduler's DynamicResources plugin the devices). Raises :class:`InvalidRequestError` without typical
+    pods."""
+    score, _ = _fgd_family("fgd-node-first-fit", FgdScore)(context)
+    return score, FirstFitGpu()
+
+
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -92,6 +101,9 @@ POLICIES: dict[str, Policy] = {
                lambda c: (KubeDefaultScore(), FirstFitGpu())),
         Policy("fgd", "fragmentation gradient descent (Weng et al., ATC'23)", _fgd_family("fgd", FgdScore),
                needs_typical_pods=True),
+        Policy("fgd-node-first-fit", "extender mode with DRA claims: fgd chooses the node, kube-scheduler's DRA "
+               "allocator then takes the first GPUs that fit there in device order",
+               _fgd_node_first_fit, needs_typical_pods=True),
         Policy("fgd-plus", "fgd-deficit-scarce, with shares placed by cluster-wide gap balance (closing a GPU first, "
                "then the sum of squares of gap counts)", _fgd_family("fgd-plus", FgdPlusScore),
                needs_typical_pods=True),
