@@ -30,7 +30,17 @@ from typing import Any
 from k8s_harness import ControlPlane, find_binary, free_ports, scheduler_configuration
 from kubelet_harness import RealNode
 from kubernetes import client
-from real_node_world import PROTOCOL, NodeStack, Pods, Proc, cdi_injected, container, pod_manifest, unique
+from real_node_world import (
+    PROTOCOL,
+    NodeStack,
+    Pods,
+    Proc,
+    cdi_injected,
+    container,
+    pod_manifest,
+    pods_in_new_namespace,
+    unique,
+)
 
 from adapters.grpc import GrpcNodeRuntime
 from domain.gpu import MigMode
@@ -181,6 +191,42 @@ def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str) -> Itera
     finally:
         world.stop()
         shutil.rmtree(world.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def dra_world(node: RealNode, plane: ControlPlane, api: Any, gpus: str, *extra: str) -> Iterator[DraNodeStack]:
+    """A test module's world: the shipped DeviceClasses applied, :func:`dra_control` and :func:`dra_stack` on
+    ``gpus``, plus the ``extra`` components of the node (``device-plugin``, ``scheduler``: ours, standalone)."""
+    apply_device_classes(plane)
+    workdir = Path(tempfile.mkdtemp(prefix="ljrk-dractl-", dir="/tmp"))
+    try:
+        with dra_control(plane, workdir), dra_stack(node, plane, api, gpus) as world:
+            if "device-plugin" in extra:
+                world.start_device_plugin()
+            if "scheduler" in extra:
+                world.start_scheduler("standalone")
+            yield world
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def claims_in_new_namespace(api: Any, node: RealNode, world: DraNodeStack) -> Iterator[Claims]:
+    """:class:`Claims` in a new namespace; afterwards every pod and claim is deleted and the node is back to holding
+    no claim (Runtime book, CDI specs, checkpoint: so the next test finds every GPU free)."""
+    held = NodeClaims(node)
+    with pods_in_new_namespace(api, node) as pods:
+        helper = Claims(api, pods)
+        try:
+            yield helper
+        finally:
+            for pod in pods.core.list_namespaced_pod(pods.namespace).items:
+                pods.delete(pod.metadata.name, force=True)
+            for name in helper.names():
+                helper.delete(name)
+            eventually(lambda: not helper.names(), 90, "claims deleted (deallocated and un-finalized)")
+            eventually(lambda: not world.book() and not held.cdi_uids() and not held.checkpoint(), 60,
+                       "no claim left on the node")
 
 
 def slices(api: Any, node: str) -> list[Any]:

@@ -24,10 +24,7 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,16 +34,15 @@ from dra_live_world import (
     Claims,
     DraNodeStack,
     NodeClaims,
-    apply_device_classes,
-    dra_control,
-    dra_stack,
+    claims_in_new_namespace,
+    dra_world,
     expected_limits,
     gpu_limits,
     slices,
 )
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
-from real_node_world import RES, node_ready, pods_in_new_namespace
+from real_node_world import RES, node_ready
 
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
@@ -60,13 +56,8 @@ WHOLE = DRA.device_class_gpu
 
 @pytest.fixture(scope="module")
 def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[DraNodeStack]:
-    apply_device_classes(kubelet_plane)
-    workdir = Path(tempfile.mkdtemp(prefix="ljrk-dractl-", dir="/tmp"))
-    try:
-        with dra_control(kubelet_plane, workdir), dra_stack(real_node, kubelet_plane, kubelet_api, GPUS) as world:
-            yield world
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with dra_world(real_node, kubelet_plane, kubelet_api, GPUS) as world:
+        yield world
 
 
 @pytest.fixture
@@ -75,21 +66,10 @@ def node(real_node: RealNode) -> NodeClaims:
 
 
 @pytest.fixture
-def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack, node: NodeClaims) -> Iterator[Claims]:
-    """Claims and pods in a new namespace; afterwards every pod and claim is deleted and the node is back to
-    holding no claim (so the next test finds every GPU free)."""
-    with pods_in_new_namespace(kubelet_api, real_node) as pods:
-        helper = Claims(kubelet_api, pods)
-        try:
-            yield helper
-        finally:
-            for pod in pods.core.list_namespaced_pod(pods.namespace).items:
-                pods.delete(pod.metadata.name, force=True)
-            for name in helper.names():
-                helper.delete(name)
-            eventually(lambda: not helper.names(), 90, "claims deleted (deallocated and un-finalized)")
-            eventually(lambda: not stack.book() and not node.cdi_uids() and not node.checkpoint(), 60,
-                       "no claim left on the node")
+def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack) -> Iterator[Claims]:
+    """Claims and pods in a new namespace, cleaned up afterwards (:func:`claims_in_new_namespace`)."""
+    with claims_in_new_namespace(kubelet_api, real_node, stack) as helper:
+        yield helper
 
 
 def running(claims: Claims, pod: str) -> dict[str, str]:

@@ -17,10 +17,7 @@ of ``reservedFor`` and deallocates. Covers:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,16 +26,14 @@ from dra_live_world import (
     GIB,
     Claims,
     DraNodeStack,
-    NodeClaims,
-    apply_device_classes,
-    dra_control,
-    dra_stack,
+    claims_in_new_namespace,
+    dra_world,
     expected_limits,
     gpu_limits,
 )
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
-from real_node_world import PROTOCOL, container, pod_manifest, pods_in_new_namespace, unique
+from real_node_world import PROTOCOL, container, pod_manifest, unique
 
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
@@ -53,33 +48,15 @@ OURS = PROTOCOL.scheduler_name
 
 @pytest.fixture(scope="module")
 def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[DraNodeStack]:
-    apply_device_classes(kubelet_plane)
-    workdir = Path(tempfile.mkdtemp(prefix="ljrk-drasa-", dir="/tmp"))
-    try:
-        with dra_control(kubelet_plane, workdir), dra_stack(real_node, kubelet_plane, kubelet_api, GPUS) as world:
-            world.start_device_plugin()
-            world.start_scheduler("standalone")
-            yield world
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with dra_world(real_node, kubelet_plane, kubelet_api, GPUS, "device-plugin", "scheduler") as world:
+        yield world
 
 
 @pytest.fixture
 def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack) -> Iterator[Claims]:
-    """Claims and pods in a new namespace; afterwards every pod and claim is gone and the node holds no claim."""
-    node = NodeClaims(real_node)
-    with pods_in_new_namespace(kubelet_api, real_node) as pods:
-        helper = Claims(kubelet_api, pods)
-        try:
-            yield helper
-        finally:
-            for pod in pods.core.list_namespaced_pod(pods.namespace).items:
-                pods.delete(pod.metadata.name, force=True)
-            for name in helper.names():
-                helper.delete(name)
-            eventually(lambda: not helper.names(), 90, "claims deleted (deallocated and un-finalized)")
-            eventually(lambda: not stack.book() and not node.cdi_uids() and not node.checkpoint(), 60,
-                       "no claim left on the node")
+    """Claims and pods in a new namespace, cleaned up afterwards (:func:`claims_in_new_namespace`)."""
+    with claims_in_new_namespace(kubelet_api, real_node, stack) as helper:
+        yield helper
 
 
 def our_pod(claims: Claims, entries: list[dict[str, str]]) -> str:
