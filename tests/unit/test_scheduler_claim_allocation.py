@@ -33,10 +33,11 @@ class ClaimWorld:
     def claim(self, name: str, *asks: DeviceAsk) -> ClaimAllocation:
         return self.claims.put(ClaimAllocation("default", name, f"uid-{name}", requests=asks))
 
-    def pod(self, name: str, *claims: PodClaim, core: str | None = None) -> PodObject:
+    def pod(self, name: str, *claims: PodClaim, core: str | None = None, priority: int = 0) -> PodObject:
         limits = {} if core is None else {PROTOCOL.resources.core: core, PROTOCOL.resources.memory: "1"}
         pod = self.cluster.create_pod(PodObject("", "default", name, containers=(ContainerSpec("main", limits=limits),),
-                                                scheduler_name=PROTOCOL.scheduler_name, resource_claims=claims))
+                                                scheduler_name=PROTOCOL.scheduler_name, resource_claims=claims,
+                                                priority=priority))
         self.service.on_pod(pod)
         return pod
 
@@ -114,7 +115,7 @@ def test_a_whole_gpu_claim_and_a_second_that_no_longer_fits() -> None:
     assert [r.device for r in w.claims.get("default", "c1").results] == ["gpu-0", "gpu-1"]  # type: ignore[union-attr]
     second = w.pod("p2", PodClaim("g", claim_name="c2"))
     assert not w.loop.attempt(second)
-    assert "not supported yet" in w.reasons("p2")[-1]
+    assert "no GPU with enough free core and memory" in w.reasons("p2")[-1]
     assert not w.claims.get("default", "c2").allocated  # type: ignore[union-attr]
 
 
@@ -215,3 +216,29 @@ def test_extender_mode_chooses_the_node_by_the_claims_and_leaves_their_allocatio
         AllocationResult("r", DRA.driver, "n2", "gpu-1", {"cores": "50", "memory": "4Gi"}, "s"),)))
     w.service.on_claim(written)
     assert w.used("n2") == [(0, 0), (500, 4)]  # the device kube-scheduler chose, counted once
+
+
+def test_a_claim_pod_preempts_the_pod_whose_own_claim_holds_the_gpu_it_needs() -> None:
+    w = new_world()
+    for name in ("low", "shared"):
+        w.claim(name, DeviceAsk("r", DRA.device_class_gpu))
+    low = w.pod("low", PodClaim("g", claim_name="low"), priority=1)
+    assert w.loop.attempt(low)
+    w.deliver("low")
+    users = [w.pod(f"user-{i}", PodClaim("g", claim_name="shared"), priority=1) for i in range(2)]
+    for user in users:
+        assert w.loop.attempt(user)
+        w.deliver(user.name)
+    assert w.used("n1") == [(1000, 16), (1000, 16)]
+    w.claim("high", DeviceAsk("r", DRA.device_class_gpu))
+    high = w.pod("high", PodClaim("g", claim_name="high"), priority=1000)
+    assert not w.loop.attempt(high)
+    assert "evicting default/low" in w.reasons("high")[-1]  # the shared claim's two pods would free nothing
+    assert w.service.nominated_node(high.uid) == "n1"
+    # kubelet ends the victim; the resourceclaim controller takes it out of reservedFor and deallocates
+    w.cluster.delete_pod("default", "low")
+    w.service.on_pod_deleted(low)
+    freed = w.claims.unreserve(w.claims.get("default", "low"), low.uid, deallocate=True)  # type: ignore[arg-type]
+    w.service.on_claim(freed)
+    assert w.loop.attempt(high)
+    assert w.deliver("high").node_name == "n1"

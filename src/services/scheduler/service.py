@@ -19,7 +19,7 @@ resyncs and leadership terms are :mod:`.upkeep`; informer events and cycles (dec
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 import attrs
 
@@ -28,25 +28,20 @@ from domain.dra.allocate import ClaimNeed
 from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
-from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import NodeObject, PodObject
 from domain.kube.translate import mig_container_plans, protocol_mismatches
 from domain.request import PodRequest
 from domain.scheduling.framework.candidates import rejection_reasons
 from domain.scheduling.framework.cycle import Scheduler, ScheduleResult
 from domain.scheduling.mig.cycle import mig_reasons
-from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
-from ports.cluster import ClusterError
 from services._shared.logs import fields
 
-from .claimcycle import ClaimCycle
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
-from .nominations import plan_preemption
 from .policies import ServiceConfig
-from .preemption import NodeVictims, minimise
+from .preempting import PreemptionEntries
 from .state import SchedulerCluster
 
 log = logging.getLogger(__name__)
@@ -55,7 +50,7 @@ __all__ = ["CommitError", "NotLeaderError", "SchedulerCluster", "SchedulerServic
            "StaleListingError", "drift_count"]
 
 
-class SchedulerService(ClaimCycle):
+class SchedulerService(PreemptionEntries):
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
     ``clock`` returns epoch seconds (inventory heartbeats are epoch times); ``is_leader`` says whether this
@@ -239,28 +234,6 @@ class SchedulerService(ClaimCycle):
                 self.metrics.decision(scheduled=False, reason="invalid-request" if invalid else "unschedulable")
             return result
 
-    def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:
-        """kube-scheduler's proposed victims per node for pending ``pod``, minimised with our per-GPU books
-        (:mod:`.preemption`); nodes where no victim set makes the pod fit are left out. A replica that is not
-        serving answers with no node. Never raises for bad pod content; changes nothing."""
-        if not self.serving:
-            return {}
-        budgets = self._list_budgets(pod)
-        with self._lock:
-            return minimise(self.sync, pod, proposals, budgets=budgets)
-
-    def _list_budgets(self, pod: PodObject) -> list[DisruptionBudget] | None:
-        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call: outside the lock); None
-        when none are read (no port, or the list failed: logged)."""
-        if self.budgets is None:
-            return None
-        try:
-            return self.budgets.list_budgets()
-        except ClusterError as error:
-            log.warning("PodDisruptionBudgets not read: preempting as if none protected a pod",
-                        extra=fields(pod=pod.key, error=str(error)))
-            return None
-
     def _respect_holds(self, scheduler: Scheduler, pod: PodObject, result: ScheduleResult,
                        offered: frozenset[str] | None, request: PodRequest | None) -> ScheduleResult:
         """``result`` when its node breaks no nominee's hold (:mod:`.nominations`), else the cycle again without
@@ -278,32 +251,6 @@ class SchedulerService(ClaimCycle):
             held = "; ".join(refused.values())
             return attrs.evolve(result, reason=f"{result.reason}; {held}" if result.reason else held)
         return result
-
-    def preempt_for(self, pod: PodObject) -> Victims | str:
-        """Standalone preemption for pending ``pod`` that fits nowhere: the victim set chosen (and the pod nominated
-        to its node, with the hold) or why there is none (:func:`.nominations.plan_preemption`; the pod's
-        nomination, if any, then ends). Victims with empty ``pods``: wait for the terminating ones. Never raises for
-        bad pod content."""
-        budgets = self._list_budgets(pod) or ()
-        with self._lock:
-            try:
-                request = self.sync.requests.get(pod)
-                scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
-            except (InvalidRequestError, UnknownPolicyError) as error:
-                return str(error)
-            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
-                                      budgets=budgets)
-            if isinstance(planned, Victims):
-                self.nominations.add(pod, request, planned)
-            else:
-                self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
-            return planned
-
-    def nominated_node(self, uid: str) -> str:
-        """The node pod ``uid`` is nominated to in this replica's books, or ""."""
-        with self._lock:
-            nomination = self.nominations.get(uid)
-            return "" if nomination is None else nomination.node
 
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""

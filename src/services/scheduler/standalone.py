@@ -13,8 +13,8 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
   retry failing for the same reason raises that Event's count and last timestamp: one Event per pod UID, reason
   and message, as Kubernetes' event recorder keeps them, ``ClusterApi.create_event``);
 * a pod with DRA ResourceClaims (``spec.resourceClaims``) has them read, placed with it and allocated before its
-  binding (:mod:`.claimcycle`); a claim not usable here is its FailedScheduling reason, and such a pod does not
-  preempt;
+  binding (:mod:`.claimcycle`); a claim not usable here is its FailedScheduling reason; such a pod preempts with
+  what its claims ask, and a victim frees the claims reserved for it alone (:mod:`.preempting`);
 * a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
   one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
   (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from domain.dra.allocate import ClaimNeed
 from domain.kube.objects import ClusterEvent, PodObject
 from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
@@ -208,10 +209,8 @@ class StandaloneLoop:
         result = service.schedule_pod(pod, claims=claims)
         if result.allocation is None:
             reason = result.reason
-            if claims is not None:
-                reason = f"{reason}; preemption: not for pods with ResourceClaims (not supported yet)"
-            elif not reason.startswith("invalid request"):
-                reason = f"{reason}; {self._preempt(pod, nominated)}"
+            if not reason.startswith("invalid request"):
+                reason = f"{reason}; {self._preempt(pod, nominated, claims)}"
             self._fail(pod, reason)
             return False
         try:
@@ -231,12 +230,12 @@ class StandaloneLoop:
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {result.allocation.node}", "Normal")
         return True
 
-    def _preempt(self, pod: PodObject, nominated: str) -> str:
+    def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
         """Preemption for ``pod`` (module docstring): nominate it, delete the victims gracefully with an Event on
         each; returns what happened, for the pod's FailedScheduling Event. When no victim set helps, a nomination
         (``nominated``: its node, or "") ends and ``status.nominatedNodeName`` is cleared. API failures are logged
-        and said."""
-        planned = self.service.preempt_for(pod)
+        and said. ``claims``: what the pod's DRA claims ask (:mod:`.claimcycle`)."""
+        planned = self.service.preempt_for(pod, claims=claims)
         if not isinstance(planned, Victims):
             if nominated:
                 self._unnominate(pod, nominated)

@@ -82,7 +82,8 @@ def victims_on(
 ) -> Outcome:
     """:func:`~.victims.select_victims` on ``node`` for pending ``pod`` (request ``request``) among the pods the sync
     counts there, only those whose UID is in ``within`` when given; ``budgets``: the cluster's
-    PodDisruptionBudgets (those of other namespaces match nothing here)."""
+    PodDisruptionBudgets (those of other namespaces match nothing here). A pod's eviction also frees the DRA claims
+    reserved for it alone (:meth:`~domain.scheduling.sync.claims.ClaimEvents.claims_held`)."""
     gate = sync.gates.get(node)
     if gate is not None and (request.wants_gpu or request.wants_mig):
         return Outcome(node, None, f"node is not taking GPU pods: {gate}")
@@ -92,7 +93,7 @@ def victims_on(
     candidates = [RunningPod(p.uid, p.priority, p.key, matches.get(p.uid, ())) for p in bound
                   if p.deletion_timestamp is None and (within is None or p.uid in within)]
     return select_victims(sync.ledger, node, preemptor_of(pod, request), candidates, allowed=allowed,
-                          leaving=leaving)
+                          leaving=leaving, held=sync.claims_held(node))
 
 
 Cost = tuple[int, int, int, int]

@@ -163,7 +163,8 @@ class _Node:
                 self.pods_free + len(uids))
 
 
-def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Collection[str]) -> _Node:
+def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Collection[str],
+                held: Mapping[str, Mapping[int, tuple[int, int]]]) -> _Node:
     slot = ledger.slot(node)
     count = int(ledger.gpu_count[slot])
     ok = ledger.gpu_ok[slot, :count].copy()
@@ -175,7 +176,11 @@ def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Col
     for uid in uids:
         record = ledger.record(uid)
         assert record is not None
-        usage[uid] = (record.per_gpu_usage(), record.cpu_milli, record.memory_bytes)
+        gpus = record.per_gpu_usage()
+        for index, (core, memory) in held.get(uid, {}).items():
+            old_core, old_memory = gpus.get(index, (0, 0))
+            gpus[index] = (old_core + core, old_memory + memory)
+        usage[uid] = (gpus, record.cpu_milli, record.memory_bytes)
     return _Node(
         core_used=ledger.core_used[slot, :count].copy(), mem_used=ledger.mem_used[slot, :count].copy(),
         core_cap=ledger.core_cap[slot, :count].copy(), mem_cap=ledger.mem_cap[slot, :count].copy(), ok=ok,
@@ -197,12 +202,15 @@ def _fit(state: _Node, request: PodRequest, node: str, gone: Collection[str]) ->
 def select_victims(
     ledger: ClusterLedger, node: str, preemptor: Preemptor, pods: Sequence[RunningPod], *,
     allowed: Mapping[str, int] | None = None, leaving: Collection[str] = (), exact_limit: int = EXACT_LIMIT,
+    held: Mapping[str, Mapping[int, tuple[int, int]]] | None = None,
 ) -> Outcome:
     """The victim set on ``node`` for ``preemptor`` among ``pods`` (module docstring), or why there is none.
 
     ``pods``: the pods on the node that may be evicted (those the ledger does not count on ``node`` are ignored);
     ``allowed``: PodDisruptionBudget key → disruptions allowed; ``leaving``: UIDs already on their way out (counted
-    as freed, never chosen). Never raises for a node the ledger does not know (an :class:`Outcome` says so).
+    as freed, never chosen); ``held``: pod UID → per-GPU ``(core milli, memory bytes)`` its eviction frees beyond
+    its own record (the DRA claims reserved for it alone). Never raises for a node the ledger does not know (an
+    :class:`Outcome` says so).
     """
     request = preemptor.request
     if preemptor.policy is PreemptionPolicy.NEVER:
@@ -217,7 +225,7 @@ def select_victims(
     gone = sorted(on_node & set(leaving))
     candidates = sorted((p for p in pods if p.uid in on_node and p.uid not in leaving
                          and p.priority < preemptor.priority), key=lambda p: (p.priority, p.uid))
-    state = _node_state(ledger, node, request, [*gone, *(p.uid for p in candidates)])
+    state = _node_state(ledger, node, request, [*gone, *(p.uid for p in candidates)], held or {})
     budgets = dict(allowed or {})
     now = _fit(state, request, node, gone)
     if now is not None:

@@ -59,6 +59,22 @@ class ClaimEvents(LedgerEvents):
         """The claims holding devices of our driver, by claim UID (a copy)."""
         return dict(self._claims)
 
+    def claims_held(self, node: str) -> dict[str, dict[int, tuple[int, int]]]:
+        """Pod UID → per-GPU ``(core milli, memory bytes)`` of the claims on ``node`` reserved for that pod alone
+        (``status.reservedFor``), as booked: what deleting the pod frees once the resourceclaim controller
+        deallocates them (preemption, :mod:`domain.scheduling.preemption`). Claims shared by several pods free
+        nothing and are left out."""
+        out: dict[str, dict[int, tuple[int, int]]] = {}
+        for uid, claim in self._claims.items():
+            record = self.ledger.record(claim_record_uid(uid))
+            if len(claim.reserved_for) != 1 or record is None or record.node != node:
+                continue
+            gpus = out.setdefault(claim.reserved_for[0], {})
+            for index, (core, memory) in record.per_gpu_usage().items():
+                old_core, old_memory = gpus.get(index, (0, 0))
+                gpus[index] = (old_core + core, old_memory + memory)
+        return out
+
     def holds_claim(self, claim_uid: str) -> bool:
         """True while the claim with UID ``claim_uid`` holds devices of our driver (is in the books or waits for
         its node)."""

@@ -1,0 +1,81 @@
+"""The scheduler service's preemption entries: kube-scheduler's proposed victims minimised (extender mode) and the
+standalone loop's own victim choice, nomination and hold (:mod:`.nominations`, :mod:`.preemption`).
+
+A pod with DRA claims preempts with what its unallocated claims ask (:mod:`.claimcycle`), on the node its
+allocated claims pin it to when they do; a victim frees, besides its own GPUs, those of the claims reserved for it
+alone (:meth:`domain.scheduling.sync.claims.ClaimEvents.claims_held`): deleting it ends its claims' only
+reservation, and kube-controller-manager's resourceclaim controller then deallocates them (a claim shared with
+another pod frees nothing). PodDisruptionBudgets are listed once per preemption, outside the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from domain.dra.allocate import ClaimNeed
+from domain.errors import InvalidRequestError, UnknownPolicyError
+from domain.kube.budgets import DisruptionBudget
+from domain.kube.objects import PodObject
+from domain.scheduling.preemption.victims import Victims
+from ports.cluster import ClusterError
+from services._shared.logs import fields
+
+from .claimcycle import ClaimCycle
+from .nominations import plan_preemption
+from .preemption import NodeVictims, minimise
+
+log = logging.getLogger(__name__)
+
+
+class PreemptionEntries(ClaimCycle):
+    """Preemption for :class:`~.service.SchedulerService` (module docstring)."""
+
+    def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:
+        """kube-scheduler's proposed victims per node for pending ``pod``, minimised with our per-GPU books
+        (:mod:`.preemption`); nodes where no victim set makes the pod fit are left out. A replica that is not
+        serving answers with no node. Never raises for bad pod content; changes nothing."""
+        if not self.serving:
+            return {}
+        budgets = self._list_budgets(pod)
+        with self._lock:
+            return minimise(self.sync, pod, proposals, budgets=budgets)
+
+    def _list_budgets(self, pod: PodObject) -> list[DisruptionBudget] | None:
+        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call: outside the lock); None
+        when none are read (no port, or the list failed: logged)."""
+        if self.budgets is None:
+            return None
+        try:
+            return self.budgets.list_budgets()
+        except ClusterError as error:
+            log.warning("PodDisruptionBudgets not read: preempting as if none protected a pod",
+                        extra=fields(pod=pod.key, error=str(error)))
+            return None
+
+    def preempt_for(self, pod: PodObject, *, claims: ClaimNeed | None = None) -> Victims | str:
+        """Standalone preemption for pending ``pod`` that fits nowhere, with its DRA ``claims`` when it has some:
+        the victim set chosen (and the pod nominated to its node, with the hold) or why there is none
+        (:func:`.nominations.plan_preemption`; the pod's nomination, if any, then ends). Victims with empty
+        ``pods``: wait for the terminating ones. Never raises for bad pod content."""
+        budgets = self._list_budgets(pod) or ()
+        with self._lock:
+            try:
+                request = self.sync.requests.get(pod)
+                request = request if claims is None else claims.request(request)
+                scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
+            except (InvalidRequestError, UnknownPolicyError) as error:
+                return str(error)
+            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
+                                      budgets=budgets, only=None if claims is None else claims.node)
+            if isinstance(planned, Victims):
+                self.nominations.add(pod, request, planned)
+            else:
+                self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
+            return planned
+
+    def nominated_node(self, uid: str) -> str:
+        """The node pod ``uid`` is nominated to in this replica's books, or ""."""
+        with self._lock:
+            nomination = self.nominations.get(uid)
+            return "" if nomination is None else nomination.node
