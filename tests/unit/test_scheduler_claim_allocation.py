@@ -4,6 +4,8 @@ rebuilt after a restart."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import pytest
 
@@ -55,12 +57,12 @@ class ClaimWorld:
 
 
 def new_world(claims: InMemoryResourceClaims | None = None, cluster: FlakyCluster | None = None,
-              nodes: tuple[str, ...] = ("n1",)) -> ClaimWorld:
+              nodes: tuple[str, ...] = ("n1",), leading: Callable[[], bool] = lambda: True) -> ClaimWorld:
     claims = claims or InMemoryResourceClaims()
     cluster = cluster or FlakyCluster()
     service = SchedulerService(cluster, PROTOCOL, PrometheusSchedulerMetrics(),
                                config=ServiceConfig(policy="binpack", admission_hold_seconds=None), clock=Clock(NOW),
-                               claims=claims, claim_writes=claims)
+                               claims=claims, claim_writes=claims, is_leader=leading)
     for name in nodes:
         try:
             node = cluster.create_node(make_node(name))
@@ -163,6 +165,17 @@ def test_a_failed_binding_rolls_the_claims_back() -> None:
     assert stored.uid not in w.claims.finalizers
     assert w.used("n1") == [(0, 0), (0, 0)]
     assert "binding to node n1 failed" in w.reasons("p")[-1]
+
+
+def test_a_replica_deposed_before_the_claim_writes_writes_nothing() -> None:
+    answers = iter([True, True, False])  # schedule, the commit's first check, then right before the claims
+    w = new_world(leading=lambda: next(answers, False))
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert not w.loop.attempt(pod)
+    assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]
+    assert w.cluster.get_pod("default", "p").node_name == ""
+    assert w.used("n1") == [(0, 0), (0, 0)]
 
 
 def test_pods_wait_for_their_template_claim_and_a_missing_claim() -> None:

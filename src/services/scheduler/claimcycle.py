@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed, ClaimRefusedError, claim_names, claim_need, claim_results
@@ -39,7 +39,7 @@ from ports.claim_writes import Consumer
 from ports.cluster import ClusterError
 from services._shared.logs import fields
 
-from .commit import CommitError
+from .commit import CommitError, NotLeaderError
 from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
@@ -78,14 +78,17 @@ class ClaimCycle(ServiceUpkeep):
             candidates = [claims.node] if candidates is None or claims.node in candidates else []
         return request, candidates
 
-    def _write_claims(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed
-                      ) -> list[tuple[ClaimAllocation, bool]]:
+    def _write_claims(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed,
+                      may_write: Callable[[], bool]) -> list[tuple[ClaimAllocation, bool]]:
         """Step 3: allocate and reserve the claims, then book them and shrink the reservation; returns each claim
-        written, as stored, with whether this commit allocated it. Raises :class:`CommitError` (naming the pod,
-        node and claim) after rolling back what it wrote."""
+        written, as stored, with whether this commit allocated it. ``may_write`` is asked first (a deposed replica
+        writes nothing: :class:`NotLeaderError`). Raises :class:`CommitError` (naming the pod, node and claim)
+        after rolling back what it wrote."""
         api = self.claim_writes
         if api is None:
             raise CommitError(f"pod {pod.key}: {NO_WRITER}")
+        if not may_write():
+            raise NotLeaderError(f"pod {pod.key}: this replica lost leadership before allocating its claims")
         with self._lock:
             gpus = self.sync.ledger.inventory(allocation.node).gpus
         consumer = Consumer(pod.name, pod.uid)

@@ -314,7 +314,7 @@ class SchedulerService(PreemptionEntries):
         bound, written = False, []
         try:
             if claims is not None and write_claims:
-                written = self._write_claims(pod, allocation, claims)
+                written = self._write_claims(pod, allocation, claims, lambda: self._may_write(term))
             write_plan_and_bind(self.commit_cluster, pod, node=allocation.node, key=key, plan=plan,
                                 writer=self.protocol.scheduler_name, may_write=lambda: self._may_write(term))
             bound = True
