@@ -3,14 +3,19 @@ client's ``ResourceV1Api`` (``resource.k8s.io/v1``), on the API server's JSON (:
 
 Every write is a read-modify-write of the whole object (``PUT``, the main resource for the finalizer, the
 ``status`` subresource for allocation and ``reservedFor``) carrying the resourceVersion last read, so the API
-server refuses it with 409 when anyone changed the claim in between; ``allocate`` and ``reserve`` first check that
-the claim still has the resourceVersion the caller decided on (else :class:`~ports.cluster.ConflictError`).
+server refuses it with 409 when anyone changed the claim in between; ``allocate`` and ``reserve`` start from the
+object at the resourceVersion the caller decided on (else :class:`~ports.cluster.ConflictError`): the one ``get``
+or the last write returned, kept per claim (at most :data:`KEPT` objects), else read again. So allocating a claim
+just read costs two writes, as kube-scheduler's (finalizer, then status).
 ``unreserve`` (a rollback, idempotent) re-reads and retries up to :data:`UNRESERVE_TRIES` times on a conflict.
 Fields the domain does not model are kept as read.
 """
 
 from __future__ import annotations
 
+import collections
+import copy
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +30,8 @@ from .errors import api_errors
 from .rawjson import read_json
 from .resourceclaims import claim_from_json
 
+KEPT = 4096
+"""Claim objects kept between a read and the writes that follow it (the least recently used go first)."""
 UNRESERVE_TRIES = 3
 """Read-modify-write attempts of :meth:`KubernetesClaimWrites.unreserve` before a conflict is raised."""
 
@@ -50,6 +57,18 @@ class KubernetesClaimWrites:
     def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
         self._api = client.ResourceV1Api(api_client)
         self._timeout = wire_timeout(request_timeout)
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[tuple[str, str], dict[str, Any]] = collections.OrderedDict()
+
+    def _keep(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            key = (str(meta.get("namespace")), str(meta.get("name")))
+            self._kept[key] = copy.deepcopy(obj)
+            self._kept.move_to_end(key)
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+        return obj
 
     def _what(self, namespace: str, name: str) -> str:
         return f"resourceclaim {namespace[:100]}/{name[:100]}"
@@ -61,7 +80,7 @@ class KubernetesClaimWrites:
                 name, namespace, _preload_content=False, _request_timeout=self._timeout), what)
         if not isinstance(body, dict):
             raise ConflictError(f"{what}: the API server sent no object")
-        return body
+        return self._keep(body)
 
     def _put(self, obj: dict[str, Any], *, status: bool) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -75,10 +94,17 @@ class KubernetesClaimWrites:
                              what)
         if not isinstance(body, dict):
             raise ConflictError(f"{what}: the API server sent no object")
-        return body
+        return self._keep(body)
 
     def _current(self, claim: ClaimAllocation) -> dict[str, Any]:
-        """The claim's object, checked to be the version (and object) ``claim`` was read as."""
+        """The claim's object, checked to be the version (and object) ``claim`` was read as: the one kept when it
+        is that version, else read again."""
+        with self._lock:
+            kept = self._kept.get((claim.namespace, claim.name))
+            if kept is not None and claim.resource_version and (
+                    (kept.get("metadata") or {}).get("resourceVersion"), (kept.get("metadata") or {}).get("uid")
+            ) == (claim.resource_version, claim.uid):
+                return copy.deepcopy(kept)
         obj = self._read(claim.namespace, claim.name)
         meta = obj.get("metadata") or {}
         if meta.get("uid") != claim.uid:
