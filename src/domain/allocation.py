@@ -10,6 +10,8 @@ containers run one after another before the app containers, so their grants neve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from domain.errors import InvalidRequestError
@@ -111,3 +113,10 @@ class PodAllocation:
     def gpu_milli(self) -> int:
         """Total effective GPU compute held, milli-GPU."""
         return sum(core for core, _ in self.per_gpu_usage().values())
+
+
+def add_usage(into: dict[int, tuple[int, int]], usage: Mapping[int, tuple[int, int]]) -> None:
+    """Add per-GPU ``usage`` (GPU index → ``(core milli-GPU, memory bytes)``) into ``into``, GPU by GPU."""
+    for index, (core, memory) in usage.items():
+        old_core, old_memory = into.get(index, (0, 0))
+        into[index] = (old_core + core, old_memory + memory)

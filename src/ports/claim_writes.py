@@ -13,7 +13,8 @@ plugin does (its PreBind and Unreserve), every write preconditioned on the ``res
 * ``unreserve``: remove the consumer from ``status.reservedFor``; with ``deallocate`` and no consumer left, clear
   ``status.allocation`` too and drop the finalizer (a rollback of our own ``allocate``).
 
-Each returns the claim as stored after its last write. Errors: :class:`ports.cluster.ConflictError` (409),
+Each returns the claim as stored after its last write; when ``allocate``'s status write fails after its finalizer
+write, the finalizer is taken off again (best effort). Errors: :class:`ports.cluster.ConflictError` (409),
 :class:`ports.cluster.NotFoundError` (the claim is gone), :class:`ports.cluster.ClusterError` (anything else),
 each naming the claim. Implementations: ``adapters.kubernetes.claimwrites.KubernetesClaimWrites`` and
 ``adapters.memory.resource_claims.InMemoryResourceClaims``; ``tests/contract/test_claim_writes_contract.py`` holds
@@ -45,7 +46,7 @@ class ClaimWritesApi(Protocol):
     """ResourceClaims, read and allocated (module docstring)."""
 
     def get(self, namespace: str, name: str) -> ClaimAllocation | None:
-        """The claim, None when absent. Raises :class:`ports.resource_claims.ResourceClaimsError`."""
+        """The claim, None when absent. Raises :class:`ports.cluster.ClusterError` (naming the claim)."""
         ...
 
     def allocate(self, claim: ClaimAllocation, results: Sequence[AllocationResult], *, node: str,

@@ -16,6 +16,7 @@ from domain.dra.allocate import (
     claim_need,
     claim_results,
     default_memory,
+    without_asks,
 )
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.gpu import Gpu, GpuUuid
@@ -143,7 +144,7 @@ def test_the_request_gains_the_asks_and_the_plan_keeps_only_the_pods_own_contain
     assert request.cpu_milli == 500
     allocation = PodAllocation("p", "n1", (ContainerGrant("main", (GpuGrant(0, 100, GiB),)),
                                            ContainerGrant("dra-claim/g/r", (GpuGrant(1, 300, 4 * GiB),))))
-    assert [c.container for c in need.pod_part(allocation).containers] == ["main"]
+    assert [c.container for c in without_asks(allocation).containers] == ["main"]
 
 
 GPUS = (Gpu(0, GpuUuid("GPU-0"), "A100", 16 * GiB), Gpu(1, GpuUuid("GPU-1"), "A100", 16 * GiB + 100))

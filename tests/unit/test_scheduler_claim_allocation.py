@@ -11,7 +11,8 @@ import pytest
 
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.prometheus import PrometheusSchedulerMetrics
-from domain.dra.claims import ClaimAllocation, DeviceAsk
+from domain.dra.allocate import without_asks
+from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.kube.objects import ClusterEvent, ContainerSpec, PodClaim, PodObject
 from domain.units import GiB
 from ports.claim_writes import DELETE_PROTECTION
@@ -168,7 +169,7 @@ def test_a_failed_binding_rolls_the_claims_back() -> None:
 
 
 def test_a_replica_deposed_before_the_claim_writes_writes_nothing() -> None:
-    answers = iter([True, True, False])  # schedule, the commit's first check, then right before the claims
+    answers = iter([True, False])  # the commit's first check, then right before the first claim write
     w = new_world(leading=lambda: next(answers, False))
     w.claim("c", share())
     pod = w.pod("p", PodClaim("g", claim_name="c"))
@@ -176,6 +177,24 @@ def test_a_replica_deposed_before_the_claim_writes_writes_nothing() -> None:
     assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]
     assert w.cluster.get_pod("default", "p").node_name == ""
     assert w.used("n1") == [(0, 0), (0, 0)]
+
+
+def test_claims_written_by_a_replica_deposed_before_the_binding_stay_for_the_next_leader() -> None:
+    answers = iter([True, True, False])  # the commit's check, the claim write's, then the binding's
+    w = new_world(leading=lambda: next(answers, False))
+    w.claim("c", share())
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert not w.loop.attempt(pod)
+    stored = w.claims.get("default", "c")
+    assert stored is not None
+    assert stored.reserved_for == (pod.uid,)  # not rolled back: the next leader may already be using it
+    successor = new_world(w.claims, w.cluster)
+    successor.service.resync()
+    successor.service.on_pod(w.cluster.get_pod("default", "p"))
+    assert successor.loop.attempt(w.cluster.get_pod("default", "p"))
+    assert successor.deliver("p").node_name == "n1"
+    assert w.claims.get("default", "c") == stored  # reused as written: no new allocation
+    assert successor.used("n1") == [(300, 4), (0, 0)]
 
 
 def test_pods_wait_for_their_template_claim_and_a_missing_claim() -> None:
@@ -206,7 +225,6 @@ def test_a_restarted_scheduler_rebuilds_the_same_books_from_claims_and_plans() -
 
 
 def test_extender_mode_chooses_the_node_by_the_claims_and_leaves_their_allocation_to_kube_scheduler() -> None:
-    from domain.dra.claims import AllocationResult
     from services.scheduler.extender import Extender
 
     w = new_world(nodes=("n1", "n2"))
@@ -220,15 +238,67 @@ def test_extender_mode_chooses_the_node_by_the_claims_and_leaves_their_allocatio
     w.claim("c", share("50", "4Gi"))
     pod = w.pod("p", PodClaim("g", claim_name="c"))
     assert extender.filter(pod, ["n1", "n2"]).passed == ("n2",)
-    assert extender.bind("default", "p", pod.uid, "n2") == ""
-    assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]  # kube-scheduler's to write
-    assert "dra-claim/" not in w.deliver("p").annotations[KEYS.pod_plan]
+    assert w.used("n2") == [(500, 4), (0, 0)]  # the reservation holds what the claim asks
     stored = w.claims.get("default", "c")
     assert stored is not None
+    # kube-scheduler's DynamicResources PreBind allocates (first fit on our node) before calling our bind
     written = w.claims.put(attrs.evolve(stored, allocated=True, reserved_for=(pod.uid,), results=(
         AllocationResult("r", DRA.driver, "n2", "gpu-1", {"cores": "50", "memory": "4Gi"}, "s"),)))
     w.service.on_claim(written)
-    assert w.used("n2") == [(0, 0), (500, 4)]  # the device kube-scheduler chose, counted once
+    assert w.used("n2") == [(0, 0), (500, 4)]  # handed over to the claim's record: counted once, never twice
+    assert extender.bind("default", "p", pod.uid, "n2") == ""
+    assert "dra-claim/" not in w.deliver("p").annotations[KEYS.pod_plan]
+    assert w.used("n2") == [(0, 0), (500, 4)]
+
+
+def test_extender_bind_without_the_filter_result_plans_no_ask() -> None:
+    from services.scheduler.extender import Extender
+
+    w = new_world()
+    w.service.start_leading()
+    w.claim("c", share("30", "4Gi"))
+    pod = w.pod("p", PodClaim("g", claim_name="c"), core="20")
+    assert Extender(w.service, rank_all_pods=True).filter(pod, ["n1"]).passed == ("n1",)
+    other = Extender(w.service, rank_all_pods=True)  # remembers nothing of the filter (a restart, an overflow)
+    assert other.bind("default", "p", pod.uid, "n1") == ""
+    assert "dra-claim/" not in w.deliver("p").annotations[KEYS.pod_plan]
+    assert w.used("n1") == [(200, 1), (0, 0)]  # the pod's own share; the claim counts once kube-scheduler writes it
+
+
+class EchoClaims(InMemoryResourceClaims):
+    """Claims whose informer event reaches the service before the write's answer does."""
+
+    service: SchedulerService | None = None
+
+    def allocate(self, *args: object, **kwargs: object) -> ClaimAllocation:
+        stored = super().allocate(*args, **kwargs)  # type: ignore[arg-type]
+        assert self.service is not None
+        self.service.on_claim(stored)
+        return stored
+
+
+def test_an_informer_event_ahead_of_the_writes_answer_counts_the_claim_once() -> None:
+    claims = EchoClaims()
+    w = new_world(claims)
+    claims.service = w.service
+    w.claim("c", DeviceAsk("r", DRA.device_class_gpu))
+    assert w.loop.attempt(w.pod("p", PodClaim("g", claim_name="c")))
+    with w.service.books() as books:
+        assert not books.overbooked
+    assert w.used("n1") == [(1000, 16), (0, 0)]
+
+
+def test_a_pod_with_gpu_init_containers_and_claims_is_refused_before_anything_is_written() -> None:
+    w = new_world()
+    w.claim("c", share("50", "4Gi"))
+    init = ContainerSpec("setup", limits={PROTOCOL.resources.core: "60", PROTOCOL.resources.memory: "1"}, init=True)
+    pod = w.cluster.create_pod(PodObject("", "default", "p", containers=(init, ContainerSpec("main")),
+                                         scheduler_name=PROTOCOL.scheduler_name,
+                                         resource_claims=(PodClaim("g", claim_name="c"),)))
+    w.service.on_pod(pod)
+    assert not w.loop.attempt(pod)
+    assert "init container asking GPU resources" in w.reasons("p")[-1]
+    assert not w.claims.get("default", "c").allocated  # type: ignore[union-attr]
 
 
 def test_a_claim_pod_preempts_the_pod_whose_own_claim_holds_the_gpu_it_needs() -> None:

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from ports.claim_writes import DELETE_PROTECTION, Consumer
-from ports.cluster import ConflictError, NotFoundError
+from ports.cluster import ClusterError, ConflictError, NotFoundError
 
 from .compat import wire_timeout
 from .errors import api_errors
@@ -79,7 +79,7 @@ class KubernetesClaimWrites:
             body = read_json(self._api.read_namespaced_resource_claim(
                 name, namespace, _preload_content=False, _request_timeout=self._timeout), what)
         if not isinstance(body, dict):
-            raise ConflictError(f"{what}: the API server sent no object")
+            raise ClusterError(f"{what}: the API server sent no object")
         return self._keep(body)
 
     def _put(self, obj: dict[str, Any], *, status: bool) -> dict[str, Any]:
@@ -93,7 +93,7 @@ class KubernetesClaimWrites:
             body = read_json(call(name, namespace, payload, _preload_content=False, _request_timeout=self._timeout),
                              what)
         if not isinstance(body, dict):
-            raise ConflictError(f"{what}: the API server sent no object")
+            raise ClusterError(f"{what}: the API server sent no object")
         return self._keep(body)
 
     def _current(self, claim: ClaimAllocation) -> dict[str, Any]:
@@ -118,9 +118,13 @@ class KubernetesClaimWrites:
     def get(self, namespace: str, name: str) -> ClaimAllocation | None:
         """The claim, None when absent. Raises :class:`~ports.cluster.ClusterError`."""
         try:
-            return claim_from_json(self._read(namespace, name))
+            obj = self._read(namespace, name)
         except NotFoundError:
             return None
+        try:
+            return claim_from_json(obj)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ClusterError(f"{self._what(namespace, name)}: unreadable: {error}") from error
 
     def allocate(self, claim: ClaimAllocation, results: Sequence[AllocationResult], *, node: str,
                  consumer: Consumer) -> ClaimAllocation:
@@ -139,7 +143,25 @@ class KubernetesClaimWrites:
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]},
         }
         status["reservedFor"] = [*(status.get("reservedFor") or ()), _consumer_json(consumer)]
-        return claim_from_json(self._put(obj, status=True))
+        try:
+            return claim_from_json(self._put(obj, status=True))
+        except ClusterError:
+            self._drop_finalizer(claim)
+            raise
+
+    def _drop_finalizer(self, claim: ClaimAllocation) -> None:
+        """Take :data:`DELETE_PROTECTION` off an unallocated ``claim`` after a failed allocation; best effort (the
+        resourceclaim controller also removes it from an unallocated claim)."""
+        try:
+            obj = self._read(claim.namespace, claim.name)
+            if (obj.get("status") or {}).get("allocation") or (obj.get("metadata") or {}).get("uid") != claim.uid:
+                return
+            finalizers = list(obj["metadata"].get("finalizers") or ())
+            if DELETE_PROTECTION in finalizers:
+                obj["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION]
+                self._put(obj, status=False)
+        except ClusterError:
+            return
 
     def reserve(self, claim: ClaimAllocation, consumer: Consumer) -> ClaimAllocation:
         """Append ``consumer`` to ``reservedFor`` (:class:`~ports.claim_writes.ClaimWritesApi`)."""

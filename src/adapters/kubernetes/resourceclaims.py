@@ -84,10 +84,11 @@ class KubernetesResourceClaims:
 
     def get(self, namespace: str, name: str) -> ClaimAllocation | None:
         """The claim, None when absent. Raises :class:`ResourceClaimsError`."""
+        what = f"get resourceclaim {namespace[:100]}/{name[:100]}"
         try:
-            with api_errors(f"get resourceclaim {namespace[:100]}/{name[:100]}"):
+            with api_errors(what):
                 claim = read_json(self._api.read_namespaced_resource_claim(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout), "resourceclaim")
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout), what)
         except NotFoundError:
             return None
         except ClusterError as error:

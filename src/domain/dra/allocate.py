@@ -49,7 +49,7 @@ from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants, parse_quantity
-from domain.request import ContainerRequest, PodRequest
+from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.units import MILLI_PER_PERCENT, PERCENT_PER_GPU
 
 ASK_PREFIX = "dra-claim/"
@@ -92,15 +92,31 @@ class ClaimNeed:
 
     def request(self, base: PodRequest) -> PodRequest:
         """``base`` (the pod's own request: its containers, CPU, memory, selector) with the ask containers added.
-        Raises :class:`InvalidRequestError` as :class:`PodRequest` does (a pod mixing MIG with claims)."""
+        Raises :class:`InvalidRequestError` as :class:`PodRequest` does (a pod mixing MIG with claims), and for a
+        pod with init containers asking GPU resources: a claim is held for the pod's whole life, beside its init
+        containers as beside its app containers, which the effective-request rule of one request cannot say."""
         extra = tuple(c for ask in self.asks for c in ask.containers)
-        return attrs.evolve(base, containers=(*base.containers, *extra)) if extra else base
+        if not extra:
+            return base
+        for container in base.containers:
+            if container.init and (container.kind is not GpuKind.NONE or container.wants_mig):
+                raise InvalidRequestError(f"container[{container.name}]", "init container asking GPU resources",
+                                          "a pod whose DRA claims lj-runtimekit's scheduler places cannot have one; "
+                                          "ask the GPU in an app container or through a claim")
+        return attrs.evolve(base, containers=(*base.containers, *extra))
 
-    def pod_part(self, allocation: PodAllocation) -> PodAllocation:
-        """``allocation`` without the ask containers: what the pod's plan annotation carries (the claims' records
-        hold the rest)."""
-        names = self.names
-        return attrs.evolve(allocation, containers=tuple(c for c in allocation.containers if c.container not in names))
+    def expected(self) -> dict[str, frozenset[str]]:
+        """Claim UID → the names of its ask containers, for each claim to allocate: the ledger hands those
+        containers over to the claim's record when it is booked
+        (:meth:`~domain.scheduling.sync.claims.ClaimEvents.expect_claims`)."""
+        return {ask.claim.uid: frozenset(c.name for c in ask.containers) for ask in self.asks}
+
+
+def without_asks(allocation: PodAllocation) -> PodAllocation:
+    """``allocation`` without any claim's ask container (names starting :data:`ASK_PREFIX`): what the pod's plan
+    annotation carries (the claims' records hold the rest)."""
+    kept = tuple(c for c in allocation.containers if not c.container.startswith(ASK_PREFIX))
+    return allocation if len(kept) == len(allocation.containers) else attrs.evolve(allocation, containers=kept)
 
 
 def ask_name(pod_claim: str, request: str) -> str:

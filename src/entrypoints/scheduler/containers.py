@@ -78,15 +78,19 @@ def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> Resourc
     return InMemoryResourceClaims()
 
 
-def claim_writer(claims: ResourceClaimsWatch | None, cluster: ClusterApi) -> ClaimWritesApi | None:
+def claim_writer(claims: ResourceClaimsWatch | None, cluster: ClusterApi,
+                 settings: SchedulerSettings) -> ClaimWritesApi | None:
     """The ResourceClaims the standalone loop allocates (:mod:`services.scheduler.claimcycle`): None when claims
-    are not watched, the in-memory claims themselves in memory, else over the API server's connection."""
+    are not watched, the in-memory claims themselves in memory, else over the API server's connection with the
+    commit's request timeout (:func:`commit_timeout`: a write a deposed replica started ends before the lease
+    another replica could take)."""
     if claims is None:
         return None
     if isinstance(claims, InMemoryResourceClaims):
         return claims
     if isinstance(cluster, KubernetesCluster):
-        return KubernetesClaimWrites(cluster.api_client, request_timeout=cluster.request_timeout)
+        return KubernetesClaimWrites(cluster.api_client,
+                                     request_timeout=min(cluster.request_timeout, commit_timeout(settings)))
     return None
 
 
@@ -151,7 +155,7 @@ class SchedulerContainer(containers.DeclarativeContainer):
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
         commit_cluster=providers.Callable(commit_cluster, cluster, settings),
-        claims=claims, claim_writes=providers.Callable(claim_writer, claims, cluster),
+        claims=claims, claim_writes=providers.Callable(claim_writer, claims, cluster, settings),
         budgets=providers.Callable(disruption_budgets, cluster))
     publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
         make_publisher, cluster, settings, protocol)

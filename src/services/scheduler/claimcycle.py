@@ -1,24 +1,27 @@
-"""DRA claims in the standalone scheduler's cycle: read a pod's ResourceClaims, place them with the pod, write them.
+"""DRA claims in the scheduler's cycle: read a pod's ResourceClaims, place them with the pod, write them.
 
-For a pending pod with ``spec.resourceClaims`` (standalone mode; in extender mode kube-scheduler's DynamicResources
-plugin allocates):
+For a pending pod with ``spec.resourceClaims``:
 
 1. :meth:`ClaimCycle.claim_need` reads each claim (``ports.claim_writes``, outside the lock) and turns them into a
-   :class:`~domain.dra.allocate.ClaimNeed`; a refusal (:mod:`domain.dra.allocate`) is the pod's FailedScheduling
-   reason, and the pod is retried;
+   :class:`~domain.dra.allocate.ClaimNeed`; in standalone mode a refusal (:mod:`domain.dra.allocate`) is the pod's
+   FailedScheduling reason and the pod is retried; in extender mode a refused claim is left out of the choice
+   (kube-scheduler allocates it);
 2. the cycle (:meth:`~.service.SchedulerService.schedule_pod` with ``claims``) places the pod's own containers and
    the claims' asks together, with the pod's policy over the one ledger, restricted to the node of its allocated
-   (shared) claims; the reservation holds all of it;
-3. the commit (:meth:`~.service.SchedulerService.commit` with ``claims``), before the binding: each unallocated claim
-   is allocated (:func:`~domain.dra.allocate.claim_results`) and reserved for the pod, each shared claim reserved
-   for it, every write preconditioned on the resourceVersion read in step 1, so a claim someone changed meanwhile
-   (allocated first, deleted) fails the commit and the pod is retried with the claim read again. Then, under the
-   lock, the written claims are booked as claim records (the informer's event for the same claim changes nothing
-   more) and the pod's reservation shrinks to its own containers, which alone its plan annotation carries: nothing
-   is counted twice;
+   (shared) claims; the reservation holds all of it, and the ledger expects the claims
+   (:meth:`~domain.scheduling.sync.claims.ClaimEvents.expect_claims`): whenever one of them is booked as
+   allocated — from our write's answer or from the informer, whichever comes first, or from kube-scheduler's write
+   in extender mode — its ask containers leave the reservation in the same step, so no GPU is ever counted twice;
+3. standalone commit (:meth:`~.service.SchedulerService.commit` with ``claims``), before the binding: each
+   unallocated claim is allocated (:func:`~domain.dra.allocate.claim_results`) and reserved for the pod, each shared
+   claim not yet reserved for it reserved, each write preconditioned on the resourceVersion read in step 1 (a
+   claim someone changed meanwhile — allocated first, deleted — fails the commit and the pod is retried with the
+   claim read again) and preceded by the leadership check (a deposed replica writes nothing more). The plan
+   annotation carries only the pod's own containers (:func:`~domain.dra.allocate.without_asks`);
 4. when the binding fails, the pod leaves the claims' ``reservedFor`` and the claims this commit allocated are
    deallocated (best effort, logged; kube-controller-manager's resourceclaim controller also deallocates a claim
-   reserved for nobody).
+   reserved for nobody) — except when this replica lost leadership: the claims stay reserved for the pod, and the
+   next leader finds them allocated and binds the pod to their node without writing them again.
 
 Deallocation when the last pod using a claim ends is kube-controller-manager's, as with kube-scheduler; the claim
 informer then releases the record. After a restart the books rebuild from the claims' status and the pods' plans.
@@ -79,39 +82,44 @@ class ClaimCycle(ServiceUpkeep):
         return request, candidates
 
     def _write_claims(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed,
-                      may_write: Callable[[], bool]) -> list[tuple[ClaimAllocation, bool]]:
-        """Step 3: allocate and reserve the claims, then book them and shrink the reservation; returns each claim
-        written, as stored, with whether this commit allocated it. ``may_write`` is asked first (a deposed replica
-        writes nothing: :class:`NotLeaderError`). Raises :class:`CommitError` (naming the pod, node and claim)
-        after rolling back what it wrote."""
+                      written: list[tuple[ClaimAllocation, bool]], may_write: Callable[[], bool]) -> None:
+        """Step 3: allocate and reserve the claims, each write after ``may_write`` said yes (a deposed replica
+        writes nothing more: :class:`NotLeaderError`), appending each claim written, as stored, with whether this
+        commit allocated it, to ``written`` (the caller's, so that it can roll back whatever happened); each is
+        booked at once, which hands its ask containers over from the pod's reservation to the claim's record
+        (:meth:`~domain.scheduling.sync.claims.ClaimEvents.expect_claims`). Raises :class:`CommitError` naming the
+        pod, node and claim."""
         api = self.claim_writes
         if api is None:
             raise CommitError(f"pod {pod.key}: {NO_WRITER}")
-        if not may_write():
-            raise NotLeaderError(f"pod {pod.key}: this replica lost leadership before allocating its claims")
         with self._lock:
             gpus = self.sync.ledger.inventory(allocation.node).gpus
         consumer = Consumer(pod.name, pod.uid)
-        written: list[tuple[ClaimAllocation, bool]] = []
         try:
             for ask in claims.asks:
                 results = claim_results(ask, allocation, gpus, self.protocol, _share_id)
+                self._may_write_claim(pod, may_write)
                 written.append((api.allocate(ask.claim, results, node=allocation.node, consumer=consumer), True))
+                self._book_written(written[-1][0])
             for claim in claims.shared:
                 if pod.uid not in claim.reserved_for:
+                    self._may_write_claim(pod, may_write)
                     written.append((api.reserve(claim, consumer), False))
+                    self._book_written(written[-1][0])
         except (ClusterError, ClaimRefusedError) as error:
-            self._unwrite_claims(pod, written)
             raise CommitError(f"pod {pod.key}: ResourceClaims not allocated on node {allocation.node}: {error}"
                               ) from error
-        with self._lock:
-            self.sync.forget(pod.uid)
-            for claim, _ in written:
-                self.sync.on_claim(claim)
-            self.sync.assume(claims.pod_part(allocation))
         log.info("claims allocated", extra=fields(pod=pod.key, node=allocation.node,
                                                   claims=[c.key for c, _ in written]))
-        return written
+
+    @staticmethod
+    def _may_write_claim(pod: PodObject, may_write: Callable[[], bool]) -> None:
+        if not may_write():
+            raise NotLeaderError(f"pod {pod.key}: this replica lost leadership while allocating its claims")
+
+    def _book_written(self, claim: ClaimAllocation) -> None:
+        with self._lock:
+            self.sync.on_claim(claim)
 
     def _unwrite_claims(self, pod: PodObject, written: list[tuple[ClaimAllocation, bool]]) -> None:
         """Step 4: take ``pod`` out of the claims' ``reservedFor``, deallocating those it allocated. Never raises:

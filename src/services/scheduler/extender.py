@@ -73,7 +73,7 @@ class Extender:
     def filter(self, pod: PodObject, names: Sequence[str]) -> FilterResult:
         """At most one of the candidate ``names`` passes (module docstring); scheduling problems come back in
         :attr:`FilterResult.failed` and :attr:`FilterResult.error`, never raised."""
-        claims = self._claims(pod)
+        claims = self._claims(pod) if self.service.serving else None  # a standby answers with an error anyway
         decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods, claims=claims)
         if decision.error:
             return FilterResult((), {}, decision.error)
@@ -126,11 +126,11 @@ class Extender:
         pod, claims = self._pods.pop(uid, (None, None)) if uid else (None, None)
         if pod is None or (pod.namespace, pod.name) != (namespace, name):
             pod = service.cluster.get_pod(namespace, name)
-            claims = self._claims(pod)
         if uid and pod.uid != uid:
             raise CommitError(f"pod {namespace}/{name} has UID {pod.uid}, not {uid}")
         held = service.reservation(pod.uid)
-        if held is None or held.node != node:
+        if held is None or held.node != node:  # decide again, with the claims as they are now
+            claims = self._claims(pod)
             result = service.schedule_pod(pod, candidates=[node], claims=claims)
             if result.allocation is None:
                 raise CommitError(f"pod {namespace}/{name} does not fit node {node}: {result.reason}")

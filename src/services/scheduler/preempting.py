@@ -21,14 +21,14 @@ from domain.scheduling.preemption.victims import Victims
 from ports.cluster import ClusterError
 from services._shared.logs import fields
 
-from .claimcycle import ClaimCycle
 from .nominations import plan_preemption
 from .preemption import NodeVictims, minimise
+from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
 
 
-class PreemptionEntries(ClaimCycle):
+class PreemptionEntries(ServiceUpkeep):
     """Preemption for :class:`~.service.SchedulerService` (module docstring)."""
 
     def preempt(self, pod: PodObject, proposals: Mapping[str, NodeVictims]) -> dict[str, NodeVictims]:

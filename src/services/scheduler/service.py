@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 import attrs
 
 from domain.allocation import PodAllocation
-from domain.dra.allocate import ClaimNeed
+from domain.dra.allocate import ClaimNeed, without_asks
 from domain.dra.claims import ClaimAllocation
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
@@ -37,6 +37,7 @@ from domain.scheduling.mig.cycle import mig_reasons
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
+from .claimcycle import ClaimCycle
 from .commit import CommitError, NotLeaderError, write_plan_and_bind
 from .decision import NOT_SERVING, UNKNOWN_NODE, Decision
 from .listing import StaleListingError, drift_count
@@ -50,7 +51,7 @@ __all__ = ["CommitError", "NotLeaderError", "SchedulerCluster", "SchedulerServic
            "StaleListingError", "drift_count"]
 
 
-class SchedulerService(PreemptionEntries):
+class SchedulerService(PreemptionEntries, ClaimCycle):
     """Ledger, schedulers and commits of one scheduler replica (module docstring).
 
     ``clock`` returns epoch seconds (inventory heartbeats are epoch times); ``is_leader`` says whether this
@@ -226,6 +227,8 @@ class SchedulerService(PreemptionEntries):
             result = self._respect_holds(scheduler, pod, result, offered, request)
             if result.allocation is not None:
                 self._reservations.made(pod.uid)
+                if claims is not None:
+                    self.sync.expect_claims(pod.uid, claims.expected())
                 nomination = self.nominations.get(pod.uid)
                 if nomination is not None and nomination.node != result.allocation.node:
                     self.nominations.end(pod.uid)  # placed elsewhere: the hold on its old node is stale
@@ -299,8 +302,7 @@ class SchedulerService(PreemptionEntries):
                 gpus = self.sync.ledger.inventory(allocation.node).gpus
                 mig_plans = () if mig is None else mig_container_plans(
                     request, mig, gpus, self.sync.books.instance_ids(allocation.node))
-                own = allocation if claims is None else claims.pod_part(allocation)
-                plan = encode_plan(own, gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
+                plan = encode_plan(without_asks(allocation), gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
             except Exception as error:  # nothing is written yet: release and fail
                 self.release(uid)
                 self.metrics.decision(scheduled=False, reason="bind-failed")
@@ -311,21 +313,22 @@ class SchedulerService(PreemptionEntries):
                 raise CommitError(f"pod {pod.key}: {why}: {error}") from error
             term = self._terms.number
             self._reservations.start_commit(uid)
-        bound, written = False, []
+        bound, deposed, written = False, False, list[tuple[ClaimAllocation, bool]]()
         try:
             if claims is not None and write_claims:
-                written = self._write_claims(pod, allocation, claims, lambda: self._may_write(term))
+                self._write_claims(pod, allocation, claims, written, lambda: self._may_write(term))
             write_plan_and_bind(self.commit_cluster, pod, node=allocation.node, key=key, plan=plan,
                                 writer=self.protocol.scheduler_name, may_write=lambda: self._may_write(term))
             bound = True
         except CommitError as error:
+            deposed = isinstance(error, NotLeaderError)  # its claims stay reserved: the next leader uses them
             log.warning("commit failed", extra=fields(pod=pod.key, node=allocation.node, error=str(error)))
             raise
         except Exception as error:  # write_plan_and_bind wraps everything; this is the last line of defence
             log.exception("commit failed", extra=fields(pod=pod.key, node=allocation.node))
             raise CommitError(f"pod {pod.key}: binding to node {allocation.node} failed: {error!r}") from error
         finally:
-            if written and not bound:
+            if written and not bound and not deposed:
                 self._unwrite_claims(pod, written)
             with self._lock:
                 self._reservations.end_commit(uid, bound=bound)

@@ -41,7 +41,7 @@ from collections.abc import Collection, Mapping, Sequence
 import attrs
 import numpy as np
 
-from domain.allocation import PodAllocation
+from domain.allocation import PodAllocation, add_usage
 from domain.errors import UnknownNodeError
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
@@ -177,9 +177,7 @@ def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Col
         record = ledger.record(uid)
         assert record is not None
         gpus = record.per_gpu_usage()
-        for index, (core, memory) in held.get(uid, {}).items():
-            old_core, old_memory = gpus.get(index, (0, 0))
-            gpus[index] = (old_core + core, old_memory + memory)
+        add_usage(gpus, held.get(uid, {}))
         usage[uid] = (gpus, record.cpu_milli, record.memory_bytes)
     return _Node(
         core_used=ledger.core_used[slot, :count].copy(), mem_used=ledger.mem_used[slot, :count].copy(),

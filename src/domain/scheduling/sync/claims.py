@@ -24,8 +24,11 @@ Not thread-safe: the caller serialises events (as for :class:`~domain.scheduling
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+import attrs
+
+from domain.allocation import add_usage
 from domain.dra.booking import CLAIM_RECORD_PREFIX, book_on_node, claim_record_uid, is_claim_record, node_results
 from domain.dra.claims import ClaimAllocation
 from domain.kube.protocol import ProtocolConstants
@@ -46,6 +49,7 @@ class ClaimEvents(LedgerEvents):
                          mig_mode=mig_mode, hold_window_seconds=hold_window_seconds)
         self._claims: dict[str, ClaimAllocation] = {}  # claim UID → last object holding devices of ours
         self._claim_uid_by_key: dict[str, str] = {}
+        self._expected: dict[str, tuple[str, frozenset[str]]] = {}  # claim UID → (pod UID, its ask containers)
         self.claim_problems: dict[str, str] = {}
 
     def _label(self, uid: str) -> str:
@@ -69,16 +73,41 @@ class ClaimEvents(LedgerEvents):
             record = self.ledger.record(claim_record_uid(uid))
             if len(claim.reserved_for) != 1 or record is None or record.node != node:
                 continue
-            gpus = out.setdefault(claim.reserved_for[0], {})
-            for index, (core, memory) in record.per_gpu_usage().items():
-                old_core, old_memory = gpus.get(index, (0, 0))
-                gpus[index] = (old_core + core, old_memory + memory)
+            add_usage(out.setdefault(claim.reserved_for[0], {}), record.per_gpu_usage())
         return out
 
     def holds_claim(self, claim_uid: str) -> bool:
         """True while the claim with UID ``claim_uid`` holds devices of our driver (is in the books or waits for
         its node)."""
         return claim_uid in self._claims
+
+    def expect_claims(self, pod_uid: str, asks: Mapping[str, frozenset[str]]) -> None:
+        """Pending pod ``pod_uid``'s reservation holds, as ask containers, what the claims of ``asks`` (claim UID →
+        container names) will hold once allocated (:mod:`domain.dra.allocate`): when such a claim is booked, by our
+        own write or kube-scheduler's, those containers leave the reservation in the same event, so the GPUs are
+        never counted twice."""
+        for claim_uid, names in asks.items():
+            self._expected[claim_uid] = (pod_uid, names)
+
+    def forget_expected(self, pod_uid: str) -> None:
+        """Drop what :meth:`expect_claims` recorded for ``pod_uid`` (its reservation is gone)."""
+        for claim_uid in [c for c, (uid, _) in self._expected.items() if uid == pod_uid]:
+            del self._expected[claim_uid]
+
+    def _hand_over(self, claim_uid: str) -> None:
+        """The expected claim ``claim_uid`` is being booked: its ask containers leave the pod's reservation."""
+        entry = self._expected.pop(claim_uid, None)
+        held = None if entry is None else self._assumed.get(entry[0])
+        if entry is None or held is None:
+            return
+        allocation, at = held
+        kept = tuple(c for c in allocation.containers if c.container not in entry[1])
+        if len(kept) == len(allocation.containers):
+            return
+        reduced = attrs.evolve(allocation, containers=kept)
+        self.ledger.release(allocation.pod_uid)
+        self.ledger.reserve(reduced)  # a part of what was reserved: it fits
+        self._assumed[allocation.pod_uid] = (reduced, at)
 
     @checks_books
     def on_claim(self, claim: ClaimAllocation) -> None:
@@ -97,6 +126,7 @@ class ClaimEvents(LedgerEvents):
             return
         if old is not None:
             self._drop_claim(claim.uid)
+        self._hand_over(claim.uid)
         self._claims[claim.uid] = claim
         self._claim_uid_by_key[claim.key] = claim.uid
         for node in node_results(claim, self.protocol.dra.driver):

@@ -69,6 +69,7 @@ class LedgerSync(ClaimEvents):
         """Roll back our reservation of ``uid`` (bind failed, B06); idempotent; returns True if one existed. A pod
         already seen bound stays counted from its object."""
         entry = self._assumed.pop(uid, None)
+        self.forget_expected(uid)
         mig = self.books.forget(uid)
         if uid in self._pods:
             if mig is not None:
