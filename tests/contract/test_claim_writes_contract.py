@@ -13,8 +13,10 @@ Behaviours covered:
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 import pytest
@@ -38,6 +40,8 @@ class WritesUnderTest:
     create: Callable[[str], ClaimAllocation]
     finalizers: Callable[[str], set[str]]
     delete: Callable[[str], None]
+    status: Callable[[str], dict[str, Any] | None] = lambda name: None
+    """The stored ``status`` as the API server serves it (None in memory: no wire form)."""
 
 
 def _memory() -> WritesUnderTest:
@@ -86,8 +90,12 @@ def writes(request: pytest.FixtureRequest) -> Iterator[WritesUnderTest]:
         api.patch_namespaced_resource_claim(name, NAMESPACE, {"metadata": {"finalizers": None}})
         api.delete_namespaced_resource_claim(name, NAMESPACE)
 
+    def status(name: str) -> dict[str, Any] | None:
+        raw = api.read_namespaced_resource_claim(name, NAMESPACE, _preload_content=False)
+        return dict(json.loads(raw.data)["status"])
+
     try:
-        yield WritesUnderTest(port, create, finalizers, delete)
+        yield WritesUnderTest(port, create, finalizers, delete, status)
     finally:
         for name in made:
             if port.get(NAMESPACE, name) is not None:
@@ -119,6 +127,14 @@ def test_allocate_stores_results_reservation_and_finalizer(writes: WritesUnderTe
     assert stored.resource_version != claim.resource_version
     assert writes.api.get(NAMESPACE, name) == stored
     assert DELETE_PROTECTION in writes.finalizers(name)
+    wire = writes.status(name)
+    if wire is not None:  # what the kubelet and the driver read: kube-scheduler's shape
+        assert wire["allocation"]["nodeSelector"] == {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}
+        assert wire["allocation"]["devices"]["results"] == [{
+            "request": "r", "driver": DRIVER, "pool": "node-a", "device": "gpu-1",
+            "consumedCapacity": {"cores": "30", "memory": "4Gi"}, "shareID": result.share_id}]
+        assert wire["reservedFor"] == [{"resource": "pods", "name": POD_A.name, "uid": POD_A.uid}]
 
 
 def test_a_changed_allocated_or_gone_claim_is_refused_and_left_as_it_was(writes: WritesUnderTest) -> None:
