@@ -11,7 +11,6 @@ import pytest
 
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.prometheus import PrometheusSchedulerMetrics
-from domain.dra.allocate import without_asks
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.kube.objects import ClusterEvent, ContainerSpec, PodClaim, PodObject
 from domain.units import GiB
@@ -325,3 +324,16 @@ def test_a_claim_pod_preempts_the_pod_whose_own_claim_holds_the_gpu_it_needs() -
     w.service.on_claim(freed)
     assert w.loop.attempt(high)
     assert w.deliver("high").node_name == "n1"
+
+
+def test_claims_the_informer_showed_are_placed_without_reading_the_api() -> None:
+    class NoReads(InMemoryResourceClaims):
+        def get(self, namespace: str, name: str) -> ClaimAllocation | None:
+            raise AssertionError(f"read {namespace}/{name}")
+
+    claims = NoReads()
+    w = new_world(claims)
+    w.service.on_claim(w.claim("c", share()))  # the informer's event
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert w.loop.attempt(pod)
+    assert w.claims.list_claims().items[0].reserved_for == (pod.uid,)

@@ -2,10 +2,11 @@
 
 For a pending pod with ``spec.resourceClaims``:
 
-1. :meth:`ClaimCycle.claim_need` reads each claim (``ports.claim_writes``, outside the lock) and turns them into a
-   :class:`~domain.dra.allocate.ClaimNeed`; in standalone mode a refusal (:mod:`domain.dra.allocate`) is the pod's
-   FailedScheduling reason and the pod is retried; in extender mode a refused claim is left out of the choice
-   (kube-scheduler allocates it);
+1. :meth:`ClaimCycle.claim_need` takes each claim as the claim informer last showed it
+   (:meth:`~domain.scheduling.sync.claims.ClaimEvents.seen_claim`), reading from the API (``ports.claim_writes``,
+   outside the lock) only one it has not shown yet, and turns them into a :class:`~domain.dra.allocate.ClaimNeed`;
+   in standalone mode a refusal (:mod:`domain.dra.allocate`) is the pod's FailedScheduling reason and the pod is
+   retried; in extender mode a refused claim is left out of the choice (kube-scheduler allocates it);
 2. the cycle (:meth:`~.service.SchedulerService.schedule_pod` with ``claims``) places the pod's own containers and
    the claims' asks together, with the pod's policy over the one ledger, restricted to the node of its allocated
    (shared) claims; the reservation holds all of it, and the ledger expects the claims
@@ -59,13 +60,16 @@ class ClaimCycle(ServiceUpkeep):
     """Steps 1, 3 and 4 of the module docstring for :class:`~.service.SchedulerService`."""
 
     def claim_need(self, pod: PodObject) -> ClaimNeed | str:
-        """What ``pod``'s claims ask (step 1), or why they cannot be used now. API reads; call outside the lock.
+        """What ``pod``'s claims ask (step 1), or why they cannot be used now. May read the API; call outside the lock.
         Never raises for bad claim content or a failed read (both are the reason returned)."""
         if self.claim_writes is None:
             return NO_WRITER
         try:
-            names = claim_names(pod)
-            claims = {name: self.claim_writes.get(pod.namespace, name) for _, name in names}
+            names = [name for _, name in claim_names(pod)]
+            with self._lock:
+                claims = {name: self.sync.seen_claim(pod.namespace, name) for name in names}
+            for name in [n for n, claim in claims.items() if claim is None]:  # not seen by the informer yet
+                claims[name] = self.claim_writes.get(pod.namespace, name)
             return claim_need(pod, claims, self.protocol)
         except ClaimRefusedError as error:
             return str(error)

@@ -50,6 +50,7 @@ class ClaimEvents(LedgerEvents):
         self._claims: dict[str, ClaimAllocation] = {}  # claim UID → last object holding devices of ours
         self._claim_uid_by_key: dict[str, str] = {}
         self._expected: dict[str, tuple[str, frozenset[str]]] = {}  # claim UID → (pod UID, its ask containers)
+        self._seen: dict[str, ClaimAllocation] = {}  # namespace/name → the last object seen, whatever its driver
         self.claim_problems: dict[str, str] = {}
 
     def _label(self, uid: str) -> str:
@@ -75,6 +76,12 @@ class ClaimEvents(LedgerEvents):
                 continue
             add_usage(out.setdefault(claim.reserved_for[0], {}), record.per_gpu_usage())
         return out
+
+    def seen_claim(self, namespace: str, name: str) -> ClaimAllocation | None:
+        """The claim ``namespace/name`` as last seen (any claim, allocated or not, any driver), None when none is
+        known: what the scheduler places a pod's claims from before asking the API (:mod:`domain.dra.allocate`; a
+        version behind only fails the write that follows, which is preconditioned on it)."""
+        return self._seen.get(f"{namespace}/{name}")
 
     def holds_claim(self, claim_uid: str) -> bool:
         """True while the claim with UID ``claim_uid`` holds devices of our driver (is in the books or waits for
@@ -113,6 +120,7 @@ class ClaimEvents(LedgerEvents):
     def on_claim(self, claim: ClaimAllocation) -> None:
         """Claim added or updated: book what its allocation holds of our driver, release what it no longer holds;
         idempotent. A new UID under a known ``namespace/name`` releases the old one first."""
+        self._seen[claim.key] = claim
         previous = self._claim_uid_by_key.get(claim.key)
         if previous is not None and previous != claim.uid:
             self._drop_claim(previous)
@@ -137,6 +145,9 @@ class ClaimEvents(LedgerEvents):
     @checks_books
     def on_claim_deleted(self, claim: ClaimAllocation) -> bool:
         """Claim deleted: release what it held; returns True when it was booked."""
+        seen = self._seen.get(claim.key)
+        if seen is not None and seen.uid == claim.uid:
+            del self._seen[claim.key]
         if self._claim_uid_by_key.get(claim.key) == claim.uid:
             del self._claim_uid_by_key[claim.key]
         return self._drop_claim(claim.uid)

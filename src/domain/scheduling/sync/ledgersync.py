@@ -352,7 +352,7 @@ class LedgerSync(ClaimEvents):
         self._last_good = fresh._last_good
         self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
         self._assumed = fresh._assumed
-        self._claims, self._claim_uid_by_key = fresh._claims, fresh._claim_uid_by_key
+        self._claims, self._claim_uid_by_key, self._seen = fresh._claims, fresh._claim_uid_by_key, fresh._seen
         self.claim_problems = fresh.claim_problems
         self.holds.adopt(fresh.holds, keep=self._assumed)
         self.books.adopt(fresh.books)
