@@ -11,33 +11,22 @@ The listener is the shared webhook listener (``entrypoints._shared.webhook``: th
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 
 import attrs
 
 from entrypoints._shared.webhook import WebhookApp, WebhookEndpoint
+from entrypoints._shared.webhookcli import WebhookSettings
 from services.claim_migrate.migrator import ClaimMigrator
 
 from .review import review
 
 WEBHOOK_PATH = "/mutate"
 """The path the MutatingWebhookConfiguration posts to."""
-DEFAULT_LISTEN = "0.0.0.0:8443"
 
 
 @attrs.frozen
-class ClaimMigrateSettings:
-    """Settings of ``ljrk claim-migrate`` (flags in ``__main__``): ``host``/``port`` of ``--listen``,
-    ``tls_cert``/``tls_key`` (PEM files), ``kubeconfig`` (None: in-cluster), ``protocol_file`` (None: built-in
-    constants), ``log_level``."""
-
-    tls_cert: Path
-    tls_key: Path
-    host: str = "0.0.0.0"
-    port: int = 8443
-    kubeconfig: Path | None = None
-    protocol_file: Path | None = None
-    log_level: str = "INFO"
+class ClaimMigrateSettings(WebhookSettings):
+    """Settings of ``ljrk claim-migrate`` (flags in ``__main__``): the webhook's, nothing more."""
 
 
 class ClaimMigrateEndpoint(WebhookEndpoint):

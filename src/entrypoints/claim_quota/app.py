@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import ssl
-from pathlib import Path
 
 import attrs
 
 from entrypoints._shared.command import SettingsError
 from entrypoints._shared.webhook import WebhookApp, WebhookEndpoint
+from entrypoints._shared.webhookcli import WebhookSettings
 from services.claim_quota.gate import PENDING_TTL_S, ClaimQuotaGate
 
 from .review import review
@@ -26,22 +26,14 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/validate"
 """The path the ValidatingWebhookConfiguration posts to."""
-DEFAULT_LISTEN = "0.0.0.0:8443"
 
 
 @attrs.frozen
-class ClaimQuotaSettings:
-    """Validated settings of ``ljrk claim-quota`` (flags in ``__main__``): ``host``/``port`` of ``--listen``,
-    ``tls_cert``/``tls_key`` (PEM files), ``pending_ttl_s`` (seconds an approved allocation counts before a list
-    shows it, > 0). Raises :class:`SettingsError` naming the flag."""
+class ClaimQuotaSettings(WebhookSettings):
+    """Validated settings of ``ljrk claim-quota`` (flags in ``__main__``): the webhook's (``WebhookSettings``) and
+    ``pending_ttl_s`` (seconds an approved allocation counts before a list shows it, > 0). Raises
+    :class:`SettingsError` naming the flag."""
 
-    tls_cert: Path
-    tls_key: Path
-    host: str = "0.0.0.0"
-    port: int = 8443
-    kubeconfig: Path | None = None
-    protocol_file: Path | None = None
-    log_level: str = "INFO"
     pending_ttl_s: float = PENDING_TTL_S
 
     def __attrs_post_init__(self) -> None:
