@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from claim_quota_tls import get as _get
-from claim_quota_tls import post as _post
-from claim_quota_tls import webhook_pki
+from webhook_support import get as _get
+from webhook_support import post as _post
+from webhook_support import webhook_pki
 
 from adapters.memory.claim_templates import InMemoryClaimTemplates
 from domain.kube.protocol import ProtocolConstants
