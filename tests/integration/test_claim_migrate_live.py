@@ -24,7 +24,6 @@ Behaviours covered (namespaces labelled ``dra.claim-migrate=enabled`` unless sai
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -32,15 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from k8s_harness import ControlPlane, start_control_plane
-from webhook_support import account_kubeconfig, gpu_devices, serving, webhook_pki
+from webhook_support import account_kubeconfig, dra_node, register_webhook, serving, webhook_pki
 from webhook_support import get as _get
 
 from adapters.protocolfile import load_protocol
-from domain.dra.slices import ResourceSlice, SliceContent
 from entrypoints.claim_migrate.__main__ import main
-from support.k8s_nodes import make_schedulable
 from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,24 +80,9 @@ def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iterator[Any]:
     """A client, with our driver's slice for :data:`NODE`, the DeviceClasses and the webhook configuration."""
-    from kubernetes import client
-
-    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
-
     api_client = plane.api_client()
-    core = client.CoreV1Api(api_client)
-    core.create_node({"metadata": {"name": NODE}})
-    make_schedulable(core, NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})
-    for document in yaml.safe_load_all((REPO / "deploy" / "dra" / "04-deviceclasses.yaml").read_text()):
-        if document:
-            client.ResourceV1Api(api_client).create_device_class(document)
-    KubernetesResourceSlices(api_client).create_resource_slice(
-        ResourceSlice(f"{NODE}-gpus", DRA.driver, NODE, 1, 1, SliceContent(gpu_devices())))
-    configuration = yaml.safe_load((REPO / "deploy" / "claim-migrate" / "05-webhook.yaml").read_text())
-    bundle = base64.b64encode(pki[0].read_bytes()).decode()
-    for hook in configuration["webhooks"]:
-        hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook}/mutate", "caBundle": bundle}
-    client.AdmissionregistrationV1Api(api_client).create_mutating_webhook_configuration(configuration)
+    dra_node(api_client, NODE, DRA.driver)
+    register_webhook(api_client, "claim-migrate", f"https://127.0.0.1:{webhook}/mutate", pki[0])
     try:
         yield api_client
     finally:

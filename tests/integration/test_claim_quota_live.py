@@ -28,7 +28,6 @@ Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.cla
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -36,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from k8s_harness import ControlPlane, start_control_plane
-from webhook_support import account_kubeconfig, gpu_devices, serving, webhook_pki
+from webhook_support import account_kubeconfig, dra_node, gpu_devices, register_webhook, serving, webhook_pki
 from webhook_support import get as _get
 
 from adapters.protocolfile import load_protocol
@@ -83,24 +81,9 @@ def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iterator[Any]:
     """A client, with our driver's slice for :data:`NODE` and the webhook configuration of deploy/ registered."""
-    from kubernetes import client
-
-    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
-
     api_client = plane.api_client()
-    core = client.CoreV1Api(api_client)
-    core.create_node({"metadata": {"name": NODE}})
-    make_schedulable(core, NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})
-    for document in yaml.safe_load_all((REPO / "deploy" / "dra" / "04-deviceclasses.yaml").read_text()):
-        if document:
-            client.ResourceV1Api(api_client).create_device_class(document)
-    KubernetesResourceSlices(api_client).create_resource_slice(
-        ResourceSlice(f"{NODE}-gpus", DRIVER, NODE, 1, 1, SliceContent(gpu_devices())))
-    configuration = yaml.safe_load((REPO / "deploy" / "claim-quota" / "05-webhook.yaml").read_text())
-    bundle = base64.b64encode(pki[0].read_bytes()).decode()
-    for hook in configuration["webhooks"]:
-        hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook}/validate", "caBundle": bundle}
-    client.AdmissionregistrationV1Api(api_client).create_validating_webhook_configuration(configuration)
+    dra_node(api_client, NODE, DRIVER)
+    register_webhook(api_client, "claim-quota", f"https://127.0.0.1:{webhook}/validate", pki[0])
     try:
         yield api_client
     finally:

@@ -6,6 +6,7 @@ webhook served in-process on a loopback port (:func:`serving`) and the GPUs our 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ssl
 import subprocess
@@ -15,11 +16,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from k8s_harness import ControlPlane, free_ports, make_pki, write_kubeconfig
 
-from domain.dra.slices import Capacity, Device, RequestPolicy
+from domain.dra.slices import Capacity, Device, RequestPolicy, ResourceSlice, SliceContent
+from support.k8s_nodes import make_schedulable
 from support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,3 +109,36 @@ def gpu_devices(count: int = 4) -> tuple[Device, ...]:
     return tuple(Device(f"gpu-{i}", attributes={"type": "gpu"},
                         capacity={"cores": Capacity(100, cores), "memory": Capacity(40 * GI, memory)},
                         allow_multiple_allocations=True) for i in range(count))
+
+
+def dra_node(api_client: Any, node: str, driver: str) -> None:
+    """Node ``node`` without kubelet, schedulable, with ``driver``'s slice of :func:`gpu_devices`, and the shipped
+    DeviceClasses (``deploy/dra/04-deviceclasses.yaml``)."""
+    from kubernetes import client
+
+    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
+
+    core = client.CoreV1Api(api_client)
+    core.create_node({"metadata": {"name": node}})
+    make_schedulable(core, node, {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    for document in yaml.safe_load_all((REPO / "deploy" / "dra" / "04-deviceclasses.yaml").read_text()):
+        if document:
+            client.ResourceV1Api(api_client).create_device_class(document)
+    KubernetesResourceSlices(api_client).create_resource_slice(
+        ResourceSlice(f"{node}-gpus", driver, node, 1, 1, SliceContent(gpu_devices())))
+
+
+def register_webhook(api_client: Any, component: str, url: str, ca: Path) -> None:
+    """Create ``deploy/<component>/05-webhook.yaml``'s webhook configuration (validating or mutating) with every
+    webhook's ``clientConfig`` pointing at ``url``, trusting ``ca``."""
+    from kubernetes import client
+
+    configuration = yaml.safe_load((REPO / "deploy" / component / "05-webhook.yaml").read_text())
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    for hook in configuration["webhooks"]:
+        hook["clientConfig"] = {"url": url, "caBundle": bundle}
+    admission = client.AdmissionregistrationV1Api(api_client)
+    if configuration["kind"] == "MutatingWebhookConfiguration":
+        admission.create_mutating_webhook_configuration(configuration)
+    else:
+        admission.create_validating_webhook_configuration(configuration)

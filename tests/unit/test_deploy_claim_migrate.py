@@ -15,42 +15,26 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from adapters.protocolfile import load_protocol
 from domain.kube.translate import mig_stem
 from entrypoints.claim_migrate.__main__ import CLI
-from support.manifests import kustomize, one, render
+from support.manifests import deployment_settings, grants, kustomize, one, render
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PROTOCOL = load_protocol(DEPLOY / "protocol.yaml")
 
 
-
-
-
-
 def _objects() -> list[dict[str, Any]]:
     return kustomize(DEPLOY / "claim-migrate")
 
 
-
-
 def test_rbac_grants_exactly_what_the_webhook_calls() -> None:
-    objects = _objects()
-    role = one(objects, "ClusterRole")
-    rules = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-             for resource in rule["resources"] for verb in rule["verbs"]}
+    rules = grants(_objects(), "lj-runtimekit-claim-migrate")
     assert rules == {("resource.k8s.io", "resourceclaimtemplates", "create")}
-    binding = one(objects, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lj-runtimekit-claim-migrate",
-                                    "namespace": "kube-system"}]
-    deployment = one(objects, "Deployment")
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "lj-runtimekit-claim-migrate"
 
 
 def test_webhook_configuration_mutates_classic_gpu_pods_of_opted_in_namespaces() -> None:
@@ -83,11 +67,8 @@ def test_configmap_and_deployment_arguments() -> None:
     assert config["data"]["protocol.yaml"] == (DEPLOY / "protocol.yaml").read_text()
     deployment = one(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    settings, container = deployment_settings(objects, CLI)
     assert container["command"] == ["ljrk", "claim-migrate"]
-    values = {e["name"]: config["data"][e["valueFrom"]["configMapKeyRef"]["key"]] for e in container["env"]}
-    argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
-    settings = CLI.settings_from(CLI.parser().parse_args(argv))
     (port,) = container["ports"]
     assert (settings.host, settings.port) == ("0.0.0.0", port["containerPort"])
     assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == port["name"]
