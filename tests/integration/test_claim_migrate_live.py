@@ -36,6 +36,7 @@ from webhook_support import account_kubeconfig, dra_node, register_webhook, serv
 from webhook_support import get as _get
 
 from adapters.protocolfile import load_protocol
+from domain.kube.protocol import parse_quantity
 from entrypoints.claim_migrate.__main__ import main
 from support.polling import eventually
 
@@ -163,7 +164,8 @@ def test_a_share_pod_is_migrated_and_placed_by_the_dra_allocator(ready: Any) -> 
     claim = eventually(lambda: team.allocated_claim("share"), timeout=60, what="the migrated pod's claim allocated")
     (result,) = claim.status.allocation.devices.results
     assert (result.driver, result.pool) == (DRA.driver, NODE)
-    assert result.consumed_capacity == {"cores": "30", "memory": "4Gi"}
+    consumed = {k: parse_quantity(k, str(v)) for k, v in result.consumed_capacity.items()}
+    assert consumed == {"cores": 30, "memory": 4 * GI}  # the allocator writes memory in bytes
     eventually(lambda: team.core.read_namespaced_pod("share", team.name).spec.node_name == NODE, timeout=60,
                what="the migrated pod bound")
 
