@@ -4,7 +4,7 @@ shared control plane).
 
 Behaviours covered:
 - ``create_template`` creates the template of a shape (True), answers False for one of that name that exists, and
-  creates the same shape in another namespace again;
+  creates the same shape in another namespace again; ``read_template`` reads the shape back, None when absent;
 - a namespace that does not exist is a ClusterError (in memory: never, namespaces are not modelled; skipped there).
 """
 
@@ -85,6 +85,8 @@ def test_create_then_exists_then_another_namespace(templates: TemplatesUnderTest
         "deviceClassName": "gpu-share.lj-runtimekit.io", "allocationMode": "ExactCount", "count": 1,
         "capacity": {"requests": {"cores": "30", "memory": "4Gi"}}}}
     assert templates.stored(first, "absent") is None
+    assert templates.api.read_template(first, SHARE.template_name) == SHARE
+    assert templates.api.read_template(first, "absent") is None
 
 
 def test_a_missing_namespace_is_a_cluster_error(templates: TemplatesUnderTest) -> None:

@@ -16,7 +16,8 @@ Behaviours covered (namespaces labelled ``dra.claim-migrate=enabled`` unless sai
   and the claim the controller made from the template is allocated one device consuming exactly 30 cores and
   4Gi (what the classic path books: 300 milli-GPU, 4 GiB on one GPU);
 - ``gpu: 2`` becomes two whole devices of one node;
-- a refused pod (core without memory) is not created; kube-apiserver returns the webhook's message;
+- a refused pod (core without memory, MIG) is not created; kube-apiserver returns the webhook's message; so is one
+  whose template exists asking another shape;
 - a dry run is mutated the same way and creates no template (sideEffects NoneOnDryRun);
 - a pod in a namespace not opted in is stored unchanged; a pod asking no classic resource in an opted-in one is
   never sent to the webhook (matchConditions: its review count does not move).
@@ -190,6 +191,13 @@ def test_a_refused_pod_gets_the_message(ready: Any) -> None:
     message = team.refused("mig", {"alibabacloud.com/mig-1g.10gb": "1"})
     assert "ask a ResourceClaim of DeviceClass mig-1g-10gb.lj-runtimekit.io (count 1) instead" in message
     assert team.templates() == {}
+    team.resource.create_namespaced_resource_claim_template(team.name, {  # made by hand, asking another class
+        "metadata": {"name": "ljrk-migrate-gpu-1"}, "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": DRA.device_class_share}}]}}}})
+    message = team.refused("stale", {GPU: "1"})
+    assert (f"ResourceClaimTemplate {team.name}/ljrk-migrate-gpu-1 exists but does not ask class "
+            f"{DRA.device_class_gpu}, 1 device (it asks class {DRA.device_class_share}, 1 device); "
+            "delete it") in message
 
 
 def test_a_dry_run_creates_no_template(ready: Any) -> None:

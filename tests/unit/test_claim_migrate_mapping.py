@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from domain.dra.migrate import ClaimShape, MigrationRefusedError, PodFacts, plan_migration, quantity
+from domain.dra.migrate import ClaimShape, MigrationRefusedError, PodFacts, describe, plan_migration, quantity
 from domain.errors import InvalidRequestError
 from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
@@ -201,3 +201,8 @@ def test_claim_shape_refuses_what_no_claim_means() -> None:
 
 def test_quantities_are_exact() -> None:
     assert [quantity(v) for v in (4 * GI, 1536 * 2**20, 1000)] == ["4Gi", "1536Mi", "1000"]
+
+
+def test_shapes_in_words() -> None:
+    assert describe(ClaimShape("c", count=2)) == "class c, 2 devices"
+    assert describe(ClaimShape("s", cores=30, memory_bytes=4 * GI)) == "class s, 1 device, cores 30, memory 4Gi"

@@ -6,7 +6,8 @@ Behaviours covered:
   claim; its template is created in the request's namespace (the pod's own may be missing), once per shape;
 - a dry run answers the same patch and creates nothing;
 - a pod asking nothing classic is admitted without a patch;
-- a refusal carries 403 and the domain's message; a template the API cannot create refuses the pod (fail closed);
+- a refusal carries 403 and the domain's message; a template the API cannot create refuses the pod (fail closed),
+  so does an existing template asking another shape;
 - the names in ``spec.resourceClaims`` and containers with ``resources.claims`` reach the mapping; a generateName
   pod is named by its generateName;
 - malformed reviews name the field; the command is registered and bad flags are usage errors.
@@ -115,8 +116,18 @@ def test_refusals_carry_the_message(migrator: ClaimMigrator, templates: InMemory
     response = _answer(_body(_pod({GPU: "1"})), migrator)
     assert response["allowed"] is False
     assert response["status"]["message"] == (
-        "pod team/p: ResourceClaimTemplate team/ljrk-migrate-gpu-1 cannot be created, so the pod is refused for now; "
-        "create it again: create resourceclaimtemplate: API server unavailable")
+        "pod team/p: ResourceClaimTemplate team/ljrk-migrate-gpu-1 cannot be created or read, so the pod is refused "
+        "for now; create it again: create resourceclaimtemplate: API server unavailable")
+
+
+def test_an_existing_template_must_ask_its_shape(migrator: ClaimMigrator, templates: InMemoryClaimTemplates) -> None:
+    templates.templates[("team", "ljrk-migrate-gpu-1")] = ClaimShape("old-class.example.com", count=1)
+    message = _answer(_body(_pod({GPU: "1"})), migrator)["status"]["message"]
+    assert message == ("pod team/p: ResourceClaimTemplate team/ljrk-migrate-gpu-1 exists but does not ask class "
+                       "gpu.lj-runtimekit.io, 1 device (it asks class old-class.example.com, 1 device); delete it, the "
+                       "webhook makes it again")
+    del templates.templates[("team", "ljrk-migrate-gpu-1")]
+    assert _answer(_body(_pod({GPU: "1"})), migrator)["allowed"] is True
 
 
 def test_existing_claims_and_generate_names_reach_the_mapping(migrator: ClaimMigrator) -> None:

@@ -2,7 +2,8 @@
 cluster).
 
 Behaviours covered:
-- RBAC grants exactly what ``ljrk claim-migrate`` calls (resourceclaimtemplates create) to its own ServiceAccount;
+- RBAC grants exactly what ``ljrk claim-migrate`` calls (resourceclaimtemplates create and get) to its own
+  ServiceAccount;
 - the webhook configuration: a MutatingWebhookConfiguration of Pod CREATE (core v1) only, failurePolicy Fail,
   sideEffects NoneOnDryRun, reinvocation Never, the Service's /mutate; its namespaceSelector follows protocol.yaml's
   dra.claim-migrate label (value enabled); its matchCondition names each classic resource of protocol.yaml and the
@@ -34,7 +35,8 @@ def _objects() -> list[dict[str, Any]]:
 
 def test_rbac_grants_exactly_what_the_webhook_calls() -> None:
     rules = grants(_objects(), "lj-runtimekit-claim-migrate")
-    assert rules == {("resource.k8s.io", "resourceclaimtemplates", "create")}
+    assert rules == {("resource.k8s.io", "resourceclaimtemplates", "create"),
+                     ("resource.k8s.io", "resourceclaimtemplates", "get")}
 
 
 def test_webhook_configuration_mutates_classic_gpu_pods_of_opted_in_namespaces() -> None:

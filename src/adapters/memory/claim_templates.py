@@ -10,7 +10,7 @@ from ports.cluster import ClusterError
 
 
 class InMemoryClaimTemplates:
-    """Created templates: ``(namespace, name)`` → shape."""
+    """Created templates: ``(namespace, name)`` → shape (a test may store another shape under a name)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -27,3 +27,10 @@ class InMemoryClaimTemplates:
                 return False
             self.templates[key] = shape
             return True
+
+    def read_template(self, namespace: str, name: str) -> ClaimShape | None:
+        """The shape stored as ``name`` in ``namespace``, None when absent. Raises ``fail``."""
+        with self._lock:
+            if self.fail is not None:
+                raise self.fail
+            return self.templates.get((namespace, name))

@@ -114,6 +114,15 @@ class ClaimShape:
                 "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}}}
 
 
+def describe(shape: ClaimShape) -> str:
+    """``shape`` in words, for messages: ``class C, 1 device, cores 30, memory 4Gi`` or ``class C, 2 devices``."""
+    text = f"class {shape.device_class}, {shape.count} device{'s' if shape.count != 1 else ''}"
+    if shape.share:
+        assert shape.memory_bytes is not None
+        text += f", cores {shape.cores}, memory {quantity(shape.memory_bytes)}"
+    return text
+
+
 @attrs.frozen
 class PodFacts:
     """What the mapping reads of a pod under review: ``pod`` (its containers, init ones flagged, in spec order:

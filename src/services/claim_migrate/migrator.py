@@ -1,8 +1,9 @@
 """The claim migrator: answers the review of one pod CREATE in a namespace opted into migration.
 
 The mapping is the domain's (:func:`domain.dra.migrate.plan_migration`); this adds the one side effect: each
-template the pod's claims name is created in the pod's namespace before the pod is admitted (an existing one is
-fine), except on a dry run (the webhook is registered ``sideEffects: NoneOnDryRun``). :class:`Answer`:
+template the pod's claims name is created in the pod's namespace before the pod is admitted (an existing one
+must ask what its name stands for: one left by an older protocol, or made by hand, refuses the pod naming both),
+except on a dry run (the webhook is registered ``sideEffects: NoneOnDryRun``). :class:`Answer`:
 
 * allowed, no patch: the pod asks no classic GPU resource;
 * allowed with the patch: the pod is migrated and its templates exist;
@@ -19,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from domain.dra.migrate import MigrationRefusedError, PodFacts, plan_migration
+from domain.dra.migrate import MigrationRefusedError, PodFacts, describe, plan_migration
 from domain.kube.protocol import ProtocolConstants
 from ports.claim_templates import ClaimTemplatesApi, ClusterError
 
@@ -56,12 +57,19 @@ class ClaimMigrator:
         for shape in migration.templates if not dry_run else ():
             try:
                 created = self._templates.create_template(namespace, shape)
+                existing = None if created else self._templates.read_template(namespace, shape.template_name)
             except ClusterError as error:
                 log.warning("claim migrate: pod %s refused: template %s: %s", facts.label, shape.template_name, error)
                 return Answer(False, f"pod {facts.label}: ResourceClaimTemplate {namespace}/{shape.template_name} "
-                                     f"cannot be created, so the pod is refused for now; create it again: {error}")
+                                     f"cannot be created or read, so the pod is refused for now; create it again: "
+                                     f"{error}")
             if created:
                 log.info("claim migrate: created ResourceClaimTemplate %s/%s", namespace, shape.template_name)
+            elif existing != shape:
+                return Answer(False, f"pod {facts.label}: ResourceClaimTemplate {namespace}/{shape.template_name} "
+                                     f"exists but does not ask {describe(shape)} (it asks "
+                                     f"{'something else' if existing is None else describe(existing)}); delete it, "
+                                     "the webhook makes it again")
         log.info("claim migrate: pod %s migrated: %s", facts.label,
                  ", ".join(f"{c} -> {s.template_name}" for c, s in migration.claims.items()))
         return Answer(True, patch=migration.patch)
