@@ -176,6 +176,8 @@ def _selectors(facts: PodFacts, request: PodRequest, protocol: ProtocolConstants
 
 def _shape(facts: PodFacts, request: ContainerRequest, spec: ContainerSpec,
            protocol: ProtocolConstants) -> ClaimShape:
+    """The claim shape of one container asking GPUs (``request``, parsed from ``spec``), or the refusal of the module
+    docstring. Raises :class:`MigrationRefusedError`."""
     names, dra = protocol.resources, protocol.dra
     where = f"container {request.name}"
     if request.wants_mig:
@@ -211,6 +213,7 @@ def _shape(facts: PodFacts, request: ContainerRequest, spec: ContainerSpec,
 
 
 def _raise(facts: PodFacts, where: str, reason: str) -> ClaimShape:
+    """Raise the refusal (typed as a shape so :func:`_shape` returns it in one expression)."""
     raise _refuse(facts, where, reason)
 
 
