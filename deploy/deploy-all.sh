@@ -19,7 +19,10 @@
 #                        runs only on nodes labelled lj-runtimekit.io/dra-driver=true, which run no device plugin);
 #                        claim-quota (deploy/claim-quota: the DRA claim quota webhook, docs/quota.md; deploy makes a
 #                        CA and a serving certificate with openssl into the Secret lj-runtimekit-claim-quota-tls,
-#                        or reuses the Secret's, and patches that CA into the webhook configuration's caBundle).
+#                        or reuses the Secret's, and patches that CA into the webhook configuration's caBundle);
+#                        claim-migrate (deploy/claim-migrate: the mutating webhook turning classic GPU requests into
+#                        DRA claims in namespaces labelled lj-runtimekit.io/dra-migrate=enabled, docs/migrate.md;
+#                        its certificate is made the same way, into the Secret lj-runtimekit-claim-migrate-tls).
 # --with-monitoring      add monitoring to the components (all of them by default)
 # --image-registry R     our images become R/lj-runtimekit/<image> (kube-scheduler's image is left alone)
 # --tag T                tag of our images (default: the manifests', = the project version)
@@ -44,11 +47,13 @@ PROG="deploy-all.sh"
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$DEPLOY_DIR")"
 ALL_COMPONENTS=(runtime deviceplugin exporter scheduler controller admission)
-OPTIONAL_COMPONENTS=(monitoring dra claim-quota)  # not in the default set: monitoring needs prometheus-operator's
+OPTIONAL_COMPONENTS=(monitoring dra claim-quota claim-migrate)  # not in the default set: monitoring needs prometheus-operator's
 # CRDs; dra (the DRA driver and its DeviceClasses, Kubernetes >= 1.36) replaces the device plugin on the nodes that run
-# it; claim-quota (the claim quota webhook) needs dra and a serving certificate
+# it; claim-quota (the claim quota webhook) and claim-migrate (the migration webhook) need dra and a serving certificate
 CLAIM_QUOTA_SECRET="lj-runtimekit-claim-quota-tls"
 CLAIM_QUOTA_SERVICE="lj-runtimekit-claim-quota"  # deploy/claim-quota/04-service.yaml
+CLAIM_MIGRATE_SECRET="lj-runtimekit-claim-migrate-tls"
+CLAIM_MIGRATE_SERVICE="lj-runtimekit-claim-migrate"  # deploy/claim-migrate/04-service.yaml
 IMAGES=(runtime device-plugin exporter scheduler controller job-agent)
 KUBE_SCHEDULER_IMAGE="registry.k8s.io/kube-scheduler"
 FIELD_MANAGER="lj-runtimekit"
@@ -142,6 +147,8 @@ dra=0
 [[ " ${components[*]} " != *" dra "* ]] || dra=1
 claim_quota=0
 [[ " ${components[*]} " != *" claim-quota "* ]] || claim_quota=1
+claim_migrate=0
+[[ " ${components[*]} " != *" claim-migrate "* ]] || claim_migrate=1
 
 if [[ -n "$namespace" && ! "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
     die 2 "--namespace '$namespace' is not a valid namespace name (DNS label)"
@@ -212,6 +219,19 @@ fi
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/lj-runtimekit-deploy.XXXXXX")"
 trap 'rm -rf "$workdir"' EXIT
 
+# webhook_patch KIND NAME CA_BUNDLE INDEX...: the kustomize patch setting the webhooks' caBundle (when given) and their
+# Service's namespace (with --namespace, which the namespace transformer leaves alone in a webhook configuration).
+webhook_patch() {
+    local kind="$1" name="$2" bundle="$3" ops=() i
+    shift 3
+    for i in "$@"; do
+        [[ -z "$bundle" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/caBundle\", \"value\": \"$bundle\"}")
+        [[ -z "$namespace" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/service/namespace\", \"value\": \"$namespace\"}")
+    done
+    echo "- target: {kind: $kind, name: $name}"
+    echo "  patch: '[$(IFS=,; echo "${ops[*]}")]'"
+}
+
 render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the chosen components) with the overrides
     cp -R "$DEPLOY_DIR" "$workdir/deploy"
     local overlay="$workdir/overlay" stack="$workdir/stack" c image kind name full=0 patches=0
@@ -233,6 +253,7 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
         [[ $monitoring -eq 0 ]] || echo "- ../deploy/monitoring"
         [[ $dra -eq 0 ]] || echo "- ../deploy/dra"
         [[ $claim_quota -eq 0 ]] || echo "- ../deploy/claim-quota"
+        [[ $claim_migrate -eq 0 ]] || echo "- ../deploy/claim-migrate"
     } > "$stack/kustomization.yaml"
     {
         echo "apiVersion: kustomize.config.k8s.io/v1beta1"
@@ -279,13 +300,13 @@ render() {  # render > FILE: kustomize a temporary overlay of deploy/ (or of the
             # the claim quota webhook: its CA (claim_quota_certificate) and its Service's namespace, which the
             # namespace transformer leaves alone in a webhook configuration
             [[ $patches -eq 1 ]] || echo "patches:"
-            local ops=() i
-            for i in 0 1; do
-                [[ -z "$ca_bundle" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/caBundle\", \"value\": \"$ca_bundle\"}")
-                [[ -z "$namespace" ]] || ops+=("{\"op\": \"replace\", \"path\": \"/webhooks/$i/clientConfig/service/namespace\", \"value\": \"$namespace\"}")
-            done
-            echo "- target: {kind: ValidatingWebhookConfiguration, name: lj-runtimekit-claim-quota}"
-            echo "  patch: '[$(IFS=,; echo "${ops[*]}")]'"
+            patches=1
+            webhook_patch ValidatingWebhookConfiguration lj-runtimekit-claim-quota "$ca_bundle" 0 1
+        fi
+        if [[ $claim_migrate -eq 1 && ( -n "$migrate_ca_bundle" || -n "$namespace" ) ]]; then
+            [[ $patches -eq 1 ]] || echo "patches:"
+            patches=1
+            webhook_patch MutatingWebhookConfiguration lj-runtimekit-claim-migrate "$migrate_ca_bundle" 0
         fi
         if [[ -n "$registry" || -n "$tag" || -n "$kube_scheduler_tag" ]]; then
             echo "images:"
@@ -315,31 +336,44 @@ if [[ "$action" == "deploy" && $dry_run -eq 1 && " ${core[*]} " == *" controller
         "ServiceAccount, Role and RoleBinding a deploy without --dry-run creates in it" >&2
 fi
 
-# The claim quota webhook's serving certificate: the Secret's when it exists, else a new CA and a certificate for the
-# Service's DNS names (made here with openssl, stored by deploy once the namespace exists). Sets ca_bundle (base64).
-ca_bundle=""
-new_certificate=""
-claim_quota_certificate() {
-    local ns="${namespace:-kube-system}" dir="$workdir/claim-quota-tls" dns
-    ca_bundle="$("$kubectl_bin" get secret "$CLAIM_QUOTA_SECRET" -n "$ns" -o jsonpath='{.data.ca\.crt}' 2>/dev/null \
-        || true)"
-    [[ -z "$ca_bundle" ]] || return 0
-    command -v openssl >/dev/null 2>&1 || die 1 "openssl not found: it makes the claim quota webhook's certificate"
+# A webhook's serving certificate: the Secret's when it exists, else a new CA and a certificate for the Service's DNS
+# names (made here with openssl, stored by deploy once the namespace exists).
+# webhook_certificate SECRET SERVICE: sets cert_ca (the CA, base64) and cert_dir (the new certificate's folder, or ""
+# when the Secret's is reused).
+cert_ca=""
+cert_dir=""
+webhook_certificate() {
+    local secret="$1" service="$2" ns="${namespace:-kube-system}" dir="$workdir/$1" dns
+    cert_dir=""
+    cert_ca="$("$kubectl_bin" get secret "$secret" -n "$ns" -o jsonpath='{.data.ca\.crt}' 2>/dev/null || true)"
+    [[ -z "$cert_ca" ]] || return 0
+    command -v openssl >/dev/null 2>&1 || die 1 "openssl not found: it makes the $service webhook's certificate"
     mkdir -p "$dir"
-    dns="DNS:$CLAIM_QUOTA_SERVICE.$ns.svc,DNS:$CLAIM_QUOTA_SERVICE.$ns.svc.cluster.local"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=$CLAIM_QUOTA_SERVICE-ca" \
+    dns="DNS:$service.$ns.svc,DNS:$service.$ns.svc.cluster.local"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=$service-ca" \
         -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null || die 1 "openssl could not make the claim quota CA"
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$CLAIM_QUOTA_SERVICE.$ns.svc" \
-        -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null || die 1 "openssl could not make the claim quota key"
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null || die 1 "openssl could not make the $service CA"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$service.$ns.svc" \
+        -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null || die 1 "openssl could not make the $service key"
     printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' \
         "$dns" > "$dir/tls.ext"
     openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 3650 \
-        -extfile "$dir/tls.ext" -out "$dir/tls.crt" 2>/dev/null || die 1 "openssl could not sign the claim quota certificate"
-    ca_bundle="$(base64 < "$dir/ca.crt" | tr -d '\n')"
-    new_certificate="$dir"
+        -extfile "$dir/tls.ext" -out "$dir/tls.crt" 2>/dev/null || die 1 "openssl could not sign the $service certificate"
+    cert_ca="$(base64 < "$dir/ca.crt" | tr -d '\n')"
+    cert_dir="$dir"
 }
-if [[ "$action" == "deploy" && $claim_quota -eq 1 ]]; then claim_quota_certificate; fi
+ca_bundle=""  # the claim quota webhook's
+new_certificate=""
+migrate_ca_bundle=""  # the claim-migrate webhook's
+migrate_certificate=""
+if [[ "$action" == "deploy" && $claim_quota -eq 1 ]]; then
+    webhook_certificate "$CLAIM_QUOTA_SECRET" "$CLAIM_QUOTA_SERVICE"
+    ca_bundle="$cert_ca"; new_certificate="$cert_dir"
+fi
+if [[ "$action" == "deploy" && $claim_migrate -eq 1 ]]; then
+    webhook_certificate "$CLAIM_MIGRATE_SECRET" "$CLAIM_MIGRATE_SERVICE"
+    migrate_ca_bundle="$cert_ca"; migrate_certificate="$cert_dir"
+fi
 
 rendered="$workdir/rendered.yaml"
 render > "$rendered" || die 1 "kubectl kustomize failed"
@@ -400,12 +434,14 @@ case "$action" in
                     || die 1 "cannot label namespace $target_ns"
             fi
         fi
-        if [[ -n "$new_certificate" ]]; then  # before the webhook's Deployment needs it
-            "$kubectl_bin" create secret generic "$CLAIM_QUOTA_SECRET" -n "${namespace:-kube-system}" \
-                --from-file=tls.crt="$new_certificate/tls.crt" --from-file=tls.key="$new_certificate/tls.key" \
-                --from-file=ca.crt="$new_certificate/ca.crt" "${dry_args[@]+"${dry_args[@]}"}" \
-                || die 1 "cannot create the Secret $CLAIM_QUOTA_SECRET"
-        fi
+        for pair in "$CLAIM_QUOTA_SECRET:$new_certificate" "$CLAIM_MIGRATE_SECRET:$migrate_certificate"; do
+            secret="${pair%%:*}"; made="${pair#*:}"
+            [[ -n "$made" ]] || continue  # before the webhook's Deployment needs it
+            "$kubectl_bin" create secret generic "$secret" -n "${namespace:-kube-system}" \
+                --from-file=tls.crt="$made/tls.crt" --from-file=tls.key="$made/tls.key" \
+                --from-file=ca.crt="$made/ca.crt" "${dry_args[@]+"${dry_args[@]}"}" \
+                || die 1 "cannot create the Secret $secret"
+        done
         "$kubectl_bin" apply --server-side --field-manager="$FIELD_MANAGER" "${dry_args[@]+"${dry_args[@]}"}" \
             -f "$rendered" || die 1 "kubectl apply failed"
         ;;

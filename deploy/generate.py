@@ -36,7 +36,8 @@ import re
 import sys
 from pathlib import Path
 
-COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "dra", "claim-quota")
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "dra", "claim-quota",
+              "claim-migrate")
 """Component folders under deploy/, each with 02-configmap.yaml and one workload manifest."""
 
 MARKER_FOLDERS = ("admission",)

@@ -90,6 +90,8 @@ PROTOCOL = {
                                                  "one GPU; docs/quota.md).", QUALIFIED_NAME),
                     "claim-quota-memory": _string("The Namespace label limiting its DRA claims' memory (a "
                                                   "quantity; docs/quota.md).", QUALIFIED_NAME),
+                    "claim-migrate": _string("The Namespace label (value enabled) opting it into the claim-migrate "
+                                             "webhook (docs/migrate.md).", QUALIFIED_NAME),
                 }},
     },
 }

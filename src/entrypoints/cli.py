@@ -61,6 +61,8 @@ COMMANDS: dict[str, Command] = {
                           _component("dra_driver")),
     "claim-quota": Command("validating webhook: per-namespace quotas on the cores and memory DRA claims consume",
                            _component("claim_quota")),
+    "claim-migrate": Command("mutating webhook: pods asking the classic GPU resources get DRA claims instead",
+                             _component("claim_migrate")),
     "exporter": Command("Prometheus exporter: per-GPU, per-container and per-node metrics from the node Runtime",
                         _component("exporter")),
     "job-agent": Command("enable or disable the node Runtime from a Job's pod, verified by GetStatus",

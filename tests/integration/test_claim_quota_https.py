@@ -15,16 +15,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from claim_quota_tls import get as _get
-from claim_quota_tls import post as _post
-from claim_quota_tls import webhook_pki
+from webhook_support import get as _get
+from webhook_support import post as _post
+from webhook_support import webhook_pki
 
 from adapters.memory.namespaces import InMemoryNamespaces
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.memory.resource_slices import InMemoryResourceSlices
 from adapters.protocolfile import load_protocol
 from domain.dra.claims import ClaimAllocation
-from entrypoints.claim_quota.app import WebhookEndpoint, tls_context
+from entrypoints._shared.webhook import tls_context
+from entrypoints.claim_quota.app import ClaimQuotaEndpoint
 from services.claim_quota.gate import ClaimQuotaGate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def test_https_listener_answers_reviews_and_bounds_bad_clients(pki: tuple[Path, 
         claims.put(ClaimAllocation("team", name, f"uid-{name}"))
     gate = ClaimQuotaGate(names=DRA, namespaces=namespaces, claims=claims, slices=InMemoryResourceSlices(),
                           clock=lambda: 0.0)
-    endpoint = WebhookEndpoint("127.0.0.1", 0, gate=gate, tls=tls_context(crt, key))
+    endpoint = ClaimQuotaEndpoint("127.0.0.1", 0, gate=gate, tls=tls_context(crt, key))
     endpoint.start()
     try:
         base = f"https://127.0.0.1:{endpoint.address[1]}"

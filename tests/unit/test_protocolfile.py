@@ -56,6 +56,9 @@ def test_percentage_mode_needs_a_percentage_memory_name() -> None:
         ("dra: {claim-quota-memory: example.com/has space}\n", "dra.claim-quota-memory"),
         ("dra: {claim-quota-cores: a.io/q, claim-quota-memory: a.io/q}\n",
          "dra.claim-quota-memory='a.io/q': same key as dra.claim-quota-cores"),
+        ("dra: {claim-migrate: migrate}\n", "dra.claim-migrate='migrate': must be a qualified label key"),
+        ("dra: {claim-quota-cores: a.io/q, claim-migrate: a.io/q}\n",
+         "dra.claim-migrate='a.io/q': same key as a dra.claim-quota-* key"),
     ],
 )
 def test_bad_files_name_the_key(text: str, expected: str, tmp_path: Path) -> None:
@@ -91,4 +94,11 @@ def test_claim_quota_label_keys_load_and_change_the_fingerprint() -> None:
     custom = parse_protocol("dra: {claim-quota-cores: quota.example.com/gpu-cores}\n")
     assert custom.dra.claim_quota_cores == "quota.example.com/gpu-cores"
     assert custom.dra.claim_quota_memory == ProtocolConstants().dra.claim_quota_memory
+    assert custom.fingerprint() != ProtocolConstants().fingerprint()
+
+
+def test_claim_migrate_label_key_loads_and_changes_the_fingerprint() -> None:
+    assert ProtocolConstants().dra.claim_migrate == "lj-runtimekit.io/dra-migrate"
+    custom = parse_protocol("dra: {claim-migrate: example.com/dra-migrate}\n")
+    assert custom.dra.claim_migrate == "example.com/dra-migrate"
     assert custom.fingerprint() != ProtocolConstants().fingerprint()

@@ -119,6 +119,8 @@ class DraNames:
     ``claim_quota_cores`` and ``claim_quota_memory``: the Namespace label keys that limit what the namespace's
     claims of the driver consume (``docs/quota.md``, :mod:`domain.dra.quota`): cores in percent of one GPU, memory
     as a quantity; each a qualified label key (``prefix/name``: a DNS subdomain, ``/``, at most 63 characters).
+    ``claim_migrate``: the Namespace label key opting a namespace into the claim-migrate webhook (value
+    ``enabled``; ``docs/migrate.md``, :mod:`domain.dra.migrate`), a qualified label key too.
     Raises :class:`InvalidRequestError` naming ``dra.<field>`` for a name that is not one, a MIG pattern without
     exactly one placeholder, two classes of the same name, a quota key that is no label key, and two equal keys.
     """
@@ -129,6 +131,7 @@ class DraNames:
     device_class_mig: str = "mig-{profile}.lj-runtimekit.io"
     claim_quota_cores: str = "lj-runtimekit.io/claim-quota-cores"
     claim_quota_memory: str = "lj-runtimekit.io/claim-quota-memory"
+    claim_migrate: str = "lj-runtimekit.io/dra-migrate"
 
     def __attrs_post_init__(self) -> None:
         if self.device_class_mig.count(PROFILE_PLACEHOLDER) != 1:
@@ -145,13 +148,16 @@ class DraNames:
             raise InvalidRequestError("dra.device_class_share", self.device_class_share,
                                       "same name as dra.device-class-gpu; each must differ")
         for field, value in (("claim_quota_cores", self.claim_quota_cores),
-                             ("claim_quota_memory", self.claim_quota_memory)):
+                             ("claim_quota_memory", self.claim_quota_memory), ("claim_migrate", self.claim_migrate)):
             if not is_label_key(value):
                 raise InvalidRequestError(f"dra.{field}", value, "must be a qualified label key: a DNS subdomain "
                                           "prefix, '/', and a name of at most 63 characters")
         if self.claim_quota_cores == self.claim_quota_memory:
             raise InvalidRequestError("dra.claim_quota_memory", self.claim_quota_memory,
                                       "same key as dra.claim-quota-cores; each must differ")
+        if self.claim_migrate in (self.claim_quota_cores, self.claim_quota_memory):
+            raise InvalidRequestError("dra.claim_migrate", self.claim_migrate,
+                                      "same key as a dra.claim-quota-* key; each must differ")
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -16,47 +16,29 @@ Exit codes: 0 stopped by a signal; 1 cannot run (certificate unreadable, address
 
 from __future__ import annotations
 
-import argparse
-import ssl
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-from adapters.protocolfile import ProtocolFileError
-from domain.errors import InvalidRequestError
-from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
-from entrypoints._shared.flags import KUBECONFIG, LOG_LEVEL, PROTOCOL, cli, flag
-from entrypoints._shared.httpserver import parse_listen
+from entrypoints._shared.flags import LOG_LEVEL, cli, flag
+from entrypoints._shared.webhookcli import listen, run_webhook, webhook_flags
 from services.claim_quota.gate import PENDING_TTL_S
 
-from .app import DEFAULT_LISTEN, ClaimQuotaSettings
+from .app import ClaimQuotaSettings
 from .containers import ClaimQuotaContainer
 
 __all__ = ["CLI", "main"]
-
-
-def _listen(args: argparse.Namespace) -> Mapping[str, Any]:
-    host, port = args.listen
-    return {"host": host, "port": port}
-
 
 CLI = cli(
     "ljrk claim-quota",
     "Validating admission webhook: refuses a DRA claim allocation of our driver that would take its namespace "
     "over the quota its Namespace labels set (cores in percent of one GPU, memory).",
     ClaimQuotaSettings,
-    flag("--listen", setting=None, type=parse_listen, default=parse_listen(DEFAULT_LISTEN), metavar="HOST:PORT",
-         help=f"HTTPS address of /validate, /healthz and /metrics (default: {DEFAULT_LISTEN})"),
-    flag("--tls-cert", type=Path, required=True, metavar="FILE", help="serving certificate (PEM)"),
-    flag("--tls-key", type=Path, required=True, metavar="FILE", help="its private key (PEM)"),
-    KUBECONFIG.but(help="kubeconfig (default: in-cluster)"),
-    PROTOCOL.but(help="protocol.yaml (default: built-in constants)"),
+    *webhook_flags("/validate"),
     flag("--pending-ttl", dest="pending_ttl_s", type=float, default=PENDING_TTL_S, metavar="SECONDS",
          help=f"seconds an approved allocation counts before the API lists it (default: {PENDING_TTL_S:g})"),
     LOG_LEVEL,
-    derived=_listen,
+    derived=listen,
 )
 """The command line (module docstring)."""
 
@@ -69,16 +51,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "ljrk claim-quota",
 
 def _run(settings: ClaimQuotaSettings, stop: threading.Event | None) -> int:
     container = ClaimQuotaContainer(settings=settings)
-    with shutting_down(container):
-        with failing(Exception, code=EXIT_FAILED, prefix="cannot start: "):
-            container.init_resources()
-        with failing(ProtocolFileError, InvalidRequestError, code=EXIT_USAGE):
-            container.protocol()
-        with failing(OSError, ssl.SSLError, code=EXIT_FAILED,
-                     prefix=f"--listen {settings.host}:{settings.port} / --tls-cert {settings.tls_cert}: "):
-            app = container.app()
-        serve(app, stop)
-    return EXIT_OK
+    return run_webhook(container, settings, stop, protocol=container.protocol, app=container.app)
 
 
 if __name__ == "__main__":

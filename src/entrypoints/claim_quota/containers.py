@@ -20,13 +20,14 @@ from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
 from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.webhook import tls_context
 from ports.namespaces import NamespacesApi
 from ports.resource_claims import NamespaceClaimsApi
 from ports.resource_slices import ResourceSlicesApi
 from services._shared.logs import configure_logging
 from services.claim_quota.gate import ClaimQuotaGate
 
-from .app import ClaimQuotaApp, ClaimQuotaSettings, WebhookEndpoint, tls_context
+from .app import ClaimQuotaApp, ClaimQuotaEndpoint, ClaimQuotaSettings
 
 
 @attrs.frozen
@@ -54,10 +55,10 @@ def make_gate(settings: ClaimQuotaSettings, protocol: ProtocolConstants, api: Ap
                           clock=time.monotonic, pending_ttl_s=settings.pending_ttl_s)
 
 
-def make_endpoint(settings: ClaimQuotaSettings, gate: ClaimQuotaGate) -> WebhookEndpoint:
+def make_endpoint(settings: ClaimQuotaSettings, gate: ClaimQuotaGate) -> ClaimQuotaEndpoint:
     """The HTTPS listener. Raises OSError / ssl.SSLError for unreadable certificates or an address in use."""
-    return WebhookEndpoint(settings.host, settings.port, gate=gate,
-                           tls=tls_context(settings.tls_cert, settings.tls_key))
+    return ClaimQuotaEndpoint(settings.host, settings.port, gate=gate,
+                              tls=tls_context(settings.tls_cert, settings.tls_key))
 
 
 class ClaimQuotaContainer(containers.DeclarativeContainer):
@@ -69,5 +70,5 @@ class ClaimQuotaContainer(containers.DeclarativeContainer):
                                                                          settings.provided.protocol_file)
     api: providers.Provider[ApiAccess] = providers.Resource(open_api, settings)
     gate: providers.Provider[ClaimQuotaGate] = providers.Singleton(make_gate, settings, protocol, api)
-    endpoint: providers.Provider[WebhookEndpoint] = providers.Singleton(make_endpoint, settings, gate)
+    endpoint: providers.Provider[ClaimQuotaEndpoint] = providers.Singleton(make_endpoint, settings, gate)
     app: providers.Provider[ClaimQuotaApp] = providers.Singleton(ClaimQuotaApp, endpoint)

@@ -1,0 +1,118 @@
+"""The HTTPS listener of our admission webhooks (``ljrk claim-quota``, ``ljrk claim-migrate``).
+
+The shared bounded server (:mod:`entrypoints._shared.httpserver`: connection cap, idle limit, request deadline)
+over TLS (:func:`tls_context`, PEM certificate and key). Routes:
+
+* ``POST <path>`` — an AdmissionReview v1, body at most :data:`MAX_BODY_BYTES`, answered by the webhook's
+  ``answer`` (bytes in, AdmissionReview bytes out): 200 with the answer, 400 (text) for a malformed review or body
+  (:class:`adapters.kubernetes.admission.ReviewError`), 404 for another path, 500 for a bug;
+* ``GET /healthz``, ``/readyz`` (200 while serving), ``/metrics``: ``<metric>_reviews_total`` by verdict
+  (allowed/refused) and whatever the webhook adds.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from adapters.kubernetes.admission import ReviewError
+
+from .httpserver import HealthEndpoint, ProbeHandler
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Largest AdmissionReview read: kube-apiserver's 3 MiB object limit, twice (object and oldObject), rounded down."""
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 or newer) of PEM ``cert`` and ``key``. Raises OSError (unreadable) or
+    ``ssl.SSLError`` (not a certificate and its key)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+class _Handler(ProbeHandler):
+    """The probe routes plus ``POST <path>`` (module docstring)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's method name)
+        endpoint = self.server.endpoint
+        if not isinstance(endpoint, WebhookEndpoint) or self.path.split("?", 1)[0].rstrip("/") != endpoint.path:
+            self.close_connection = True  # its body is not read
+            self._reply(404, b"not found\n")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
+            self._reply(400, f"a body of at most {MAX_BODY_BYTES} bytes with its Content-Length is required\n"
+                        .encode())
+            return
+        try:
+            reply = endpoint.answer(self.rfile.read(length))
+        except ReviewError as error:
+            self._reply(400, f"malformed AdmissionReview: {error}"[:500].encode() + b"\n")
+            return
+        except Exception as error:
+            log.exception("%s review failed", endpoint.name)
+            self._reply(500, f"internal error: {error}"[:500].encode() + b"\n")
+            return
+        endpoint.count(b'"allowed":true' in reply)
+        self._reply(200, reply, "application/json")
+
+
+class WebhookEndpoint(HealthEndpoint):
+    """The HTTPS listener of a webhook named ``name`` on ``host:port`` (port 0 picks a free one) with ``tls``,
+    answering ``POST path`` with ``answer``; ``metric`` prefixes its counters, ``extra_metrics`` adds exposition
+    text. Raises OSError when the address cannot be bound."""
+
+    def __init__(self, host: str, port: int, *, name: str, path: str, answer: Callable[[bytes], bytes],
+                 tls: ssl.SSLContext, metric: str, what: str,
+                 extra_metrics: Callable[[], str] = lambda: "") -> None:
+        self.path = path
+        self.answer = answer
+        self._metric = metric
+        self._what = what
+        self._extra = extra_metrics
+        self._counts = {True: 0, False: 0}
+        self._count_lock = threading.Lock()
+        super().__init__(host, port, health=lambda: (True, "ok"), ready=lambda: (True, "ok"), metrics=self._metrics,
+                         name=name, handler=_Handler, join_requests=True, tls=tls)
+
+    def count(self, allowed: bool) -> None:
+        """Count one answered review."""
+        with self._count_lock:
+            self._counts[allowed] += 1
+
+    def _metrics(self) -> bytes:
+        with self._count_lock:
+            allowed, refused = self._counts[True], self._counts[False]
+        name = f"{self._metric}_reviews_total"
+        return (f"# HELP {name} {self._what}, by verdict.\n"
+                f"# TYPE {name} counter\n"
+                f'{name}{{verdict="allowed"}} {allowed}\n'
+                f'{name}{{verdict="refused"}} {refused}\n' + self._extra()).encode()
+
+
+class WebhookApp:
+    """Serves ``endpoint`` until stopped."""
+
+    def __init__(self, endpoint: WebhookEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set, then stop the listener (joining the requests in flight)."""
+        self.endpoint.start()
+        host, port = self.endpoint.address
+        log.info("%s webhook serving on https://%s:%d%s", self.endpoint.name, host, port, self.endpoint.path)
+        try:
+            stop.wait()
+        finally:
+            self.endpoint.stop()

@@ -1,0 +1,1 @@
+"""``ljrk claim-migrate``: the mutating webhook that turns classic GPU requests into DRA claims."""

@@ -1,0 +1,89 @@
+"""The claim-migrate webhook's HTTPS listener without a cluster (the shared webhook listener, with a CA and a
+serving certificate for 127.0.0.1 made by openssl; against kube-apiserver: test_claim_migrate_live.py).
+
+Behaviours covered:
+- ``POST /mutate`` answers a Pod review with a JSONPatch, a malformed body with 400, another path with 404; a
+  plain-TCP client fails its handshake and the server goes on; ``/metrics`` counts reviews by verdict;
+- the composition root resolves with the in-memory template port and serves until stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from webhook_support import get as _get
+from webhook_support import post as _post
+from webhook_support import webhook_pki
+
+from adapters.memory.claim_templates import InMemoryClaimTemplates
+from domain.kube.protocol import ProtocolConstants
+from entrypoints._shared.webhook import tls_context
+from entrypoints.claim_migrate.app import ClaimMigrateEndpoint
+from services.claim_migrate.migrator import ClaimMigrator
+
+P = ProtocolConstants()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    return webhook_pki(tmp_path_factory.mktemp("claim-migrate-pki"))
+
+
+def _review(limits: dict[str, str]) -> bytes:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "r1", "namespace": "team", "object": pod}}).encode()
+
+
+def test_https_listener_answers_reviews(pki: tuple[Path, Path, Path]) -> None:
+    ca, crt, key = pki
+    templates = InMemoryClaimTemplates()
+    endpoint = ClaimMigrateEndpoint("127.0.0.1", 0, migrator=ClaimMigrator(protocol=P, templates=templates),
+                                    tls=tls_context(crt, key))
+    endpoint.start()
+    try:
+        base = f"https://127.0.0.1:{endpoint.address[1]}"
+        with socket.create_connection(("127.0.0.1", endpoint.address[1]), timeout=10) as plain:
+            plain.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert not plain.recv(100).startswith(b"HTTP/")
+        assert _get(f"{base}/healthz", ca) == (200, b"ok\n")
+        status, body = _post(f"{base}/mutate", _review({P.resources.core: "30", P.resources.memory: "4"}), ca)
+        assert status == 200
+        response = json.loads(body)["response"]
+        assert response["allowed"] is True
+        assert response["patchType"] == "JSONPatch"
+        assert ("team", "ljrk-migrate-share-30-4gi") in templates.templates
+        status, body = _post(f"{base}/mutate", _review({P.resources.core: "130", P.resources.memory: "4"}), ca)
+        assert json.loads(body)["response"]["allowed"] is False
+        assert _post(f"{base}/validate", b"{}", ca)[0] == 404
+        status, body = _post(f"{base}/mutate", b"{}", ca)
+        assert status == 400
+        assert b"malformed AdmissionReview: apiVersion/kind" in body
+        metrics = _get(f"{base}/metrics", ca)[1]
+        assert b'ljrk_claim_migrate_reviews_total{verdict="allowed"} 1' in metrics
+        assert b'ljrk_claim_migrate_reviews_total{verdict="refused"} 1' in metrics
+    finally:
+        endpoint.stop()
+
+
+def test_container_resolves_with_in_memory_templates_and_serves_until_stopped(pki: tuple[Path, Path, Path]) -> None:
+    from dependency_injector import providers
+
+    from entrypoints.claim_migrate.app import ClaimMigrateApp, ClaimMigrateSettings
+    from entrypoints.claim_migrate.containers import ClaimMigrateContainer
+
+    _, crt, key = pki
+    container = ClaimMigrateContainer(settings=ClaimMigrateSettings(tls_cert=crt, tls_key=key, host="127.0.0.1",
+                                                                    port=0))
+    container.check_dependencies()
+    with container.templates.override(providers.Object(InMemoryClaimTemplates())):
+        app = container.app()
+        assert isinstance(app, ClaimMigrateApp)
+        assert container.migrator() is app.endpoint.migrator
+        stop = threading.Event()
+        stop.set()
+        app.run(stop)
