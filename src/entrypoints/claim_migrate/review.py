@@ -42,8 +42,7 @@ def facts_of(obj: dict[str, Any], *, namespace: str, uid: str) -> PodFacts:
     meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
     pod = attrs.evolve(pod, uid=pod.uid or uid, namespace=namespace or pod.namespace)
     name = pod.name or f"{meta.get('generateName') or ''}*"
-    claims = spec.get("resourceClaims")
-    pod_claims = None if claims is None else tuple(str(_dict(c).get("name", "")) for c in _list(claims))
+    pod_claims = tuple(c.name for c in pod.resource_claims) or None  # none: the patch adds the whole list
     claimed = frozenset(str(c.get("name", "")) for key in ("initContainers", "containers")
                         for c in map(_dict, _list(spec.get(key))) if _list(_dict(c.get("resources")).get("claims")))
     return PodFacts(pod, f"{pod.namespace}/{name}", pod_claims=pod_claims, claimed=claimed)
