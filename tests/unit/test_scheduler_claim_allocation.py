@@ -337,3 +337,18 @@ def test_claims_the_informer_showed_are_placed_without_reading_the_api() -> None
     pod = w.pod("p", PodClaim("g", claim_name="c"))
     assert w.loop.attempt(pod)
     assert w.claims.list_claims().items[0].reserved_for == (pod.uid,)
+
+
+def test_a_victims_claim_the_preemptor_shares_is_not_counted_as_freed() -> None:
+    w = new_world()
+    for name in ("s", "t", "n"):
+        w.claim(name, DeviceAsk("r", DRA.device_class_gpu))
+    v = w.pod("v", PodClaim("g", claim_name="s"), priority=0)  # holds claim s alone
+    assert w.loop.attempt(v)
+    w.deliver("v")
+    assert w.loop.attempt(w.pod("w", PodClaim("g", claim_name="t"), priority=1))
+    w.deliver("w")
+    high = w.pod("high", PodClaim("a", claim_name="s"), PodClaim("b", claim_name="n"), priority=1000)
+    assert not w.loop.attempt(high)
+    # evicting v would end s's only reservation, but high uses s: only w's claim t frees a GPU it can take
+    assert "evicting default/w" in w.reasons("high")[-1]

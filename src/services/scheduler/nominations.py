@@ -49,10 +49,11 @@ class Nomination:
 
 def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, request: PodRequest, *,
                     held: Collection[str] = (), budgets: Sequence[DisruptionBudget] = (),
-                    only: str | None = None) -> Victims | str:
+                    only: str | None = None, kept_claims: Collection[str] = ()) -> Victims | str:
     """The victim set to evict for pending ``pod`` (module docstring), or the reason there is none; nodes in
     ``held`` (held for a nominee of priority ≥ the pod's) are not considered, nor any node but ``only`` when given
-    (the node the pod's allocated DRA claims pin it to); ``budgets``: the cluster's PodDisruptionBudgets, fewest
+    (the node the pod's allocated DRA claims pin it to); ``kept_claims``: the UIDs of those claims (never counted as
+    freed by a victim); ``budgets``: the cluster's PodDisruptionBudgets, fewest
     violations first (kube-scheduler's order). Its ``pods`` are empty when the pod fits once pods already
     terminating are gone (wait, evict nothing more)."""
     if not request.wants_gpu:
@@ -62,7 +63,8 @@ def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, requ
         return "not eligible for preemption: preemptionPolicy is Never"
     nodes = [node for node in preemptable_nodes(scheduler, request)
              if node not in held and (only is None or node == only)]
-    chosen, _ = best_victims(sync, pod, request, nodes, fitting=fitting_nodes(scheduler, request), budgets=budgets)
+    chosen, _ = best_victims(sync, pod, request, nodes, fitting=fitting_nodes(scheduler, request), budgets=budgets,
+                             kept_claims=kept_claims)
     if chosen is None:
         return (f"preemption: 0/{len(nodes)} nodes where only capacity refuses the pod have lower-priority pods "
                 "whose eviction makes it fit")

@@ -67,7 +67,8 @@ class PreemptionEntries(ServiceUpkeep):
             except (InvalidRequestError, UnknownPolicyError) as error:
                 return str(error)
             planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
-                                      budgets=budgets, only=None if claims is None else claims.node)
+                                      budgets=budgets, only=None if claims is None else claims.node,
+                                      kept_claims=() if claims is None else [c.uid for c in claims.shared])
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
             else:

@@ -78,12 +78,13 @@ def fitting_nodes(scheduler: Scheduler, request: PodRequest) -> set[str]:
 
 def victims_on(
     sync: LedgerSync, pod: PodObject, request: PodRequest, node: str, *, within: Collection[str] | None = None,
-    budgets: Sequence[DisruptionBudget] = (),
+    budgets: Sequence[DisruptionBudget] = (), kept_claims: Collection[str] = (),
 ) -> Outcome:
     """:func:`~.victims.select_victims` on ``node`` for pending ``pod`` (request ``request``) among the pods the sync
     counts there, only those whose UID is in ``within`` when given; ``budgets``: the cluster's
     PodDisruptionBudgets (those of other namespaces match nothing here). A pod's eviction also frees the DRA claims
-    reserved for it alone (:meth:`~domain.scheduling.sync.claims.ClaimEvents.claims_held`)."""
+    reserved for it alone (:meth:`~domain.scheduling.sync.claims.ClaimEvents.claims_held`), but for those of UID
+    in ``kept_claims`` (claims the preemptor uses: freeing them would free nothing it can take)."""
     gate = sync.gates.get(node)
     if gate is not None and (request.wants_gpu or request.wants_mig):
         return Outcome(node, None, f"node is not taking GPU pods: {gate}")
@@ -93,7 +94,7 @@ def victims_on(
     candidates = [RunningPod(p.uid, p.priority, p.key, matches.get(p.uid, ())) for p in bound
                   if p.deletion_timestamp is None and (within is None or p.uid in within)]
     return select_victims(sync.ledger, node, preemptor_of(pod, request), candidates, allowed=allowed,
-                          leaving=leaving, held=sync.claims_held(node))
+                          leaving=leaving, held=sync.claims_held(node, kept=kept_claims))
 
 
 Cost = tuple[int, int, int, int]
@@ -122,10 +123,12 @@ def _floor(sync: LedgerSync, pod: PodObject, node: str, fits: bool) -> Cost | No
 
 
 def best_victims(sync: LedgerSync, pod: PodObject, request: PodRequest, nodes: Collection[str], *,
-                 fitting: Collection[str] = (), budgets: Sequence[DisruptionBudget] = ()) -> tuple[Victims | None, int]:
+                 fitting: Collection[str] = (), budgets: Sequence[DisruptionBudget] = (),
+                 kept_claims: Collection[str] = ()) -> tuple[Victims | None, int]:
     """The victim set :func:`~.victims.best_node` would choose over :func:`victims_on` of every node in ``nodes``
     (least cost, then node name), and how many nodes were evaluated; ``fitting``: the nodes where the pod fits
-    now (:func:`fitting_nodes`; a node missing from it that fits anyway may be passed over for a costlier set).
+    now (:func:`fitting_nodes`; a node missing from it that fits anyway may be passed over for a costlier set);
+    ``kept_claims`` as :func:`victims_on`.
     Branch and bound: nodes in order of :func:`_floor` (a lower bound of their cost), stopping at the first whose
     bound, with its name, is above the best found — no later node can beat it, so the answer is the exhaustive
     one; on a full cluster of equally cheap victims one node is evaluated instead of all."""
@@ -137,7 +140,7 @@ def best_victims(sync: LedgerSync, pod: PodObject, request: PodRequest, nodes: C
     for floor, node in floors:
         if best is not None and (floor, node) > (best.cost, best.node):
             break
-        found = victims_on(sync, pod, request, node, budgets=budgets).victims
+        found = victims_on(sync, pod, request, node, budgets=budgets, kept_claims=kept_claims).victims
         evaluated += 1
         if found is not None and (best is None or (found.cost, found.node) < (best.cost, best.node)):
             best = found

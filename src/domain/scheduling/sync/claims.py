@@ -24,7 +24,7 @@ Not thread-safe: the caller serialises events (as for :class:`~domain.scheduling
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import attrs
 
@@ -64,15 +64,15 @@ class ClaimEvents(LedgerEvents):
         """The claims holding devices of our driver, by claim UID (a copy)."""
         return dict(self._claims)
 
-    def claims_held(self, node: str) -> dict[str, dict[int, tuple[int, int]]]:
+    def claims_held(self, node: str, *, kept: Collection[str] = ()) -> dict[str, dict[int, tuple[int, int]]]:
         """Pod UID → per-GPU ``(core milli, memory bytes)`` of the claims on ``node`` reserved for that pod alone
         (``status.reservedFor``), as booked: what deleting the pod frees once the resourceclaim controller
         deallocates them (preemption, :mod:`domain.scheduling.preemption`). Claims shared by several pods free
-        nothing and are left out."""
+        nothing and are left out, as are the claims of UID in ``kept`` (those the preemptor itself will use)."""
         out: dict[str, dict[int, tuple[int, int]]] = {}
         for uid, claim in self._claims.items():
             record = self.ledger.record(claim_record_uid(uid))
-            if len(claim.reserved_for) != 1 or record is None or record.node != node:
+            if len(claim.reserved_for) != 1 or record is None or record.node != node or uid in kept:
                 continue
             add_usage(out.setdefault(claim.reserved_for[0], {}), record.per_gpu_usage())
         return out
