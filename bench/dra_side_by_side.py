@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -48,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
+from adapters.protocolfile import load_protocol
 from dra_bench_world import (
     ClaimPod,
     OurScheduler,
@@ -61,8 +65,6 @@ from dra_bench_world import (
     protocol_file,
 )
 from extender_throughput import bin_dir, percentile
-
-from adapters.protocolfile import load_protocol
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = Path("/work/shared/traces/openb")
@@ -205,8 +207,9 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
             apply_device_classes(api_client, REPO / "deploy" / "dra" / "04-deviceclasses.yaml", protocol)
             create_nodes(api_client, nodes, protocol)
             print(f"nodes and slices created in {time.monotonic() - setup:.1f} s", flush=True)
-            ours = OurScheduler(plane.kubeconfig, protocol_path, args.policy, free_ports(1)[0],
-                                plane.workdir / "ljrk-scheduler.log")
+            log = Path(tempfile.gettempdir()) / f"ljrk-dra-side-by-side-{os.getpid()}.log"
+            print(f"our scheduler's log: {log}", flush=True)
+            ours = OurScheduler(plane.kubeconfig, protocol_path, args.policy, free_ports(1)[0], log)
             try:
                 ours.wait_ready(120)
                 rows = [run_phase(api_client, stream, KUBE_SCHEDULER, args, capacity, protocol)]
@@ -232,7 +235,7 @@ def table(rows: Sequence[Row], total: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags and run the bench (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--nodes", type=int, default=60, help="nodes (default: %(default)s; upstream: 500)")
+    parser.add_argument("--nodes", type=int, default=100, help="nodes (default: %(default)s; upstream: 500)")
     parser.add_argument("--uniform", type=int, metavar="G", help="G V100M16 GPUs per node instead of trace nodes")
     parser.add_argument("--pods-file", type=Path, default=TRACES / "openb_pod_list_default.csv")
     parser.add_argument("--nodes-file", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
