@@ -26,7 +26,7 @@ from domain.dra.pool import PoolState
 from domain.kube.annotations import encode_inventory
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import DeviceInfo
-from domain.simulation.replay import arrival_stream
+from domain.simulation.replay import ReplayConfig, arrival_stream, replay
 from domain.simulation.workload import TraceNode, TracePod
 from domain.units import MILLI_PER_GPU
 
@@ -71,6 +71,14 @@ def claim_stream(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed:
                             rng=np.random.default_rng(seed))
     out = [_claim_pod(i, p) for i, p in enumerate(p for p in stream if p.num_gpu > 0)]
     return out[:max_pods] if max_pods else out
+
+
+def replay_allocation(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed: int, policy: str) -> float:
+    """GPU allocation (% of capacity) at the end of ``ljrk simulate``'s replay of the same nodes, trace, seed and
+    ``load`` under ``policy``: the model of the live run (it also places the trace's CPU-only pods, keeps
+    ``gpu_spec`` and milli-GPU shares)."""
+    result = replay(list(nodes), CsvTraceReader().read_pods(pods_file), ReplayConfig(policy, seed, tune=load))
+    return 100 * result.used_milli[-1] / (result.total_gpus * MILLI_PER_GPU)
 
 
 def _claim_pod(number: int, pod: TracePod) -> ClaimPod:

@@ -31,8 +31,11 @@ Per phase: pods placed (bound), GPU allocation (sum over the bound pods' claims'
 seconds from the first create request to the last binding seen), create→bound latency p50 / p99 (create request to
 the watch event with ``spec.nodeName``: the same external measure for both schedulers; when the creates outrun the
 scheduler it includes the time the pod queued, so ``--rate`` below both schedulers' pace gives the decision latency
-itself). Both rows print in one table; ``--record FILE`` writes them as this invocation's row of the performance
-table. Without control-plane binaries it says so and exits 0. Not part of the test run.
+itself). Both rows print in one table, after a line with the replay's model of the same run (``ljrk simulate``'s
+replay of the same nodes, trace, seed and load under ``--policy`` and ``dra-first-fit``, the replay's model of
+kube-scheduler's DRA placement), so the live rows can be checked against it; ``--record FILE`` writes them as this
+invocation's row of the performance table. Without control-plane binaries it says so and exits 0. Not part of the
+test run.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from dra_bench_world import (
     create_nodes,
     pod_body,
     protocol_file,
+    replay_allocation,
 )
 from extender_throughput import bin_dir, percentile
 
@@ -70,6 +74,8 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = Path("/work/shared/traces/openb")
 FINALIZER = "resource.kubernetes.io/delete-protection"
 KUBE_SCHEDULER = "default-scheduler"
+FIRST_FIT = "dra-first-fit"
+"""The replay's model of kube-scheduler's DRA placement (its node scoring, then first-fit devices)."""
 
 
 @attrs.define
@@ -198,6 +204,9 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
           f"({sum(p.gpu_milli for p in stream) / capacity:.0%} of GPU capacity; "
           f"{sum(1 for p in stream if not p.gpus)} shares), policy {args.policy}, "
           f"kube-scheduler QPS {args.kube_scheduler_qps:g}, rate {args.rate or 'max'}", flush=True)
+    model = {p: replay_allocation(args.pods_file, nodes, args.load, args.seed, p) for p in (args.policy, FIRST_FIT)}
+    print("replay model of the same nodes, trace, seed and load: "
+          + ", ".join(f"{p} {a:.2f} %" for p, a in model.items()), flush=True)
     qps = {"qps": args.kube_scheduler_qps, "burst": int(2 * args.kube_scheduler_qps)}
     with control_plane(binaries, scheduler=True, scheduler_config={"clientConnection": qps}) as plane:
         protocol_path = protocol_file(plane.workdir, math.ceil(4 * args.timeout) + 600)
@@ -220,6 +229,8 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
                 raise
             finally:
                 ours.stop()
+    quarantines = log.read_text(errors="replace").count('"node quarantined: impossible books"')
+    print(f"our scheduler's log: {quarantines} node quarantines for impossible books", flush=True)
     return rows
 
 
