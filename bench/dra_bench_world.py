@@ -26,7 +26,7 @@ from domain.dra.pool import PoolState
 from domain.kube.annotations import encode_inventory
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import DeviceInfo
-from domain.simulation.replay import ReplayConfig, arrival_stream, replay
+from domain.simulation.replay import ReplayConfig, arrival_stream, planned_arrivals, replay
 from domain.simulation.workload import TraceNode, TracePod
 from domain.units import MILLI_PER_GPU
 
@@ -53,10 +53,11 @@ class ClaimPod:
 
 
 def cluster_nodes(nodes_file: Path, count: int, uniform: int | None, seed: int) -> list[TraceNode]:
-    """``count`` nodes: with ``uniform`` G, G × 16 GiB GPUs (model V100M16) on 64 cores / 256 GiB each; else drawn
-    without replacement (seeded) from the trace's GPU node list, renamed ``node-<i>`` in draw order."""
+    """``count`` nodes: with ``uniform`` G, G GPUs of model G2 on 96 cores / 384 GiB each (the trace's commonest
+    node: 549 of its 1,213 GPU nodes are 8 × G2 so); else drawn without replacement (seeded) from the trace's GPU
+    node list, renamed ``node-<i>`` in draw order."""
     if uniform is not None:
-        return [TraceNode(f"node-{i:04d}", 64000, 262144, uniform, "V100M16") for i in range(count)]
+        return [TraceNode(f"node-{i:04d}", 96000, 393216, uniform, "G2") for i in range(count)]
     listed = sorted(CsvTraceReader().read_nodes(nodes_file), key=lambda n: n.name)
     picked = np.random.default_rng(seed).choice(len(listed), size=min(count, len(listed)), replace=False)
     return [attrs.evolve(listed[int(k)], name=f"node-{i:04d}") for i, k in enumerate(picked)]
@@ -73,11 +74,19 @@ def claim_stream(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed:
     return out[:max_pods] if max_pods else out
 
 
-def replay_allocation(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed: int, policy: str) -> float:
-    """GPU allocation (% of capacity) at the end of ``ljrk simulate``'s replay of the same nodes, trace, seed and
-    ``load`` under ``policy``: the model of the live run (it also places the trace's CPU-only pods, keeps
-    ``gpu_spec`` and milli-GPU shares)."""
-    result = replay(list(nodes), CsvTraceReader().read_pods(pods_file), ReplayConfig(policy, seed, tune=load))
+def replay_allocation(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed: int, policy: str,
+                      max_pods: int | None) -> float:
+    """GPU allocation (% of capacity) at the end of ``ljrk simulate``'s replay of the same nodes, trace (``gpu_spec``
+    dropped), seed and ``load`` under ``policy``, cut where :func:`claim_stream` cuts: the model of the live run (it
+    also places the trace's CPU-only pods and counts shares in milli-GPU)."""
+    pods = [attrs.evolve(p, gpu_spec=()) for p in CsvTraceReader().read_pods(pods_file)]
+    config = ReplayConfig(policy, seed, tune=load)
+    limit = None
+    if max_pods:
+        stream, _ = planned_arrivals(nodes, pods, config)
+        gpu_positions = [i for i, p in enumerate(stream) if p.num_gpu > 0]
+        limit = gpu_positions[max_pods - 1] + 1 if len(gpu_positions) >= max_pods else None
+    result = replay(list(nodes), pods, config, limit=limit)
     return 100 * result.used_milli[-1] / (result.total_gpus * MILLI_PER_GPU)
 
 

@@ -204,7 +204,8 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
           f"({sum(p.gpu_milli for p in stream) / capacity:.0%} of GPU capacity; "
           f"{sum(1 for p in stream if not p.gpus)} shares), policy {args.policy}, "
           f"kube-scheduler QPS {args.kube_scheduler_qps:g}, rate {args.rate or 'max'}", flush=True)
-    model = {p: replay_allocation(args.pods_file, nodes, args.load, args.seed, p) for p in (args.policy, FIRST_FIT)}
+    model = {p: replay_allocation(args.pods_file, nodes, args.load, args.seed, p, args.max_pods)
+             for p in (args.policy, FIRST_FIT)}
     print("replay model of the same nodes, trace, seed and load: "
           + ", ".join(f"{p} {a:.2f} %" for p, a in model.items()), flush=True)
     qps = {"qps": args.kube_scheduler_qps, "burst": int(2 * args.kube_scheduler_qps)}
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags and run the bench (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=100, help="nodes (default: %(default)s; upstream: 500)")
-    parser.add_argument("--uniform", type=int, metavar="G", help="G V100M16 GPUs per node instead of trace nodes")
+    parser.add_argument("--uniform", type=int, metavar="G", help="G GPUs per node (8 × G2 nodes of the trace) instead")
     parser.add_argument("--pods-file", type=Path, default=TRACES / "openb_pod_list_default.csv")
     parser.add_argument("--nodes-file", type=Path, default=TRACES / "openb_node_list_gpu_node.csv")
     parser.add_argument("--load", type=float, default=1.3, help="GPU demand arriving, × capacity (default: 1.3)")
