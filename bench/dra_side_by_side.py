@@ -8,11 +8,12 @@ never started):
    scheduler as a process, ``ljrk scheduler --mode standalone`` (policy ``--policy``, admission hold off: no device
    plugin marks pods), with a protocol file whose inventory staleness outlasts the run (no device plugin
    refreshes the heartbeat);
-2. create ``--nodes`` nodes drawn (seeded) from the openb GPU node list (``--uniform G``: that many 16 GiB GPUs each
-   instead): Ready, allocatable cpu / memory of the trace node and 1001 pods (the published experiment's slots), no
-   taints; each carries our inventory annotation and our driver's ResourceSlices, built from the same GPUs by the
-   domain's slice builder (:func:`domain.dra.build.desired_content`, as ``ljrk dra-driver`` publishes them); apply
-   the ``gpu`` and ``gpu-share`` DeviceClasses of ``deploy/dra/04-deviceclasses.yaml``;
+2. create ``--nodes`` nodes drawn (seeded) from the openb GPU node list (``--uniform G``: G × G2 GPUs on 96 cores /
+   384 GiB, the trace's commonest node): Ready, allocatable cpu / memory of the trace node and 1001 pods (the
+   published experiment's slots), no taints; each carries our inventory annotation and our driver's ResourceSlices,
+   built from the same GPUs by the domain's slice builder (:func:`domain.dra.build.desired_content`, as
+   ``ljrk dra-driver`` publishes them); apply the ``gpu`` and ``gpu-share`` DeviceClasses of
+   ``deploy/dra/04-deviceclasses.yaml``;
 3. draw the claim pods: the openb pod list's arrival stream tuned to ``--load`` of the cluster's GPU capacity
    (:func:`domain.simulation.replay.arrival_stream`, the replay's own, seeded), pods without GPUs left out and
    ``gpu_spec`` (model constraints) dropped. A share pod gets one claim of class ``gpu-share`` asking
