@@ -7,7 +7,10 @@ of one GPU (1..100); CPU in millicores, memory in MiB as the trace gives them.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -178,6 +181,12 @@ def protocol_file(workdir: Path, stale_seconds: int) -> Path:
     return path
 
 
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    """``PR_SET_PDEATHSIG`` = SIGKILL: the child dies with the bench even when the bench is killed."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 class OurScheduler:
     """``ljrk scheduler --mode standalone`` as a child process (this interpreter, ``src`` of this tree first)."""
 
@@ -189,7 +198,7 @@ class OurScheduler:
                 "--kubeconfig", str(kubeconfig), "--protocol", str(protocol), "--policy", policy,
                 "--admission-hold", "0", "--identity", "side-by-side"]
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 
     def metrics(self) -> str:
         """Its ``/metrics`` text."""
