@@ -79,10 +79,12 @@ def claim_stream(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed:
 
 def replay_allocation(pods_file: Path, nodes: Sequence[TraceNode], load: float, seed: int, policy: str,
                       max_pods: int | None) -> float:
-    """GPU allocation (% of capacity) at the end of ``ljrk simulate``'s replay of the same nodes, trace (``gpu_spec``
-    dropped), seed and ``load`` under ``policy``, cut where :func:`claim_stream` cuts: the model of the live run (it
-    also places the trace's CPU-only pods and counts shares in milli-GPU)."""
-    pods = [attrs.evolve(p, gpu_spec=()) for p in CsvTraceReader().read_pods(pods_file)]
+    """GPU allocation (% of capacity) at the end of ``ljrk simulate``'s replay of the same nodes, trace, seed and
+    ``load`` under ``policy``, cut where :func:`claim_stream` cuts: the model of the live run. As live, ``gpu_spec``
+    is dropped and the CPU-only pods ask nothing (kept, with no CPU or memory, so the stream is the same); shares
+    count in milli-GPU, not whole percent."""
+    pods = [attrs.evolve(p, gpu_spec=()) if p.num_gpu else attrs.evolve(p, cpu_milli=0, memory_mib=0)
+            for p in CsvTraceReader().read_pods(pods_file)]
     config = ReplayConfig(policy, seed, tune=load)
     limit = None
     if max_pods:
