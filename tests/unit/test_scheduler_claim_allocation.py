@@ -20,17 +20,17 @@ from services.scheduler.commit import CommitError
 from services.scheduler.service import SchedulerService, ServiceConfig
 from services.scheduler.standalone import StandaloneLoop
 from support.kube_builders import KEYS, NOW, PROTOCOL, Clock, make_node
-from support.scheduler_world import FlakyCluster
+from support.scheduler_world import FlakyCluster, World
 
 DRA = PROTOCOL.dra
 
 
 @attrs.define
-class ClaimWorld:
-    cluster: FlakyCluster
-    claims: InMemoryResourceClaims
-    service: SchedulerService
-    loop: StandaloneLoop
+class ClaimWorld(World):
+    """:class:`~support.scheduler_world.World` with DRA claims (in memory, also the claim writer) and the loop."""
+
+    claims: InMemoryResourceClaims = attrs.field(kw_only=True)
+    loop: StandaloneLoop = attrs.field(kw_only=True)
 
     def claim(self, name: str, *asks: DeviceAsk) -> ClaimAllocation:
         return self.claims.put(ClaimAllocation("default", name, f"uid-{name}", requests=asks))
@@ -43,14 +43,6 @@ class ClaimWorld:
         self.service.on_pod(pod)
         return pod
 
-    def deliver(self, name: str) -> PodObject:
-        pod = self.cluster.get_pod("default", name)
-        self.service.on_pod(pod)
-        return pod
-
-    def used(self, node: str) -> list[tuple[int, int]]:
-        return [(g.core_used, g.memory_used // GiB) for g in self.service.gpus(node)]
-
     def reasons(self, name: str) -> list[str]:
         return [e.message for e in self.cluster.events if isinstance(e, ClusterEvent) and e.name == name
                 and e.reason == "FailedScheduling"]
@@ -60,8 +52,9 @@ def new_world(claims: InMemoryResourceClaims | None = None, cluster: FlakyCluste
               nodes: tuple[str, ...] = ("n1",), leading: Callable[[], bool] = lambda: True) -> ClaimWorld:
     claims = claims or InMemoryResourceClaims()
     cluster = cluster or FlakyCluster()
-    service = SchedulerService(cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                               config=ServiceConfig(policy="binpack", admission_hold_seconds=None), clock=Clock(NOW),
+    metrics, clock = PrometheusSchedulerMetrics(), Clock(NOW)
+    service = SchedulerService(cluster, PROTOCOL, metrics,
+                               config=ServiceConfig(policy="binpack", admission_hold_seconds=None), clock=clock,
                                claims=claims, claim_writes=claims, is_leader=leading)
     for name in nodes:
         try:
@@ -69,7 +62,7 @@ def new_world(claims: InMemoryResourceClaims | None = None, cluster: FlakyCluste
         except Exception:  # already there: a restarted scheduler over the same cluster
             node = cluster.get_node(name)
         service.on_node(node)
-    return ClaimWorld(cluster, claims, service, StandaloneLoop(service))
+    return ClaimWorld(cluster, service, metrics, clock, [True], claims=claims, loop=StandaloneLoop(service))
 
 
 def share(cores: str = "30", memory: str = "4Gi") -> DeviceAsk:
