@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -229,10 +230,21 @@ def pod_status_patch(phase: PodPhase, terminations: Sequence[ContainerTerminatio
     return {"status": status}
 
 
+def _claim_field(claim: Any, field: str) -> str:
+    """``field`` of a ``V1PodResourceClaim``: flat since client 31 (API 1.31), under ``source`` before it. A client
+    older than the server's API drops the flat fields when it builds its model, so its pods read here name no claim
+    (the informers read pods as JSON, :mod:`.corejson`, which has them)."""
+    value = getattr(claim, field, None)
+    if value is None:
+        value = getattr(getattr(claim, "source", None), field, None)
+    return str(value or "")
+
+
 def _pod_claims_from_v1(spec: client.V1PodSpec, status: client.V1PodStatus) -> tuple[PodClaim, ...]:
-    generated = {s.name: s.resource_claim_name or "" for s in status.resource_claim_statuses or ()}
-    return tuple(PodClaim(c.name, c.resource_claim_name or "", c.resource_claim_template_name or "",
-                          generated.get(c.name)) for c in spec.resource_claims or ())
+    generated = {s.name: s.resource_claim_name or "" for s in getattr(status, "resource_claim_statuses", None) or ()}
+    return tuple(PodClaim(c.name, _claim_field(c, "resource_claim_name"),
+                          _claim_field(c, "resource_claim_template_name"), generated.get(c.name))
+                 for c in getattr(spec, "resource_claims", None) or ())
 
 
 def pod_from_v1(pod: client.V1Pod) -> PodObject:
