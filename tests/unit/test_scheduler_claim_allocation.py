@@ -345,3 +345,17 @@ def test_a_victims_claim_the_preemptor_shares_is_not_counted_as_freed() -> None:
     assert not w.loop.attempt(high)
     # evicting v would end s's only reservation, but high uses s: only w's claim t frees a GPU it can take
     assert "evicting default/w" in w.reasons("high")[-1]
+
+
+def test_extender_leaves_claims_to_kube_scheduler_on_nodes_whose_gpus_only_the_dra_driver_publishes() -> None:
+    from services.scheduler.extender import Extender
+
+    w = new_world()
+    w.service.on_node(w.cluster.create_node(make_node("dra-only", annotation=None)))  # no device-plugin inventory
+    w.service.start_leading()
+    w.claim("c", share("30", "4Gi"))
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    extender = Extender(w.service, rank_all_pods=True)
+    assert extender.filter(pod, ["dra-only"]).passed == ("dra-only",)  # placed as if it had no claims
+    assert extender.bind("default", "p", pod.uid, "dra-only") == ""
+    assert w.deliver("p").node_name == "dra-only"

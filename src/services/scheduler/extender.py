@@ -8,7 +8,9 @@ failed nodes (kube-scheduler reads them only when no node is left); when nothing
 reason there. ``bind`` commits the reservation or releases it. A pod with DRA claims of our classes is placed with
 what they ask (:mod:`.claimcycle`: its node is chosen by our policy over the ledger), but kube-scheduler's
 DynamicResources plugin still allocates the claims, first fit on that node, before our ``bind``; claims we would
-refuse to allocate ourselves (MIG classes, other drivers, selectors…) are left out of the choice. A standby replica
+refuse to allocate ourselves (MIG classes, other drivers, selectors…) are left out of the choice, and so are all
+the pod's claims when no candidate takes them in our books (nodes whose GPUs only the DRA driver publishes): the
+candidates passed kube-scheduler's own DRA filter, and its allocation decides. A standby replica
 answers with an error. Invariant: no scheduling rule lives here; each verb asks the service once. The deployment
 requirements (``percentageOfNodesToScore: 100``, ``managedResources``, ``rank_all_pods``) and what they cost:
 ``docs/extender.md``.
@@ -75,6 +77,12 @@ class Extender:
         :attr:`FilterResult.failed` and :attr:`FilterResult.error`, never raised."""
         claims = self._claims(pod) if self.service.serving else None  # a standby answers with an error anyway
         decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods, claims=claims)
+        if claims is not None and decision.node is None and not decision.error:
+            # no candidate takes the claims in our books (nodes whose GPUs only the DRA driver publishes, or books
+            # that disagree): kube-scheduler's own DRA filter passed these candidates, so its allocation decides
+            log.info("claims left to kube-scheduler", extra=fields(pod=pod.key, reason=decision.reason))
+            claims = None
+            decision = self.service.decide(pod, list(names), rank_all_pods=self.rank_all_pods)
         if decision.error:
             return FilterResult((), {}, decision.error)
         if not decision.managed:
@@ -132,6 +140,9 @@ class Extender:
         if held is None or held.node != node:  # decide again, with the claims as they are now
             claims = self._claims(pod)
             result = service.schedule_pod(pod, candidates=[node], claims=claims)
+            if result.allocation is None and claims is not None:  # as in filter: kube-scheduler's allocation decides
+                claims = None
+                result = service.schedule_pod(pod, candidates=[node])
             if result.allocation is None:
                 raise CommitError(f"pod {namespace}/{name} does not fit node {node}: {result.reason}")
             held = result.allocation
