@@ -359,3 +359,21 @@ def test_extender_leaves_claims_to_kube_scheduler_on_nodes_whose_gpus_only_the_d
     assert extender.filter(pod, ["dra-only"]).passed == ("dra-only",)  # placed as if it had no claims
     assert extender.bind("default", "p", pod.uid, "dra-only") == ""
     assert w.deliver("p").node_name == "dra-only"
+
+
+def test_a_resync_listing_a_claim_allocated_meanwhile_hands_the_asks_over_too() -> None:
+    from services.scheduler.extender import Extender
+
+    w = new_world()
+    w.service.start_leading()
+    w.claim("c", DeviceAsk("r", DRA.device_class_gpu))
+    pod = w.pod("p", PodClaim("g", claim_name="c"))
+    assert Extender(w.service, rank_all_pods=True).filter(pod, ["n1"]).passed == ("n1",)
+    stored = w.claims.get("default", "c")
+    assert stored is not None
+    w.claims.put(attrs.evolve(stored, allocated=True, reserved_for=(pod.uid,), results=(
+        AllocationResult("r", DRA.driver, "n1", "gpu-0"),)))  # kube-scheduler's write; its event not delivered
+    w.service.resync()
+    with w.service.books() as books:
+        assert not books.overbooked
+    assert w.used("n1") == [(1000, 16), (0, 0)]

@@ -300,6 +300,9 @@ class LedgerSync(ClaimEvents):
         their reference), and report the drift. The caller holds its lock; cost: the reservations and the
         differences, not the cluster."""
         fresh._carry(self._assumed, self.constraints, self.books.assumed)
+        fresh._expected = dict(self._expected)
+        for claim_uid in [uid for uid in fresh._expected if uid in fresh._claims]:  # listed allocated since
+            fresh._hand_over(claim_uid)
         report = compare_books(self.ledger, fresh.ledger)
         self._adopt(fresh, report)
         return report
@@ -353,6 +356,7 @@ class LedgerSync(ClaimEvents):
         self._uid_by_key, self._on_node, self._inferred = fresh._uid_by_key, fresh._on_node, fresh._inferred
         self._assumed = fresh._assumed
         self._claims, self._claim_uid_by_key, self._seen = fresh._claims, fresh._claim_uid_by_key, fresh._seen
+        self._expected = fresh._expected
         self.claim_problems = fresh.claim_problems
         self.holds.adopt(fresh.holds, keep=self._assumed)
         self.books.adopt(fresh.books)
