@@ -85,11 +85,6 @@ class ClaimNeed:
     shared: tuple[ClaimAllocation, ...] = ()
     node: str | None = None
 
-    @property
-    def names(self) -> frozenset[str]:
-        """The ask containers' names."""
-        return frozenset(c.name for ask in self.asks for c in ask.containers)
-
     def request(self, base: PodRequest) -> PodRequest:
         """``base`` (the pod's own request: its containers, CPU, memory, selector) with the ask containers added.
         Raises :class:`InvalidRequestError` as :class:`PodRequest` does (a pod mixing MIG with claims), and for a
