@@ -50,6 +50,8 @@ class Driver:
         self.thread.start()
         self.channel = unix_channel(directory / "plugins" / DRIVER / "dra.sock")
         grpc.channel_ready_future(self.channel).result(timeout=10)
+        with unix_channel(directory / "reg" / f"{DRIVER}-reg.sock") as registration:  # served after the plugin's
+            grpc.channel_ready_future(registration).result(timeout=10)
         self.dra = dra_grpc.DRAPluginStub(self.channel)
 
     @property
