@@ -178,13 +178,21 @@ class DraNodeStack(NodeStack):
 
 
 @contextlib.contextmanager
-def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str) -> Iterator[DraNodeStack]:
+def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str,
+              hami_library: Path | None = None) -> Iterator[DraNodeStack]:
     """The Runtime on ``gpus`` and ``ljrk dra-driver``, once kubelet registered the driver and the node's slices
-    are published; both stopped and the work folder removed afterwards."""
+    are published; both stopped and the work folder removed afterwards. ``hami_library``: a file the Runtime
+    mounts as HAMi-core's library (``--hami-core-library``), and the driver lets through with the Runtime's preload
+    list (``--hami-core-library``, ``--hami-preload-file``)."""
     world = DraNodeStack(node, plane, Path(tempfile.mkdtemp(prefix="ljrk-dra-", dir="/tmp")))
     try:
-        world.start_runtime(gpus)
-        world.start_dra_driver()
+        if hami_library is None:
+            world.start_runtime(gpus)
+            world.start_dra_driver()
+        else:
+            world.start_runtime(gpus, "--hami-core-library", str(hami_library))
+            world.start_dra_driver("--hami-core-library", str(hami_library),
+                                   "--hami-preload-file", str(world.workdir / "state" / "ld.so.preload"))
         eventually(lambda: world.registrations() >= 1, 60, f"kubelet registered the driver\n{world.tails()}")
         eventually(lambda: slices(api, node.node_name), 60, "ResourceSlices published")
         yield world
@@ -194,13 +202,15 @@ def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str) -> Itera
 
 
 @contextlib.contextmanager
-def dra_world(node: RealNode, plane: ControlPlane, api: Any, gpus: str, *extra: str) -> Iterator[DraNodeStack]:
+def dra_world(node: RealNode, plane: ControlPlane, api: Any, gpus: str, *extra: str,
+              hami_library: Path | None = None) -> Iterator[DraNodeStack]:
     """A test module's world: the shipped DeviceClasses applied, :func:`dra_control` and :func:`dra_stack` on
-    ``gpus``, plus the ``extra`` components of the node (``device-plugin``, ``scheduler``: ours, standalone)."""
+    ``gpus`` (with ``hami_library``), plus the ``extra`` components of the node (``device-plugin``, ``scheduler``:
+    ours, standalone)."""
     apply_device_classes(plane)
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-dractl-", dir="/tmp"))
     try:
-        with dra_control(plane, workdir), dra_stack(node, plane, api, gpus) as world:
+        with dra_control(plane, workdir), dra_stack(node, plane, api, gpus, hami_library) as world:
             if "device-plugin" in extra:
                 world.start_device_plugin()
             if "scheduler" in extra:

@@ -220,7 +220,7 @@ def test_a_hostile_runtime_answer_is_refused_not_forwarded(
             assert _code(error) is grpc.StatusCode.FAILED_PRECONDITION
             details = str(error.value.details())  # type: ignore[attr-defined]
             assert named in details
-            assert "not forwarded to kubelet" in details
+            assert "not forwarded to the container" in details
             assert "/opt/libvgpu.so at /usr/local/vgpu/libvgpu.so read-only" in details  # what is allowed
             assert world.service.responses.refused_answers == attempt
         assert world.service.runtime_allocate_calls == 2

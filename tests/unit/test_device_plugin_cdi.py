@@ -33,7 +33,7 @@ from domain.device_plugin.cdi import (
 )
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu, PlannedMig
+from domain.runtime.types import ContainerAllocationRequest, Mount, PlannedGpu, PlannedMig
 from services.device_plugin.cdi import CdiPublisher
 
 A, B = GpuUuid("GPU-aaaa-0001"), GpuUuid("GPU-bbbb-0002")
@@ -81,6 +81,19 @@ def test_json_uses_the_cdi_field_names_and_parses_back() -> None:
     assert "containerEdits" not in json.loads(spec_to_json(build_spec(GPUS, HostGpuNodes())))
     with pytest.raises(ValueError, match="not a CDI spec"):
         spec_from_json('{"kind": "x"}')
+
+
+def test_spec_wide_mounts_are_bind_mounts_with_their_access_and_parse_back() -> None:
+    mounts = (Mount(container_path="/usr/local/vgpu/libvgpu.so", host_path="/opt/libvgpu.so", read_only=True),
+              Mount(container_path="/tmp/nvidia-mps", host_path="/run/nvidia-mps", read_only=False))
+    spec = attrs.evolve(build_spec(GPUS, HostGpuNodes()), mounts=mounts)
+    document = json.loads(spec_to_json(spec))
+    assert document["containerEdits"] == {"mounts": [
+        {"hostPath": "/opt/libvgpu.so", "containerPath": "/usr/local/vgpu/libvgpu.so", "type": "bind",
+         "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]},
+        {"hostPath": "/run/nvidia-mps", "containerPath": "/tmp/nvidia-mps", "type": "bind",
+         "options": ["rw", "nosuid", "nodev", "rbind", "rprivate"]}]}
+    assert spec_from_json(spec_to_json(spec)) == spec
 
 
 def test_host_scan_reads_minors_and_existing_control_nodes(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_check_names_the_container_what_was_refused_and_what_is_allowed() -> Non
     assert isinstance(error.value, DevicePluginError)
     assert str(error.value) == (
         "team-a/p:main: the node Runtime answered mount host '/' at '/host' (read_only=False); device host "
-        "'/dev/sda' at '/dev/sda' ('rw'): not forwarded to kubelet (allowed mounts: "
+        "'/dev/sda' at '/dev/sda' ('rw'): not forwarded to the container (allowed mounts: "
         f"{PRELOAD} at /etc/ld.so.preload read-only, {LIB} at /usr/local/vgpu/libvgpu.so read-only; "
         "device nodes: /dev/nvidia* from /dev)")
 

@@ -53,6 +53,14 @@ def test_settings_validation(tmp_path: Path) -> None:
         DraDriverSettings(node_name="n", runtime_socket=tmp_path, unhealthy="ignore")
     with pytest.raises(SettingsError, match="--runtime-wait"):
         DraDriverSettings(node_name="n", runtime_socket=tmp_path, runtime_wait_s=0)
+    with pytest.raises(SettingsError, match="--hami-preload-file None: give both"):
+        DraDriverSettings(node_name="n", runtime_socket=tmp_path, hami_core_library=Path("/opt/libvgpu.so"))
+    with pytest.raises(SettingsError, match="--mps-pipe-dir mps: must be an absolute host path"):
+        DraDriverSettings(node_name="n", runtime_socket=tmp_path, mps_pipe_dir=Path("mps"))
+    settings = DraDriverSettings(node_name="n", runtime_socket=tmp_path, hami_core_library=Path("/opt/libvgpu.so"),
+                                 hami_preload_file=Path("/var/lib/ljrk/ld.so.preload"))
+    assert {m.host_path for m in settings.allowed_mounts.mounts} == {"/opt/libvgpu.so", "/var/lib/ljrk/ld.so.preload"}
+    assert DraDriverSettings(node_name="n", runtime_socket=tmp_path).allowed_mounts.mounts == frozenset()
 
 
 def test_ljrk_lists_the_command() -> None:

@@ -6,7 +6,9 @@ CDI spec holds the Runtime's limit environment; preparing twice answers the same
 over the same checkpoint answers without the API (restart) and unprepare releases the grant, removes the spec and
 the checkpoint entry; every claim of a request is answered, a bad one with its own error (missing claim, changed
 UID, another driver only, over capacity counting device-plugin grants in the same book); a failed checkpoint write
-gives the grant back; unpreparing an unknown claim is no error; a Runtime without Allocate is refused.
+gives the grant back; unpreparing an unknown claim is no error; a Runtime without Allocate is refused; a Runtime
+with HAMi-core gives the claim's spec its library and preload mounts when the allow-list names them, and a claim
+whose Runtime answer mounts anything the allow-list does not name fails with the grant given back and no spec.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import pytest
 from adapters.memory.cdi import InMemoryCdiSpecStore
 from adapters.memory.resource_claims import InMemoryPreparedClaims, InMemoryResourceClaims
 from domain.device_plugin.cdi import HostGpuNodes
+from domain.device_plugin.response_guard import ResponseAllowList
 from domain.dra.claims import AllocationResult, ClaimAllocation, ClaimRef
 from domain.gpu import Gpu, GpuUuid
+from domain.runtime.edits import HAMI_LIBRARY_PATH, LD_SO_PRELOAD, ContainerEdits
 from domain.runtime.errors import UnsupportedFeatureError
 from domain.runtime.features import SemVer
-from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
+from domain.runtime.types import ContainerAllocationRequest, Mount, PlannedGpu
 from entrypoints.runtime.inprocess import InProcessRuntime
 from services.dra.plugin import ClaimPreparer
 
@@ -29,9 +33,10 @@ DRIVER = "gpu.lj-runtimekit.io"
 
 
 class World:
-    def __init__(self) -> None:
+    def __init__(self, edits: ContainerEdits | None = None, allowed: ResponseAllowList | None = None) -> None:
         self.runtime = InProcessRuntime([Gpu(0, GpuUuid("GPU-a"), "A100", 16 * GIB),
-                                         Gpu(1, GpuUuid("GPU-b"), "A100", 16 * GIB)])
+                                         Gpu(1, GpuUuid("GPU-b"), "A100", 16 * GIB)], edits=edits)
+        self.allowed = allowed
         self.claims = InMemoryResourceClaims()
         self.checkpoint = InMemoryPreparedClaims()
         self.specs: dict[str, InMemoryCdiSpecStore] = {}
@@ -41,7 +46,8 @@ class World:
 
     def preparer(self) -> ClaimPreparer:
         return ClaimPreparer(driver=DRIVER, node="n1", runtime=self.runtime, claims=self.claims,
-                             checkpoint=self.checkpoint, spec_store=self.spec, host=HostGpuNodes)
+                             checkpoint=self.checkpoint, spec_store=self.spec, host=HostGpuNodes,
+                             allowed=self.allowed)
 
     def claim(self, uid: str, *results: AllocationResult, name: str | None = None) -> ClaimRef:
         ref = ClaimRef(namespace="ns", uid=uid, name=name or f"c-{uid}")
@@ -126,3 +132,38 @@ def test_a_runtime_without_allocate_is_refused() -> None:
                                      capabilities=["inventory"])
     with pytest.raises(UnsupportedFeatureError, match="allocate"):
         world.preparer().check_runtime()
+
+
+LIBRARY, PRELOAD = "/opt/hami/libvgpu.so", "/var/lib/lj-runtimekit/ld.so.preload"
+HAMI = ContainerEdits(hami_library=LIBRARY, preload_file=PRELOAD)
+
+
+def test_a_hami_core_runtime_gives_the_claim_spec_its_mounts() -> None:
+    world = World(HAMI, ResponseAllowList(hami_library=LIBRARY, preload_file=PRELOAD))
+    claim = world.claim("u1", share("gpu-0", "30", "4Gi"))
+    assert world.preparer().prepare([claim])["u1"].error == ""
+    spec = world.spec("u1").read()
+    assert spec is not None
+    assert sorted(spec.mounts, key=lambda m: m.container_path) == [
+        Mount(container_path=LD_SO_PRELOAD, host_path=PRELOAD, read_only=True),
+        Mount(container_path=HAMI_LIBRARY_PATH, host_path=LIBRARY, read_only=True)]
+    assert dict(spec.env)["CUDA_DEVICE_SM_LIMIT"] == "30"
+
+
+@pytest.mark.parametrize("allowed", [None, ResponseAllowList(hami_library="/elsewhere/libvgpu.so",
+                                                             preload_file=PRELOAD)],
+                         ids=["no-mount-allowed", "another-library"])
+def test_a_mount_the_allow_list_does_not_name_fails_the_claim_and_gives_the_grant_back(
+        allowed: ResponseAllowList | None) -> None:
+    world = World(HAMI, allowed)
+    claim = world.claim("u1", share("gpu-0", "30", "4Gi"))
+    other = world.claim("u2", share("gpu-1", "30", "4Gi"))
+    outcome = world.preparer().prepare([claim, other])
+    assert outcome["u1"].prepared is None
+    assert outcome["u1"].error.startswith("claim ns/c-u1 (u1): the node Runtime answered ")
+    assert f"mount host '{LIBRARY}' at '{HAMI_LIBRARY_PATH}'" in outcome["u1"].error
+    assert "not forwarded to the container" in outcome["u1"].error
+    assert outcome["u2"].prepared is None  # the same Runtime answers every claim with the same mounts
+    assert world.booked() == []
+    assert world.spec("u1").read() is None
+    assert world.checkpoint.load() == {}

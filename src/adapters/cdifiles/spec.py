@@ -1,9 +1,11 @@
 """The node's CDI spec as a JSON file in a CDI spec directory (``ports.cdi.CdiSpecStore``).
 
 Format (CDI SPEC.md, tags.cncf.io/container-device-interface): ``{"cdiVersion", "kind", "devices": [{"name",
-"containerEdits": {"env": ["K=V"], "deviceNodes": [{"path", "hostPath", "permissions"}]}}], "containerEdits": {...}}``;
-empty edit lists and an empty spec-wide ``containerEdits`` are left out. The file is
-``<dir>/lj-runtimekit.io-gpu.json`` (the CDI library's ``<vendor>-<class>`` naming), mode 0644.
+"containerEdits": {"env": ["K=V"], "deviceNodes": [{"path", "hostPath", "permissions"}]}}], "containerEdits": {...,
+"mounts": [{"hostPath", "containerPath", "type": "bind", "options"}]}}``; empty edit lists and an empty spec-wide
+``containerEdits`` are left out. A mount's options are :data:`READ_ONLY_OPTIONS` or :data:`READ_WRITE_OPTIONS`
+(the bind options NVIDIA's CDI specs give libraries, ``rbind``/``rprivate`` as the OCI runtime applies them).
+The file is ``<dir>/lj-runtimekit.io-gpu.json`` (the CDI library's ``<vendor>-<class>`` naming), mode 0644.
 
 Atomic replace: the JSON goes to a temporary file in the same directory whose name ends in ``.tmp`` (container
 runtimes load only ``*.json``/``*.yaml``, so they never read it), is fsynced and renamed over the spec
@@ -19,6 +21,7 @@ from typing import Any
 
 from adapters.atomicfile import write_atomically
 from domain.device_plugin.cdi import CDI_CLASS, CDI_VENDOR, CdiDevice, CdiDeviceNode, CdiSpec
+from domain.runtime.types import Mount
 from ports.cdi import CdiSpecError
 
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
@@ -26,6 +29,11 @@ DEFAULT_CDI_DIR = Path("/var/run/cdi")
 
 SPEC_FILE_NAME = f"{CDI_VENDOR}-{CDI_CLASS}.json"
 """``lj-runtimekit.io-gpu.json``."""
+
+READ_ONLY_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
+"""``options`` of a read-only bind mount."""
+READ_WRITE_OPTIONS = ("rw", "nosuid", "nodev", "rbind", "rprivate")
+"""``options`` of a read-write bind mount."""
 
 
 def _edits(env: tuple[tuple[str, str], ...], nodes: tuple[CdiDeviceNode, ...]) -> dict[str, Any]:
@@ -37,6 +45,12 @@ def _edits(env: tuple[tuple[str, str], ...], nodes: tuple[CdiDeviceNode, ...]) -
     return edits
 
 
+def _mount(mount: Mount) -> dict[str, Any]:
+    options = READ_ONLY_OPTIONS if mount.read_only else READ_WRITE_OPTIONS
+    return {"hostPath": mount.host_path, "containerPath": mount.container_path, "type": "bind",
+            "options": list(options)}
+
+
 def spec_to_json(spec: CdiSpec) -> str:
     """The spec's JSON text (module docstring), keys in spec order, newline-terminated."""
     document: dict[str, Any] = {
@@ -44,6 +58,8 @@ def spec_to_json(spec: CdiSpec) -> str:
         "devices": [{"name": d.name, "containerEdits": _edits(d.env, d.device_nodes)} for d in spec.devices],
     }
     common = _edits(spec.env, spec.device_nodes)
+    if spec.mounts:
+        common["mounts"] = [_mount(m) for m in spec.mounts]
     if common:
         document["containerEdits"] = common
     return json.dumps(document, indent=2) + "\n"
@@ -64,8 +80,10 @@ def spec_from_json(text: str) -> CdiSpec:
             devices.append(CdiDevice(item["name"], env=env, device_nodes=_nodes(edits)))
         common = document.get("containerEdits", {})
         env = tuple(tuple(entry.split("=", 1)) for entry in common.get("env", ()))
+        mounts = tuple(Mount(container_path=m["containerPath"], host_path=m["hostPath"],
+                             read_only="ro" in m.get("options", ())) for m in common.get("mounts", ()))
         return CdiSpec(document["kind"], tuple(devices), device_nodes=_nodes(common), version=document["cdiVersion"],
-                       env=env)
+                       env=env, mounts=mounts)
     except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a CDI spec: {error!r}") from error
 

@@ -30,7 +30,7 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid
-from domain.runtime.types import ContainerAllocationRequest
+from domain.runtime.types import ContainerAllocationRequest, Mount
 
 CDI_VERSION = "0.6.0"
 """``cdiVersion`` of the spec written (module docstring)."""
@@ -100,15 +100,18 @@ class CdiDevice:
 
 @attrs.frozen
 class CdiSpec:
-    """A CDI spec: ``kind``, ``devices`` (by GPU index), spec-wide ``device_nodes``, ``version`` (``cdiVersion``)
-    and spec-wide ``env`` (``(key, value)`` pairs, applied once whenever any device of the spec is injected; the
-    DRA plugin's per-claim limits, none in the device plugin's spec)."""
+    """A CDI spec: ``kind``, ``devices`` (by GPU index), spec-wide ``device_nodes``, ``version`` (``cdiVersion``),
+    spec-wide ``env`` (``(key, value)`` pairs) and spec-wide ``mounts`` (bind mounts, host path → container path,
+    read-only or not), both applied once whenever any device of the spec is injected: the DRA plugin's per-claim
+    limits and enforcement mounts (HAMi-core's library and preload list, or the MPS pipe directory), none in the
+    device plugin's spec (it hands mounts to kubelet in its Allocate answer)."""
 
     kind: str
     devices: tuple[CdiDevice, ...]
     device_nodes: tuple[CdiDeviceNode, ...] = ()
     version: str = CDI_VERSION
     env: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[Mount, ...] = ()
 
     def qualified_names(self) -> tuple[str, ...]:
         """``kind=name`` of every device."""

@@ -1,5 +1,5 @@
-"""What the device plugin lets through from the Runtime's Allocate answer to kubelet: an allow-list of mounts and
-device nodes.
+"""What the device plugin lets through from the Runtime's Allocate answer to kubelet (and the DRA plugin into a
+claim's CDI spec): an allow-list of mounts and device nodes.
 
 The Runtime is reached over a unix socket; whoever serves that socket (a compromised Job that replaced it, a buggy
 Runtime) could answer mounts that put host paths into every GPU container. The plugin therefore forwards only
@@ -76,23 +76,26 @@ class ResponseAllowList:
         host = self.dev_root.rstrip("/") + spec.container_path.removeprefix("/dev")
         return spec.host_path == host and set(spec.permissions) <= set("rwm")
 
-    def refused(self, response: ContainerAllocationResponse) -> list[str]:
-        """Each mount and device spec of ``response`` outside the allow-list, described; empty when all pass."""
+    def refused(self, response: ContainerAllocationResponse, *, devices: bool = True) -> list[str]:
+        """Each mount and (with ``devices``) device spec of ``response`` outside the allow-list, described; empty
+        when all pass."""
         allowed = self.mounts
         found = [f"mount host {m.host_path!r} at {m.container_path!r} (read_only={m.read_only})"
                  for m in response.mounts if m not in allowed]
-        found += [f"device host {d.host_path!r} at {d.container_path!r} ({d.permissions!r})"
-                  for d in response.devices if not self.device_allowed(d)]
+        if devices:
+            found += [f"device host {d.host_path!r} at {d.container_path!r} ({d.permissions!r})"
+                      for d in response.devices if not self.device_allowed(d)]
         return found
 
-    def check(self, response: ContainerAllocationResponse, *, label: str) -> None:
-        """Pass ``response`` or raise :class:`ForbiddenResponseError` naming ``label`` (the container), every
-        refused entry and what is allowed."""
-        refused = self.refused(response)
+    def check(self, response: ContainerAllocationResponse, *, label: str, devices: bool = True) -> None:
+        """Pass ``response`` or raise :class:`ForbiddenResponseError` naming ``label`` (the container or claim),
+        every refused entry and what is allowed. ``devices``: judge the device specs too (False where they are not
+        forwarded: the DRA plugin writes a claim's device nodes itself, :mod:`domain.dra.prepared`)."""
+        refused = self.refused(response, devices=devices)
         if refused:
             expected = ", ".join(f"{m.host_path} at {m.container_path}{' read-only' * m.read_only}" for m in sorted(
                 self.mounts, key=lambda m: m.container_path)) or "none"
             raise ForbiddenResponseError(
-                f"{label}: the node Runtime answered {'; '.join(refused)}: not forwarded to kubelet (allowed mounts: "
-                f"{expected}; device nodes: /dev/nvidia* from {self.dev_root})"
+                f"{label}: the node Runtime answered {'; '.join(refused)}: not forwarded to the container (allowed "
+                f"mounts: {expected}; device nodes: /dev/nvidia* from {self.dev_root})"
             )

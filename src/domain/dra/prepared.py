@@ -6,7 +6,10 @@
   ``LJRK_CDI_DEVICE_<index>=<uuid>`` (as the device plugin's spec) and the device node ``/dev/nvidia<minor>`` where
   the host's driver lists the GPU, and spec-wide edits: the Runtime's environment for the grant
   (``NVIDIA_VISIBLE_DEVICES``, ``LJRK_*`` and HAMi-core limits, the same the device plugin hands a container) and
-  the host's control nodes. A simulated GPU (no driver entry) gets the environment only. A MIG claim has one
+  the host's control nodes, and the Runtime's mounts for the grant (HAMi-core's library and preload list, or the
+  MPS pipe directory: what enforces the share, the same the device plugin hands kubelet; the plugin passes only
+  those its allow-list expects, :mod:`domain.device_plugin.response_guard`). A simulated GPU (no driver entry)
+  gets the environment only. A MIG claim has one
   device per parent GPU of its instances (``<claim uid>-gpu-<parent index>``, the parent's device node); the
   Runtime's environment names the instances (``NVIDIA_VISIBLE_DEVICES=MIG-…``, ``LJRK_MIG_*``). Every device has
   at least the env edit: CDI refuses a whole spec with a device without edits ("invalid device, empty device edits",
@@ -83,7 +86,7 @@ def claim_spec(request: ContainerAllocationRequest, response: ContainerAllocatio
                                  device_nodes=nodes))
     control = tuple(CdiDeviceNode(f"/dev/{name}") for name in host.control_nodes) if real else ()
     env = tuple(sorted(response.envs.items()))
-    return CdiSpec(CLAIM_CDI_KIND, tuple(devices), device_nodes=control, env=env)
+    return CdiSpec(CLAIM_CDI_KIND, tuple(devices), device_nodes=control, env=env, mounts=response.mounts)
 
 
 def prepared(claim: ClaimRef, results: Iterable[AllocationResult], request: ContainerAllocationRequest) -> (

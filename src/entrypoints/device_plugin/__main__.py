@@ -48,6 +48,7 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
+from entrypoints._shared.enforcement import DEV_ROOT, HAMI_CORE_LIBRARY, HAMI_PRELOAD_FILE, MPS_PIPE_DIR
 from entrypoints._shared.flags import (
     IN_MEMORY,
     KUBECONFIG,
@@ -96,16 +97,10 @@ CLI = cli(
     flag("--device-list-strategy", action=Repeatable, convert=items, env="DEVICE_LIST_STRATEGY", metavar="NAME",
          help="how granted devices reach the container: envvar, volume-mounts, cdi-cri; repeatable or "
          "comma-separated (default: $DEVICE_LIST_STRATEGY, else envvar,cdi-cri with --cdi, envvar without)"),
-    flag("--hami-core-library", type=Path, metavar="PATH",
-         help="host path of HAMi-core's libvgpu.so that the node Runtime mounts (same as its --hami-core-library); "
-         "the only library mount forwarded (default: none forwarded)"),
-    flag("--mps-pipe-dir", type=Path, metavar="DIR",
-         help="host pipe directory of the node's CUDA MPS control daemon that the node Runtime mounts (same as its "
-         "--mps-pipe-dir); default: no MPS mount passes"),
-    flag("--hami-preload-file", type=Path, metavar="PATH",
-         help="host path of the Runtime's ld.so.preload (<its --state-dir>/ld.so.preload); needs --hami-core-library"),
-    flag("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
-         help="host device directory of the Runtime's /dev/nvidia* device specs (default: /dev)"),
+    HAMI_CORE_LIBRARY,
+    MPS_PIPE_DIR,
+    HAMI_PRELOAD_FILE,
+    DEV_ROOT,
     flag("--listen", metavar="HOST:PORT", help="serve /healthz, /readyz and /metrics here (default: no HTTP listener)"),
     LOG_LEVEL,
     IN_MEMORY,

@@ -59,6 +59,7 @@ from domain.device_plugin.response_guard import ResponseAllowList
 from domain.device_plugin.status import DevicePluginStatus
 from domain.errors import InvalidRequestError
 from entrypoints._shared.command import SettingsError as SettingsError
+from entrypoints._shared.enforcement import allow_list, check_enforcement_paths
 from entrypoints._shared.httpserver import parse_listen
 from ports.cluster import ClusterError
 from services.device_plugin.cdi import CdiPublisher
@@ -110,17 +111,7 @@ class DevicePluginSettings:
         if strategies.includes(DeviceListStrategy.CDI_CRI) and not self.cdi:
             raise SettingsError(f"--device-list-strategy {strategies}: cdi-cri needs --cdi (the node's CDI spec the "
                                 "names refer to); drop cdi-cri or --no-cdi")
-        if (self.hami_core_library is None) != (self.hami_preload_file is None):
-            raise SettingsError(f"--hami-core-library {self.hami_core_library} and --hami-preload-file "
-                                f"{self.hami_preload_file}: give both (the Runtime mounts both) or neither")
-        for name, path in (("--hami-core-library", self.hami_core_library),
-                           ("--hami-preload-file", self.hami_preload_file), ("--mps-pipe-dir", self.mps_pipe_dir),
-                           ("--dev-root", self.dev_root)):
-            if path is not None and not path.is_absolute():
-                raise SettingsError(f"{name} {path}: must be an absolute host path")
-        if self.mps_pipe_dir is not None and self.hami_core_library is not None:
-            raise SettingsError(f"--mps-pipe-dir {self.mps_pipe_dir} and --hami-core-library {self.hami_core_library}:"
-                                " a node's Runtime enforces shares with one of them")
+        check_enforcement_paths(self.hami_core_library, self.hami_preload_file, self.mps_pipe_dir, self.dev_root)
         if self.listen is not None:
             try:
                 parse_listen(self.listen)
@@ -141,12 +132,8 @@ def device_list(settings: DevicePluginSettings) -> DeviceListStrategies:
 
 def allowed_answers(settings: DevicePluginSettings) -> ResponseAllowList:
     """What the Runtime's Allocate answers may mount and name as device nodes (the HAMi-core and dev-root flags)."""
-    return ResponseAllowList(
-        hami_library=None if settings.hami_core_library is None else str(settings.hami_core_library),
-        preload_file=None if settings.hami_preload_file is None else str(settings.hami_preload_file),
-        mps_pipe_dir=None if settings.mps_pipe_dir is None else str(settings.mps_pipe_dir),
-        dev_root=str(settings.dev_root),
-    )
+    return allow_list(settings.hami_core_library, settings.hami_preload_file, settings.mps_pipe_dir,
+                      settings.dev_root)
 
 
 def socket_name(kind: ResourceKey) -> str:

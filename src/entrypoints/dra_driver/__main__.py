@@ -2,7 +2,8 @@
 
 ``ljrk dra-driver --node-name NAME --runtime-socket PATH [--kubeconfig FILE] [--protocol FILE]
 [--runtime-wait SECONDS] [--unhealthy taint|withdraw] [--withdraw] [--resync SECONDS] [--plugins-registry DIR]
-[--plugins-dir DIR] [--cdi-dir DIR] [--log-level LEVEL]``
+[--plugins-dir DIR] [--cdi-dir DIR] [--hami-core-library PATH --hami-preload-file PATH | --mps-pipe-dir DIR]
+[--dev-root DIR] [--log-level LEVEL]``
 (hidden: ``--in-memory``).
 
 Publishes the node's GPUs, read from the node Runtime, as ``resource.k8s.io/v1`` ResourceSlices of the driver
@@ -16,7 +17,10 @@ DRADeviceTaints).
 A node runs this or ``ljrk device-plugin``, not both. Beside the slices it serves the kubelet DRA plugin
 (``services.dra.plugin``): registration on ``<plugins-registry>/<driver>-reg.sock``, ``NodePrepareResources`` /
 ``NodeUnprepareResources`` on ``<plugins-dir>/<driver>/dra.sock``, a Runtime grant and a CDI spec in ``--cdi-dir``
-per claim, checkpointed in ``<plugins-dir>/<driver>/checkpoint.json`` (docs/dra.md).
+per claim, checkpointed in ``<plugins-dir>/<driver>/checkpoint.json`` (docs/dra.md). The claim's spec carries the
+Runtime's limit environment and, as the device plugin forwards them, exactly the enforcement mounts the flags name
+(HAMi-core's library and preload list, or the MPS pipe directory; ``entrypoints._shared.enforcement``): a Runtime
+answer with any other mount fails that claim.
 
 Exit codes: 0 stopped by a signal or withdrawn; 1 cannot run (Runtime unreachable, kubeconfig unreadable, API
 errors); 2 bad command line or protocol file. Errors are one line ``ljrk dra-driver: error: …`` on stderr.
@@ -33,6 +37,7 @@ from adapters.protocolfile import ProtocolFileError
 from domain.errors import InvalidRequestError
 from domain.runtime.errors import UnsupportedFeatureError
 from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, failing, serve, shutting_down
+from entrypoints._shared.enforcement import DEV_ROOT, HAMI_CORE_LIBRARY, HAMI_PRELOAD_FILE, MPS_PIPE_DIR
 from entrypoints._shared.flags import (
     IN_MEMORY,
     KUBECONFIG,
@@ -76,6 +81,10 @@ CLI = cli(
               f"(default: {DEFAULT_PLUGINS_DIR})"),
     flag("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
          help=f"where per-claim CDI specs are written (default: {DEFAULT_CDI_DIR})"),
+    HAMI_CORE_LIBRARY,
+    HAMI_PRELOAD_FILE,
+    MPS_PIPE_DIR,
+    DEV_ROOT,
     LOG_LEVEL,
     IN_MEMORY,
 )

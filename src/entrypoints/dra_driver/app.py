@@ -15,8 +15,10 @@ from typing import Protocol
 
 import attrs
 
+from domain.device_plugin.response_guard import ResponseAllowList
 from domain.dra.build import UnhealthyPolicy
 from entrypoints._shared.command import SettingsError
+from entrypoints._shared.enforcement import allow_list, check_enforcement_paths
 from services.dra.publisher import SlicePublisher
 
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -33,8 +35,10 @@ DEFAULT_RESYNC_S = 10.0
 class DraDriverSettings:
     """Validated settings of ``ljrk dra-driver`` (flags in ``__main__``). ``unhealthy``: ``taint`` or
     ``withdraw`` (:class:`~domain.dra.build.UnhealthyPolicy`); ``withdraw``: delete the node's slices and exit;
-    ``runtime_wait_s`` and ``resync_s`` (between two slice repair passes) in seconds. Raises :class:`SettingsError`
-    for an empty node name, an unknown unhealthy policy or a non-positive wait or resync interval."""
+    ``runtime_wait_s`` and ``resync_s`` (between two slice repair passes) in seconds; ``hami_core_library``,
+    ``hami_preload_file``, ``mps_pipe_dir``, ``dev_root``: the mounts of the Runtime's answers that reach a claim's
+    CDI spec (:mod:`entrypoints._shared.enforcement`). Raises :class:`SettingsError` for an empty node name, an
+    unknown unhealthy policy, a non-positive wait or resync interval, or enforcement paths that do not go together."""
 
     node_name: str
     runtime_socket: Path
@@ -49,10 +53,15 @@ class DraDriverSettings:
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
     cdi_dir: Path = DEFAULT_CDI_DIR
     resync_s: float = DEFAULT_RESYNC_S
+    hami_core_library: Path | None = None
+    hami_preload_file: Path | None = None
+    mps_pipe_dir: Path | None = None
+    dev_root: Path = Path("/dev")
 
     def __attrs_post_init__(self) -> None:
         if not self.node_name:
             raise SettingsError("--node-name must not be empty")
+        check_enforcement_paths(self.hami_core_library, self.hami_preload_file, self.mps_pipe_dir, self.dev_root)
         if self.unhealthy not in {p.value for p in UnhealthyPolicy}:
             raise SettingsError(f"--unhealthy {self.unhealthy!r}: must be taint or withdraw")
         if self.runtime_wait_s <= 0:
@@ -64,6 +73,11 @@ class DraDriverSettings:
     def unhealthy_policy(self) -> UnhealthyPolicy:
         """``unhealthy`` as the domain's policy."""
         return UnhealthyPolicy(self.unhealthy)
+
+    @property
+    def allowed_mounts(self) -> ResponseAllowList:
+        """The mounts of the Runtime's answers a claim's CDI spec may carry (the enforcement flags)."""
+        return allow_list(self.hami_core_library, self.hami_preload_file, self.mps_pipe_dir, self.dev_root)
 
 
 class Startable(Protocol):

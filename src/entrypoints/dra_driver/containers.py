@@ -5,7 +5,8 @@ owner reference) and the ResourceSlices are the Kubernetes API (``--kubeconfig``
 ``ApiClient``, or with the hidden ``--in-memory`` flag an InMemoryCluster holding this node and
 InMemoryResourceSlices. The kubelet DRA plugin reads claims from the same API (in memory: InMemoryResourceClaims),
 keeps its checkpoint in ``<plugins_dir>/<driver>/checkpoint.json``, writes per-claim CDI specs
-``<cdi_dir>/lj-runtimekit.io-claim-<uid>.json`` and reads device minors from the host driver. Providers are
+``<cdi_dir>/lj-runtimekit.io-claim-<uid>.json`` (with the Runtime's enforcement mounts the settings allow) and
+reads device minors from the host driver. Providers are
 annotated with their port types so mypy checks conformance.
 """
 
@@ -91,7 +92,7 @@ def make_preparer(settings: DraDriverSettings, runtime: NodeRuntime, api: ApiAcc
 
     preparer = ClaimPreparer(driver=driver, node=settings.node_name, runtime=runtime, claims=api.claims,
                              checkpoint=JsonPreparedClaims(settings.plugins_dir / driver / CHECKPOINT_FILE),
-                             spec_store=spec_store, host=host.scan)
+                             spec_store=spec_store, host=host.scan, allowed=settings.allowed_mounts)
     preparer.check_runtime()
     return preparer
 

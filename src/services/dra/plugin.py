@@ -12,8 +12,10 @@
 4. Ask the Runtime for the grant (``Allocate`` keyed by the claim UID, :data:`domain.dra.claims.CLAIM_CONTAINER`,
    so the Runtime's capacity admission counts it in the same per-GPU book as device-plugin grants; a grant that
    does not fit is the claim's error). Idempotent on the Runtime side as well.
-5. Write the claim's CDI spec (:func:`domain.dra.prepared.claim_spec`; ``spec_store(uid)``), then the
-   checkpoint. A failure after the grant releases it again (nothing leaks) and is the claim's error.
+5. Judge the Runtime's mounts against the allow-list (``allowed``: HAMi-core's library and preload list, or the
+   MPS pipe directory, as configured; :mod:`domain.device_plugin.response_guard`): anything else refuses the claim.
+6. Write the claim's CDI spec (:func:`domain.dra.prepared.claim_spec`; ``spec_store(uid)``) with those mounts,
+   then the checkpoint. A failure after the grant releases it again (nothing leaks) and is the claim's error.
 
 :meth:`ClaimPreparer.unprepare` releases the Runtime grant, removes the CDI spec and drops the checkpoint entry; a
 claim never prepared (or already unprepared) is no error. Thread-safe: calls are serialised.
@@ -30,6 +32,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from domain.device_plugin.cdi import HostGpuNodes
+from domain.device_plugin.response_guard import ForbiddenResponseError, ResponseAllowList
 from domain.dra.claims import CLAIM_CONTAINER, ClaimPreparationError, ClaimRef, ours, plan_claim
 from domain.dra.prepared import ClaimOutcome, PreparedClaim, claim_spec, prepared
 from domain.errors import DomainError
@@ -48,12 +51,14 @@ MINIMUM_RUNTIME: SemVer = max(RUNTIME_FEATURES[name].minimum for name in REQUIRE
 
 class ClaimPreparer:
     """Prepares claims of ``driver`` on ``node`` (module docstring). ``spec_store(uid)`` is the CDI spec file of
-    one claim; ``host`` gives the host driver's device nodes. Loads the checkpoint at construction (raises
+    one claim; ``host`` gives the host driver's device nodes; ``allowed``: the mounts of the Runtime's answers
+    that may reach the claim's spec (default: none). Loads the checkpoint at construction (raises
     :class:`CheckpointError` when it is unreadable: a plugin that forgot prepared claims would grant twice)."""
 
     def __init__(self, *, driver: str, node: str, runtime: NodeRuntime, claims: ResourceClaimsApi,
                  checkpoint: PreparedClaimsStore, spec_store: Callable[[str], CdiSpecStore],
-                 host: Callable[[], HostGpuNodes]) -> None:
+                 host: Callable[[], HostGpuNodes], allowed: ResponseAllowList | None = None) -> None:
+        self.allowed = allowed or ResponseAllowList()
         self._lock = threading.Lock()
         self.driver = driver
         self.node = node
@@ -111,10 +116,11 @@ class ClaimPreparer:
         request = plan_claim(claim, results, devices())
         response = self._runtime.allocate(request)
         try:
+            self.allowed.check(response, label=claim.label, devices=False)
             self._spec_store(claim.uid).write(claim_spec(request, response, self._host()))
             answer = prepared(claim, results, request)
             self._checkpoint.save({**self._prepared, claim.uid: answer})
-        except (CdiSpecError, CheckpointError):
+        except (ForbiddenResponseError, CdiSpecError, CheckpointError):
             self._undo(claim)
             raise
         self._prepared[claim.uid] = answer
