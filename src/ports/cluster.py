@@ -40,6 +40,7 @@ from domain.kube.objects import (
     Propagation,
     WatchEvent,
 )
+from domain.kube.podconditions import PodCondition
 
 
 class ClusterError(Exception):
@@ -109,7 +110,7 @@ class NodesApi(Protocol):
 
 
 class PodsApi(Protocol):
-    """Pods: list, watch, read, create, delete, write their phase and annotations, and bind them."""
+    """Pods: list, watch, read, create, delete, write their phase, conditions and annotations, and bind them."""
 
     def list_pods(
         self, *, field_selector: str = "", label_selector: str = "", namespace: str = ""
@@ -156,6 +157,16 @@ class PodsApi(Protocol):
     def nominate_pod(self, namespace: str, name: str, node: str) -> PodObject:
         """Write ``status.nominatedNodeName`` (``node``; "" clears it), as a scheduler does for a preemptor.
         Raises NotFoundError."""
+        ...
+
+    def set_pod_condition(self, namespace: str, name: str, condition: PodCondition, *,
+                          uid: str | None = None) -> PodObject:
+        """Write ``condition`` into ``status.conditions`` by the rule of
+        :func:`~domain.kube.podconditions.with_condition`: it replaces the condition of its type and keeps the
+        others; its transition time is the write's (the adapter's clock, whole seconds), kept when the status is
+        unchanged; no write when nothing would change. With ``uid``, only the pod of that UID. Returns the pod as
+        written. Raises NotFoundError, ConflictError (``uid`` is not the pod's, or the pod changed between the
+        adapter's read and its write: re-read and retry)."""
         ...
 
     def bind_pod(

@@ -4,7 +4,8 @@ kubelet would once their containers ended).
 
 One node with two 16 GiB GPUs: GPU 0 holds ``a`` (40 %, priority 100) and ``d`` (30 %, priority 300), GPU 1 holds
 ``b`` (60 %, priority 200). A pending 80 % share of priority 1000000 for our scheduler fits nowhere: b is deleted
-gracefully with a ``Preempted`` Event naming the preemptor, the preemptor is nominated
+gracefully with a ``Preempted`` Event naming the preemptor and the ``DisruptionTarget`` condition
+(``PreemptionByScheduler``, naming our scheduler) written before the delete, the preemptor is nominated
 (``status.nominatedNodeName``) and, once b is gone, bound to GPU 1; a lower-priority 50 % share created meanwhile
 is not bound (neither GPU can take it beside the preemptor), and a and d are untouched. A ``preemptionPolicy:
 Never`` pod evicts nobody and says so in its FailedScheduling Event. A PodDisruptionBudget (``maxUnavailable: 0``)
@@ -132,6 +133,13 @@ def test_standalone_preemption_evicts_on_the_right_gpu_nominates_holds_and_binds
                       what="the preemptor nominated") == node
     (preempted,) = eventually(lambda: events(core, b, "Preempted"), what="the Preempted Event on the victim")
     assert f"default/{hi}" in preempted
+    [target] = [c for c in core.read_namespaced_pod(b, "default").status.conditions or ()
+                if c.type == "DisruptionTarget"]  # written before the delete, so present once it is terminating
+    assert (target.status, target.reason, target.message) == (
+        "True", "PreemptionByScheduler", f"{PROTOCOL.scheduler_name}: preempting to accommodate a higher priority pod")
+    assert target.last_transition_time is not None
+    assert not [c for c in core.read_namespaced_pod(a, "default").status.conditions or ()
+                if c.type == "DisruptionTarget"]
     low = create(core, f"low-{uuid.uuid4().hex[:6]}", 50, "low", label)
     eventually(lambda: events(core, low, "FailedScheduling"), what="the lower-priority pod tried")
     core.delete_namespaced_pod(b, "default", grace_period_seconds=0)  # its containers ended

@@ -6,7 +6,8 @@ and 36.0.3; the real clients run the contract suites in ``tests/integration/test
 * a ``patch_node`` with a ``_content_type`` parameter is KEYWORD, a ``**kwargs`` one beside a ``call_api`` taking
   ``response_type`` is HEADER, anything else (36's ``response_types_map``) is unsupported and named in the error;
 * KEYWORD calls the generated method; HEADER calls ``call_api`` with the route, an explicit merge-patch
-  Content-Type, the response model and the timeout; an unsupported client raises before sending anything;
+  Content-Type (strategic-merge-patch when asked), the response model and the timeout; an unsupported client
+  raises before sending anything;
 * timeouts: a float as is on KEYWORD; on HEADER whole seconds as an int, a fraction as ``(t, t)``;
 * a client requiring urllib3 < 2 beside urllib3 2.x is a problem; the installed pair is not.
 """
@@ -87,6 +88,19 @@ def test_header_clients_send_an_explicit_merge_patch(monkeypatch: pytest.MonkeyP
     timeout = compat.wire_timeout(30.0)
     assert (timeout, type(timeout)) == (30, int)  # 28-35 drop a float timeout silently
     assert compat.wire_timeout(0.2) == (0.2, 0.2)
+
+
+def test_header_clients_send_a_strategic_merge_patch_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "STYLE", compat.HEADER)
+    recorder = Recorder()
+    body = {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}}
+    compat.merge_patch(lambda: pytest.fail("the generated method must not run"), recorder, compat.POD_STATUS, body,
+                       timeout=5, path={"name": "p", "namespace": "ns"}, content_type=compat.STRATEGIC_MERGE_PATCH)
+    ((args, kwargs),) = recorder.calls
+    assert args[0] == "/api/v1/namespaces/{namespace}/pods/{name}/status"
+    assert args[4] == {"Accept": "application/json", "Content-Type": "application/strategic-merge-patch+json"}
+    assert kwargs["body"] == body
+    assert kwargs["response_type"] == "V1Pod"
 
 
 def test_urllib3_2_beside_a_client_requiring_1_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:

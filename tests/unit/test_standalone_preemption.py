@@ -1,20 +1,25 @@
 """Standalone preemption (services.scheduler.standalone + .nominations) on the in-memory cluster: the queue takes
 the highest priority first; a pod that fits nowhere evicts the victim on the GPU it will use (gracefully, with a
-``Preempted`` Event naming it), is nominated, evicts nothing more while its victim terminates, and the freed GPU
-is held against a lower-priority pod until the preemptor is bound (only while that pod is what would stop the
-preemptor from fitting); a nomination the pod can no longer use ends, its ``status.nominatedNodeName`` cleared;
-``preemptionPolicy: Never`` evicts nobody."""
+``Preempted`` Event naming it and, before the delete, kube-scheduler's ``DisruptionTarget`` condition; a victim
+whose condition cannot be written is not deleted), is nominated, evicts nothing more while its victim
+terminates, and the freed GPU is held against a lower-priority pod until the preemptor is bound (only while that
+pod is what would stop the preemptor from fitting); a nomination the pod can no longer use ends, its
+``status.nominatedNodeName`` cleared; ``preemptionPolicy: Never`` evicts nobody."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import attrs
+import pytest
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import PodObject, PodPhase
+from domain.kube.podconditions import PodCondition
 from domain.units import GiB
+from ports.cluster import UnavailableError
 from services.scheduler.standalone import StandaloneLoop
 from support.kube_builders import KEYS, make_gpus, make_pod
 from support.scheduler_world import NONE_SCHEDULER, World, plan_of, world
@@ -183,5 +188,62 @@ def test_a_victim_recreated_under_its_name_is_not_deleted() -> None:
     assert loop.attempt(pending(w, "hi", 80, priority=1000)) is False  # the books still hold the old b on GPU 1
     assert w.cluster.get_pod("default", "b").uid == new_b.uid
     assert w.cluster.get_pod("default", "b").deletion_timestamp is None
+    assert w.cluster.get_pod("default", "b").conditions == ()  # not marked either
     why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"][-1]
-    assert why.endswith("evicting nothing (deletes failed)")
+    assert why.endswith("evicting nothing (condition writes or deletes failed)")
+
+
+def _conditions_at_delete(w: World, monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[PodCondition, ...]]:
+    """Record, per pod name, its conditions when ``delete_pod`` is called on it (before the delete runs)."""
+    seen: dict[str, tuple[PodCondition, ...]] = {}
+    delete = w.cluster.delete_pod
+
+    def recording(namespace: str, name: str, **kwargs: object) -> None:
+        seen[name] = w.cluster.get_pod(namespace, name).conditions
+        delete(namespace, name, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(w.cluster, "delete_pod", recording)
+    return seen
+
+
+def test_a_victim_is_marked_disruption_target_by_our_scheduler_before_it_is_deleted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    w, loop = setup()
+    at_delete = _conditions_at_delete(w, monkeypatch)
+    assert loop.attempt(pending(w, "hi", 80, priority=1000)) is False
+    name = w.service.protocol.scheduler_name
+    [condition] = at_delete["b"]
+    assert (condition.type, condition.status, condition.reason, condition.message) == (
+        "DisruptionTarget", "True", "PreemptionByScheduler", f"{name}: preempting to accommodate a higher priority pod")
+    assert condition.last_transition_time is not None
+    assert w.deliver("b").conditions == (condition,)
+    assert w.deliver("b").deletion_timestamp is not None
+    assert w.deliver("a").conditions == ()  # only the victim
+    assert w.deliver("d").conditions == ()
+
+
+def test_a_victim_whose_condition_cannot_be_written_is_not_deleted_until_a_later_attempt_marks_it(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    w, loop = setup()
+    at_delete = _conditions_at_delete(w, monkeypatch)
+    write = w.cluster.set_pod_condition
+    failures = [UnavailableError("connection reset")]
+
+    def flaky(namespace: str, name: str, condition: PodCondition, *, uid: str | None = None) -> PodObject:
+        if failures:
+            raise failures.pop()
+        return write(namespace, name, condition, uid=uid)
+
+    monkeypatch.setattr(w.cluster, "set_pod_condition", flaky)
+    hi = pending(w, "hi", 80, priority=1000)
+    with caplog.at_level(logging.WARNING, logger="services.scheduler.standalone"):
+        assert loop.attempt(hi) is False
+    assert at_delete == {}  # as kube-scheduler: no delete without the condition
+    assert w.deliver("b").deletion_timestamp is None
+    assert any("not marked DisruptionTarget" in r.getMessage() and "connection reset" in str(r.__dict__)
+               for r in caplog.records)
+    why = [e.message for e in w.cluster.events if e.reason == "FailedScheduling" and e.name == "hi"][-1]
+    assert why.endswith("evicting nothing (condition writes or deletes failed)")
+    assert loop.attempt(w.deliver("hi")) is False  # the next attempt chooses b again: marked, then deleted
+    assert [c.reason for c in at_delete["b"]] == ["PreemptionByScheduler"]
+    assert w.deliver("b").deletion_timestamp is not None

@@ -9,6 +9,8 @@
   old conditions would stay beside the new one), so the adapter calls ``ApiClient.call_api`` itself — the same
   call the generated method makes (path, ``Accept: application/json``, ``BearerToken`` auth, response model) —
   with an explicit ``Content-Type: application/merge-patch+json``. Either way the server sees one merge patch.
+* a **strategic merge patch** (:data:`STRATEGIC_MERGE_PATCH`, for a list merged by key such as a pod's
+  ``status.conditions``) takes the same two paths with that content type instead.
 * anything else (36: ``_content_type`` only through ``**kwargs`` and a ``call_api`` of another shape) is refused
   by :func:`require_supported` with a message naming the client.
 
@@ -34,6 +36,7 @@ from typing import Any, Final, TypeVar, cast
 from kubernetes import client
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 KEYWORD: Final = "keyword"
 HEADER: Final = "header"
 
@@ -110,15 +113,17 @@ JOB_STATUS: Final = PatchRoute("/apis/batch/v1/namespaces/{namespace}/jobs/{name
 
 
 def merge_patch(keyword_call: Callable[[], _T], api_client: Any, route: PatchRoute, body: Mapping[str, object],
-                *, timeout: float | tuple[float, float], path: Mapping[str, str]) -> _T:
-    """One JSON merge patch (RFC 7386): ``keyword_call()`` (the generated method with ``_content_type``) on
-    ``KEYWORD`` clients; otherwise ``api_client.call_api`` on ``route`` with ``path`` (``{"name": …}``), ``body``
-    and ``timeout`` (:func:`wire_timeout`). Returns the response model. Raises what the client raises (``ApiException``,
-    urllib3 errors) and RuntimeError for an unsupported client."""
+                *, timeout: float | tuple[float, float], path: Mapping[str, str],
+                content_type: str = MERGE_PATCH) -> _T:
+    """One JSON merge patch (RFC 7386), or with ``content_type`` :data:`STRATEGIC_MERGE_PATCH` one strategic merge
+    patch: ``keyword_call()`` (the generated method with ``_content_type``, which must be the same) on ``KEYWORD``
+    clients; otherwise ``api_client.call_api`` on ``route`` with ``path`` (``{"name": …}``), ``body``, ``timeout``
+    (:func:`wire_timeout`) and ``content_type``. Returns the response model. Raises what the client raises
+    (``ApiException``, urllib3 errors) and RuntimeError for an unsupported client."""
     if STYLE == KEYWORD:
         return keyword_call()
     require_supported()
-    headers = {"Accept": "application/json", "Content-Type": MERGE_PATCH}
+    headers = {"Accept": "application/json", "Content-Type": content_type}
     return cast(_T, api_client.call_api(
         route.path, "PATCH", dict(path), [], headers, body=dict(body), response_type=route.model,
         auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=True,

@@ -7,7 +7,7 @@ from newer API versions still translate. Invariant: for what the API server send
 translation of the client's models (``adapters.kubernetes.translate``), field for field.
 
 Source of the field names: core/v1 API reference (Pod, Container, ResourceRequirements, Toleration, NodeAffinity,
-ContainerStatus, Node, NodeSpec, Taint, NodeStatus).
+ContainerStatus, PodCondition, Node, NodeSpec, Taint, NodeStatus).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from domain.kube.objects import (
     TaintEffect,
     Toleration,
 )
+from domain.kube.podconditions import PodCondition
 
 
 class CoreJsonError(ValueError):
@@ -99,6 +100,18 @@ def _time(path: str, value: object) -> float | None:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
     return stamp.timestamp()
+
+
+def _conditions(path: str, value: object) -> tuple[PodCondition, ...]:
+    out = []
+    for i, raw in enumerate(_list(path, value)):
+        item = _object(f"{path}[{i}]", raw)
+        out.append(PodCondition(_str(f"{path}[{i}].type", item.get("type")),
+                                _str(f"{path}[{i}].status", item.get("status")),
+                                _str(f"{path}[{i}].reason", item.get("reason")),
+                                _str(f"{path}[{i}].message", item.get("message")),
+                                _time(f"{path}[{i}].lastTransitionTime", item.get("lastTransitionTime"))))
+    return tuple(out)
 
 
 def _containers(path: str, value: object, *, init: bool) -> list[ContainerSpec]:
@@ -255,6 +268,7 @@ def pod_from_json(data: object) -> PodObject:
         preemption_policy=_str("spec.preemptionPolicy", spec.get("preemptionPolicy")) or "PreemptLowerPriority",
         nominated_node_name=_str("status.nominatedNodeName", status.get("nominatedNodeName")),
         resource_claims=_pod_claims(spec, status),
+        conditions=_conditions("status.conditions", status.get("conditions")),
     )
 
 

@@ -4,7 +4,9 @@ mixin over :class:`~.base.KubernetesApis`).
 * LISTs and watches are read as raw JSON (:mod:`.rawjson`, :func:`.corejson.pod_from_json`); reads and writes go
   through the client's models (:mod:`.translate`).
 * Annotation and status writes are JSON merge patches (:func:`.compat.merge_patch`; the status through the
-  ``pods/status`` subresource).
+  ``pods/status`` subresource), except a condition: ``status.conditions`` is a list, which a merge patch would
+  replace whole, so it is read, then written by a strategic merge patch (the list merges by ``type``) that carries
+  the read's resourceVersion (409 if the pod changed in between).
 * **binding** — ``create_namespaced_pod_binding`` is called with ``_preload_content=False``: the server answers 201
   with a ``Status`` that 37.x would try to parse as ``V1Binding`` and raise after the pod was bound. The binding
   carries the pod's UID; current servers reject a mismatch with 409 (1.20 ignored it). Its ``metadata.annotations``
@@ -14,19 +16,22 @@ mixin over :class:`~.base.KubernetesApis`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
 
 from domain.kube.objects import ContainerTermination, Listing, PodObject, PodPhase, WatchEvent
+from domain.kube.podconditions import PodCondition, with_condition
+from ports.cluster import ConflictError
 
 from .base import KubernetesApis
-from .compat import MERGE_PATCH, POD, POD_STATUS, PatchRoute, merge_patch
+from .compat import MERGE_PATCH, POD, POD_STATUS, STRATEGIC_MERGE_PATCH, PatchRoute, merge_patch
 from .corejson import pod_from_json
 from .errors import api_errors
 from .rawjson import list_json, watch_json
-from .translate import metadata_patch, pod_from_v1, pod_status_patch, pod_to_v1
+from .translate import metadata_patch, pod_condition_patch, pod_from_v1, pod_status_patch, pod_to_v1
 
 
 class KubernetesPods(KubernetesApis):
@@ -104,13 +109,35 @@ class KubernetesPods(KubernetesApis):
                                self._core.patch_namespaced_pod_status, POD_STATUS, namespace, name,
                                {"status": {"nominatedNodeName": node or None}})
 
+    def set_pod_condition(self, namespace: str, name: str, condition: PodCondition, *,
+                          uid: str | None = None) -> PodObject:
+        """Read the pod, then strategic-merge-patch the condition of ``condition``'s type through the status
+        subresource with the read's resourceVersion (module docstring; transition time from this host's clock);
+        nothing is written when nothing would change. ``uid``: only the pod of that UID. Raises NotFoundError,
+        ConflictError (another UID; the pod changed after the read)."""
+        pod = self.get_pod(namespace, name)
+        if uid is not None and uid != pod.uid:
+            raise ConflictError(f'pods "{name[:100]}": precondition failed: UID in precondition: {uid!r}, UID in '
+                                f"object meta: {pod.uid!r}")
+        conditions = with_condition(pod.conditions, condition, time.time())
+        if conditions is None:
+            return pod
+        written = next(c for c in conditions if c.type == condition.type)
+        return self._patch_pod(f"set condition {condition.type[:64]} of pod {namespace[:64]}/{name[:100]}",
+                               self._core.patch_namespaced_pod_status, POD_STATUS, namespace, name,
+                               pod_condition_patch(written, [c.type for c in conditions],
+                                                   resource_version=pod.resource_version),
+                               content_type=STRATEGIC_MERGE_PATCH)
+
     def _patch_pod(self, what: str, method: Callable[..., Any], route: PatchRoute, namespace: str, name: str,
-                   body: Mapping[str, object]) -> PodObject:
-        """One merge patch of pod ``namespace/name`` (``method`` is the client's, ``route`` its path) → the pod."""
+                   body: Mapping[str, object], *, content_type: str = MERGE_PATCH) -> PodObject:
+        """One patch of pod ``namespace/name`` (``method`` is the client's, ``route`` its path; ``content_type``:
+        a merge patch unless told otherwise) → the pod."""
         with api_errors(what):
             pod = merge_patch(
-                lambda: method(name, namespace, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout),
-                self._api_client, route, body, timeout=self._timeout, path={"name": name, "namespace": namespace})
+                lambda: method(name, namespace, body, _content_type=content_type, _request_timeout=self._timeout),
+                self._api_client, route, body, timeout=self._timeout, path={"name": name, "namespace": namespace},
+                content_type=content_type)
         return pod_from_v1(pod)
 
     def bind_pod(self, namespace: str, name: str, *, uid: str, node: str,

@@ -32,6 +32,7 @@ from domain.kube.objects import (
     TaintEffect,
     Toleration,
 )
+from domain.kube.podconditions import PodCondition
 from ports.cluster import ClusterError, ConflictError, GoneError, NotFoundError, UnavailableError
 
 from .corejson import pod_phase
@@ -218,6 +219,25 @@ def _terminations_from_v1(status: client.V1PodStatus) -> tuple[ContainerTerminat
     return tuple(out)
 
 
+def _conditions_from_v1(status: client.V1PodStatus) -> tuple[PodCondition, ...]:
+    return tuple(PodCondition(c.type or "", c.status or "", c.reason or "", c.message or "",
+                              to_epoch(c.last_transition_time)) for c in status.conditions or ())
+
+
+def pod_condition_patch(condition: PodCondition, order: Sequence[str], *, resource_version: str) -> dict[str, object]:
+    """A strategic merge patch of a pod's ``status.conditions`` writing ``condition`` (the list merges by ``type``:
+    the others stay) with ``$setElementOrder`` listing the types as ``order`` (the server would otherwise put a new
+    entry first; ``CreateTwoWayMergePatch`` writes the same directive), ``resource_version`` as its precondition;
+    the transition time in RFC 3339 seconds, omitted when None."""
+    entry: dict[str, object] = {"type": condition.type, "status": condition.status, "reason": condition.reason,
+                                "message": condition.message}
+    if condition.last_transition_time is not None:
+        entry["lastTransitionTime"] = dt.datetime.fromtimestamp(
+            int(condition.last_transition_time), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"resourceVersion": resource_version},
+            "status": {"$setElementOrder/conditions": [{"type": t} for t in order], "conditions": [entry]}}
+
+
 def pod_status_patch(phase: PodPhase, terminations: Sequence[ContainerTermination]) -> dict[str, object]:
     """A JSON merge patch of a pod's ``status``: the phase and, with ``terminations``, ``containerStatuses`` as
     those containers, terminated (the fields the API requires: not ready, no restart, no image)."""
@@ -249,7 +269,7 @@ def _pod_claims_from_v1(spec: client.V1PodSpec, status: client.V1PodStatus) -> t
 
 def pod_from_v1(pod: client.V1Pod) -> PodObject:
     """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers; the terminated
-    app containers' states."""
+    app containers' states; the status conditions."""
     meta = pod.metadata or client.V1ObjectMeta()
     spec = pod.spec or client.V1PodSpec(containers=[])
     status = pod.status or client.V1PodStatus()
@@ -276,6 +296,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         nominated_node_name=status.nominated_node_name or "",
         resource_claims=_pod_claims_from_v1(spec, status),
+        conditions=_conditions_from_v1(status),
     )
 
 

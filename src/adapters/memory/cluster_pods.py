@@ -2,11 +2,11 @@
 :class:`~.cluster_store.InMemoryStore`).
 
 As kube-apiserver does with no kubelet: a create assigns a uuid4 ``uid`` and an RV, defaults the scheduler name
-and starts the pod Pending; a delete is graceful (``deletionTimestamp`` set; an unbound or finished pod, or a grace
-of 0, goes at once; a second delete only shortens the grace; a UID precondition refuses a pod of another UID,
-409); a binding sets ``spec.nodeName`` and merges its annotations in one write, refusing a bound or terminating pod
-or another UID (409). Lists and watches are in namespace/name order, filtered by field and label selectors
-(:mod:`.cluster_watch`).
+and starts the pod Pending with no conditions; a delete is graceful (``deletionTimestamp`` set; an unbound or
+finished pod, or a grace of 0, goes at once; a second delete only shortens the grace; a UID precondition refuses a
+pod of another UID, 409); a binding sets ``spec.nodeName`` and merges its annotations in one write, refusing a
+bound or terminating pod or another UID (409). Lists and watches are in namespace/name order, filtered by field and
+label selectors (:mod:`.cluster_watch`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from domain.kube.objects import ContainerTermination, Listing, PodObject, PodPhase, WatchEvent
+from domain.kube.podconditions import PodCondition, with_condition
 from ports.cluster import ConflictError, NotFoundError
 
 from .cluster_store import InMemoryStore, merged
@@ -80,6 +81,7 @@ class InMemoryPods(InMemoryStore):
                 scheduler_name=pod.scheduler_name or DEFAULT_SCHEDULER,
                 phase=PodPhase.PENDING,
                 deletion_timestamp=None,
+                conditions=(),
                 annotations=dict(pod.annotations),
                 labels=dict(pod.labels),
                 node_selector=dict(pod.node_selector),
@@ -131,6 +133,18 @@ class InMemoryPods(InMemoryStore):
             prev = self._pod(namespace, name)
             pod = attrs.evolve(prev, nominated_node_name=node)
             return prev if pod == prev else self._put_pod(pod, prev)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: PodCondition, *,
+                          uid: str | None = None) -> PodObject:
+        """Write ``condition`` into ``status.conditions`` (:func:`~domain.kube.podconditions.with_condition`, at
+        the store's clock); ``uid``: only the pod of that UID. Raises NotFoundError, ConflictError (another UID)."""
+        with self._cond:
+            prev = self._pod(namespace, name)
+            if uid is not None and uid != prev.uid:
+                raise ConflictError(f'pods "{name[:100]}": precondition failed: UID in precondition: {uid!r}, UID in '
+                                    f"object meta: {prev.uid!r}")
+            conditions = with_condition(prev.conditions, condition, self._clock())
+            return prev if conditions is None else self._put_pod(attrs.evolve(prev, conditions=conditions), prev)
 
     def patch_pod_annotations(self, namespace: str, name: str, changes: Mapping[str, str | None], *,
                               resource_version: str | None = None) -> PodObject:

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 import attrs
 
 from domain.errors import InvalidRequestError
+from domain.kube.podconditions import PodCondition
 
 
 class TaintEffect(enum.Enum):
@@ -144,7 +145,8 @@ class PodObject:
     containers that terminated (``status.containerStatuses`` with ``state.terminated``), in status order;
     ``priority`` is ``spec.priority`` (0 when unset), ``preemption_policy`` ``spec.preemptionPolicy``
     (``PreemptLowerPriority`` when unset), ``nominated_node_name`` ``status.nominatedNodeName`` and
-    ``resource_claims`` the DRA claims of ``spec.resourceClaims`` (:class:`PodClaim`), in spec order."""
+    ``resource_claims`` the DRA claims of ``spec.resourceClaims`` (:class:`PodClaim`), in spec order;
+    ``conditions`` ``status.conditions`` (one per type, in status order: :mod:`domain.kube.podconditions`)."""
 
     uid: str
     namespace: str
@@ -165,6 +167,7 @@ class PodObject:
     preemption_policy: str = "PreemptLowerPriority"
     nominated_node_name: str = ""
     resource_claims: tuple[PodClaim, ...] = ()
+    conditions: tuple[PodCondition, ...] = ()
 
     @property
     def key(self) -> str:

@@ -17,12 +17,14 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
   what its claims ask, and a victim frees the claims reserved for it alone (:mod:`.preempting`);
 * a pod that fits nowhere may preempt (:meth:`SchedulerService.preempt_for`: victims of strictly lower priority on
   one node, per GPU, kube-scheduler's order, ``preemptionPolicy: Never`` honoured): the pod is nominated
-  (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim is deleted
-  gracefully (its own grace period), by UID (a precondition: a pod recreated under its name is never deleted),
-  with a ``Preempted`` Event naming the preemptor, and the preemptor backs off
-  until the deletions wake it. While victims terminate, it evicts nothing more. A nomination the pod can no longer
-  use ends and its ``status.nominatedNodeName`` is cleared: when no victim set makes it fit any more (its node
-  cordoned, the room taken by a pod of higher priority…) and when it is bound to another node;
+  (``status.nominatedNodeName``) and the service holds what the victims free for it; each victim gets a
+  ``Preempted`` Event naming the preemptor and, as kube-scheduler does, the condition ``DisruptionTarget`` (reason
+  ``PreemptionByScheduler``, :func:`~domain.kube.podconditions.preemption_condition`), then is deleted gracefully
+  (its own grace period); both by UID (a precondition: a pod recreated under its name is never touched), and a
+  victim whose condition could not be written is not deleted (the next attempt chooses again); the preemptor
+  backs off until the deletions wake it. While victims terminate, it evicts nothing more. A nomination the pod
+  can no longer use ends and its ``status.nominatedNodeName`` is cleared: when no victim set makes it fit any more
+  (its node cordoned, the room taken by a pod of higher priority…) and when it is bound to another node;
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
@@ -42,6 +44,7 @@ from collections.abc import Callable
 
 from domain.dra.allocate import ClaimNeed
 from domain.kube.objects import ClusterEvent, PodObject
+from domain.kube.podconditions import preemption_condition
 from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
@@ -231,10 +234,11 @@ class StandaloneLoop:
         return True
 
     def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
-        """Preemption for ``pod`` (module docstring): nominate it, delete the victims gracefully with an Event on
-        each; returns what happened, for the pod's FailedScheduling Event. When no victim set helps, a nomination
-        (``nominated``: its node, or "") ends and ``status.nominatedNodeName`` is cleared. API failures are logged
-        and said. ``claims``: what the pod's DRA claims ask (:mod:`.claimcycle`)."""
+        """Preemption for ``pod`` (module docstring): nominate it, mark the victims ``DisruptionTarget`` and delete
+        them gracefully, with an Event on each; returns what happened, for the pod's FailedScheduling Event. When no
+        victim set helps, a nomination (``nominated``: its node, or "") ends and ``status.nominatedNodeName`` is
+        cleared. API failures are logged and said; a victim not marked is not deleted. ``claims``: what the pod's
+        DRA claims ask (:mod:`.claimcycle`)."""
         planned = self.service.preempt_for(pod, claims=claims)
         if not isinstance(planned, Victims):
             if nominated:
@@ -250,17 +254,25 @@ class StandaloneLoop:
         if not planned.pods:
             return f"preemption: nominated to node {node}, waiting for the pods it evicted to terminate"
         deleted = []
+        condition = preemption_condition(self.scheduler_name)
         for victim in planned.pods:
             namespace, _, name = victim.key.partition("/")
             message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
             self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
+            try:  # as kube-scheduler: no delete without the condition (a Job's podFailurePolicy may read it)
+                self.service.cluster.set_pod_condition(namespace, name, condition, uid=victim.uid)
+            except Exception as error:  # the next attempt chooses again from what is left
+                log.warning("victim not marked DisruptionTarget, not deleted",
+                            extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
+                continue
             try:
                 self.service.cluster.delete_pod(namespace, name, uid=victim.uid)  # never a namesake
                 deleted.append(victim.key)
             except Exception as error:  # the next attempt chooses again from what is left
                 log.warning("victim not deleted", extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
         log.info("preempting", extra=fields(pod=pod.key, node=node, victims=deleted))
-        return f"preemption: nominated to node {node}, evicting {', '.join(deleted) or 'nothing (deletes failed)'}"
+        evicted = ", ".join(deleted) or "nothing (condition writes or deletes failed)"
+        return f"preemption: nominated to node {node}, evicting {evicted}"
 
     def _unnominate(self, pod: PodObject, node: str) -> None:
         """Clear ``pod``'s ``status.nominatedNodeName`` (was ``node``); best effort: a failure is logged."""
