@@ -7,9 +7,15 @@ integral spelling reads back (kube-apiserver 1.37.2 returns ``42949672960`` as w
 the server, is dropped on read; the owner is the first ``ownerReferences`` entry of kind ``Node``. Raises
 :class:`~domain.errors.InvalidRequestError` (field named) for a stored slice the domain cannot hold (an attribute of
 no known type, a fractional quantity).
+
+:func:`slice_from_json` reads the API server's JSON of a slice (the LIST and watch of all nodes' slices go raw,
+:mod:`.rawjson`) into the same domain value as :func:`slice_from_v1` reads from the model, field for field
+(``tests/contract/test_resource_slices_contract.py`` compares the two on a real server).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kubernetes import client
 
@@ -133,3 +139,71 @@ def slice_from_v1(model: client.V1ResourceSlice) -> ResourceSlice:
     return ResourceSlice(name=metadata.name or "", driver=spec.driver, node=spec.node_name or "",
                          generation=spec.pool.generation, slice_count=spec.pool.resource_slice_count, content=content,
                          owner=owner, resource_version=metadata.resource_version or "")
+
+
+def _value_json(field: str, attribute: dict[str, Any]) -> AttributeValue:
+    for key in ("bool", "int", "string", "version"):
+        value = attribute.get(key)
+        if value is not None:
+            return bool(value) if key == "bool" else int(value) if key == "int" else str(value)
+    raise InvalidRequestError(field, attribute, "no bool, int, string or version value")
+
+
+def _policy_json(field: str, policy: dict[str, Any] | None) -> RequestPolicy | None:
+    span = (policy or {}).get("validRange")
+    if policy is None or span is None:
+        return None
+    return RequestPolicy(default=_quantity(f"{field}.default", policy.get("default")),
+                         minimum=_quantity(f"{field}.validRange.min", span.get("min")),
+                         maximum=_quantity(f"{field}.validRange.max", span.get("max")),
+                         step=_quantity(f"{field}.validRange.step", span.get("step")))
+
+
+def _counters_json(field: str, counters: dict[str, Any] | None) -> dict[str, int]:
+    return {str(k): _quantity(f"{field}.{k}", (v or {}).get("value")) for k, v in (counters or {}).items()}
+
+
+def _device_json(device: dict[str, Any]) -> Device:
+    name = str(device.get("name") or "")
+    field = f"devices[{name}]"
+    return Device(
+        name=name,
+        attributes={str(k): _value_json(f"{field}.attributes.{k}", v)
+                    for k, v in (device.get("attributes") or {}).items()},
+        capacity={str(k): Capacity(_quantity(f"{field}.capacity.{k}", c.get("value")),
+                                   _policy_json(f"{field}.capacity.{k}.requestPolicy", c.get("requestPolicy")))
+                  for k, c in (device.get("capacity") or {}).items()},
+        allow_multiple_allocations=bool(device.get("allowMultipleAllocations")),
+        consumes_counters=tuple(CounterConsumption(str(c.get("counterSet") or ""), _counters_json(
+            f"{field}.consumesCounters", c.get("counters"))) for c in device.get("consumesCounters") or ()),
+        taints=tuple(DeviceTaint(str(t.get("key") or ""), TaintEffect(t.get("effect")), str(t.get("value") or ""))
+                     for t in device.get("taints") or ()),
+    )
+
+
+def _integer(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(field, value, "not an integer")
+    return value
+
+
+def slice_from_json(obj: dict[str, Any]) -> ResourceSlice:
+    """The domain value of a stored slice's JSON (``resource.k8s.io/v1``), equal to :func:`slice_from_v1`'s of
+    the same object (module docstring). Raises InvalidRequestError (a ValueError), and
+    TypeError/AttributeError/ValueError for another shape."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    pool = spec.get("pool") or {}
+    owner = next((NodeOwner(str(r.get("name")), str(r.get("uid"))) for r in metadata.get("ownerReferences") or ()
+                  if r.get("kind") == "Node"), None)
+    content = SliceContent(
+        devices=tuple(_device_json(d) for d in spec.get("devices") or ()),
+        shared_counters=tuple(
+            CounterSet(str(c.get("name") or ""), _counters_json(f"sharedCounters[{c.get('name')}]", c.get("counters")))
+            for c in spec.get("sharedCounters") or ()),
+    )
+    return ResourceSlice(name=str(metadata.get("name") or ""), driver=str(spec.get("driver") or ""),
+                         node=str(spec.get("nodeName") or ""),
+                         generation=_integer("pool.generation", pool.get("generation")),
+                         slice_count=_integer("pool.resourceSliceCount", pool.get("resourceSliceCount")),
+                         content=content, owner=owner, resource_version=str(metadata.get("resourceVersion") or ""))

@@ -16,12 +16,13 @@ from typing import TypeVar
 import attrs
 
 from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import ResourceSlice
 from domain.kube.objects import EventType, JobObject, NodeObject, PodObject, WatchEvent
 from ports.cluster import ConflictError, GoneError
 
 from .cluster_watch import Change, History, status_error, visible_event
 
-_O = TypeVar("_O", PodObject, NodeObject, JobObject, ClaimAllocation)
+_O = TypeVar("_O", PodObject, NodeObject, JobObject, ClaimAllocation, ResourceSlice)
 _K = TypeVar("_K", bound=Hashable)
 
 

@@ -17,10 +17,11 @@ from typing import Generic, TypeVar
 import attrs
 
 from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import ResourceSlice
 from domain.kube.objects import EventType, JobObject, NodeObject, PodObject, WatchEvent
 from ports.cluster import ClusterError
 
-_O = TypeVar("_O", PodObject, NodeObject, JobObject, ClaimAllocation)
+_O = TypeVar("_O", PodObject, NodeObject, JobObject, ClaimAllocation, ResourceSlice)
 PodMatcher = Callable[[PodObject], bool]
 LabelMatcher = Callable[[Mapping[str, str]], bool]
 
