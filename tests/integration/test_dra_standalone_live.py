@@ -2,10 +2,10 @@
 (kubelet_harness.py, real_node_world.py, dra_live_world.py): the pods name our scheduler, so kube-scheduler's DRA
 allocator never sees them; the kubelet and our DRA driver prepare what we wrote as they prepare kube-scheduler's.
 
-On the node: ``ljrk runtime`` on two simulated 16 GiB A100s, ``ljrk dra-driver`` (slices, kubelet DRA plugin, CDI),
-``ljrk device-plugin`` (its node inventory is where our ledger learns the GPUs) and ``ljrk scheduler --mode
-standalone``; kube-controller-manager's resourceclaim controller makes claims from templates, takes ended pods out
-of ``reservedFor`` and deallocates. Covers:
+On the node, as the shipped DRA manifests set it up (the DRA driver instead of the device plugin): ``ljrk runtime``
+on two simulated 16 GiB A100s and ``ljrk dra-driver`` (slices, kubelet DRA plugin, CDI); ``ljrk scheduler --mode
+standalone`` learns the node's GPUs from the driver's ResourceSlices; kube-controller-manager's resourceclaim
+controller makes claims from templates, takes ended pods out of ``reservedFor`` and deallocates. Covers:
 - a 30 % / 4 GiB share: the claim's ``status.allocation`` written by us (consumedCapacity, shareID, node selector),
   ``reservedFor`` the pod, the delete-protection finalizer; the pod runs with exactly that share. (The
   resourceclaim controller also reserves an allocated claim for a bound pod that uses it, kubernetes/kubernetes
@@ -14,8 +14,11 @@ of ``reservedFor`` and deallocates. Covers:
 - a claim from a ResourceClaimTemplate: made by the controller, allocated by us, the pod runs; deleting the pod
   deletes the claim and the node unprepares it;
 - one whole-GPU claim shared by two pods: both run on that GPU, both in ``reservedFor``, counted once;
-- a restart of our scheduler rebuilds its books from the claims: a pod asking both GPUs stays pending while a claim
-  holds one (our FailedScheduling), and runs once that claim's pod is deleted and the claim deallocated.
+- a restart of our scheduler rebuilds its books from the slices and the claims: a pod asking both GPUs stays
+  pending while a claim holds one (our FailedScheduling), and runs once that claim's pod is deleted and the claim
+  deallocated;
+- a pod asking the classic share resources of our scheduler stays pending there: no device plugin would admit it
+  (our FailedScheduling names the claims-only node).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ OURS = PROTOCOL.scheduler_name
 
 @pytest.fixture(scope="module")
 def stack(real_node: RealNode, kubelet_plane: ControlPlane, kubelet_api: Any) -> Iterator[DraNodeStack]:
-    with dra_world(real_node, kubelet_plane, kubelet_api, GPUS, "device-plugin", "scheduler") as world:
+    with dra_world(real_node, kubelet_plane, kubelet_api, GPUS, "scheduler") as world:
         yield world
 
 
@@ -140,3 +143,11 @@ def test_a_restarted_scheduler_counts_the_claims_it_allocated(claims: Claims, st
     claims.pods.delete(holder)
     claims.pods.wait_running(waiting, timeout=120)
     assert len(claims.get(both).status.allocation.devices.results) == 2
+
+
+def test_a_classic_share_pod_stays_pending_on_a_claims_only_node(claims: Claims) -> None:
+    main = container("main", {PROTOCOL.resources.core: 30, PROTOCOL.resources.memory: 4})
+    pod = claims.pods.create(pod_manifest(unique("classic"), [main], scheduler=OURS))
+    eventually(lambda: any("GPUs published by the DRA driver only" in e for e in claims.events(pod)), 60,
+               "our FailedScheduling naming the claims-only node")
+    assert claims.pods.get(pod).spec.node_name is None

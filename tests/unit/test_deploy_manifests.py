@@ -97,6 +97,7 @@ RBAC: dict[str, dict[tuple[str, str], set[tuple[str, str, str, str]]]] = {
             ("", "pods/binding", "create", ""), ("", "events", "create", ""), ("", "events", "patch", ""),
             *{("", "configmaps", verb, "extension-apiserver-authentication") for verb in ("get", "list", "watch")},
             *{("resource.k8s.io", "resourceclaims", verb, "") for verb in ("get", "list", "watch")},
+            *{("resource.k8s.io", "resourceslices", verb, "") for verb in ("list", "watch")},
             ("policy", "poddisruptionbudgets", "list", ""),
         },
         ("Role", "lj-runtimekit-scheduler"): {

@@ -25,6 +25,7 @@ from pathlib import Path
 import attrs
 
 from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import ResourceSlice
 from domain.errors import InvalidRequestError
 from domain.inspection.view import VIEW_PATH, encode_view, scheduler_view
 from domain.kube.annotations import MIG_STRATEGIES
@@ -87,7 +88,9 @@ class SchedulerSettings:
     ``pod_namespace``/``pod_name``: this replica's own Pod, annotated with the protocol fingerprint
     (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
     ``dra_claims``: watch ResourceClaims (``resource.k8s.io/v1``, Kubernetes 1.34+) and count the DRA allocations
-    of our driver in the books (:mod:`domain.scheduling.sync.claims`); off only for API servers without that API.
+    of our driver in the books (:mod:`domain.scheduling.sync.claims`), and our driver's ResourceSlices for the GPUs
+    of nodes without a device plugin (:mod:`domain.scheduling.sync.draslices`); off only for API servers without
+    that API.
     ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
     authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
     network namespace (kube-scheduler calls them over loopback).
@@ -199,6 +202,17 @@ class SchedulerApp(RunUntilStopped):
                 on_delete=service.on_claim_deleted, watch_timeout=timeout)
             self.claims = claims
             service.listing.claim_watermark = lambda: claims.resource_version
+        self.slices: Informer[ResourceSlice] | None = None
+        if service.slices is not None:
+            slice_api, driver = service.slices, service.protocol.dra.driver
+            slices: Informer[ResourceSlice] = Informer(
+                name="resourceslices", list_fn=lambda: slice_api.list_driver_slices(driver=driver),
+                watch_fn=lambda rv, t: slice_api.watch_driver_slices(driver=driver, resource_version=rv,
+                                                                     timeout_seconds=t),
+                key=lambda s: s.name, uid=lambda s: s.name, on_upsert=service.on_slice,
+                on_delete=service.on_slice_deleted, watch_timeout=timeout)
+            self.slices = slices
+            service.listing.slice_watermark = lambda: slices.resource_version
         self.threads = ReplicaThreads()
         wire = None if self.extender is None else ExtenderJson(self.extender)
         verbs = {} if wire is None else {"filter": wire.filter, "prioritize": wire.prioritize, "bind": wire.bind,
@@ -216,9 +230,10 @@ class SchedulerApp(RunUntilStopped):
 
     @property
     def synced(self) -> bool:
-        """True once every informer (nodes, pods, claims when watched) has listed."""
+        """True once every informer (nodes, pods, claims and slices when watched) has listed."""
         claims = self.claims is None or self.claims.synced.is_set()
-        return claims and self.nodes.synced.is_set() and self.pods.synced.is_set()
+        slices = self.slices is None or self.slices.synced.is_set()
+        return claims and slices and self.nodes.synced.is_set() and self.pods.synced.is_set()
 
     def health(self) -> tuple[bool, str]:
         """Liveness: every started thread still runs."""
@@ -249,6 +264,9 @@ class SchedulerApp(RunUntilStopped):
         if self.claims is not None:
             claims = self.claims
             threads.spawn("informer-resourceclaims", lambda: claims.run(stop))
+        if self.slices is not None:
+            slices = self.slices
+            threads.spawn("informer-resourceslices", lambda: slices.run(stop))
         self.http.start()
         if self.metrics_http is not None:
             self.metrics_http.start()

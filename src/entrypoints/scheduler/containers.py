@@ -24,8 +24,10 @@ from adapters.kubernetes import KubernetesCluster
 from adapters.kubernetes.claimwrites import KubernetesClaimWrites
 from adapters.kubernetes.disruptionbudgets import KubernetesDisruptionBudgets
 from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
+from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 from adapters.memory.disruption_budgets import InMemoryDisruptionBudgets
 from adapters.memory.resource_claims import InMemoryResourceClaims
+from adapters.memory.resource_slices import InMemoryResourceSlices
 from adapters.prometheus import PrometheusSchedulerMetrics
 from adapters.protocolfile import load_protocol
 from domain.kube.protocol import ProtocolConstants
@@ -35,6 +37,7 @@ from ports.cluster import ClusterApi
 from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
 from ports.resource_claims import ResourceClaimsWatch
+from ports.resource_slices import ResourceSlicesWatch
 from services._shared.leader import LeaderConfig, LeaderElector
 from services._shared.logs import configure_logging
 from services._shared.publish import ProtocolPublisher, pod_publisher
@@ -76,6 +79,16 @@ def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> Resourc
     if isinstance(cluster, KubernetesCluster):
         return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
     return InMemoryResourceClaims()
+
+
+def resource_slices(cluster: ClusterApi, settings: SchedulerSettings) -> ResourceSlicesWatch | None:
+    """Our DRA driver's ResourceSlices the service lists and watches (the GPUs of nodes without a device plugin):
+    None with ``dra_claims`` off, over the API server's connection of ``cluster``, else in memory (empty)."""
+    if not settings.dra_claims:
+        return None
+    if isinstance(cluster, KubernetesCluster):
+        return KubernetesResourceSlices(cluster.api_client, request_timeout=cluster.request_timeout)
+    return InMemoryResourceSlices()
 
 
 def claim_writer(claims: ResourceClaimsWatch | None, cluster: ClusterApi,
@@ -151,12 +164,13 @@ class SchedulerContainer(containers.DeclarativeContainer):
     elector: providers.Provider[LeaderElector] = providers.Singleton(
         LeaderElector, cluster, providers.Callable(leader_config, settings))
     claims: providers.Provider[ResourceClaimsWatch | None] = providers.Singleton(resource_claims, cluster, settings)
+    slices: providers.Provider[ResourceSlicesWatch | None] = providers.Singleton(resource_slices, cluster, settings)
     service: providers.Provider[SchedulerService] = providers.Singleton(
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
         commit_cluster=providers.Callable(commit_cluster, cluster, settings),
         claims=claims, claim_writes=providers.Callable(claim_writer, claims, cluster, settings),
-        budgets=providers.Callable(disruption_budgets, cluster))
+        budgets=providers.Callable(disruption_budgets, cluster), slices=slices)
     publisher: providers.Provider[ProtocolPublisher | None] = providers.Singleton(
         make_publisher, cluster, settings, protocol)
     app: providers.Provider[SchedulerApp] = providers.Singleton(

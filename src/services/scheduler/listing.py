@@ -36,24 +36,29 @@ class ListingFloor:
     """The resourceVersions of the last adopted listing, checked against the informers' (module docstring).
 
     ``watermarks`` (set by the app; None = no check): returns the node and pod informers' resourceVersions;
-    ``claim_watermark`` likewise the ResourceClaim informer's (None = no claim informer, no check).
+    ``claim_watermark`` likewise the ResourceClaim informer's (None = no claim informer, no check);
+    ``slice_watermark`` the ResourceSlice informer's (None = no slice informer, no check).
     """
 
     def __init__(self) -> None:
         self.watermarks: Callable[[], tuple[str, str]] | None = None
         self.claim_watermark: Callable[[], str] | None = None
+        self.slice_watermark: Callable[[], str] | None = None
         self._nodes: int | None = None
         self._pods: int | None = None
         self._claims: int | None = None
+        self._slices: int | None = None
 
-    def behind(self, nodes_rv: str, pods_rv: str, claims_rv: str = "") -> str:
-        """Which listing (``nodes``/``pods``/``claims``) is older than its informer, as ``"nodes 5 < 7"``, or
-        empty."""
+    def behind(self, nodes_rv: str, pods_rv: str, claims_rv: str = "", slices_rv: str = "") -> str:
+        """Which listing (``nodes``/``pods``/``claims``/``slices``) is older than its informer, as
+        ``"nodes 5 < 7"``, or empty."""
         pairs: list[tuple[str, str, str]] = []
         if self.watermarks is not None:
             pairs.extend(zip(("nodes", "pods"), (nodes_rv, pods_rv), self.watermarks(), strict=True))
         if self.claim_watermark is not None:
             pairs.append(("claims", claims_rv, self.claim_watermark()))
+        if self.slice_watermark is not None:
+            pairs.append(("slices", slices_rv, self.slice_watermark()))
         late = []
         for what, listed, applied in pairs:
             have, seen = resource_version(listed), resource_version(applied)
@@ -61,14 +66,18 @@ class ListingFloor:
                 late.append(f"{what} {have} < {seen}")
         return ", ".join(late)
 
-    def adopted(self, nodes_rv: str, pods_rv: str, claims_rv: str = "") -> None:
+    def adopted(self, nodes_rv: str, pods_rv: str, claims_rv: str = "", slices_rv: str = "") -> None:
         """Record the resourceVersions of the listing just adopted."""
         self._nodes, self._pods = resource_version(nodes_rv), resource_version(pods_rv)
-        self._claims = resource_version(claims_rv)
+        self._claims, self._slices = resource_version(claims_rv), resource_version(slices_rv)
 
     def holds_claim(self, rv: str) -> bool:
         """True when a ResourceClaim at resourceVersion ``rv`` is already reflected by the adopted listing."""
         return self._holds(rv, self._claims)
+
+    def holds_slice(self, rv: str) -> bool:
+        """True when a ResourceSlice at resourceVersion ``rv`` is already reflected by the adopted listing."""
+        return self._holds(rv, self._slices)
 
     def holds_node(self, rv: str) -> bool:
         """True when a Node object at resourceVersion ``rv`` is already reflected by the adopted listing."""

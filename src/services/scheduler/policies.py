@@ -141,7 +141,8 @@ class SchedulerSet:
         profile = build_profile(policy, ledger, rng=rng, typical=typical, mig_stem=mig_stem(self.protocol))
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
-                             enable_label=self.protocol.node_label, held=sync.held_nodes)
+                             enable_label=self.protocol.node_label, held=sync.held_nodes,
+                             claims_only=sync.claims_only)
         filters = (CandidateNodes(), *nodes, *profile.filters)
         scheduler = Scheduler(ledger, attrs.evolve(profile, filters=filters, tie_breaker=self._tie))
         sync.attach(scheduler)

@@ -26,6 +26,7 @@ import attrs
 from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed, without_asks
 from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import ResourceSlice
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import NodeObject, PodObject
@@ -147,6 +148,24 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
         with self._lock:
             if self.sync.on_claim_deleted(claim):
                 self._changed()
+            events = self.alerts.collect(self.sync)
+        self.notices.emit(events)
+
+    def on_slice(self, resource_slice: ResourceSlice) -> None:
+        """ResourceSlice added or updated: a node without a device plugin books the GPUs our DRA driver publishes
+        (:mod:`domain.scheduling.sync.draslices`; another driver's slice is ignored); waiting pods are woken.
+        Never raises for bad slice content (the node is gated instead)."""
+        with self._lock:
+            if not self.listing.holds_slice(resource_slice.resource_version):
+                self.sync.on_slice(resource_slice)
+                self._changed()
+            events = self.alerts.collect(self.sync)
+        self.notices.emit(events)
+
+    def on_slice_deleted(self, resource_slice: ResourceSlice) -> None:
+        """ResourceSlice deleted: as :meth:`on_slice`. Never raises."""
+        with self._lock:
+            self.sync.on_slice_deleted(resource_slice)
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
 

@@ -24,6 +24,7 @@ from ports.cluster import EventsApi, NodesApi, PodsApi
 from ports.disruption_budgets import DisruptionBudgetsApi
 from ports.metrics import SchedulerMetrics
 from ports.resource_claims import ResourceClaimsWatch
+from ports.resource_slices import ResourceSlicesWatch
 
 from .alerts import BookAlerts
 from .leadership import Terms
@@ -54,6 +55,7 @@ class ServiceState:
         claims: ResourceClaimsWatch | None = None,
         budgets: DisruptionBudgetsApi | None = None,
         claim_writes: ClaimWritesApi | None = None,
+        slices: ResourceSlicesWatch | None = None,
     ) -> None:
         self.cluster = cluster
         self.budgets = budgets
@@ -62,6 +64,9 @@ class ServiceState:
         self.claims = claims
         """ResourceClaims listed by resyncs (DRA claims in the books: :mod:`domain.scheduling.sync.claims`); None =
         none counted (no claim informer either)."""
+        self.slices = slices
+        """Our DRA driver's ResourceSlices listed by resyncs: the GPUs of nodes without a device plugin
+        (:mod:`domain.scheduling.sync.draslices`); None = none read (no slice informer either)."""
         self.claim_writes = claim_writes
         """ResourceClaims read and allocated for pods of the standalone loop (:mod:`.claimcycle`); None = pods
         using claims are not scheduled here."""

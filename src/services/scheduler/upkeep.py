@@ -47,9 +47,9 @@ class ServiceUpkeep(ServiceState):
         self.notices.emit(events)
 
     def resync(self) -> DriftReport:
-        """List nodes, pods and (with a claims port) ResourceClaims, rebuild the books from the listing and adopt
-        them (repairing the live books in place), report the drift (counted in the metrics), and refresh FGD's
-        typical pods.
+        """List nodes, pods and (with their ports) ResourceClaims and our driver's ResourceSlices, rebuild the books
+        from the listing and adopt them (repairing the live books in place), report the drift (counted in the
+        metrics), and refresh FGD's typical pods.
 
         The listing and the rebuild run without the lock; the adoption takes it and happens only when each
         listing's resourceVersion is at least the informer's (:attr:`listing`): otherwise an event newer than
@@ -61,20 +61,24 @@ class ServiceUpkeep(ServiceState):
             nodes = self.cluster.list_nodes()
             pods = self.cluster.list_pods()
             claims = Listing((), "") if self.claims is None else self.claims.list_claims()
+            slices = (Listing((), "") if self.slices is None
+                      else self.slices.list_driver_slices(driver=self.protocol.dra.driver))
             with self._lock:
                 last_good, mig_last_good = self.sync.last_good(), self.sync.books.last_good()
             with collection_paused():
                 fresh = self.sync.rebuild(nodes.items, pods.items, last_good=last_good, mig_last_good=mig_last_good,
-                                          claims=claims.items)
+                                          claims=claims.items, slices=slices.items)
             with self._lock, collection_paused():
-                behind = self.listing.behind(nodes.resource_version, pods.resource_version, claims.resource_version)
+                behind = self.listing.behind(nodes.resource_version, pods.resource_version, claims.resource_version,
+                                             slices.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
                     self.schedulers.reobserve(pods.items)
                     if held - set(self.sync.holds.holders()):
                         self._changed()  # holds the listing ended (a mark the informer had not shown yet)
-                    self.listing.adopted(nodes.resource_version, pods.resource_version, claims.resource_version)
+                    self.listing.adopted(nodes.resource_version, pods.resource_version, claims.resource_version,
+                                         slices.resource_version)
                     count = drift_count(report)
                     events = self.alerts.collect(self.sync)
                     break

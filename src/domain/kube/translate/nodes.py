@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from domain.dra.inventory import SliceInventory
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, NodeInventory, NodeName
 from domain.kube.annotations import (
@@ -36,6 +37,8 @@ class InventoryReading:
     (everything but the heartbeat's age), so the reason at a later time is :func:`inventory_reason` of
     ``heartbeat`` and ``steady_reason`` without decoding the annotation again. ``mig``/``mig_strategy``: the MIG
     layout (GPU index → instances) and strategy of the annotation, when it decodes (empty otherwise).
+    ``from_slices``: the GPUs are those our DRA driver's ResourceSlices publish (a node without the annotation,
+    :func:`read_node`'s ``slices``); such a reading has no heartbeat and :attr:`decoded` tells whether they read.
     """
 
     counted: NodeInventory
@@ -44,6 +47,14 @@ class InventoryReading:
     steady_reason: str = ""
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = attrs.field(factory=dict)
     mig_strategy: str = ""
+    from_slices: bool = False
+    slices_read: bool = False
+
+    @property
+    def decoded(self) -> bool:
+        """True when the GPUs were read (the annotation decoded, or the slices were complete and well formed):
+        otherwise the ledger may keep the GPUs the node last published."""
+        return self.heartbeat is not None or self.slices_read
 
     @property
     def inventory(self) -> NodeInventory | None:
@@ -110,8 +121,12 @@ KUBELET_UNREGISTERED = "device plugin not registered with kubelet (kubelet resta
 kubelet's admission (``UnexpectedAdmissionError``), so it waits until the plugin has registered again."""
 
 
-def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> InventoryReading:
-    """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds).
+def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
+              slices: SliceInventory | None = None) -> InventoryReading:
+    """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds). ``slices``: the
+    GPUs our DRA driver's ResourceSlices publish for the node (None: none), which count when the node has no
+    inventory annotation (a node runs the device plugin or the DRA driver; where both publish, the device
+    plugin's annotation wins); their problem, if any, is the reason.
 
     The reason is set when the annotation is missing or malformed, its heartbeat is more than
     ``protocol.inventory_stale_seconds`` old or in the future, it is stamped with another protocol fingerprint,
@@ -127,7 +142,12 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = {}
     strategy = ""
     topology = None
-    if text is None:
+    from_slices = text is None and slices is not None
+    if from_slices and slices is not None:
+        gpus = slices.gpus
+        if slices.problem:
+            problems.insert(0, slices.problem)
+    elif text is None:
         problems.insert(0, f"no GPU inventory annotation {key}")
     else:
         try:
@@ -151,7 +171,8 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> I
                             topology=topology)
     steady = "; ".join(problems)
     return InventoryReading(counted, inventory_reason(heartbeat, steady, protocol, now=now), heartbeat, steady,
-                            dict(mig), strategy)
+                            dict(mig), strategy, from_slices=from_slices,
+                            slices_read=from_slices and slices is not None and not slices.problem)
 
 
 def node_inventory(node: NodeObject, protocol: ProtocolConstants, *, now: float) -> NodeInventory | None:

@@ -42,6 +42,7 @@ holds that the held-nodes gate reads are :mod:`.holds`.
 
 from domain.scheduling.nodefit.gates import (
     AdmissionHold,
+    ClaimsOnly,
     ExtendedResourceFit,
     NodeGate,
     RuntimeToggle,
@@ -70,6 +71,7 @@ __all__ = [
     "GATE_EXAMPLES",
     "UNSCHEDULABLE_TAINT",
     "AdmissionHold",
+    "ClaimsOnly",
     "ExtendedResourceFit",
     "NodeGate",
     "NodeSelector",

@@ -10,13 +10,14 @@ from collections.abc import Callable, Hashable, Mapping
 
 import numpy as np
 
+from domain.dra.allocate import ASK_PREFIX
 from domain.errors import InvalidRequestError
 from domain.kube.objects import (
     NodeObject,
 )
 from domain.kube.quantity import parse_count
 from domain.ledger import ClusterLedger
-from domain.request import PodRequest
+from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import BoolArray, CycleState, FilterPlugin
 from domain.scheduling.nodefit.objects import (
     NodeSelector,
@@ -128,6 +129,41 @@ class NodeGate:
         return passed
 
 
+class ClaimsOnly:
+    """Rejects, for pods with a classic GPU or MIG container (one not named :data:`domain.dra.allocate.ASK_PREFIX`,
+    whose devices kubelet's device plugin would allocate), the nodes of ``nodes`` (name → reason; a live mapping
+    owned by its writer, ``LedgerSync.claims_only``): nodes whose GPUs come from the DRA driver's ResourceSlices,
+    where only a pod's claims can get them."""
+
+    name = "ClaimsOnly"
+    reason = "the node's GPUs are served through DRA claims only"
+
+    def __init__(self, nodes: Mapping[str, str]) -> None:
+        self.nodes = nodes
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """``candidates`` minus claims-only nodes, for pods with a classic GPU or MIG container."""
+        classic = any((c.kind is not GpuKind.NONE or c.wants_mig) and not c.name.startswith(ASK_PREFIX)
+                      for c in pod.containers)
+        if not classic or not self.nodes:
+            return candidates
+        passed = candidates.copy()
+        examples = []
+        for name in self.nodes:
+            try:
+                slot = ledger.slot(name)
+            except KeyError:
+                continue
+            if passed[slot]:
+                passed[slot] = False
+                examples.append(name)
+        if examples:
+            shown = ", ".join(sorted(examples)[:GATE_EXAMPLES])
+            more = f" and {len(examples) - GATE_EXAMPLES} more" if len(examples) > GATE_EXAMPLES else ""
+            state.reasons[self.name] = f"{shown}{more}: {next(iter(self.nodes.values()))}"
+        return passed
+
+
 class AdmissionHold:
     """Keeps a GPU or MIG pod off nodes where a pod with a request it could be confused with is still waiting
     for its devices (``held(pod)`` → ``{node name: reason}``; :mod:`domain.scheduling.nodefit.holds`)."""
@@ -222,16 +258,18 @@ def node_filters(
     state_annotation: str = _DEFAULTS.annotations.node_state,
     enable_label: str = _DEFAULTS.node_label,
     held: Callable[[PodRequest], Mapping[str, str]] | None = None,
+    claims_only: Mapping[str, str] | None = None,
 ) -> tuple[FilterPlugin, ...]:
     """The standalone loop's node filters, in kube-scheduler's order; with ``usage`` (bound pods'
     extended-resource requests per node) also :class:`ExtendedResourceFit`; then :class:`RuntimeToggle` (on
     ``state_annotation`` and ``enable_label``, by default the protocol's defaults: pass the loaded protocol's
-    ``annotations.node_state`` and ``node_label`` when they are customised), :class:`NodeGate` and, with
-    ``held``, :class:`AdmissionHold`."""
+    ``annotations.node_state`` and ``node_label`` when they are customised), :class:`NodeGate`, with
+    ``claims_only`` :class:`ClaimsOnly` and, with ``held``, :class:`AdmissionHold`."""
     plugins: list[Callable[[NodeTable, Mapping[str, PodConstraints]], FilterPlugin]] = [
         NodeUnschedulable, NodeSelector, RequiredNodeAffinity, TaintToleration,
     ]
     fit: tuple[FilterPlugin, ...] = () if usage is None else (ExtendedResourceFit(nodes, constraints, usage),)
     toggle = RuntimeToggle(nodes, constraints, state_annotation=state_annotation, enable_label=enable_label)
     hold: tuple[FilterPlugin, ...] = () if held is None else (AdmissionHold(held),)
-    return (*(make(nodes, constraints) for make in plugins), *fit, toggle, NodeGate(*gates), *hold)
+    dra: tuple[FilterPlugin, ...] = () if claims_only is None else (ClaimsOnly(claims_only),)
+    return (*(make(nodes, constraints) for make in plugins), *fit, toggle, NodeGate(*gates), *dra, *hold)

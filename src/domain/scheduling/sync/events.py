@@ -28,6 +28,7 @@ from domain.scheduling.mig.books import MigBooks
 from domain.scheduling.mig.plugin import MigPlugin
 from domain.scheduling.nodefit import NodeTable, PodConstraints, extended_requests
 from domain.scheduling.nodefit.holds import AdmissionHolds
+from domain.scheduling.sync.draslices import CLAIMS_ONLY, DraSlices
 from domain.scheduling.sync.gates import NodeGates
 from domain.scheduling.sync.overbooking import OverbookingGuard, checks_books
 from domain.scheduling.sync.vanished import VanishedGpus
@@ -71,6 +72,11 @@ class LedgerEvents:
         self.books = MigBooks(protocol, mig_mode)
         self.nodes = NodeTable()
         self._gates = NodeGates(protocol)
+        self.slices = DraSlices(protocol.dra.driver)
+        """Our DRA driver's ResourceSlices: the GPUs of a node without an inventory annotation (:mod:`.draslices`)."""
+        self.claims_only: dict[str, str] = {}
+        """Node → why it takes no classic GPU container: its GPUs come from ResourceSlices (a live mapping the node
+        filters read; :class:`~domain.scheduling.nodefit.ClaimsOnly`)."""
         self.constraints: dict[str, PodConstraints] = {}
         self.problems: dict[str, str] = {}
         self.sources: dict[str, AllocationSource] = {}
@@ -120,12 +126,14 @@ class LedgerEvents:
     @checks_books
     def on_node(self, node: NodeObject) -> None:
         """Node added or updated: book its inventory (usage kept, B14; a missing or malformed inventory keeps
-        the last good GPU list), refresh its gate, count waiting pods."""
+        the last good GPU list; without the annotation, the GPUs of our DRA driver's slices), refresh its gate,
+        count waiting pods."""
         now = self.clock()
-        reading = read_node(node, self.protocol, now=now)
+        slices = self.slices.inventory(node.name, self._last_good.get(node.name, ()))
+        reading = read_node(node, self.protocol, now=now, slices=slices)
         counted, steady = reading.counted, reading.steady_reason
-        kept = self._last_good.get(node.name) if reading.heartbeat is None else None
-        if reading.heartbeat is not None:
+        kept = None if reading.decoded else self._last_good.get(node.name)
+        if reading.decoded:
             self._last_good[node.name] = counted.gpus
         elif kept:
             counted = attrs.evolve(counted, gpus=kept)
@@ -140,11 +148,15 @@ class LedgerEvents:
         self._node_objects[node.name] = node
         self.nodes.put(slot, node)
         self._gates.read(node.name, reading.heartbeat, steady, now=now)
+        if reading.from_slices:
+            self.claims_only[node.name] = CLAIMS_ONLY
+        else:
+            self.claims_only.pop(node.name, None)
         if regroup:
             self._recount_node(node.name)
         elif previous != counted:
             self._reinfer(node.name)  # health decides which GPUs inference prefers
-        if reading.heartbeat is not None:
+        if reading.decoded:
             layout, strategy = dict(reading.mig), reading.mig_strategy
         else:  # missing or malformed: keep the last layout that decoded, like the GPU list
             layout, strategy = self.books.last_layout(node.name)
@@ -167,6 +179,7 @@ class LedgerEvents:
         self._node_objects.pop(name, None)
         self._last_good.pop(name, None)
         self._gates.forget(name)
+        self.claims_only.pop(name, None)
         self.vanished.forget_node(name)
         self._inferred.pop(name, None)
         for uid, (allocation, _) in list(self._assumed.items()):

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from domain.allocation import PodAllocation
 from domain.dra.claims import ClaimAllocation
+from domain.dra.slices import ResourceSlice
 from domain.errors import DomainError, InvalidRequestError, UnknownNodeError
 from domain.gpu import Gpu
 from domain.kube.annotations import MigInstanceRecord, decode_plan
@@ -173,6 +174,7 @@ class LedgerSync(ClaimEvents):
         last_good: Mapping[str, tuple[Gpu, ...]] | None = None,
         mig_last_good: Mapping[str, tuple[Mapping[int, tuple[MigInstanceRecord, ...]], str]] | None = None,
         claims: Iterable[ClaimAllocation] = (),
+        slices: Iterable[ResourceSlice] = (),
     ) -> LedgerSync:
         """A new :class:`LedgerSync` on a fresh ledger, built from API objects only (same protocol and clock).
 
@@ -180,7 +182,8 @@ class LedgerSync(ClaimEvents):
         this instance's, :meth:`last_good`); ``mig_last_good`` likewise its MIG layout and strategy (default:
         :meth:`MigBooks.last_good`). Given explicitly and with ``keep_assumed`` False, this reads nothing of this
         instance that changes, so a caller may run it without its lock and :meth:`adopt` the result under it.
-        ``claims``: the listed ResourceClaims (:class:`~domain.scheduling.sync.claims.ClaimEvents`). With
+        ``claims``: the listed ResourceClaims (:class:`~domain.scheduling.sync.claims.ClaimEvents`); ``slices``:
+        the listed ResourceSlices (:meth:`on_slice`). With
         ``keep_assumed``, this instance's reservations are carried over (see :meth:`adopt`).
         """
         fresh = LedgerSync(ClusterLedger(max_gpus=self.ledger.max_gpus), self.protocol, clock=self.clock,
@@ -188,6 +191,8 @@ class LedgerSync(ClaimEvents):
                            hold_window_seconds=self.holds.window_s)
         fresh._last_good = dict(self._last_good if last_good is None else last_good)
         fresh.books.seed(self.books.last_good() if mig_last_good is None else mig_last_good)
+        for resource_slice in slices:
+            fresh.slices.put(resource_slice)
         with fresh.books_guard.deferred():  # judged once, after every object is booked
             for node in nodes:
                 fresh.on_node(node)
@@ -308,10 +313,26 @@ class LedgerSync(ClaimEvents):
         return report
 
     def resync(self, nodes: Iterable[NodeObject], pods: Iterable[PodObject],
-               claims: Iterable[ClaimAllocation] = ()) -> DriftReport:
+               claims: Iterable[ClaimAllocation] = (), slices: Iterable[ResourceSlice] = ()) -> DriftReport:
         """Compare the live books with a rebuild from a full listing (reservations kept), repair the live ledger
         in place (the scheduler and its plugins keep their reference), and report the drift."""
-        return self.adopt(self.rebuild(nodes, pods, claims=claims))
+        return self.adopt(self.rebuild(nodes, pods, claims=claims, slices=slices))
+
+    # ------------------------------------------------------------------ ResourceSlices
+    def on_slice(self, resource_slice: ResourceSlice) -> None:
+        """One of our DRA driver's ResourceSlices added or updated (another driver's is ignored): its node's GPUs
+        are read again when the node has no inventory annotation (:meth:`on_node`)."""
+        self._slices_changed(self.slices.put(resource_slice))
+
+    def on_slice_deleted(self, resource_slice: ResourceSlice) -> None:
+        """A ResourceSlice deleted: as :meth:`on_slice`."""
+        self._slices_changed(self.slices.delete(resource_slice))
+
+    def _slices_changed(self, nodes: set[str]) -> None:
+        for name in sorted(nodes):
+            node = self._node_objects.get(name)
+            if node is not None:
+                self.on_node(node)
 
     def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
         """Repair the live ledger in place; cost: the differences (and one pass over the node table). Only nodes
@@ -347,6 +368,9 @@ class LedgerSync(ClaimEvents):
             if ledger.verify_node(name) or name in ledger.quarantine:
                 ledger.repair(name)
         self._gates.adopt(fresh._gates)  # the node filters hold the gates mapping: refilled in place
+        self.claims_only.clear()
+        self.claims_only.update(fresh.claims_only)
+        self.slices = fresh.slices
         self.vanished = fresh.vanished
         self.constraints.clear()
         self.constraints.update(fresh.constraints)

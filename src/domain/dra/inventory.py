@@ -1,0 +1,123 @@
+"""A node's GPUs as our driver's ResourceSlices publish them: the scheduler's inventory of a node that runs the DRA
+driver and no device plugin (:func:`slice_inventory`).
+
+The slices are read the way ``domain.dra.build`` writes them and kube-scheduler reads a pool: only the slices of
+the pool's newest generation count, and the pool is complete when that generation has ``resourceSliceCount``
+slices (kube-scheduler allocates nothing from an incomplete pool: it is being rewritten).
+
+* A whole GPU is a device with attribute ``type`` = ``gpu``: ``index``, ``uuid``, ``productName`` and
+  ``memoryBytes`` make the :class:`~domain.gpu.Gpu`.
+* A MIG GPU is the parent (``parentIndex``, ``parentUUID``, ``productName``) of devices with ``type`` = ``mig``;
+  it is booked as a GPU in MIG mode, whose memory is the largest nominal ``memory`` capacity of its published
+  instances (the time-sharing books never place on a MIG GPU; MIG claims are kube-scheduler's).
+* A device with a ``NoSchedule`` or ``NoExecute`` taint makes its GPU unhealthy (its running pods stay counted,
+  nothing new goes there).
+* A GPU withdrawn from the slices (``--unhealthy withdraw``) below the highest published index is taken from
+  ``known`` (the node's GPUs as last read) and counted unhealthy, so the other GPUs keep their indexes; one never
+  seen makes the inventory a problem. A withdrawn GPU of the highest indexes simply drops out.
+
+Pure: the caller lists the slices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from domain.errors import InvalidRequestError
+from domain.gpu import Gpu, GpuUuid, Health, MigMode
+
+from .slices import AttributeValue, Device, ResourceSlice, TaintEffect
+
+_BLOCKING = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
+
+
+@attrs.frozen
+class SliceInventory:
+    """The GPUs a node's slices publish (module docstring): ``gpus`` (indexes 0..n-1) and ``problem`` (empty when
+    the GPUs are complete and usable; otherwise why the node takes no new GPU pods, with ``gpus`` empty)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    problem: str = ""
+
+
+def _int(device: Device, name: str) -> int:
+    value: AttributeValue | None = device.attributes.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"device[{device.name}].attributes.{name}", value, "must be an int attribute")
+    return value
+
+
+def _str(device: Device, name: str) -> str:
+    value: AttributeValue | None = device.attributes.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequestError(f"device[{device.name}].attributes.{name}", value, "must be a non-empty string")
+    return value
+
+
+def _health(device: Device) -> Health:
+    return Health.UNHEALTHY if any(t.effect in _BLOCKING for t in device.taints) else Health.HEALTHY
+
+
+def _newest_pool(slices: Sequence[ResourceSlice]) -> tuple[list[ResourceSlice], str]:
+    """The slices of the newest generation, and why the pool is incomplete ("" when complete)."""
+    newest = max(s.generation for s in slices)
+    current = [s for s in slices if s.generation == newest]
+    expected = max(s.slice_count for s in current)
+    if len(current) < expected:
+        return current, f"pool generation {newest} has {len(current)} of its {expected} slices (being rewritten)"
+    return current, ""
+
+
+def _gpus(devices: Iterable[Device]) -> dict[int, Gpu]:
+    whole: dict[int, Gpu] = {}
+    mig: dict[int, tuple[str, str, int, Health]] = {}  # parent index → uuid, model, memory, health
+    for device in devices:
+        kind = device.attributes.get("type")
+        if kind == "gpu":
+            index = _int(device, "index")
+            whole[index] = Gpu(index, GpuUuid(_str(device, "uuid")), _str(device, "productName"),
+                               _int(device, "memoryBytes"), health=_health(device))
+        elif kind == "mig":
+            index = _int(device, "parentIndex")
+            capacity = device.capacity.get("memory")
+            memory = 0 if capacity is None else capacity.value
+            uuid, model, largest, health = mig.get(index, (_str(device, "parentUUID"), _str(device, "productName"), 0,
+                                                           Health.HEALTHY))
+            worse = Health.UNHEALTHY if _health(device) is Health.UNHEALTHY else health
+            mig[index] = (uuid, model, max(largest, memory), worse)
+    for index, (uuid, model, memory, health) in mig.items():
+        if index in whole:
+            raise InvalidRequestError(f"gpu[{index}]", "whole and MIG devices", "a GPU is published one way")
+        whole[index] = Gpu(index, GpuUuid(uuid), model, memory, health=health, mig_mode=MigMode.ENABLED)
+    return whole
+
+
+def slice_inventory(slices: Iterable[ResourceSlice], *, driver: str, node: str,
+                    known: Sequence[Gpu] = ()) -> SliceInventory | None:
+    """The GPUs ``driver``'s slices publish for ``node`` (module docstring); None when no slice of ``driver``
+    names ``node``. ``known``: the node's GPUs as last read, which fill the indexes of withdrawn GPUs. Never
+    raises for bad slice content: it becomes the :attr:`SliceInventory.problem`, naming the device and field."""
+    ours = [s for s in slices if s.driver == driver and s.node == node]
+    if not ours:
+        return None
+    current, incomplete = _newest_pool(ours)
+    if incomplete:
+        return SliceInventory(problem=f"ResourceSlices of {driver}: {incomplete}")
+    try:
+        found = _gpus(d for s in current for d in s.content.devices)
+        remembered = {g.index: g for g in known}
+        top = max(found, default=-1)
+        for index in (i for i in range(top) if i not in found):
+            if index not in remembered:
+                raise InvalidRequestError("gpu.index", sorted(found), f"GPU {index} is not published and was "
+                                          "never seen (withdrawn before the scheduler started?)")
+            found[index] = attrs.evolve(remembered[index], health=Health.UNHEALTHY)
+        gpus = tuple(found[i] for i in range(top + 1))
+        uuids = [g.uuid for g in gpus]
+        if len(set(uuids)) != len(uuids):
+            raise InvalidRequestError("gpu.uuid", uuids, "must be unique")
+    except InvalidRequestError as error:
+        return SliceInventory(problem=f"malformed ResourceSlices of {driver}: {error}")
+    return SliceInventory(gpus)
