@@ -18,7 +18,10 @@ controller makes claims from templates, takes ended pods out of ``reservedFor`` 
   pending while a claim holds one (our FailedScheduling), and runs once that claim's pod is deleted and the claim
   deallocated;
 - a pod asking the classic share resources of our scheduler stays pending there: no device plugin would admit it
-  (our FailedScheduling names the claims-only node).
+  (our FailedScheduling names the claims-only node);
+- preemption for claims: a low-priority pod whose claim holds both GPUs is evicted for a high-priority pod whose
+  claim asks one (the victim marked ``DisruptionTarget``, its claim deallocated by the resourceclaim controller),
+  and the preemptor's claim is allocated by us and its pod runs.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from dra_live_world import (
 )
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
-from real_node_world import PROTOCOL, container, pod_manifest, unique
+from kubernetes import client
+from real_node_world import ENV_END, PROTOCOL, container, pod_manifest, unique
 
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
@@ -65,10 +69,17 @@ def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack) -> Iterat
         yield helper
 
 
-def our_pod(claims: Claims, entries: list[dict[str, str]]) -> str:
-    """A pod for our scheduler on the node whose container uses the pod claims ``entries``."""
+def our_pod(claims: Claims, entries: list[dict[str, str]], priority_class: str = "", *,
+            linger_s: int = 0) -> str:
+    """A pod for our scheduler on the node whose container uses the pod claims ``entries``; ``linger_s``: its
+    container ignores SIGTERM and the pod stays Terminating that long when deleted."""
     main = container("main")
     manifest = pod_manifest(unique("sa"), [main], scheduler=OURS)
+    if priority_class:
+        manifest["spec"]["priorityClassName"] = priority_class
+    if linger_s:
+        main["command"] = ["sh", "-c", f"trap '' TERM; env; echo {ENV_END}; sleep 3600"]
+        manifest["spec"]["terminationGracePeriodSeconds"] = linger_s
     manifest["spec"]["resourceClaims"] = entries
     main["resources"]["claims"] = [{"name": e["name"]} for e in entries]
     return claims.pods.create(manifest)
@@ -151,3 +162,46 @@ def test_a_classic_share_pod_stays_pending_on_a_claims_only_node(claims: Claims)
     eventually(lambda: any("GPUs published by the DRA driver only" in e for e in claims.events(pod)), 60,
                "our FailedScheduling naming the claims-only node")
     assert claims.pods.get(pod).spec.node_name is None
+
+
+@pytest.fixture
+def priority_classes(kubelet_api: Any) -> Iterator[tuple[str, str]]:
+    """Two PriorityClasses (low 10, high 1000), deleted afterwards."""
+    scheduling = client.SchedulingV1Api(kubelet_api)
+    names = (unique("low"), unique("high"))
+    for name, value in zip(names, (10, 1000), strict=True):
+        scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+    try:
+        yield names
+    finally:
+        for name in names:
+            scheduling.delete_priority_class(name)
+
+
+def test_a_high_priority_claim_pod_preempts_a_claim_pod_holding_the_gpus(
+        claims: Claims, stack: DraNodeStack, priority_classes: tuple[str, str]) -> None:
+    low, high = priority_classes
+    both = unique("claim")
+    claims.resource.create_namespaced_resource_claim(claims.namespace, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": both},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": WHOLE, "allocationMode": "ExactCount", "count": 2}}]}}})
+    victim = our_pod(claims, [{"name": "gpu", "resourceClaimName": both}], low, linger_s=15)
+    claims.pods.wait_running(victim, timeout=90)
+    victim_uid = claims.pods.get(victim).metadata.uid
+    wanted = claims.create(SHARE, {"cores": "50", "memory": "8Gi"})
+    preemptor = our_pod(claims, [{"name": "gpu", "resourceClaimName": wanted}], high)
+
+    def marked() -> bool:
+        pod = claims.pods.get(victim)  # Terminating for 15 s: it ignores SIGTERM
+        return pod.metadata.deletion_timestamp is not None and any(
+            c.type == "DisruptionTarget" and c.reason == "PreemptionByScheduler" for c in pod.status.conditions or ())
+
+    eventually(marked, 60, "the victim marked DisruptionTarget and being deleted")
+    eventually(lambda: any(e.startswith("Preempted: ") and preemptor in e for e in claims.events(victim)), 60,
+               "the Preempted event naming the preemptor")
+    claims.pods.wait_running(preemptor, timeout=120)
+    assert claims.pods.gone(victim) or claims.pods.get(victim).metadata.uid != victim_uid
+    (result,) = claims.get(wanted).status.allocation.devices.results
+    assert result.driver == DRA.driver
+    assert claims.get(both).status.allocation is None  # deallocated once its only consumer was gone

@@ -3,13 +3,15 @@
 
 Behaviours covered:
 - reading: whole GPUs with their attributes; a tainted device's GPU unhealthy; a MIG GPU as a GPU in MIG mode; only
-  the newest pool generation counts and an incomplete one is a problem; a GPU withdrawn below the highest index is
-  filled from what was known, unhealthy, and one never seen is a problem; another driver's or node's slices are
-  not the node's;
+  the newest pool generation counts and an incomplete one is a problem; an unpublished GPU keeps its index,
+  unhealthy, from what was known (the highest index too) or as a placeholder; another driver's or node's slices
+  are not the node's;
 - the scheduler: a node without an inventory annotation books the GPUs of its slices; a share claim is placed and
   allocated there by our standalone loop; a classic share pod is refused there with the claims-only reason while
   a node with a device plugin takes it; the device plugin's annotation wins where both publish; a slice deleted
-  keeps the GPUs the node last published but gates it; a rebuild from the listing gives the same books.
+  keeps the GPUs the node last published but gates it, and a delete older than the slice re-created under its name
+  is ignored; a stale annotation (its device plugin gone: the node switched to DRA) gives way to the slices, also
+  when it goes stale with no node event (the tick); a rebuild from the listing gives the same books.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from domain.gpu import Gpu, GpuUuid, Health, MigMode
 from domain.kube.objects import PodClaim
 from domain.runtime.types import DeviceInfo, MigInstanceInfo
 from domain.scheduling.sync.draslices import CLAIMS_ONLY
-from support.kube_builders import PROTOCOL, make_node
+from support.kube_builders import NOW, PROTOCOL, make_node
 
 DRA = PROTOCOL.dra
 GIB = 2**30
@@ -78,17 +80,19 @@ def test_only_the_newest_generation_counts_and_an_incomplete_one_is_a_problem() 
     assert "pool generation 2 has 1 of its 2 slices" in problem
 
 
-def test_a_withdrawn_gpu_keeps_its_index_from_what_was_known_and_one_never_seen_is_a_problem() -> None:
+def test_an_unpublished_gpu_keeps_its_index_unhealthy_from_what_was_known_or_as_a_placeholder() -> None:
     known = read(node_slices("n1", info(0), info(1), info(2)))[0]
-    withdrawn = node_slices("n1", info(0), info(1, health=Health.UNHEALTHY), info(2),
+    withdrawn = node_slices("n1", info(0), info(1, health=Health.UNHEALTHY), info(2, health=Health.UNHEALTHY),
                             unhealthy=UnhealthyPolicy.WITHDRAW)
     gpus, problem = read(withdrawn, known)
     assert problem == ""
     assert [(g.uuid, g.health) for g in gpus] == [("GPU-n1-0", Health.HEALTHY), ("GPU-n1-1", Health.UNHEALTHY),
-                                                  ("GPU-n1-2", Health.HEALTHY)]
-    gpus, problem = read(withdrawn)
-    assert gpus == ()
-    assert "GPU 1 is not published and was never seen" in problem
+                                                  ("GPU-n1-2", Health.UNHEALTHY)]  # the top one too
+    fresh = node_slices("n1", info(0, health=Health.UNHEALTHY), info(1), unhealthy=UnhealthyPolicy.WITHDRAW)
+    gpus, problem = read(fresh)  # never seen (a scheduler restarted since): a placeholder nothing goes on
+    assert problem == ""
+    assert [(g.index, g.uuid, g.model, g.health) for g in gpus] == [
+        (0, "unpublished-n1-gpu-0", "unpublished", Health.UNHEALTHY), (1, "GPU-n1-1", "A100", Health.HEALTHY)]
 
 
 def test_another_drivers_or_nodes_slices_are_not_the_nodes() -> None:
@@ -204,3 +208,38 @@ def test_a_resync_lists_the_slices_and_a_slice_event_the_listing_holds_is_not_ap
     w.service.on_slice(stale)  # same resourceVersion as the adopted listing: already reflected, not applied
     with w.service.books() as books:
         assert books.ledger.inventory("n1").gpus[0].health is Health.HEALTHY
+
+
+def test_a_delete_older_than_the_slice_recreated_under_its_name_is_ignored() -> None:
+    w = dra_world()
+    first = node_slices("n1", info(0), info(1))[0]
+    old, recreated = attrs.evolve(first, resource_version="10"), attrs.evolve(first, resource_version="11")
+    w.service.on_slice(recreated)
+    w.service.on_slice_deleted(old)  # the watch's late DELETED of the slice the kubelet wiped
+    with w.service.books() as books:
+        assert "n1" not in books.gates
+        assert [s.resource_version for s in books.slices.slices()] == ["11"]
+    w.service.on_slice_deleted(attrs.evolve(first, resource_version="12"))
+    with w.service.books() as books:
+        assert books.slices.slices() == []
+
+
+def test_a_stale_annotation_gives_way_to_the_slices_also_when_it_goes_stale_later() -> None:
+    w = new_world(nodes=())
+    w.service.on_node(w.cluster.create_node(make_node("n1", count=1, heartbeat=NOW - 3600)))  # left by a plugin gone
+    for resource_slice in node_slices("n1", info(0), info(1)):
+        w.service.on_slice(resource_slice)
+    with w.service.books() as books:
+        assert books.claims_only == {"n1": CLAIMS_ONLY}
+        assert books.ledger.inventory("n1").gpu_count == 2
+    w.service.on_node(w.cluster.create_node(make_node("n2", count=1)))  # fresh: its device plugin serves it
+    for resource_slice in node_slices("n2", info(0, node="n2"), info(1, node="n2")):
+        w.service.on_slice(resource_slice)
+    with w.service.books() as books:
+        assert books.ledger.inventory("n2").gpu_count == 1
+    w.clock.now += PROTOCOL.inventory_stale_seconds + 1  # the plugin stops: no node event, only time
+    w.service.tick()
+    with w.service.books() as books:
+        assert books.claims_only.get("n2") == CLAIMS_ONLY
+        assert books.ledger.inventory("n2").gpu_count == 2
+        assert "n2" not in books.gates

@@ -113,21 +113,28 @@ class KubernetesPods(KubernetesApis):
                           uid: str | None = None) -> PodObject:
         """Read the pod, then strategic-merge-patch the condition of ``condition``'s type through the status
         subresource with the read's resourceVersion (module docstring; transition time from this host's clock);
-        nothing is written when nothing would change. ``uid``: only the pod of that UID. Raises NotFoundError,
-        ConflictError (another UID; the pod changed after the read)."""
-        pod = self.get_pod(namespace, name)
-        if uid is not None and uid != pod.uid:
-            raise ConflictError(f'pods "{name[:100]}": precondition failed: UID in precondition: {uid!r}, UID in '
-                                f"object meta: {pod.uid!r}")
-        conditions = with_condition(pod.conditions, condition, time.time())
-        if conditions is None:
-            return pod
-        written = next(c for c in conditions if c.type == condition.type)
-        return self._patch_pod(f"set condition {condition.type[:64]} of pod {namespace[:64]}/{name[:100]}",
-                               self._core.patch_namespaced_pod_status, POD_STATUS, namespace, name,
-                               pod_condition_patch(written, [c.type for c in conditions],
-                                                   resource_version=pod.resource_version),
-                               content_type=STRATEGIC_MERGE_PATCH)
+        a pod that changed after the read (the kubelet updates its status often) is read and written once more.
+        Nothing is written when nothing would change. ``uid``: only the pod of that UID. Raises NotFoundError,
+        ConflictError (another UID; the pod changed after both reads)."""
+        for attempt in (1, 2):
+            pod = self.get_pod(namespace, name)
+            if uid is not None and uid != pod.uid:
+                raise ConflictError(f'pods "{name[:100]}": precondition failed: UID in precondition: {uid!r}, UID '
+                                    f"in object meta: {pod.uid!r}")
+            conditions = with_condition(pod.conditions, condition, time.time())
+            if conditions is None:
+                return pod
+            written = next(c for c in conditions if c.type == condition.type)
+            try:
+                return self._patch_pod(f"set condition {condition.type[:64]} of pod {namespace[:64]}/{name[:100]}",
+                                       self._core.patch_namespaced_pod_status, POD_STATUS, namespace, name,
+                                       pod_condition_patch(written, [c.type for c in conditions],
+                                                           resource_version=pod.resource_version),
+                                       content_type=STRATEGIC_MERGE_PATCH)
+            except ConflictError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _patch_pod(self, what: str, method: Callable[..., Any], route: PatchRoute, namespace: str, name: str,
                    body: Mapping[str, object], *, content_type: str = MERGE_PATCH) -> PodObject:

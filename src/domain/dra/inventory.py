@@ -12,9 +12,11 @@ slices (kube-scheduler allocates nothing from an incomplete pool: it is being re
   instances (the time-sharing books never place on a MIG GPU; MIG claims are kube-scheduler's).
 * A device with a ``NoSchedule`` or ``NoExecute`` taint makes its GPU unhealthy (its running pods stay counted,
   nothing new goes there).
-* A GPU withdrawn from the slices (``--unhealthy withdraw``) below the highest published index is taken from
-  ``known`` (the node's GPUs as last read) and counted unhealthy, so the other GPUs keep their indexes; one never
-  seen makes the inventory a problem. A withdrawn GPU of the highest indexes simply drops out.
+* A GPU the slices do not publish (withdrawn as unhealthy with ``--unhealthy withdraw``, a MIG GPU without
+  placeable instances or profile table) keeps its index, unhealthy: taken from ``known`` (the node's GPUs as last
+  read) up to the highest index published or known, else, below the highest published index, as a placeholder
+  (UUID ``unpublished-<node>-gpu-<index>``, model ``unpublished``, 1 byte) that nothing is placed on. So the other
+  GPUs keep their indexes, and a GPU physically removed stays counted, unhealthy, until the scheduler restarts.
 
 Pure: the caller lists the slices.
 """
@@ -108,12 +110,11 @@ def slice_inventory(slices: Iterable[ResourceSlice], *, driver: str, node: str,
     try:
         found = _gpus(d for s in current for d in s.content.devices)
         remembered = {g.index: g for g in known}
-        top = max(found, default=-1)
-        for index in (i for i in range(top) if i not in found):
-            if index not in remembered:
-                raise InvalidRequestError("gpu.index", sorted(found), f"GPU {index} is not published and was "
-                                          "never seen (withdrawn before the scheduler started?)")
-            found[index] = attrs.evolve(remembered[index], health=Health.UNHEALTHY)
+        top = max([*found, *remembered], default=-1)
+        for index in (i for i in range(top + 1) if i not in found):
+            found[index] = (attrs.evolve(remembered[index], health=Health.UNHEALTHY) if index in remembered else
+                            Gpu(index, GpuUuid(f"unpublished-{node}-gpu-{index}"), "unpublished", 1,
+                                health=Health.UNHEALTHY))
         gpus = tuple(found[i] for i in range(top + 1))
         uuids = [g.uuid for g in gpus]
         if len(set(uuids)) != len(uuids):

@@ -257,14 +257,14 @@ class StandaloneLoop:
         condition = preemption_condition(self.scheduler_name)
         for victim in planned.pods:
             namespace, _, name = victim.key.partition("/")
-            message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
-            self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
             try:  # as kube-scheduler: no delete without the condition (a Job's podFailurePolicy may read it)
                 self.service.cluster.set_pod_condition(namespace, name, condition, uid=victim.uid)
             except Exception as error:  # the next attempt chooses again from what is left
                 log.warning("victim not marked DisruptionTarget, not deleted",
                             extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
                 continue
+            message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
+            self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
             try:
                 self.service.cluster.delete_pod(namespace, name, uid=victim.uid)  # never a namesake
                 deleted.append(victim.key)

@@ -37,8 +37,9 @@ class InventoryReading:
     (everything but the heartbeat's age), so the reason at a later time is :func:`inventory_reason` of
     ``heartbeat`` and ``steady_reason`` without decoding the annotation again. ``mig``/``mig_strategy``: the MIG
     layout (GPU index → instances) and strategy of the annotation, when it decodes (empty otherwise).
-    ``from_slices``: the GPUs are those our DRA driver's ResourceSlices publish (a node without the annotation,
-    :func:`read_node`'s ``slices``); such a reading has no heartbeat and :attr:`decoded` tells whether they read.
+    ``from_slices``: the GPUs are those our DRA driver's ResourceSlices publish (a node without a fresh
+    annotation, :func:`read_node`'s ``slices``); such a reading has no heartbeat and :attr:`decoded` tells whether
+    they read.
     """
 
     counted: NodeInventory
@@ -121,12 +122,24 @@ KUBELET_UNREGISTERED = "device plugin not registered with kubelet (kubelet resta
 kubelet's admission (``UnexpectedAdmissionError``), so it waits until the plugin has registered again."""
 
 
+def _fresh_annotation(text: str | None, key: str, protocol: ProtocolConstants, *, now: float) -> bool:
+    """True when the inventory annotation decodes with a fresh heartbeat (a device plugin serves the node)."""
+    if text is None:
+        return False
+    try:
+        heartbeat = decode_inventory(text, key=key).heartbeat
+    except InvalidRequestError:
+        return False
+    return not heartbeat_problem(heartbeat, protocol, now=now)
+
+
 def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
               slices: SliceInventory | None = None) -> InventoryReading:
     """Read ``node``'s inventory annotation and allocatable quantities at ``now`` (epoch seconds). ``slices``: the
-    GPUs our DRA driver's ResourceSlices publish for the node (None: none), which count when the node has no
-    inventory annotation (a node runs the device plugin or the DRA driver; where both publish, the device
-    plugin's annotation wins); their problem, if any, is the reason.
+    GPUs our DRA driver's ResourceSlices publish for the node (None: none), which count unless the node's
+    inventory annotation is fresh (a node runs the device plugin or the DRA driver; where a live device plugin
+    publishes too, its annotation wins; one left stale or malformed by a device plugin gone, e.g. after switching
+    the node to DRA, does not); their problem, if any, is the reason.
 
     The reason is set when the annotation is missing or malformed, its heartbeat is more than
     ``protocol.inventory_stale_seconds`` old or in the future, it is stamped with another protocol fingerprint,
@@ -142,7 +155,7 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = {}
     strategy = ""
     topology = None
-    from_slices = text is None and slices is not None
+    from_slices = slices is not None and not _fresh_annotation(text, key, protocol, now=now)
     if from_slices and slices is not None:
         gpus = slices.gpus
         if slices.problem:

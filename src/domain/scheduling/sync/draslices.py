@@ -13,6 +13,11 @@ from domain.dra.inventory import SliceInventory, slice_inventory
 from domain.dra.slices import ResourceSlice
 from domain.gpu import Gpu
 
+
+def _newer(held: str, event: str) -> bool:
+    return held.isdigit() and event.isdigit() and int(held) > int(event)
+
+
 CLAIMS_ONLY = ("GPUs published by the DRA driver only (no device plugin): pods get them through ResourceClaims, "
                "not the classic GPU resources (docs/migrate.md)")
 """Why a node whose GPUs come from ResourceSlices takes no classic GPU container (kubelet has no device plugin
@@ -31,21 +36,34 @@ class DraSlices:
         """Add or replace a slice; returns the nodes whose slices changed (none for another driver's)."""
         if resource_slice.driver != self.driver:
             return set()
-        touched = self.delete(resource_slice)
+        touched = self._forget(resource_slice.name)
         self._by_node.setdefault(resource_slice.node, {})[resource_slice.name] = resource_slice
         self._node_of[resource_slice.name] = resource_slice.node
         return touched | {resource_slice.node}
 
     def delete(self, resource_slice: ResourceSlice) -> set[str]:
-        """Forget a slice (by name); returns the node it was on (empty when unknown)."""
-        node = self._node_of.pop(resource_slice.name, None)
+        """Forget a slice (by name); returns the node it was on (empty when unknown). A delete older than the slice
+        held under that name (both resourceVersions numbers, the held one greater: the slice was re-created since,
+        as the kubelet's wipe and our driver's repair do) is ignored."""
+        node = self._node_of.get(resource_slice.name)
+        if node is None or _newer(self._by_node[node][resource_slice.name].resource_version,
+                                  resource_slice.resource_version):
+            return set()
+        return self._forget(resource_slice.name)
+
+    def _forget(self, name: str) -> set[str]:
+        node = self._node_of.pop(name, None)
         if node is None:
             return set()
         held = self._by_node[node]
-        del held[resource_slice.name]
+        del held[name]
         if not held:
             del self._by_node[node]
         return {node}
+
+    def nodes(self) -> list[str]:
+        """The nodes some slice names, sorted."""
+        return sorted(self._by_node)
 
     def inventory(self, node: str, known: Sequence[Gpu] = ()) -> SliceInventory | None:
         """The GPUs the node's slices publish (None: none of ours names it); ``known`` as in

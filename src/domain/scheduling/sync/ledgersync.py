@@ -328,6 +328,16 @@ class LedgerSync(ClaimEvents):
         """A ResourceSlice deleted: as :meth:`on_slice`."""
         self._slices_changed(self.slices.delete(resource_slice))
 
+    def tick(self) -> None:
+        """:meth:`LedgerEvents.tick`, then read again each node that has slices but is gated on its annotation:
+        an annotation that went stale since (its device plugin gone) sends no node event, and the slices count
+        from then on."""
+        super().tick()
+        for name in self.slices.nodes():
+            node = self._node_objects.get(name)
+            if node is not None and name not in self.claims_only and self.gates.get(name):
+                self.on_node(node)
+
     def _slices_changed(self, nodes: set[str]) -> None:
         for name in sorted(nodes):
             node = self._node_objects.get(name)
