@@ -11,7 +11,8 @@ Behaviours covered:
   a node with a device plugin takes it; the device plugin's annotation wins where both publish; a slice deleted
   keeps the GPUs the node last published but gates it, and a delete older than the slice re-created under its name
   is ignored; a stale annotation (its device plugin gone: the node switched to DRA) gives way to the slices, also
-  when it goes stale with no node event (the tick); a rebuild from the listing gives the same books.
+  when it goes stale with no node event (the tick); a rebuild from the listing gives the same books; a classic GPU
+  pod kube-scheduler serves through a claim (``extendedResourceName``) is counted once, by the claim.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from test_scheduler_claim_allocation import new_world
 
 from adapters.memory.resource_slices import InMemoryResourceSlices
 from domain.dra.build import UnhealthyPolicy, desired_content
-from domain.dra.claims import DeviceAsk
+from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.dra.inventory import slice_inventory
 from domain.dra.slices import ResourceSlice
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
-from domain.kube.objects import PodClaim
+from domain.kube.objects import ContainerSpec, PodClaim, PodObject, PodPhase
 from domain.runtime.types import DeviceInfo, MigInstanceInfo
 from domain.scheduling.sync.draslices import CLAIMS_ONLY
 from support.kube_builders import NOW, PROTOCOL, make_node
@@ -243,3 +244,17 @@ def test_a_stale_annotation_gives_way_to_the_slices_also_when_it_goes_stale_late
         assert books.claims_only.get("n2") == CLAIMS_ONLY
         assert books.ledger.inventory("n2").gpu_count == 2
         assert "n2" not in books.gates
+
+
+def test_a_classic_gpu_pod_served_through_extended_resource_name_is_counted_once_by_its_claim() -> None:
+    w = dra_world()
+    gpu = PROTOCOL.resources.gpu
+    special = ClaimAllocation("default", "p-gpu-extended-resources-x", "uid-special", (AllocationResult(
+        request="container-0-request-0", driver=DRA.driver, pool="n1", device="gpu-0"),))
+    w.service.on_claim(special)
+    pod = PodObject("uid-p", "default", "p", containers=(ContainerSpec("main", limits={gpu: "1"}),),
+                    node_name="n1", phase=PodPhase.RUNNING, claim_served=(("main", gpu),))
+    w.service.on_pod(pod)
+    assert w.used("n1") == [(1000, 16), (0, 0)]  # the claim's record alone
+    w.service.on_pod(attrs.evolve(pod, claim_served=(), resource_version="2"))  # had kube-scheduler not said so
+    assert w.used("n1") == [(1000, 16), (1000, 16)]

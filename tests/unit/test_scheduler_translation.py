@@ -6,7 +6,9 @@ affinity, deletionTimestamp, defaults); wrong types name the field; CandidateNod
 unknown names; the ledger's select maps known names to a row mask, leaving unknown and removed ones out;
 rejection_reasons names the first failing filter per node; pod_class keys shares, whole GPUs, memory-only shares
 and CPU-only pods; PodClasses (memoised per shared request template) answers what pod_class
-answers; blend_typical adds the reference workload until enough pods are observed.
+answers; blend_typical adds the reference workload until enough pods are observed; the resources a claim serves
+(``status.extendedResourceClaimStatus``) read the same from JSON and the client's model and are left out of the
+pod's request.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
+from kubernetes import client
 
 from adapters.kubernetes.corejson import CoreJsonError, pod_from_json
+from adapters.kubernetes.translate import pod_from_v1
 from domain.kube.objects import PodPhase, TaintEffect
 from domain.kube.requests import PodRequests
 from domain.kube.translate import pod_request
@@ -159,3 +163,26 @@ def test_blend_typical_uses_the_reference_until_enough_pods_are_observed() -> No
     assert young.total_pods == 10
     grown = blend_typical(observed, reference, min_observed=3)
     assert grown.classes == (PodClass(1000, 500, 1),)
+
+
+def test_resources_a_claim_serves_are_read_from_either_client_shape_and_left_out_of_the_request() -> None:
+    gpu = RES.gpu
+    model = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", namespace="ns", uid="u1"),
+        spec=client.V1PodSpec(containers=[
+            client.V1Container(name="main", resources=client.V1ResourceRequirements(limits={gpu: "1", "cpu": "1"})),
+            client.V1Container(name="side", resources=client.V1ResourceRequirements(limits={gpu: "1"}))]),
+        status=client.V1PodStatus(extended_resource_claim_status=client.V1PodExtendedResourceClaimStatus(
+            resource_claim_name="p-extended-resources-abc", request_mappings=[client.V1ContainerExtendedResourceRequest(
+                container_name="main", resource_name=gpu, request_name="container-0-request-0")])))
+    from_model = pod_from_v1(model)
+    from_json = pod_from_json(client.ApiClient().sanitize_for_serialization(model))
+    assert from_model.claim_served == from_json.claim_served == (("main", gpu),)
+    request = pod_request(from_json, PROTOCOL)
+    assert [(c.name, c.gpus) for c in request.containers] == [("main", 0), ("side", 1)]
+    requests = PodRequests(PROTOCOL)
+    assert requests.get(from_json).containers[0].gpus == 0
+    assert requests.get(attrs.evolve(from_json, claim_served=())).containers[0].gpus == 1  # the memo tells them apart
+    with pytest.raises(CoreJsonError, match="requestMappings"):
+        pod_from_json({**client.ApiClient().sanitize_for_serialization(model),
+                       "status": {"extendedResourceClaimStatus": {"requestMappings": "x"}}})

@@ -224,6 +224,20 @@ def _pod_claims(spec: Mapping[str, object], status: Mapping[str, object]) -> tup
     return tuple(claims)
 
 
+def _claim_served(status: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """``status.extendedResourceClaimStatus.requestMappings`` as ``(containerName, resourceName)`` pairs."""
+    path = "status.extendedResourceClaimStatus"
+    found = status.get("extendedResourceClaimStatus")
+    if found is None:
+        return ()
+    served = []
+    for i, raw in enumerate(_list(f"{path}.requestMappings", _object(path, found).get("requestMappings"))):
+        item = _object(f"{path}.requestMappings[{i}]", raw)
+        served.append((_str(f"{path}.requestMappings[{i}].containerName", item.get("containerName")),
+                       _str(f"{path}.requestMappings[{i}].resourceName", item.get("resourceName"))))
+    return tuple(served)
+
+
 def pod_phase(text: str | None) -> PodPhase:
     """The phase named ``status.phase`` (``Pending`` when empty, ``Unknown`` when not a phase we know): the
     reading shared with the client-model path (:func:`.translate.pod_from_v1`)."""
@@ -268,6 +282,7 @@ def pod_from_json(data: object) -> PodObject:
         preemption_policy=_str("spec.preemptionPolicy", spec.get("preemptionPolicy")) or "PreemptLowerPriority",
         nominated_node_name=_str("status.nominatedNodeName", status.get("nominatedNodeName")),
         resource_claims=_pod_claims(spec, status),
+        claim_served=_claim_served(status),
         conditions=_conditions("status.conditions", status.get("conditions")),
     )
 

@@ -267,6 +267,12 @@ def _pod_claims_from_v1(spec: client.V1PodSpec, status: client.V1PodStatus) -> t
                  for c in getattr(spec, "resource_claims", None) or ())
 
 
+def _claim_served_from_v1(status: client.V1PodStatus) -> tuple[tuple[str, str], ...]:
+    served = getattr(status, "extended_resource_claim_status", None)  # None too before client 34
+    return tuple((m.container_name or "", m.resource_name or "") for m in getattr(served, "request_mappings", None)
+                 or ())
+
+
 def pod_from_v1(pod: client.V1Pod) -> PodObject:
     """Domain pod of a ``V1Pod``: init containers first (flagged ``init``), then the app containers; the terminated
     app containers' states; the status conditions."""
@@ -296,6 +302,7 @@ def pod_from_v1(pod: client.V1Pod) -> PodObject:
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         nominated_node_name=status.nominated_node_name or "",
         resource_claims=_pod_claims_from_v1(spec, status),
+        claim_served=_claim_served_from_v1(status),
         conditions=_conditions_from_v1(status),
     )
 

@@ -146,7 +146,10 @@ class PodObject:
     ``priority`` is ``spec.priority`` (0 when unset), ``preemption_policy`` ``spec.preemptionPolicy``
     (``PreemptLowerPriority`` when unset), ``nominated_node_name`` ``status.nominatedNodeName`` and
     ``resource_claims`` the DRA claims of ``spec.resourceClaims`` (:class:`PodClaim`), in spec order;
-    ``conditions`` ``status.conditions`` (one per type, in status order: :mod:`domain.kube.podconditions`)."""
+    ``conditions`` ``status.conditions`` (one per type, in status order: :mod:`domain.kube.podconditions`);
+    ``claim_served`` ``(container, resource)`` of ``status.extendedResourceClaimStatus.requestMappings``: extended
+    resources kube-scheduler serves through a claim it made (DeviceClass ``extendedResourceName``), not a device
+    plugin."""
 
     uid: str
     namespace: str
@@ -168,6 +171,7 @@ class PodObject:
     nominated_node_name: str = ""
     resource_claims: tuple[PodClaim, ...] = ()
     conditions: tuple[PodCondition, ...] = ()
+    claim_served: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:

@@ -1,9 +1,10 @@
 """Each pod's request parsed once: :class:`PodRequests`, :func:`~domain.kube.translate.pod_request` memoised per pod.
 
-A pod's request is a function of its identity (UID, namespace, name), its containers and its GPU selector
-annotations only, so a pod seen again with the same ones (another informer update, the listing of a resync, the
-typical-pod observer, the extender's bind) reuses the parse, and a pod whose containers and selector equal those
-of an already parsed valid pod (replicas of one template) reuses that parse under its own identity. Invariant: the
+A pod's request is a function of its identity (UID, namespace, name), its containers, its GPU selector
+annotations and the resources a claim serves (``claim_served``) only, so a pod seen again with the same ones
+(another informer update, the listing of a resync, the typical-pod observer, the extender's bind) reuses the
+parse, and a pod whose containers, selector and served resources equal those of an already parsed valid pod
+(replicas of one template) reuses that parse under its own identity. Invariant: the
 memo answers exactly what :func:`pod_request` would, including its error (errors are never shared between pods:
 they name the pod); an entry is replaced when any of those inputs changes and dropped when the pod is forgotten.
 Pod objects are frozen and their mappings are never changed in place, so the very object seen before is a hit
@@ -52,12 +53,13 @@ class PodRequests:
         self._shared: dict[_Key, PodRequest] = {}
 
     def _content(self, pod: PodObject) -> _Key:
-        """What :func:`pod_request` reads of ``pod`` besides its identity: containers and selector annotations."""
+        """What :func:`pod_request` reads of ``pod`` besides its identity: containers, selector annotations and the
+        resources a claim serves."""
         containers = tuple([(c.name, c.init, tuple(sorted(c.requests.items())), tuple(sorted(c.limits.items())))
                             for c in pod.containers])  # a list first: cheaper than a generator
         get = pod.annotations.get
         models, uuids, excluded, topology = self._selector_keys
-        return (containers, (get(models), get(uuids), get(excluded), get(topology)))
+        return (containers, (get(models), get(uuids), get(excluded), get(topology)), pod.claim_served)
 
     def get(self, pod: PodObject) -> PodRequest:
         """The request of ``pod``. Raises :class:`InvalidRequestError` as :func:`pod_request` does."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 
+import attrs
+
 from domain.errors import InvalidRequestError
 from domain.kube.migresources import RESOURCE_STEM, MigResourceTable, mig_resource_table, resource_prefix
 from domain.kube.objects import ContainerSpec, PodObject
@@ -181,6 +183,16 @@ def pod_gpu_topology(pod: PodObject, protocol: ProtocolConstants) -> Tier:
     return Tier.parse(f"pod[{pod.key}].annotations[{key}]", text) if text else Tier.SYSTEM
 
 
+def _unserved(spec: ContainerSpec, served: tuple[tuple[str, str], ...]) -> ContainerSpec:
+    """``spec`` without the extended resources a claim serves (``PodObject.claim_served``): the claim kube-scheduler
+    made for them is booked as a claim, so the container's own ask would count them twice."""
+    gone = {resource for container, resource in served if container == spec.name}
+    if not gone:
+        return spec
+    return attrs.evolve(spec, requests={k: v for k, v in spec.requests.items() if k not in gone},
+                        limits={k: v for k, v in spec.limits.items() if k not in gone})
+
+
 def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     """The :class:`PodRequest` of ``pod`` (module docstring).
 
@@ -191,9 +203,10 @@ def pod_request(pod: PodObject, protocol: ProtocolConstants) -> PodRequest:
     ``<prefix>/mig-*`` name the shared table does not know (reason: the table's "unknown profile" message, with
     the canonical name when an alias was spelled; B30), two MIG profiles in one container, MIG combined with our
     time-sharing resources in one container or one pod; an unknown ``pod_gpu_topology`` value.
-    ``gpu=0`` next to core/memory is a plain share; a MIG amount 0 is no ask.
+    ``gpu=0`` next to core/memory is a plain share; a MIG amount 0 is no ask. Resources a claim serves
+    (``PodObject.claim_served``) are left out: the claim is booked as one.
     """
-    containers = tuple(_container(pod, spec, protocol) for spec in pod.containers)
+    containers = tuple(_container(pod, _unserved(spec, pod.claim_served), protocol) for spec in pod.containers)
     cpu, memory = node_requests(pod)
     return PodRequest(
         uid=pod.uid,
