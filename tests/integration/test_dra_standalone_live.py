@@ -186,14 +186,14 @@ def test_a_high_priority_claim_pod_preempts_a_claim_pod_holding_the_gpus(
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": both},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
             "deviceClassName": WHOLE, "allocationMode": "ExactCount", "count": 2}}]}}})
-    victim = our_pod(claims, [{"name": "gpu", "resourceClaimName": both}], low, linger_s=15)
+    victim = our_pod(claims, [{"name": "gpu", "resourceClaimName": both}], low, linger_s=30)
     claims.pods.wait_running(victim, timeout=90)
     victim_uid = claims.pods.get(victim).metadata.uid
     wanted = claims.create(SHARE, {"cores": "50", "memory": "8Gi"})
     preemptor = our_pod(claims, [{"name": "gpu", "resourceClaimName": wanted}], high)
 
     def marked() -> bool:
-        pod = claims.pods.get(victim)  # Terminating for 15 s: it ignores SIGTERM
+        pod = claims.pods.get(victim)  # Terminating for 30 s: it ignores SIGTERM
         return pod.metadata.deletion_timestamp is not None and any(
             c.type == "DisruptionTarget" and c.reason == "PreemptionByScheduler" for c in pod.status.conditions or ())
 

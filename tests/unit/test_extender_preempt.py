@@ -2,13 +2,16 @@
 k8s.io/kube-scheduler/extender/v1, Go field names) over the scheduler service on the in-memory cluster:
 kube-scheduler's summed view proposes a victim whose GPU cannot take the pod → we answer the victim on the right
 GPU; a proposal larger than needed is minimised; a node where nothing fits is dropped; ``Never``, a standby and
-pods not ours; malformed bodies are 400s."""
+pods not ours; malformed bodies are 400s. After kube-scheduler nominates the preemptor (``status.nominatedNodeName``),
+our ``filter`` holds that node against a lower-priority pod while the victims' GPUs free up, and not once the field
+is cleared (nor without ``follow_nominations``)."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
+from adapters.kubernetes.corejson import pod_from_json
 from domain.kube.objects import PodObject
 from entrypoints.scheduler.extender_json import ExtenderArgsError, ExtenderJson
 from services.scheduler.extender import Extender
@@ -106,3 +109,33 @@ def test_never_a_standby_and_unmanaged_pods(w: World) -> None:
 def test_malformed_bodies_name_the_field(w: World, body: dict[str, object], message: str) -> None:
     with pytest.raises(ExtenderArgsError, match=message):
         ExtenderJson(Extender(w.service)).preempt(body)
+
+
+@pytest.mark.parametrize("follow", [True, False], ids=["following", "not-following"])
+def test_the_node_kube_scheduler_nominated_a_preemptor_to_is_held_against_lower_pods(follow: bool) -> None:
+    w = world()
+    w.service.config = attrs.evolve(w.service.config, follow_nominations=follow)
+    w.node("n1", 2)
+    assert w.service.start_leading()
+    running(w, "a", "n1", 0, 40, priority=5)
+    b = running(w, "b", "n1", 1, 60, priority=10)
+    extender = Extender(w.service)
+    hi = w.cluster.create_pod(pod_from_json(pod_json("hi", 80)))  # kube-scheduler preempted b for it, nominated it
+    w.cluster.delete_pod("default", "b", uid=b.uid)
+    w.service.on_pod(w.deliver("b"))
+    w.service.on_pod(w.cluster.nominate_pod("default", "hi", "n1"))
+    assert w.service.nominated_node(hi.uid) == ("n1" if follow else "")
+
+    w.cluster.delete_pod("default", "b", grace_period_seconds=0)  # b's containers ended: GPU 1 is free
+    w.service.on_pod_deleted(b)
+    sneak = w.cluster.create_pod(pod_from_json(pod_json("sneak", 70, priority=1)))  # fits GPU 1 only
+    decided = extender.filter(sneak, ["n1"])
+    if not follow:
+        assert decided.passed == ("n1",)  # the freed GPU goes to the lower pod
+        return
+    assert decided.passed == ()
+    assert "held for the nominated pod default/hi" in decided.failed["n1"]
+    assert extender.filter(w.cluster.get_pod("default", "hi"), ["n1"]).passed == ("n1",)
+
+    w.service.on_pod(w.cluster.nominate_pod("default", "hi", ""))  # kube-scheduler cleared it: no hold
+    assert w.service.nominated_node(hi.uid) == ""

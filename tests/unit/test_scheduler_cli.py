@@ -226,3 +226,23 @@ def test_extender_verbs_on_loopback_need_no_flag(listen: str) -> None:
     settings = settings_from_args(build_parser().parse_args(["--mode", "extender", "--listen", listen]))
     assert not settings.insecure_listen
     assert settings.port == 8888
+
+
+@pytest.mark.parametrize("mode", ["extender", "standalone"])
+def test_the_container_watches_slices_and_follows_nominations_in_extender_mode_only(mode: str) -> None:
+    container = SchedulerContainer(settings=SchedulerSettings(mode=mode, host="127.0.0.1", port=0, in_memory=True))
+    app = container.app()
+    try:
+        assert container.service().config.follow_nominations is (mode == "extender")
+        assert app.slices is not None
+        assert app.service.listing.slice_watermark is not None
+    finally:
+        app.http.stop()
+    off = SchedulerContainer(settings=SchedulerSettings(mode=mode, host="127.0.0.1", port=0, in_memory=True,
+                                                        dra_claims=False))
+    app = off.app()
+    try:
+        assert app.slices is None
+        assert app.claims is None
+    finally:
+        app.http.stop()

@@ -125,7 +125,8 @@ def service_config(settings: SchedulerSettings) -> ServiceConfig:
     """The service tunables of ``settings``."""
     return ServiceConfig(policy=settings.policy, tie_break=settings.tie_break,
                          assumed_ttl_seconds=settings.assumed_ttl_seconds, mig_strategy=settings.mig_strategy,
-                         admission_hold_seconds=settings.admission_hold_seconds)
+                         admission_hold_seconds=settings.admission_hold_seconds,
+                         follow_nominations=settings.mode == "extender")
 
 
 def make_publisher(

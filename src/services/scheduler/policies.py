@@ -64,7 +64,9 @@ class ServiceConfig:
     (size of that workload, :func:`domain.simulation.synthetic.synthetic_pods`), ``mig_strategy`` (``static`` or
     ``dynamic``: placement mode of the MIG books; module docstring), ``admission_hold_seconds`` (s a pod waiting
     for its devices holds its node against pods with a confusable request; 0 or None: no holds, as
-    ``--admission-hold 0`` — :func:`domain.scheduling.nodefit.holds.hold_window`).
+    ``--admission-hold 0`` — :func:`domain.scheduling.nodefit.holds.hold_window`). ``follow_nominations``
+    (extender mode): hold the node kube-scheduler nominated a pod to (``status.nominatedNodeName``, after its
+    preemption) as the standalone loop holds its own nominations (:meth:`.preempting.PreemptionEntries.follow`).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -86,6 +88,7 @@ class ServiceConfig:
     rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False)
     mig_strategy: str = "static"
     admission_hold_seconds: float | None = DEFAULT_WINDOW_S
+    follow_nominations: bool = False
 
     def __attrs_post_init__(self) -> None:
         hold_window(self.admission_hold_seconds)

@@ -75,6 +75,34 @@ class PreemptionEntries(ServiceUpkeep):
                 self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
             return planned
 
+    def follow(self, pod: PodObject) -> None:
+        """Extender mode (``config.follow_nominations``), under the lock: keep this replica's nomination of pending
+        ``pod`` equal to the node kube-scheduler nominated it to after its preemption (``status.nominatedNodeName``):
+        the victims there counted as freed for it (:func:`.nominations.plan_preemption` on that node only; its
+        terminating pods count as freed), so our ``filter`` keeps a lower-priority pod from taking what they free
+        (the hold of :class:`.nominations.Nominations`). A cleared field, or a node where no victim set makes the
+        pod fit, ends it; a bound, finished or deleted pod ends it as in standalone mode. Pods with DRA claims are
+        not followed (their asks are read at the verb). Never raises for bad pod content."""
+        node = pod.nominated_node_name
+        current = self.nominations.get(pod.uid)
+        if not node or pod.node_name or pod.phase.terminal or pod.resource_claims:
+            if current is not None and not pod.node_name:
+                self.nominations.end(pod.uid)
+            return
+        if current is not None and current.node == node:
+            return
+        try:
+            request = self.sync.requests.get(pod)
+            scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
+        except (InvalidRequestError, UnknownPolicyError):
+            return
+        self.sync.record_constraints(pod)
+        planned = plan_preemption(self.sync, scheduler, pod, request, only=node)
+        if isinstance(planned, Victims):
+            self.nominations.add(pod, request, planned)
+        else:
+            self.nominations.end(pod.uid)
+
     def nominated_node(self, uid: str) -> str:
         """The node pod ``uid`` is nominated to in this replica's books, or ""."""
         with self._lock:

@@ -104,6 +104,8 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
             if pod.node_name or pod.phase.terminal:
                 self._reservations.confirmed(pod.uid)
                 self.nominations.end(pod.uid)
+            elif self.config.follow_nominations:
+                self.follow(pod)
             self.schedulers.observe(pod)
             for listener in self.pod_listeners:
                 listener(pod)

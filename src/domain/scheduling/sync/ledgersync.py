@@ -151,7 +151,7 @@ class LedgerSync(ClaimEvents):
             request = self.requests.get(pod) if request is None else request
         except InvalidRequestError as error:
             return ScheduleResult(pod.uid or pod.key, None, reason=f"invalid request: {error}")
-        self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
+        self.record_constraints(pod)
         if request.wants_mig:
             result, mig = schedule_mig(self.ledger, self.books, scheduler, request, candidates=candidates)
             if result.allocation is not None:
@@ -163,6 +163,10 @@ class LedgerSync(ClaimEvents):
         if result.allocation is not None and pod.uid not in self._pods:
             self.holds.hold(pod.uid, result.allocation.node, request, label=pod.key, now=self.clock())
         return result
+
+    def record_constraints(self, pod: PodObject) -> None:
+        """Record ``pod``'s node constraints, as a cycle does (the node filters, preemption's too, read them)."""
+        self.constraints[pod.uid] = PodConstraints.of(pod, ignore=self._our_resources)
 
     # ------------------------------------------------------------------ rebuild and resync
     def rebuild(
@@ -321,7 +325,7 @@ class LedgerSync(ClaimEvents):
     # ------------------------------------------------------------------ ResourceSlices
     def on_slice(self, resource_slice: ResourceSlice) -> None:
         """One of our DRA driver's ResourceSlices added or updated (another driver's is ignored): its node's GPUs
-        are read again when the node has no inventory annotation (:meth:`on_node`)."""
+        are read again (:meth:`on_node`)."""
         self._slices_changed(self.slices.put(resource_slice))
 
     def on_slice_deleted(self, resource_slice: ResourceSlice) -> None:
@@ -329,9 +333,8 @@ class LedgerSync(ClaimEvents):
         self._slices_changed(self.slices.delete(resource_slice))
 
     def tick(self) -> None:
-        """:meth:`LedgerEvents.tick`, then read again each node that has slices but is gated on its annotation:
-        an annotation that went stale since (its device plugin gone) sends no node event, and the slices count
-        from then on."""
+        """:meth:`LedgerEvents.tick`, then read again each node with slices gated on its annotation: one gone
+        stale (its device plugin gone) sends no node event, and the slices count from then on."""
         super().tick()
         for name in self.slices.nodes():
             node = self._node_objects.get(name)
@@ -339,10 +342,8 @@ class LedgerSync(ClaimEvents):
                 self.on_node(node)
 
     def _slices_changed(self, nodes: set[str]) -> None:
-        for name in sorted(nodes):
-            node = self._node_objects.get(name)
-            if node is not None:
-                self.on_node(node)
+        for node in [self._node_objects[n] for n in sorted(nodes) if n in self._node_objects]:
+            self.on_node(node)
 
     def _adopt(self, fresh: LedgerSync, report: DriftReport) -> None:
         """Repair the live ledger in place; cost: the differences (and one pass over the node table). Only nodes
