@@ -4,7 +4,8 @@ the highest priority first; a pod that fits nowhere evicts the victim on the GPU
 whose condition cannot be written is not deleted), is nominated, evicts nothing more while its victim
 terminates, and the freed GPU is held against a lower-priority pod until the preemptor is bound (only while that
 pod is what would stop the preemptor from fitting); a nomination the pod can no longer use ends, its
-``status.nominatedNodeName`` cleared; ``preemptionPolicy: Never`` evicts nobody."""
+``status.nominatedNodeName`` cleared; ``preemptionPolicy: Never`` evicts nobody; a new leader restores the
+nominations its predecessor wrote (from ``status.nominatedNodeName``) and holds their nodes."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import threading
 import attrs
 import pytest
 
+from adapters.prometheus import PrometheusSchedulerMetrics
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.kube.annotations import encode_plan
 from domain.kube.objects import PodObject, PodPhase
 from domain.kube.podconditions import PodCondition
 from domain.units import GiB
 from ports.cluster import UnavailableError
+from services.scheduler.service import SchedulerService
 from services.scheduler.standalone import StandaloneLoop
 from support.kube_builders import KEYS, make_gpus, make_pod
 from support.scheduler_world import NONE_SCHEDULER, World, plan_of, world
@@ -247,3 +250,22 @@ def test_a_victim_whose_condition_cannot_be_written_is_not_deleted_until_a_later
     assert loop.attempt(w.deliver("hi")) is False  # the next attempt chooses b again: marked, then deleted
     assert [c.reason for c in at_delete["b"]] == ["PreemptionByScheduler"]
     assert w.deliver("b").deletion_timestamp is not None
+
+
+def test_a_new_leader_restores_the_nominations_its_predecessor_wrote_and_holds_their_nodes() -> None:
+    w, loop = setup()
+    hi = pending(w, "hi", 80, priority=1000)
+    assert loop.attempt(hi) is False  # b evicted (terminating), hi nominated to n1 by this replica
+    successor = SchedulerService(w.cluster, w.service.protocol, PrometheusSchedulerMetrics(),
+                                 config=w.service.config, clock=w.clock)
+    assert successor.start_leading()  # its books come from the listing: the nomination from hi's status
+    assert successor.nominated_node(hi.uid) == "n1"
+    b = w.deliver("b")
+    w.cluster.delete_pod("default", "b", grace_period_seconds=0)
+    successor.on_pod_deleted(b)
+    sneak = w.cluster.create_pod(PodObject("", "default", "sneak", containers=make_pod("t", core="50", mem="1")
+                                           .containers, scheduler_name=w.service.protocol.scheduler_name, priority=1))
+    successor.on_pod(sneak)
+    result = successor.schedule_pod(sneak)
+    assert result.allocation is None
+    assert "held for the nominated pod default/hi" in result.reason

@@ -11,7 +11,7 @@ another pod frees nothing). PodDisruptionBudgets are listed once per preemption,
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from domain.dra.allocate import ClaimNeed
 from domain.errors import InvalidRequestError, UnknownPolicyError
@@ -102,6 +102,14 @@ class PreemptionEntries(ServiceUpkeep):
             self.nominations.add(pod, request, planned)
         else:
             self.nominations.end(pod.uid)
+
+    def _adopted(self, pods: Sequence[PodObject]) -> None:
+        """After a rebuild or resync (under the lock): nominate again, as :meth:`follow` does, each pending pod
+        whose ``status.nominatedNodeName`` names a node this replica holds no nomination to (one a previous leader,
+        or kube-scheduler, nominated: nominations otherwise live in one replica's memory)."""
+        for pod in pods:
+            if pod.nominated_node_name and not pod.node_name and self.nominations.get(pod.uid) is None:
+                self.follow(pod)
 
     def nominated_node(self, uid: str) -> str:
         """The node pod ``uid`` is nominated to in this replica's books, or ""."""

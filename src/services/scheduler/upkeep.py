@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from domain.kube.objects import Listing
+from domain.kube.objects import Listing, PodObject
 from domain.scheduling.sync.drift import DriftReport
 from services._shared.gcpause import collection_paused
 from services._shared.logs import fields
@@ -75,6 +75,7 @@ class ServiceUpkeep(ServiceState):
                     held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
                     self.schedulers.reobserve(pods.items)
+                    self._adopted(pods.items)
                     if held - set(self.sync.holds.holders()):
                         self._changed()  # holds the listing ended (a mark the informer had not shown yet)
                     self.listing.adopted(nodes.resource_version, pods.resource_version, claims.resource_version,
@@ -94,6 +95,10 @@ class ServiceUpkeep(ServiceState):
                 changed=list(report.changed), nodes_missing=list(report.nodes_missing),
                 nodes_extra=list(report.nodes_extra), totals=sorted(report.totals)))
         return report
+
+    def _adopted(self, pods: Sequence[PodObject]) -> None:
+        """Under the lock, after a listing was adopted: what lives beside the books is restored from ``pods``
+        (preemption's nominations, :meth:`.preempting.PreemptionEntries._adopted`); nothing here."""
 
     @property
     def serving(self) -> bool:
