@@ -310,9 +310,16 @@ def test_a_claim_pod_preempts_the_pod_whose_own_claim_holds_the_gpu_it_needs() -
     assert not w.loop.attempt(high)
     assert "evicting default/low" in w.reasons("high")[-1]  # the shared claim's two pods would free nothing
     assert w.service.nominated_node(high.uid) == "n1"
-    # kubelet ends the victim; the resourceclaim controller takes it out of reservedFor and deallocates
+    assert w.deliver("low").deletion_timestamp is not None  # the informer shows it terminating
+    assert not w.loop.attempt(w.deliver("high"))  # nothing more evicted
+    # kubelet ends the victim; before the resourceclaim controller deallocates its claim, a retry evicts nobody more
     w.cluster.delete_pod("default", "low")
     w.service.on_pod_deleted(low)
+    assert not w.loop.attempt(w.deliver("high"))
+    assert w.reasons("high")[-1].endswith("waiting for the pods it evicted to terminate")
+    assert all(w.deliver(user.name).deletion_timestamp is None for user in users)
+    assert w.service.nominated_node(high.uid) == "n1"
+    # the resourceclaim controller takes it out of reservedFor and deallocates
     freed = w.claims.unreserve(w.claims.get("default", "low"), low.uid, deallocate=True)  # type: ignore[arg-type]
     w.service.on_claim(freed)
     assert w.loop.attempt(high)

@@ -49,11 +49,13 @@ class Nomination:
 
 def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, request: PodRequest, *,
                     held: Collection[str] = (), budgets: Sequence[DisruptionBudget] = (),
-                    only: str | None = None, kept_claims: Collection[str] = ()) -> Victims | str:
+                    only: str | None = None, kept_claims: Collection[str] = (),
+                    gone: Collection[str] = ()) -> Victims | str:
     """The victim set to evict for pending ``pod`` (module docstring), or the reason there is none; nodes in
     ``held`` (held for a nominee of priority ≥ the pod's) are not considered, nor any node but ``only`` when given
     (the node the pod's allocated DRA claims pin it to); ``kept_claims``: the UIDs of those claims (never counted as
-    freed by a victim); ``budgets``: the cluster's PodDisruptionBudgets, fewest
+    freed by a victim); ``gone``: the pods already evicted for it (their claims not deallocated yet count as
+    freed); ``budgets``: the cluster's PodDisruptionBudgets, fewest
     violations first (kube-scheduler's order). Its ``pods`` are empty when the pod fits once pods already
     terminating are gone (wait, evict nothing more)."""
     if not request.wants_gpu:
@@ -64,7 +66,7 @@ def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, requ
     nodes = [node for node in preemptable_nodes(scheduler, request)
              if node not in held and (only is None or node == only)]
     chosen, _ = best_victims(sync, pod, request, nodes, fitting=fitting_nodes(scheduler, request), budgets=budgets,
-                             kept_claims=kept_claims)
+                             kept_claims=kept_claims, gone=gone)
     if chosen is None:
         return (f"preemption: 0/{len(nodes)} nodes where only capacity refuses the pod have lower-priority pods "
                 "whose eviction makes it fit")
@@ -78,9 +80,12 @@ class Nominations:
         self._by_uid: dict[str, Nomination] = {}
 
     def add(self, pod: PodObject, request: PodRequest, victims: Victims) -> Nomination:
-        """Nominate ``pod`` to ``victims.node`` (replacing an earlier nomination of it)."""
-        nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation, victims.uids,
-                                preemptor_of(pod, request))
+        """Nominate ``pod`` to ``victims.node`` (replacing an earlier nomination of it; the victims of an earlier
+        nomination to the same node stay among its victims: they are on their way out for it)."""
+        earlier = self._by_uid.get(pod.uid)
+        kept = earlier.victims if earlier is not None and earlier.node == victims.node else ()
+        nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation,
+                                tuple(dict.fromkeys((*kept, *victims.uids))), preemptor_of(pod, request))
         self._by_uid[pod.uid] = nomination
         return nomination
 

@@ -66,9 +66,11 @@ class PreemptionEntries(ServiceUpkeep):
                 scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
             except (InvalidRequestError, UnknownPolicyError) as error:
                 return str(error)
+            earlier = self.nominations.get(pod.uid)
             planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
                                       budgets=budgets, only=None if claims is None else claims.node,
-                                      kept_claims=() if claims is None else [c.uid for c in claims.shared])
+                                      kept_claims=() if claims is None else [c.uid for c in claims.shared],
+                                      gone=() if earlier is None else earlier.victims)
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
             else:

@@ -78,18 +78,21 @@ def fitting_nodes(scheduler: Scheduler, request: PodRequest) -> set[str]:
 
 def victims_on(
     sync: LedgerSync, pod: PodObject, request: PodRequest, node: str, *, within: Collection[str] | None = None,
-    budgets: Sequence[DisruptionBudget] = (), kept_claims: Collection[str] = (),
+    budgets: Sequence[DisruptionBudget] = (), kept_claims: Collection[str] = (), gone: Collection[str] = (),
 ) -> Outcome:
     """:func:`~.victims.select_victims` on ``node`` for pending ``pod`` (request ``request``) among the pods the sync
     counts there, only those whose UID is in ``within`` when given; ``budgets``: the cluster's
     PodDisruptionBudgets (those of other namespaces match nothing here). A pod's eviction also frees the DRA claims
     reserved for it alone (:meth:`~domain.scheduling.sync.claims.ClaimEvents.claims_held`), but for those of UID
-    in ``kept_claims`` (claims the preemptor uses: freeing them would free nothing it can take)."""
+    in ``kept_claims`` (claims the preemptor uses: freeing them would free nothing it can take); the claims of the
+    pods of ``gone`` (evicted for this preemptor) already deleted count as freed
+    (:meth:`~domain.scheduling.sync.claims.ClaimEvents.claims_leaving`)."""
     gate = sync.gates.get(node)
     if gate is not None and (request.wants_gpu or request.wants_mig):
         return Outcome(node, None, f"node is not taking GPU pods: {gate}")
     bound = [p for p in sync.bound_pods(node) if p.uid != pod.uid]
     leaving = [p.uid for p in bound if p.deletion_timestamp is not None]
+    leaving += sync.claims_leaving(node, gone) if gone else []
     matches, allowed = protection(budgets, bound)
     candidates = [RunningPod(p.uid, p.priority, p.key, matches.get(p.uid, ())) for p in bound
                   if p.deletion_timestamp is None and (within is None or p.uid in within)]
@@ -104,12 +107,12 @@ EMPTY: Cost = (0, -PRIORITY_OFFSET, 0, 0)
 """The cost of the empty victim set (the pod fits without evicting anyone): the least of all."""
 
 
-def _floor(sync: LedgerSync, pod: PodObject, node: str, fits: bool) -> Cost | None:
+def _floor(sync: LedgerSync, pod: PodObject, node: str, fits: bool, gone: Collection[str]) -> Cost | None:
     """A lower bound of the cost (:attr:`~.victims.Victims.cost`) of any victim set for ``pod`` on ``node``: the
-    empty set's when the pod fits there now (``fits``) or a pod there is already leaving (it may fit once that pod
-    is gone), else one victim of the lowest priority below ``pod``'s, violating no budget; None when no set exists
-    (it does not fit, nothing is leaving, nothing is lower)."""
-    if fits:
+    empty set's when the pod fits there now (``fits``) or a pod or a deleted pod's claim there is already leaving
+    (it may fit once that is gone), else one victim of the lowest priority below ``pod``'s, violating no budget;
+    None when no set exists (it does not fit, nothing is leaving, nothing is lower)."""
+    if fits or (gone and sync.claims_leaving(node, gone)):
         return EMPTY
     lowest: int | None = None
     for other in sync.bound_pods(node):
@@ -124,23 +127,23 @@ def _floor(sync: LedgerSync, pod: PodObject, node: str, fits: bool) -> Cost | No
 
 def best_victims(sync: LedgerSync, pod: PodObject, request: PodRequest, nodes: Collection[str], *,
                  fitting: Collection[str] = (), budgets: Sequence[DisruptionBudget] = (),
-                 kept_claims: Collection[str] = ()) -> tuple[Victims | None, int]:
+                 kept_claims: Collection[str] = (), gone: Collection[str] = ()) -> tuple[Victims | None, int]:
     """The victim set :func:`~.victims.best_node` would choose over :func:`victims_on` of every node in ``nodes``
     (least cost, then node name), and how many nodes were evaluated; ``fitting``: the nodes where the pod fits
     now (:func:`fitting_nodes`; a node missing from it that fits anyway may be passed over for a costlier set);
-    ``kept_claims`` as :func:`victims_on`.
+    ``kept_claims`` and ``gone`` as :func:`victims_on`.
     Branch and bound: nodes in order of :func:`_floor` (a lower bound of their cost), stopping at the first whose
     bound, with its name, is above the best found — no later node can beat it, so the answer is the exhaustive
     one; on a full cluster of equally cheap victims one node is evaluated instead of all."""
     fits = set(fitting)
     floors = sorted((floor, node) for node in nodes
-                    if (floor := _floor(sync, pod, node, node in fits)) is not None)
+                    if (floor := _floor(sync, pod, node, node in fits, gone)) is not None)
     best: Victims | None = None
     evaluated = 0
     for floor, node in floors:
         if best is not None and (floor, node) > (best.cost, best.node):
             break
-        found = victims_on(sync, pod, request, node, budgets=budgets, kept_claims=kept_claims).victims
+        found = victims_on(sync, pod, request, node, budgets=budgets, kept_claims=kept_claims, gone=gone).victims
         evaluated += 1
         if found is not None and (best is None or (found.cost, found.node) < (best.cost, best.node)):
             best = found

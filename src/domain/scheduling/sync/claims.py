@@ -77,6 +77,19 @@ class ClaimEvents(LedgerEvents):
             add_usage(out.setdefault(claim.reserved_for[0], {}), record.per_gpu_usage())
         return out
 
+    def claims_leaving(self, node: str, gone: Collection[str]) -> list[str]:
+        """Ledger record UIDs of the claims on ``node`` reserved only for pods of ``gone`` (UIDs evicted for a
+        preemptor) that these books no longer hold bound: the resourceclaim controller deallocates such a claim
+        next, so preemption counts it as freed, as it counts terminating pods (and evicts nobody more for it)."""
+        out = []
+        for uid, claim in self._claims.items():
+            record = self.ledger.record(claim_record_uid(uid))
+            if record is None or record.node != node or not claim.reserved_for:
+                continue
+            if all(consumer in gone and consumer not in self._pods for consumer in claim.reserved_for):
+                out.append(claim_record_uid(uid))
+        return out
+
     def seen_claim(self, namespace: str, name: str) -> ClaimAllocation | None:
         """The claim ``namespace/name`` as last seen (any claim, allocated or not, any driver), None when none is
         known: what the scheduler places a pod's claims from before asking the API (:mod:`domain.dra.allocate`; a
