@@ -19,6 +19,8 @@ Covers, on two simulated nodes (durations in wall seconds: speedup 1):
   disagreement, nothing in flight), and the stack stops cleanly (no thread left, host directories deleted);
 - the CLI as a subprocess: ``ljrk up --nodes 2 …`` exits 0 with the tables, a ``report.json`` whose disagreement
   list is empty and nothing left in its work folder; SIGINT in the middle exits 130 and cleans up too;
+- ``--topology nvlink-islands-2x4`` on an 8-GPU node: after a 1-GPU pod, a 4-GPU pod gets one whole NVLink island
+  (without the topology the first free GPUs, 1-4, would cross islands);
 - ``--kubeconfig`` against the test control plane (``k8s``: skipped without it): the toggle Jobs run through the real
   Job controller, the components agree, and the nodes and pods it created are gone afterwards.
 """
@@ -336,3 +338,26 @@ def test_cli_against_a_real_api_server(k8s_control_plane: ControlPlane, tmp_path
         assert not [n.metadata.name for n in core.list_node().items if n.metadata.name.startswith("ljrk-up-node-")]
         assert not [p.metadata.name for p in core.list_namespaced_pod("default").items
                     if (p.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "ljrk-up"]
+
+
+@needs_script
+def test_cli_topology_gives_a_four_gpu_pod_one_nvlink_island(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+                    "one,1000,1024,1,1000,,0,100000\nfour,1000,1024,4,1000,,10,100000\n")
+    work = Path(tempfile.mkdtemp(prefix="u", dir="/tmp"))
+    try:
+        done = subprocess.run(
+            [str(LJRK), "up", "--nodes", "1", "--gpus-per-node", "8x16Gi:A100", "--topology", "nvlink-islands-2x4",
+             "--workload", str(pods), "--pods", "2", "--duration", "2", "--no-progress",
+             "--output-dir", str(tmp_path / "out"), "--work-dir", str(work)],
+            capture_output=True, text=True, timeout=180, check=False, cwd=REPO_ROOT)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["pods"]["placed"] == 2
+    used = {g["index"] for g in report["gpus"] if g["core_allocated_milli"] == 1000}
+    assert len(used) == 5
+    islands = ({0, 1, 2, 3}, {4, 5, 6, 7})  # the 1-GPU pod first takes one GPU; the 4-GPU pod a whole island
+    assert any(island <= used and len(used - island) == 1 for island in islands), used

@@ -139,3 +139,38 @@ def test_the_node_kube_scheduler_nominated_a_preemptor_to_is_held_against_lower_
 
     w.service.on_pod(w.cluster.nominate_pod("default", "hi", ""))  # kube-scheduler cleared it: no hold
     assert w.service.nominated_node(hi.uid) == ""
+
+
+def test_a_followed_nomination_books_no_victims_of_its_own_and_refuses_nothing_that_fits_now() -> None:
+    w = world()
+    w.service.config = attrs.evolve(w.service.config, follow_nominations=True)
+    w.node("n1", 2)
+    assert w.service.start_leading()
+    running(w, "a", "n1", 0, 40, priority=5)
+    running(w, "b", "n1", 1, 60, priority=10)  # kube-scheduler has not deleted anything (yet)
+    hi = w.cluster.create_pod(pod_from_json(pod_json("hi", 80)))
+    w.service.on_pod(w.cluster.nominate_pod("default", "hi", "n1"))
+    nomination = w.service.nominations.get(hi.uid)
+    assert nomination is not None
+    assert (nomination.node, nomination.victims, nomination.followed) == ("n1", (), True)
+    small = w.cluster.create_pod(pod_from_json(pod_json("small", 40, priority=1)))  # fits GPU 1 beside b now
+    assert Extender(w.service).filter(small, ["n1"]).passed == ("n1",)
+
+
+def test_a_resync_ends_nominations_whose_pod_is_gone_or_bound_and_follows_moved_fields() -> None:
+    w = world()
+    w.service.config = attrs.evolve(w.service.config, follow_nominations=True)
+    w.node("n1", 2)
+    w.node("n2", 2)
+    assert w.service.start_leading()
+    running(w, "b", "n1", 1, 60, priority=10)
+    running(w, "c", "n2", 1, 60, priority=10)
+    gone = w.cluster.create_pod(pod_from_json(pod_json("gone", 80)))
+    moved = w.cluster.create_pod(pod_from_json(pod_json("moved", 80)))
+    for name in ("gone", "moved"):
+        w.service.on_pod(w.cluster.nominate_pod("default", name, "n1"))
+    w.cluster.delete_pod("default", "gone", grace_period_seconds=0)  # its delete event missed
+    w.cluster.nominate_pod("default", "moved", "n2")  # its update missed
+    w.service.resync()
+    assert w.service.nominated_node(gone.uid) == ""
+    assert w.service.nominated_node(moved.uid) == "n2"

@@ -258,3 +258,7 @@ def test_a_classic_gpu_pod_served_through_extended_resource_name_is_counted_once
     assert w.used("n1") == [(1000, 16), (0, 0)]  # the claim's record alone
     w.service.on_pod(attrs.evolve(pod, claim_served=(), resource_version="2"))  # had kube-scheduler not said so
     assert w.used("n1") == [(1000, 16), (1000, 16)]
+    stale = PodObject("uid-q", "default", "q", containers=(ContainerSpec("main", limits={gpu: "1"}),),
+                      node_name="n2", phase=PodPhase.RUNNING, claim_served=(("main", gpu),))
+    w.service.on_pod(stale)  # a device-plugin node: the field is stale there, the pod's own GPU counts
+    assert sum(core for core, _ in w.used("n2")) == 1000

@@ -269,3 +269,16 @@ def test_a_new_leader_restores_the_nominations_its_predecessor_wrote_and_holds_t
     result = successor.schedule_pod(sneak)
     assert result.allocation is None
     assert "held for the nominated pod default/hi" in result.reason
+    successor.on_pod(w.cluster.nominate_pod("default", "hi", ""))  # the field cleared: the restored one ends
+    assert successor.nominated_node(hi.uid) == ""
+
+
+def test_a_new_leader_does_not_restore_nominations_of_pods_of_other_schedulers() -> None:
+    w, _ = setup()
+    foreign = w.cluster.create_pod(PodObject("", "default", "foreign", containers=make_pod("t", core="80", mem="1")
+                                             .containers, scheduler_name=NONE_SCHEDULER, priority=1000))
+    w.cluster.nominate_pod("default", "foreign", "n1")
+    successor = SchedulerService(w.cluster, w.service.protocol, PrometheusSchedulerMetrics(),
+                                 config=w.service.config, clock=w.clock)
+    assert successor.start_leading()
+    assert successor.nominated_node(foreign.uid) == ""

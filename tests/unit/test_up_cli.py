@@ -3,7 +3,8 @@
 Covers: ``--help`` exits 0 and names the flags; ``ljrk --help`` lists ``up``; bad input exits 2 with one line
 ``ljrk up: error: …`` and starts nothing — a non-positive or non-numeric count, ``--duration`` with ``--speedup``,
 an unknown policy, a malformed or MIG GPU spec, a missing or malformed workload file, a share that is not a whole
-percent; a work folder so deep that the nodes' unix socket paths would pass 107 bytes exits 1.
+percent, an unknown topology machine or one that does not fit the GPU count; a work folder so deep that the nodes'
+unix socket paths would pass 107 bytes exits 1.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from entrypoints.up.__main__ import main
 def test_help_and_registration(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--nodes", "--gpus-per-node", "--workload", "--kubeconfig", "--pods", "--duration", "--hold"):
+    for flag in ("--nodes", "--gpus-per-node", "--workload", "--kubeconfig", "--pods", "--duration", "--hold",
+                 "--topology"):
         assert flag in out
     assert "up" in COMMANDS
     assert "up " in build_parser().format_help()
@@ -33,6 +35,8 @@ def test_help_and_registration(capsys: pytest.CaptureFixture[str]) -> None:
     (["--gpus-per-node", "two"], "--gpus-per-node 'two'"),
     (["--gpus-per-node", "1x80Gi:A100-SXM4-80GB:mig"], "MIG GPUs are not supported"),
     (["--workload", "/no/such/pods.csv"], "no such file"),
+    (["--topology", "torus"], "invalid choice: 'torus'"),
+    (["--topology", "nvlink-islands-2x4", "--gpus-per-node", "3x16Gi:A100"], "needs an even number of GPUs"),
 ])
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:

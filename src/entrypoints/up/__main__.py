@@ -1,8 +1,8 @@
 """``ljrk up`` (also ``python -m entrypoints.up``): the whole stack on one machine, a workload, a report.
 
 ``ljrk up [--nodes N] [--gpus-per-node 2x16Gi:A100] [--workload synthetic|PODS.csv] [--kubeconfig FILE]
-[--pods N] [--duration SECONDS | --speedup X] [--seed N] [--policy NAME] [--output-dir DIR] [--no-progress]
-[--hold]`` (hidden: ``--ready-timeout``, ``--settle-timeout``, ``--work-dir``, ``--log-level``).
+[--pods N] [--duration SECONDS | --speedup X] [--seed N] [--policy NAME] [--topology MACHINE] [--output-dir DIR]
+[--no-progress] [--hold]`` (hidden: ``--ready-timeout``, ``--settle-timeout``, ``--work-dir``, ``--log-level``).
 
 Starts ``N`` simulated nodes — each with the reference Runtime over simulated GPUs, the device plugin, the exporter
 and a kubelet emulator — plus the scheduler (standalone loop), the controller and its toggle Jobs, all talking over
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from domain.errors import DomainError
 from domain.scheduling.registry import POLICIES
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.command import EXIT_FAILED, EXIT_USAGE, failing, serve, shutting_down, start
 from entrypoints._shared.flags import HIDDEN, KUBECONFIG, LOG_LEVEL, NO_PROGRESS, cli, flag
 from ports.trace import TraceError
@@ -75,6 +76,9 @@ CLI = cli(
     flag("--seed", type=int, default=42, help="seed of the synthetic workload (default: 42)"),
     flag("--policy", default=DEFAULT_POLICY, metavar="NAME",
          help=f"the scheduler's default policy (default: {DEFAULT_POLICY}; known: {', '.join(POLICIES)})"),
+    flag("--topology", choices=list(MACHINE_NAMES), default="none",
+         help="the simulated machine every node's Runtime reports (NVLink, PCIe, NUMA; an even GPU count); the "
+         "scheduler gives multi-GPU pods the best-connected GPUs (default: none)"),
     flag("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
          help="where report.json and ljrk-up.log go (default: out/up)"),
     NO_PROGRESS,

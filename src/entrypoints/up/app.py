@@ -40,6 +40,7 @@ from domain.kube.objects import ClusterEvent, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ExporterData
 from domain.scheduling.registry import get_policy
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.command import EXIT_FAILED as EXIT_FAILED
 from entrypoints._shared.command import EXIT_OK as EXIT_OK
 from entrypoints._shared.command import EXIT_USAGE as EXIT_USAGE
@@ -80,7 +81,8 @@ class UpSettings:
     the scheduler's default policy; ``kubeconfig``: a real API server instead of the in-memory cluster;
     ``output_dir``: where ``report.json`` and ``ljrk-up.log`` go; ``progress``: None = bar on a terminal only;
     ``hold``: keep running after the report; ``ready_timeout_s``/``settle_timeout_s``: bounds of steps 1 and 3;
-    ``work_dir``: parent of the nodes' host directories; ``log_level``: of the log file.
+    ``work_dir``: parent of the nodes' host directories; ``log_level``: of the log file; ``topology``: the
+    simulated machine of every node (``none`` or a name of :data:`domain.topology.machines.MACHINE_NAMES`).
     Raises :class:`SettingsError`, or ``domain.errors.UnknownPolicyError``.
     """
 
@@ -100,8 +102,11 @@ class UpSettings:
     settle_timeout_s: float = 20.0
     work_dir: Path = Path("/tmp")
     log_level: str = "INFO"
+    topology: str = "none"
 
     def __attrs_post_init__(self) -> None:
+        if self.topology not in MACHINE_NAMES:
+            raise SettingsError(f"--topology {self.topology!r}: choose one of {', '.join(MACHINE_NAMES)}")
         if not 1 <= self.nodes <= 200:
             raise SettingsError(f"--nodes {self.nodes}: must be 1..200")
         if self.pods is not None and self.pods < 1:

@@ -64,8 +64,8 @@ def open_cluster(settings: UpSettings) -> Iterator[ClusterApi]:
 def load_workload(settings: UpSettings, trace: CsvTraceReader) -> Workload:
     """The workload of ``--workload`` (``entrypoints.up.workload``), sized for the cluster's GPUs. Raises
     ``ports.trace.TraceError`` (unreadable CSV), :class:`~.workload.WorkloadError` or
-    :class:`~.simnode.StackError` (bad ``--gpus-per-node``)."""
-    gpus = settings.nodes * len(node_gpus(settings.gpus_per_node, node="probe"))
+    :class:`~.simnode.StackError` (bad ``--gpus-per-node``, or a ``--topology`` that does not fit it)."""
+    gpus = settings.nodes * len(node_gpus(settings.gpus_per_node, node="probe", topology=settings.topology))
     if settings.workload == SYNTHETIC:
         workload = synthetic_workload(settings.pod_count, cluster_gpus=gpus, seed=settings.seed)
     else:
@@ -86,7 +86,7 @@ def stack_settings(settings: UpSettings, speedup: float) -> StackSettings:
     mode = JobMode.JOB_STATUS if settings.kubeconfig is None else JobMode.POD_PHASE
     return StackSettings(nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, speedup=speedup,
                          policy=settings.policy, work_dir=settings.work_dir, job_mode=mode,
-                         log_level=settings.log_level)
+                         log_level=settings.log_level, topology=settings.topology)
 
 
 def scrape_page(url: str, timeout_s: float) -> Sequence[Sample]:

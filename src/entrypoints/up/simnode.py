@@ -19,10 +19,12 @@ from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.kubelet_emulator import NodeKubelet, PodResourcesServer
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.simulated import build_inventory, parse_spec
+from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, MigMode
 from domain.kube.objects import NodeObject
 from domain.kube.protocol import ProtocolConstants
 from domain.runtime.types import ExporterData
+from domain.topology.machines import machine_topology
 from entrypoints._shared.httpserver import HealthEndpoint
 from entrypoints.device_plugin.app import DevicePluginApp, DevicePluginSettings
 from entrypoints.device_plugin.containers import DevicePluginContainer
@@ -60,7 +62,8 @@ class StackSettings:
     ``job_mode``: how toggle Jobs finish (:class:`~.jobs.JobMode`). Times in seconds: ``exporter_interval_s``,
     ``heartbeat_s`` (device plugin inventory), ``registration_wait_s`` (kubelet admission waits that long for
     re-registered plugins), ``watch_timeout_s`` (every watch; bounds shutdown), ``job_timeout_s`` (the toggle
-    agent's ``--timeout``). ``log_level`` for the components' loggers (handlers are the caller's)."""
+    agent's ``--timeout``). ``log_level`` for the components' loggers (handlers are the caller's). ``topology``: the
+    simulated machine every node's Runtime reports (``ljrk runtime --simulated-topology``; ``none``: no topology)."""
 
     nodes: int = 4
     gpus_per_node: str = "2x16Gi:A100"
@@ -79,11 +82,13 @@ class StackSettings:
     watch_timeout_s: float = 0.5
     job_timeout_s: float = 20.0
     log_level: str = "INFO"
+    topology: str = "none"
 
 
-def node_gpus(spec: str, *, node: str) -> tuple[Gpu, ...]:
+def node_gpus(spec: str, *, node: str, topology: str = "none") -> tuple[Gpu, ...]:
     """The simulated GPUs ``spec`` gives node ``node`` (same UUIDs as its Runtime). Raises :class:`StackError`
-    for a bad spec or MIG GPUs (``ljrk up`` shares GPUs by time slicing only)."""
+    for a bad spec or MIG GPUs (``ljrk up`` shares GPUs by time slicing only), or a ``topology`` machine that does
+    not fit the GPU count (:func:`domain.topology.machines.machine_topology`)."""
     try:
         gpus = build_inventory(parse_spec(spec), seed=node)
     except ValueError as error:  # SpecError, InvalidRequestError
@@ -92,6 +97,10 @@ def node_gpus(spec: str, *, node: str) -> tuple[Gpu, ...]:
         raise StackError(f"--gpus-per-node {spec!r}: MIG GPUs are not supported by ljrk up")
     if not gpus:
         raise StackError(f"--gpus-per-node {spec!r}: no GPUs")
+    try:
+        machine_topology(topology, len(gpus))
+    except InvalidRequestError as error:
+        raise StackError(f"--topology {topology!r} with --gpus-per-node {spec!r}: {error}") from error
     return gpus
 
 
@@ -127,7 +136,7 @@ class SimNode:
         self.protocol = protocol
         self.settings = settings
         self.clock = clock
-        self.gpus = node_gpus(settings.gpus_per_node, node=name)
+        self.gpus = node_gpus(settings.gpus_per_node, node=name, topology=settings.topology)
         self.runtime_socket = root / "run" / "lj-runtimekit" / "runtime.sock"
         self.state_dir = root / "var" / "lib" / "lj-runtimekit"
         self.plugin_dir = root / "var" / "lib" / "kubelet" / "device-plugins"
@@ -155,7 +164,7 @@ class SimNode:
         """The Runtime's settings: simulated GPUs, socket and state directory under the node's root."""
         return RuntimeSettings(socket=self.runtime_socket, backend="simulated",
                                simulated_gpus=self.settings.gpus_per_node, state_dir=self.state_dir, seed=self.name,
-                               log_level=self.settings.log_level)
+                               log_level=self.settings.log_level, simulated_topology=self.settings.topology)
 
     def start_runtime(self) -> None:
         """Build the Runtime from its container and serve. Raises :class:`StackError`."""

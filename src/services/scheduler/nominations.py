@@ -1,4 +1,4 @@
-"""Standalone preemption's books: which pending pod was nominated to which node, over which victims, and the hold
+"""Preemption's books: which pending pod was nominated to which node, over which victims, and the hold
 that keeps the capacity its victims free for it.
 
 * :func:`plan_preemption` — for a pending pod that fits nowhere: the nodes where only capacity refuses it
@@ -37,7 +37,9 @@ from domain.scheduling.sync import LedgerSync
 @attrs.frozen
 class Nomination:
     """Pod ``uid`` (``key``: namespace/name) nominated to ``node``: where it will go (``allocation``), the victims
-    being deleted for it (UIDs) and its ``preemptor`` (request and priority)."""
+    being deleted for it (UIDs) and its ``preemptor`` (request and priority). ``followed``: read from the pod's
+    ``status.nominatedNodeName`` (kube-scheduler's, or a previous leader's), with no victims of its own: it
+    follows that field (:meth:`~.preempting.PreemptionEntries.follow`)."""
 
     uid: str
     key: str
@@ -45,6 +47,7 @@ class Nomination:
     allocation: PodAllocation
     victims: tuple[str, ...]
     preemptor: Preemptor
+    followed: bool = False
 
 
 def plan_preemption(sync: LedgerSync, scheduler: Scheduler, pod: PodObject, request: PodRequest, *,
@@ -79,13 +82,15 @@ class Nominations:
     def __init__(self) -> None:
         self._by_uid: dict[str, Nomination] = {}
 
-    def add(self, pod: PodObject, request: PodRequest, victims: Victims) -> Nomination:
+    def add(self, pod: PodObject, request: PodRequest, victims: Victims, *, followed: bool = False) -> Nomination:
         """Nominate ``pod`` to ``victims.node`` (replacing an earlier nomination of it; the victims of an earlier
-        nomination to the same node stay among its victims: they are on their way out for it)."""
+        nomination to the same node stay among its victims: they are on their way out for it). ``followed``: a
+        nomination read from the pod's status (:class:`Nomination`), recorded without victims."""
         earlier = self._by_uid.get(pod.uid)
         kept = earlier.victims if earlier is not None and earlier.node == victims.node else ()
+        chosen = () if followed else victims.uids
         nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation,
-                                tuple(dict.fromkeys((*kept, *victims.uids))), preemptor_of(pod, request))
+                                tuple(dict.fromkeys((*kept, *chosen))), preemptor_of(pod, request), followed)
         self._by_uid[pod.uid] = nomination
         return nomination
 
@@ -115,13 +120,17 @@ class Nominations:
         on that node, or "" when it breaks none. Only what the pod takes counts: a nominee is refused the pod's
         placement when, its victims gone, it fits **without** the pod's reservation and not with it; a nominee that
         fits either way, or neither way (another pod took the room, the node changed), holds nothing against it.
-        ``leaving``: other UIDs counted as freed."""
+        Counted as freed: the pods terminating on the node, the nominee's victims no longer running there (a victim
+        not deleted, its condition write failed, is not), and ``leaving``."""
+        bound = sync.bound_pods(node)
+        running = {p.uid for p in bound if p.deletion_timestamp is None}
+        terminating = {p.uid for p in bound if p.deletion_timestamp is not None}
         for nomination in self.all():
             if nomination.node != node or nomination.uid == pod.uid:
                 continue
             if nomination.preemptor.priority < pod.priority:
                 continue
-            gone = {*nomination.victims, *leaving}
+            gone = {*(v for v in nomination.victims if v not in running), *terminating, *leaving}
             if _fits(sync, nomination, gone) or not _fits(sync, nomination, {*gone, pod.uid}):
                 continue
             return (f"node {node} is held for the nominated pod {nomination.key} (priority "

@@ -78,17 +78,21 @@ class PreemptionEntries(ServiceUpkeep):
             return planned
 
     def follow(self, pod: PodObject) -> None:
-        """Extender mode (``config.follow_nominations``), under the lock: keep this replica's nomination of pending
-        ``pod`` equal to the node kube-scheduler nominated it to after its preemption (``status.nominatedNodeName``):
-        the victims there counted as freed for it (:func:`.nominations.plan_preemption` on that node only; its
-        terminating pods count as freed), so our ``filter`` keeps a lower-priority pod from taking what they free
-        (the hold of :class:`.nominations.Nominations`). A cleared field, or a node where no victim set makes the
-        pod fit, ends it; a bound, finished or deleted pod ends it as in standalone mode. Pods with DRA claims are
-        not followed (their asks are read at the verb). Never raises for bad pod content."""
+        """Under the lock: keep this replica's nomination of pending ``pod`` equal to its ``status.nominatedNodeName``
+        when that nomination is read from the field (kube-scheduler's after its preemption, in extender mode with
+        ``config.follow_nominations``; a previous leader's, restored by :meth:`_adopted`): a followed nomination
+        has no victims of its own (the pods terminating on its node count as freed,
+        :meth:`.nominations.Nominations.blocked_by`), so our ``filter`` keeps a lower-priority pod from taking
+        what they free. A cleared or moved field ends or moves it; a node where no victim set would make the pod
+        fit ends it; a pod holding a reservation in our books is not nominated (it is being placed). This
+        replica's own nominations (the standalone loop's) are left to the loop. Pods with DRA claims are not
+        followed. Never raises for bad pod content."""
         node = pod.nominated_node_name
         current = self.nominations.get(pod.uid)
-        if not node or pod.node_name or pod.phase.terminal or pod.resource_claims:
-            if current is not None and not pod.node_name:
+        if current is not None and not current.followed:
+            return
+        if not node or pod.node_name or pod.phase.terminal or pod.resource_claims or pod.uid in self.sync.assumed:
+            if current is not None:
                 self.nominations.end(pod.uid)
             return
         if current is not None and current.node == node:
@@ -101,16 +105,24 @@ class PreemptionEntries(ServiceUpkeep):
         self.sync.record_constraints(pod)
         planned = plan_preemption(self.sync, scheduler, pod, request, only=node)
         if isinstance(planned, Victims):
-            self.nominations.add(pod, request, planned)
+            self.nominations.add(pod, request, planned, followed=True)
         else:
             self.nominations.end(pod.uid)
 
     def _adopted(self, pods: Sequence[PodObject]) -> None:
-        """After a rebuild or resync (under the lock): nominate again, as :meth:`follow` does, each pending pod
-        whose ``status.nominatedNodeName`` names a node this replica holds no nomination to (one a previous leader,
-        or kube-scheduler, nominated: nominations otherwise live in one replica's memory)."""
-        for pod in pods:
-            if pod.nominated_node_name and not pod.node_name and self.nominations.get(pod.uid) is None:
+        """After a rebuild or resync (under the lock): nominations whose pod the listing no longer shows pending
+        end; the pending pods' ``status.nominatedNodeName`` is followed (:meth:`follow`) for every pod in extender
+        mode, and in standalone mode for our scheduler's pods this replica holds no nomination of (a previous
+        leader's: nominations otherwise live in one replica's memory) and for followed ones."""
+        pending = {p.uid: p for p in pods if not p.node_name and not p.phase.terminal}
+        for nomination in self.nominations.all():
+            if nomination.uid not in pending:
+                self.nominations.end(nomination.uid)
+        ours = self.protocol.scheduler_name
+        for pod in pending.values():
+            current = self.nominations.get(pod.uid)
+            if (self.config.follow_nominations or (current is not None and current.followed)
+                    or (current is None and pod.nominated_node_name and pod.scheduler_name == ours)):
                 self.follow(pod)
 
     def nominated_node(self, uid: str) -> str:

@@ -104,7 +104,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
             if pod.node_name or pod.phase.terminal:
                 self._reservations.confirmed(pod.uid)
                 self.nominations.end(pod.uid)
-            elif self.config.follow_nominations:
+            elif self._follows(pod) and not self.listing.holds_pod(pod.resource_version):
                 self.follow(pod)
             self.schedulers.observe(pod)
             for listener in self.pod_listeners:
@@ -113,6 +113,11 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 self._changed()
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
+
+    def _follows(self, pod: PodObject) -> bool:
+        """True when ``pod``'s nomination follows its status field (:meth:`follow`)."""
+        nomination = self.nominations.get(pod.uid)
+        return self.config.follow_nominations or (nomination is not None and nomination.followed)
 
     def on_pod_deleted(self, item: PodObject | Tombstone) -> None:
         """Pod deleted, plainly or as a :class:`Tombstone` (B01); releases what it held. Never raises."""

@@ -89,7 +89,8 @@ class ServiceState:
         """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
         self._reservations = Reservations(self.sync, clock)
         self.nominations = Nominations()
-        """Pods nominated by standalone preemption and the hold on their victims' capacity (:mod:`.nominations`)."""
+        """Pods nominated (by standalone preemption, or read from their status) and the hold on their victims'
+        capacity (:mod:`.nominations`)."""
         self._terms = Terms()
         self.notices = Notices(cluster, metrics, protocol, is_leader=is_leader)
         self.alerts = BookAlerts(metrics)

@@ -31,6 +31,7 @@ import attrs
 from domain.allocation import add_usage
 from domain.dra.booking import CLAIM_RECORD_PREFIX, book_on_node, claim_record_uid, is_claim_record, node_results
 from domain.dra.claims import ClaimAllocation
+from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
@@ -128,6 +129,15 @@ class ClaimEvents(LedgerEvents):
         self.ledger.release(allocation.pod_uid)
         self.ledger.reserve(reduced)  # a part of what was reserved: it fits
         self._assumed[allocation.pod_uid] = (reduced, at)
+
+    def on_pod(self, pod: PodObject) -> None:
+        """:meth:`LedgerEvents.on_pod`; a pod's ``claim_served`` (resources kube-scheduler serves through a claim
+        it made) is trusted only on a node whose GPUs come from ResourceSlices (it serves them so only where no
+        device plugin advertises them): elsewhere the field is stale (left by a binding that failed after it was
+        written) and the pod's own request counts."""
+        if pod.claim_served and pod.node_name and pod.node_name not in self.claims_only:
+            pod = attrs.evolve(pod, claim_served=())
+        super().on_pod(pod)
 
     @checks_books
     def on_claim(self, claim: ClaimAllocation) -> None:
