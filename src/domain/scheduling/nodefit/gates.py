@@ -6,7 +6,7 @@ admission holds (``AdmissionHold``) and extended resources other than ours (``Ex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
@@ -147,16 +147,7 @@ class ClaimsOnly:
                       for c in pod.containers)
         if not classic or not self.nodes:
             return candidates
-        passed = candidates.copy()
-        examples = []
-        for name in self.nodes:
-            try:
-                slot = ledger.slot(name)
-            except KeyError:
-                continue
-            if passed[slot]:
-                passed[slot] = False
-                examples.append(name)
+        passed, examples = _without(ledger, candidates, self.nodes)
         if examples:
             shown = ", ".join(sorted(examples)[:GATE_EXAMPLES])
             more = f" and {len(examples) - GATE_EXAMPLES} more" if len(examples) > GATE_EXAMPLES else ""
@@ -181,19 +172,26 @@ class AdmissionHold:
         held = self.held(pod)
         if not held:
             return candidates
-        passed = candidates.copy()
-        examples = []
-        for name, why in held.items():
-            try:
-                slot = ledger.slot(name)
-            except KeyError:
-                continue
-            if passed[slot]:
-                passed[slot] = False
-                examples.append(f"{name}: {why}")
-        if examples:
-            state.reasons[self.name] = "; ".join(sorted(examples)[:GATE_EXAMPLES])
+        passed, removed = _without(ledger, candidates, held)
+        if removed:
+            state.reasons[self.name] = "; ".join(sorted(f"{name}: {held[name]}" for name in removed)[:GATE_EXAMPLES])
         return passed
+
+
+def _without(ledger: ClusterLedger, candidates: BoolArray, names: Iterable[str]) -> tuple[BoolArray, list[str]]:
+    """``candidates`` without the nodes of ``names`` (names the ledger does not know are skipped), and the names of
+    the candidates removed."""
+    passed = candidates.copy()
+    removed = []
+    for name in names:
+        try:
+            slot = ledger.slot(name)
+        except KeyError:
+            continue
+        if passed[slot]:
+            passed[slot] = False
+            removed.append(name)
+    return passed, removed
 
 
 def node_fit_reason(constraints: PodConstraints, node: NodeObject) -> str:
