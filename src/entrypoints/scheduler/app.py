@@ -209,7 +209,7 @@ class SchedulerApp(RunUntilStopped):
                 name="resourceslices", list_fn=lambda: slice_api.list_driver_slices(driver=driver),
                 watch_fn=lambda rv, t: slice_api.watch_driver_slices(driver=driver, resource_version=rv,
                                                                      timeout_seconds=t),
-                key=lambda s: s.name, uid=lambda s: s.name, on_upsert=service.on_slice,
+                key=lambda s: s.name, on_upsert=service.on_slice,  # by name: a re-created slice is an update
                 on_delete=service.on_slice_deleted, watch_timeout=timeout)
             self.slices = slices
             service.listing.slice_watermark = lambda: slices.resource_version
