@@ -76,7 +76,8 @@ def api(plane: ControlPlane, extender_port: int) -> Iterator[Api]:
             metadata=client.V1ObjectMeta(name=name), value=value, preemption_policy=policy))
     cluster = KubernetesCluster(api_client)
     service = SchedulerService(cluster, PROTOCOL, PrometheusSchedulerMetrics(),
-                               config=ServiceConfig(policy="fgd", admission_hold_seconds=None))
+                               config=ServiceConfig(policy="fgd", admission_hold_seconds=None,
+                                                    follow_nominations=True))  # as --mode extender sets it
     settings = SchedulerSettings(mode="extender", host="127.0.0.1", port=extender_port, watch_timeout_seconds=1,
                                  tick_seconds=0.2, identity="solo")
     app = SchedulerApp(settings=settings, cluster=cluster, service=service, elector=None,
