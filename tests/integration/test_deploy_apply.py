@@ -250,8 +250,8 @@ def test_monitoring_is_refused_without_the_operator_crds(plane: ControlPlane, tm
         core = deploy_all(plane, "deploy", "--dry-run")  # the default set never needs them
         assert core.returncode == 0, core.stderr
         assert not [line for line in core.stdout.splitlines() if "monitoring.coreos.com" in line]
-    finally:
-        run(plane, kubectl(), "delete", "--ignore-not-found", "-f", str(crds))
+    finally:  # no wait for the CRDs' finalizer: no later test needs them gone, and a loaded server may take minutes
+        run(plane, kubectl(), "delete", "--ignore-not-found", "--wait=false", "-f", str(crds))
 
 
 def test_kube_scheduler_tag_of_another_minor_warns_and_the_servers_does_not(plane: ControlPlane) -> None:
