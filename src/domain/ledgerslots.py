@@ -103,6 +103,7 @@ class LedgerSlots:
         self.active = np.zeros(rows, np.bool_)
         self.admitting = np.zeros(rows, np.bool_)
         self.version = np.zeros(rows, np.int64)
+        self.derived_stamp = np.zeros(rows, np.int64)
         self.tag_counts = np.zeros((rows, tags), np.int64)
         # Derived (refresh_derived); all zero for an all-zero row, so fresh and grown rows and columns are exact.
         self.free_core = np.zeros((rows, cols), np.int64)
@@ -137,7 +138,9 @@ class LedgerSlots:
           capacity and nothing used, core or memory (bool);
         * per node: ``sched_cap`` = Σ ``core_cap`` and ``sched_free_sum`` = Σ ``sched_free`` over schedulable GPUs
           (milli-GPU), ``sched_gpus`` = number of schedulable GPUs, ``free_gpus`` = number of ``free_whole`` GPUs,
-          ``cpu_free``, ``hostmem_free`` and ``pods_free`` = capacity − used (milli-cores, bytes, pods; not clamped).
+          ``cpu_free``, ``hostmem_free`` and ``pods_free`` = capacity − used (milli-cores, bytes, pods; not clamped);
+        * ``derived_stamp[slot]`` is incremented, so a reader caching something derived from these rows recomputes
+          exactly the rows whose stamp moved.
         """
         cap, used, mem_used, ok = self.core_cap[slot], self.core_used[slot], self.mem_used[slot], self.gpu_ok[slot]
         free = np.maximum(cap - used, 0)
@@ -154,6 +157,7 @@ class LedgerSlots:
         self.cpu_free[slot] = self.cpu_cap[slot] - self.cpu_used[slot]
         self.hostmem_free[slot] = self.hostmem_cap[slot] - self.hostmem_used[slot]
         self.pods_free[slot] = self.pods_cap[slot] - self.pods_used[slot]
+        self.derived_stamp[slot] += 1
 
     def capacity_memo(self) -> dict[object, object]:
         """A dict for values derived from capacity, models and health only (emptied whenever

@@ -7,7 +7,8 @@ re-adding (slot reuse, growing the rows), ``copy_node`` from a rebuilt ledger, c
 quarantine and its lifting, new workload tags. After every step each derived array (per-GPU free core, free memory,
 schedulable free, whole-free GPUs; per-node schedulable capacity and free sums, schedulable and whole-free GPU
 counts, free CPU, host memory and pod slots) equals the same quantity recomputed from the raw books here, and the
-capacity memo (model masks, largest GPU memory, resolved share needs) equals a fresh computation.
+capacity memo (model masks, largest GPU memory, resolved share needs, per-GPU share fit kept row by row) equals a
+fresh computation.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from domain.errors import InsufficientResourcesError, InvalidRequestError, Ledge
 from domain.gpu import Gpu, GpuUuid, Health, MigMode, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest
-from domain.scheduling.framework.planner import any_per_row, ledger_share_needs, share_needs
+from domain.scheduling.framework.planner import (
+    any_per_row,
+    ledger_share_fit,
+    ledger_share_needs,
+    only_rows,
+    share_needs,
+)
 from domain.scheduling.policies.fgd.score import fit_bits
 from domain.units import GiB
 from support.ledger_poke import corrupt_core_used
@@ -99,6 +106,9 @@ def check(ledger: ClusterLedger) -> None:
         assert np.array_equal(memo[0], fresh[0])
         assert np.array_equal(memo[1], fresh[1])
         assert not memo[0].flags.writeable
+        fit = ledger_share_fit(ledger, shape)  # kept across checks: only rows whose derived arrays moved are redone
+        assert np.array_equal(fit, (ledger.sched_free >= fresh[0]) & (ledger.free_mem >= fresh[1]))
+        assert not fit.flags.writeable
 
 
 def step(rng: random.Random, ledger: ClusterLedger, number: int) -> None:
@@ -170,3 +180,14 @@ def test_any_per_row_matches_numpy_for_every_width() -> None:
     for width in range(1, 11):
         mask = rng.random((64, width)) < 0.2
         assert np.array_equal(any_per_row(mask), mask.any(axis=1)), width
+
+
+def test_only_rows_keeps_the_named_rows_for_every_width() -> None:
+    rng = np.random.default_rng(4)
+    for width in range(1, 11):
+        mask = rng.random((64, width)) < 0.5
+        rows = rng.random(64) < 0.5
+        kept = only_rows(mask, rows)
+        assert np.array_equal(kept, mask & rows[:, None]), width
+        assert kept.dtype == np.bool_
+        assert not np.shares_memory(kept, mask)

@@ -160,6 +160,16 @@ class ScheduleResult:
         return self.allocation is not None
 
 
+def _outside_scores(scores: npt.NDArray[np.generic]) -> bool:
+    """True when a score lies outside ``0..MAX_NODE_SCORE`` (one pass over int64 scores: a negative one reads as a
+    huge unsigned value)."""
+    if not len(scores):
+        return False
+    if scores.dtype == np.int64:
+        return int(scores.view(np.uint64).max()) > MAX_NODE_SCORE
+    return bool(scores.min() < 0 or scores.max() > MAX_NODE_SCORE)
+
+
 class Scheduler:
     """The cycle runner: filter → score → normalize → select (tie rule) → reserve → bind.
 
@@ -203,17 +213,22 @@ class Scheduler:
 
     def scores(self, pod: PodRequest, state: CycleState, slots: I64) -> I64:
         """Weighted, normalised total score per slot (int64)."""
-        total = np.zeros(len(slots), np.int64)
+        total: I64 | None = None
         for weighted in self.profile.scores:
             raw = weighted.plugin.score(pod, self.ledger, state, slots)
-            if raw.shape != slots.shape or (len(raw) and (raw.min() < 0 or raw.max() > MAX_NODE_SCORE)):
+            if raw.shape != slots.shape or _outside_scores(raw):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} returned scores outside 0..100")
             raw = raw.astype(np.int64, copy=False)
             normalized = weighted.plugin.normalize(pod, raw)
-            if len(normalized) and (normalized.min() < 0 or normalized.max() > MAX_NODE_SCORE):
+            if normalized is not raw and _outside_scores(normalized):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} normalized scores outside 0..100")
-            total += weighted.weight * normalized
-        return total
+            if total is None:
+                total = weighted.weight * normalized
+            elif weighted.weight == 1:
+                total += normalized
+            else:
+                total += weighted.weight * normalized
+        return np.zeros(len(slots), np.int64) if total is None else total
 
     def select(self, pod: PodRequest, state: CycleState, slots: I64) -> int:
         """Pick the node: the only feasible one, else the best total score, then the best second key of each

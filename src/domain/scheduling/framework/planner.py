@@ -141,26 +141,66 @@ def share_needs(
     return np.where(has_mem, core, never), np.where(has_mem, mem, never)
 
 
+def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArray:
+    """Bool ``[rows, max_gpus]`` (read-only): ``sched_free ≥ core_need`` and ``free_mem ≥ mem_need`` per GPU for a
+    share container (needs of :func:`ledger_share_needs`), over every ledger row, before eligibility and admission.
+
+    Kept per capacity generation for the :data:`SHARE_NEEDS_MEMO` most recently used shapes, with the ledger's
+    ``derived_stamp`` of each row when it was computed: a later call recomputes only the rows whose stamp moved
+    (one decision changes one node), so the result always equals the full comparison. Raises nothing."""
+    core_need, mem_need = ledger_share_needs(ledger, shape)
+    memo = ledger.capacity_memo().setdefault("share_fit", {})
+    assert isinstance(memo, dict)
+    key = (shape.core_milli, shape.memory_bytes, shape.memory_milli)
+    entry = memo.pop(key, None)
+    stamp = ledger.derived_stamp
+    if entry is None or len(entry[1]) != len(stamp):
+        fit: BoolArray = (ledger.sched_free >= core_need) & (ledger.free_mem >= mem_need)
+        entry = (fit, stamp.copy())
+        while len(memo) >= SHARE_NEEDS_MEMO:
+            del memo[next(iter(memo))]
+    else:
+        fit, seen = entry
+        changed = np.flatnonzero(seen != stamp)
+        if len(changed):
+            fit[changed] = (ledger.sched_free[changed] >= core_need[changed]) & (
+                ledger.free_mem[changed] >= mem_need[changed])
+            seen[changed] = stamp[changed]
+    memo[key] = entry
+    shared: BoolArray = entry[0].view()  # the memo's array stays writeable for the next update; callers read only
+    shared.flags.writeable = False
+    return shared
+
+
+def only_rows(mask: BoolArray, rows: BoolArray) -> BoolArray:
+    """A new bool ``[rows, cols]`` array: ``mask`` where ``rows`` (bool ``[rows]``) is True, else all False; each
+    row is read as one unsigned integer and multiplied by 0 or 1 when a row is 1, 2, 4 or 8 bytes. Raises nothing."""
+    view = _ROW_VIEW.get(mask.shape[1])
+    if view is not None and mask.flags.c_contiguous:
+        kept: BoolArray = (mask.view(view)[:, 0] * rows.astype(view)).view(np.bool_).reshape(mask.shape)
+        return kept
+    masked: BoolArray = mask & rows[:, None]
+    return masked
+
+
 def gpu_fit_mask(
     pod: PodRequest, ledger: ClusterLedger, state: CycleState, shape: ContainerRequest, *, rows: BoolArray | None = None
 ) -> BoolArray:
-    """Bool ``[rows, max_gpus]``: the :func:`eligible_gpus` that can take ``shape``, the pod's single GPU container
-    (whole: completely free; share: ``free_core ≥ core_need`` and ``free_mem ≥ mem_need``, needs of
-    :func:`ledger_share_needs`, also stored in ``state``), only on ``rows`` (bool ``[rows]``) when given.
+    """Bool ``[rows, max_gpus]`` (a fresh array): the :func:`eligible_gpus` that can take ``shape``, the pod's single
+    GPU container (whole: completely free; share: :func:`ledger_share_fit`, needs also stored in ``state``), only on
+    ``rows`` (bool ``[rows]``) when given.
 
     Every resolved core need is ≥ 1 milli-GPU (requests are validated), so ``sched_free ≥ core_need`` (0 on
     unschedulable GPUs) already implies a schedulable GPU; the other terms of eligibility are applied per row."""
     if shape.kind is GpuKind.WHOLE:
-        fit = ledger.free_whole.copy()
+        fit = ledger.free_whole
     else:
-        core_need, mem_need = ledger_share_needs(ledger, shape)
-        state.core_need, state.mem_need = core_need, mem_need
-        fit = (ledger.sched_free >= core_need) & (ledger.free_mem >= mem_need)
+        state.core_need, state.mem_need = ledger_share_needs(ledger, shape)
+        fit = ledger_share_fit(ledger, shape)
     if _has_selector(pod):
-        fit &= eligible_gpus(pod, ledger, state)
+        fit = fit & eligible_gpus(pod, ledger, state)
     keep = ledger.admitting if rows is None else rows & ledger.admitting
-    fit[~keep] = False
-    return fit
+    return only_rows(fit, keep)
 
 
 def ensure_gpu_fit(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> None:

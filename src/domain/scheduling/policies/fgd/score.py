@@ -38,10 +38,11 @@ MEMO_MAX_GPUS = 32
 state ids keep 31 bits; a fit pattern of 63 or more GPUs would also reach the sign bit (the unseen-slot marker)."""
 _NEVER = np.iinfo(np.int64).min  # no slot state and fit pattern packs to this
 _KEY_BASE = 2048  # > MILLI_PER_GPU: packs a GPU's (model, free milli, need milli) into one int64
-SLOT_MEMO_BYTES = 64 * 2**20
-"""Memory for the per-slot scores (two int64 per ledger row and pod class): 838 pod classes at 5000 nodes, more
-than the ~500 distinct (CPU, share) classes of the synthetic workload; the least recently used class beyond it
-falls back to the state memo."""
+SLOT_MEMO_BYTES = 256 * 2**20
+"""Memory for the per-slot scores (two int64 per ledger row and pod class), enough for every distinct (CPU, GPU
+shape) class of the synthetic workload on a 20,000-node ledger, so a class is not dropped between two of its pods
+(a dropped class looks every slot up again); the least recently used class beyond it falls back to the state memo.
+Only classes that occur take memory."""
 
 
 def sigmoid_score(delta: F64) -> I64:
