@@ -15,6 +15,7 @@ from domain.dra.inventory import SliceInventory
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, NodeInventory, NodeName
 from domain.kube.annotations import (
+    InventoryRecord,
     MigInstanceRecord,
     decode_inventory,
 )
@@ -122,15 +123,14 @@ KUBELET_UNREGISTERED = "device plugin not registered with kubelet (kubelet resta
 kubelet's admission (``UnexpectedAdmissionError``), so it waits until the plugin has registered again."""
 
 
-def _fresh_annotation(text: str | None, key: str, protocol: ProtocolConstants, *, now: float) -> bool:
-    """True when the inventory annotation decodes with a fresh heartbeat (a device plugin serves the node)."""
+def _decoded(text: str | None, key: str) -> tuple[InventoryRecord | None, str]:
+    """The inventory annotation's record (None when absent or malformed) and, when malformed, why."""
     if text is None:
-        return False
+        return None, ""
     try:
-        heartbeat = decode_inventory(text, key=key).heartbeat
-    except InvalidRequestError:
-        return False
-    return not heartbeat_problem(heartbeat, protocol, now=now)
+        return decode_inventory(text, key=key), ""
+    except InvalidRequestError as error:
+        return None, str(error)
 
 
 def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
@@ -155,26 +155,24 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
     mig: Mapping[int, tuple[MigInstanceRecord, ...]] = {}
     strategy = ""
     topology = None
-    from_slices = slices is not None and not _fresh_annotation(text, key, protocol, now=now)
+    record, malformed = _decoded(text, key)
+    fresh = record is not None and not heartbeat_problem(record.heartbeat, protocol, now=now)
+    from_slices = slices is not None and not fresh
     if from_slices and slices is not None:
         gpus = slices.gpus
         if slices.problem:
             problems.insert(0, slices.problem)
-    elif text is None:
-        problems.insert(0, f"no GPU inventory annotation {key}")
+    elif record is None:
+        problems.insert(0, f"malformed GPU inventory: {malformed}" if text is not None
+                        else f"no GPU inventory annotation {key}")
     else:
-        try:
-            record = decode_inventory(text, key=key)
-        except InvalidRequestError as error:
-            problems.insert(0, f"malformed GPU inventory: {error}")
-        else:
-            gpus, heartbeat, mig, strategy = record.gpus, record.heartbeat, record.mig, record.mig_strategy
-            topology = record.topology
-            if record.protocol != protocol.fingerprint():
-                problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
-                                   f"scheduler {protocol.fingerprint()}")
-            if not record.kubelet_registered:
-                problems.insert(0, KUBELET_UNREGISTERED)
+        gpus, heartbeat, mig, strategy = record.gpus, record.heartbeat, record.mig, record.mig_strategy
+        topology = record.topology
+        if record.protocol != protocol.fingerprint():
+            problems.insert(0, f"protocol mismatch: device plugin speaks {record.protocol}, "
+                               f"scheduler {protocol.fingerprint()}")
+        if not record.kubelet_registered:
+            problems.insert(0, KUBELET_UNREGISTERED)
     known = any(p.startswith("protocol mismatch") for p in problems)  # the inventory's own stamp, above
     for component, fingerprint in protocol_mismatches(node, protocol).items():
         if component != "device-plugin" or not known:
