@@ -9,7 +9,9 @@ usage (failure case B14); a removed node's row is zeroed and its slot reused; ar
 Derived arrays (free core and memory per GPU, per-node sums and counts over schedulable GPUs: :meth:`LedgerSlots.
 refresh_derived`) are owned here and kept exact at every row change (wherever ``version[slot]`` is bumped), so
 readers never recompute them; capacity-only data (model masks, largest GPU memory, resolved share needs) is
-memoised per :attr:`LedgerSlots.capacity_generation`, bumped whenever a GPU's capacity, model or health changes.
+memoised per :attr:`LedgerSlots.capacity_generation`, bumped whenever a GPU's capacity, model or health changes;
+data derived from usage too (a share's per-GPU fit) is kept in :meth:`LedgerSlots.stamped_memo` and recomputed by its
+owner for the rows whose ``derived_stamp`` moved.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class LedgerSlots:
         self.capacity_generation = 0
         """Incremented whenever GPU capacity, model or health may have changed (node upsert or removal, growth)."""
         self._capacity_memo: dict[object, object] = {}
+        self._stamped_memo: dict[object, object] = {}
         g = max([max_gpus, *[n.gpu_count for n in nodes]]) if nodes else max_gpus
         self._alloc_arrays(rows=max(len(nodes), 1), cols=max(g, 1), tags=4)
         for node in nodes:
@@ -164,9 +167,16 @@ class LedgerSlots:
         :attr:`capacity_generation` changes); callers key it by what they derive and must not mutate its values."""
         return self._capacity_memo
 
+    def stamped_memo(self) -> dict[object, object]:
+        """A dict for values derived from the derived arrays as well as capacity (emptied with :meth:`capacity_memo`):
+        each entry's owner keeps it exact row by row, recomputing the rows whose :attr:`derived_stamp` moved since it
+        last looked, and may update its own entry in place."""
+        return self._stamped_memo
+
     def _capacity_changed(self) -> None:
         self.capacity_generation += 1
         self._capacity_memo = {}
+        self._stamped_memo = {}
 
     def model_mask(self, models: tuple[str, ...]) -> B:
         """Bool ``[rows, max_gpus]`` (read-only): the GPU's model is one of ``models`` (memoised per capacity

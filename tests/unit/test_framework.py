@@ -280,6 +280,28 @@ def test_score_outside_range_or_wrong_shape_raises(values: list[int]) -> None:
     assert len(ledger) == 0
 
 
+@attrs.define
+class TriplingScore(FixedScore):
+    """Normalizes by tripling its scores, in place or into a new array."""
+
+    in_place: bool = False
+
+    def normalize(self, pod: PodRequest, scores: I64) -> I64:
+        if self.in_place:
+            scores *= 3
+            return scores
+        return scores * 3
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_normalized_score_outside_range_raises(in_place: bool) -> None:
+    ledger = ClusterLedger([make_node("a"), make_node("b")])
+    scheduler = with_scores(ledger, WeightedScore(TriplingScore([50, 10], in_place=in_place)))
+    with pytest.raises(DomainError, match=r"'fixed' normalized scores outside 0\.\.100"):
+        scheduler.schedule(shared("p", 100, GiB))
+    assert len(ledger) == 0
+
+
 def test_highest_weighted_score_wins_and_ties_use_the_tie_rule() -> None:
     ledger = ClusterLedger([make_node("a"), make_node("b"), make_node("c")])
     scheduler = with_scores(ledger, WeightedScore(FixedScore([10, 60, 30])), WeightedScore(FixedScore([50, 0, 20]), 2))

@@ -191,3 +191,5 @@ def test_only_rows_keeps_the_named_rows_for_every_width() -> None:
         assert np.array_equal(kept, mask & rows[:, None]), width
         assert kept.dtype == np.bool_
         assert not np.shares_memory(kept, mask)
+    with pytest.raises(ValueError, match="rows has 3 entries for a mask of 64 rows"):
+        only_rows(mask, np.ones(3, np.bool_))

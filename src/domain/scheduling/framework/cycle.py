@@ -213,22 +213,20 @@ class Scheduler:
 
     def scores(self, pod: PodRequest, state: CycleState, slots: I64) -> I64:
         """Weighted, normalised total score per slot (int64)."""
-        total: I64 | None = None
+        total = np.zeros(len(slots), np.int64)
         for weighted in self.profile.scores:
             raw = weighted.plugin.score(pod, self.ledger, state, slots)
             if raw.shape != slots.shape or _outside_scores(raw):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} returned scores outside 0..100")
             raw = raw.astype(np.int64, copy=False)
             normalized = weighted.plugin.normalize(pod, raw)
-            if normalized is not raw and _outside_scores(normalized):
+            if _outside_scores(normalized):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} normalized scores outside 0..100")
-            if total is None:
-                total = weighted.weight * normalized
-            elif weighted.weight == 1:
+            if weighted.weight == 1:
                 total += normalized
             else:
                 total += weighted.weight * normalized
-        return np.zeros(len(slots), np.int64) if total is None else total
+        return total
 
     def select(self, pod: PodRequest, state: CycleState, slots: I64) -> int:
         """Pick the node: the only feasible one, else the best total score, then the best second key of each

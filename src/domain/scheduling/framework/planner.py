@@ -33,7 +33,7 @@ def any_per_row(mask: BoolArray) -> BoolArray:
     """Bool ``[rows]``: ``mask.any(axis=1)`` of a bool ``[rows, cols]`` mask, read as one unsigned integer per row
     when a row is 1, 2, 4 or 8 bytes (numpy stores ``True`` as byte 1, ``False`` as 0). Raises nothing."""
     view = _ROW_VIEW.get(mask.shape[1])
-    if view is not None and mask.flags.c_contiguous:
+    if view is not None and mask.dtype == np.bool_ and mask.flags.c_contiguous:
         packed: BoolArray = mask.view(view)[:, 0] != 0
         return packed
     counted: BoolArray = np.count_nonzero(mask, axis=1) > 0
@@ -142,14 +142,17 @@ def share_needs(
 
 
 def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArray:
-    """Bool ``[rows, max_gpus]`` (read-only): ``sched_free ≥ core_need`` and ``free_mem ≥ mem_need`` per GPU for a
-    share container (needs of :func:`ledger_share_needs`), over every ledger row, before eligibility and admission.
+    """Bool ``[rows, max_gpus]``, a read-only view: ``sched_free ≥ core_need`` and ``free_mem ≥ mem_need`` per GPU
+    for a share container (needs of :func:`ledger_share_needs`), over every ledger row, before eligibility and
+    admission. The view shows the ledger's current books until the next call for this shape, which updates the same
+    memory: copy it to keep it.
 
-    Kept per capacity generation for the :data:`SHARE_NEEDS_MEMO` most recently used shapes, with the ledger's
-    ``derived_stamp`` of each row when it was computed: a later call recomputes only the rows whose stamp moved
-    (one decision changes one node), so the result always equals the full comparison. Raises nothing."""
+    Kept in the ledger's :meth:`~domain.ledgerslots.LedgerSlots.stamped_memo` for the :data:`SHARE_NEEDS_MEMO` most
+    recently used shapes, with the ledger's ``derived_stamp`` of each row when it was computed: a later call
+    recomputes only the rows whose stamp moved (one decision changes one node), so the result always equals the full
+    comparison. Raises what :func:`ledger_share_needs` raises."""
     core_need, mem_need = ledger_share_needs(ledger, shape)
-    memo = ledger.capacity_memo().setdefault("share_fit", {})
+    memo = ledger.stamped_memo().setdefault("share_fit", {})
     assert isinstance(memo, dict)
     key = (shape.core_milli, shape.memory_bytes, shape.memory_milli)
     entry = memo.pop(key, None)
@@ -173,10 +176,13 @@ def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArra
 
 
 def only_rows(mask: BoolArray, rows: BoolArray) -> BoolArray:
-    """A new bool ``[rows, cols]`` array: ``mask`` where ``rows`` (bool ``[rows]``) is True, else all False; each
-    row is read as one unsigned integer and multiplied by 0 or 1 when a row is 1, 2, 4 or 8 bytes. Raises nothing."""
+    """A new bool ``[rows, cols]`` array: ``mask`` (bool ``[rows, cols]``) where ``rows`` (bool ``[rows]``, the same
+    length) is True, else all False; each row is read as one unsigned integer and multiplied by 0 or 1 when a row is
+    1, 2, 4 or 8 bytes. Raises ValueError when the lengths differ."""
+    if len(rows) != len(mask):
+        raise ValueError(f"rows has {len(rows)} entries for a mask of {len(mask)} rows")
     view = _ROW_VIEW.get(mask.shape[1])
-    if view is not None and mask.flags.c_contiguous:
+    if view is not None and mask.dtype == np.bool_ and mask.flags.c_contiguous:
         kept: BoolArray = (mask.view(view)[:, 0] * rows.astype(view)).view(np.bool_).reshape(mask.shape)
         return kept
     masked: BoolArray = mask & rows[:, None]
