@@ -10,7 +10,8 @@ compares them). What becomes a value:
 * the protocol: every ConfigMap's ``protocol.yaml`` is ``toYaml .Values.protocol``, and every ``# protocol: KEY``
   line of deploy/ (the lines deploy/generate.py keeps current) reads ``.Values.protocol`` KEY;
 * our images (``<image.registry>/<name>:<image.tag>``) and kube-scheduler's (``scheduler.kubeSchedulerImage``);
-* per workload ``nodeSelector``, ``tolerations``, ``priorityClassName`` and the main container's ``resources``;
+* per workload ``nodeSelector``, ``tolerations``, ``priorityClassName``, the main container's ``resources`` and
+  ``extraArgs`` (appended to its ``args``; empty by default);
 * the scheduler's ``policy``, ``logLevel`` and ``leaderElection`` (kube-scheduler's ``leaderElect``);
 * the config-checksum annotation becomes a hash of the values that reach that component's ConfigMap.
 
@@ -116,7 +117,8 @@ class Templater:
         self.markers = source_markers(component)
         self.used: set[str] = set()
         self.exprs: dict[str, str] = {}
-        self.blocks: dict[str, tuple[str, str]] = {}  # token -> (value path, how: "yaml" | "scalar" | "protocol")
+        # token -> (value path, how: "yaml" | "scalar" | "protocol" | "items")
+        self.blocks: dict[str, tuple[str, str]] = {}
 
     def expr(self, name: str, expression: str) -> str:
         self.exprs[name] = expression
@@ -191,6 +193,9 @@ class Templater:
                     else f"{c}.kubeSchedulerResources")
             self.default(path, container.get("resources", {}))
             container["resources"] = self.block(f"B:{path}", path, "yaml")
+            if OUR_IMAGE.match(container.get("image", "")) and isinstance(container.get("args"), list):
+                self.default(f"{c}.extraArgs", [])
+                container["args"] = [*container["args"], self.block(f"XA:{c}", f"{c}.extraArgs", "items")]
 
     def template(self, obj: dict[str, Any]) -> dict[str, Any]:
         c = self.component
@@ -215,6 +220,12 @@ class Templater:
     def render(self, obj: dict[str, Any]) -> str:
         text = yaml.dump(self.template(obj), Dumper=_Dumper, sort_keys=False, width=100000)
         for name, (path, how) in self.blocks.items():
+            if how == "items":  # list items appended to a list: `- TOKEN` becomes the value's items, if any
+                item = re.compile(rf"^(?P<indent>\s*)- '?{re.escape(token(name))}'?$", re.M)
+                text = item.sub(lambda m, path=path: (
+                    f"{m['indent']}{{{{- with .Values.{path} }}}}\n{m['indent']}{{{{- toYaml . | nindent "
+                    f"{len(m['indent'])} }}}}\n{m['indent']}{{{{- end }}}}"), text)
+                continue
             pattern = re.compile(rf"^(?P<indent>\s*)(?P<dash>- )?(?P<key>[\w.-]+): '?{re.escape(token(name))}'?$", re.M)
             text = pattern.sub(functools.partial(_block, path=path, how=how), text)
         for name, expression in self.exprs.items():

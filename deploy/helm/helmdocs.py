@@ -31,6 +31,24 @@ kube-scheduler container nor its grants; leader election kept), the kustomize Co
 component (their pods' config checksum changes); pods already running keep running, and `helm rollback` brings the
 previous names back the same way (tests/integration/test_helm_live.py does both on a real node).
 
+Flags the chart has no value for go into a component's `extraArgs`, appended to its main container's args. Share
+enforcement with HAMi-core, for example, gives the Runtime, the device plugin and (when enabled) the DRA driver the
+same host paths ([Runtime](runtime.md), [Device plugin](device-plugin.md), [DRA](dra.md)); the library must exist
+at that path on every node, and the Runtime's state directory holds the preload list:
+
+```yaml
+runtime:
+  extraArgs: [--hami-core-library=/usr/local/vgpu/libvgpu.so]
+deviceplugin:
+  extraArgs:
+  - --hami-core-library=/usr/local/vgpu/libvgpu.so
+  - --hami-preload-file=/var/lib/lj-runtimekit/runtime/ld.so.preload
+dra:
+  extraArgs:
+  - --hami-core-library=/usr/local/vgpu/libvgpu.so
+  - --hami-preload-file=/var/lib/lj-runtimekit/runtime/ld.so.preload
+```
+
 `helm uninstall lj-runtimekit` deletes every object the chart made: workloads, ServiceAccounts, RBAC, ConfigMaps,
 NetworkPolicies, the admission policies and bindings, and the toggle Jobs' namespace `lj-runtimekit-jobs` with what is
 in it. The chart has no CRDs and no hooks. Left behind, as with `deploy-all.sh delete`: the Leases the components

@@ -38,6 +38,9 @@ def _workload(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "resources": {"type": "object", "description": "The main container's requests and limits.",
                       "properties": {"requests": {"type": "object"}, "limits": {"type": "object"}},
                       "additionalProperties": False},
+        "extraArgs": {"type": "array", "items": {"type": "string"},
+                      "description": "Flags appended to the main container's args (`ljrk <component> --help`; "
+                                     "empty: none)."},
         **(extra or {}),
     }
     return {"type": "object", "description": f"The {name}.", "properties": properties, "additionalProperties": False}

@@ -228,12 +228,28 @@ def test_namespace_scheduler_and_pod_values(helm: str) -> None:
     assert job_image == {"registry.example/ljrk/job-agent:9.9.9"}
 
 
+def test_extra_args_are_appended_to_the_main_container_only(helm: str) -> None:
+    library = "--hami-core-library=/usr/local/vgpu/libvgpu.so"
+    preload = "--hami-preload-file=/var/lib/lj-runtimekit/runtime/ld.so.preload"
+    default = template(helm, "--set", "dra.enabled=true")
+    rendered = template(helm, "--set", "dra.enabled=true", "--set", f"runtime.extraArgs={{{library}}}",
+                        "--set", f"dra.extraArgs={{{library},{preload}}}")
+    changed = {k[3] for k in rendered if normalised(rendered[k]) != normalised(default[k])}
+    assert changed == {"lj-runtimekit-runtime-ds", "lj-runtimekit-dra-driver-ds"}
+    for key, extra in ((next(k for k in rendered if k[3] == "lj-runtimekit-runtime-ds"), [library]),
+                       (next(k for k in rendered if k[3] == "lj-runtimekit-dra-driver-ds"), [library, preload])):
+        before = default[key]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert rendered[key]["spec"]["template"]["spec"]["containers"][0]["args"] == [*before, *extra]
+    assert checksums(rendered)[key] != checksums(default)[key]  # the pods roll
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("protocol.memory-unit=-1Gi", "- at '/protocol/memory-unit': '-1Gi' does not match pattern"),
     ("scheduler.policy=fastest", "- at '/scheduler/policy': value must be one of 'binpack', 'spread'"),
     ("protocol.resources.gpu=gpu", "  - at '/protocol/resources/gpu': 'gpu' does not match pattern"),
     ("protocol.resources.core=kubernetes.io/gpu-core", "  - at '/protocol/resources/core': 'not' failed"),
     ("scheduler.mode=embedded", "- at '/scheduler/mode': value must be one of 'extender', 'standalone'"),
+    ("exporter.extraArgs=--port=1", "- at '/exporter/extraArgs': got string, want array"),
 ])
 def test_schema_refuses_bad_values(helm: str, setting: str, message: str) -> None:
     """Helm names the value's path, and the bad value itself where the check is a pattern (an enum prints the
