@@ -7,7 +7,8 @@ JSON directly (:mod:`.rawjson`, :func:`claim_from_json`), as the node and pod in
 through :func:`claim_from_json` (``status.allocation.devices.results``: request, driver, pool, device,
 ``consumedCapacity`` as quantity strings, ``shareID``; ``spec.devices.requests``; ``status.reservedFor``); a claim
 without an allocation has no results. A missing claim is None; any other API error
-becomes :class:`ports.resource_claims.ResourceClaimsError` naming the claim.
+becomes :class:`ports.resource_claims.ResourceClaimsError` naming the claim. :func:`serves_resource_v1` tells
+whether the API server has this API at all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ from ports.resource_claims import ResourceClaimsError
 from .compat import wire_timeout
 from .errors import api_errors
 from .rawjson import list_json, read_json, watch_json
+
+
+def serves_resource_v1(api_client: client.ApiClient, *, request_timeout: float = 30.0) -> bool | None:
+    """Whether the API server serves ``resource.k8s.io/v1`` (ResourceClaims and ResourceSlices: Kubernetes 1.34+),
+    read from API discovery (``GET /apis``, the official client's ``ApisApi.get_api_versions``); ``request_timeout``
+    in seconds. None when discovery fails (API server unreachable, an error status, an unreadable answer); raises
+    nothing."""
+    try:
+        with api_errors("API discovery"):
+            groups = client.ApisApi(api_client).get_api_versions(_request_timeout=wire_timeout(request_timeout))
+        listed = [(group.name, [v.version for v in group.versions or ()]) for group in groups.groups or ()]
+    except (ClusterError, ValueError, TypeError, AttributeError):
+        return None
+    return any(name == "resource.k8s.io" and "v1" in versions for name, versions in listed)
 
 
 def _text(value: Any) -> str:

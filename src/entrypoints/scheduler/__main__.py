@@ -100,8 +100,8 @@ CLI = cli(
          help="keep a pod off a node while a pod with a confusable GPU request there still waits for its devices "
          "(the device plugin marks it), at most this long; 0 = off (default: 60)"),
     flag("--no-dra-claims", setting="dra_claims", action="store_false",
-         help="do not watch ResourceClaims (resource.k8s.io/v1, Kubernetes 1.34+): the books then do not count DRA "
-         "allocations of our driver; only for API servers without that API (default: watched)"),
+         help="do not watch ResourceClaims and ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34+): the books then "
+         "do not count DRA allocations of our driver (default: watched where the API server serves that API)"),
     *POD_IDENTITY,
     *REPLICA_HIDDEN,
     *hidden_floats(resync_seconds=300.0, tick_seconds=5.0, assumed_ttl_seconds=60.0, watch_timeout_seconds=30.0),

@@ -15,6 +15,7 @@ after the client gave up — the residual window is the server's own processing 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -23,7 +24,7 @@ from dependency_injector import containers, providers
 from adapters.kubernetes import KubernetesCluster
 from adapters.kubernetes.claimwrites import KubernetesClaimWrites
 from adapters.kubernetes.disruptionbudgets import KubernetesDisruptionBudgets
-from adapters.kubernetes.resourceclaims import KubernetesResourceClaims
+from adapters.kubernetes.resourceclaims import KubernetesResourceClaims, serves_resource_v1
 from adapters.kubernetes.resourceslices import KubernetesResourceSlices
 from adapters.memory.disruption_budgets import InMemoryDisruptionBudgets
 from adapters.memory.resource_claims import InMemoryResourceClaims
@@ -44,6 +45,8 @@ from services._shared.publish import ProtocolPublisher, pod_publisher
 from services.scheduler.service import SchedulerService, ServiceConfig
 
 from .app import SchedulerApp, SchedulerSettings
+
+LOG = logging.getLogger(__name__)
 
 COMPONENT = "lj-runtimekit-scheduler"
 """``source.component`` of the Events the scheduler writes."""
@@ -71,20 +74,35 @@ def commit_cluster(cluster: ClusterApi, settings: SchedulerSettings) -> ClusterA
     return cluster
 
 
-def resource_claims(cluster: ClusterApi, settings: SchedulerSettings) -> ResourceClaimsWatch | None:
-    """The ResourceClaims the service lists and watches: None with ``dra_claims`` off, over the API server's
-    connection of ``cluster`` (its request timeout), else in memory (empty, development)."""
+def dra_watched(cluster: ClusterApi, settings: SchedulerSettings) -> bool:
+    """Whether the service watches ResourceClaims and ResourceSlices: ``dra_claims`` on and, against an API server,
+    ``resource.k8s.io/v1`` served there (one that lacks it, before Kubernetes 1.34, turns them off with a warning, as
+    ``--no-dra-claims`` would; one whose discovery fails keeps them on, and their informers retry)."""
     if not settings.dra_claims:
+        return False
+    if isinstance(cluster, KubernetesCluster) and serves_resource_v1(
+            cluster.api_client, request_timeout=cluster.request_timeout) is False:
+        LOG.warning("the API server does not serve resource.k8s.io/v1 (Kubernetes before 1.34): ResourceClaims "
+                    "and ResourceSlices are not watched, as with --no-dra-claims")
+        return False
+    return True
+
+
+def resource_claims(cluster: ClusterApi, watched: bool) -> ResourceClaimsWatch | None:
+    """The ResourceClaims the service lists and watches: None when not ``watched`` (:func:`dra_watched`), over the
+    API server's connection of ``cluster`` (its request timeout), else in memory (empty, development)."""
+    if not watched:
         return None
     if isinstance(cluster, KubernetesCluster):
         return KubernetesResourceClaims(cluster.api_client, request_timeout=cluster.request_timeout)
     return InMemoryResourceClaims()
 
 
-def resource_slices(cluster: ClusterApi, settings: SchedulerSettings) -> ResourceSlicesWatch | None:
+def resource_slices(cluster: ClusterApi, watched: bool) -> ResourceSlicesWatch | None:
     """Our DRA driver's ResourceSlices the service lists and watches (the GPUs of nodes without a device plugin):
-    None with ``dra_claims`` off, over the API server's connection of ``cluster``, else in memory (empty)."""
-    if not settings.dra_claims:
+    None when not ``watched`` (:func:`dra_watched`), over the API server's connection of ``cluster``, else in memory
+    (empty)."""
+    if not watched:
         return None
     if isinstance(cluster, KubernetesCluster):
         return KubernetesResourceSlices(cluster.api_client, request_timeout=cluster.request_timeout)
@@ -164,8 +182,9 @@ class SchedulerContainer(containers.DeclarativeContainer):
     metrics_text: providers.Provider[Callable[[], bytes]] = providers.Callable(exposition, metrics)
     elector: providers.Provider[LeaderElector] = providers.Singleton(
         LeaderElector, cluster, providers.Callable(leader_config, settings))
-    claims: providers.Provider[ResourceClaimsWatch | None] = providers.Singleton(resource_claims, cluster, settings)
-    slices: providers.Provider[ResourceSlicesWatch | None] = providers.Singleton(resource_slices, cluster, settings)
+    dra: providers.Provider[bool] = providers.Singleton(dra_watched, cluster, settings)
+    claims: providers.Provider[ResourceClaimsWatch | None] = providers.Singleton(resource_claims, cluster, dra)
+    slices: providers.Provider[ResourceSlicesWatch | None] = providers.Singleton(resource_slices, cluster, dra)
     service: providers.Provider[SchedulerService] = providers.Singleton(
         SchedulerService, cluster, protocol, metrics, config=providers.Callable(service_config, settings),
         clock=providers.Callable(epoch_clock), is_leader=providers.Callable(leader_flag, elector),
