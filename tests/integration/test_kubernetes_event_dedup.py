@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
-from kubernetes import client
 
 from adapters.kubernetes import KubernetesCluster
 from domain.kube.objects import ClusterEvent
+from support.fake_apiserver import JsonHandler, serving
 
 
 @attrs.define
@@ -40,41 +38,27 @@ class FakeEvents:
 
 
 def _handler(state: FakeEvents) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:  # quiet
-            pass
-
-        def _body(self) -> Any:
-            return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
-
-        def _answer(self, code: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            body = self._body()
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server names it
+            body = self.body()
             state.requests.append(("POST", self.path, self.headers.get("Content-Type", ""), body))
             name = f"{body['involvedObject']['name']}.{len(state.stored) + 1}"
             body["metadata"] = {**body.get("metadata", {}), "name": name}
             state.stored[name] = body
-            self._answer(201, body)
+            self.answer(201, body)
 
-        def do_PATCH(self) -> None:
-            body = self._body()
+        def do_PATCH(self) -> None:  # noqa: N802 - http.server names it
+            body = self.body()
             state.requests.append(("PATCH", self.path, self.headers.get("Content-Type", ""), body))
             name = self.path.rsplit("/", 1)[-1]
             if state.no_patch:
-                self._answer(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no patch"})
+                self.answer(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no patch"})
                 return
             if name in state.gone or name not in state.stored:
-                self._answer(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "gone"})
+                self.answer(404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "gone"})
                 return
             state.stored[name] = {**state.stored[name], **body}
-            self._answer(200, state.stored[name])
+            self.answer(200, state.stored[name])
 
     return Handler
 
@@ -82,19 +66,8 @@ def _handler(state: FakeEvents) -> type[http.server.BaseHTTPRequestHandler]:
 @contextlib.contextmanager
 def fake_api() -> Iterator[tuple[KubernetesCluster, FakeEvents]]:
     state = FakeEvents()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    api_client = client.ApiClient(configuration)
-    try:
+    with serving(_handler(state)) as api_client:
         yield KubernetesCluster(api_client, request_timeout=5.0), state
-    finally:
-        api_client.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 FAILED = ClusterEvent("Pod", "web-0", "FailedScheduling", "0 nodes available", namespace="team", type="Warning",
