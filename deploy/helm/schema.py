@@ -39,8 +39,8 @@ def _workload(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
                       "properties": {"requests": {"type": "object"}, "limits": {"type": "object"}},
                       "additionalProperties": False},
         "extraArgs": {"type": "array", "items": {"type": "string"},
-                      "description": "Flags appended to the main container's args (`ljrk <component> --help`; "
-                                     "empty: none)."},
+                      "description": "Flags appended to the main container's args (`ljrk runtime`, `device-plugin`, "
+                                     "`exporter`, `scheduler`, `controller` or `dra-driver --help`; empty: none)."},
         **(extra or {}),
     }
     return {"type": "object", "description": f"The {name}.", "properties": properties, "additionalProperties": False}

@@ -236,11 +236,19 @@ def test_extra_args_are_appended_to_the_main_container_only(helm: str) -> None:
                         "--set", f"dra.extraArgs={{{library},{preload}}}")
     changed = {k[3] for k in rendered if normalised(rendered[k]) != normalised(default[k])}
     assert changed == {"lj-runtimekit-runtime-ds", "lj-runtimekit-dra-driver-ds"}
-    for key, extra in ((next(k for k in rendered if k[3] == "lj-runtimekit-runtime-ds"), [library]),
-                       (next(k for k in rendered if k[3] == "lj-runtimekit-dra-driver-ds"), [library, preload])):
+    runtime = next(k for k in rendered if k[3] == "lj-runtimekit-runtime-ds")
+    dra = next(k for k in rendered if k[3] == "lj-runtimekit-dra-driver-ds")
+    for key, extra in ((runtime, [library]), (dra, [library, preload])):
         before = default[key]["spec"]["template"]["spec"]["containers"][0]["args"]
         assert rendered[key]["spec"]["template"]["spec"]["containers"][0]["args"] == [*before, *extra]
-    assert checksums(rendered)[key] != checksums(default)[key]  # the pods roll
+        assert checksums(rendered)[key] != checksums(default)[key]  # the pods roll
+    scheduler = template(helm, "--set", "scheduler.extraArgs={--tick=2}")
+    containers = scheduler_deployment(scheduler)["spec"]["template"]["spec"]["containers"]
+    ours = [c for c in containers if "kube-scheduler" not in c["image"]]
+    theirs = [c for c in containers if "kube-scheduler" in c["image"]]
+    assert [c["args"][-1] for c in ours] == ["--tick=2"]
+    assert theirs
+    assert all("--tick=2" not in c.get("args", []) for c in theirs)  # kube-scheduler's container is not ours
 
 
 @pytest.mark.parametrize(("setting", "message"), [

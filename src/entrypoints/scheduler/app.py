@@ -89,8 +89,8 @@ class SchedulerSettings:
     (:mod:`services._shared.publish`); empty = not in a pod, nothing published.
     ``dra_claims``: watch ResourceClaims (``resource.k8s.io/v1``, Kubernetes 1.34+) and count the DRA allocations
     of our driver in the books (:mod:`domain.scheduling.sync.claims`), and our driver's ResourceSlices for the GPUs
-    of nodes without a device plugin (:mod:`domain.scheduling.sync.draslices`); off only for API servers without
-    that API.
+    of nodes without a device plugin (:mod:`domain.scheduling.sync.draslices`); also off where the API server does
+    not serve that API when the scheduler starts (:func:`.containers.dra_watched`).
     ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
     authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
     network namespace (kube-scheduler calls them over loopback).

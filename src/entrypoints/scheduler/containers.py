@@ -74,16 +74,23 @@ def commit_cluster(cluster: ClusterApi, settings: SchedulerSettings) -> ClusterA
     return cluster
 
 
+DISCOVERY_TIMEOUT = 5.0
+"""Seconds per attempt of the start-up discovery request (:func:`dra_watched`): it runs before the health endpoints
+listen, so a slow API server must not hold the start past the liveness probe's allowance."""
+
+
 def dra_watched(cluster: ClusterApi, settings: SchedulerSettings) -> bool:
     """Whether the service watches ResourceClaims and ResourceSlices: ``dra_claims`` on and, against an API server,
-    ``resource.k8s.io/v1`` served there (one that lacks it, before Kubernetes 1.34, turns them off with a warning, as
-    ``--no-dra-claims`` would; one whose discovery fails keeps them on, and their informers retry)."""
+    ``resource.k8s.io/v1`` served there when the scheduler starts (one that lacks it, before Kubernetes 1.34, turns
+    them off with a warning, as ``--no-dra-claims`` would, until the scheduler restarts; one whose discovery fails
+    keeps them on, and their informers retry)."""
     if not settings.dra_claims:
         return False
     if isinstance(cluster, KubernetesCluster) and serves_resource_v1(
-            cluster.api_client, request_timeout=cluster.request_timeout) is False:
+            cluster.api_client, request_timeout=min(cluster.request_timeout, DISCOVERY_TIMEOUT)) is False:
         LOG.warning("the API server does not serve resource.k8s.io/v1 (Kubernetes before 1.34): ResourceClaims "
-                    "and ResourceSlices are not watched, as with --no-dra-claims")
+                    "and ResourceSlices are not watched, as with --no-dra-claims; restart the scheduler once the "
+                    "API server serves it")
         return False
     return True
 

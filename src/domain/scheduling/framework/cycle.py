@@ -220,7 +220,7 @@ class Scheduler:
                 raise DomainError(f"score plugin {weighted.plugin.name!r} returned scores outside 0..100")
             raw = raw.astype(np.int64, copy=False)
             normalized = weighted.plugin.normalize(pod, raw)
-            if _outside_scores(normalized):
+            if normalized.shape != slots.shape or _outside_scores(normalized):
                 raise DomainError(f"score plugin {weighted.plugin.name!r} normalized scores outside 0..100")
             if weighted.weight == 1:
                 total += normalized
