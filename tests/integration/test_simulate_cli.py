@@ -368,3 +368,33 @@ def test_typical_online_runs_fgd_plus_and_records_the_mode(
     assert code == 2
     assert "--typical" in err
     assert "oracle" in err
+
+
+def test_topology_machine_reported_per_run(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = run(trace_args(trace, out, "--policy", "fgd", "--topology", "nvswitch8"), capsys)
+    assert code == 0, err
+    (row,) = summary(out)
+    topology = row["topology"]
+    assert isinstance(topology, dict)
+    # n1 and n2 have 2 GPUs (one NVSwitch island each); n3 has one GPU, so no topology
+    assert (topology["machine"], topology["known"], topology["islands"]) == ("nvswitch8", True, 2)
+    assert topology["placed"]["2"] == {"nvlink": 1}  # p4: the trace's only 2-GPU pod, on one island
+    assert "fgd seed 42 (nvswitch8, topology known): 2-GPU pods 1 placed, 100.0 % NVLink-connected" in stdout
+    code, _, _ = run(trace_args(trace, tmp_path / "plain", "--policy", "fgd"), capsys)
+    assert code == 0
+    assert summary(tmp_path / "plain")[0]["topology"] is None
+
+
+def test_topology_blind_needs_a_machine(trace: tuple[Path, Path], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(trace_args(trace, tmp_path / "out", "--topology-blind"), capsys)
+    assert code == 2
+    assert err.strip().splitlines() == ["ljrk simulate: error: topology-blind: needs --topology MACHINE (the machine "
+                                        "the placements are judged on)"]
+    assert not (tmp_path / "out").exists()
+    code, _, err = run(trace_args(trace, tmp_path / "out", "--topology", "torus"), capsys)
+    assert code == 2
+    assert "--topology: invalid choice: 'torus'" in err

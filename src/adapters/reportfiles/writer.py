@@ -18,6 +18,7 @@ from typing import TextIO
 
 from domain.simulation.curves import X_MAX
 from domain.simulation.replay import ReplayResult
+from domain.simulation.topology_tally import TopologyFigures
 from ports.report import ReportError
 
 _Filler = Callable[[TextIO], object]
@@ -28,7 +29,7 @@ FAILURES_FILE = "failures.csv"
 
 SUMMARY_KEYS = ("policy", "seed", "typical", "alloc_at_100", "alloc_at_130", "frag_ratio_at_80", "arrivals",
                 "failed_pods", "wall_seconds", "alloc_auc", "failed_by_size", "high_share", "high_arrivals",
-                "preemptions", "evicted_pods", "evicted_milli")
+                "preemptions", "evicted_pods", "evicted_milli", "topology")
 """Keys of each ``summary.json`` object, in written order."""
 
 
@@ -36,14 +37,26 @@ def _finite(value: float, digits: int) -> float | None:
     return round(value, digits) if math.isfinite(value) else None
 
 
-def summary_row(result: ReplayResult) -> dict[str, str | int | float | dict[str, int] | None]:
+def topology_row(figures: TopologyFigures | None) -> dict[str, object] | None:
+    """The ``topology`` object of a run on a simulated machine (None without one): ``machine``, ``known`` (the
+    scheduler was told the topology), ``placed`` pod size ("2", "4", "8" GPUs) → tier (``nvlink``, ``pcie-root``,
+    ``numa``, ``system``) → placed pods, ``islands`` (NVLink islands of more than one GPU) and
+    ``islands_free_at_80`` (of those, the ones with every GPU free when arrivals reached 80 % of capacity)."""
+    if figures is None:
+        return None
+    return {"machine": figures.machine, "known": figures.known,
+            "placed": {str(size): dict(tiers) for size, tiers in figures.tiers.items()},
+            "islands": figures.islands, "islands_free_at_80": figures.islands_free_at_80}
+
+
+def summary_row(result: ReplayResult) -> dict[str, object]:
     """The ``summary.json`` object of one run (keys :data:`SUMMARY_KEYS`; module docstring for units):
     ``alloc_auc`` the mean allocation % over x = 0..130 (3 decimals, None when the run stopped short of 130),
     ``failed_by_size`` size class → pods of that class that failed in the whole run (every class of
     :data:`~domain.simulation.breakdown.SIZE_CLASSES`, in that order; the counts sum to ``failed_pods``);
     ``high_share`` the run's share of high-priority arrivals, ``high_arrivals`` their count, ``preemptions`` those
     placed by evicting pods, ``evicted_pods`` and ``evicted_milli`` (milli-GPU) what they evicted (all 0 without
-    priorities)."""
+    priorities); ``topology`` :func:`topology_row`."""
     headline = result.headline()
     return {
         "policy": result.config.policy,
@@ -62,6 +75,7 @@ def summary_row(result: ReplayResult) -> dict[str, str | int | float | dict[str,
         "preemptions": result.preemptions,
         "evicted_pods": result.evicted_pods,
         "evicted_milli": result.evicted_milli,
+        "topology": topology_row(result.topology),
     }
 
 

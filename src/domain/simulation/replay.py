@@ -20,6 +20,10 @@ Typical pods (``ReplayConfig.typical``): ``trace`` — the policy knows the whol
 its scheduler is rebuilt, keeping the run's node order, at each refresh. The recorded fragmentation is always
 measured against the whole trace's typical pods, so both modes report the same metric.
 
+With ``ReplayConfig.topology`` naming a simulated machine, nodes with an even GPU count get its topology (told to
+the scheduler unless ``topology_known`` is False) and the run reports how multi-GPU pods were connected and how
+many NVLink islands stayed whole (:mod:`domain.simulation.topology_tally`).
+
 Any seeded generator gives statistically comparable results (§6.2); this one is numpy's PCG64.
 """
 
@@ -42,7 +46,9 @@ from domain.simulation.curves import allocation_curve, fragmentation_curve
 from domain.simulation.online import REFERENCE_SCALE, OnlineTypical
 from domain.simulation.preemption import HIGH, LOW, Preemptions
 from domain.simulation.synthetic import synthetic_pods
+from domain.simulation.topology_tally import TopologyFigures, TopologyTally, node_topologies
 from domain.simulation.workload import TraceNode, TracePod
+from domain.topology.machines import MACHINE_NAMES
 from domain.units import MILLI_PER_GPU
 
 ProgressCallback = Callable[[int], None]
@@ -58,7 +64,9 @@ class ReplayConfig:
     """One run: ``policy`` (registered name), ``seed``, ``tune`` (target arrived GPU request as a fraction of
     cluster GPU capacity, > 0), ``tie_break`` (``fixed-order`` as published, ``random`` or ``name``), ``typical``
     (one of :data:`TYPICAL_MODES`), ``high_share`` (probability that an arrival is high priority and may preempt,
-    0..1; 0 = no priorities, as published). Raises :class:`InvalidRequestError` naming the bad field."""
+    0..1; 0 = no priorities, as published), ``topology`` (a simulated machine of
+    :data:`~domain.topology.machines.MACHINE_NAMES`; ``none`` = no topology, as published) and ``topology_known``
+    (whether the scheduler is told it). Raises :class:`InvalidRequestError` naming the bad field."""
 
     policy: str
     seed: int
@@ -66,9 +74,13 @@ class ReplayConfig:
     tie_break: str = "fixed-order"
     typical: str = "trace"
     high_share: float = 0.0
+    topology: str = "none"
+    topology_known: bool = True
 
     def __attrs_post_init__(self) -> None:
         get_policy(self.policy)
+        if self.topology not in MACHINE_NAMES:
+            raise InvalidRequestError("topology", self.topology, f"must be one of {', '.join(MACHINE_NAMES)}")
         if not self.tune > 0:
             raise InvalidRequestError("tune", self.tune, "must be > 0")
         if self.typical not in TYPICAL_MODES:
@@ -84,6 +96,7 @@ class ReplayResult:
     ``failures``: (arrival index, size class) of each pod that did not fit, in arrival order; one per failed pod.
     With priorities (``config.high_share`` > 0): ``high_arrivals`` (high-priority arrivals), ``preemptions``
     (those placed by evicting pods), ``evicted_pods`` and ``evicted_milli`` (what they evicted, milli-GPU).
+    With a simulated machine (``config.topology``): ``topology``, how multi-GPU pods were connected; else None.
     """
 
     config: ReplayConfig
@@ -98,6 +111,7 @@ class ReplayResult:
     preemptions: int = 0
     evicted_pods: int = 0
     evicted_milli: int = 0
+    topology: TopologyFigures | None = None
 
     @property
     def failed_pods(self) -> int:
@@ -210,6 +224,10 @@ def replay(
     started = time.perf_counter()
     typical = typical or typical_pods(pods)
     inventories = [n.inventory() for n in sorted(nodes, key=lambda n: n.name)]
+    topologies = node_topologies(config.topology, inventories)
+    if config.topology_known:
+        inventories = [attrs.evolve(i, topology=topologies[i.name]) if i.name in topologies else i
+                       for i in inventories]
     total_gpus = sum(n.gpu_count for n in inventories)
     if total_gpus == 0:
         raise InvalidRequestError("nodes.gpu", 0, "the cluster has no GPUs")
@@ -223,6 +241,9 @@ def replay(
     online = _online_typical() if config.typical == "online" and get_policy(config.policy).needs_typical_pods else None
     high_rng = np.random.default_rng([config.seed, 36]) if config.high_share > 0 else None
     preempting = Preemptions(ledger) if high_rng is not None else None
+    tally = None if config.topology == "none" else TopologyTally(
+        config.topology, known=config.topology_known, topologies=topologies, ledger=ledger,
+        capacity_milli=total_gpus * MILLI_PER_GPU)
     high_arrivals = 0
     arrived = used = 0
     failures: list[tuple[int, str]] = []
@@ -252,6 +273,10 @@ def replay(
             failures.append((number, size_class(pod.num_gpu, pod.gpu_milli)))
         else:
             used += allocation.gpu_milli
+        if tally is not None:
+            if allocation is not None:
+                tally.placed(pod.num_gpu, allocation)
+            tally.arrived(arrived)
         frag, idle = states.cluster_fragmentation()
         arrived_series.append(arrived)
         used_series.append(used)
@@ -268,4 +293,5 @@ def replay(
         preemptions=0 if preempting is None else preempting.preemptors,
         evicted_pods=0 if preempting is None else len(preempting.evicted),
         evicted_milli=0 if preempting is None else preempting.evicted_milli,
+        topology=None if tally is None else tally.figures(),
     )

@@ -23,6 +23,7 @@ from domain.errors import DomainError
 from domain.scheduling.framework.tiebreak import TIE_BREAKS
 from domain.scheduling.registry import POLICIES, PUBLISHED_POLICIES
 from domain.simulation.replay import TYPICAL_MODES
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.cli import UsageError
 from entrypoints._shared.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, SettingsError, failing
 from entrypoints._shared.flags import HIDDEN, NO_PROGRESS, cli, flag
@@ -134,6 +135,13 @@ CLI = cli(
     flag("--high-priority-share", setting="high_share", type=_share, default=0.0, metavar="FRACTION",
          help="share of arrivals that are high priority and may preempt low-priority pods when they fit nowhere, "
          "0..1 (default: 0, no priorities, as published)"),
+    flag("--topology", choices=list(MACHINE_NAMES), default="none",
+         help="give every node with an even GPU count this simulated machine's topology (NVLink, PCIe, NUMA) and "
+         "report how multi-GPU pods were connected and how many NVLink islands stayed whole (default: none, as "
+         "published)"),
+    flag("--topology-blind", setting="topology_known", action="store_false",
+         help="with --topology: do not tell the scheduler the topology (GPUs by index, the published rule); the "
+         "figures are still judged against the machine"),
     flag("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
          help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})"),
     flag("--plot", type=Path, metavar="FILE.png",

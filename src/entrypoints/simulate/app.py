@@ -33,6 +33,8 @@ from domain.simulation.replay import (
 )
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
 from domain.simulation.workload import TraceNode, TracePod
+from domain.topology import Tier
+from domain.topology.machines import MACHINE_NAMES
 from entrypoints._shared.command import SettingsError as SettingsError
 from ports.progress import ProgressBar
 from ports.report import CurvePlotter, ReportError, SimulationReport
@@ -53,7 +55,10 @@ class SimulateSettings:
     ``progress``: ``None`` = bar only on a terminal, ``False`` = never, ``True`` = always; ``typical``: where the
     policies' typical pods come from, one of :data:`TYPICAL_MODES` (``trace``: the whole pod file, as published;
     ``online``: only the pods arrived so far, as the production scheduler learns them); ``high_share``: share of
-    arrivals that are high priority and may preempt (0..1, 0 = none).
+    arrivals that are high priority and may preempt (0..1, 0 = none); ``topology``: a simulated machine of
+    :data:`~domain.topology.machines.MACHINE_NAMES` given to every node with an even GPU count (``none``: no
+    topology, as published); ``topology_known``: whether the scheduler is told it (the figures are judged against
+    the machine either way).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` (message lists known policies).
     """
@@ -70,6 +75,8 @@ class SimulateSettings:
     scale: float = 0.1
     typical: str = "trace"
     high_share: float = 0.0
+    topology: str = "none"
+    topology_known: bool = True
 
     def __attrs_post_init__(self) -> None:
         validate_policy_names(list(self.policies))
@@ -91,11 +98,16 @@ class SimulateSettings:
             raise SettingsError(f"scale: {self.scale} must be > 0")
         if not (math.isfinite(self.high_share) and 0 <= self.high_share <= 1):
             raise SettingsError(f"high-priority-share: {self.high_share} must be within 0..1 (0.1 = 10 % of arrivals)")
+        if self.topology not in MACHINE_NAMES:
+            raise SettingsError(f"topology: unknown machine {self.topology!r}; known: {', '.join(MACHINE_NAMES)}")
+        if not self.topology_known and self.topology == "none":
+            raise SettingsError("topology-blind: needs --topology MACHINE (the machine the placements are judged on)")
 
     def configs(self) -> list[ReplayConfig]:
         """One :class:`ReplayConfig` per policy × seed, policy-major (the report order)."""
         return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break, typical=self.typical,
-                             high_share=self.high_share)
+                             high_share=self.high_share, topology=self.topology,
+                             topology_known=self.topology_known)
                 for p in self.policies for s in self.seeds]
 
 
@@ -149,6 +161,7 @@ class Simulation:
         self.stdout.write(format_table(results, workload=workload.name))
         self.stdout.write(format_regressions(results))
         self.stdout.write(format_preemptions(results))
+        self.stdout.write(format_topology(results))
         if self.settings.plot is not None:
             written.append(self.plotter.plot(results, self.settings.plot, title=workload.name))
         for path in written:
@@ -245,4 +258,22 @@ def format_regressions(results: Sequence[ReplayResult]) -> str:
         last = mine[-1]
         lines.append(f"{prefix} class {cls} {rule} at x = {x_ranges([f.x for f in mine])} (by x = {last.x}: "
                      f"{last.candidate_mean:.1f} vs {last.baseline_mean:.1f} pods, mean)\n")
+    return "".join(lines)
+
+
+def format_topology(results: Sequence[ReplayResult]) -> str:
+    """On a simulated machine: one line per run, ``policy seed (machine, topology known|blind): 2-GPU pods N
+    placed, P % NVLink-connected; 4-GPU …; 8-GPU …; whole NVLink islands at x = 80: F of I``; otherwise the empty
+    string. ``P`` counts pods whose GPUs form one connected NVLink set (:class:`~domain.topology.Tier`)."""
+    lines: list[str] = []
+    for r in results:
+        f = r.topology
+        if f is None:
+            continue
+        sizes = "; ".join(f"{size}-GPU pods {f.placed(size)} placed, {f.share(size, Tier.NVLINK):.1f} % "
+                          "NVLink-connected" for size in sorted(f.tiers))
+        free = "-" if f.islands_free_at_80 is None else str(f.islands_free_at_80)
+        known = "topology known" if f.known else "topology blind"
+        lines.append(f"{r.config.policy} seed {r.config.seed} ({f.machine}, {known}): {sizes}; whole NVLink "
+                     f"islands at x = 80: {free} of {f.islands}\n")
     return "".join(lines)
