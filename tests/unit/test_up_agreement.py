@@ -14,8 +14,10 @@ import attrs
 
 from adapters.prometheus.scrape import Sample
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
+from domain.dra.booking import claim_record_uid
+from domain.dra.claims import CLAIM_CONTAINER, ClaimAllocation
 from domain.gpu import Gpu, GpuUuid
-from domain.kube.objects import PodObject, PodPhase
+from domain.kube.objects import ContainerSpec, PodObject, PodPhase
 from domain.ledger import GpuUsage
 from domain.runtime.types import (
     ContainerData,
@@ -122,3 +124,55 @@ def test_missing_gpu_and_differing_grant() -> None:
     found = compare(attrs.evolve(observation, runtime=runtime))
     assert [(f.kind, f.subject, f.values["runtime"]) for f in found] == [
         ("gpu", U1, None), ("container", f"default/a/main on {U0}", (300, 5 * GIB))]
+
+
+# ---------------------------------------------------------------- DRA claims (ljrk up --dra)
+CLAIM_UID = "c-uid"
+
+
+def claim_row(claim: str, grants: Sequence[tuple[int, GpuUuid, int, int]]) -> ContainerData:
+    """The Runtime's record of a prepared claim: pod = the claim, container dra-claim (domain.dra.claims)."""
+    return ContainerData(CLAIM_UID, "default", claim, CLAIM_CONTAINER, False,
+                         tuple(ContainerGpuData(i, u, c, m) for i, u, c, m in grants))
+
+
+def with_claim(reserved_for: tuple[str, ...] = ("uid-d",)) -> Observation:
+    """``agreeing()`` plus pod d running on a 200 m / 2 GiB share of GPU 0 through claim ``d``."""
+    base = agreeing()
+    record = PodAllocation(claim_record_uid(CLAIM_UID), NODE,
+                           (ContainerGrant(CLAIM_CONTAINER, (GpuGrant(0, 200, 2 * GIB),)),), pod_slot=False)
+    claim = ClaimAllocation("default", "d", CLAIM_UID, allocated=True, reserved_for=reserved_for)
+    runtime = base.runtime[NODE]
+    return attrs.evolve(
+        base, ledger_gpus={NODE: [usage(0, U0, 500, 6 * GIB), usage(1, U1, 1000, 16 * GIB)]},
+        ledger_pods={**base.ledger_pods, record.pod_uid: record}, pods=[*base.pods, attrs.evolve(running("d", "uid-d"), containers=(ContainerSpec("main"),))],
+        runtime={NODE: attrs.evolve(runtime, gpus=(gpu_row(0, U0, 500, 6 * GIB), gpu_row(1, U1, 1000, 16 * GIB)),
+                                    containers=(*runtime.containers, claim_row("d", [(0, U0, 200, 2 * GIB)])))},
+        exporter={NODE: page([(U0, 500, 6 * GIB), (U1, 1000, 16 * GIB)],
+                             [("a", U0, 300, 4 * GIB), ("b", U1, 1000, 16 * GIB), ("d", U0, 200, 2 * GIB)])},
+        claims=(claim,))
+
+
+def test_a_claim_is_compared_under_the_container_that_uses_it() -> None:
+    assert compare(with_claim()) == []
+    observation = with_claim()
+    record = observation.ledger_pods[claim_record_uid(CLAIM_UID)]
+    wrong = attrs.evolve(record, containers=(ContainerGrant(CLAIM_CONTAINER, (GpuGrant(0, 200, 3 * GIB),)),))
+    found = compare(attrs.evolve(observation, ledger_pods={**observation.ledger_pods, record.pod_uid: wrong}))
+    assert [(f.kind, f.subject, f.values) for f in found] == [
+        ("container", f"default/d/main on {U0}",
+         {"ledger": (200, 3 * GIB), "runtime": (200, 2 * GIB), "exporter": (200, 2 * GIB)})]
+
+
+def test_a_claim_that_outlived_its_pod() -> None:
+    observation = with_claim()
+    ended = attrs.evolve(observation.pods[-1], phase=PodPhase.SUCCEEDED)
+    exporter = {NODE: page([(U0, 500, 6 * GIB), (U1, 1000, 16 * GIB)],
+                           [("a", U0, 300, 4 * GIB), ("b", U1, 1000, 16 * GIB)])}
+    found = compare(attrs.evolve(observation, pods=[*observation.pods[:-1], ended], exporter=exporter))
+    assert [(f.subject, f.values) for f in found] == [
+        (f"default/d/{CLAIM_CONTAINER} on {U0}", {"ledger": (200, 2 * GIB), "runtime": (200, 2 * GIB),
+                                                  "exporter": None})]
+    # the claim itself deleted but its record still booked: still named, by the ledger's key
+    gone = compare(attrs.evolve(observation, pods=[*observation.pods[:-1], ended], exporter=exporter, claims=()))
+    assert (f"{claim_record_uid(CLAIM_UID)}/{CLAIM_CONTAINER} on {U0}" in [f.subject for f in gone])

@@ -1,7 +1,7 @@
 """``ljrk up`` (also ``python -m entrypoints.up``): the whole stack on one machine, a workload, a report.
 
 ``ljrk up [--nodes N] [--gpus-per-node 2x16Gi:A100] [--workload synthetic|PODS.csv] [--kubeconfig FILE]
-[--pods N] [--duration SECONDS | --speedup X] [--seed N] [--policy NAME] [--topology MACHINE] [--output-dir DIR]
+[--pods N] [--duration SECONDS | --speedup X] [--seed N] [--policy NAME] [--topology MACHINE] [--dra] [--output-dir DIR]
 [--no-progress] [--hold]`` (hidden: ``--ready-timeout``, ``--settle-timeout``, ``--work-dir``, ``--log-level``).
 
 Starts ``N`` simulated nodes — each with the reference Runtime over simulated GPUs, the device plugin, the exporter
@@ -79,6 +79,9 @@ CLI = cli(
     flag("--topology", choices=list(MACHINE_NAMES), default="none",
          help="the simulated machine every node's Runtime reports (NVLink, PCIe, NUMA; an even GPU count); the "
          "scheduler gives multi-GPU pods the best-connected GPUs (default: none)"),
+    flag("--dra", action="store_true",
+         help="the nodes run the DRA driver instead of the device plugin, and each GPU pod asks for its GPUs "
+         "through a ResourceClaim that the scheduler allocates (in-memory cluster only)"),
     flag("--output-dir", type=Path, default=Path("out/up"), metavar="DIR",
          help="where report.json and ljrk-up.log go (default: out/up)"),
     NO_PROGRESS,

@@ -18,6 +18,12 @@ Two comparisons, each keyed by node and GPU UUID:
   three; a Runtime record or an exporter series of a pod that is not running is a disagreement too (a record that
   outlived its pod).
 
+DRA claims (``ljrk up --dra``): the ledger books a claim as record ``claim:<uid>`` and the Runtime as pod = the
+claim, container ``dra-claim``; the exporter serves the claim's row under each container that uses it
+(pod-resources). Both of the first two are therefore compared under each app container of the running pods the
+claim is reserved for; a claim reserved for no running pod stays under ``namespace/claim``, container
+``dra-claim``, so a claim that outlived its pods is a disagreement too.
+
 Ratios on the page are converted back to milli-GPU with rounding; byte values are exact (floats hold integers up
 to 2⁵³). Each disagreement names the node, the subject and every source's value (``None`` = that source has none).
 """
@@ -30,6 +36,8 @@ import attrs
 
 from adapters.prometheus.scrape import Sample
 from domain.allocation import PodAllocation
+from domain.dra.booking import claim_record_uid, is_claim_record
+from domain.dra.claims import CLAIM_CONTAINER, ClaimAllocation
 from domain.kube.objects import PodObject, PodPhase
 from domain.ledger import GpuUsage
 from domain.runtime.types import ExporterData
@@ -76,13 +84,14 @@ class Disagreement:
 class Observation:
     """What the three sources said at one moment: ``ledger_gpus`` (node → GPU books), ``ledger_pods`` (pod UID →
     record), ``pods`` (the cluster's pods), ``runtime`` (node → ``ExporterGetDataList``), ``exporter`` (node →
-    samples of its page)."""
+    samples of its page), ``claims`` (the cluster's ResourceClaims, with ``--dra``)."""
 
     ledger_gpus: Mapping[str, Sequence[GpuUsage]]
     ledger_pods: Mapping[str, PodAllocation]
     pods: Sequence[PodObject]
     runtime: Mapping[str, ExporterData]
     exporter: Mapping[str, Sequence[Sample]]
+    claims: Sequence[ClaimAllocation] = ()
 
 
 def _milli(ratio: float) -> int:
@@ -115,21 +124,28 @@ def container_views(observation: Observation) -> dict[str, dict[ContainerKey, Sh
     side holds the running pods only; the Runtime's and the exporter's hold whatever they report."""
     running = {p.uid: p for p in observation.pods if p.node_name and p.phase is PodPhase.RUNNING}
     uuids = {node: {g.index: str(g.uuid) for g in gpus} for node, gpus in observation.ledger_gpus.items()}
+    users = _claim_users(observation.claims, running)
+    by_record = {claim_record_uid(c.uid): c.key for c in observation.claims}
     ledger: dict[ContainerKey, Share] = {}
     for uid, record in observation.ledger_pods.items():
         pod = running.get(uid)
-        if pod is None:
+        claim = by_record.get(uid, uid if is_claim_record(uid) else None)  # a record of a deleted claim: its key
+        if pod is None and claim is None:
             continue
         for container in record.containers:
             for grant in container.grants:
                 uuid = uuids.get(record.node, {}).get(grant.gpu_index, f"index {grant.gpu_index}")
-                ledger[(record.node, pod.key, container.container, uuid)] = (grant.core_milli, grant.memory_bytes)
+                subjects = [(pod.key, container.container)] if pod is not None else users.get(claim or "", [])
+                for who, name in subjects or [(claim or "", CLAIM_CONTAINER)]:
+                    ledger[(record.node, who, name, uuid)] = (grant.core_milli, grant.memory_bytes)
     runtime: dict[ContainerKey, Share] = {}
     for node, data in observation.runtime.items():
         for row in data.containers:
+            subject = f"{row.namespace}/{row.pod_name}"
+            subjects = users.get(subject, []) if row.container == CLAIM_CONTAINER else []
             for gpu in row.gpus:
-                key = (node, f"{row.namespace}/{row.pod_name}", row.container, str(gpu.uuid))
-                runtime[key] = (gpu.core_milli, gpu.memory_limit_bytes)
+                for who, name in subjects or [(subject, row.container)]:
+                    runtime[(node, who, name, str(gpu.uuid))] = (gpu.core_milli, gpu.memory_limit_bytes)
     exporter: dict[ContainerKey, Share] = {}
     for node, samples in observation.exporter.items():
         for sample in samples:
@@ -145,6 +161,15 @@ def container_views(observation: Observation) -> dict[str, dict[ContainerKey, Sh
                 memory = int(sample.value)
             exporter[key] = (core, memory)
     return {"ledger": ledger, "runtime": runtime, "exporter": exporter}
+
+
+def _claim_users(claims: Sequence[ClaimAllocation], running: Mapping[str, PodObject]) -> (
+        dict[str, list[tuple[str, str]]]):
+    """Claim ``namespace/name`` → ``(namespace/pod, container)`` of each app container of the running pods it is
+    reserved for (every app container: the stack's pods do not say which container uses which claim)."""
+    return {claim.key: [(pod.key, c.name) for uid in claim.reserved_for if (pod := running.get(uid)) is not None
+                        for c in pod.containers if not c.init]
+            for claim in claims}
 
 
 def compare(observation: Observation) -> list[Disagreement]:

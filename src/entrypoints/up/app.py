@@ -82,8 +82,10 @@ class UpSettings:
     ``output_dir``: where ``report.json`` and ``ljrk-up.log`` go; ``progress``: None = bar on a terminal only;
     ``hold``: keep running after the report; ``ready_timeout_s``/``settle_timeout_s``: bounds of steps 1 and 3;
     ``work_dir``: parent of the nodes' host directories; ``log_level``: of the log file; ``topology``: the
-    simulated machine of every node (``none`` or a name of :data:`domain.topology.machines.MACHINE_NAMES`).
-    Raises :class:`SettingsError`, or ``domain.errors.UnknownPolicyError``.
+    simulated machine of every node (``none`` or a name of :data:`domain.topology.machines.MACHINE_NAMES`);
+    ``dra``: the nodes run the DRA driver instead of the device plugin and each GPU pod asks through a ResourceClaim
+    (:mod:`.dra`; the in-memory cluster only). Raises :class:`SettingsError`, or
+    ``domain.errors.UnknownPolicyError``.
     """
 
     nodes: int = 4
@@ -103,8 +105,12 @@ class UpSettings:
     work_dir: Path = Path("/tmp")
     log_level: str = "INFO"
     topology: str = "none"
+    dra: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if self.dra and self.kubeconfig is not None:
+            raise SettingsError("--dra runs on the in-memory cluster only: leave out --kubeconfig (on a real cluster, "
+                                "deploy the DRA driver: docs/dra.md)")
         if self.topology not in MACHINE_NAMES:
             raise SettingsError(f"--topology {self.topology!r}: choose one of {', '.join(MACHINE_NAMES)}")
         if not 1 <= self.nodes <= 200:
@@ -241,8 +247,8 @@ class UpApp:
                 return
             if stop.is_set():
                 return
-            pod = pod_object(arrival, self.protocol, duration_annotation=DURATION_ANNOTATION,
-                             tolerations=self.tolerations)
+            pod = self.stack.with_claim(pod_object(arrival, self.protocol, duration_annotation=DURATION_ANNOTATION,
+                                                   tolerations=self.tolerations), arrival.pod)
             try:
                 self.cluster.create_pod(pod)
                 self.submitted.append(pod.key)
@@ -319,7 +325,8 @@ class UpApp:
                 problems.append(f"{name}: no fresh exporter page at {url}")
             else:
                 exporter[name] = samples
-        return Observation(ledger_gpus, ledger_pods, pods, runtime, exporter), problems
+        claims = () if self.stack.claims is None else self.stack.claims.list_claims().items
+        return Observation(ledger_gpus, ledger_pods, pods, runtime, exporter, claims), problems
 
     def _fresh_page(self, url: str, since: float) -> Sequence[Sample] | None:
         """The page once its data was pulled at or after ``since`` (epoch s), within a few pull intervals."""
@@ -352,12 +359,15 @@ class UpApp:
             "toggle_jobs": {"succeeded": self.stack.jobs.succeeded if self.stack.jobs else 0,
                             "failed": self.stack.jobs.failed if self.stack.jobs else 0},
         }
+        if self.stack.claim_releaser is not None:
+            components["claims_released"] = self.stack.claim_releaser.released
         observation = settled.observation
         return Report(
             settings={"nodes": settings.nodes, "gpus_per_node": settings.gpus_per_node,
                       "workload": self.workload.name, "pods": len(self.workload.arrivals),
                       "duration_s": settings.duration_s, "speedup": round(self.speedup, 3), "seed": settings.seed,
-                      "policy": settings.policy, "cluster": settings.cluster_name},
+                      "policy": settings.policy, "cluster": settings.cluster_name,
+                      "gpus_through": "dra" if settings.dra else "device-plugin"},
             timing=timing, pods=summary, gpus=observation.ledger_gpus,
             endpoints={"scheduler": self.stack.scheduler_url(), "controller": self.stack.controller_url(),
                        "exporters": self.stack.exporter_urls(), "device_plugins": self.stack.device_plugin_urls()},

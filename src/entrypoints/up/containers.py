@@ -86,7 +86,7 @@ def stack_settings(settings: UpSettings, speedup: float) -> StackSettings:
     mode = JobMode.JOB_STATUS if settings.kubeconfig is None else JobMode.POD_PHASE
     return StackSettings(nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, speedup=speedup,
                          policy=settings.policy, work_dir=settings.work_dir, job_mode=mode,
-                         log_level=settings.log_level, topology=settings.topology)
+                         log_level=settings.log_level, topology=settings.topology, dra=settings.dra)
 
 
 def scrape_page(url: str, timeout_s: float) -> Sequence[Sample]:

@@ -1,5 +1,5 @@
-"""One simulated node of ``ljrk up`` (:class:`SimNode`): the Runtime, the kubelet emulator, the device plugin and the
-exporter of that node, each built by its own composition root, in a host directory laid out like a node's filesystem
+"""One simulated node of ``ljrk up`` (:class:`SimNode`): the Runtime, the kubelet emulator, the device plugin (with
+``--dra`` the DRA driver, :mod:`.dranode`) and the exporter of that node, each built by its own composition root, in a host directory laid out like a node's filesystem
 (``run/lj-runtimekit/runtime.sock``, ``var/lib/lj-runtimekit``, ``var/lib/kubelet/device-plugins``,
 ``var/lib/kubelet/pod-resources``). Invariant: components talk over their real protocols only (gRPC on unix
 sockets, HTTP); :meth:`SimNode.stop` stops them in reverse order and removes the node's directory.
@@ -17,6 +17,9 @@ from dependency_injector import providers
 
 from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.kubelet_emulator import NodeKubelet, PodResourcesServer
+from adapters.grpc.kubelet_emulator.dra import DraManager
+from adapters.memory.resource_claims import InMemoryResourceClaims
+from adapters.memory.resource_slices import InMemoryResourceSlices
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.simulated import build_inventory, parse_spec
 from domain.errors import InvalidRequestError
@@ -37,6 +40,7 @@ from services.scheduler.policies import DEFAULT_POLICY
 
 from .clock import PausableClock
 from .cri import ReleasingDeviceManager, RuntimeReleaser
+from .dranode import NodeDraDriver
 from .jobs import JobMode
 
 log = logging.getLogger(__name__)
@@ -63,7 +67,8 @@ class StackSettings:
     ``heartbeat_s`` (device plugin inventory), ``registration_wait_s`` (kubelet admission waits that long for
     re-registered plugins), ``watch_timeout_s`` (every watch; bounds shutdown), ``job_timeout_s`` (the toggle
     agent's ``--timeout``). ``log_level`` for the components' loggers (handlers are the caller's). ``topology``: the
-    simulated machine every node's Runtime reports (``ljrk runtime --simulated-topology``; ``none``: no topology)."""
+    simulated machine every node's Runtime reports (``ljrk runtime --simulated-topology``; ``none``: no topology).
+    ``dra``: each node runs the DRA driver instead of the device plugin (:mod:`.dranode`)."""
 
     nodes: int = 4
     gpus_per_node: str = "2x16Gi:A100"
@@ -83,6 +88,7 @@ class StackSettings:
     job_timeout_s: float = 20.0
     log_level: str = "INFO"
     topology: str = "none"
+    dra: bool = False
 
 
 def node_gpus(spec: str, *, node: str, topology: str = "none") -> tuple[Gpu, ...]:
@@ -106,16 +112,15 @@ def node_gpus(spec: str, *, node: str, topology: str = "none") -> tuple[Gpu, ...
 
 def node_object(name: str, gpus: tuple[Gpu, ...], settings: StackSettings, protocol: ProtocolConstants) -> NodeObject:
     """The Node as its kubelet registers it: the hostname label and the enable label ``true``; allocatable cpu,
-    memory, pods and, as kubelet adds them for registered device plugins, our three resources."""
+    memory, pods and, as kubelet adds them for registered device plugins, our three resources (none with ``dra``:
+    the GPUs are in ResourceSlices)."""
     names = protocol.resources
     unit = protocol.memory_unit_bytes
     memory_units = 100 * len(gpus) if unit is None else sum(g.memory_bytes // unit for g in gpus)
-    return NodeObject(
-        name,
-        labels={HOSTNAME_LABEL: name, protocol.node_label: "true"},
-        allocatable={"cpu": settings.node_cpu, "memory": settings.node_memory, "pods": settings.node_pods,
-                     names.gpu: str(len(gpus)), names.core: str(100 * len(gpus)), names.memory: str(memory_units)},
-    )
+    allocatable = {"cpu": settings.node_cpu, "memory": settings.node_memory, "pods": settings.node_pods}
+    if not settings.dra:
+        allocatable |= {names.gpu: str(len(gpus)), names.core: str(100 * len(gpus)), names.memory: str(memory_units)}
+    return NodeObject(name, labels={HOSTNAME_LABEL: name, protocol.node_label: "true"}, allocatable=allocatable)
 
 
 def _close(client: object) -> None:
@@ -129,7 +134,8 @@ class SimNode:
     demo use (:meth:`restart_runtime`, :meth:`restart_kubelet`)."""
 
     def __init__(self, *, name: str, root: Path, cluster: ClusterApi, protocol: ProtocolConstants,
-                 settings: StackSettings, clock: PausableClock) -> None:
+                 settings: StackSettings, clock: PausableClock, claims: InMemoryResourceClaims | None = None,
+                 slices: InMemoryResourceSlices | None = None) -> None:
         self.name = name
         self.root = root
         self.cluster = cluster
@@ -158,6 +164,11 @@ class SimNode:
         self._dp_thread: threading.Thread | None = None
         self._exporter_container: ExporterContainer | None = None
         self.exporter: ExporterApp | None = None
+        self.claims = claims
+        self.dra_driver = None if claims is None or slices is None else NodeDraDriver(
+            node=name, root=root, runtime_socket=self.runtime_socket, cdi_dir=self.cdi_dir, cluster=cluster,
+            slices=slices, claims=claims, log_level=settings.log_level)
+        """With ``--dra``, the node's DRA driver in place of its device plugin."""
 
     # ------------------------------------------------------------------ lifecycle
     def runtime_settings(self) -> RuntimeSettings:
@@ -215,6 +226,9 @@ class SimNode:
         self.releaser = RuntimeReleaser(client, node=self.name)
         self.releaser.start()
         manager = ReleasingDeviceManager(self.plugin_dir, self.releaser, cdi_dir=self.cdi_dir)
+        if self.dra_driver is not None and self.claims is not None:
+            manager.dra = DraManager(node=self.name, registry_dir=self.dra_driver.registry_dir, claims=self.claims,
+                                     cdi_dir=self.cdi_dir)
         self.kubelet = NodeKubelet(
             self.cluster, node=self.name, device_manager=manager,
             pod_resources=PodResourcesServer(self.pod_resources_dir, manager.admitted), clock=self.clock,
@@ -224,7 +238,13 @@ class SimNode:
             self.kubelet.start()
         except OSError as error:
             raise StackError(f"node {self.name}: kubelet emulator: {error}") from error
-        self._start_device_plugin()
+        if self.dra_driver is None:
+            self._start_device_plugin()
+        else:
+            try:
+                self.dra_driver.start()
+            except Exception as error:  # Runtime unreachable or too old, unreadable checkpoint
+                raise StackError(f"node {self.name}: the DRA driver did not start: {error}") from error
         self._start_exporter()
 
     def _start_device_plugin(self) -> None:
@@ -274,6 +294,7 @@ class SimNode:
         and close the gRPC clients. Idempotent; never raises (failures are logged)."""
         steps: list[tuple[str, Callable[[], None]]] = [
             ("exporter", self._stop_exporter), ("device plugin", self._stop_device_plugin),
+            ("DRA driver", self.dra_driver.stop if self.dra_driver is not None else lambda: None),
             ("kubelet emulator", self._stop_kubelet), ("Runtime releases", self._stop_releaser),
             ("Runtime", self.stop_runtime)]
         for what, step in steps:
@@ -336,17 +357,14 @@ class SimNode:
         kubelet emulator, no inventory published, the controller's state not ``enabled``, no exporter pull yet."""
         if self.kubelet is None or self.exporter is None:
             return "not started"
-        listed = self.kubelet.device_manager.devices
-        names = attrs.astuple(self.protocol.resources)
-        missing = [n for n in names if "Healthy" not in listed.get(n, {}).values()]
-        if missing:
-            return f"kubelet has no healthy devices of {', '.join(missing)}"
+        if why := (self._dra_not_ready() if self.dra_driver is not None else self._plugins_not_ready()):
+            return why
         try:
             node = self.cluster.get_node(self.name)
         except ClusterError as error:
             return f"cannot read the node: {error}"
         keys = self.protocol.annotations
-        if keys.node_inventory not in node.annotations:
+        if self.dra_driver is None and keys.node_inventory not in node.annotations:
             return "no GPU inventory published"
         state = node.annotations.get(keys.node_state, "")
         if state != "enabled":
@@ -354,6 +372,20 @@ class SimNode:
         if not self.exporter.collector.snapshot().runtime_up:
             return "exporter has not pulled the Runtime yet"
         return ""
+
+    def _plugins_not_ready(self) -> str:
+        assert self.kubelet is not None
+        listed = self.kubelet.device_manager.devices
+        missing = [n for n in attrs.astuple(self.protocol.resources) if "Healthy" not in listed.get(n, {}).values()]
+        return f"kubelet has no healthy devices of {', '.join(missing)}" if missing else ""
+
+    def _dra_not_ready(self) -> str:
+        assert self.kubelet is not None and self.dra_driver is not None
+        driver = self.protocol.dra.driver
+        dra = self.kubelet.device_manager.dra
+        if dra is None or driver not in dra.registered():
+            return f"kubelet has not registered the DRA driver {driver}"
+        return "" if self.dra_driver.published(driver) else "no ResourceSlices published"
 
     def runtime_data(self) -> ExporterData:
         """The Runtime's ``ExporterGetDataList`` over gRPC. Raises ``ports.runtime.NodeRuntimeError``."""

@@ -16,6 +16,10 @@ filesystem (``run/lj-runtimekit/runtime.sock``, ``var/lib/lj-runtimekit`` for th
 * the exporter (``entrypoints.exporter``: ``ExporterContainer``) on ``127.0.0.1:<free port>``, reading the Runtime
   and kubelet's pod-resources over gRPC.
 
+With ``StackSettings.dra`` each node runs the DRA driver (:mod:`.dranode`) in place of the device plugin, over one
+set of in-memory ResourceSlices and ResourceClaims that the scheduler watches and allocates too, and the claim
+releaser (:class:`~.dra.ClaimReleaser`) plays kube-controller-manager's resourceclaim controller.
+
 Cluster-wide: the scheduler's standalone loop (``entrypoints.scheduler``, leader election on, ``/metrics`` on
 ``127.0.0.1:<free port>``), the controller (``entrypoints.controller``, leader election on) and the Job runner
 (:mod:`.jobs`) that plays the Job controller and the container runtime for the controller's toggle Jobs.
@@ -38,8 +42,11 @@ from pathlib import Path
 
 from dependency_injector import providers
 
+from adapters.memory.resource_claims import InMemoryResourceClaims
+from adapters.memory.resource_slices import InMemoryResourceSlices
 from domain.kube.objects import PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
+from domain.simulation.workload import TracePod
 from entrypoints.controller.app import ControllerApp, ControllerSettings
 from entrypoints.controller.containers import ControllerContainer
 from entrypoints.scheduler.app import SchedulerApp, SchedulerSettings
@@ -47,11 +54,15 @@ from entrypoints.scheduler.containers import SchedulerContainer
 from ports.cluster import ClusterApi, ClusterError, NotFoundError
 
 from .clock import PausableClock
+from .dra import ClaimReleaser, claim_pod, workload_claim
 from .jobs import JobRunner
 from .simnode import SimNode, StackError, StackSettings, node_object
 from .workload import MANAGED_BY
 
 log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = 100_000
+"""Watch window of the in-memory ResourceClaims and ResourceSlices (changes): a claim changes about five times."""
 
 
 def _in_parallel(steps: list[tuple[str, Callable[[], None]]]) -> None:
@@ -88,11 +99,16 @@ class LocalStack:
         self.jobs: JobRunner | None = None
         self._created_nodes: list[str] = []
         self._stopped = False
+        self.claims = InMemoryResourceClaims(history_limit=HISTORY_LIMIT) if settings.dra else None
+        self.slices = InMemoryResourceSlices(history_limit=HISTORY_LIMIT) if settings.dra else None
+        self.claim_releaser = None if self.claims is None else ClaimReleaser(
+            cluster, self.claims, watch_timeout_s=settings.watch_timeout_s)
         try:
             for index in range(settings.nodes):
                 name = f"{settings.node_prefix}-{index}"
                 self.nodes[name] = SimNode(name=name, root=self.root / f"n{index}", cluster=cluster, protocol=protocol,
-                                           settings=settings, clock=self.clock)
+                                           settings=settings, clock=self.clock, claims=self.claims,
+                                           slices=self.slices)
         except Exception:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
@@ -112,6 +128,8 @@ class LocalStack:
                               nodes={n.name: n.root for n in self.nodes.values()}, mode=self.settings.job_mode,
                               watch_timeout_s=self.settings.watch_timeout_s)
         self.jobs.start()
+        if self.claim_releaser is not None:
+            self.claim_releaser.start()
         self.controller = self._start_controller()
         self.scheduler = self._start_scheduler()
 
@@ -149,6 +167,9 @@ class LocalStack:
             resync_seconds=60.0, watch_timeout_seconds=self.settings.watch_timeout_s, log_level=self.settings.log_level)
         container = SchedulerContainer(settings=settings)
         container.cluster.override(providers.Object(self.cluster))
+        if self.claims is not None:
+            container.claims.override(providers.Object(self.claims))
+            container.slices.override(providers.Object(self.slices))
         try:
             app = container.app()
             app.start()
@@ -190,6 +211,8 @@ class LocalStack:
             central.append(("controller", self.controller.stop))
         if self.jobs is not None:
             central.append(("Job runner", self.jobs.stop))
+        if self.claim_releaser is not None:
+            central.append(("claim releaser", self.claim_releaser.stop))
         _in_parallel(central)
         _in_parallel([(f"node {node.name}", node.stop) for node in self.nodes.values()])
         shutil.rmtree(self.root, ignore_errors=True)
@@ -217,6 +240,19 @@ class LocalStack:
                 pass
             except ClusterError as error:
                 log.warning("cannot delete node %s: %s", name, error)
+
+    def with_claim(self, pod: PodObject, trace: TracePod) -> PodObject:
+        """With ``dra``: create the ResourceClaim of ``pod``'s GPUs (:func:`~.dra.workload_claim`, the nodes' smallest
+        GPU memory for a share's) and return the pod asking through it; otherwise, or for a pod without GPUs,
+        ``pod`` as it is."""
+        if self.claims is None or self.claim_releaser is None:
+            return pod
+        memory = min(g.memory_bytes for node in self.nodes.values() for g in node.gpus)
+        claim = workload_claim(trace, self.protocol, namespace=pod.namespace, name=pod.name, gpu_memory_bytes=memory)
+        if claim is None:
+            return pod
+        self.claim_releaser.made(self.claims.put(claim))
+        return claim_pod(pod, claim, self.protocol)
 
     # ------------------------------------------------------------------ quiescence
     def in_flight(self, pods: list[PodObject]) -> list[str]:
@@ -252,6 +288,8 @@ class LocalStack:
                 moving.append(f"{name}: Runtime releases in flight")
         if self.jobs is not None and self.jobs.running():
             moving.append("toggle Job(s) running")
+        if self.claim_releaser is not None and (owed := self.claim_releaser.owed()):
+            moving.append(f"{len(owed)} claim(s) of ended pods not released yet")
         return moving
 
     def pods(self) -> list[PodObject]:

@@ -1,0 +1,102 @@
+"""``ljrk up --dra``'s own parts (entrypoints.up.dra): the workload's claims and the claim releaser.
+
+Behaviours: a share pod's claim asks the share DeviceClass for ``cores`` = its percent and ``memory`` = that percent
+of the GPU's memory, a whole-GPU pod's the GPU DeviceClass for its count, a CPU pod none; the pod asks through the
+claim and for none of our extended resources, keeping CPU and memory; the releaser takes an ended pod out of its
+claim's reservedFor, deallocates and deletes the claim made for it, leaves a claim another running pod still holds
+reserved, lists what is owed meanwhile, and handles a pod deleted without a terminal phase.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from adapters.memory.cluster import InMemoryCluster
+from adapters.memory.resource_claims import InMemoryResourceClaims
+from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
+from domain.kube.objects import ContainerSpec, PodClaim, PodObject, PodPhase
+from domain.simulation.workload import TracePod
+from entrypoints.up.dra import POD_CLAIM, ClaimReleaser, claim_pod, workload_claim
+from ports.claim_writes import Consumer
+from support.kube_builders import PROTOCOL
+from support.polling import wait_for
+
+GIB = 2**30
+DRA = PROTOCOL.dra
+
+
+def test_claims_of_the_workload() -> None:
+    share = workload_claim(TracePod("s", 1000, 1024, 1, 300), PROTOCOL, namespace="default", name="s",
+                           gpu_memory_bytes=16 * GIB)
+    assert share is not None and (share.namespace, share.name, share.allocated) == ("default", "s", False)
+    assert share.requests == (DeviceAsk("gpu", DRA.device_class_share,
+                                        capacity={"cores": "30", "memory": str(16 * GIB * 3 // 10)}),)
+    whole = workload_claim(TracePod("w", 1000, 1024, 2, 1000), PROTOCOL, namespace="default", name="w",
+                           gpu_memory_bytes=16 * GIB)
+    assert whole is not None and whole.requests == (DeviceAsk("gpu", DRA.device_class_gpu, count=2),)
+    assert whole.uid and whole.uid != share.uid
+    assert workload_claim(TracePod("c", 1000, 1024, 0, 0), PROTOCOL, namespace="default", name="c",
+                          gpu_memory_bytes=16 * GIB) is None
+
+
+def test_pod_asks_through_its_claim() -> None:
+    names = PROTOCOL.resources
+    given = {"cpu": "1", "memory": "1Gi", names.core: "30", names.memory: "4"}
+    pod = PodObject("", "default", "s", containers=(ContainerSpec("main", requests=given, limits=given),))
+    claim = ClaimAllocation("default", "s", "u1")
+    (container,) = claim_pod(pod, claim, PROTOCOL).containers
+    assert container.requests == container.limits == {"cpu": "1", "memory": "1Gi"}
+    assert claim_pod(pod, claim, PROTOCOL).resource_claims == (PodClaim(POD_CLAIM, claim_name="s"),)
+
+
+def _bound(cluster: InMemoryCluster, claims: InMemoryResourceClaims, name: str, claim: ClaimAllocation) -> PodObject:
+    pod = cluster.create_pod(PodObject("", "default", name, resource_claims=(PodClaim(POD_CLAIM, claim_name=claim.name),)))
+    stored = claims.get("default", claim.name)
+    assert stored is not None
+    if stored.allocated:
+        claims.reserve(stored, Consumer(pod.name, pod.uid))
+    else:
+        claims.allocate(stored, (AllocationResult("gpu", DRA.driver, "n0", "gpu-0"),), node="n0",
+                        consumer=Consumer(pod.name, pod.uid))
+    return cluster.set_pod_phase("default", name, PodPhase.RUNNING)
+
+
+def test_releaser_frees_the_claims_of_ended_pods() -> None:
+    cluster, claims = InMemoryCluster(), InMemoryResourceClaims()
+    releaser = ClaimReleaser(cluster, claims, watch_timeout_s=0.2)
+    own = claims.put(ClaimAllocation("default", "a", "ua"))
+    releaser.made(own)
+    shared = claims.put(ClaimAllocation("default", "shared", "us"))
+    a = _bound(cluster, claims, "a", own)
+    b = _bound(cluster, claims, "b", shared)
+    c = _bound(cluster, claims, "c", shared)
+    releaser.start()
+    try:
+        assert wait_for(lambda: releaser.pods.synced.is_set())
+        assert releaser.owed() == []
+        cluster.set_pod_phase("default", "a", PodPhase.SUCCEEDED)
+        assert wait_for(lambda: claims.get("default", "a") is None)  # deallocated, then deleted: it was made for a
+        cluster.set_pod_phase("default", "b", PodPhase.FAILED)
+        assert wait_for(lambda: (s := claims.get("default", "shared")) is not None and s.reserved_for == (c.uid,))
+        kept = claims.get("default", "shared")
+        assert kept is not None and kept.allocated  # c still runs on it
+        cluster.delete_pod("default", "c", grace_period_seconds=0)
+        assert wait_for(lambda: (s := claims.get("default", "shared")) is not None and not s.allocated)
+        assert wait_for(lambda: releaser.owed() == [])
+        assert releaser.released == 3
+        assert a.uid and b.uid
+    finally:
+        releaser.stop()
+
+
+def test_owed_lists_a_claim_still_held_by_an_ended_pod() -> None:
+    cluster, claims = InMemoryCluster(), InMemoryResourceClaims()
+    releaser = ClaimReleaser(cluster, claims, watch_timeout_s=0.2)  # not started: nothing releases
+    claim = claims.put(ClaimAllocation("default", "x", "ux"))
+    pod = _bound(cluster, claims, "x", claim)
+    releaser.pods.relist()
+    assert releaser.owed() == []
+    ended = cluster.set_pod_phase("default", "x", PodPhase.SUCCEEDED)
+    releaser.pods.cache[ended.key] = attrs.evolve(ended)
+    assert releaser.owed() == ["default/x"]
+    assert pod.uid in (claims.get("default", "x") or claim).reserved_for
