@@ -361,3 +361,35 @@ def test_cli_topology_gives_a_four_gpu_pod_one_nvlink_island(tmp_path: Path) -> 
     assert len(used) == 5
     islands = ({0, 1, 2, 3}, {4, 5, 6, 7})  # the 1-GPU pod first takes one GPU; the 4-GPU pod a whole island
     assert any(island <= used and len(used - island) == 1 for island in islands), used
+
+
+@needs_script
+def test_cli_dra_mode_places_claims_and_the_books_agree(tmp_path: Path) -> None:
+    """``--dra``: no device plugin; each GPU pod asks through a ResourceClaim our scheduler allocates, the emulated
+    kubelet prepares it with the DRA driver (NodePrepareResources, CDI), and the ledger, the Runtime's records and
+    the exporter agree per GPU and per container; the pod that ends gives its claim back."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+                    "brief,1000,1024,1,500,,0,1\nshare,1000,1024,1,300,,1,100000\n"
+                    "two,1000,1024,2,1000,,2,100000\ncpu,1000,1024,0,0,,3,100000\n")
+    work = Path(tempfile.mkdtemp(prefix="u", dir="/tmp"))
+    try:
+        done = subprocess.run(
+            [str(LJRK), "up", "--dra", "--nodes", "1", "--gpus-per-node", "4x16Gi:A100", "--workload", str(pods),
+             "--duration", "3", "--no-progress", "--output-dir", str(tmp_path / "out"), "--work-dir", str(work)],
+            capture_output=True, text=True, timeout=180, check=False, cwd=REPO_ROOT)
+        leftovers = list(work.iterdir())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["settings"]["gpus_through"] == "dra"
+    assert report["agreement"]["settled"] is True
+    assert report["agreement"]["disagreements"] == []
+    assert (report["pods"]["placed"], report["pods"]["running"], report["pods"]["succeeded"]) == (4, 3, 1)
+    used = sorted((g["core_allocated_milli"], g["memory_allocated_bytes"]) for g in report["gpus"])
+    assert used == [(0, 0), (300, 5 * 2**30), (1000, 16 * 2**30), (1000, 16 * 2**30)]
+    assert report["agreement"]["containers_compared"] == 3  # the share's GPU and the two whole GPUs
+    assert report["components"]["claims_released"] == 1  # brief's, when it ended
+    assert report["endpoints"]["device_plugins"] == {"ljrk-up-node-0": ""}
+    assert not leftovers

@@ -16,6 +16,7 @@ import math
 
 import pytest
 
+from domain.dra.allocate import ASK_PREFIX
 from domain.errors import InvalidRequestError
 from domain.kube.objects import PodPhase
 from domain.request import ContainerRequest, PodRequest
@@ -41,6 +42,21 @@ def test_signature_pairs_and_cpu_only_pods() -> None:
     assert request_signature(req("a")) == {("core", 500), ("memory", 4 * GiB)}
     assert request_signature(req("w", core=None, memory=None, gpus=2)) == {("gpu", 2)}
     assert request_signature(PodRequest("cpu", (ContainerRequest("main"),))) == frozenset()
+
+
+def test_claim_asks_neither_hold_nor_are_held() -> None:
+    """A DRA claim's devices are named in its allocation, never matched at Allocate: its ask containers leave the
+    signature, so two pods with the same claim shape on one node do not wait for a mark no device plugin writes."""
+    ask = ContainerRequest(f"{ASK_PREFIX}gpu/gpu", core_milli=500, memory_bytes=4 * GiB)
+    claim_pod = PodRequest("c1", (ContainerRequest("main"), ask))
+    assert request_signature(claim_pod) == frozenset()
+    mixed = PodRequest("c2", (ContainerRequest("main", gpus=1), ask))
+    assert request_signature(mixed) == {("gpu", 1)}
+    holds = AdmissionHolds()
+    holds.hold("c1", "n1", claim_pod, label="default/c1", now=0.0)
+    assert not holds.holding("c1")
+    holds.hold("a", "n1", req("a"), label="default/a", now=0.0)
+    assert holds.held_nodes(PodRequest("c3", (ContainerRequest("main"), ask)), now=1.0) == {}
 
 
 def test_a_holder_keeps_only_confusable_pods_off_its_node() -> None:

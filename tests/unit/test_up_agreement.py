@@ -143,9 +143,10 @@ def with_claim(reserved_for: tuple[str, ...] = ("uid-d",)) -> Observation:
                            (ContainerGrant(CLAIM_CONTAINER, (GpuGrant(0, 200, 2 * GIB),)),), pod_slot=False)
     claim = ClaimAllocation("default", "d", CLAIM_UID, allocated=True, reserved_for=reserved_for)
     runtime = base.runtime[NODE]
+    pod = attrs.evolve(running("d", "uid-d"), containers=(ContainerSpec("main"),))
     return attrs.evolve(
         base, ledger_gpus={NODE: [usage(0, U0, 500, 6 * GIB), usage(1, U1, 1000, 16 * GIB)]},
-        ledger_pods={**base.ledger_pods, record.pod_uid: record}, pods=[*base.pods, attrs.evolve(running("d", "uid-d"), containers=(ContainerSpec("main"),))],
+        ledger_pods={**base.ledger_pods, record.pod_uid: record}, pods=[*base.pods, pod],
         runtime={NODE: attrs.evolve(runtime, gpus=(gpu_row(0, U0, 500, 6 * GIB), gpu_row(1, U1, 1000, 16 * GIB)),
                                     containers=(*runtime.containers, claim_row("d", [(0, U0, 200, 2 * GIB)])))},
         exporter={NODE: page([(U0, 500, 6 * GIB), (U1, 1000, 16 * GIB)],

@@ -28,13 +28,16 @@ DRA = PROTOCOL.dra
 def test_claims_of_the_workload() -> None:
     share = workload_claim(TracePod("s", 1000, 1024, 1, 300), PROTOCOL, namespace="default", name="s",
                            gpu_memory_bytes=16 * GIB)
-    assert share is not None and (share.namespace, share.name, share.allocated) == ("default", "s", False)
+    assert share is not None
+    assert (share.namespace, share.name, share.allocated) == ("default", "s", False)
     assert share.requests == (DeviceAsk("gpu", DRA.device_class_share,
                                         capacity={"cores": "30", "memory": str(16 * GIB * 3 // 10)}),)
     whole = workload_claim(TracePod("w", 1000, 1024, 2, 1000), PROTOCOL, namespace="default", name="w",
                            gpu_memory_bytes=16 * GIB)
-    assert whole is not None and whole.requests == (DeviceAsk("gpu", DRA.device_class_gpu, count=2),)
-    assert whole.uid and whole.uid != share.uid
+    assert whole is not None
+    assert whole.requests == (DeviceAsk("gpu", DRA.device_class_gpu, count=2),)
+    assert whole.uid
+    assert whole.uid != share.uid
     assert workload_claim(TracePod("c", 1000, 1024, 0, 0), PROTOCOL, namespace="default", name="c",
                           gpu_memory_bytes=16 * GIB) is None
 
@@ -50,7 +53,8 @@ def test_pod_asks_through_its_claim() -> None:
 
 
 def _bound(cluster: InMemoryCluster, claims: InMemoryResourceClaims, name: str, claim: ClaimAllocation) -> PodObject:
-    pod = cluster.create_pod(PodObject("", "default", name, resource_claims=(PodClaim(POD_CLAIM, claim_name=claim.name),)))
+    entry = PodClaim(POD_CLAIM, claim_name=claim.name)
+    pod = cluster.create_pod(PodObject("", "default", name, resource_claims=(entry,)))
     stored = claims.get("default", claim.name)
     assert stored is not None
     if stored.allocated:
@@ -67,8 +71,8 @@ def test_releaser_frees_the_claims_of_ended_pods() -> None:
     own = claims.put(ClaimAllocation("default", "a", "ua"))
     releaser.made(own)
     shared = claims.put(ClaimAllocation("default", "shared", "us"))
-    a = _bound(cluster, claims, "a", own)
-    b = _bound(cluster, claims, "b", shared)
+    _bound(cluster, claims, "a", own)
+    _bound(cluster, claims, "b", shared)
     c = _bound(cluster, claims, "c", shared)
     releaser.start()
     try:
@@ -79,12 +83,12 @@ def test_releaser_frees_the_claims_of_ended_pods() -> None:
         cluster.set_pod_phase("default", "b", PodPhase.FAILED)
         assert wait_for(lambda: (s := claims.get("default", "shared")) is not None and s.reserved_for == (c.uid,))
         kept = claims.get("default", "shared")
-        assert kept is not None and kept.allocated  # c still runs on it
+        assert kept is not None
+        assert kept.allocated
         cluster.delete_pod("default", "c", grace_period_seconds=0)
         assert wait_for(lambda: (s := claims.get("default", "shared")) is not None and not s.allocated)
         assert wait_for(lambda: releaser.owed() == [])
         assert releaser.released == 3
-        assert a.uid and b.uid
     finally:
         releaser.stop()
 

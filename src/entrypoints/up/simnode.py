@@ -1,5 +1,6 @@
 """One simulated node of ``ljrk up`` (:class:`SimNode`): the Runtime, the kubelet emulator, the device plugin (with
-``--dra`` the DRA driver, :mod:`.dranode`) and the exporter of that node, each built by its own composition root, in a host directory laid out like a node's filesystem
+``--dra`` the DRA driver, :mod:`.dranode`) and the exporter of that node, each built by its own composition root, in
+a host directory laid out like a node's filesystem
 (``run/lj-runtimekit/runtime.sock``, ``var/lib/lj-runtimekit``, ``var/lib/kubelet/device-plugins``,
 ``var/lib/kubelet/pod-resources``). Invariant: components talk over their real protocols only (gRPC on unix
 sockets, HTTP); :meth:`SimNode.stop` stops them in reverse order and removes the node's directory.
@@ -18,9 +19,9 @@ from dependency_injector import providers
 from adapters.grpc import GrpcNodeRuntime
 from adapters.grpc.kubelet_emulator import NodeKubelet, PodResourcesServer
 from adapters.grpc.kubelet_emulator.dra import DraManager
+from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.memory.resource_slices import InMemoryResourceSlices
-from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.simulated import build_inventory, parse_spec
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, MigMode
@@ -380,7 +381,8 @@ class SimNode:
         return f"kubelet has no healthy devices of {', '.join(missing)}" if missing else ""
 
     def _dra_not_ready(self) -> str:
-        assert self.kubelet is not None and self.dra_driver is not None
+        assert self.kubelet is not None
+        assert self.dra_driver is not None
         driver = self.protocol.dra.driver
         dra = self.kubelet.device_manager.dra
         if dra is None or driver not in dra.registered():

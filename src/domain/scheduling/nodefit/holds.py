@@ -15,9 +15,12 @@ Rules:
 * A holder lapses :attr:`AdmissionHolds.window_s` seconds after it was first seen holding (kubelet down, or a
   device plugin too old to write the mark): a hold may delay, never block forever.
 * The **signature** of a request is the set of ``(kind, amount)`` pairs over its containers: ``("gpu", n)``,
-  ``("core", milli)``, ``("memory", bytes or milli-percent)``, ``("mig", profile)``. Kubelet asks for one resource
-  of one container per Allocate call, in an order we do not control, so two requests can be confused when their
-  signatures share any pair. A pod is kept off every node holding a pod whose signature shares a pair with its own.
+  ``("core", milli)``, ``("memory", bytes or milli-percent)``, ``("mig", profile)``. A DRA claim's ask containers
+  (names starting :data:`domain.dra.allocate.ASK_PREFIX`) are left out: a claim's devices are named in its
+  allocation and prepared by the DRA driver, never matched at Allocate, and no device plugin marks such a pod.
+  Kubelet asks for one resource of one container per Allocate call, in an order we do not control, so two requests
+  can be confused when their signatures share any pair. A pod is kept off every node holding a pod whose signature
+  shares a pair with its own.
 * A holder with the pod's own ``namespace/name`` but another UID (the pod was deleted and re-created, and the old
   UID's delete has not been seen yet) holds like any other, and the reason names both UIDs.
 """
@@ -29,6 +32,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from domain.dra.allocate import ASK_PREFIX
 from domain.errors import InvalidRequestError
 from domain.request import PodRequest
 
@@ -55,6 +59,8 @@ def request_signature(request: PodRequest) -> Signature:
     """The signature of ``request`` (module docstring); empty for a pod that asks for no GPU resource."""
     pairs: set[tuple[str, object]] = set()
     for container in request.containers:
+        if container.name.startswith(ASK_PREFIX):
+            continue
         if container.gpus:
             pairs.add(("gpu", container.gpus))
         if container.core_milli:
