@@ -63,6 +63,11 @@ def kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def helm() -> str:
+    return helm_binary()
+
+
+def helm_binary() -> str:
+    """The pinned Helm, else a skip (a failure with LJRK_REQUIRE_K8S=1); test_helm_webhooks.py's fixture too."""
     path = os.environ.get("LJRK_HELM") or run(
         [sys.executable, str(REPO / "scripts" / "kube_platform.py"), "helm-path"], check=False).stdout.strip()
     if path and os.access(path, os.X_OK):
