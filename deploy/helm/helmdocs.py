@@ -69,10 +69,11 @@ certificate, per webhook (`claimQuota.certificate.*`, `claimMigrate.certificate.
   kubernetes.io/tls with tls.crt, tls.key and ca.crt, and that CA as `caBundle`. At install the chart makes a CA and
   a certificate for `<service>.<namespace>.svc` and `<service>.<namespace>.svc.cluster.local`, valid 10 years
   (Helm's genCA, genSignedCert); `helm upgrade` reads the Secret back (`lookup`) and keeps it, so neither the
-  certificate nor the caBundle changes and the webhook is not restarted (`tests/integration/test_helm_webhooks_live.py`
-  shows both against kube-apiserver). To renew it, delete the Secret, then run
-  `helm upgrade` and restart the webhook's Deployment. `helm template` and `--dry-run` cannot read the cluster: each
-  of their renders shows a new CA. Changing `namespace` makes a new certificate (the names change).
+  certificate nor the caBundle changes and the webhook is not restarted. To renew it, delete the Secret, then run
+  `helm upgrade`: a new CA and certificate, and the webhook's pods roll onto it (their config checksum hashes the
+  CA); `tests/integration/test_helm_webhooks_live.py` shows both against kube-apiserver. `helm template` and
+  `--dry-run` cannot read the cluster: each of their renders shows a new CA. Changing `namespace` makes a new
+  certificate (the names change).
 - **Yours.** `certificate.secretName` names a Secret you made in `namespace` holding tls.crt and tls.key for those
   names, and `certificate.caBundle` is the base64 PEM of the CA that signed it; the chart renders no Secret. A
   secretName without caBundle fails the render naming both.

@@ -14,6 +14,8 @@ What deploy-all.sh does around them with openssl and kubectl patches, the chart 
   render naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for the same names
   into ``secretName`` (else ``<service>-tls``), the webhook configuration annotated ``cert-manager.io/inject-ca-from``
   and without caBundle (cert-manager's CA injector fills it).
+* the Deployment's config checksum also hashes ``$tls.caBundle``: a new certificate (the Secret deleted, then
+  ``helm upgrade``) rolls the webhook's pods, which read theirs at start; a kept one does not.
 * the webhook configuration's ``clientConfig.service.namespace`` is ``.Values.namespace`` (the generic namespace
   substitution), where the Service is; the Deployment mounts ``$tls.secretName``.
 * both need the DRA driver: enabled without ``dra.enabled`` fails the render with a message naming both values.
@@ -152,7 +154,8 @@ def finish(component: str, text: str) -> str:
                       f"{indent}{{{{- end }}}}"]
         else:
             lines.append(line.replace(f"'{token('WH:secretName')}'", "{{ $tls.secretName | quote }}"))
-    text = "\n".join(lines)
+    checksum = '"image" .Values.image | toJson'  # generate.py's config checksum: the CA rolls the pods too
+    text = "\n".join(lines).replace(checksum, checksum.replace(" |", ' "caBundle" $tls.caBundle |'))
     for name, expression in (*CEL_NAMES.items(), ("mig", MIG_STEM)):
         text = text.replace(token(f"CEL:{name}"), f"'{expression}'")
     return text

@@ -6,10 +6,10 @@ the objects are what is checked, not the pods) on etcd + kube-apiserver of k8s_h
 
 1. after ``helm install``: the Secret lj-runtimekit-claim-quota-tls holds ca.crt, tls.crt and tls.key, and both
    webhooks of the ValidatingWebhookConfiguration carry its ca.crt as caBundle, in the Service's namespace;
-2. after ``helm upgrade`` (a value of the webhook changed, so the release does re-render it): the Secret's data and
-   the caBundle are byte for byte those of 1;
+2. after ``helm upgrade`` with the same values (Helm renders every template again, genCA included): the Secret's
+   data and the caBundle are byte for byte those of 1, and the Deployment's config checksum too (no roll);
 3. after deleting the Secret and ``helm upgrade`` again: a new CA, in the Secret and the caBundle alike (what the
-   docs say renews the certificate), so 2 held because of the lookup, not by chance.
+   docs say renews the certificate), and a new checksum (the pods roll onto it); so 2 held because of the lookup.
 
 Helm comes from ``$LJRK_HELM`` or ``scripts/kube_platform.py helm-path`` (skipped without it, a failure with
 ``LJRK_REQUIRE_K8S=1``); the control plane's binaries from conftest.py's ``k8s_bin_dir``.
@@ -80,30 +80,32 @@ class Cluster:
         found: dict[str, Any] = json.loads(self.run(KUBECTL, "get", kind, name, "-n", namespace, "-o", "json"))
         return found
 
-    def certificate(self) -> tuple[dict[str, str], set[str]]:
-        """The Secret's data and the set of the webhooks' caBundles."""
+    def certificate(self) -> tuple[dict[str, str], set[str], str]:
+        """The Secret's data, the set of the webhooks' caBundles and the Deployment's config checksum."""
         hooks = self.get("validatingwebhookconfiguration", "lj-runtimekit-claim-quota")["webhooks"]
         assert {h["clientConfig"]["service"]["namespace"] for h in hooks} == {NAMESPACE}
-        return dict(self.get("secret", SECRET)["data"]), {h["clientConfig"]["caBundle"] for h in hooks}
+        pod = self.get("deployment", "lj-runtimekit-claim-quota")["spec"]["template"]
+        return (dict(self.get("secret", SECRET)["data"]), {h["clientConfig"]["caBundle"] for h in hooks},
+                pod["metadata"]["annotations"]["lj-runtimekit.io/config-checksum"])
 
 
 def test_the_webhook_certificate_is_kept_across_upgrades_and_renewed_without_its_secret(
         plane: ControlPlane, helm_bin: str, tmp_path: Path) -> None:
     cluster = Cluster(plane, helm_bin, tmp_path)
     cluster.helm("install")
-    data, bundles = cluster.certificate()
+    installed = cluster.certificate()
+    data, bundles, _ = installed
     assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
     assert bundles == {data["ca.crt"]}
     assert base64.b64decode(data["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
 
-    cluster.helm("upgrade", "--set=claimQuota.resources.limits.memory=256Mi")
-    deployment = cluster.get("deployment", "lj-runtimekit-claim-quota")
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "256Mi"
-    assert cluster.certificate() == (data, bundles)  # the lookup kept it
+    cluster.helm("upgrade")
+    assert cluster.certificate() == installed  # the lookup kept it: same certificate, caBundle and checksum
 
     cluster.run(KUBECTL, "delete", "secret", SECRET, "-n", NAMESPACE)
-    cluster.helm("upgrade", "--set=claimQuota.resources.limits.memory=256Mi")
-    renewed, renewed_bundles = cluster.certificate()
+    cluster.helm("upgrade")
+    renewed, renewed_bundles, checksum = cluster.certificate()
     assert renewed["ca.crt"] != data["ca.crt"]
     assert renewed_bundles == {renewed["ca.crt"]}
+    assert checksum != installed[2]  # the pods roll onto the new certificate
     cluster.run(helm_bin, "uninstall", "lj-runtimekit", "--namespace", NAMESPACE)
