@@ -21,7 +21,9 @@ What deploy-all.sh does around them with openssl and kubectl patches, the chart 
 * both need the DRA driver: enabled without ``dra.enabled`` fails the render with a message naming both values.
 * claim-migrate's matchCondition names the classic resources and the MIG stem (``<prefix of resources.gpu>/mig-``);
   they become ``protocol.resources.*`` expressions, so a renamed resource reaches the webhook as it reaches the
-  ConfigMap. A name not found in the expression is a ChartError (deploy/ changed the expression's form).
+  ConfigMap.
+A form of deploy/ these steps do not find (a resource name missing from the expression, a Deployment not mounting
+``<service>-tls``) is a WebhookTemplateError naming it, which generate.py reports like its own errors.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ data:
 
 
 class WebhookTemplateError(Exception):
-    """deploy/claim-migrate's matchCondition no longer has the form ``_cel`` templates; the message names it."""
+    """A webhook folder of deploy/ no longer has the form this module templates; the message names what is missing."""
 
 
 def token(name: str) -> str:
@@ -113,9 +115,12 @@ def prepare(component: str, obj: dict[str, Any], default: Any) -> None:
         default(f"{key}.certificate.{path}", value)
     kind = obj.get("kind")
     if kind == "Deployment":
-        for volume in obj["spec"]["template"]["spec"].get("volumes", []):
-            if volume.get("secret", {}).get("secretName") == f"{service(component)}-tls":
-                volume["secret"]["secretName"] = token("WH:secretName")
+        mounts = [v for v in obj["spec"]["template"]["spec"].get("volumes", [])
+                  if v.get("secret", {}).get("secretName") == f"{service(component)}-tls"]
+        if not mounts:
+            raise WebhookTemplateError(f"deploy/{component}: its Deployment mounts no Secret {service(component)}-tls")
+        for volume in mounts:
+            volume["secret"]["secretName"] = token("WH:secretName")
     if kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         obj["metadata"] = {token(ANNOTATION): "", **obj["metadata"]}
         for hook in obj["webhooks"]:
