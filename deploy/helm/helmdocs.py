@@ -49,11 +49,49 @@ dra:
   - --hami-preload-file=/var/lib/lj-runtimekit/runtime/ld.so.preload
 ```
 
+## Admission webhooks
+
+The two optional webhooks of `deploy/` are values, off by default like `dra`, which they need (enabled without it,
+the render fails: `claimQuota.enabled=true needs dra.enabled=true: ...`): `claimQuota` is the DRA claim quota
+ValidatingWebhook ([Quotas](quota.md#dra-claims-per-namespace-quotas), `deploy/claim-quota`) and `claimMigrate` the
+MutatingWebhook turning classic GPU requests into claims ([Migrate](migrate.md), `deploy/claim-migrate`).
+
+```bash
+helm install lj-runtimekit deploy/helm/lj-runtimekit --set dra.enabled=true --set claimQuota.enabled=true
+helm upgrade lj-runtimekit deploy/helm/lj-runtimekit --reuse-values --set claimMigrate.enabled=true
+```
+
+kube-apiserver calls each through its Service in `namespace` (the webhook configuration's
+`clientConfig.service.namespace`), over TLS it checks against the configuration's `caBundle`. The serving
+certificate, per webhook (`claimQuota.certificate.*`, `claimMigrate.certificate.*`), one of:
+
+- **The chart's (default).** The Secret `lj-runtimekit-claim-quota-tls` (`lj-runtimekit-claim-migrate-tls`), type
+  kubernetes.io/tls with tls.crt, tls.key and ca.crt, and that CA as `caBundle`. At install the chart makes a CA and
+  a certificate for `<service>.<namespace>.svc` and `<service>.<namespace>.svc.cluster.local`, valid 10 years
+  (Helm's genCA, genSignedCert); `helm upgrade` reads the Secret back (`lookup`) and keeps it, so neither the
+  certificate nor the caBundle changes and the webhook is not restarted. To renew it, delete the Secret, then run
+  `helm upgrade`: a new CA and certificate, and the webhook's pods roll onto it (their config checksum hashes the
+  CA); `tests/integration/test_helm_webhooks_live.py` shows both against kube-apiserver. `helm template` and
+  `--dry-run` cannot read the cluster: each of their renders shows a new CA. Changing `namespace` makes a new
+  certificate (the names change).
+- **Yours.** `certificate.secretName` names a Secret you made in `namespace` holding tls.crt and tls.key for those
+  names, and `certificate.caBundle` is the base64 PEM of the CA that signed it; the chart renders no Secret. A
+  secretName without caBundle fails the render naming both.
+- **cert-manager's.** `certificate.certManager.issuer.name` (and `.kind`, Issuer or ClusterIssuer) renders a
+  cert-manager Certificate `<service>` for those names into the Secret `certificate.secretName` (empty: the default
+  name) and annotates the webhook configuration `cert-manager.io/inject-ca-from: <namespace>/<service>` without a
+  caBundle: cert-manager's CA injector writes it. cert-manager must be installed, and the issuer must put ca.crt in
+  the Secret (a CA or self-signed issuer does). The webhook reads its certificate at start: restart it after a renewal.
+
+`deploy-all.sh --components=...,dra,claim-quota` does the same with openssl; a Secret it made is not the chart's
+(Helm refuses to take it over): delete it before installing the webhook with the chart.
+
 `helm uninstall lj-runtimekit` deletes every object the chart made: workloads, ServiceAccounts, RBAC, ConfigMaps,
-NetworkPolicies, the admission policies and bindings, and the toggle Jobs' namespace `lj-runtimekit-jobs` with what is
-in it. The chart has no CRDs and no hooks. Left behind, as with `deploy-all.sh delete`: the Leases the components
-create (`lj-runtimekit-scheduler`, `lj-runtimekit-kube-scheduler`, `lj-runtimekit-controller`), the node label and
-the node annotations, and `/run/lj-runtimekit` and `/var/lib/lj-runtimekit` on the nodes
+NetworkPolicies, the admission policies and bindings, the webhook configurations and the chart's certificate Secrets
+(not a Secret of yours, nor the one cert-manager wrote), and the toggle Jobs' namespace `lj-runtimekit-jobs` with
+what is in it. The chart has no CRDs and no hooks. Left behind, as with `deploy-all.sh delete`: the Leases the
+components create (`lj-runtimekit-scheduler`, `lj-runtimekit-kube-scheduler`, `lj-runtimekit-controller`), the node
+label and the node annotations, and `/run/lj-runtimekit` and `/var/lib/lj-runtimekit` on the nodes
 ([Uninstall](deploy.md#uninstall)).
 
 ## Values

@@ -61,6 +61,33 @@ SCHEDULER = {
     "kubeSchedulerResources": {"type": "object", "description": "The kube-scheduler container's resources."},
 }
 
+
+def _webhook(name: str, service: str, doc: str) -> dict[str, Any]:
+    """A webhook component (deploy/helm/webhooks.py): a workload with its serving certificate's settings."""
+    secret = f"{service}-tls"
+    certificate = {
+        "type": "object", "additionalProperties": False,
+        "description": f"The serving certificate of Service {service}. Default: the chart makes a CA and a certificate "
+                       f"into the Secret {secret} and keeps them on upgrade (docs/helm.md#admission-webhooks).",
+        "properties": {
+            "secretName": _string(f"A Secret of yours in `namespace` holding tls.crt and tls.key (give caBundle "
+                                  f"too); with certManager, the Secret cert-manager writes (empty: {secret}).",
+                                  f"^({DNS_SUBDOMAIN})?$"),
+            "caBundle": _string("Base64 PEM of the CA that signed secretName's tls.crt (needed with secretName).",
+                                r"^[A-Za-z0-9+/=]*$"),
+            "certManager": {"type": "object", "additionalProperties": False,
+                            "description": "cert-manager makes the certificate and injects its CA.",
+                            "properties": {"issuer": {
+                                "type": "object", "additionalProperties": False,
+                                "description": "The cert-manager issuer signing it (its Secret must carry ca.crt).",
+                                "properties": {
+                                    "name": _string("The issuer's name (empty: no cert-manager).",
+                                                    f"^({DNS_SUBDOMAIN})?$"),
+                                    "kind": {"type": "string", "enum": ["Issuer", "ClusterIssuer"],
+                                             "description": "Issuer (in `namespace`) or ClusterIssuer."}}}}}}}
+    return _workload(f"{name}; needs dra.enabled; off by default ({doc})", {"certificate": certificate})
+
+
 PROTOCOL = {
     "type": "object",
     "description": "The protocol constants: every component's ConfigMap carries them as protocol.yaml.",
@@ -119,6 +146,10 @@ SCHEMA: dict[str, Any] = {
         "controller": _workload("controller (Deployment) and its toggle Jobs' namespace and RBAC"),
         "dra": _workload("DRA driver (DaemonSet on nodes labelled lj-runtimekit.io/dra-driver=true, where the device "
                          "plugin does not run) and its DeviceClasses; off by default (docs/dra.md)"),
+        "claimQuota": _webhook("DRA claim quota ValidatingWebhook (Deployment)", "lj-runtimekit-claim-quota",
+                               "docs/quota.md"),
+        "claimMigrate": _webhook("claim-migrate MutatingWebhook (Deployment)", "lj-runtimekit-claim-migrate",
+                                 "docs/migrate.md"),
         "admission": {"type": "object", "description": "The ValidatingAdmissionPolicies (Kubernetes >= 1.30).",
                       "additionalProperties": False,
                       "properties": {"enabled": {"type": "boolean", "description": "Install the admission policies."}}},

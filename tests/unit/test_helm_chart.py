@@ -20,8 +20,9 @@ Behaviours covered:
   pod; ``standalone`` is deploy/scheduler with its kustomize Component deploy/scheduler/standalone, ``ljrk scheduler
   --mode standalone`` alone, leader election kept, without kube-scheduler's grants (its two built-in role bindings,
   Lease name and authentication ConfigMap); the rest of the chart does not change with it;
-* values.schema.json refuses a negative memory unit, an unknown policy and a resource name that is not an extended
-  resource name, at template time, with a message naming the value.
+* values.schema.json refuses a negative memory unit, an unknown policy, a resource name that is not an extended
+  resource name, a webhook caBundle that is not base64 and an unknown cert-manager issuer kind, at template time,
+  with a message naming the value (the webhooks' renders: test_helm_webhooks.py).
 
 Helm comes from ``$LJRK_HELM`` or ``scripts/kube_platform.py helm-path`` (built by ``scripts/k8s-control-plane.sh
 install``); without it the helm tests skip, unless ``LJRK_REQUIRE_K8S=1`` (.ci/run), which makes that a failure.
@@ -63,6 +64,11 @@ def kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def helm() -> str:
+    return helm_binary()
+
+
+def helm_binary() -> str:
+    """The pinned Helm, else a skip (a failure with LJRK_REQUIRE_K8S=1); test_helm_webhooks.py's fixture too."""
     path = os.environ.get("LJRK_HELM") or run(
         [sys.executable, str(REPO / "scripts" / "kube_platform.py"), "helm-path"], check=False).stdout.strip()
     if path and os.access(path, os.X_OK):
@@ -258,6 +264,10 @@ def test_extra_args_are_appended_to_the_main_container_only(helm: str) -> None:
     ("protocol.resources.core=kubernetes.io/gpu-core", "  - at '/protocol/resources/core': 'not' failed"),
     ("scheduler.mode=embedded", "- at '/scheduler/mode': value must be one of 'extender', 'standalone'"),
     ("exporter.extraArgs=--port=1", "- at '/exporter/extraArgs': got string, want array"),
+    ("claimMigrate.certificate.caBundle=not-base64!",
+     "- at '/claimMigrate/certificate/caBundle': 'not-base64!' does not match pattern"),
+    ("claimQuota.certificate.certManager.issuer.kind=Foo",
+     "- at '/claimQuota/certificate/certManager/issuer/kind': value must be one of 'Issuer', 'ClusterIssuer'"),
 ])
 def test_schema_refuses_bad_values(helm: str, setting: str, message: str) -> None:
     """Helm names the value's path, and the bad value itself where the check is a pattern (an enum prints the
