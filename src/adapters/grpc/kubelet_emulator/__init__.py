@@ -1,8 +1,9 @@
 """A kubelet emulator for one node, speaking kubelet's real gRPC protocols on unix sockets (for ``ljrk up`` and
 integration tests): device-plugin Registration and the device manager's pod admission (:mod:`.devicemanager`),
-pod-resources ``List`` (:mod:`.podresources`) and the pod lifecycle over the cluster port (:mod:`.node`). Behaviour
-follows kubelet's ``pkg/kubelet/cm/devicemanager`` and ``pkg/kubelet/apis/podresources``; what is not emulated is listed
-in :mod:`.devicemanager`.
+pod-resources ``List`` (:mod:`.podresources`), DRA driver registration and claim preparation (:mod:`.dra`) and the
+pod lifecycle over the cluster port (:mod:`.node`). Behaviour follows kubelet's ``pkg/kubelet/cm/devicemanager``,
+``pkg/kubelet/cm/dra`` and ``pkg/kubelet/apis/podresources``; what is not emulated is listed in :mod:`.devicemanager`
+and :mod:`.dra`.
 
 It lives inside ``adapters.grpc`` because only that package may import ``grpc`` and the generated kubelet code
 (import-linter contracts in ``pyproject.toml``).
@@ -12,7 +13,9 @@ from .admission import (
     UNEXPECTED_ADMISSION_ERROR,
     AdmissionError,
     AdmissionResult,
+    ClaimDevice,
     ContainerAdmission,
+    ContainerClaim,
     PodAdmission,
     PreferredFn,
     container_requests,
@@ -21,6 +24,7 @@ from .admission import (
 )
 from .clock import Clock, ManualClock, SystemClock
 from .devicemanager import CREATE_CONTAINER_ERROR, RUN_CONTAINER_ERROR, DeviceManager
+from .dra import FAILED_PREPARE_REASON, DraManager, DraOutcome
 from .endpoint import PluginEndpoint, PluginOptions
 from .node import DURATION_ANNOTATION, INVALID_DURATION_REASON, NodeKubelet, Rejection, parse_duration
 from .podresources import PodResourcesServer, list_response
@@ -29,6 +33,7 @@ from .registration import KUBELET_SOCKET_NAME, SUPPORTED_VERSIONS, PluginRegistr
 __all__ = [
     "CREATE_CONTAINER_ERROR",
     "DURATION_ANNOTATION",
+    "FAILED_PREPARE_REASON",
     "INVALID_DURATION_REASON",
     "KUBELET_SOCKET_NAME",
     "RUN_CONTAINER_ERROR",
@@ -36,9 +41,13 @@ __all__ = [
     "UNEXPECTED_ADMISSION_ERROR",
     "AdmissionError",
     "AdmissionResult",
+    "ClaimDevice",
     "Clock",
     "ContainerAdmission",
+    "ContainerClaim",
     "DeviceManager",
+    "DraManager",
+    "DraOutcome",
     "ManualClock",
     "NodeKubelet",
     "PluginEndpoint",

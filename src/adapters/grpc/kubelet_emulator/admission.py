@@ -122,12 +122,37 @@ def pick_devices(
 
 
 @attrs.frozen
+class ClaimDevice:
+    """One device of a prepared DRA claim as its driver's ``NodePrepareResources`` answered it: ``driver``,
+    ``pool``, ``device`` (the claim's allocation result), ``cdi_ids`` (fully qualified CDI names) and ``share_id``
+    (None without consumable capacity)."""
+
+    driver: str
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...] = ()
+    share_id: str | None = None
+
+
+@attrs.frozen
+class ContainerClaim:
+    """A prepared DRA claim a container uses (pod-resources ``dynamic_resources``): ``namespace``, ``name``,
+    ``uid`` and its ``devices``."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[ClaimDevice, ...] = ()
+
+
+@attrs.frozen
 class ContainerAdmission:
     """One container as kubelet admitted it: ``name``, ``init`` (an init container), ``devices`` (resource name →
     device IDs kubelet allocated, in allocation order; kubelet's ``podDevices`` entry), ``responses`` (resource name
     → that resource's ``ContainerAllocateResponse`` in domain form) and ``runtime`` (their merge: envs, mounts,
-    device nodes, annotations, CDI device names, see :func:`merge_responses`) and ``cdi_env`` (the env edits the
-    CDI-enabled runtime injected for those names; empty without a CDI spec directory)."""
+    device nodes, annotations, CDI device names, see :func:`merge_responses`), ``cdi_env`` (the env edits the
+    CDI-enabled runtime injected for those names and for its claims' CDI names; empty without a CDI spec directory)
+    and ``claims`` (the prepared DRA claims it uses, :class:`ContainerClaim`; app containers only)."""
 
     name: str
     init: bool = False
@@ -135,6 +160,7 @@ class ContainerAdmission:
     responses: Mapping[str, ContainerAllocationResponse] = attrs.field(factory=dict)
     runtime: ContainerAllocationResponse = attrs.field(factory=ContainerAllocationResponse)
     cdi_env: Mapping[str, str] = attrs.field(factory=dict)
+    claims: tuple[ContainerClaim, ...] = ()
 
 
 @attrs.frozen

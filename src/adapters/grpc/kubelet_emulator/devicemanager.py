@@ -19,6 +19,12 @@ its admission. With ``cdi_dir`` (a CDI-enabled container runtime, as containerd 
 resolve against the spec files there (:mod:`.cdi`), else the pod is rejected with :data:`CREATE_CONTAINER_ERROR` (on a
 real node the container fails to be created); the env edits they inject are recorded as the container's
 ``cdi_env``. Without ``cdi_dir`` (containerd 1.x without CDI) the names are recorded and otherwise ignored.
+
+DRA: with a :class:`~.dra.DraManager` (``dra``), a pod with ``spec.resourceClaims`` has its claims prepared after
+the device-plugin allocation (:meth:`~.dra.DraManager.prepare_pod`); a failure rejects the pod and frees its
+devices. The claims and their CDI env edits go to every app container's admission. :meth:`DeviceManager.start`,
+``stop`` and ``restart`` start, stop and restart the DRA manager with the Registration server;
+:meth:`DeviceManager.release_pod` releases the pod's claims too.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from .admission import (
     AdmissionError,
     AdmissionResult,
     ContainerAdmission,
+    ContainerClaim,
     PodAdmission,
     container_requests,
     merge_responses,
@@ -48,6 +55,7 @@ from .admission import (
     unexpected_message,
 )
 from .cdi import UnresolvableCdiDevicesError, resolve
+from .dra import DraManager
 from .endpoint import PluginEndpoint, go_status
 from .registration import DIAL_TIMEOUT_S, RPC_TIMEOUT_S, PluginRegistry, response_from_pb
 
@@ -76,18 +84,22 @@ class _PodRecord:
     name: str
     containers: dict[str, _ContainerRecord] = attrs.field(factory=dict)  # admission order
     admitted: bool = False
+    claims: tuple[ContainerClaim, ...] = ()  # prepared DRA claims, given to every app container
 
 
 class DeviceManager(PluginRegistry):
     """Kubelet's device manager on ``plugin_dir``: Registration and device lists (:class:`PluginRegistry`) plus pod
-    admission (module docstring; ``cdi_dir``: the CDI spec directory of a CDI-enabled runtime, or None). Thread-safe.
-    Times in seconds as in :class:`PluginRegistry`."""
+    admission (module docstring; ``cdi_dir``: the CDI spec directory of a CDI-enabled runtime, or None; ``dra``: the
+    DRA manager, or None for device plugins only; assignable after construction). Thread-safe. Times in seconds as
+    in :class:`PluginRegistry`."""
 
     def __init__(self, plugin_dir: Path, *, dial_timeout_s: float = DIAL_TIMEOUT_S,
-                 rpc_timeout_s: float = RPC_TIMEOUT_S, max_workers: int = 4, cdi_dir: Path | None = None) -> None:
+                 rpc_timeout_s: float = RPC_TIMEOUT_S, max_workers: int = 4, cdi_dir: Path | None = None,
+                 dra: DraManager | None = None) -> None:
         super().__init__(plugin_dir, dial_timeout_s=dial_timeout_s, rpc_timeout_s=rpc_timeout_s,
                          max_workers=max_workers)
         self.cdi_dir = cdi_dir
+        self.dra = dra
         self._admission = threading.Lock()  # kubelet admits one pod at a time
         self._pods: dict[str, _PodRecord] = {}
 
@@ -100,6 +112,18 @@ class DeviceManager(PluginRegistry):
                     for resource, ids in container.devices.items():
                         out.setdefault(resource, set()).update(ids)
             return {resource: frozenset(ids) for resource, ids in out.items()}
+
+    def start(self) -> None:
+        """Serve Registration (:meth:`PluginRegistry.start`) and start the DRA manager, if any."""
+        super().start()
+        if self.dra is not None:
+            self.dra.start()
+
+    def stop(self, *, remove_socket: bool = True) -> None:
+        """Stop the DRA manager, if any (registrations forgotten, claims kept), then :meth:`PluginRegistry.stop`."""
+        if self.dra is not None:
+            self.dra.stop()
+        super().stop(remove_socket=remove_socket)
 
     # ------------------------------------------------------------------ admission
     def admit_pod(self, pod: PodObject) -> AdmissionResult:
@@ -135,7 +159,16 @@ class DeviceManager(PluginRegistry):
             if failure is not None:
                 self.release_pod(pod.uid)
                 return AdmissionResult(None, CREATE_CONTAINER_ERROR, failure)
+            outcome = self.dra.prepare_pod(pod) if self.dra is not None and pod.resource_claims else None
+            if outcome is not None and outcome.reason:
+                self.release_pod(pod.uid)
+                return AdmissionResult(None, outcome.reason, outcome.message)
             with self._lock:
+                if outcome is not None:
+                    record.claims = outcome.claims
+                    for container in record.containers.values():
+                        container.cdi_env = container.cdi_env if container.init else {**container.cdi_env,
+                                                                                       **outcome.env}
                 record.admitted = True
                 self._lock.notify_all()
                 return AdmissionResult(self._snapshot(pod.uid, record))
@@ -251,11 +284,14 @@ class DeviceManager(PluginRegistry):
         return None
 
     def release_pod(self, uid: str) -> bool:
-        """Free every device of pod ``uid`` (it ended, was deleted or rejected); True when it held a record."""
+        """Free every device and DRA claim of pod ``uid`` (it ended, was deleted or rejected); True when it held a
+        record."""
         with self._lock:
             record = self._pods.pop(uid, None)
             self._lock.notify_all()
-            return record is not None
+        if self.dra is not None:
+            self.dra.release_pod(uid)
+        return record is not None
 
     def admission(self, uid: str) -> PodAdmission | None:
         """The admission of pod ``uid``, or None when it is not admitted."""
@@ -277,6 +313,6 @@ class DeviceManager(PluginRegistry):
                 name=name, init=container.init,
                 devices={resource: tuple(ids) for resource, ids in container.devices.items()},
                 responses=responses, runtime=merge_responses(responses.values(), container=name),
-                cdi_env=dict(container.cdi_env),
+                cdi_env=dict(container.cdi_env), claims=() if container.init else record.claims,
             ))
         return PodAdmission(uid, record.namespace, record.name, tuple(containers))

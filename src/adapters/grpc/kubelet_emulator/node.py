@@ -22,9 +22,11 @@ import attrs
 
 from domain.kube.objects import ClusterEvent, EventType, PodObject, PodPhase
 from ports.cluster import ClusterApi, ClusterError, GoneError, NotFoundError
+from ports.resource_claims import ResourceClaimsApi
 
 from .clock import Clock, SystemClock
 from .devicemanager import DeviceManager
+from .dra import DraManager
 from .podresources import PodResourcesServer
 
 log = logging.getLogger(__name__)
@@ -118,10 +120,13 @@ class NodeKubelet:
     @classmethod
     def create(cls, cluster: ClusterApi, *, node: str, plugin_dir: Path, pod_resources_dir: Path | None,
                clock: Clock | None = None, speedup: float = 1.0, registration_wait_s: float = 0.0,
-               cdi_dir: Path | None = None) -> NodeKubelet:
-        """A kubelet with its own :class:`DeviceManager` on ``plugin_dir`` (resolving CDI names in ``cdi_dir``) and,
-        unless ``pod_resources_dir`` is None, a :class:`PodResourcesServer` on ``<pod_resources_dir>/kubelet.sock``."""
-        manager = DeviceManager(plugin_dir, cdi_dir=cdi_dir)
+               cdi_dir: Path | None = None, registry_dir: Path | None = None,
+               claims: ResourceClaimsApi | None = None) -> NodeKubelet:
+        """A kubelet with a :class:`DeviceManager` on ``plugin_dir`` (CDI names resolved in ``cdi_dir``), a DRA manager
+        on ``registry_dir`` over ``claims`` when both are given, pod-resources in ``pod_resources_dir`` unless None."""
+        dra = None if registry_dir is None or claims is None else DraManager(
+            node=node, registry_dir=registry_dir, claims=claims, cdi_dir=cdi_dir)
+        manager = DeviceManager(plugin_dir, cdi_dir=cdi_dir, dra=dra)
         server = None if pod_resources_dir is None else PodResourcesServer(pod_resources_dir, manager.admitted)
         return cls(cluster, node=node, device_manager=manager, pod_resources=server, clock=clock, speedup=speedup,
                    registration_wait_s=registration_wait_s)
@@ -154,7 +159,7 @@ class NodeKubelet:
         self.device_manager.stop()
 
     def restart(self) -> None:
-        """A kubelet restart (module docstring): the device manager and pod-resources re-serve on fresh sockets."""
+        """A kubelet restart (module docstring): device and DRA managers and pod-resources re-serve afresh."""
         self.device_manager.restart()
         if self.pod_resources is not None:
             self.pod_resources.restart()

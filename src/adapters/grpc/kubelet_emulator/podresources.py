@@ -8,8 +8,11 @@ kubelet before 1.27 does (for clients' fallback to ``List``). ``GetAllocatableRe
 
 ``List`` reports every active pod — admitted and not yet ended — with each app container and, per resource, the
 device IDs kubelet allocated to it (init containers are not listed, as in kubelet; a container without devices is
-listed with none). Topology and CPU IDs are left empty. Like kubelet, the server limits calls to ``qps`` per
-second with bursts of ``burst`` and answers RESOURCE_EXHAUSTED "rejected by rate limit" beyond that.
+listed with none) and the DRA claims it uses (``dynamic_resources``: claim name and namespace, per device the
+driver, pool, device, CDI names and share ID the driver's ``NodePrepareResources`` answered; every claim of the
+pod is listed for every app container, see :mod:`.dra`). Topology and CPU IDs are left empty. Like kubelet, the
+server limits calls to ``qps`` per second with bursts of ``burst`` and answers RESOURCE_EXHAUSTED "rejected by rate
+limit" beyond that.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from .._pb.kubelet.podresources.v1 import api_pb2 as pr
 from .._pb.kubelet.podresources.v1 import api_pb2_grpc as pr_grpc
 from ..client import unix_target
 from ..sockets import prepare_socket_path
-from .admission import PodAdmission
+from .admission import ClaimDevice, ContainerClaim, PodAdmission
 
 POD_RESOURCES_SOCKET_NAME = "kubelet.sock"
 """The socket's file name in the pod-resources directory (``/var/lib/kubelet/pod-resources/kubelet.sock``)."""
@@ -39,14 +42,27 @@ DEFAULT_BURST = 10
 """Kubelet's pod-resources burst (``podresources.DefaultBurstTokens``)."""
 
 
+def _claim_resource(device: ClaimDevice) -> pr.ClaimResource:
+    resource = pr.ClaimResource(cdi_devices=[pr.CDIDevice(name=name) for name in device.cdi_ids],
+                                driver_name=device.driver, pool_name=device.pool, device_name=device.device)
+    if device.share_id is not None:
+        resource.share_id = device.share_id
+    return resource
+
+
+def _dynamic_resource(claim: ContainerClaim) -> pr.DynamicResource:
+    return pr.DynamicResource(claim_name=claim.name, claim_namespace=claim.namespace,
+                              claim_resources=[_claim_resource(device) for device in claim.devices])
+
+
 def pod_resources(pod: PodAdmission) -> pr.PodResources:
     """One pod's entry (module docstring): one ContainerResources per app container, one ContainerDevices per
-    resource it holds."""
+    resource it holds, one DynamicResource per claim it uses."""
     return pr.PodResources(name=pod.name, namespace=pod.namespace, containers=[
         pr.ContainerResources(name=container.name, devices=[
             pr.ContainerDevices(resource_name=resource, device_ids=list(ids))
             for resource, ids in container.devices.items()
-        ])
+        ], dynamic_resources=[_dynamic_resource(claim) for claim in container.claims])
         for container in pod.app_containers
     ])
 
