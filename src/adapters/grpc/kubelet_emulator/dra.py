@@ -139,6 +139,8 @@ class DraManager:
         self._claims: dict[str, _Claim] = {}  # by claim UID; kept across restarts (kubelet's checkpoint)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.registrations: list[str] = []
+        """Driver names of every accepted registration, oldest first."""
         self.refusals: list[str] = []
         """Registrations refused (the error told to the plugin), oldest first."""
 
@@ -245,6 +247,7 @@ class DraManager:
                     old = None if stop.is_set() else self._drivers.pop(info.name, None)
                     if not stop.is_set():
                         self._drivers[info.name] = driver
+                        self.registrations.append(info.name)
                     self._cond.notify_all()
                 if old is not None:
                     old.channel.close()
