@@ -10,7 +10,8 @@ Runtime's book; a claim not reserved for the pod, not allocated, of an unregiste
 the driver fails the pod with ``FailedPrepareDynamicResources`` and leaks nothing (a good claim prepared in the
 same call is unprepared again); a claim shared by two pods is prepared once and unprepared after the second
 goes; a kubelet restart keeps the prepared claim and registers the driver again; a plugin with no supported
-version is refused.
+version is refused; admission waits for a driver registering late (``registration_wait_s``); a pod whose
+device-plugin devices were allocated and whose claim is refused gives them back (``dp_world``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from collections.abc import Iterable, Iterator
 from concurrent import futures
 from pathlib import Path
 
+import dp_world
 import grpc
 import pytest
 import runtime_node
 from dependency_injector import providers
+from dp_world import make_world, share, share_plan
 
 from adapters.grpc import unix_channel
 from adapters.grpc._pb.kubelet.pluginregistration.v1 import api_pb2 as reg
@@ -36,8 +39,10 @@ from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.memory.resource_slices import InMemoryResourceSlices
+from domain.allocation import PodAllocation
 from domain.dra.claims import AllocationResult, ClaimAllocation, ClaimRef
 from domain.dra.prepared import ClaimOutcome
+from domain.kube.annotations import encode_plan
 from domain.kube.objects import ContainerSpec, NodeObject, PodClaim, PodObject, PodPhase
 from entrypoints.dra_driver.app import DraDriverSettings
 from entrypoints.dra_driver.containers import ApiAccess, DraDriverContainer
@@ -295,3 +300,35 @@ def test_plugin_without_a_supported_version_is_refused(world: World) -> None:
         assert world.dra.registered() == frozenset()
     finally:
         server.stop(0).wait()
+
+
+def test_admission_waits_for_a_driver_that_registers_late(world: World) -> None:
+    world.dra.registration_wait_s = 10.0
+    pod = world.pod("late", "gpu-late")
+    world.claim("gpu-late", pod)
+    world.bind(pod)  # admission waits for the driver instead of refusing the claim
+    world.start_driver()
+    assert world.wait_phase("late", PodPhase.RUNNING)
+    assert world.booked() == ["uid-gpu-late"]
+
+
+def test_rejected_claim_gives_back_the_device_plugin_devices() -> None:
+    dp = make_world(2)
+    try:
+        assert dp.wait_registered()
+        claims = InMemoryResourceClaims()
+        dp.kubelet.dra = DraManager(node=dp_world.NODE, registry_dir=dp.root / "reg", claims=claims)
+        created = dp.cluster.create_pod(PodObject("", NS, "both", (share("main", core=60, memory=8),),
+                                                  resource_claims=(PodClaim("c0", claim_name="x"),)))
+        text = encode_plan(PodAllocation(created.uid, dp_world.NODE, (share_plan("main", 1, core=60, memory_gib=8),)),
+                           dp.gpus)
+        dp.cluster.patch_pod_annotations(NS, "both", {dp_world.PROTOCOL.annotations.pod_plan: text})
+        dp.cluster.bind_pod(NS, "both", uid=created.uid, node=dp_world.NODE)
+        result = dp.kubelet.admit_pod(dp.cluster.get_pod(NS, "both"))  # claim "x" does not exist
+        assert (result.admission, result.reason) == (None, FAILED_PREPARE_REASON)
+        assert "claim default/x: the ResourceClaim does not exist" in result.message
+        assert [r.pod_uid for r in dp.runtime.requests] == [created.uid]  # the device plugin had allocated
+        assert dp.kubelet.allocated_devices() == {}
+        assert dp.kubelet.admitted() == ()
+    finally:
+        dp.close()
