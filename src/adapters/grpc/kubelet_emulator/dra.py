@@ -9,14 +9,15 @@ endpoint (the registration socket itself when empty) and answers ``NotifyRegistr
 a refused plugin is told ``False`` with the error. A socket that disappears unregisters its driver. A socket whose
 GetInfo fails is tried again at the next poll. The same driver registered again replaces the old connection.
 
-Preparation (:meth:`DraManager.prepare_pod`, called by the device manager after the device-plugin allocation):
-every ``spec.resourceClaims`` entry is resolved to its ResourceClaim name (``PodClaim.resolved``; "" = none needed,
+Preparation (:meth:`DraManager.prepare_pod`, called by the device manager after the device-plugin allocation): every
+``spec.resourceClaims`` entry is resolved to its ResourceClaim name (``PodClaim.resolved``; "" = none needed,
 skipped), read through the claims port and must exist, be allocated and list the pod's UID in ``reservedFor``; each
-driver of its allocation results must be registered. Claims not prepared yet are sent to ``NodePrepareResources``
-of each of their drivers (grouped per driver, one call each); an entry missing from the answer or with an ``error``
-fails the pod. Every check failure is reason :data:`FAILED_PREPARE_REASON` with a message naming the claim; CDI
-names the runtime cannot resolve in ``cdi_dir`` are ``CreateContainerError``. A failed admission gives back what it
-took: the pod is dropped from its claims and claims left without pods are unprepared.
+driver of its allocation results must be registered (admission waits up to ``registration_wait_s`` seconds for one
+that is not, as ``NodeKubelet``'s device-plugin wait does). Claims not prepared yet are sent to
+``NodePrepareResources`` of each of their drivers (grouped per driver, one call each); an entry missing from the
+answer or with an ``error`` fails the pod. Every check failure is reason :data:`FAILED_PREPARE_REASON` with a
+message naming the claim; CDI names the runtime cannot resolve in ``cdi_dir`` are ``CreateContainerError``. A failed
+admission gives back what it took: the pod is dropped from its claims and claims left without pods are unprepared.
 
 A prepared claim is kept (kubelet's claim-info cache and checkpoint) with the UIDs of the admitted pods using it:
 a second pod's admission does not prepare it again; :meth:`DraManager.release_pod` drops the pod and, for the last
@@ -123,22 +124,26 @@ class _RefusedError(Exception):
 class DraManager:
     """Kubelet's DRA manager of ``node`` (module docstring): drivers registered through ``registry_dir``, claims
     read from ``claims``, CDI names resolved in ``cdi_dir`` (None: recorded only), each driver RPC bounded by
-    ``rpc_timeout_s`` s, the directory polled every ``poll_s`` s. Thread-safe."""
+    ``rpc_timeout_s`` s, the directory polled every ``poll_s`` s; admission waits up to ``registration_wait_s`` s
+    for a claim's driver to register. Thread-safe."""
 
     def __init__(self, *, node: str, registry_dir: Path, claims: ResourceClaimsApi, cdi_dir: Path | None = None,
-                 rpc_timeout_s: float = 10.0, poll_s: float = 0.1) -> None:
+                 rpc_timeout_s: float = 10.0, poll_s: float = 0.1, registration_wait_s: float = 0.0) -> None:
         self.node = node
         self.registry_dir = registry_dir
         self.cdi_dir = cdi_dir
         self._claims_api = claims
         self._rpc_timeout_s = rpc_timeout_s
         self._poll_s = poll_s
+        self.registration_wait_s = registration_wait_s
         self._cond = threading.Condition()
         self._serial = threading.RLock()  # preparations, releases and retried unprepares, one at a time
         self._drivers: dict[str, _Driver] = {}
         self._claims: dict[str, _Claim] = {}  # by claim UID; kept across restarts (kubelet's checkpoint)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.registrations: list[str] = []
+        """Driver names of every accepted registration, oldest first."""
         self.refusals: list[str] = []
         """Registrations refused (the error told to the plugin), oldest first."""
 
@@ -245,6 +250,7 @@ class DraManager:
                     old = None if stop.is_set() else self._drivers.pop(info.name, None)
                     if not stop.is_set():
                         self._drivers[info.name] = driver
+                        self.registrations.append(info.name)
                     self._cond.notify_all()
                 if old is not None:
                     old.channel.close()
@@ -265,11 +271,11 @@ class DraManager:
     # ------------------------------------------------------------------ preparation
     def prepare_pod(self, pod: PodObject) -> DraOutcome:
         """Prepare ``pod``'s claims (module docstring); never raises for claim, driver or CDI failures."""
+        try:
+            wanted = self._check(pod)  # outside the serial lock: it may wait for a driver the watcher registers
+        except _RefusedError as error:
+            return DraOutcome(reason=FAILED_PREPARE_REASON, message=str(error))
         with self._serial:
-            try:
-                wanted = self._check(pod)
-            except _RefusedError as error:
-                return DraOutcome(reason=FAILED_PREPARE_REASON, message=str(error))
             with self._cond:
                 records = []
                 for claim, drivers in wanted:
@@ -310,7 +316,7 @@ class DraManager:
             if pod.uid not in claim.reserved_for:
                 raise _RefusedError(f"{label}: the ResourceClaim is not reserved for pod {pod.key} ({pod.uid})")
             drivers = tuple(dict.fromkeys(r.driver for r in claim.results))
-            missing = [d for d in drivers if self._driver(d) is None]
+            missing = [d for d in drivers if not self.wait_registered(d, self.registration_wait_s)]
             if missing:
                 raise _RefusedError(f"{label}: DRA driver {missing[0]} is not registered")
             out.append((claim, drivers))

@@ -122,10 +122,10 @@ class NodeKubelet:
                clock: Clock | None = None, speedup: float = 1.0, registration_wait_s: float = 0.0,
                cdi_dir: Path | None = None, registry_dir: Path | None = None,
                claims: ResourceClaimsApi | None = None) -> NodeKubelet:
-        """A kubelet with a :class:`DeviceManager` on ``plugin_dir`` (CDI names resolved in ``cdi_dir``), a DRA manager
-        on ``registry_dir`` over ``claims`` when both are given, pod-resources in ``pod_resources_dir`` unless None."""
+        """A kubelet owning its device manager, a DRA manager (given ``registry_dir`` and ``claims``), pod-resources."""
         dra = None if registry_dir is None or claims is None else DraManager(
-            node=node, registry_dir=registry_dir, claims=claims, cdi_dir=cdi_dir)
+            node=node, registry_dir=registry_dir, claims=claims, cdi_dir=cdi_dir,
+            registration_wait_s=registration_wait_s)
         manager = DeviceManager(plugin_dir, cdi_dir=cdi_dir, dra=dra)
         server = None if pod_resources_dir is None else PodResourcesServer(pod_resources_dir, manager.admitted)
         return cls(cluster, node=node, device_manager=manager, pod_resources=server, clock=clock, speedup=speedup,
