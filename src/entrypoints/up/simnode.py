@@ -17,8 +17,7 @@ import attrs
 from dependency_injector import providers
 
 from adapters.grpc import GrpcNodeRuntime
-from adapters.grpc.kubelet_emulator import NodeKubelet, PodResourcesServer
-from adapters.grpc.kubelet_emulator.dra import DraManager
+from adapters.grpc.kubelet_emulator import DraManager, NodeKubelet, PodResourcesServer
 from adapters.grpc.podresources import GrpcPodResourcesLister
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from adapters.memory.resource_slices import InMemoryResourceSlices
@@ -229,7 +228,7 @@ class SimNode:
         manager = ReleasingDeviceManager(self.plugin_dir, self.releaser, cdi_dir=self.cdi_dir)
         if self.dra_driver is not None and self.claims is not None:
             manager.dra = DraManager(node=self.name, registry_dir=self.dra_driver.registry_dir, claims=self.claims,
-                                     cdi_dir=self.cdi_dir)
+                                     cdi_dir=self.cdi_dir, registration_wait_s=self.settings.registration_wait_s)
         self.kubelet = NodeKubelet(
             self.cluster, node=self.name, device_manager=manager,
             pod_resources=PodResourcesServer(self.pod_resources_dir, manager.admitted), clock=self.clock,
