@@ -9,6 +9,8 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 - a claim for a whole GPU (class ``gpu``): the container's limits are the whole GPU; the claim's CDI spec,
   checkpoint entry and Runtime grant exist while the pod runs; deleting the pod unprepares: all three gone;
 - a 30 % / 4 GiB share (class ``gpu-share``, capacity requests): the container's limits are that share;
+- the exporter (``ljrk exporter`` on the real kubelet's pod-resources) serves that share's grant under the pod's
+  container with the claim's labels;
 - two 50 % / 8 GiB shares land on one GPU (first fit) and run; a whole GPU takes the other; a third share fits
   nowhere: pending, PodScheduled False with kube-scheduler's "cannot allocate all claims";
 - a classic ``gpu: 1`` pod served through the whole-GPU class's ``extendedResourceName`` (the claim the scheduler
@@ -112,6 +114,31 @@ def test_share_of_30_percent_and_4_gib(claims: Claims, stack: DraNodeStack) -> N
     assert result.share_id
     uuid = stack.gpu_uuids()[int(result.device.removeprefix("gpu-"))]
     assert env == expected_limits(uuid, claims.uid(claim), 300, 4 * GIB)
+
+
+def test_the_exporter_attributes_a_claim_to_the_container_using_it(claims: Claims, stack: DraNodeStack) -> None:
+    """The real kubelet's pod-resources lists the claim under the pod's container (``dynamic_resources``); the
+    exporter serves the claim's grant under that pod and container, with the claim's labels."""
+    claim = claims.create(SHARE, {"cores": "30", "memory": "4Gi"})
+    pod = claims.pod(claim)
+    running(claims, pod)
+    stack.start_exporter()
+    try:
+        def served(metric: str) -> str:
+            return next((line for line in stack.metrics("exporter").splitlines()
+                         if line.startswith(metric + "{") and f'pod="{pod}"' in line), "")
+
+        eventually(lambda: served("lj_runtimekit_container_gpu_core_limit_ratio"), 60,
+                   f"the claim's row served under pod {pod}\n{stack.tails()}")
+        core, memory = (served(f"lj_runtimekit_container_gpu_{m}") for m in ("core_limit_ratio", "memory_limit_bytes"))
+        for line in (core, memory):
+            assert 'container="main"' in line, line
+            assert f'claim_name="{claim}"' in line, line
+            assert f'claim_namespace="{claims.namespace}"' in line, line
+        assert float(core.rsplit(" ", 1)[1]) == 0.3
+        assert float(memory.rsplit(" ", 1)[1]) == 4 * GIB
+    finally:
+        stack.stop("exporter")
 
 
 def test_two_shares_fit_on_one_gpu_and_a_third_fits_nowhere(claims: Claims, stack: DraNodeStack) -> None:
