@@ -98,7 +98,7 @@ def ledger_share_needs(ledger: ClusterLedger, shape: ContainerRequest) -> tuple[
     :data:`SHARE_NEEDS_MEMO` most recently used shapes."""
     memo = ledger.capacity_memo().setdefault("share_needs", {})
     assert isinstance(memo, dict)
-    key = (shape.core_milli, shape.memory_bytes, shape.memory_milli)
+    key = _shape_key(shape)
     needs = memo.pop(key, None)
     if needs is None:
         needs = share_needs(shape.core_milli, shape.memory_bytes, ledger.mem_cap, memory_milli=shape.memory_milli)
@@ -106,9 +106,7 @@ def ledger_share_needs(ledger: ClusterLedger, shape: ContainerRequest) -> tuple[
             array.flags.writeable = False
         if needs[0].min(initial=1) < 1:  # pragma: no cover - validated requests resolve to ≥ 1 milli-GPU
             raise DomainError(f"share {key} resolves to a core need below 1 milli-GPU")
-        while len(memo) >= SHARE_NEEDS_MEMO:
-            del memo[next(iter(memo))]
-    memo[key] = needs
+    _remember(memo, key, needs)
     core: I64 = needs[0]
     mem: I64 = needs[1]
     return core, mem
@@ -141,7 +139,21 @@ def share_needs(
     return np.where(has_mem, core, never), np.where(has_mem, mem, never)
 
 
-def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArray:
+def _shape_key(shape: ContainerRequest) -> tuple[int | None, int | None, int | None]:
+    """The memo key of a share shape: ``(core_milli, memory_bytes, memory_milli)``."""
+    return shape.core_milli, shape.memory_bytes, shape.memory_milli
+
+
+def _remember(memo: dict[object, object], key: object, value: object) -> None:
+    """Store ``value`` as the newest entry of the least-recently-used ``memo`` (its caller popped ``key`` first),
+    dropping the oldest beyond :data:`SHARE_NEEDS_MEMO` entries."""
+    while len(memo) >= SHARE_NEEDS_MEMO:
+        del memo[next(iter(memo))]
+    memo[key] = value
+
+
+def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest,
+                     needs: tuple[I64, I64] | None = None) -> BoolArray:
     """Bool ``[rows, max_gpus]``, a read-only view: ``sched_free ≥ core_need`` and ``free_mem ≥ mem_need`` per GPU
     for a share container (needs of :func:`ledger_share_needs`), over every ledger row, before eligibility and
     admission. The view shows the ledger's current books until the next call for this shape, which updates the same
@@ -150,18 +162,17 @@ def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArra
     Kept in the ledger's :meth:`~domain.ledgerslots.LedgerSlots.stamped_memo` for the :data:`SHARE_NEEDS_MEMO` most
     recently used shapes, with the ledger's ``derived_stamp`` of each row when it was computed: a later call
     recomputes only the rows whose stamp moved (one decision changes one node), so the result always equals the full
-    comparison. Raises what :func:`ledger_share_needs` raises."""
-    core_need, mem_need = ledger_share_needs(ledger, shape)
+    comparison. ``needs``: what :func:`ledger_share_needs` gives for ``shape``, when the caller has it already.
+    Raises what :func:`ledger_share_needs` raises."""
+    core_need, mem_need = ledger_share_needs(ledger, shape) if needs is None else needs
     memo = ledger.stamped_memo().setdefault("share_fit", {})
     assert isinstance(memo, dict)
-    key = (shape.core_milli, shape.memory_bytes, shape.memory_milli)
+    key = _shape_key(shape)
     entry = memo.pop(key, None)
     stamp = ledger.derived_stamp
     if entry is None or len(entry[1]) != len(stamp):
         fit: BoolArray = (ledger.sched_free >= core_need) & (ledger.free_mem >= mem_need)
         entry = (fit, stamp.copy())
-        while len(memo) >= SHARE_NEEDS_MEMO:
-            del memo[next(iter(memo))]
     else:
         fit, seen = entry
         changed = np.flatnonzero(seen != stamp)
@@ -169,7 +180,7 @@ def ledger_share_fit(ledger: ClusterLedger, shape: ContainerRequest) -> BoolArra
             fit[changed] = (ledger.sched_free[changed] >= core_need[changed]) & (
                 ledger.free_mem[changed] >= mem_need[changed])
             seen[changed] = stamp[changed]
-    memo[key] = entry
+    _remember(memo, key, entry)
     shared: BoolArray = entry[0].view()  # the memo's array stays writeable for the next update; callers read only
     shared.flags.writeable = False
     return shared
@@ -201,8 +212,8 @@ def gpu_fit_mask(
     if shape.kind is GpuKind.WHOLE:
         fit = ledger.free_whole
     else:
-        state.core_need, state.mem_need = ledger_share_needs(ledger, shape)
-        fit = ledger_share_fit(ledger, shape)
+        needs = state.core_need, state.mem_need = ledger_share_needs(ledger, shape)
+        fit = ledger_share_fit(ledger, shape, needs)
     if _has_selector(pod):
         fit = fit & eligible_gpus(pod, ledger, state)
     keep = ledger.admitting if rows is None else rows & ledger.admitting
