@@ -42,6 +42,8 @@ from helm_postrender import write_plugin
 from k8s_harness import ControlPlane, free_ports
 from real_node_world import allocatable, container, eventually, http_get, pod_manifest, pods_in_new_namespace, unique
 
+from support.helm import helm_binary
+
 pytestmark = [pytest.mark.kubelet, pytest.mark.k8s, pytest.mark.images]
 
 NODE = "ljrk-helm-node"
@@ -58,15 +60,7 @@ STATE = "lj-runtimekit.io/runtime-state"
 
 @pytest.fixture(scope="module")
 def helm_bin() -> str:
-    path = os.environ.get("LJRK_HELM") or subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "kube_platform.py"), "helm-path"],
-        capture_output=True, text=True, check=False).stdout.strip()
-    if path and os.access(path, os.X_OK):
-        return path
-    hint = "helm is not built; build it with: bash scripts/k8s-control-plane.sh install"
-    if os.environ.get("LJRK_REQUIRE_K8S") == "1":
-        pytest.fail(f"LJRK_REQUIRE_K8S=1 but {hint}", pytrace=False)
-    pytest.skip(hint)
+    return helm_binary()
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 from k8s_harness import ControlPlane, start_control_plane
 
+from support.helm import helm_binary
+
 pytestmark = [pytest.mark.k8s]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,15 +44,7 @@ KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 
 @pytest.fixture(scope="module")
 def helm_bin() -> str:
-    path = os.environ.get("LJRK_HELM") or subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "kube_platform.py"), "helm-path"],
-        capture_output=True, text=True, check=False).stdout.strip()
-    if path and os.access(path, os.X_OK):
-        return path
-    hint = "helm is not built; build it with: bash scripts/k8s-control-plane.sh install"
-    if os.environ.get("LJRK_REQUIRE_K8S") == "1":
-        pytest.fail(f"LJRK_REQUIRE_K8S=1 but {hint}", pytrace=False)
-    pytest.skip(hint)
+    return helm_binary()
 
 
 @pytest.fixture(scope="module")

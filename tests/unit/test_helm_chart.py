@@ -42,6 +42,7 @@ import pytest
 import yaml
 
 from adapters.protocolfile import find_protocols, load_protocol
+from support.helm import helm_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "lj-runtimekit"
@@ -65,18 +66,6 @@ def kubectl() -> str:
 @pytest.fixture(scope="module")
 def helm() -> str:
     return helm_binary()
-
-
-def helm_binary() -> str:
-    """The pinned Helm, else a skip (a failure with LJRK_REQUIRE_K8S=1); test_helm_webhooks.py's fixture too."""
-    path = os.environ.get("LJRK_HELM") or run(
-        [sys.executable, str(REPO / "scripts" / "kube_platform.py"), "helm-path"], check=False).stdout.strip()
-    if path and os.access(path, os.X_OK):
-        return path
-    hint = "helm is not built; build it with: bash scripts/k8s-control-plane.sh install"
-    if os.environ.get("LJRK_REQUIRE_K8S") == "1":
-        pytest.fail(f"LJRK_REQUIRE_K8S=1 but {hint}", pytrace=False)
-    pytest.skip(hint)
 
 
 def objects(text: str) -> dict[Key, dict[str, Any]]:

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_helm_chart import CHART, Key, helm_binary, kustomize, normalised, render, run, template
+from test_helm_chart import CHART, Key, kustomize, normalised, render, run, template
+
+from support.helm import helm_binary
 
 WEBHOOKS = {"claim-quota": ("claimQuota", "ValidatingWebhookConfiguration"),
             "claim-migrate": ("claimMigrate", "MutatingWebhookConfiguration")}
