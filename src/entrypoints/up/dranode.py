@@ -23,6 +23,8 @@ from entrypoints.dra_driver.app import DraDriverApp, DraDriverSettings
 from entrypoints.dra_driver.containers import ApiAccess, DraDriverContainer
 from ports.cluster import ClusterApi
 
+from .serving import serve_on_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -54,15 +56,7 @@ class NodeDraDriver:
         self._container = container
         app = container.app()
         self.app = app
-
-        def serve() -> None:
-            try:
-                app.run(self._stop)
-            except Exception:  # OSError binding a socket: readiness reports the node as not ready
-                log.exception("node %s: DRA driver stopped", self.node)
-
-        self._thread = threading.Thread(target=serve, name=f"ljrk-up-dra-{self.node}", daemon=True)
-        self._thread.start()
+        self._thread = serve_on_thread(app.run, self._stop, what="DRA driver", node=self.node)
 
     def stop(self) -> None:
         """Stop serving and close the Runtime client. Idempotent."""

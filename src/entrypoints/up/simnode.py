@@ -42,6 +42,7 @@ from .clock import PausableClock
 from .cri import ReleasingDeviceManager, RuntimeReleaser
 from .dranode import NodeDraDriver
 from .jobs import JobMode
+from .serving import serve_on_thread
 
 log = logging.getLogger(__name__)
 
@@ -263,15 +264,7 @@ class SimNode:
         except Exception as error:  # Runtime unreachable or too old, listener cannot bind
             raise StackError(f"node {self.name}: the device plugin did not start: {error}") from error
         self.device_plugin = app
-
-        def serve() -> None:
-            try:
-                app.run(self._dp_stop)
-            except Exception:  # OSError binding a socket: readiness reports the node as not ready
-                log.exception("node %s: device plugin stopped", self.name)
-
-        self._dp_thread = threading.Thread(target=serve, name=f"ljrk-up-dp-{self.name}", daemon=True)
-        self._dp_thread.start()
+        self._dp_thread = serve_on_thread(app.run, self._dp_stop, what="device plugin", node=self.name)
 
     def _start_exporter(self) -> None:
         settings = ExporterSettings(
