@@ -15,7 +15,8 @@ compares them). What becomes a value:
 * the scheduler's ``policy``, ``logLevel`` and ``leaderElection`` (kube-scheduler's ``leaderElect``);
 * the config-checksum annotation becomes a hash of the values that reach that component's ConfigMap.
 
-Each component's objects sit under ``{{ if .Values.<component>.enabled }}`` (deploy/jobs under the controller's).
+Each component's objects sit under ``{{ if (.Values.<component>).enabled }}`` (deploy/jobs under the
+controller's; nil-safe: an older release's values reused with ``--reuse-values`` lack a newer component).
 A kustomize Component of a folder (``deploy/<component>/<variant>/``, kind Component) becomes a branch: the folder
 is rendered with and without it, and each object that differs is ``{{ if eq .Values.<component>.<key> "<variant>"
 }}`` the one, else the other; an object only one of the two renders holds is kept under that condition alone
@@ -328,7 +329,7 @@ def generate(kubectl: str) -> dict[Path, str]:
             raise ChartError(f"deploy/{component}: `# protocol:` lines not found in its render: {sorted(missing)}")
         body = webhooks.preamble(component) + "---\n".join(docs + webhooks.extra_docs(component))
         files[CHART / "templates" / f"{component}.yaml"] = (
-            HEADER.format(source=component) + f"{{{{- if .Values.{gate}.enabled }}}}\n{body}{{{{- end }}}}\n")
+            HEADER.format(source=component) + f"{{{{- if (.Values.{gate}).enabled }}}}\n{body}{{{{- end }}}}\n")
     files[CHART / "templates" / "_helpers.tpl"] = HELPERS + webhooks.HELPERS
     values["protocol"] = yaml.safe_load((DEPLOY / "protocol.yaml").read_text())
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

@@ -58,7 +58,7 @@ MutatingWebhook turning classic GPU requests into claims ([Migrate](migrate.md),
 
 ```bash
 helm install lj-runtimekit deploy/helm/lj-runtimekit --set dra.enabled=true --set claimQuota.enabled=true
-helm upgrade lj-runtimekit deploy/helm/lj-runtimekit --reuse-values --set claimMigrate.enabled=true
+helm upgrade lj-runtimekit deploy/helm/lj-runtimekit --reset-then-reuse-values --set claimMigrate.enabled=true
 ```
 
 kube-apiserver calls each through its Service in `namespace` (the webhook configuration's
@@ -71,20 +71,30 @@ certificate, per webhook (`claimQuota.certificate.*`, `claimMigrate.certificate.
   (Helm's genCA, genSignedCert); `helm upgrade` reads the Secret back (`lookup`) and keeps it, so neither the
   certificate nor the caBundle changes and the webhook is not restarted. To renew it, delete the Secret, then run
   `helm upgrade`: a new CA and certificate, and the webhook's pods roll onto it (their config checksum hashes the
-  CA); `tests/integration/test_helm_webhooks_live.py` shows both against kube-apiserver. `helm template` and
-  `--dry-run` cannot read the cluster: each of their renders shows a new CA. Changing `namespace` makes a new
-  certificate (the names change).
+  CA); `tests/integration/test_helm_webhooks_live.py` shows both against kube-apiserver. `helm template` and a
+  client-side `--dry-run` cannot read the cluster (`--dry-run=server` can): each of their renders shows a new CA,
+  so rendering the chart for GitOps (`helm template | kubectl apply`, Argo CD) would change the certificate on every
+  sync: there, use your own certificate or cert-manager's. A Secret of that name that is not this release's
+  kubernetes.io/tls Secret (left by `deploy-all.sh`, or by cert-manager) fails the render, naming it: delete it, or
+  serve it as yours. Changing `namespace` makes a new certificate (the names change).
 - **Yours.** `certificate.secretName` names a Secret you made in `namespace` holding tls.crt and tls.key for those
-  names, and `certificate.caBundle` is the base64 PEM of the CA that signed it; the chart renders no Secret. A
-  secretName without caBundle fails the render naming both.
+  names, and `certificate.caBundle` is the base64 PEM of the CA that signed it; the chart renders no Secret. One
+  without the other fails the render naming both.
 - **cert-manager's.** `certificate.certManager.issuer.name` (and `.kind`, Issuer or ClusterIssuer) renders a
   cert-manager Certificate `<service>` for those names into the Secret `certificate.secretName` (empty: the default
   name) and annotates the webhook configuration `cert-manager.io/inject-ca-from: <namespace>/<service>` without a
   caBundle: cert-manager's CA injector writes it. cert-manager must be installed, and the issuer must put ca.crt in
-  the Secret (a CA or self-signed issuer does). The webhook reads its certificate at start: restart it after a renewal.
+  the Secret (a CA or self-signed issuer does); a caBundle given beside the issuer fails the render.
+
+The webhooks read their serving certificate again when the mounted Secret changes (kubelet updates the volume within
+about a minute), at the next TLS handshake, so a renewal by cert-manager or by you needs no restart. A renewal
+under a new CA has a window: kube-apiserver trusts the new caBundle as soon as it is written, while the pods serve
+the old certificate until the volume is updated; with `failurePolicy: Fail` requests in the opted-in namespaces are
+refused meanwhile. Renew under the same CA (cert-manager's CA issuer does) to have none.
 
 `deploy-all.sh --components=...,dra,claim-quota` does the same with openssl; a Secret it made is not the chart's
-(Helm refuses to take it over): delete it before installing the webhook with the chart.
+(an Opaque Secret without the release's annotation: the render fails naming it, and `--take-ownership` cannot
+change its type): delete it before installing the webhook with the chart.
 
 `helm uninstall lj-runtimekit` deletes every object the chart made: workloads, ServiceAccounts, RBAC, ConfigMaps,
 NetworkPolicies, the admission policies and bindings, the webhook configurations and the chart's certificate Secrets

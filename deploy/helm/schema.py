@@ -40,7 +40,8 @@ def _workload(name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
                       "additionalProperties": False},
         "extraArgs": {"type": "array", "items": {"type": "string"},
                       "description": "Flags appended to the main container's args (`ljrk runtime`, `device-plugin`, "
-                                     "`exporter`, `scheduler`, `controller` or `dra-driver --help`; empty: none)."},
+                                     "`exporter`, `scheduler`, `controller`, `dra-driver`, `claim-quota` or "
+                                     "`claim-migrate --help`; empty: none)."},
         **(extra or {}),
     }
     return {"type": "object", "description": f"The {name}.", "properties": properties, "additionalProperties": False}

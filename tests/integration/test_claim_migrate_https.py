@@ -4,13 +4,18 @@ serving certificate for 127.0.0.1 made by openssl; against kube-apiserver: test_
 Behaviours covered:
 - ``POST /mutate`` answers a Pod review with a JSONPatch, a malformed body with 400, another path with 404; a
   plain-TCP client fails its handshake and the server goes on; ``/metrics`` counts reviews by verdict;
-- the composition root resolves with the in-memory template port and serves until stopped.
+- the composition root resolves with the in-memory template port and serves until stopped;
+- a renewed certificate (the mounted Secret's files replaced) serves from the next handshake on, without a restart;
+  a new pair that does not load leaves the previous one serving.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import ssl
 import threading
 from pathlib import Path
 
@@ -87,3 +92,43 @@ def test_container_resolves_with_in_memory_templates_and_serves_until_stopped(pk
         stop = threading.Event()
         stop.set()
         app.run(stop)
+
+
+def test_a_renewed_certificate_serves_without_a_restart(tmp_path: Path) -> None:
+    """The Secret volume's way (a ``..data`` link swapped to a new folder): the next handshake serves the new pair;
+    a new pair that does not load leaves the previous one serving."""
+    first, second = webhook_pki(tmp_path / "a"), webhook_pki(tmp_path / "b")
+    live = tmp_path / "live"
+    live.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        (live / name).symlink_to(Path("..data") / name)
+
+    def mount(crt: Path, key: Path) -> None:
+        version = live / f"..v{len(list(live.iterdir()))}"
+        version.mkdir()
+        shutil.copy(crt, version / "tls.crt")
+        shutil.copy(key, version / "tls.key")
+        (live / "..data.tmp").symlink_to(version.name)
+        os.replace(live / "..data.tmp", live / "..data")
+
+    def answers(ca: Path) -> bool:
+        try:
+            return _get(f"https://127.0.0.1:{endpoint.address[1]}/healthz", ca)[0] == 200
+        except (ssl.SSLError, OSError):
+            return False
+
+    mount(first[1], first[2])
+    migrator = ClaimMigrator(protocol=P, templates=InMemoryClaimTemplates())
+    endpoint = ClaimMigrateEndpoint("127.0.0.1", 0, migrator=migrator,
+                                    tls=tls_context(live / "tls.crt", live / "tls.key"))
+    endpoint.start()
+    try:
+        assert answers(first[0])
+        assert not answers(second[0])
+        mount(second[1], second[2])
+        assert answers(second[0])
+        assert not answers(first[0])
+        mount(first[1], second[2])  # a certificate with another pair's key: refused, the last good one serves
+        assert answers(second[0])
+    finally:
+        endpoint.stop()

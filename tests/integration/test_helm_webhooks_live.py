@@ -9,7 +9,9 @@ the objects are what is checked, not the pods) on etcd + kube-apiserver of k8s_h
 2. after ``helm upgrade`` with the same values (Helm renders every template again, genCA included): the Secret's
    data and the caBundle are byte for byte those of 1, and the Deployment's config checksum too (no roll);
 3. after deleting the Secret and ``helm upgrade`` again: a new CA, in the Secret and the caBundle alike (what the
-   docs say renews the certificate), and a new checksum (the pods roll onto it); so 2 held because of the lookup.
+   docs say renews the certificate), and a new checksum (the pods roll onto it); so 2 held because of the lookup;
+4. after ``helm uninstall``, a Secret of that name the release does not own (as deploy-all.sh makes: Opaque, no
+   release annotation): ``helm install`` fails naming it instead of serving or overwriting it.
 
 Helm comes from ``$LJRK_HELM`` or ``scripts/kube_platform.py helm-path`` (skipped without it, a failure with
 ``LJRK_REQUIRE_K8S=1``); the control plane's binaries from conftest.py's ``k8s_bin_dir``.
@@ -103,3 +105,12 @@ def test_the_webhook_certificate_is_kept_across_upgrades_and_renewed_without_its
     assert renewed_bundles == {renewed["ca.crt"]}
     assert checksum != installed[2]  # the pods roll onto the new certificate
     cluster.run(helm_bin, "uninstall", "lj-runtimekit", "--namespace", NAMESPACE)
+
+    # a Secret of that name the release does not own (deploy-all.sh's, Opaque): the install names it and stops
+    cluster.run(KUBECTL, "create", "secret", "generic", SECRET, "-n", NAMESPACE, "--from-literal=tls.crt=x")
+    refused = subprocess.run([helm_bin, "install", "lj-runtimekit", str(CHART), "--namespace", NAMESPACE, *ONLY],
+                             env=cluster.env, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode != 0
+    assert f"Secret {NAMESPACE}/{SECRET} exists but is not this release's certificate" in refused.stderr, (
+        refused.stderr)
+    cluster.run(KUBECTL, "delete", "secret", SECRET, "-n", NAMESPACE)

@@ -10,33 +10,40 @@ Behaviours covered:
   tls.crt against it as a server certificate for ``<service>.<namespace>.svc`` and ``...svc.cluster.local``; with
   ``namespace`` set, the Service, the webhooks' clientConfig.service.namespace and the certificate's names follow;
 * ``certificate.secretName`` + ``caBundle``: no Secret rendered, the Deployment mounts that Secret, the webhooks
-  carry that caBundle; secretName without caBundle fails the render naming both values;
+  carry that caBundle; one without the other, or a caBundle beside a cert-manager issuer, fails the render naming
+  the values;
 * ``certificate.certManager.issuer.name``: a cert-manager Certificate for the Service's names into the Secret the
   Deployment mounts, the configuration annotated ``cert-manager.io/inject-ca-from: <namespace>/<service>`` and
   without caBundle, no Secret of the chart;
 * enabled without ``dra.enabled``: the render fails with a message naming both values;
 * claim-migrate's matchCondition follows ``protocol.resources`` (a renamed GPU resource and its MIG stem);
+* the CA is hashed into the webhook Deployment's config checksum (a new CA rolls its pods);
+* an older release's values (before the webhooks, as ``--reuse-values`` hands them over) render without them;
 * ``helm lint --strict`` passes with both enabled.
 
-Not covered here (no API server): the Secret kept across ``helm upgrade`` through ``lookup`` (``helm template``'s
-lookup finds nothing, so each render here makes a new CA).
+Not covered here (no API server): the Secret kept across ``helm upgrade`` through ``lookup``, and a Secret of that
+name that is not the release's refused (test_helm_webhooks_live.py; ``helm template``'s lookup finds nothing, so each
+render here makes a new CA).
 """
 
 from __future__ import annotations
 
 import base64
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_helm_chart import CHART, Key, kustomize, normalised, render, run, template
+from test_helm_chart import CHART, Key, kustomize, normalised, objects, render, run, template
 
 from support.helm import helm_binary
 
 WEBHOOKS = {"claim-quota": ("claimQuota", "ValidatingWebhookConfiguration"),
             "claim-migrate": ("claimMigrate", "MutatingWebhookConfiguration")}
 ON = ["--set", "dra.enabled=true"]
+BEFORE_WEBHOOKS = "93b8224"
+"""A commit whose chart had neither webhook (an older release's values)."""
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +109,7 @@ def verify(folder: Path, ca: str, cert: str, host: str) -> bool:
     return all(r.returncode == 0 and r.stdout.strip().endswith(": OK") for r in results)
 
 
-def test_the_certificate_is_the_release_namespaces_and_another_ca_does_not_verify_it(
+def test_the_certificate_names_the_namespace_value_and_another_ca_does_not_verify_it(
         helm: str, tmp_path: Path) -> None:
     service = "lj-runtimekit-claim-quota"
     chart = template(helm, *only("claim-quota", "--set", "namespace=gpu-system"))
@@ -151,6 +158,47 @@ def test_cert_manager_makes_the_certificate_and_injects_its_ca(helm: str, compon
     configuration = one(chart, kind)
     assert configuration["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"gpu-system/{service}"}
     assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
+
+
+@pytest.mark.parametrize("component", WEBHOOKS)
+def test_a_ca_bundle_that_would_be_ignored_fails_the_render(helm: str, component: str) -> None:
+    key = WEBHOOKS[component][0]
+    bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
+    alone = run([helm, "template", "lj-runtimekit", str(CHART),
+                 *only(component, "--set", f"{key}.certificate.caBundle={bundle}")], check=False)
+    assert alone.returncode != 0
+    assert f"{key}.certificate.caBundle is set but {key}.certificate.secretName is empty" in alone.stderr, alone.stderr
+    issued = run([helm, "template", "lj-runtimekit", str(CHART),
+                  *only(component, "--set", f"{key}.certificate.caBundle={bundle}",
+                        "--set", f"{key}.certificate.certManager.issuer.name=webhook-ca")], check=False)
+    assert issued.returncode != 0
+    assert f"{key}.certificate.caBundle is set with certManager.issuer.name" in issued.stderr, issued.stderr
+
+
+def test_the_ca_is_in_the_webhooks_config_checksum(helm: str) -> None:
+    """A new CA rolls the webhook's pods (they would serve a certificate kube-apiserver no longer trusts)."""
+    def checksum() -> tuple[str, str]:
+        rendered = template(helm, *only("claim-quota"))
+        pod = one(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        return one(rendered, "Secret")["data"]["ca.crt"], pod["lj-runtimekit.io/config-checksum"]
+
+    (ca, first), (other, second) = checksum(), checksum()  # no cluster to look up: each render a new CA
+    assert ca != other
+    assert first != second
+
+
+def test_an_older_release_s_values_reused_render_without_the_webhooks(helm: str, tmp_path: Path) -> None:
+    """``helm upgrade --reuse-values`` from a release before the webhooks: its values replace the chart's, so
+    ``claimQuota`` and ``claimMigrate`` are absent; the render must not fail on them."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "values.schema.json").unlink()
+    old = run(["git", "-C", str(CHART), "show", f"{BEFORE_WEBHOOKS}:deploy/helm/lj-runtimekit/values.yaml"]).stdout
+    assert "claimQuota" not in old
+    (chart / "values.yaml").write_text(old)
+    rendered = objects(run([helm, "template", "lj-runtimekit", str(chart)]).stdout)
+    assert not [k for k in rendered if "Webhook" in k[1] or k[3].startswith("lj-runtimekit-claim-")]
+    assert [k for k in rendered if k[1] == "DaemonSet"]
 
 
 @pytest.mark.parametrize("component", WEBHOOKS)

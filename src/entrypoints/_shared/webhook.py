@@ -1,7 +1,7 @@
 """The HTTPS listener of our admission webhooks (``ljrk claim-quota``, ``ljrk claim-migrate``).
 
 The shared bounded server (:mod:`entrypoints._shared.httpserver`: connection cap, idle limit, request deadline)
-over TLS (:func:`tls_context`, PEM certificate and key). Routes:
+over TLS (:func:`tls_context`, PEM certificate and key, read again when the files change). Routes:
 
 * ``POST <path>`` — an AdmissionReview v1, body at most :data:`MAX_BODY_BYTES`, answered by the webhook's
   ``answer`` (bytes in, AdmissionReview bytes out): 200 with the answer, 400 (text) for a malformed review or body
@@ -28,13 +28,55 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest AdmissionReview read: kube-apiserver's 3 MiB object limit, twice (object and oldObject), rounded down."""
 
 
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server-side TLS context (TLS 1.2 or newer) of PEM ``cert`` and ``key``. Raises OSError (unreadable) or
-    ``ssl.SSLError`` (not a certificate and its key)."""
+def _loaded(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(str(cert), str(key))
     return context
+
+
+def _stamp(*paths: Path) -> tuple[tuple[int, int, int], ...]:
+    """What tells a file's new version: (inode, size, mtime ns) of each path, links followed (a Secret volume swaps
+    its ``..data`` link); an unreadable path stamps as zeros."""
+    stamps = []
+    for path in paths:
+        try:
+            info = path.stat()
+            stamps.append((info.st_ino, info.st_size, info.st_mtime_ns))
+        except OSError:
+            stamps.append((0, 0, 0))
+    return tuple(stamps)
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 or newer) of PEM ``cert`` and ``key`` that reads them again when they
+    change: at each handshake (the ClientHello callback) the files are stat'ed, and a new pair — a renewed
+    certificate that kubelet wrote into the mounted Secret, cert-manager's every 60 days by default — serves this
+    and later connections without a restart. A new pair that does not load (unreadable, not a certificate and its
+    key) is logged once and the previous one keeps serving. Raises OSError (unreadable) or ``ssl.SSLError`` (not a
+    certificate and its key) for the first pair."""
+    outer = _loaded(cert, key)
+    lock = threading.Lock()
+    state: dict[str, object] = {"stamp": _stamp(cert, key), "context": outer}
+
+    def pick(connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _outer: ssl.SSLContext) -> None:
+        stamp = _stamp(cert, key)
+        with lock:
+            if stamp != state["stamp"]:
+                state["stamp"] = stamp
+                try:
+                    state["context"] = _loaded(cert, key)
+                    log.info("webhook serving certificate %s read again", cert)
+                except (OSError, ssl.SSLError) as error:
+                    log.warning("webhook serving certificate %s changed but does not load (%s); serving the "
+                                "previous one", cert, error)
+            current = state["context"]
+        assert isinstance(current, ssl.SSLContext)
+        if current is not outer:
+            connection.context = current
+
+    outer.sni_callback = pick
+    return outer
 
 
 class _Handler(ProbeHandler):
