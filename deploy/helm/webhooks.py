@@ -8,9 +8,9 @@ What deploy-all.sh does around them with openssl and kubectl patches, the chart 
   into ``$tls``, so the Secret and the webhook configuration's caBundle come from the same CA in one render. Three
   modes, by ``<key>.certificate``: (a) default, ``secretName`` empty: the Secret ``<service>-tls`` the chart owns;
   its data is the Secret's already in the cluster (``lookup``) when it holds ca.crt, tls.crt and tls.key, so an
-  upgrade keeps the certificate and the caBundle (a Secret of that name that is not this release's kubernetes.io/tls
-  Secret fails the render: delete it, or serve it as mode b), else a new CA and a certificate for ``<service>.<namespace>.svc``
-  and ``<service>.<namespace>.svc.cluster.local`` (genCA, genSignedCert; 10 years); (b) ``secretName`` and
+  upgrade keeps the certificate and the caBundle (a Secret of that name that is not this release's
+  kubernetes.io/tls Secret fails the render: delete it, or serve it as mode b), else a new CA and a certificate for
+  ``<service>.<namespace>.svc`` and ``<service>.<namespace>.svc.cluster.local`` (genCA, genSignedCert; 10 years); (b) ``secretName`` and
   ``caBundle`` given: the user's Secret, no Secret rendered, that caBundle (one without the other fails the render
   naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for the same names
   into ``secretName`` (else ``<service>-tls``), the webhook configuration annotated ``cert-manager.io/inject-ca-from``
