@@ -10,13 +10,13 @@ What deploy-all.sh does around them with openssl and kubectl patches, the chart 
   its data is the Secret's already in the cluster (``lookup``) when it holds ca.crt, tls.crt and tls.key, so an
   upgrade keeps the certificate and the caBundle (a Secret of that name that is not this release's
   kubernetes.io/tls Secret fails the render: delete it, or serve it as mode b), else a new CA and a certificate for
-  ``<service>.<namespace>.svc`` and ``<service>.<namespace>.svc.cluster.local`` (genCA, genSignedCert; 10 years); (b) ``secretName`` and
-  ``caBundle`` given: the user's Secret, no Secret rendered, that caBundle (one without the other fails the render
-  naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for the same names
+  ``<service>.<namespace>.svc`` and ``<service>.<namespace>.svc.cluster.local`` (genCA, genSignedCert; 10 years);
+  (b) ``secretName`` and ``caBundle`` given: the user's Secret, no Secret rendered, that caBundle (one without the
+  other fails the render naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for the same names
   into ``secretName`` (else ``<service>-tls``), the webhook configuration annotated ``cert-manager.io/inject-ca-from``
   and without caBundle (cert-manager's CA injector fills it).
 * the Deployment's config checksum also hashes ``$tls.caBundle``: a new certificate (the Secret deleted, then
-  ``helm upgrade``) rolls the webhook's pods, which read theirs at start; a kept one does not.
+  ``helm upgrade``) rolls the webhook's pods (a new CA must be served at once); a kept one does not.
 * the webhook configuration's ``clientConfig.service.namespace`` is ``.Values.namespace`` (the generic namespace
   substitution), where the Service is; the Deployment mounts ``$tls.secretName``.
 * both need the DRA driver: enabled without ``dra.enabled`` fails the render with a message naming both values.
