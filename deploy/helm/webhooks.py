@@ -12,9 +12,10 @@ What deploy-all.sh does around them with openssl and kubectl patches, the chart 
   kubernetes.io/tls Secret fails the render: delete it, or serve it as mode b), else a new CA and a certificate for
   ``<service>.<namespace>.svc`` and ``<service>.<namespace>.svc.cluster.local`` (genCA, genSignedCert; 10 years);
   (b) ``secretName`` and ``caBundle`` given: the user's Secret, no Secret rendered, that caBundle (one without the
-  other fails the render naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for the same names
-  into ``secretName`` (else ``<service>-tls``), the webhook configuration annotated ``cert-manager.io/inject-ca-from``
-  and without caBundle (cert-manager's CA injector fills it).
+  other fails the render naming both values); (c) ``certManager.issuer.name`` set: a cert-manager Certificate for
+  the same names into ``secretName`` (else ``<service>-tls``), the webhook configuration annotated
+  ``cert-manager.io/inject-ca-from`` and without caBundle (cert-manager's CA injector fills it; a caBundle given
+  beside it fails the render).
 * the Deployment's config checksum also hashes ``$tls.caBundle``: a new certificate (the Secret deleted, then
   ``helm upgrade``) rolls the webhook's pods (a new CA must be served at once); a kept one does not.
 * the webhook configuration's ``clientConfig.service.namespace`` is ``.Values.namespace`` (the generic namespace
