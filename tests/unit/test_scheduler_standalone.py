@@ -4,7 +4,7 @@ Covers: only pending pods with our schedulerName are queued, FIFO, and leave the
 a successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with
 the cycle's reason and backs off 1 s doubling to 60 s, and retries failing for one reason raise one Event's count
 (5 failures: one Event, count 5); a node addition or pod deletion moves backed-off pods
-back (rate-limited); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes; an Event
+back (rate-limited: a change inside the interval brings them back at its end); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes; an Event
 that cannot be written (transport error, raw OSError, bug) changes nothing; the worker survives exceptions in
 any part of a round (the cycle, the commit, the Event after them, the leadership check) and goes on binding.
 """
@@ -75,6 +75,28 @@ def test_failure_records_the_reason_and_backs_off_doubling_to_a_bound() -> None:
     w.node("n1", 1)  # a node appears: the pod is due at once
     assert loop._next(stop, 0) == pod
     assert loop.attempt(pod) is True
+
+
+def test_a_wake_inside_the_interval_is_due_at_its_end_not_lost() -> None:
+    """Two capacity changes 0.1 s apart (a DRA pod ends, then its claim is deallocated): the second, rate-limited,
+    still brings the backed-off pod back, when the interval ends, not after its whole backoff."""
+    w = world()
+    clock = Monotonic()
+    loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0.5)
+    pod = w.pending("a", core="30", mem="4")
+    stop = threading.Event()
+    assert loop.attempt(pod) is False
+    loop.wake()  # the first change: due at once
+    assert loop._next(stop, 0) == pod
+    clock.now += 0.05
+    assert loop.attempt(pod) is False  # still no room: backed off 2 s
+    clock.now += 0.05
+    loop.wake()  # the second change, 0.1 s after the first
+    assert loop._next(stop, 0) is None
+    clock.now += 0.39
+    assert loop._next(stop, 0) is None
+    clock.now += 0.01  # the interval's end, long before the 2 s backoff
+    assert loop._next(stop, 0) == pod
 
 
 def test_retries_failing_for_one_reason_make_one_event_with_a_rising_count() -> None:

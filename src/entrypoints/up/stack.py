@@ -276,6 +276,8 @@ class LocalStack:
                          and (p.key not in queued or loop.delay(p.key) is None)]
                 if fresh:
                     moving.append(f"{len(fresh)} pod(s) waiting for a first scheduling attempt")
+                if waking := loop.waking():
+                    moving.append(f"{len(waking)} pod(s) due again soon (capacity changed, or a short backoff)")
         ours = set(self.nodes)
         unadmitted = [p.key for p in pods if p.node_name in ours and p.phase is PodPhase.PENDING]
         if unadmitted:

@@ -125,20 +125,29 @@ class StandaloneLoop:
         self._delay.pop(key, None)
 
     def wake(self) -> None:
-        """Capacity may have appeared: move backed-off pods back to the queue (rate-limited)."""
+        """Capacity may have appeared: move backed-off pods back to the queue, at most once per
+        ``min_wake_interval`` seconds. A wake inside the interval is not lost: the pods are due at its end (the
+        change it reports — a DRA claim deallocated just after its pod ended, say — may be the one that frees them)."""
         with self._cond:
-            now = self.clock()
-            if not self._backoff or now - self._last_wake < self.min_wake_interval:
+            if not self._backoff:
                 return
-            self._last_wake = now
-            for key in self._backoff:
-                self._backoff[key] = now
+            at = max(self.clock(), self._last_wake + self.min_wake_interval)
+            self._last_wake = at
+            for key, due in self._backoff.items():
+                self._backoff[key] = min(due, at)
             self._cond.notify_all()
 
     def delay(self, key: str) -> float | None:
         """The pod's current backoff delay (s), or None when it has not failed since it was queued or bound."""
         with self._cond:
             return self._delay.get(key)
+
+    def waking(self) -> list[str]:
+        """Keys of backed-off pods due within ``min_wake_interval`` seconds: those a recent capacity change (or
+        their own short backoff) brings back next; callers waiting for a quiescent point wait for them too."""
+        with self._cond:
+            soon = self.clock() + self.min_wake_interval
+            return [key for key, due in self._backoff.items() if due <= soon]
 
     def pending(self) -> list[str]:
         """Keys of queued pods (ready first, then backed off)."""
