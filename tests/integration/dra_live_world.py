@@ -9,7 +9,10 @@ test_dra_live.py uses.
 - :class:`DraNodeStack`: :class:`real_node_world.NodeStack` plus ``ljrk dra-driver`` with the kubelet's
   ``plugins_registry`` and ``plugins`` folders and containerd's CDI folder as seen from the host.
 - claims (``resource.k8s.io/v1`` ResourceClaims for the shipped DeviceClasses), pods using them, and what the node
-  holds for a claim: its CDI spec file, its checkpoint entry and the Runtime's book (over the Runtime's gRPC).
+  holds for a claim: its CDI spec file, its checkpoint entry and the Runtime's book (over the Runtime's gRPC);
+  for the inputs the kubelet never sends, an allocation written by hand (:meth:`Claims.allocate`, reserved for a
+  pod no scheduler serves, :meth:`Claims.holder`) and a gRPC client of the driver's DRA socket in the kubelet's
+  place (:meth:`DraNodeStack.dra_plugin`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
 from k8s_harness import ControlPlane, find_binary, free_ports, scheduler_configuration
 from kubelet_harness import RealNode
 from kubernetes import client
@@ -42,13 +46,17 @@ from real_node_world import (
     unique,
 )
 
-from adapters.grpc import GrpcNodeRuntime
+from adapters.grpc import GrpcNodeRuntime, unix_channel
+from adapters.grpc._pb.kubelet.dra.v1 import api_pb2_grpc as dra_grpc
+from adapters.grpc.dra_plugin import dra_socket
 from domain.gpu import MigMode
 from domain.runtime.types import ContainerAllocationRequest, PlannedGpu
 from support.polling import eventually
 
 DRA = PROTOCOL.dra
 DRA_SCHEDULER = "ljrk-dra-test"
+NO_SCHEDULER = "ljrk-no-scheduler"
+"""A scheduler name nothing serves: a pod for it stays Pending and never reaches the kubelet."""
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_CLASSES = REPO / "deploy" / "dra" / "04-deviceclasses.yaml"
 CLAIM_CDI_PREFIX = "lj-runtimekit.io-claim-"
@@ -171,6 +179,17 @@ class DraNodeStack(NodeStack):
         with self.runtime() as runtime:
             runtime.release(owner)
 
+    @contextlib.contextmanager
+    def dra_plugin(self) -> Iterator[Any]:
+        """A ``DRAPlugin`` (v1) client of the driver's DRA socket (``<plugins>/<driver>/dra.sock``), in the kubelet's
+        place."""
+        channel = unix_channel(dra_socket(self.node.plugins_dir, DRA.driver))
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            yield dra_grpc.DRAPluginStub(channel)
+        finally:
+            channel.close()
+
     def gpu_uuids(self) -> dict[int, str]:
         """NVML index → UUID of the Runtime's GPUs."""
         with self.runtime() as runtime:
@@ -292,6 +311,28 @@ class Claims:
             manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
             main["resources"]["claims"] = [{"name": "gpu"}]
         return self.pods.create(manifest)
+
+    def holder(self, claims: Sequence[str]) -> str:
+        """A pod using ``claims`` for :data:`NO_SCHEDULER` (Pending, never on the node): the consumer an allocation
+        written by :meth:`allocate` is reserved for, so that the resourceclaim controller keeps the reservation."""
+        main = container("main")
+        manifest = pod_manifest(unique("holder"), [main], scheduler=NO_SCHEDULER)
+        manifest["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+        main["resources"]["claims"] = [{"name": f"c{i}"} for i in range(len(claims))]
+        return self.pods.create(manifest)
+
+    def allocate(self, name: str, results: Sequence[Mapping[str, Any]], pod: str) -> None:
+        """Write claim ``name``'s ``status.allocation`` as kube-scheduler does: ``results`` (``devices.results``
+        entries, JSON), a node selector for this node, reserved for ``pod`` (an existing pod of the namespace);
+        through the status subresource (merge patch). For inputs kube-scheduler never writes."""
+        uid = str(self.pods.get(pod).metadata.uid)
+        node = self.pods.node.node_name
+        selector = {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+        self.resource.patch_namespaced_resource_claim_status(name, self.namespace, {"status": {
+            "allocation": {"devices": {"results": [dict(r) for r in results]}, "nodeSelector": selector},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}},
+            _content_type="application/merge-patch+json")
 
     def scheduled_condition(self, pod: str) -> Any:
         """The pod's ``PodScheduled`` condition (None before the scheduler looked at it)."""

@@ -20,6 +20,12 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 - a grant the Runtime refuses (its GPUs granted behind DRA's back): the pod's FailedPrepareDynamicResources event
   carries the claim's error, nothing is booked, written or checkpointed; once the GPUs are free the kubelet's
   retry prepares it and the pod runs;
+- inputs the kubelet never sends (kube-scheduler allocates only published devices of the driver; the kubelet reads
+  the claim before calling the plugin), from a gRPC client in the kubelet's place on the driver's DRA socket, with
+  allocations written by hand in the API server: in one ``NodePrepareResources`` a share claim is prepared, while a
+  claim allocated for another driver only, one naming a GPU the node lacks and one deleted after its allocation
+  each get their own error and nothing booked, written or checkpointed; ``NodeUnprepareResources`` of all four
+  leaves the node holding nothing;
 - a MIG claim (class ``mig-3g-40gb``): the container gets the Runtime's MIG instance of that profile;
 - a classic 30 % / 4 GiB pod in a namespace opted into ``ljrk claim-migrate`` (the webhook served in-process,
   registered from deploy/claim-migrate): admitted with a claim from its template, it runs with that share and the
@@ -29,6 +35,7 @@ GPU variables arrive only through the claim's CDI spec (containerd's CDI injecti
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,7 @@ from kubelet_harness import RealNode
 from real_node_world import RES, node_ready
 from webhook_support import register_webhook, serving, webhook_pki
 
+from adapters.grpc._pb.kubelet.dra.v1 import api_pb2 as dra
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
 
@@ -228,6 +236,53 @@ def test_a_grant_the_runtime_refuses_is_the_claims_error_and_leaks_nothing(claim
     env = running(claims, pod)  # the kubelet retries the preparation
     assert env["LJRK_POD_UID"] == uid
     assert stack.book() == {uid: "dra-claim"}
+
+
+def test_claims_the_kubelet_never_sends_get_their_own_errors_and_leak_nothing(claims: Claims, stack: DraNodeStack,
+                                                                            node: NodeClaims) -> None:
+    kinds = ("good", "other", "unknown", "vanished")
+    names = {k: claims.create(SHARE, {"cores": "30", "memory": "4Gi"}) for k in kinds}
+    holder = claims.holder(list(names.values()))
+    share_ids = {k: str(uuid.uuid4()) for k in kinds}
+
+    def result(kind: str, driver: str, device: str) -> dict[str, Any]:
+        share = {"consumedCapacity": {"cores": "30", "memory": "4Gi"}, "shareID": share_ids[kind]}
+        return {"request": "gpu", "driver": driver, "pool": stack.node.node_name, "device": device,
+                **(share if driver == DRA.driver else {})}
+
+    for kind, driver, device in (("good", DRA.driver, "gpu-0"), ("other", "gpu.example.com", "dev-0"),
+                                 ("unknown", DRA.driver, "gpu-9"), ("vanished", DRA.driver, "gpu-1")):
+        claims.allocate(names[kind], [result(kind, driver, device)], holder)
+    uids = {k: claims.uid(n) for k, n in names.items()}
+    claims.delete(names["vanished"])
+    eventually(lambda: names["vanished"] not in claims.names(), 30, "claim deleted")
+    label = {k: f"claim {claims.namespace}/{names[k]} ({uids[k]})" for k in kinds}
+    refs = [dra.Claim(namespace=claims.namespace, uid=uids[k], name=names[k]) for k in kinds]
+    with stack.dra_plugin() as plugin:
+        try:
+            answer = plugin.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=refs), timeout=30)
+            assert sorted(answer.claims) == sorted(uids.values())  # first: reading a missing key would add it
+            assert {k: answer.claims[uids[k]].error for k in kinds} == {
+                "good": "",
+                "other": f"{label['other']}: no allocated device of this driver on this node",
+                "unknown": f"{label['unknown']}: device 'gpu-9': this node has no GPU 9",
+                "vanished": f"{label['vanished']}: the ResourceClaim does not exist"}
+            assert [len(answer.claims[uids[k]].devices) for k in kinds] == [1, 0, 0, 0]
+            (device,) = answer.claims[uids["good"]].devices
+            good = uids["good"]
+            assert (list(device.request_names), device.pool_name, device.device_name, list(device.cdi_device_ids),
+                    device.share_id) == (["gpu"], stack.node.node_name, "gpu-0",
+                                         [f"lj-runtimekit.io/claim={good}-gpu-0"], share_ids["good"])
+            assert stack.book() == {good: "dra-claim"}
+            with stack.runtime() as runtime:
+                (row,) = runtime.exporter_data().containers
+            assert [(g.index, g.core_milli, g.memory_limit_bytes) for g in row.gpus] == [(0, 300, 4 * GIB)]
+            assert (node.cdi_uids(), node.checkpoint()) == ({good}, {good})
+            assert "LJRK_CORE_MILLI_0=300" in json.loads(node.cdi_spec(good).read_text())["containerEdits"]["env"]
+        finally:
+            unprepared = plugin.NodeUnprepareResources(dra.NodeUnprepareResourcesRequest(claims=refs), timeout=30)
+    assert {uid: c.error for uid, c in unprepared.claims.items()} == dict.fromkeys(uids.values(), "")
+    assert (stack.book(), node.cdi_uids(), node.checkpoint()) == ({}, set(), set())
 
 
 def test_mig_claim_gets_the_runtimes_mig_instance(claims: Claims, stack: DraNodeStack, node: NodeClaims) -> None:
