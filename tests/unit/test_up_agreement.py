@@ -174,6 +174,8 @@ def test_a_claim_that_outlived_its_pod() -> None:
     assert [(f.subject, f.values) for f in found] == [
         (f"default/d/{CLAIM_CONTAINER} on {U0}", {"ledger": (200, 2 * GIB), "runtime": (200, 2 * GIB),
                                                   "exporter": None})]
-    # the claim itself deleted but its record still booked: still named, by the ledger's key
+    # the claim object deleted but its grant still booked and recorded: one disagreement, under the ledger's key
     gone = compare(attrs.evolve(observation, pods=[*observation.pods[:-1], ended], exporter=exporter, claims=()))
-    assert (f"{claim_record_uid(CLAIM_UID)}/{CLAIM_CONTAINER} on {U0}" in [f.subject for f in gone])
+    assert [(f.subject, f.values) for f in gone] == [
+        (f"{claim_record_uid(CLAIM_UID)}/{CLAIM_CONTAINER} on {U0}",
+         {"ledger": (200, 2 * GIB), "runtime": (200, 2 * GIB), "exporter": None})]

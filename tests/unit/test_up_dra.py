@@ -9,8 +9,6 @@ reserved, lists what is owed meanwhile, and handles a pod deleted without a term
 
 from __future__ import annotations
 
-import attrs
-
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
@@ -40,6 +38,17 @@ def test_claims_of_the_workload() -> None:
     assert whole.uid != share.uid
     assert workload_claim(TracePod("c", 1000, 1024, 0, 0), PROTOCOL, namespace="default", name="c",
                           gpu_memory_bytes=16 * GIB) is None
+
+
+def test_a_claim_whose_pod_was_never_created_is_not_owed() -> None:
+    cluster, claims = InMemoryCluster(), InMemoryResourceClaims()
+    releaser = ClaimReleaser(cluster, claims, watch_timeout_s=0.2)
+    releaser.made(claims.put(ClaimAllocation("default", "lost", "ul")))
+    releaser.pods.relist()
+    assert releaser.owed() == ["default/lost"]  # made for a pod the watch has not shown
+    releaser.forget("default/lost")
+    claims.delete("default", "lost")
+    assert releaser.owed() == []
 
 
 def test_pod_asks_through_its_claim() -> None:
@@ -101,6 +110,8 @@ def test_owed_lists_a_claim_still_held_by_an_ended_pod() -> None:
     releaser.pods.relist()
     assert releaser.owed() == []
     ended = cluster.set_pod_phase("default", "x", PodPhase.SUCCEEDED)
-    releaser.pods.cache[ended.key] = attrs.evolve(ended)
+    releaser.pods.cache[ended.key] = ended  # the watch showed the end; its handler has not run yet
     assert releaser.owed() == ["default/x"]
-    assert pod.uid in (claims.get("default", "x") or claim).reserved_for
+    stored = claims.get("default", "x")
+    assert stored is not None
+    assert pod.uid in stored.reserved_for

@@ -22,7 +22,8 @@ DRA claims (``ljrk up --dra``): the ledger books a claim as record ``claim:<uid>
 claim, container ``dra-claim``; the exporter serves the claim's row under each container that uses it
 (pod-resources). Both of the first two are therefore compared under each app container of the running pods the
 claim is reserved for; a claim reserved for no running pod stays under ``namespace/claim``, container
-``dra-claim``, so a claim that outlived its pods is a disagreement too.
+``dra-claim`` (``claim:<uid>`` once the claim object is gone), so a claim that outlived its pods is a
+disagreement too.
 
 Ratios on the page are converted back to milli-GPU with rounding; byte values are exact (floats hold integers up
 to 2⁵³). Each disagreement names the node, the subject and every source's value (``None`` = that source has none).
@@ -142,6 +143,8 @@ def container_views(observation: Observation) -> dict[str, dict[ContainerKey, Sh
     for node, data in observation.runtime.items():
         for row in data.containers:
             subject = f"{row.namespace}/{row.pod_name}"
+            if row.container == CLAIM_CONTAINER and subject not in users:  # its claim deleted: the ledger's key
+                subject = claim_record_uid(row.pod_uid)
             subjects = users.get(subject, []) if row.container == CLAIM_CONTAINER else []
             for gpu in row.gpus:
                 for who, name in subjects or [(subject, row.container)]:

@@ -253,6 +253,7 @@ class UpApp:
                 self.cluster.create_pod(pod)
                 self.submitted.append(pod.key)
             except ClusterError as error:
+                self.stack.drop_claim(pod)
                 if error.status == 409:
                     raise UpError(f"pod {pod.key} already exists: delete the pods of an earlier run "
                                   f"(label {MANAGED_BY[0]}={MANAGED_BY[1]})") from error

@@ -25,7 +25,7 @@ import attrs
 
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import ClaimAllocation, DeviceAsk
-from domain.dra.migrate import REQUEST_NAME, quantity
+from domain.dra.migrate import REQUEST_NAME, ClaimShape, quantity
 from domain.kube.objects import ContainerSpec, PodClaim, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.request import resolve_share
@@ -43,16 +43,19 @@ POD_CLAIM = "gpu"
 def workload_claim(pod: TracePod, protocol: ProtocolConstants, *, namespace: str, name: str,
                    gpu_memory_bytes: int) -> ClaimAllocation | None:
     """The ResourceClaim of trace pod ``pod`` (module docstring), named ``namespace/name``, with a fresh UID; None
-    for a pod without GPUs. ``gpu_memory_bytes``: the memory of the nodes' GPUs (bytes, > 0)."""
+    for a pod without GPUs. ``gpu_memory_bytes``: the memory of the nodes' GPUs (bytes, > 0). Raises
+    ``domain.errors.InvalidRequestError`` for a shape no claim expresses (:class:`~domain.dra.migrate.ClaimShape`)."""
     if pod.num_gpu <= 0:
         return None
     dra = protocol.dra
-    if pod.gpu_milli >= MILLI_PER_GPU:
-        ask = DeviceAsk(REQUEST_NAME, dra.device_class_gpu, count=pod.num_gpu)
+    if pod.gpu_milli == MILLI_PER_GPU:  # whole GPUs, as pod_object tells them
+        shape = ClaimShape(dra.device_class_gpu, count=pod.num_gpu)
+        ask = DeviceAsk(REQUEST_NAME, shape.device_class, count=shape.count)
     else:
         _, memory = resolve_share(core_milli=pod.gpu_milli, memory_bytes=None, gpu_memory_bytes=gpu_memory_bytes)
-        ask = DeviceAsk(REQUEST_NAME, dra.device_class_share,
-                        capacity={"cores": str(pod.gpu_milli // MILLI_PER_PERCENT), "memory": quantity(memory)})
+        shape = ClaimShape(dra.device_class_share, cores=pod.gpu_milli // MILLI_PER_PERCENT, memory_bytes=memory)
+        ask = DeviceAsk(REQUEST_NAME, shape.device_class,
+                        capacity={"cores": str(shape.cores), "memory": quantity(memory)})
     return ClaimAllocation(namespace, name, str(uuid.uuid4()), requests=(ask,))
 
 
@@ -104,6 +107,11 @@ class ClaimReleaser:
         """``claim`` belongs to the workload pod of the same namespace and name: delete it once that pod ended."""
         with self._lock:
             self._made.add(claim.key)
+
+    def forget(self, key: str) -> None:
+        """The claim ``namespace/name`` is no longer the workload's (its pod was never created)."""
+        with self._lock:
+            self._made.discard(key)
 
     def owed(self) -> list[str]:
         """Claims (``namespace/name``) still reserved for a pod that ended or is gone, or made for a pod that is

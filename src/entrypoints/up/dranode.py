@@ -28,6 +28,12 @@ from .serving import serve_on_thread
 log = logging.getLogger(__name__)
 
 
+def _close(runtime: object) -> None:
+    """Close the container's Runtime client (the port type has no ``close``)."""
+    if isinstance(runtime, GrpcNodeRuntime):
+        runtime.close()
+
+
 class NodeDraDriver:
     """``ljrk dra-driver`` of node ``node`` under host directory ``root`` (module docstring)."""
 
@@ -53,9 +59,14 @@ class NodeDraDriver:
             directory.mkdir(parents=True, exist_ok=True)
         container = DraDriverContainer(settings=self.settings)
         container.api.override(providers.Object(self.api))
-        self._container = container
-        app = container.app()
-        self.app = app
+        runtime = container.runtime()  # connected first, so a later failure can close it
+        try:
+            app = container.app()
+        except Exception:  # an unreadable checkpoint, a Runtime too old
+            _close(runtime)
+            raise
+        self._container, self.app = container, app
+        self._stop = threading.Event()
         self._thread = serve_on_thread(app.run, self._stop, what="DRA driver", node=self.node)
 
     def stop(self) -> None:
@@ -65,10 +76,8 @@ class NodeDraDriver:
         if thread is not None:
             thread.join(timeout=10)
         container, self._container = self._container, None
-        if container is not None and self.app is not None:
-            runtime = container.runtime()
-            if isinstance(runtime, GrpcNodeRuntime):
-                runtime.close()
+        if container is not None:
+            _close(container.runtime())
         self.app = None
 
     def published(self, driver: str) -> bool:

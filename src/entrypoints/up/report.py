@@ -186,7 +186,8 @@ def render(report: Report, out: TextIO, *, json_path: Path | None = None) -> Non
         urls = endpoints.get(key)
         if isinstance(urls, Mapping):
             for node, url in urls.items():
-                print(f"  {what:<13} {url}  ({node})", file=out)
+                if url:  # none with --dra: no device plugin runs
+                    print(f"  {what:<13} {url}  ({node})", file=out)
     print(file=out)
     compared = f"{report.gpus_compared} GPUs, {report.containers_compared} container grants compared"
     if report.agrees:

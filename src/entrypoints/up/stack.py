@@ -254,11 +254,22 @@ class LocalStack:
         self.claim_releaser.made(self.claims.put(claim))
         return claim_pod(pod, claim, self.protocol)
 
+    def drop_claim(self, pod: PodObject) -> None:
+        """``pod`` (from :meth:`with_claim`) was not created: delete the claims made for it."""
+        if self.claims is None or self.claim_releaser is None:
+            return
+        for entry in pod.resource_claims:
+            if entry.claim_name:
+                self.claim_releaser.forget(f"{pod.namespace}/{entry.claim_name}")
+                self.claims.delete(pod.namespace, entry.claim_name)
+
     # ------------------------------------------------------------------ quiescence
     def in_flight(self, pods: list[PodObject]) -> list[str]:
         """What is still moving (empty at a quiescent point): reservations awaiting their binding, pods of ours
-        not yet seen or not yet tried by the scheduler, pods on our nodes not admitted yet or terminating, Runtime
-        releases queued, toggle Jobs running. ``pods`` is a current listing (other nodes' pods are ignored)."""
+        not yet seen or not yet tried by the scheduler, or due again within the wake interval, pods on our nodes not
+        admitted yet or terminating, Runtime releases queued, DRA claims the kubelet still has to unprepare, toggle
+        Jobs running, claims of ended pods not released. ``pods`` is a current listing (other nodes' pods are
+        ignored)."""
         moving: list[str] = []
         scheduler = self.scheduler
         if scheduler is not None:
@@ -288,6 +299,9 @@ class LocalStack:
         for name, node in self.nodes.items():
             if node.releaser is not None and not node.releaser.idle():
                 moving.append(f"{name}: Runtime releases in flight")
+            dra = None if node.kubelet is None else node.kubelet.device_manager.dra
+            if dra is not None and (owed := [uid for uid, users in dra.prepared().items() if not users]):
+                moving.append(f"{name}: {len(owed)} claim(s) to unprepare")
         if self.jobs is not None and self.jobs.running():
             moving.append("toggle Job(s) running")
         if self.claim_releaser is not None and (owed := self.claim_releaser.owed()):

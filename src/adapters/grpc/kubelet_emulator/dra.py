@@ -247,13 +247,16 @@ class DraManager:
             if not error_text and version is not None:
                 driver = _Driver(info.name, path, inode, Path(info.endpoint or path), SUPPORTED_VERSIONS[version])
                 with self._cond:
-                    old = None if stop.is_set() else self._drivers.pop(info.name, None)
-                    if not stop.is_set():
+                    stored = not stop.is_set()  # stopping: not kept, so not registered
+                    old = self._drivers.pop(info.name, None) if stored else None
+                    if stored:
                         self._drivers[info.name] = driver
                         self.registrations.append(info.name)
                     self._cond.notify_all()
-                if old is not None:
-                    old.channel.close()
+                for closed in (old, None if stored else driver):
+                    if closed is not None:
+                        closed.channel.close()
+                driver = driver if stored else None
                 log.info("node %s: DRA driver %s registered (%s, %s)", self.node, info.name, info.endpoint, version)
             else:
                 self.refusals.append(error_text)

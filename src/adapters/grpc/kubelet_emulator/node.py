@@ -4,8 +4,7 @@
 containers: admission through the device manager (one pod at a time; rejected → a Warning event and phase
 ``Failed``), emulated durations (:data:`DURATION_ANNOTATION`), device release on exit or delete, restarts that keep
 running pods and their devices. Invariant: a pod's devices are freed exactly once, before its terminal phase or
-removal is written. The rules in full and what is not emulated: ``docs/kubelet-emulator.md``.
-Threads: one watcher (list+watch) and one worker (admission, timers, writes).
+removal is written. Rules, and what is not emulated: ``docs/kubelet-emulator.md``. Threads: a watcher, a worker.
 """
 
 from __future__ import annotations
@@ -122,7 +121,8 @@ class NodeKubelet:
                clock: Clock | None = None, speedup: float = 1.0, registration_wait_s: float = 0.0,
                cdi_dir: Path | None = None, registry_dir: Path | None = None,
                claims: ResourceClaimsApi | None = None) -> NodeKubelet:
-        """A kubelet owning its device manager, a DRA manager (given ``registry_dir`` and ``claims``), pod-resources."""
+        """A kubelet: DeviceManager on ``plugin_dir`` (CDI in ``cdi_dir``), DraManager on ``registry_dir`` over
+        ``claims`` (both given), pod-resources on ``<pod_resources_dir>/kubelet.sock`` (None: none)."""
         dra = None if registry_dir is None or claims is None else DraManager(
             node=node, registry_dir=registry_dir, claims=claims, cdi_dir=cdi_dir,
             registration_wait_s=registration_wait_s)
