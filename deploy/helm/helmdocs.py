@@ -16,10 +16,17 @@ off, and the protocol constants are one `protocol:` block that every component's
 disagree. The chart needs Helm 4 (`scripts/k8s-control-plane.sh install` builds the pinned one from its Go module).
 
 ```bash
-helm install lj-runtimekit deploy/helm/lj-runtimekit                      # everything, in kube-system
-helm install lj-runtimekit deploy/helm/lj-runtimekit --set exporter.enabled=false --set scheduler.policy=binpack
+helm install lj-runtimekit deploy/helm/lj-runtimekit \
+  --set image.registry=<your registry>/lj-runtimekit                       # everything, in kube-system
+helm install lj-runtimekit deploy/helm/lj-runtimekit --set image.registry=<your registry>/lj-runtimekit \
+  --set exporter.enabled=false --set scheduler.policy=binpack
 helm upgrade lj-runtimekit deploy/helm/lj-runtimekit -f my-values.yaml     # then change what you need
 ```
+
+The chart's default `image.registry`, `lj-runtimekit`, is not a registry the nodes can pull from: set it to where
+you pushed the images. `image.registry` is the whole prefix of each image (`<image.registry>/<image>:<image.tag>`),
+while `deploy-all.sh --image-registry REG` adds `lj-runtimekit/` itself and uses `REG/lj-runtimekit/<image>`; so
+after `make docker REGISTRY=REG` and the push, the chart's value is `REG/lj-runtimekit`.
 
 `namespace` is a value, not Helm's `--namespace` (which only says where the release's record lives). A value the
 schema refuses stops `helm install`, `helm template` and `helm lint` with a message naming it, e.g.
@@ -57,7 +64,8 @@ ValidatingWebhook ([Quotas](quota.md#dra-claims-per-namespace-quotas), `deploy/c
 MutatingWebhook turning classic GPU requests into claims ([Migrate](migrate.md), `deploy/claim-migrate`).
 
 ```bash
-helm install lj-runtimekit deploy/helm/lj-runtimekit --set dra.enabled=true --set claimQuota.enabled=true
+helm install lj-runtimekit deploy/helm/lj-runtimekit --set image.registry=<your registry>/lj-runtimekit \
+  --set dra.enabled=true --set claimQuota.enabled=true
 helm upgrade lj-runtimekit deploy/helm/lj-runtimekit --reset-then-reuse-values --set claimMigrate.enabled=true
 ```
 

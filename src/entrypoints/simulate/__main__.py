@@ -143,7 +143,7 @@ CLI = cli(
          help="with --topology: do not tell the scheduler the topology (GPUs by index, the published rule); the "
          "figures are still judged against the machine"),
     flag("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
-         help=f"where summary.json and curves.csv go (default: {DEFAULT_OUTPUT_DIR})"),
+         help=f"where summary.json, curves.csv and failures.csv go (default: {DEFAULT_OUTPUT_DIR})"),
     flag("--plot", type=Path, metavar="FILE.png",
          help="also draw the mean allocation curve per policy (needs lj-runtimekit[plot])"),
     NO_PROGRESS,
