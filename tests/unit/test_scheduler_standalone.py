@@ -1,12 +1,13 @@
 """The standalone scheduling loop (services.scheduler.standalone) driven attempt by attempt.
 
-Covers: only pending pods with our schedulerName are queued, FIFO, and leave the queue once bound or deleted;
-a successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with
-the cycle's reason and backs off 1 s doubling to 60 s, and retries failing for one reason raise one Event's count
-(5 failures: one Event, count 5); a node addition or pod deletion moves backed-off pods
-back (rate-limited: a change inside the interval brings them back at its end); node fit (nodeSelector, taints) is enforced; a standby never attempts or writes; an Event
-that cannot be written (transport error, raw OSError, bug) changes nothing; the worker survives exceptions in
-any part of a round (the cycle, the commit, the Event after them, the leadership check) and goes on binding.
+Covers: only pending pods with our schedulerName are queued, FIFO, and leave the queue once bound or deleted; a
+successful attempt binds with the plan and records a Scheduled Event; a failure records FailedScheduling with the
+cycle's reason and backs off 1 s doubling to 60 s, and retries failing for one reason raise one Event's count (5
+failures: one Event, count 5); a node addition or pod deletion moves backed-off pods back (rate-limited: a change
+inside the interval brings them back at its end); node fit (nodeSelector, taints) is enforced; a standby never
+attempts or writes; an Event that cannot be written (transport error, raw OSError, bug) changes nothing; the worker
+survives exceptions in any part of a round (the cycle, the commit, the Event after them, the leadership check) and
+goes on binding.
 """
 
 from __future__ import annotations
