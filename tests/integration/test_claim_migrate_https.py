@@ -112,10 +112,18 @@ def test_a_renewed_certificate_serves_without_a_restart(tmp_path: Path) -> None:
         os.replace(live / "..data.tmp", live / "..data")
 
     def answers(ca: Path) -> bool:
-        try:
-            return _get(f"https://127.0.0.1:{endpoint.address[1]}/healthz", ca)[0] == 200
-        except (ssl.SSLError, OSError):
-            return False
+        """A handshake without SNI (an IP address) and one with SNI (a DNS name, as kube-apiserver's) both verify."""
+        verified = []
+        for name in ("127.0.0.1", "localhost"):
+            context = ssl.create_default_context(cafile=str(ca))
+            try:
+                with socket.create_connection(("127.0.0.1", endpoint.address[1]), timeout=5) as raw, \
+                        context.wrap_socket(raw, server_hostname=name):
+                    verified.append(True)
+            except (ssl.SSLError, OSError):
+                verified.append(False)
+        assert verified[0] == verified[1], verified
+        return verified[0]
 
     mount(first[1], first[2])
     migrator = ClaimMigrator(protocol=P, templates=InMemoryClaimTemplates())
@@ -130,5 +138,7 @@ def test_a_renewed_certificate_serves_without_a_restart(tmp_path: Path) -> None:
         assert not answers(first[0])
         mount(first[1], second[2])  # a certificate with another pair's key: refused, the last good one serves
         assert answers(second[0])
+        mount(first[1], first[2])  # the next write completes the pair: served
+        assert answers(first[0])
     finally:
         endpoint.stop()

@@ -100,6 +100,28 @@ def test_a_wake_inside_the_interval_is_due_at_its_end_not_lost() -> None:
     assert loop._next(stop, 0) == pod
 
 
+def test_a_burst_of_wakes_does_not_push_the_next_one_away() -> None:
+    """A hundred changes at once make one wake at the interval's end; a change after it is served at once."""
+    w = world()
+    clock = Monotonic()
+    loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0.5)
+    pod = w.pending("a", core="30", mem="4")
+    stop = threading.Event()
+    assert loop.attempt(pod) is False
+    for _ in range(100):
+        loop.wake()
+    assert loop.waking() == [pod.key]  # brought forward by the first wake: due at once, not tried yet
+    assert loop._next(stop, 0) == pod
+    assert loop.waking() == []
+    assert loop.attempt(pod) is False  # backed off 2 s
+    assert loop.waking() == []  # waiting out its own backoff: not "waking"
+    clock.now += 1.0
+    loop.wake()
+    assert loop.waking() == [pod.key]
+    assert loop._next(stop, 0) == pod
+    assert loop.waking() == []
+
+
 def test_retries_failing_for_one_reason_make_one_event_with_a_rising_count() -> None:
     w = world()
     loop = StandaloneLoop(w.service, clock=Monotonic(), min_wake_interval=0)

@@ -9,12 +9,16 @@ reserved, lists what is owed meanwhile, and handles a pod deleted without a term
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.kube.objects import ContainerSpec, PodClaim, PodObject, PodPhase
 from domain.simulation.workload import TracePod
 from entrypoints.up.dra import POD_CLAIM, ClaimReleaser, claim_pod, workload_claim
+from entrypoints.up.simnode import StackSettings
+from entrypoints.up.stack import LocalStack
 from ports.claim_writes import Consumer
 from support.kube_builders import PROTOCOL
 from support.polling import wait_for
@@ -115,3 +119,22 @@ def test_owed_lists_a_claim_still_held_by_an_ended_pod() -> None:
     stored = claims.get("default", "x")
     assert stored is not None
     assert pod.uid in stored.reserved_for
+
+
+def test_the_stack_gives_back_the_claim_of_a_pod_it_could_not_create() -> None:
+    cluster = InMemoryCluster()
+    stack = LocalStack(cluster, PROTOCOL, StackSettings(nodes=1, dra=True, work_dir=Path("/tmp")))  # short paths
+    try:
+        given = {"cpu": "1", "memory": "1Gi", PROTOCOL.resources.core: "30"}
+        pod = PodObject("", "default", "s", containers=(ContainerSpec("main", requests=given, limits=given),))
+        asked = stack.with_claim(pod, TracePod("s", 1000, 1024, 1, 300))
+        assert stack.claims is not None
+        assert asked.resource_claims == (PodClaim(POD_CLAIM, claim_name="s"),)
+        assert [c.key for c in stack.claims.list_claims().items] == ["default/s"]
+        assert stack.in_flight([]) == ["1 claim(s) of ended pods not released yet"]  # made, its pod never shown
+        stack.drop_claim(asked)
+        assert stack.claims.list_claims().items == ()
+        assert stack.in_flight([]) == []
+        assert stack.with_claim(pod, TracePod("c", 1000, 1024, 0, 0)) is pod  # no GPUs: no claim
+    finally:
+        stack.stop()

@@ -15,14 +15,19 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from adapters.kubernetes.admission import ReviewError
 
 from .httpserver import HealthEndpoint, ProbeHandler
 
 log = logging.getLogger(__name__)
+
+RELOAD_RETRY_S = 10.0
+"""Seconds between two attempts to load a changed certificate pair that did not load."""
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest AdmissionReview read: kube-apiserver's 3 MiB object limit, twice (object and oldObject), rounded down."""
@@ -49,27 +54,29 @@ def _stamp(*paths: Path) -> tuple[tuple[int, int, int], ...]:
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server-side TLS context (TLS 1.2 or newer) of PEM ``cert`` and ``key`` that reads them again when they
-    change: at each handshake (the ClientHello callback) the files are stat'ed, and a new pair — a renewed
-    certificate that kubelet wrote into the mounted Secret, cert-manager's every 60 days by default — serves this
-    and later connections without a restart. A new pair that does not load (unreadable, not a certificate and its
-    key) is logged once and the previous one keeps serving. Raises OSError (unreadable) or ``ssl.SSLError`` (not a
-    certificate and its key) for the first pair."""
+    """A server-side TLS context (TLS 1.2 or newer) of PEM ``cert`` and ``key`` that reads them again when they change:
+    at each handshake (the ClientHello callback) the files are stat'ed, and a new pair — a renewed certificate
+    that kubelet wrote into the mounted Secret, cert-manager's every 60 days by default — serves this and later
+    connections without a restart. A new pair that does not load (unreadable, not a certificate and its key) is
+    logged once and tried again every :data:`RELOAD_RETRY_S` seconds; the previous one keeps serving. Raises
+    OSError (unreadable) or ``ssl.SSLError`` (not a certificate and its key) for the first pair."""
     outer = _loaded(cert, key)
     lock = threading.Lock()
-    state: dict[str, object] = {"stamp": _stamp(cert, key), "context": outer}
+    state: dict[str, object] = {"stamp": _stamp(cert, key), "context": outer, "failed": None, "retry": 0.0}
 
     def pick(connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _outer: ssl.SSLContext) -> None:
-        stamp = _stamp(cert, key)
         with lock:
-            if stamp != state["stamp"]:
-                state["stamp"] = stamp
+            stamp = _stamp(cert, key)
+            retry = state["failed"] == stamp and time.monotonic() >= cast(float, state["retry"])
+            if stamp != state["stamp"] and (state["failed"] != stamp or retry):
                 try:
-                    state["context"] = _loaded(cert, key)
+                    state["context"], state["stamp"], state["failed"] = _loaded(cert, key), stamp, None
                     log.info("webhook serving certificate %s read again", cert)
                 except (OSError, ssl.SSLError) as error:
-                    log.warning("webhook serving certificate %s changed but does not load (%s); serving the "
-                                "previous one", cert, error)
+                    if state["failed"] != stamp:
+                        log.warning("webhook serving certificate %s changed but does not load (%s); serving the "
+                                    "previous one, trying again every %g s", cert, error, RELOAD_RETRY_S)
+                    state["failed"], state["retry"] = stamp, time.monotonic() + RELOAD_RETRY_S
             current = state["context"]
         assert isinstance(current, ssl.SSLContext)
         if current is not outer:

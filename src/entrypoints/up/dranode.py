@@ -54,7 +54,9 @@ class NodeDraDriver:
 
     def start(self) -> None:
         """Build the driver and serve it on a thread of its own. Raises what its container raises (the Runtime
-        unreachable or too old, an unreadable checkpoint)."""
+        unreachable or too old, an unreadable checkpoint). A no-op while it serves."""
+        if self._thread is not None:
+            return
         for directory in (self.registry_dir, self.plugins_dir, self.settings.cdi_dir):
             directory.mkdir(parents=True, exist_ok=True)
         container = DraDriverContainer(settings=self.settings)

@@ -91,6 +91,7 @@ class StandaloneLoop:
         self._backoff: dict[str, float] = {}  # key → not before (clock s)
         self._delay: dict[str, float] = {}  # key → last backoff delay (s), kept until the pod is bound
         self._last_wake = -float("inf")
+        self._woken: set[str] = set()  # backed-off keys a wake brought forward, until they leave the backoff
         self.attempts = 0
         service.pod_listeners.append(self.offer)
         service.deletion_listeners.append(self._deleted)
@@ -122,6 +123,7 @@ class StandaloneLoop:
         self._pods.pop(key, None)
         self._ready.pop(key, None)
         self._backoff.pop(key, None)
+        self._woken.discard(key)
         self._delay.pop(key, None)
 
     def wake(self) -> None:
@@ -131,10 +133,15 @@ class StandaloneLoop:
         with self._cond:
             if not self._backoff:
                 return
-            at = max(self.clock(), self._last_wake + self.min_wake_interval)
-            self._last_wake = at
+            now = self.clock()
+            if self._last_wake > now:  # a wake is already set for the interval's end: this one joins it
+                at = self._last_wake
+            else:
+                at = self._last_wake = max(now, self._last_wake + self.min_wake_interval)
             for key, due in self._backoff.items():
-                self._backoff[key] = min(due, at)
+                if at < due:
+                    self._backoff[key] = at
+                    self._woken.add(key)
             self._cond.notify_all()
 
     def delay(self, key: str) -> float | None:
@@ -143,11 +150,10 @@ class StandaloneLoop:
             return self._delay.get(key)
 
     def waking(self) -> list[str]:
-        """Keys of backed-off pods due within ``min_wake_interval`` seconds: those a recent capacity change (or
-        their own short backoff) brings back next; callers waiting for a quiescent point wait for them too."""
+        """Keys of backed-off pods a capacity change brought forward and that have not been tried since; callers
+        waiting for a quiescent point wait for them too (a pod only waiting out its own backoff is not listed)."""
         with self._cond:
-            soon = self.clock() + self.min_wake_interval
-            return [key for key, due in self._backoff.items() if due <= soon]
+            return [key for key in self._backoff if key in self._woken]
 
     def pending(self) -> list[str]:
         """Keys of queued pods (ready first, then backed off)."""
@@ -163,6 +169,7 @@ class StandaloneLoop:
                 for key, due in list(self._backoff.items()):
                     if due <= now:
                         del self._backoff[key]
+                        self._woken.discard(key)
                         self._ready[key] = None
                 if self._ready:
                     key = self._highest()
@@ -193,6 +200,7 @@ class StandaloneLoop:
             delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
             self._delay[pod.key] = delay
             self._backoff[pod.key] = self.clock() + delay
+            self._woken.discard(pod.key)
             self._ready.pop(pod.key, None)
         self._event(pod, "FailedScheduling", reason, "Warning")
         log.info("pod unschedulable", extra=fields(pod=pod.key, reason=reason, retry_in=delay))

@@ -253,11 +253,12 @@ class DraManager:
                         self._drivers[info.name] = driver
                         self.registrations.append(info.name)
                     self._cond.notify_all()
-                for closed in (old, None if stored else driver):
-                    if closed is not None:
-                        closed.channel.close()
-                driver = driver if stored else None
-                log.info("node %s: DRA driver %s registered (%s, %s)", self.node, info.name, info.endpoint, version)
+                for closed in (c for c in (old, None if stored else driver) if c is not None):
+                    closed.channel.close()
+                driver, error_text = (driver, "") if stored else (None, "kubelet is stopping")
+                if stored:
+                    log.info("node %s: DRA driver %s registered (%s, %s)", self.node, info.name, info.endpoint,
+                             version)
             else:
                 self.refusals.append(error_text)
                 log.error("node %s: DRA plugin %s refused: %s", self.node, path, error_text)
