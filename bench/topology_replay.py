@@ -36,74 +36,36 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from adapters.csvtrace import CsvTraceReader  # noqa: E402
-from domain.gpu import NodeInventory  # noqa: E402
 from domain.ledger import ClusterLedger  # noqa: E402
 from domain.scheduling.framework.cycle import Scheduler  # noqa: E402
 from domain.scheduling.policies.fgd.fragmentation import FragmentationModel  # noqa: E402
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache  # noqa: E402
 from domain.scheduling.registry import build_profile  # noqa: E402
-from domain.simulation.replay import ReplayConfig, planned_arrivals, typical_pods  # noqa: E402
+from domain.simulation.replay import ReplayConfig, planned_arrivals, replay, typical_pods  # noqa: E402
+from domain.simulation.topology_tally import TopologyTally, node_topologies  # noqa: E402
 from domain.simulation.workload import TraceNode, TracePod  # noqa: E402
-from domain.topology import NodeTopology, Tier  # noqa: E402
-from domain.topology.machines import machine_topology  # noqa: E402
+from domain.topology import Tier  # noqa: E402
 from domain.units import MILLI_PER_GPU  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "traces" / "openb"
 
 
-def _topology(machine: str, count: int) -> NodeTopology | None:
-    return machine_topology(machine, count) if count >= 2 and count % 2 == 0 else None
-
-
-def _whole_islands(ledger: ClusterLedger, topologies: dict[str, NodeTopology]) -> int:
-    free = 0
-    for name, topology in topologies.items():
-        slot = ledger.slot(name)
-        untouched = ledger.free_whole[slot]
-        free += sum(1 for island in topology.islands() if len(island) > 1 and all(untouched[i] for i in island))
-    return free
-
-
 def run(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, tune: float, machine: str,
         aware: bool) -> dict[str, float]:
-    """One replay (module docstring); returns its figures."""
-    config = ReplayConfig(policy=policy, seed=seed, tune=tune)
-    typical = typical_pods(pods)
-    ordered = sorted(nodes, key=lambda n: n.name)
-    judged = {n.name: t for n in ordered if (t := _topology(machine, n.gpus)) is not None}
-    inventories: list[NodeInventory] = [
-        attrs.evolve(n.inventory(), topology=judged.get(n.name) if aware else None) for n in ordered]
-    stream, rng = planned_arrivals(nodes, pods, config)
-    ledger = ClusterLedger(inventories)
-    states = NodeStateCache(FragmentationModel(typical, ledger))
-    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=rng, states=states, tie_break=config.tie_break))
-    capacity = sum(n.gpus for n in nodes) * MILLI_PER_GPU
-    arrived = used = 0
-    placed = {2: 0, 4: 0, 8: 0}
-    connected = {2: 0, 4: 0, 8: 0}
-    refused = 0
-    islands_at_80: int | None = None
-    for number, pod in enumerate(stream):
-        arrived += pod.total_gpu_milli
-        result = scheduler.schedule(pod.request(uid=f"{pod.name}#{number}"))
-        if pod.num_gpu >= 2 and result.allocation is None:
-            refused += 1
-        if result.allocation is not None:
-            used += result.allocation.gpu_milli
-            if pod.num_gpu in placed:
-                indexes = [g.gpu_index for c in result.allocation.containers for g in c.grants]
-                topology = judged.get(result.allocation.node)
-                tier = topology.tier(indexes) if topology is not None else Tier.SYSTEM
-                placed[pod.num_gpu] += 1
-                connected[pod.num_gpu] += tier is Tier.NVLINK
-        if islands_at_80 is None and arrived >= 0.8 * capacity:
-            islands_at_80 = _whole_islands(ledger, judged)
+    """One replay (module docstring) through the product's own (``ljrk simulate --topology``,
+    :mod:`domain.simulation.topology_tally`); returns its figures."""
+    result = replay(nodes, pods, ReplayConfig(policy=policy, seed=seed, tune=tune, topology=machine,
+                                              topology_known=aware))
+    figures = result.topology
+    assert figures is not None
+    capacity = result.total_gpus * MILLI_PER_GPU
+    refused = sum(1 for _, size in result.failures if size in ("2", "4", "8", ">8"))
     return {
-        "arrived%": 100 * arrived / capacity, "alloc%": 100 * used / capacity,
-        "2-GPU placed": placed[2], "2-GPU nvlink%": 100 * connected[2] / placed[2] if placed[2] else 0.0,
-        "4-GPU placed": placed[4], "4-GPU nvlink%": 100 * connected[4] / placed[4] if placed[4] else 0.0,
-        "8-GPU placed": placed[8], "multi refused": refused,
-        "islands free@80": float(islands_at_80 if islands_at_80 is not None else _whole_islands(ledger, judged)),
+        "arrived%": 100 * result.arrived_milli[-1] / capacity, "alloc%": 100 * result.used_milli[-1] / capacity,
+        "2-GPU placed": figures.placed(2), "2-GPU nvlink%": figures.share(2, Tier.NVLINK),
+        "4-GPU placed": figures.placed(4), "4-GPU nvlink%": figures.share(4, Tier.NVLINK),
+        "8-GPU placed": figures.placed(8), "multi refused": refused,
+        "islands free@80": float(figures.islands_free_at_80 if figures.islands_free_at_80 is not None else -1),
     }
 
 
@@ -115,11 +77,12 @@ def churn(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, 
     config = ReplayConfig(policy=policy, seed=seed)
     typical = typical_pods(pods)
     ordered = sorted(nodes, key=lambda n: n.name)
-    judged = {n.name: t for n in ordered if (t := _topology(machine, n.gpus)) is not None}
+    judged = node_topologies(machine, [n.inventory() for n in ordered])
     inventories = [attrs.evolve(n.inventory(), topology=judged.get(n.name) if aware else None) for n in ordered]
     stream, rng = planned_arrivals(nodes, pods, config)
     lifetimes = np.random.default_rng(seed + 1_000_003)
     ledger = ClusterLedger(inventories)
+    tally = TopologyTally(machine, known=aware, topologies=judged, ledger=ledger, capacity_milli=0)  # islands only
     states = NodeStateCache(FragmentationModel(typical, ledger))
     scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=rng, states=states, tie_break=config.tie_break))
     capacity = sum(n.gpus for n in nodes) * MILLI_PER_GPU
@@ -150,7 +113,7 @@ def churn(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, 
                 placed[pod.num_gpu] += 1
                 connected[pod.num_gpu] += topology is not None and topology.tier(indexes) is Tier.NVLINK
         if now % 50 == 0:
-            islands.append(_whole_islands(ledger, judged))
+            islands.append(tally.whole_islands())
             allocated.append(100 * sum(int(ledger.core_used[ledger.slot(n.name)].sum()) for n in ordered) / capacity)
     share = {k: 100 * placed[k] / offered[k] if offered[k] else 0.0 for k in offered}
     return {

@@ -67,7 +67,7 @@ def test_whole_islands_counted_once_at_80_percent() -> None:
     assert tally.figures().islands_free_at_80 == 2
     grant = PodAllocation(pod_uid="p", node="n1", containers=(ContainerGrant("c", (GpuGrant(5, 1000, 1),)),))
     ledger.reserve(grant)
-    assert tally._whole_islands() == 1  # GPU 5 taken: its island is no longer whole...
+    assert tally.whole_islands() == 1  # GPU 5 taken: its island is no longer whole...
     tally.placed(1, grant)  # 1-GPU pods are not a counted size
     tally.arrived(8000)  # ...but the figure was taken at 80 %
     figures = tally.figures()

@@ -88,9 +88,10 @@ class TopologyTally:
     def arrived(self, arrived_milli: int) -> None:
         """After each arrival: the whole islands, once, when ``arrived_milli`` first reaches 80 % of capacity."""
         if self.islands_free_at_80 is None and 100 * arrived_milli >= ISLANDS_AT_X * self.capacity_milli:
-            self.islands_free_at_80 = self._whole_islands()
+            self.islands_free_at_80 = self.whole_islands()
 
-    def _whole_islands(self) -> int:
+    def whole_islands(self) -> int:
+        """NVLink islands of more than one GPU whose every GPU is free now."""
         free = 0
         for name, islands in self.islands.items():
             untouched = self.ledger.free_whole[self.ledger.slot(name)]
