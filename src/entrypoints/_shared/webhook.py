@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 from adapters.kubernetes.admission import ReviewError
 
@@ -61,29 +60,40 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     logged once and tried again every :data:`RELOAD_RETRY_S` seconds; the previous one keeps serving. Raises
     OSError (unreadable) or ``ssl.SSLError`` (not a certificate and its key) for the first pair."""
     outer = _loaded(cert, key)
-    lock = threading.Lock()
-    state: dict[str, object] = {"stamp": _stamp(cert, key), "context": outer, "failed": None, "retry": 0.0}
+    outer.sni_callback = _Reloader(cert, key, outer).pick
+    return outer
 
-    def pick(connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _outer: ssl.SSLContext) -> None:
-        with lock:
-            stamp = _stamp(cert, key)
-            retry = state["failed"] == stamp and time.monotonic() >= cast(float, state["retry"])
-            if stamp != state["stamp"] and (state["failed"] != stamp or retry):
-                try:
-                    state["context"], state["stamp"], state["failed"] = _loaded(cert, key), stamp, None
-                    log.info("webhook serving certificate %s read again", cert)
-                except (OSError, ssl.SSLError) as error:
-                    if state["failed"] != stamp:
-                        log.warning("webhook serving certificate %s changed but does not load (%s); serving the "
-                                    "previous one, trying again every %g s", cert, error, RELOAD_RETRY_S)
-                    state["failed"], state["retry"] = stamp, time.monotonic() + RELOAD_RETRY_S
-            current = state["context"]
-        assert isinstance(current, ssl.SSLContext)
-        if current is not outer:
+
+class _Reloader:
+    """The certificate pair :func:`tls_context` serves, read again when its files change (its docstring)."""
+
+    def __init__(self, cert: Path, key: Path, outer: ssl.SSLContext) -> None:
+        self.cert, self.key, self.outer = cert, key, outer
+        self._lock = threading.Lock()
+        self._stamp = _stamp(cert, key)  # of the pair serving now
+        self._context = outer
+        self._failed: tuple[tuple[int, int, int], ...] | None = None  # the stamp of a pair that did not load
+        self._retry_at = 0.0  # monotonic s: when to try that pair again
+
+    def pick(self, connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _outer: ssl.SSLContext) -> None:
+        """The ClientHello callback: this handshake gets the current pair."""
+        with self._lock:
+            stamp = _stamp(self.cert, self.key)
+            if stamp != self._stamp and (stamp != self._failed or time.monotonic() >= self._retry_at):
+                self._load(stamp)
+            current = self._context
+        if current is not self.outer:
             connection.context = current
 
-    outer.sni_callback = pick
-    return outer
+    def _load(self, stamp: tuple[tuple[int, int, int], ...]) -> None:
+        try:
+            self._context, self._stamp, self._failed = _loaded(self.cert, self.key), stamp, None
+            log.info("webhook serving certificate %s read again", self.cert)
+        except (OSError, ssl.SSLError) as error:
+            if stamp != self._failed:
+                log.warning("webhook serving certificate %s changed but does not load (%s); serving the previous "
+                            "one, trying again every %g s", self.cert, error, RELOAD_RETRY_S)
+            self._failed, self._retry_at = stamp, time.monotonic() + RELOAD_RETRY_S
 
 
 class _Handler(ProbeHandler):

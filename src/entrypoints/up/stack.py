@@ -112,6 +112,8 @@ class LocalStack:
         except Exception:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
+        self._share_memory = min(g.memory_bytes for node in self.nodes.values() for g in node.gpus)
+        """Bytes of the smallest GPU of the nodes: the memory a share's claim asks in proportion to (with ``dra``)."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -247,8 +249,8 @@ class LocalStack:
         ``pod`` as it is."""
         if self.claims is None or self.claim_releaser is None:
             return pod
-        memory = min(g.memory_bytes for node in self.nodes.values() for g in node.gpus)
-        claim = workload_claim(trace, self.protocol, namespace=pod.namespace, name=pod.name, gpu_memory_bytes=memory)
+        claim = workload_claim(trace, self.protocol, namespace=pod.namespace, name=pod.name,
+                               gpu_memory_bytes=self._share_memory)
         if claim is None:
             return pod
         self.claim_releaser.made(self.claims.put(claim))
