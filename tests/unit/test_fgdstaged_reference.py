@@ -9,6 +9,7 @@ random clusters (GPU models with and without a restricted claim, quarantined nod
 
 * the same pod stream placed by the production ``fgd-staged`` and by the reference gives the same node and GPUs
   for every pod, below and past saturation, for shares with a fixed milli and memory-only shares;
+* a one-GPU pod once at most ``LATE_WHOLE_GPUS`` of the GPUs are whole is placed exactly as ``fgd-plus`` places it;
 * the counts :class:`GapCounts` keeps (gap histogram, widest gap per row, saturation) equal a recount;
 * :class:`GapPlusScore`'s option values equal ``fgd-plus``'s evaluation for every fitting (node, GPU) option, valued
   in one batch and one at a time (also when the per-state parts are dropped for want of room), and
@@ -17,13 +18,15 @@ random clusters (GPU models with and without a restricted claim, quarantined nod
 
 from __future__ import annotations
 
+from typing import cast
+
 import attrs
 import numpy as np
 import pytest
 
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
-from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler, WeightedScore
+from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler, ScorePlugin, TieRefiner, WeightedScore
 from domain.scheduling.framework.planner import ChooserPlanner, ensure_gpu_fit
 from domain.scheduling.policies.fgd import optionvalues
 from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel, PodClass, TypicalPods
@@ -32,11 +35,18 @@ from domain.scheduling.policies.fgd.gapcounts import keys_by_free, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
-from domain.scheduling.policies.fgd.staged import SATURATED_WHOLE_GPUS, FgdStagedScore, is_share, saturated
+from domain.scheduling.policies.fgd.staged import (
+    LATE_WHOLE_GPUS,
+    SATURATED_WHOLE_GPUS,
+    FgdStagedScore,
+    is_one_gpu,
+    is_share,
+    saturated,
+)
 from domain.scheduling.registry import build_profile
 from support.fgd_clusters import node
 
-_PLUS, _GAP = "fgd-staged.plus", "fgd-staged.gap"
+_PLUS, _GAP, _SCARCE = "fgd-staged.plus", "fgd-staged.gap", "fgd-staged.scarce"
 
 OPEN = TypicalPods((PodClass(4000, 1000, 1), PodClass(2000, 500, 1), PodClass(2000, 200, 1), PodClass(8000, 1000, 2),
                     PodClass(4000, 0, 0)), (0.3, 0.3, 0.2, 0.1, 0.1))
@@ -68,6 +78,10 @@ class ReferenceStaged(FgdStagedScore):
 
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
         allowed = None
+        state.data[_SCARCE] = False
+        if is_one_gpu(pod) and saturated(ledger, LATE_WHOLE_GPUS):
+            state.data[_PLUS], state.data[_SCARCE] = False, True
+            return self.plus.score(pod, ledger, state, slots)
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
             allowed = self._reference_allowed(ledger, state, slots, saturated(ledger))
@@ -145,14 +159,64 @@ def test_placements_equal_the_reference_below_and_past_saturation() -> None:
                 for ledger in ledgers:
                     ledger.quarantine_node(name, "test")
             pod = random_pod(rng, f"p{number}")
-            regimes.add(saturated(ledgers[0]))
+            regimes.add((saturated(ledgers[0]), saturated(ledgers[0], LATE_WHOLE_GPUS)))
             got, want = fast.schedule(pod), slow.schedule(pod)
             placed = [None if r.allocation is None else (r.allocation.node, sorted(r.allocation.per_gpu_usage()))
                       for r in (got, want)]
             assert placed[0] == placed[1], (seed, number)
             if got.allocation is not None:
                 booked.append(pod.uid)
-        assert regimes == {False, True}, seed  # both regimes were exercised
+        assert regimes == {(False, False), (True, False), (True, True)}, seed  # every regime was exercised
+
+
+def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
+    """Once at most LATE_WHOLE_GPUS of the GPUs are whole, a one-GPU pod goes where ``fgd-plus`` puts it (its first
+    key, its residue tie key, the tie rule). The staged scheduler is fresh, so the per-state parts its value is read
+    from start empty (they were once read before being filled)."""
+    for seed, typical in ((21, OPEN), (22, RESTRICTED), (23, OPEN), (24, RESTRICTED)):
+        rng = np.random.default_rng(seed)
+        ledgers = [cluster(np.random.default_rng(seed), 64) for _ in range(2)]
+        fill = scheduler(ledgers[0], typical, False)
+        for number in range(5000):
+            if saturated(ledgers[0], LATE_WHOLE_GPUS):
+                break
+            allocation = fill.schedule(random_pod(rng, f"f{number}")).allocation
+            if allocation is not None:
+                ledgers[1].reserve(allocation)
+        assert saturated(ledgers[0], LATE_WHOLE_GPUS), seed
+        staged = scheduler(ledgers[0], typical, False)
+        plus = Scheduler(ledgers[1], build_profile("fgd-plus", ledgers[1], rng=np.random.default_rng(0),
+                                                   typical=typical))
+        booked: list[str] = []
+        placed = 0
+        for number in range(400):
+            if booked and rng.random() < 0.3:
+                uid = booked.pop(int(rng.integers(len(booked))))
+                for ledger in ledgers:
+                    ledger.release(uid)
+                continue
+            late = saturated(ledgers[0], LATE_WHOLE_GPUS)
+            if late and rng.random() < 0.7:
+                pod = single_container_pod(f"one{number}", cpu_milli=int(rng.integers(0, 17)) * 1000, gpus=1)
+                cycles = (CycleState(), CycleState())
+                keys = []
+                for sched, cycle, ledger in zip((staged, plus), cycles, ledgers, strict=True):
+                    slots, _ = sched.feasible(pod, cycle)
+                    plugin = cast(TieRefiner, sched.profile.scores[0].plugin)
+                    scores = cast(ScorePlugin, plugin).score(pod, ledger, cycle, slots)
+                    keys.append((slots.tolist(), scores.tolist(), plugin.refine(pod, ledger, cycle, slots).tolist()))
+                assert keys[0] == keys[1], (seed, number)  # node scores and tie keys of every feasible node
+                got, want = staged.schedule(pod), plus.schedule(pod)
+                assert got.allocation == want.allocation, (seed, number)
+                placed += got.allocation is not None
+                allocation = got.allocation
+            else:
+                allocation = staged.schedule(random_pod(rng, f"r{number}")).allocation
+                if allocation is not None:
+                    ledgers[1].reserve(allocation)
+            if allocation is not None:
+                booked.append(allocation.pod_uid)
+        assert placed >= 20, (seed, placed)
 
 
 def test_kept_counts_equal_a_recount() -> None:
@@ -188,7 +252,7 @@ def test_option_values_equal_fgd_plus_evaluation_when_the_state_parts_are_droppe
 
 
 def test_option_values_equal_fgd_plus_evaluation() -> None:
-    for seed, typical in ((21, OPEN), (22, RESTRICTED)):
+    for seed, typical in ((21, OPEN), (22, RESTRICTED), (23, OPEN), (24, RESTRICTED)):
         rng = np.random.default_rng(seed)
         ledger = cluster(rng, 30)
         sched = scheduler(ledger, typical, False)

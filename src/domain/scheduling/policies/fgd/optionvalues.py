@@ -95,7 +95,8 @@ class GapPlusScore(FgdPlusScore):
         """``r_t`` (int64 ``(len(where), T)``) of the current state of slots ``where``."""
         if not len(where):
             return np.zeros((0, len(self.cache.model.p)), np.int64)
-        result: I64 = self._residue[self._rows(where)]
+        rows = self._rows(where)  # first: it may grow (rebind) the per-state arrays
+        result: I64 = self._residue[rows]
         return result
 
     def _evaluate_options(self, pod: PodRequest, need: I64, slots: I64, gpu: I64) -> I64:

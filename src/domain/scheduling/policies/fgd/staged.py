@@ -12,10 +12,14 @@ that risk exists and uses gap balance only where it does not:
   model-restricted typical pod claims (:func:`~domain.scheduling.policies.fgd.scarce.restricted_claim` = 0), ranked
   as ``fgd-plus`` ranks its options, whenever a feasible node has such a GPU; it never opens a fully free GPU then,
   so it takes nothing a whole-GPU pod could use. With no such GPU the share is placed by FGD.
+* **A one-GPU pod late** — at most :data:`LATE_WHOLE_GPUS` of the schedulable GPUs fully free: placed as by
+  ``fgd-plus`` (FGD-deficit-scarce: FGD's change with the CPU a node's GPUs would be left without, then its
+  residue score, then the tie rule).
 * **Every other pod** (whole GPUs, CPU only, several containers): exactly FGD — score, GPU choice, tie rule.
 
-Invariants: a non-share decision is FGD's decision on the same cluster state; a share below saturation never takes
-a fully free GPU while FGD's rule is not used for it, nor a GPU of a restricted model. Why the split: replays of
+Invariants: a non-share decision is FGD's decision on the same cluster state, except a one-GPU pod once at most
+:data:`LATE_WHOLE_GPUS` of the GPUs are whole; a share below saturation never takes a fully free GPU while FGD's rule
+is not used for it, nor a GPU of a restricted model. Why the split: replays of
 the six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) show the losses of ``fgd-plus``
 below saturation are failed 4- and 8-GPU pods, and its gain at x = 130 comes mostly from how shares fill the last
 GPUs. Raises nothing beyond what FGD and ``fgd-plus`` raise.
@@ -50,7 +54,16 @@ openb files FGD places every pod up to about x = 90 (90 % of capacity requested)
 still whole; on share-heavy files the allocated fraction stays below 90 % at saturation, while the whole-GPU
 fraction still falls to it. Measured alternatives: ``docs/fgd-variants.md``."""
 
+LATE_WHOLE_GPUS = 0.05
+"""One-GPU pods are placed by FGD-deficit-scarce once fully free GPUs are at most this fraction of the schedulable
+GPUs. Its CPU-deficit term spreads them over nodes whose CPU would otherwise strand their GPUs; earlier it spends
+the CPU of the few nodes that can host CPU-heavy 8-GPU pods (on openb ``default``, replayed under ``fgd-plus``, the
+first 8-GPU pods to fail ask 120 cores while hundreds of nodes still have 8 free GPUs but none 120 free cores).
+Replayed on the six openb files (``docs/fgd-variants.md``), 3, 5 and 8 % give the same curves within 0.02 points;
+10 % falls 0.07 under FGD at x = 95."""
+
 _PLUS = "fgd-staged.plus"
+_SCARCE = "fgd-staged.scarce"
 _GAP = "fgd-staged.gap"
 
 
@@ -58,6 +71,12 @@ def is_share(pod: PodRequest) -> bool:
     """Whether ``pod`` is one container asking a share of one GPU (the pods gap balance places)."""
     shape = pod.simple_shape
     return pod.wants_gpu and shape is not None and shape.kind is GpuKind.SHARE
+
+
+def is_one_gpu(pod: PodRequest) -> bool:
+    """Whether ``pod`` is one container asking one whole GPU."""
+    shape = pod.simple_shape
+    return pod.wants_gpu and shape is not None and shape.kind is GpuKind.WHOLE and shape.gpus == 1
 
 
 def least_need(pod: PodRequest) -> int:
@@ -140,8 +159,14 @@ class FgdStagedScore:
         """Node scores (0..100) for ``slots`` (ascending). A share placed by gap balance on the fast path: 1 on the
         slots offering the best gap key and 0 on the others, so only those reach :meth:`refine` (which ranks them
         and gives every other slot 0: the same choice as scoring all 0), and none is valued when one slot offers
-        it; through ``fgd-plus``'s own share decision: 0 per slot. Any other pod: FGD's scores."""
+        it; through ``fgd-plus``'s own share decision: 0 per slot. A one-GPU pod late: FGD-deficit-scarce's scores
+        (0..99). Any other pod: FGD's scores."""
         options = None
+        state.data[_SCARCE] = False
+        if is_one_gpu(pod) and self.gaps.saturated(LATE_WHOLE_GPUS):
+            state.data[_PLUS] = False
+            state.data[_SCARCE] = True
+            return self.plus.score(pod, ledger, state, slots)
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
             self.gaps.sync()
@@ -186,9 +211,12 @@ class FgdStagedScore:
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Second key for ``tied`` under gap balance: 0 on slots without the best gap option, else 1 +
-        FGD-deficit-scarce's value of placing the share there (as ``fgd-plus``); 0 for every slot under FGD (whose
-        ties go straight to the tie rule)."""
+        FGD-deficit-scarce's value of placing the share there (as ``fgd-plus``); for a one-GPU pod late
+        FGD-deficit-scarce's residue score (0..99); 0 for every slot under FGD (whose ties go straight to the tie
+        rule)."""
         if not self._plugin(pod, ledger, state, tied):
+            if state.data[_SCARCE]:
+                return self.plus.refine(pod, ledger, state, tied)
             return np.zeros(len(tied), np.int64)
         entry = state.data.get(_GAP)
         if entry is None:
