@@ -7,7 +7,8 @@ Behaviours covered:
 * below saturation a share goes into a partly used GPU by the gap key (where ``fgd-plus`` opens a free GPU), and
   with no partly used GPU, or only ones of a model restricted pods claim, it is placed by FGD;
 * saturated, a share is placed exactly as by ``fgd-plus`` (a hand-worked case and 40 random saturated clusters);
-* whole-GPU and CPU-only pods are scored and placed exactly as by FGD;
+* whole-GPU and CPU-only pods are scored and placed exactly as by FGD (below the late regime of one-GPU pods, which
+  ``test_fgdstaged_reference.py`` covers);
 * :class:`GapCounts` equals :func:`gap_histogram` through reservations, releases, quarantine and a new node;
   :func:`keys_by_free` equals :func:`option_keys` for every free value;
 * registry: ``fgd-staged`` is registered, needs typical pods, and a synthetic replay is deterministic per seed.

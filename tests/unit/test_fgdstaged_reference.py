@@ -10,6 +10,7 @@ random clusters (GPU models with and without a restricted claim, quarantined nod
 * the same pod stream placed by the production ``fgd-staged`` and by the reference gives the same node and GPUs
   for every pod, below and past saturation, for shares with a fixed milli and memory-only shares;
 * a one-GPU pod once at most ``LATE_WHOLE_GPUS`` of the GPUs are whole is placed exactly as ``fgd-plus`` places it;
+* :class:`GapPlusScore`'s residue of states it holds no parts for equals FGD-residue's;
 * the counts :class:`GapCounts` keeps (gap histogram, widest gap per row, saturation) equal a recount;
 * :class:`GapPlusScore`'s option values equal ``fgd-plus``'s evaluation for every fitting (node, GPU) option, valued
   in one batch and one at a time (also when the per-state parts are dropped for want of room), and
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 from domain.ledger import ClusterLedger
-from domain.request import PodRequest, single_container_pod
+from domain.request import GpuKind, PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import BoolArray, CycleState, Scheduler, ScorePlugin, TieRefiner, WeightedScore
 from domain.scheduling.framework.planner import ChooserPlanner, ensure_gpu_fit
 from domain.scheduling.policies.fgd import optionvalues
@@ -35,11 +36,12 @@ from domain.scheduling.policies.fgd.gapcounts import keys_by_free, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.residue import FgdResidueScore
+from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.policies.fgd.staged import (
     LATE_WHOLE_GPUS,
     SATURATED_WHOLE_GPUS,
     FgdStagedScore,
-    is_one_gpu,
     is_share,
     saturated,
 )
@@ -79,7 +81,9 @@ class ReferenceStaged(FgdStagedScore):
     def score(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slots: I64) -> I64:
         allowed = None
         state.data[_SCARCE] = False
-        if is_one_gpu(pod) and saturated(ledger, LATE_WHOLE_GPUS):
+        shape = pod.simple_shape
+        one_gpu = shape is not None and shape.kind is GpuKind.WHOLE and shape.gpus == 1
+        if one_gpu and saturated(ledger, 0.05):  # the rule's own literals, so a changed constant fails
             state.data[_PLUS], state.data[_SCARCE] = False, True
             return self.plus.score(pod, ledger, state, slots)
         if is_share(pod):
@@ -170,9 +174,8 @@ def test_placements_equal_the_reference_below_and_past_saturation() -> None:
 
 
 def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
-    """Once at most LATE_WHOLE_GPUS of the GPUs are whole, a one-GPU pod goes where ``fgd-plus`` puts it (its first
-    key, its residue tie key, the tie rule). The staged scheduler is fresh, so the per-state parts its value is read
-    from start empty (they were once read before being filled)."""
+    """Once at most LATE_WHOLE_GPUS of the GPUs are whole, a one-GPU pod goes where ``fgd-plus`` puts it: the same
+    feasible nodes, node scores and tie keys, and the same allocation; a 2-GPU pod keeps FGD's node scores."""
     for seed, typical in ((21, OPEN), (22, RESTRICTED), (23, OPEN), (24, RESTRICTED)):
         rng = np.random.default_rng(seed)
         ledgers = [cluster(np.random.default_rng(seed), 64) for _ in range(2)]
@@ -188,7 +191,8 @@ def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
         plus = Scheduler(ledgers[1], build_profile("fgd-plus", ledgers[1], rng=np.random.default_rng(0),
                                                    typical=typical))
         booked: list[str] = []
-        placed = 0
+        fgd = FgdScore(NodeStateCache(FragmentationModel(typical, ledgers[0])))
+        placed = contested = wider = 0
         for number in range(400):
             if booked and rng.random() < 0.3:
                 uid = booked.pop(int(rng.integers(len(booked))))
@@ -196,12 +200,22 @@ def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
                     ledger.release(uid)
                 continue
             late = saturated(ledgers[0], LATE_WHOLE_GPUS)
+            if late:  # wider whole-GPU pods keep FGD's scores
+                pod = single_container_pod(f"two{number}", cpu_milli=1000, gpus=2)
+                cycle = CycleState()
+                slots, _ = staged.feasible(pod, cycle)
+                if len(slots):
+                    plugin = cast(ScorePlugin, staged.profile.scores[0].plugin)
+                    assert (plugin.score(pod, ledgers[0], cycle, slots).tolist()
+                            == fgd.score(pod, ledgers[0], CycleState(), slots).tolist()), (seed, number)
+                    wider += 1
             if late and rng.random() < 0.7:
                 pod = single_container_pod(f"one{number}", cpu_milli=int(rng.integers(0, 17)) * 1000, gpus=1)
                 cycles = (CycleState(), CycleState())
                 keys = []
                 for sched, cycle, ledger in zip((staged, plus), cycles, ledgers, strict=True):
                     slots, _ = sched.feasible(pod, cycle)
+                    contested += len(slots) > 1 and sched is staged
                     plugin = cast(TieRefiner, sched.profile.scores[0].plugin)
                     scores = cast(ScorePlugin, plugin).score(pod, ledger, cycle, slots)
                     keys.append((slots.tolist(), scores.tolist(), plugin.refine(pod, ledger, cycle, slots).tolist()))
@@ -217,6 +231,19 @@ def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
             if allocation is not None:
                 booked.append(allocation.pod_uid)
         assert placed >= 20, (seed, placed)
+        assert contested >= 5, (seed, contested)  # decisions among several nodes
+        assert wider >= 5, (seed, wider)
+
+
+def test_residue_parts_read_first_equal_fgd_residue() -> None:
+    """GapPlusScore's residue of node states it holds no parts for yet equals FGD-residue's (its per-state arrays
+    grow while being read)."""
+    ledger = cluster(np.random.default_rng(3), 20)
+    cache = NodeStateCache(FragmentationModel(RESTRICTED, ledger))
+    cache.refresh()
+    slots = np.arange(ledger.rows, dtype=np.int64)
+    plain = FgdResidueScore(cache)
+    assert GapPlusScore(cache)._residue_now(slots).tolist() == plain._residue_now(slots).tolist()
 
 
 def test_kept_counts_equal_a_recount() -> None:

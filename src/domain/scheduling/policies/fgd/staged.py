@@ -24,7 +24,8 @@ the six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) sh
 below saturation are failed 4- and 8-GPU pods, and its gain at x = 130 comes mostly from how shares fill the last
 GPUs. Raises nothing beyond what FGD and ``fgd-plus`` raise.
 
-Cost: a non-share pod costs FGD's decision; a share also costs one :class:`GapCounts` sync (the rows whose ledger
+Cost: a non-share pod costs FGD's decision (a late one-GPU pod FGD-deficit-scarce's, memoised the same way); a share
+also costs one :class:`GapCounts` sync (the rows whose ledger
 version changed) and a mask over the feasible rows whose widest gap fits it. When gap balance places it (fast path:
 a fixed milli on a cluster whose GPUs all hold 1000 milli) it costs the gap key of the free values its options have,
 and, when more than one node offers the best key, FGD-deficit-scarce's value of those nodes
@@ -45,6 +46,7 @@ from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.units import MILLI_PER_GPU
 
@@ -56,11 +58,8 @@ fraction still falls to it. Measured alternatives: ``docs/fgd-variants.md``."""
 
 LATE_WHOLE_GPUS = 0.05
 """One-GPU pods are placed by FGD-deficit-scarce once fully free GPUs are at most this fraction of the schedulable
-GPUs. Its CPU-deficit term spreads them over nodes whose CPU would otherwise strand their GPUs; earlier it spends
-the CPU of the few nodes that can host CPU-heavy 8-GPU pods (on openb ``default``, replayed under ``fgd-plus``, the
-first 8-GPU pods to fail ask 120 cores while hundreds of nodes still have 8 free GPUs but none 120 free cores).
-Replayed on the six openb files (``docs/fgd-variants.md``), 3, 5 and 8 % give the same curves within 0.02 points;
-10 % falls 0.07 under FGD at x = 95."""
+GPUs. Its CPU-deficit term spreads them over nodes whose CPU would otherwise strand their GPUs; earlier it would
+spend the CPU of the few nodes able to host CPU-heavy 8-GPU pods. Measured thresholds: ``docs/fgd-variants.md``."""
 
 _PLUS = "fgd-staged.plus"
 _SCARCE = "fgd-staged.scarce"
@@ -101,7 +100,8 @@ def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPU
 
 class FgdStagedScore:
     """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
-    (:class:`FgdScore`) or by gap balance; gap balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
+    (:class:`FgdScore`), by FGD-deficit-scarce (:class:`FgdScarceScore`: late one-GPU pods) or by gap balance; gap
+    balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
     over the options it allows. Shares with a fixed milli on a cluster whose GPUs all hold 1000 milli take the fast
     path: :class:`GapCounts` and :func:`keys_by_free` find the best gap key ``h*`` from the free milli of the
     allowed options, and only the nodes offering ``h*`` are valued by FGD-deficit-scarce; other shares go through
@@ -114,6 +114,7 @@ class FgdStagedScore:
         self.ledger: ClusterLedger = cache.ledger
         self.fgd = FgdScore(cache)
         self.plus: FgdPlusScore = GapPlusScore(cache)
+        self.late = FgdScarceScore(cache)  # fgd-plus's rule for everything but shares
         self.gaps = GapCounts(cache.ledger)
         self._uniform_key = (-1, -1)
         self._uniform = False
@@ -166,7 +167,7 @@ class FgdStagedScore:
         if is_one_gpu(pod) and self.gaps.saturated(LATE_WHOLE_GPUS):
             state.data[_PLUS] = False
             state.data[_SCARCE] = True
-            return self.plus.score(pod, ledger, state, slots)
+            return self.late.score(pod, ledger, state, slots)
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
             self.gaps.sync()
@@ -216,7 +217,7 @@ class FgdStagedScore:
         rule)."""
         if not self._plugin(pod, ledger, state, tied):
             if state.data[_SCARCE]:
-                return self.plus.refine(pod, ledger, state, tied)
+                return self.late.refine(pod, ledger, state, tied)
             return np.zeros(len(tied), np.int64)
         entry = state.data.get(_GAP)
         if entry is None:
