@@ -14,6 +14,12 @@ machine falls on both alike; it prints ``<OTHER>_pods_per_second`` and ``ratio=`
 the figure to quote on a noisy machine). ``--record FILE`` writes those figures as this invocation's row of the
 performance table (:func:`adapters.reportfiles.results_table.record_bench_run`; ``bench/results/performance.md``).
 
+``--whole-gpus-left F`` measures the late regime instead: after the prefill, GPU pods with little CPU (shares and
+1-, 2- and 4-GPU pods of 0-5 cores; the published mix's CPU per GPU would stop the fill near 76 % of GPU milli) are
+placed by the policy until at most ``F`` of the schedulable GPUs are fully free, and the measured pods are one-GPU
+pods of 0-8 cores (``fgd-staged`` places those by FGD-deficit-scarce at ``F`` ≤ 0.05); measure fewer pods than the
+fully free GPUs it prints, or the rest are turned away.
+
 Targets at 5000 × 8 on a quiet machine: ``fgd`` ≥ 1,000 pods/s with p99 ≤ 5 ms, ``binpack`` ≥ 3,000 pods/s, and
 ``--policy fgd --compare binpack`` ratio ≥ 0.5; at 10,000 × 8 ``peak_rss_mib`` ≤ 1024; at 20,000 × 8 ``--policy fgd``
 (the scheduler's default policy) ≥ 1,000 pods/s with p99 ≤ 5 ms and ``peak_rss_mib`` ≤ 1024.
@@ -32,7 +38,9 @@ import numpy as np
 from adapters.reportfiles.results_table import RunStart, record_bench_run
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
+from domain.request import single_container_pod
 from domain.scheduling.framework.cycle import Scheduler
+from domain.scheduling.policies.fgd.staged import saturated
 from domain.scheduling.registry import build_profile, get_policy
 from domain.simulation.replay import typical_pods
 from domain.simulation.synthetic import synthetic_pods
@@ -63,6 +71,8 @@ class Run:
     prefill_pods: int
     prefill_milli: int
     prefill_seconds: float
+    late: bool = False
+    whole_left: int = 0
     latencies: list[float] = attrs.Factory(list)
     placed: int = 0
     cpu_seconds: float = 0.0
@@ -71,7 +81,11 @@ class Run:
         """Schedule the next ``count`` measured pods, one at a time, timing each ``schedule`` call."""
         for _ in range(count):
             number = len(self.latencies)
-            pod = self.workload[int(self.rng.integers(len(self.workload)))].request(uid=f"measured-{number}")
+            uid = f"measured-{number}"
+            if self.late:
+                pod = single_container_pod(uid, cpu_milli=int(self.rng.integers(0, 9)) * 1000, gpus=1)
+            else:
+                pod = self.workload[int(self.rng.integers(len(self.workload)))].request(uid=uid)
             cpu = time.process_time()
             started = time.perf_counter()
             result = self.scheduler.schedule(pod)
@@ -99,7 +113,20 @@ def prefill(policy: str, args: argparse.Namespace) -> Run:
             filled += result.allocation.gpu_milli
         elif number > 20 * args.nodes:
             break
-    return Run(policy, scheduler, rng, list(workload), number, filled, time.perf_counter() - started)
+    if args.whole_gpus_left is not None:
+        while not saturated(ledger, args.whole_gpus_left) and number <= 40 * args.nodes:
+            uid = f"late-fill-{number}"
+            cpu = int(rng.integers(0, 6)) * 1000
+            if rng.random() < 0.4:
+                pod = single_container_pod(uid, cpu_milli=cpu, core_milli=int(rng.choice([100, 230, 470, 650, 810])))
+            else:
+                pod = single_container_pod(uid, cpu_milli=cpu, gpus=int(rng.choice([1, 1, 1, 2, 4])))
+            result = scheduler.schedule(pod)
+            number += 1
+            if result.allocation is not None:
+                filled += result.allocation.gpu_milli
+    return Run(policy, scheduler, rng, list(workload), number, filled, time.perf_counter() - started,
+               late=args.whole_gpus_left is not None, whole_left=int(ledger.free_gpus[: ledger.rows].sum()))
 
 
 def report(run: Run, args: argparse.Namespace) -> tuple[float, float, float]:
@@ -110,6 +137,10 @@ def report(run: Run, args: argparse.Namespace) -> tuple[float, float, float]:
     print(f"nodes={args.nodes} gpus_per_node={args.gpus_per_node} policy={run.policy}")
     print(f"prefill: {run.prefill_pods} pods, {100 * run.prefill_milli / capacity:.1f} % of GPU milli, "
           f"{run.prefill_seconds:.1f} s")
+    if run.late:
+        whole = run.whole_left
+        print(f"late regime: {whole} fully free GPUs after the prefill ({100 * whole / (capacity // 1000):.1f} %); "
+              "measured pods ask one GPU each")
     print(f"measured: {len(latencies)} pods, {run.placed} placed, {wall:.2f} s in schedule()")
     print(f"latency ms: p50={1000 * np.percentile(latencies, 50):.2f} p90={1000 * np.percentile(latencies, 90):.2f} "
           f"p99={1000 * np.percentile(latencies, 99):.2f} max={1000 * latencies.max():.2f}")
@@ -129,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefill", type=float, default=0.5, help="fraction of GPU capacity filled before measuring")
     parser.add_argument("--round", type=int, default=50, help="pods per policy per interleaved round (--compare)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--whole-gpus-left", type=float, metavar="F",
+                        help="fill on until at most F of the GPUs are fully free; measure one-GPU pods (docstring)")
     parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)
     start = RunStart.now()

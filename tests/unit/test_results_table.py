@@ -82,6 +82,18 @@ def test_scheduler_throughput_records_its_row(tmp_path: Path) -> None:
     assert re.search(r"; `binpack` [\d,]+ pods/s, p99 \d+\.\d\d ms; ratio \d+\.\d{3}; peak RSS \d+ MiB \|", row)
 
 
+def test_scheduler_throughput_fills_to_the_late_regime_and_measures_one_gpu_pods(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    load_bench("scheduler_throughput").main(
+        ["--nodes", "60", "--gpus-per-node", "8", "--pods", "10", "--policy", "fgd-staged",
+         "--whole-gpus-left", "0.05"])
+    out = capsys.readouterr().out
+    late = re.search(r"late regime: (\d+) fully free GPUs after the prefill \((\d+\.\d) %\)", out)
+    assert late is not None, out
+    assert 10 <= int(late.group(1)) <= 24  # at most 5 % of 480 GPUs, and more than the 10 measured pods
+    assert "measured: 10 pods, 10 placed" in out
+
+
 def test_record_bench_run_without_argv_names_this_process_arguments(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["bench/c.py", "--pods", "3", "--record", "t.md"])
