@@ -144,6 +144,16 @@ def scheduler(ledger: ClusterLedger, typical: TypicalPods, reference: bool) -> S
     return Scheduler(ledger, profile)
 
 
+def released(rng: np.random.Generator, chance: float, booked: list[str], ledgers: list[ClusterLedger]) -> bool:
+    """With probability ``chance`` (when a pod is booked), release a random booked pod from every ledger."""
+    if not booked or rng.random() >= chance:
+        return False
+    uid = booked.pop(int(rng.integers(len(booked))))
+    for ledger in ledgers:
+        ledger.release(uid)
+    return True
+
+
 def test_placements_equal_the_reference_below_and_past_saturation() -> None:
     for seed, typical in ((11, OPEN), (12, RESTRICTED), (13, OPEN), (14, RESTRICTED)):
         rng = np.random.default_rng(seed)
@@ -153,10 +163,7 @@ def test_placements_equal_the_reference_below_and_past_saturation() -> None:
         booked: list[str] = []
         regimes = set()
         for number in range(700):
-            if booked and rng.random() < 0.15:
-                uid = booked.pop(int(rng.integers(len(booked))))
-                for ledger in ledgers:
-                    ledger.release(uid)
+            if released(rng, 0.15, booked, ledgers):
                 continue
             if number == 200:
                 name = f"n{int(rng.integers(nodes)):03d}"
@@ -194,10 +201,7 @@ def test_a_one_gpu_pod_late_is_placed_as_by_fgd_plus() -> None:
         fgd = FgdScore(NodeStateCache(FragmentationModel(typical, ledgers[0])))
         placed = contested = wider = 0
         for number in range(400):
-            if booked and rng.random() < 0.3:
-                uid = booked.pop(int(rng.integers(len(booked))))
-                for ledger in ledgers:
-                    ledger.release(uid)
+            if released(rng, 0.3, booked, ledgers):
                 continue
             late = saturated(ledgers[0], LATE_WHOLE_GPUS)
             if late:  # wider whole-GPU pods keep FGD's scores
@@ -254,9 +258,7 @@ def test_kept_counts_equal_a_recount() -> None:
     assert isinstance(plugin, FgdStagedScore)
     booked: list[str] = []
     for number in range(400):
-        if booked and rng.random() < 0.2:
-            ledger.release(booked.pop(int(rng.integers(len(booked)))))
-        else:
+        if not released(rng, 0.2, booked, [ledger]):
             pod = random_pod(rng, f"p{number}")
             if sched.schedule(pod).allocation is not None:
                 booked.append(pod.uid)

@@ -78,15 +78,20 @@ def test_failure_records_the_reason_and_backs_off_doubling_to_a_bound() -> None:
     assert loop.attempt(pod) is True
 
 
-def test_a_wake_inside_the_interval_is_due_at_its_end_not_lost() -> None:
-    """Two capacity changes 0.1 s apart (a DRA pod ends, then its claim is deallocated): the second, rate-limited,
-    still brings the backed-off pod back, when the interval ends, not after its whole backoff."""
+def backed_off_pod() -> tuple[Monotonic, StandaloneLoop, PodObject, threading.Event]:
+    """A loop (wakes at most every 0.5 s) on a hand clock, with one pending pod that did not fit and backs off."""
     w = world()
     clock = Monotonic()
     loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0.5)
     pod = w.pending("a", core="30", mem="4")
-    stop = threading.Event()
     assert loop.attempt(pod) is False
+    return clock, loop, pod, threading.Event()
+
+
+def test_a_wake_inside_the_interval_is_due_at_its_end_not_lost() -> None:
+    """Two capacity changes 0.1 s apart (a DRA pod ends, then its claim is deallocated): the second, rate-limited,
+    still brings the backed-off pod back, when the interval ends, not after its whole backoff."""
+    clock, loop, pod, stop = backed_off_pod()
     loop.wake()  # the first change: due at once
     assert loop._next(stop, 0) == pod
     clock.now += 0.05
@@ -102,12 +107,7 @@ def test_a_wake_inside_the_interval_is_due_at_its_end_not_lost() -> None:
 
 def test_a_burst_of_wakes_does_not_push_the_next_one_away() -> None:
     """A hundred changes at once make one wake at the interval's end; a change after it is served at once."""
-    w = world()
-    clock = Monotonic()
-    loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0.5)
-    pod = w.pending("a", core="30", mem="4")
-    stop = threading.Event()
-    assert loop.attempt(pod) is False
+    clock, loop, pod, stop = backed_off_pod()
     for _ in range(100):
         loop.wake()
     assert loop.waking() == [pod.key]  # brought forward by the first wake: due at once, not tried yet

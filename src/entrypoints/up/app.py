@@ -253,11 +253,11 @@ class UpApp:
                 self.cluster.create_pod(pod)
                 self.submitted.append(pod.key)
             except ClusterError as error:
-                if error.status is not None and 400 <= error.status < 500 and error.status != 409:
-                    self.stack.drop_claim(pod)  # refused, so not created (a timeout might have created it)
                 if error.status == 409:
                     raise UpError(f"pod {pod.key} already exists: delete the pods of an earlier run "
                                   f"(label {MANAGED_BY[0]}={MANAGED_BY[1]})") from error
+                if 400 <= error.status < 500:
+                    self.stack.drop_claim(pod)  # refused, so not created (no status: a timeout might have created it)
                 log.warning("pod %s not created: %s", pod.key, error)
             self.progress.advance(1)
             if time.monotonic() - described > 0.5:
