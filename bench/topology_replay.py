@@ -1,7 +1,9 @@
 """Topology replay: do whole NVLink islands stay free for large pods? The published trace replay (arrivals only,
-``domain.simulation.replay`` steps 1-5) on nodes given a simulated machine's topology, run twice per (policy, seed):
-with the topology known to the scheduler (best-connected whole GPUs, ``domain.scheduling.framework.topology``) and
-without (the first free GPUs by index, the published rule). Both runs are judged against the same topology.
+``domain.simulation.replay`` steps 1-5) on nodes given a simulated machine's topology, run three times per (policy,
+seed): with the topology known to the scheduler (best-connected whole GPUs, ``domain.scheduling.framework.topology``),
+known and placed topology first (``--gpu-topology-first``: multi-GPU pods only on the nodes offering their best
+connection), and without (the first free GPUs by index, the published rule). All are judged against the same
+topology.
 
 Usage (from the repository root)::
 
@@ -50,12 +52,16 @@ from domain.units import MILLI_PER_GPU  # noqa: E402
 TRACES = REPO.parent / "shared" / "traces" / "openb"
 
 
+MODES = (("first by index", False, False), ("topology-aware", True, False), ("topology first", True, True))
+"""(row label, topology told to the scheduler, ``--gpu-topology-first``) of the three runs per policy and seed."""
+
+
 def run(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, tune: float, machine: str,
-        aware: bool) -> dict[str, float]:
+        aware: bool, first: bool = False) -> dict[str, float]:
     """One replay (module docstring) through the product's own (``ljrk simulate --topology``,
     :mod:`domain.simulation.topology_tally`); returns its figures."""
     result = replay(nodes, pods, ReplayConfig(policy=policy, seed=seed, tune=tune, topology=machine,
-                                              topology_known=aware))
+                                              topology_known=aware, topology_first=first))
     figures = result.topology
     assert figures is not None
     capacity = result.total_gpus * MILLI_PER_GPU
@@ -70,7 +76,7 @@ def run(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, tu
 
 
 def churn(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, machine: str, aware: bool,
-          load: float, arrivals: int) -> dict[str, float]:
+          load: float, arrivals: int, first: bool = False) -> dict[str, float]:
     """The churn replay (module docstring): ``arrivals`` pods of the seed's arrival stream (cycled), each leaving
     after an exponential lifetime (in arrivals) whose mean holds ``load`` of the GPU capacity by Little's law; the
     lifetimes come from their own generator, one draw per arrival, so both modes see the same departures."""
@@ -84,7 +90,8 @@ def churn(nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int, 
     ledger = ClusterLedger(inventories)
     tally = TopologyTally(machine, known=aware, topologies=judged, ledger=ledger, capacity_milli=0)  # islands only
     states = NodeStateCache(FragmentationModel(typical, ledger))
-    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=rng, states=states, tie_break=config.tie_break))
+    scheduler = Scheduler(ledger, build_profile(policy, ledger, rng=rng, states=states, tie_break=config.tie_break,
+                                                topology_first=first))
     capacity = sum(n.gpus for n in nodes) * MILLI_PER_GPU
     mean_lifetime = load * capacity / (sum(p.total_gpu_milli for p in stream) / len(stream))
     leaving: list[tuple[float, str]] = []
@@ -155,14 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     print("| policy | scheduler | " + " | ".join(keys) + " | s/run |")
     print("|---" * (len(keys) + 3) + "|")
     for policy in args.policies.split(","):
-        for aware in (False, True):
+        for mode, aware, first in MODES:
             started = time.perf_counter()
-            runs = [run(nodes, pods, policy, seed, args.tune, args.machine, aware) if args.churn is None
-                    else churn(nodes, pods, policy, seed, args.machine, aware, args.churn, args.arrivals)
+            runs = [run(nodes, pods, policy, seed, args.tune, args.machine, aware, first) if args.churn is None
+                    else churn(nodes, pods, policy, seed, args.machine, aware, args.churn, args.arrivals, first)
                     for seed in _seeds(args.seeds)]
             seconds = (time.perf_counter() - started) / len(runs)
             means = {k: sum(r[k] for r in runs) / len(runs) for k in keys}
-            mode = "topology-aware" if aware else "first by index"
             print(f"| {policy} | {mode} | " + " | ".join(f"{means[k]:.1f}" for k in keys) + f" | {seconds:.0f} |",
                   flush=True)
     return 0

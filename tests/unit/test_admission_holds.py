@@ -109,6 +109,13 @@ def test_release_window_and_off() -> None:
         AdmissionHolds(-1)
 
 
+def test_gpu_topology_first_reaches_the_service_config() -> None:
+    argv = ["--mode", "standalone", "--listen", "127.0.0.1:0"]
+    assert not service_config(settings_from_args(build_parser().parse_args(argv))).topology_first
+    assert service_config(settings_from_args(build_parser().parse_args([*argv, "--gpu-topology-first"]))
+                          ).topology_first
+
+
 @pytest.mark.parametrize("off", [0, 0.0, None])
 def test_zero_means_off_on_the_command_line_in_the_service_config_and_the_holds(off: float | None) -> None:
     settings = settings_from_args(build_parser().parse_args(

@@ -36,8 +36,9 @@ from domain.errors import UnknownPolicyError
 from domain.gpu import Gpu, GpuUuid, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import PodRequest, single_container_pod
+from domain.scheduling.framework.choosers import BestFitGpu, RandomGpu, WorstFitGpu
 from domain.scheduling.framework.cycle import CycleState, Scheduler
-from domain.scheduling.framework.planner import BestFitGpu, RandomGpu, WorstFitGpu, ensure_gpu_fit
+from domain.scheduling.framework.planner import ensure_gpu_fit
 from domain.scheduling.framework.tiebreak import FixedOrderTieBreak, NameTieBreak, RandomTieBreak, make_tie_breaker
 from domain.scheduling.policies.classic import (
     BestFitScore,

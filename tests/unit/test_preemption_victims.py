@@ -4,6 +4,8 @@ fallback and the choice across nodes."""
 
 from __future__ import annotations
 
+import attrs
+
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.gpu import Gpu, GpuUuid, NodeInventory
 from domain.ledger import ClusterLedger
@@ -16,6 +18,8 @@ from domain.scheduling.preemption.victims import (
     pdb_violations,
     select_victims,
 )
+from domain.topology import Tier
+from domain.topology.machines import machine_topology
 from domain.units import GiB
 
 MEM = 16 * GiB
@@ -245,3 +249,19 @@ def test_best_node_follows_the_same_order_across_nodes() -> None:
     assert chosen is not None
     assert (chosen.node, chosen.uids) == ("n2", ("b",))
     assert best_node([select_victims(ledger, "n1", share(60, policy=PreemptionPolicy.NEVER), candidates)]) is None
+
+
+def test_a_preemptor_requiring_nvlink_frees_a_whole_island() -> None:
+    ledger = ClusterLedger([attrs.evolve(node(gpus=8), topology=machine_topology("nvlink-islands-2x4", 8))])
+    book(ledger, "on-0", "n1", (0, 100), whole=True)
+    book(ledger, "on-4", "n1", (4, 100), whole=True)
+    four = Preemptor(attrs.evolve(single_container_pod("hi", gpus=4), gpu_topology=Tier.NVLINK), 1000)
+    outcome = select_victims(ledger, "n1", four, pods(**{"on-0": 5, "on-4": 1}))
+    assert outcome.victims is not None
+    assert outcome.victims.uids == ("on-4",)  # the lower priority; 6 free GPUs are not 4 connected ones
+    assert [g.gpu_index for c in outcome.victims.allocation.containers for g in c.grants] == [4, 5, 6, 7]
+    # unrequired, the same pod fits on the free GPUs: no victim is needed
+    free = select_victims(ledger, "n1", Preemptor(single_container_pod("hi", gpus=4), 1000),
+                          pods(**{"on-0": 5, "on-4": 1}))
+    assert free.victims is not None
+    assert free.victims.uids == ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from domain.errors import InvalidRequestError
-from domain.topology import GpuTopology, NodeTopology, NvLinkPeer, Tier, best_connected, can_connect
+from domain.topology import GpuTopology, NodeTopology, NvLinkPeer, Tier, best_connected, can_connect, least_breaking
 from domain.topology.machines import machine_topology
 
 ALL = range(8)
@@ -128,3 +128,15 @@ def test_large_nodes_rank_greedy_sets() -> None:
     assert choice.tier is Tier.NVLINK
     assert set(choice.indexes) <= set(range(16))
     assert topology.island_of()[31] == 1
+
+
+def test_least_breaking_opens_a_gpu_of_a_partly_used_island() -> None:
+    topology = machine_topology("nvlink-islands-2x4", 8)
+    free = [0, 1, 2, 3, 5, 6, 7]  # GPU 4 used
+    assert least_breaking(topology, free, [0, 1, 5, 6]) == 5
+    assert least_breaking(topology, free, [0, 2]) == 0  # both break island 0-3: the lower index
+    assert least_breaking(topology, range(8), [3, 7]) == 3
+    with pytest.raises(InvalidRequestError, match=r"candidates.*one or more of the free GPUs"):
+        least_breaking(topology, free, [4])
+    with pytest.raises(InvalidRequestError, match="candidates"):
+        least_breaking(topology, free, [])

@@ -15,11 +15,11 @@ from domain.kube.objects import ContainerSpec, PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import pod_request
 from domain.ledger import ClusterLedger
-from domain.request import PodRequest, single_container_pod
+from domain.request import ContainerRequest, PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import Scheduler
 from domain.scheduling.framework.topology import TopologyClasses
 from domain.scheduling.registry import build_profile
-from domain.topology import NodeTopology, Tier
+from domain.topology import NodeTopology, Tier, split_connected
 from domain.topology.machines import machine_topology
 from domain.units import GiB
 
@@ -96,13 +96,15 @@ def test_required_topology_picks_the_node_that_can_meet_it() -> None:
     }
 
 
-def test_required_topology_needs_one_whole_gpu_container() -> None:
+@pytest.mark.parametrize("containers", [(500,), (500, 300)], ids=["one share", "two shares"])
+def test_required_topology_needs_whole_gpus(containers: tuple[int, ...]) -> None:
     ledger = ClusterLedger([node("n", "nvswitch8")])
-    share = attrs.evolve(single_container_pod("s", core_milli=500), gpu_topology=Tier.NVLINK)
+    asks = tuple(ContainerRequest(f"c{i}", core_milli=milli) for i, milli in enumerate(containers))
+    share = PodRequest("s", containers=asks, gpu_topology=Tier.NVLINK)
     result = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(0))).schedule(share)
     assert not result.scheduled
-    assert "only a pod with one container asking for whole GPUs" in result.reason
-    assert placed(ledger, single_container_pod("plain", core_milli=500)) is not None  # no requirement: unchanged
+    assert "GPU topology nvlink is required, which only a pod asking for whole GPUs can get" in result.reason
+    assert placed(ledger, attrs.evolve(share, gpu_topology=Tier.SYSTEM)) is not None  # no requirement: unchanged
 
 
 def _pod(annotations: dict[str, str]) -> PodObject:
@@ -171,3 +173,150 @@ def test_each_profile_numbers_topologies_on_its_own() -> None:
     assert second.topology(1) == machine_topology("nvswitch8", 8)
     for n in range(20):  # fresh profiles each time, the pattern that once read a collected profile's numbers
         assert placed(ledger, whole(f"p{n}", 1, Tier.NVLINK)) is not None or n >= 8
+
+
+def split(topology: str, free: range | list[int], counts: list[int], tier: Tier = Tier.SYSTEM) -> object:
+    return split_connected(machine_topology(topology, 8), free, counts, minimum=tier)
+
+
+def test_split_gives_the_pod_one_connected_set_and_each_container_a_connected_part() -> None:
+    # two 2-GPU containers on 4-GPU islands: one island, an NVLink pair each
+    assert split("nvlink-islands-2x4", range(8), [2, 2]) == ((0, 1), (2, 3))
+    # GPU 0 used: only island 4-7 holds 4 connected GPUs; the 3-GPU container chooses first, whatever its position
+    assert split("nvlink-islands-2x4", range(1, 8), [1, 3]) == ((7,), (4, 5, 6))
+    # PCIe pairs: one NUMA node, a pair on one root each; no NVLink set of 4 exists
+    assert split("pcie-pairs-2numa", range(8), [2, 2]) == ((0, 1), (2, 3))
+    assert split("pcie-pairs-2numa", range(8), [2, 2], Tier.NVLINK) is None
+    assert split("nvlink-islands-2x4", [0, 1, 4], [2, 2]) is None  # fewer free than asked
+    with pytest.raises(InvalidRequestError, match=r"counts.*one or more integers >= 1"):
+        split("nvswitch8", range(8), [2, 0])
+    with pytest.raises(InvalidRequestError, match="counts"):
+        split("nvswitch8", range(8), [])
+
+
+def composite(uid: str, *asks: tuple[str, int], tier: Tier = Tier.SYSTEM) -> PodRequest:
+    """A pod of containers ``(kind, amount)``: ``("gpus", k)`` whole GPUs or ``("core", milli)`` a share."""
+    containers = tuple(ContainerRequest(f"c{i}", gpus=n) if kind == "gpus" else ContainerRequest(f"c{i}", core_milli=n)
+                       for i, (kind, n) in enumerate(asks))
+    return PodRequest(uid, containers=containers, gpu_topology=tier)
+
+
+def grants(ledger: ClusterLedger, pod: PodRequest) -> dict[str, tuple[int, ...]] | str:
+    """Container → GPU indexes of the pod's allocation (binpack), or the reason it was not placed."""
+    result = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(0))).schedule(pod)
+    if result.allocation is None:
+        return result.reason
+    return {c.container: tuple(g.gpu_index for g in c.grants) for c in result.allocation.containers}
+
+
+def test_a_pod_with_several_whole_gpu_containers_gets_one_island() -> None:
+    ledger = ClusterLedger([node("n", "nvlink-islands-2x4")])
+    hold(ledger, "n", 0)
+    # container by container, first by index, would span both islands: (1, 2) and (3, 4)
+    assert grants(ledger, composite("p", ("gpus", 2), ("gpus", 2))) == {"c0": (4, 5), "c1": (6, 7)}
+    plain = ClusterLedger([node("n", "none")])
+    hold(plain, "n", 0)
+    assert grants(plain, composite("p", ("gpus", 2), ("gpus", 2))) == {"c0": (1, 2), "c1": (3, 4)}  # as before
+
+
+def test_a_share_before_whole_containers_does_not_take_their_gpus() -> None:
+    ledger = ClusterLedger([node("n", "nvlink-islands-2x4")])
+    hold(ledger, "n", 4)
+    # the whole GPUs first, an NVLink pair of the partly used island; the share then opens its last GPU, not GPU 0
+    assert grants(ledger, composite("p", ("core", 500), ("gpus", 1), ("gpus", 1))) == {
+        "c0": (5,), "c1": (6,), "c2": (7,)}
+    plain = ClusterLedger([node("n", "none")])
+    hold(plain, "n", 4)
+    assert grants(plain, composite("p", ("core", 500), ("gpus", 1), ("gpus", 1))) == {  # as before
+        "c0": (0,), "c1": (1,), "c2": (2,)}
+
+
+@pytest.mark.parametrize("policy", ["binpack", "best-fit", "spread", "random"])
+def test_a_share_opening_a_gpu_keeps_whole_islands_free(policy: str) -> None:
+    ledger = ClusterLedger([node("n", "nvlink-islands-2x4")])
+    hold(ledger, "n", 4)  # island 4-7 partly used, island 0-3 whole
+    assert placed(ledger, single_container_pod("s", core_milli=300), policy) == (5,)
+    ledger.reserve(PodAllocation("s2", "n", (ContainerGrant("m", (GpuGrant(5, 300, GiB),)),)))
+    assert placed(ledger, single_container_pod("s3", core_milli=800), policy) == (6,)  # 5 is too full; 6 opens
+    plain = ClusterLedger([node("n", "none")])
+    hold(plain, "n", 4)
+    assert placed(plain, single_container_pod("s", core_milli=300), policy) in ((0,), (1,), (2,), (3,), (5,), (6,),
+                                                                                (7,))
+
+
+def test_a_share_steered_among_alike_gpus_only() -> None:
+    # GPUs of another memory size are not interchangeable: the share stays on the GPU its rule chose
+    gpus = tuple(Gpu(i, GpuUuid(f"GPU-n-{i}"), "H100", (40 if i < 4 else 80) * GiB) for i in range(8))
+    ledger = ClusterLedger([NodeInventory(NodeName("n"), gpus, cpu_milli=128_000, memory_bytes=1024 * GiB,
+                                          topology=machine_topology("nvlink-islands-2x4", 8))])
+    hold(ledger, "n", 5)  # island 4-7 (80 GiB GPUs) partly used, island 0-3 (40 GiB GPUs) whole
+    assert placed(ledger, single_container_pod("s", core_milli=300, gpu_memory_bytes=10 * GiB)) == (0,)
+    assert placed(ledger, single_container_pod("t", core_milli=300, gpu_memory_bytes=50 * GiB)) == (4,)
+
+
+def test_a_required_topology_applies_to_all_whole_gpus_of_the_pod() -> None:
+    split_islands = ClusterLedger([node("n", "nvlink-islands-2x4")])
+    hold(split_islands, "n", 0, 4)  # 6 free GPUs, no 4 of them NVLink-connected
+    pod = composite("p", ("gpus", 2), ("gpus", 2), ("core", 300), tier=Tier.NVLINK)
+    assert grants(split_islands, pod) == (
+        "0 nodes available: 1 node(s): no 4 free GPUs connected by nvlink or better (GPU topology required by the pod)")
+    assert isinstance(grants(split_islands, attrs.evolve(pod, gpu_topology=Tier.SYSTEM)), dict)  # fits unrequired
+    whole_island = ClusterLedger([node("n", "nvlink-islands-2x4")])
+    hold(whole_island, "n", 0)
+    placed_on = grants(whole_island, pod)
+    assert isinstance(placed_on, dict)
+    assert (placed_on["c0"], placed_on["c1"]) == ((4, 5), (6, 7))
+    no_topology = ClusterLedger([node("n", "none")])
+    assert "report no GPU topology" in str(grants(no_topology, pod))
+
+
+def test_ties_between_nodes_count_all_whole_gpus_of_a_several_container_pod() -> None:
+    ledger = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "nvlink-islands-2x4")])
+    hold(ledger, "a", 0, 4)  # both islands broken: 2 + 2 GPUs would span them
+    hold(ledger, "b", 0, 1)  # island 4-7 whole
+    for seed in range(5):
+        scheduler = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(seed)))
+        result = scheduler.schedule(composite(f"p{seed}", ("gpus", 2), ("gpus", 2)))
+        assert result.allocation is not None
+        assert result.allocation.node == "b"
+        ledger.release(result.allocation.pod_uid)
+
+
+def first_choice(ledger: ClusterLedger, pod: PodRequest, *, first: bool) -> tuple[str, tuple[int, ...]] | None:
+    profile = build_profile("binpack", ledger, rng=np.random.default_rng(0), topology_first=first)
+    result = Scheduler(ledger, profile).schedule(pod)
+    if result.allocation is None:
+        return None
+    ledger.release(pod.uid)  # the books as before: each call sees the same cluster
+    return result.allocation.node, tuple(g.gpu_index for c in result.allocation.containers for g in c.grants)
+
+
+def test_topology_first_sends_a_multi_gpu_pod_to_the_node_with_an_island_before_the_policy_decides() -> None:
+    ledger = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "nvlink-islands-2x4")])
+    hold(ledger, "a", 0, 4, 5)  # fuller (binpack's choice), but no 4 NVLink-connected free GPUs
+    hold(ledger, "b", 0)  # island 4-7 whole
+    assert first_choice(ledger, whole("four", 4), first=False) == ("a", (1, 2, 3, 6))
+    assert first_choice(ledger, whole("four", 4), first=True) == ("b", (4, 5, 6, 7))
+    # a pod of several containers counts all its whole GPUs
+    assert first_choice(ledger, composite("pair", ("gpus", 2), ("gpus", 2)), first=True) == ("b", (4, 5, 6, 7))
+    # pods of one GPU or a share are the policy's alone
+    assert first_choice(ledger, whole("one", 1), first=True) == first_choice(ledger, whole("one", 1), first=False)
+    share = single_container_pod("s", core_milli=300)
+    assert first_choice(ledger, share, first=True) == first_choice(ledger, share, first=False)
+
+
+def test_topology_first_never_leaves_a_pod_without_the_nodes_that_fit() -> None:
+    ledger = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "nvlink-islands-2x4")])
+    hold(ledger, "a", 0, 4)  # no 4 NVLink-connected free GPUs on either: both stay, the policy chooses
+    hold(ledger, "b", 0, 4, 5)
+    assert first_choice(ledger, whole("four", 4), first=True) == ("b", (1, 2, 3, 6))
+    assert first_choice(ledger, whole("four", 4), first=False) == ("b", (1, 2, 3, 6))
+    # nodes without a topology rank below any that reports one: a set across islands beats an unknown one
+    mixed = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "none")])
+    hold(mixed, "a", 0, 4)
+    hold(mixed, "b", 0, 1, 2)
+    assert first_choice(mixed, whole("four", 4), first=False) == ("b", (3, 4, 5, 6))
+    assert first_choice(mixed, whole("four", 4), first=True) == ("a", (1, 2, 3, 5))
+    plain = ClusterLedger([node("a", "none"), node("b", "none")])
+    hold(plain, "a", 0)
+    assert first_choice(plain, whole("four", 4), first=True) == ("a", (1, 2, 3, 4))  # no topology: the policy's

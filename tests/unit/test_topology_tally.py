@@ -9,6 +9,8 @@ once, when arrivals first reach 80 % of capacity; the summary.json object and th
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 
@@ -20,6 +22,7 @@ from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.topology_tally import TopologyTally, node_topologies
 from domain.simulation.workload import TraceNode, TracePod
 from domain.topology import Tier
+from entrypoints.simulate.__main__ import main
 from entrypoints.simulate.app import format_topology
 
 MACHINE = "nvlink-islands-2x4"
@@ -98,7 +101,7 @@ def test_placed_pods_by_tier_and_their_report() -> None:
     assert figures.share(8, Tier.NVLINK) == 0.0
     assert topology_row(figures) == {"machine": MACHINE, "known": False,
                                      "placed": {"2": {"nvlink": 1, "system": 2}, "4": {"nvlink": 1}, "8": {}},
-                                     "islands": 2, "islands_free_at_80": None}
+                                     "islands": 2, "islands_free_at_80": None, "first": False}
     assert topology_row(None) is None
 
 
@@ -111,3 +114,39 @@ def test_stdout_line_per_run_on_a_machine_only() -> None:
         "fgd seed 1 (nvlink-islands-2x4, topology known): 2-GPU pods 0 placed, 0.0 % NVLink-connected; 4-GPU pods "
         "1 placed, 100.0 % NVLink-connected; 8-GPU pods 0 placed, 0.0 % NVLink-connected; whole NVLink islands at "
         "x = 80: 0 of 2\n")
+
+
+def test_topology_first_is_reported_and_needs_a_known_topology() -> None:
+    first = replay([NODE], PODS, ReplayConfig("fgd", 1, tune=1.125, topology=MACHINE, topology_first=True))
+    assert first.topology is not None
+    assert first.topology.first
+    assert topology_row(first.topology)["first"] is True  # type: ignore[index]
+    assert "(nvlink-islands-2x4, topology known, topology first)" in format_topology([first])
+    for bad in ({}, {"topology": MACHINE, "topology_known": False}):
+        with pytest.raises(InvalidRequestError, match=r"topology_first.*needs a topology known to the scheduler"):
+            ReplayConfig("fgd", 1, topology_first=True, **bad)  # type: ignore[arg-type]
+
+
+def test_the_replay_builds_its_profiles_topology_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import domain.simulation.replay as replay_module
+
+    asked: list[bool] = []
+    real = replay_module.build_profile
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("topology_first", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "build_profile", spy)
+    replay([NODE], PODS, ReplayConfig("fgd", 1, tune=1.125, topology=MACHINE, topology_first=True, typical="online"))
+    replay([NODE], PODS, ReplayConfig("fgd", 1, tune=1.125, topology=MACHINE))
+    assert len(asked) >= 3  # the first run rebuilt its profile as it learned its typical pods
+    assert set(asked[:-1]) == {True}
+    assert asked[-1] is False
+
+
+def test_simulate_refuses_topology_first_without_a_known_topology(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--gpu-topology-first", "--no-progress"]) == 2
+    assert "gpu-topology-first: needs --topology MACHINE, told to the scheduler" in capsys.readouterr().err
+    assert main(["--gpu-topology-first", "--topology", MACHINE, "--topology-blind", "--no-progress"]) == 2
+    assert "not --topology-blind" in capsys.readouterr().err

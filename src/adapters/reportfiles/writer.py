@@ -41,12 +41,13 @@ def topology_row(figures: TopologyFigures | None) -> dict[str, object] | None:
     """The ``topology`` object of a run on a simulated machine (None without one): ``machine``, ``known`` (the
     scheduler was told the topology), ``placed`` pod size ("2", "4", "8" GPUs) → tier (``nvlink``, ``pcie-root``,
     ``numa``, ``system``) → placed pods, ``islands`` (NVLink islands of more than one GPU) and
-    ``islands_free_at_80`` (of those, the ones with every GPU free when arrivals reached 80 % of capacity)."""
+    ``islands_free_at_80`` (of those, the ones with every GPU free when arrivals reached 80 % of capacity),
+    ``first`` (multi-GPU pods were placed topology first, ``--gpu-topology-first``)."""
     if figures is None:
         return None
     return {"machine": figures.machine, "known": figures.known,
             "placed": {str(size): dict(tiers) for size, tiers in figures.tiers.items()},
-            "islands": figures.islands, "islands_free_at_80": figures.islands_free_at_80}
+            "islands": figures.islands, "islands_free_at_80": figures.islands_free_at_80, "first": figures.first}
 
 
 def summary_row(result: ReplayResult) -> dict[str, object]:

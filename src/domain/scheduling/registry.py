@@ -13,11 +13,12 @@ import numpy as np
 
 from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.ledger import ClusterLedger
+from domain.scheduling.framework.choosers import BestFitGpu, RandomGpu, ShareGpuChooser, WorstFitGpu
 from domain.scheduling.framework.cycle import BindPlugin, Profile, ScorePlugin, TieBreaker, WeightedScore
 from domain.scheduling.framework.filters import GpuFit, GpuModelMatch, NodeResourcesFit
-from domain.scheduling.framework.planner import BestFitGpu, ChooserPlanner, RandomGpu, ShareGpuChooser, WorstFitGpu
+from domain.scheduling.framework.planner import ChooserPlanner
 from domain.scheduling.framework.tiebreak import make_tie_breaker
-from domain.scheduling.framework.topology import GpuTopologyFit, GpuTopologyTies, TopologyClasses
+from domain.scheduling.framework.topology import GpuTopologyFirst, GpuTopologyFit, GpuTopologyTies, TopologyClasses
 from domain.scheduling.mig.timesharing import MigModeGpus
 from domain.scheduling.policies.classic import (
     BestFitScore,
@@ -153,6 +154,7 @@ def build_profile(
     binder: BindPlugin | None = None,
     mig_stem: str | None = None,
     tie_breaker: TieBreaker | None = None,
+    topology_first: bool = False,
 ) -> Profile:
     """Build the profile of policy ``name``: filters (node resources, GPUs in MIG mode, GPU model, per-GPU fit, the
     pod's GPU topology requirement),
@@ -165,6 +167,9 @@ def build_profile(
 
     ``tie_breaker``: an existing tie rule to reuse (then ``tie_break`` is ignored and ``rng`` draws no node order).
 
+    ``topology_first``: add :class:`~domain.scheduling.framework.topology.GpuTopologyFirst` after the filters, so a
+    pod of 2 or more whole GPUs goes to a node offering the best-connected set before the policy's score decides.
+
     ``typical`` (or a ready ``states`` cache) is required for ``fgd``, ``fgd-plus``, ``fgd-staged``,
     ``fgd-residue``, ``fgd-deficit-blend`` and ``fgd-deficit-scarce``. Raises
     :class:`UnknownPolicyError`.
@@ -174,9 +179,11 @@ def build_profile(
         states = NodeStateCache(FragmentationModel(typical, ledger))
     score, chooser = policy.build(PolicyContext(ledger=ledger, rng=rng, states=states))
     classes = TopologyClasses()
+    first = (GpuTopologyFirst(classes),) if topology_first else ()
     return Profile(
         name=name,
-        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit(classes)),
+        filters=(NodeResourcesFit(), MigModeGpus(mig_stem), GpuModelMatch(), GpuFit(), GpuTopologyFit(classes),
+                 *first),
         scores=(WeightedScore(score), WeightedScore(GpuTopologyTies(classes), weight=0)),
         planner=ChooserPlanner(chooser),
         tie_breaker=tie_breaker if tie_breaker is not None else make_tie_breaker(tie_break, ledger, rng),

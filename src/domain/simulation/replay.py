@@ -65,8 +65,10 @@ class ReplayConfig:
     cluster GPU capacity, > 0), ``tie_break`` (``fixed-order`` as published, ``random`` or ``name``), ``typical``
     (one of :data:`TYPICAL_MODES`), ``high_share`` (probability that an arrival is high priority and may preempt,
     0..1; 0 = no priorities, as published), ``topology`` (a simulated machine of
-    :data:`~domain.topology.machines.MACHINE_NAMES`; ``none`` = no topology, as published) and ``topology_known``
-    (whether the scheduler is told it). Raises :class:`InvalidRequestError` naming the bad field."""
+    :data:`~domain.topology.machines.MACHINE_NAMES`; ``none`` = no topology, as published), ``topology_known``
+    (whether the scheduler is told it) and ``topology_first`` (the profile's ``topology_first``: multi-GPU pods go
+    to the nodes where they are best connected, then the policy chooses; needs a known topology). Raises
+    :class:`InvalidRequestError` naming the bad field."""
 
     policy: str
     seed: int
@@ -76,9 +78,12 @@ class ReplayConfig:
     high_share: float = 0.0
     topology: str = "none"
     topology_known: bool = True
+    topology_first: bool = False
 
     def __attrs_post_init__(self) -> None:
         get_policy(self.policy)
+        if self.topology_first and (self.topology == "none" or not self.topology_known):
+            raise InvalidRequestError("topology_first", True, "needs a topology known to the scheduler")
         if self.topology not in MACHINE_NAMES:
             raise InvalidRequestError("topology", self.topology, f"must be one of {', '.join(MACHINE_NAMES)}")
         if not self.tune > 0:
@@ -236,14 +241,15 @@ def replay(
         stream = stream[:limit]
     ledger = ClusterLedger(inventories)
     states = NodeStateCache(FragmentationModel(typical, ledger))
-    profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break)
+    profile = build_profile(config.policy, ledger, rng=rng, states=states, tie_break=config.tie_break,
+                            topology_first=config.topology_first)
     scheduler = Scheduler(ledger, profile)
     online = _online_typical() if config.typical == "online" and get_policy(config.policy).needs_typical_pods else None
     high_rng = np.random.default_rng([config.seed, 36]) if config.high_share > 0 else None
     preempting = Preemptions(ledger) if high_rng is not None else None
     tally = None if config.topology == "none" else TopologyTally(
         config.topology, known=config.topology_known, topologies=topologies, ledger=ledger,
-        capacity_milli=total_gpus * MILLI_PER_GPU)
+        capacity_milli=total_gpus * MILLI_PER_GPU, first=config.topology_first)
     high_arrivals = 0
     arrived = used = 0
     failures: list[tuple[int, str]] = []
@@ -257,6 +263,7 @@ def replay(
         learned = online.observe(pod.pod_class) if online is not None else None
         if learned is not None:
             scheduler = Scheduler(ledger, build_profile(config.policy, ledger, rng=rng, typical=learned,
+                                                        topology_first=config.topology_first,
                                                         tie_breaker=profile.tie_breaker))
         request = pod.request(uid=f"{pod.name}#{number}")
         allocation = scheduler.schedule(request).allocation

@@ -43,13 +43,15 @@ class TopologyFigures:
     """What :class:`TopologyTally` found. ``tiers``: pod size (2, 4, 8 GPUs) → tier label (``nvlink``,
     ``pcie-root``, ``numa``, ``system``) → placed pods; ``islands``: NVLink islands of more than one GPU in the
     cluster; ``islands_free_at_80``: of those, the ones whole when arrivals first reached 80 % of capacity (None
-    when the run stopped short of it)."""
+    when the run stopped short of it); ``first``: the scheduler placed multi-GPU pods topology first
+    (:class:`~domain.scheduling.framework.topology.GpuTopologyFirst`)."""
 
     machine: str
     known: bool
     tiers: Mapping[int, Mapping[str, int]]
     islands: int
     islands_free_at_80: int | None
+    first: bool = False
 
     def placed(self, size: int) -> int:
         """Placed pods of ``size`` whole GPUs."""
@@ -65,9 +67,10 @@ class TopologyTally:
     """Counts a run's topology figures (module docstring) from its allocations and arrivals."""
 
     def __init__(self, machine: str, *, known: bool, topologies: Mapping[str, NodeTopology],
-                 ledger: ClusterLedger, capacity_milli: int) -> None:
+                 ledger: ClusterLedger, capacity_milli: int, first: bool = False) -> None:
         self.machine = machine
         self.known = known
+        self.first = first
         self.topologies = topologies
         self.ledger = ledger
         self.capacity_milli = capacity_milli
@@ -103,4 +106,4 @@ class TopologyTally:
         return TopologyFigures(machine=self.machine, known=self.known,
                                tiers={size: dict(counts) for size, counts in self.tiers.items()},
                                islands=sum(len(i) for i in self.islands.values()),
-                               islands_free_at_80=self.islands_free_at_80)
+                               islands_free_at_80=self.islands_free_at_80, first=self.first)

@@ -16,6 +16,9 @@ Every ``count``-subset is ranked while there are at most :data:`EXHAUSTIVE_LIMIT
 beyond that, one greedy set per free GPU as seed (each step adds the GPU with the best tier to the set, then the
 most links to it, then the lowest index) is ranked instead, which may miss the best set on large nodes.
 :func:`can_connect` says exactly, without enumerating, whether a set of at least a given tier exists.
+:func:`split_connected` serves a pod whose several containers ask for whole GPUs: the pod's GPUs together are the
+best-connected set of their total, and each container gets the best-connected part of that set.
+:func:`least_breaking` chooses, among interchangeable GPUs, the one a share should open (keys 2, 4, 5 of the list).
 """
 
 from __future__ import annotations
@@ -116,6 +119,44 @@ def best_connected(
         if ranked[1].tier >= minimum and (best is None or _less(ranked[0], best[0])):
             best = ranked
     return None if best is None else best[1]
+
+
+def split_connected(
+    topology: NodeTopology, free: Iterable[int], counts: Sequence[int], *, minimum: Tier = Tier.SYSTEM
+) -> tuple[tuple[int, ...], ...] | None:
+    """Whole GPUs for the containers of one pod on one node: one ascending tuple of GPU indexes per entry of
+    ``counts`` (GPUs per container, same order), disjoint, all from ``free``. Their union is
+    :func:`best_connected` of ``sum(counts)`` GPUs at ``minimum`` (the tier a pod's requirement applies to: all
+    its whole GPUs together); then each container, the largest count first (equal counts in their order), takes the
+    best-connected set of its count among what the containers before it left of the union. None when
+    :func:`best_connected` finds no union. Raises :class:`InvalidRequestError` (field ``counts``) when ``counts`` is
+    empty or holds a count below 1."""
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
+        raise InvalidRequestError("counts", list(counts), "must be one or more integers >= 1")
+    union = best_connected(topology, free, sum(counts), minimum=minimum)
+    if union is None:
+        return None
+    left = set(union.indexes)
+    parts: dict[int, tuple[int, ...]] = {}
+    for position in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        part = best_connected(topology, left, counts[position])
+        assert part is not None  # the union holds sum(counts) GPUs, so every part finds its count among them
+        parts[position] = part.indexes
+        left -= set(part.indexes)
+    return tuple(parts[i] for i in range(len(counts)))
+
+
+def least_breaking(topology: NodeTopology, free: Iterable[int], candidates: Iterable[int]) -> int:
+    """The GPU of ``candidates`` (non-empty, each in ``free``: the node's GPUs with nothing used) whose use breaks
+    the fewest wholly free NVLink islands, then PCIe roots, then NUMA nodes, then leaves the fewest free GPUs in the
+    groups it touches (partly used groups first), then the lowest index: :func:`best_connected`'s key for a set of
+    one. Raises :class:`InvalidRequestError` (field ``candidates``) when it is empty or names a GPU not in
+    ``free``."""
+    pool, chosen = frozenset(free), sorted(set(candidates))
+    if not chosen or not pool.issuperset(chosen):
+        raise InvalidRequestError("candidates", chosen, f"must be one or more of the free GPUs {sorted(pool)}")
+    ranker = _Ranker(topology, pool)
+    return min(chosen, key=lambda index: ranker.choice([index])[0])
 
 
 def _less(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

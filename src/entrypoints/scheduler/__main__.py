@@ -4,7 +4,7 @@ Command contract::
 
     ljrk scheduler --mode extender|standalone --listen HOST:PORT [--insecure-listen] [--metrics-listen HOST:PORT]
                    [--kubeconfig FILE] [--protocol FILE] [--policy NAME] [--lease-namespace NS]
-                   [--lease-name NAME] [--identity ID] [--mig-strategy static|dynamic]
+                   [--lease-name NAME] [--identity ID] [--mig-strategy static|dynamic] [--gpu-topology-first]
 
 ``--listen`` in extender mode must be a loopback address (kube-scheduler, in the same pod, calls the verbs over
 loopback; they have no authentication) unless ``--insecure-listen`` is given.
@@ -15,6 +15,10 @@ so Prometheus can scrape a scheduler whose ``--listen`` is the pod's loopback (t
 name says — ``static``: pods take free pre-created instances; ``dynamic``: the scheduler chooses profile placements
 and the Runtime creates the instance at Allocate. It must match the Runtimes' (a node publishing another strategy
 takes no MIG pods).
+
+``--gpu-topology-first``: a pod asking for 2 or more whole GPUs goes only to the nodes where its GPUs are best
+connected, and the policy chooses among those (default: topology settles only ties between the policy's best
+nodes; docs/topology.md has what each costs in replay).
 
 ``--pod-name``/``--pod-namespace`` (default: the ``POD_NAME``/``POD_NAMESPACE`` environment variables, which the
 manifest sets from the downward API): the replica annotates its own Pod with its protocol fingerprint (key
@@ -99,6 +103,10 @@ CLI = cli(
     flag("--admission-hold", setting="admission_hold_seconds", type=float, default=60.0, metavar="SECONDS",
          help="keep a pod off a node while a pod with a confusable GPU request there still waits for its devices "
          "(the device plugin marks it), at most this long; 0 = off (default: 60)"),
+    flag("--gpu-topology-first", action="store_true",
+         help="a pod asking for 2 or more whole GPUs goes only to the nodes where its GPUs are best connected "
+         "(NVLink, then one PCIe root, then one NUMA node, of the nodes reporting a topology), and the policy "
+         "chooses among those; default: topology only settles ties between the policy's best nodes"),
     flag("--no-dra-claims", setting="dra_claims", action="store_false",
          help="do not watch ResourceClaims and ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34+): the books then "
          "do not count DRA allocations of our driver (default: watched where the API server serves that API)"),

@@ -91,6 +91,8 @@ class SchedulerSettings:
     of our driver in the books (:mod:`domain.scheduling.sync.claims`), and our driver's ResourceSlices for the GPUs
     of nodes without a device plugin (:mod:`domain.scheduling.sync.draslices`); also off where the API server does
     not serve that API when the scheduler starts (:func:`.containers.dra_watched`).
+    ``gpu_topology_first``: ``ServiceConfig.topology_first`` (pods of 2 or more whole GPUs go to the nodes where
+    their GPUs are best connected, then the policy chooses).
     ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
     authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
     network namespace (kube-scheduler calls them over loopback).
@@ -125,6 +127,7 @@ class SchedulerSettings:
     pod_name: str = ""
     insecure_listen: bool = False
     dra_claims: bool = True
+    gpu_topology_first: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

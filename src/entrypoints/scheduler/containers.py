@@ -151,7 +151,8 @@ def service_config(settings: SchedulerSettings) -> ServiceConfig:
     return ServiceConfig(policy=settings.policy, tie_break=settings.tie_break,
                          assumed_ttl_seconds=settings.assumed_ttl_seconds, mig_strategy=settings.mig_strategy,
                          admission_hold_seconds=settings.admission_hold_seconds,
-                         follow_nominations=settings.mode == "extender")
+                         follow_nominations=settings.mode == "extender",
+                         topology_first=settings.gpu_topology_first)
 
 
 def make_publisher(

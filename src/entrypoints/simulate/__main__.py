@@ -142,6 +142,9 @@ CLI = cli(
     flag("--topology-blind", setting="topology_known", action="store_false",
          help="with --topology: do not tell the scheduler the topology (GPUs by index, the published rule); the "
          "figures are still judged against the machine"),
+    flag("--gpu-topology-first", setting="topology_first", action="store_true",
+         help="with --topology: pods of 2 or more whole GPUs go only to the nodes where their GPUs are best "
+         "connected, and the policy chooses among those (as ljrk scheduler --gpu-topology-first)"),
     flag("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, metavar="DIR",
          help=f"where summary.json, curves.csv and failures.csv go (default: {DEFAULT_OUTPUT_DIR})"),
     flag("--plot", type=Path, metavar="FILE.png",

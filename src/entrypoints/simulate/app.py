@@ -58,7 +58,8 @@ class SimulateSettings:
     arrivals that are high priority and may preempt (0..1, 0 = none); ``topology``: a simulated machine of
     :data:`~domain.topology.machines.MACHINE_NAMES` given to every node with an even GPU count (``none``: no
     topology, as published); ``topology_known``: whether the scheduler is told it (the figures are judged against
-    the machine either way).
+    the machine either way); ``topology_first``: multi-GPU pods go to the nodes where they are best connected,
+    then the policy chooses (needs a known ``topology``).
 
     Raises :class:`SettingsError`, or :class:`domain.errors.UnknownPolicyError` (message lists known policies).
     """
@@ -77,6 +78,7 @@ class SimulateSettings:
     high_share: float = 0.0
     topology: str = "none"
     topology_known: bool = True
+    topology_first: bool = False
 
     def __attrs_post_init__(self) -> None:
         validate_policy_names(list(self.policies))
@@ -102,12 +104,15 @@ class SimulateSettings:
             raise SettingsError(f"topology: unknown machine {self.topology!r}; known: {', '.join(MACHINE_NAMES)}")
         if not self.topology_known and self.topology == "none":
             raise SettingsError("topology-blind: needs --topology MACHINE (the machine the placements are judged on)")
+        if self.topology_first and (self.topology == "none" or not self.topology_known):
+            raise SettingsError("gpu-topology-first: needs --topology MACHINE, told to the scheduler (not "
+                                "--topology-blind)")
 
     def configs(self) -> list[ReplayConfig]:
         """One :class:`ReplayConfig` per policy × seed, policy-major (the report order)."""
         return [ReplayConfig(p, s, tune=self.tune, tie_break=self.tie_break, typical=self.typical,
                              high_share=self.high_share, topology=self.topology,
-                             topology_known=self.topology_known)
+                             topology_known=self.topology_known, topology_first=self.topology_first)
                 for p in self.policies for s in self.seeds]
 
 
@@ -273,7 +278,7 @@ def format_topology(results: Sequence[ReplayResult]) -> str:
         sizes = "; ".join(f"{size}-GPU pods {f.placed(size)} placed, {f.share(size, Tier.NVLINK):.1f} % "
                           "NVLink-connected" for size in sorted(f.tiers))
         free = "-" if f.islands_free_at_80 is None else str(f.islands_free_at_80)
-        known = "topology known" if f.known else "topology blind"
+        known = ("topology known" if f.known else "topology blind") + (", topology first" if f.first else "")
         lines.append(f"{r.config.policy} seed {r.config.seed} ({f.machine}, {known}): {sizes}; whole NVLink "
                      f"islands at x = 80: {free} of {f.islands}\n")
     return "".join(lines)

@@ -67,6 +67,8 @@ class ServiceConfig:
     ``--admission-hold 0`` — :func:`domain.scheduling.nodefit.holds.hold_window`). ``follow_nominations``
     (extender mode): hold the node kube-scheduler nominated a pod to (``status.nominatedNodeName``, after its
     preemption) as the standalone loop holds its own nominations (:meth:`.preempting.PreemptionEntries.follow`).
+    ``topology_first``: a pod of 2 or more whole GPUs goes only to the nodes offering its best-connected set's best
+    tier before the policy scores them (:class:`domain.scheduling.framework.topology.GpuTopologyFirst`).
 
     Replay hooks (None in production; ``bench/trace_replay.py --driver extender`` sets both so the service
     decides exactly like the in-process replay): ``typical_pods`` pins FGD's typical pods (used as they are,
@@ -89,6 +91,7 @@ class ServiceConfig:
     mig_strategy: str = "static"
     admission_hold_seconds: float | None = DEFAULT_WINDOW_S
     follow_nominations: bool = False
+    topology_first: bool = False
 
     def __attrs_post_init__(self) -> None:
         hold_window(self.admission_hold_seconds)
@@ -141,7 +144,8 @@ class SchedulerSet:
         if self._tie is None:
             self._tie = make_tie_breaker(self.config.tie_break, ledger, rng)
         typical = self.typical_pods() if get_policy(policy).needs_typical_pods else None
-        profile = build_profile(policy, ledger, rng=rng, typical=typical, mig_stem=mig_stem(self.protocol))
+        profile = build_profile(policy, ledger, rng=rng, typical=typical, mig_stem=mig_stem(self.protocol),
+                                topology_first=self.config.topology_first)
         nodes = node_filters(sync.nodes, sync.constraints, sync.gates, usage=sync.extended_usage,
                              state_annotation=self.protocol.annotations.node_state,
                              enable_label=self.protocol.node_label, held=sync.held_nodes,

@@ -4,7 +4,7 @@ Per-GPU fit (``GpuFit``): a share container fits GPU ``j`` iff ``j`` is eligible
 ``core_free[j] ≥ core_need[j]`` and ``mem_free[j] ≥ mem_need[j]`` (needs resolved by the default rule of
 :mod:`domain.request`); a pod asking for ``k`` whole GPUs needs ``k`` eligible GPUs with nothing used
 (core and memory), since a whole grant takes all of a GPU (failure case B11). Multi-container pods are
-checked exactly by planning them on each node.
+checked exactly by planning them on each node (a required GPU topology is ``GpuTopology``'s to check).
 """
 
 from __future__ import annotations
@@ -99,6 +99,6 @@ class GpuFit(_GpuPodFilter):
     ) -> BoolArray:
         passed = candidates.copy()
         for slot in np.flatnonzero(candidates):
-            passed[slot] = plan_composite(pod, ledger, state, int(slot)) is not None
+            passed[slot] = plan_composite(pod, ledger, state, int(slot), required=False) is not None
         state.reasons[self.name] = "the pod's containers do not all fit the node's GPUs"
         return passed

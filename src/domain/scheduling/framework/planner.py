@@ -3,14 +3,15 @@
 Shares go to the GPU a :class:`ShareGpuChooser` picks among the GPUs that fit (best-fit, worst-fit, first,
 random, or a policy's own rule such as FGD's). A pod with one whole-GPU container takes the best-connected ``k``
 completely free eligible GPUs where its node reports a topology, else the first ``k`` by index (the published
-simulator's rule, docs/trace-replay.md §3.5; :func:`domain.scheduling.framework.topology.whole_gpus`). Pods with
-several GPU containers are planned greedily, container by container, with best-fit for shares; init containers are
-planned against the node as it was before the pod, because the pod holds ``max(app, init)`` per GPU.
+simulator's rule, docs/trace-replay.md §3.5; :func:`domain.scheduling.framework.topology_sets.whole_gpus`). Pods with
+several GPU containers are planned container by container, with best-fit for shares; where the node reports a
+topology, their whole-GPU app containers first take one best-connected set together
+(:func:`domain.scheduling.framework.topology_sets.connected_grants`), else each the first free GPUs by index in turn.
+Init containers are planned against the node as it was before the pod, because the pod holds ``max(app, init)``
+per GPU.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import numpy as np
 
@@ -18,8 +19,10 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.errors import DomainError
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuKind, PodRequest
+from domain.scheduling.framework.choosers import ShareGpuChooser
 from domain.scheduling.framework.cycle import I64, BoolArray, CycleState
-from domain.scheduling.framework.topology import whole_gpus
+from domain.scheduling.framework.topology_sets import connected_grants, steer_share, whole_gpus
+from domain.topology import NodeTopology, Tier
 from domain.units import MILLI_PER_GPU
 
 SHARE_NEEDS_MEMO = 32
@@ -229,51 +232,6 @@ def ensure_gpu_fit(pod: PodRequest, ledger: ClusterLedger, state: CycleState) ->
     state.gpu_fit = gpu_fit_mask(pod, ledger, state, shape)
 
 
-class ShareGpuChooser(Protocol):
-    """Chooses the GPU for a share among ``fit`` (ascending GPU indexes that fit, non-empty)."""
-
-    name: str
-
-    def choose(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, fit: I64) -> int:
-        """Return one index of ``fit``."""
-        ...
-
-
-class BestFitGpu:
-    """Smallest free core that fits; lowest index on ties (simulator's ``best``, §3.5)."""
-
-    name = "best-fit"
-
-    def choose(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, fit: I64) -> int:
-        """Index with the least free core among ``fit``."""
-        free = ledger.core_cap[slot, fit] - ledger.core_used[slot, fit]
-        return int(fit[int(np.argmin(free))])
-
-
-class WorstFitGpu:
-    """Largest free core; lowest index on ties (GPU-level spread)."""
-
-    name = "worst-fit"
-
-    def choose(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, fit: I64) -> int:
-        """Index with the most free core among ``fit``."""
-        free = ledger.core_cap[slot, fit] - ledger.core_used[slot, fit]
-        return int(fit[int(np.argmax(free))])
-
-
-class RandomGpu:
-    """Uniform among the GPUs that fit (simulator's ``random``), drawn from the run's generator."""
-
-    name = "random"
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-
-    def choose(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, fit: I64) -> int:
-        """A uniformly random index of ``fit``."""
-        return int(fit[int(self.rng.integers(len(fit)))])
-
-
 class ChooserPlanner:
     """GpuPlanner that uses a :class:`ShareGpuChooser` for shares (see module docstring)."""
 
@@ -304,6 +262,13 @@ class ChooserPlanner:
             assert state.core_need is not None
             assert state.mem_need is not None
             index = self.chooser.choose(pod, ledger, state, slot, fit)
+            topology = ledger.inventory(node).topology
+            if topology is not None and ledger.free_whole[slot, index]:
+                alike = np.zeros(ledger.gpu_model.shape[1], np.bool_)
+                alike[fit] = True
+                alike &= (ledger.gpu_model[slot] == ledger.gpu_model[slot, index]) & (
+                    ledger.mem_cap[slot] == ledger.mem_cap[slot, index])
+                index = steer_share(topology, ledger.free_whole[slot], alike, index)
             grant = GpuGrant(index, int(state.core_need[slot, index]), int(state.mem_need[slot, index]))
             container = ContainerGrant(shape.name, (grant,), init=shape.init)
         return PodAllocation(pod.uid, node, (container,), cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)
@@ -311,12 +276,13 @@ class ChooserPlanner:
 
 def _place(
     container: ContainerRequest, core_free: I64, mem_free: I64, untouched: BoolArray, eligible: BoolArray,
-    mem_cap: I64, *, held: I64 | None = None,
+    mem_cap: I64, *, held: I64 | None = None, topology: NodeTopology | None = None,
 ) -> ContainerGrant | None:
     """Place one container on one node's free vectors (mutated on success); None if it does not fit.
 
     ``held`` (init containers): core the pod's app containers already hold per GPU; GPUs where the init grant
-    adds least to ``max(app, init)`` are preferred, then best-fit, then the lowest index.
+    adds least to ``max(app, init)`` are preferred, then best-fit, then the lowest index; a share opening an
+    untouched GPU takes, among the untouched ones of equal memory, the one :func:`steer_share` names.
     """
     if container.kind is GpuKind.WHOLE:
         free = np.flatnonzero(eligible & untouched)
@@ -338,6 +304,10 @@ def _place(
         return None
     extra = np.zeros(len(fit), np.int64) if held is None else np.maximum(core_need[fit] - held[fit], 0)
     index = int(fit[int(np.lexsort((fit, core_free[fit], extra))[0])])
+    if held is None and topology is not None and untouched[index]:
+        alike = np.zeros(len(mem_cap), np.bool_)
+        alike[fit] = True
+        index = steer_share(topology, untouched, alike & (mem_cap == mem_cap[index]), index)
     core_free[index] -= core_need[index]
     mem_free[index] -= mem_need[index]
     untouched[index] = False
@@ -346,16 +316,26 @@ def _place(
 
 
 def plan_vectors(
-    pod: PodRequest, eligible: BoolArray, mem_cap: I64, core_free: I64, mem_free: I64, untouched: BoolArray
+    pod: PodRequest, eligible: BoolArray, mem_cap: I64, core_free: I64, mem_free: I64, untouched: BoolArray, *,
+    topology: NodeTopology | None = None, minimum: Tier = Tier.SYSTEM,
 ) -> tuple[ContainerGrant, ...] | None:
-    """Greedy grants of every GPU container of ``pod`` on one node's vectors (``[gpus]`` each: eligible GPUs, memory
-    capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used), app containers first,
-    then init containers against the node as it was before the pod (module docstring); None if one does not fit.
-    The inputs are not changed."""
+    """Grants of every GPU container of ``pod`` on one node's vectors (``[gpus]`` each: eligible GPUs, memory
+    capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used), app containers first
+    (whole-GPU ones by ``topology`` when given, their GPUs together at least of tier ``minimum``), then init
+    containers against the node as it was before the pod (module docstring); None if one does not fit or the tier
+    cannot be met. The inputs are not changed."""
     core, mem, still = core_free.copy(), mem_free.copy(), untouched.copy()
+    app = [c for c in pod.gpu_containers if not c.init]
+    preset = connected_grants(app, eligible & still, mem_cap, topology, minimum)
+    if preset is None:
+        return None
+    for grant in (g for c in preset if c is not None for g in c.grants):
+        core[grant.gpu_index] = mem[grant.gpu_index] = 0
+        still[grant.gpu_index] = False
     grants: list[ContainerGrant] = []
-    for container in (c for c in pod.gpu_containers if not c.init):
-        placed = _place(container, core, mem, still, eligible, mem_cap)
+    for container, connected in zip(app, preset, strict=True):
+        placed = connected if connected is not None else _place(container, core, mem, still, eligible, mem_cap,
+                                                                topology=topology)
         if placed is None:
             return None
         grants.append(placed)
@@ -368,12 +348,16 @@ def plan_vectors(
     return tuple(grants)
 
 
-def plan_composite(pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int) -> PodAllocation | None:
-    """Greedy plan for a pod with several GPU containers (module docstring); None if it does not fit."""
+def plan_composite(
+    pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int, *, required: bool = True
+) -> PodAllocation | None:
+    """Plan of a pod with several GPU containers on ``slot`` (module docstring), by the node's topology and, when
+    ``required``, meeting the pod's ``gpu_topology``; None if it does not fit."""
     eligible = eligible_gpus(pod, ledger, state)[slot]
     # eligible GPUs are schedulable: the ledger's untouched GPUs are the same GPUs as "nothing used" ones
     grants = plan_vectors(pod, eligible, ledger.mem_cap[slot], ledger.free_core[slot], ledger.free_mem[slot],
-                          ledger.free_whole[slot])
+                          ledger.free_whole[slot], topology=ledger.inventory(ledger.name(slot)).topology,
+                          minimum=pod.gpu_topology if required else Tier.SYSTEM)
     if grants is None:
         return None
     return PodAllocation(pod.uid, ledger.name(slot), grants, cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)

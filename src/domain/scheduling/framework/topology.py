@@ -1,25 +1,35 @@
-"""Topology-aware whole-GPU placement: which of a node's free GPUs a multi-GPU pod gets, the filter of pods that
-require a connected set, and the tie refiner between nodes.
+"""Topology-aware placement: which of a node's free GPUs a pod gets, the filter of pods that require a connected
+set, and the tie refiner between nodes.
 
-* :func:`whole_gpus`: the GPUs a pod asking for ``k`` whole GPUs gets on a node among those that fit (ascending
-  indexes). Where the node's inventory carries a topology (device plugin on a Runtime ≥ 1.2.0), the best-connected
-  set of :func:`domain.topology.best_connected` (NVLink before one PCIe root before one NUMA node; whole islands kept
-  free for larger pods); where it does not, the first ``k`` by index, as before (the published simulator's rule).
-* :class:`GpuTopologyTies`: among the nodes tied on the best total score, a pod asking for 2 or more whole GPUs
-  prefers the nodes where its best-connected set has the best tier, then breaks the fewest wholly free NVLink
-  islands, PCIe roots and NUMA nodes (a zero-weight score plugin that is a ``TieRefiner``: totals, and so every
-  policy's ranking, are unchanged; only ties are settled, before the profile's tie rule). Nodes without topology
-  rank with the lowest tier, so where no node reports one nothing changes.
+* :func:`~domain.scheduling.framework.topology_sets.whole_gpus`: the GPUs a pod asking for ``k`` whole GPUs gets
+  on a node among those that fit (ascending indexes). Where the node's inventory carries a topology (device plugin
+  on a Runtime ≥ 1.2.0), the best-connected set of :func:`domain.topology.best_connected` (NVLink before one PCIe
+  root before one NUMA node; whole islands kept free for larger pods); where it does not, the first ``k`` by index,
+  as before (the published simulator's rule).
+* Pods with several GPU containers: :func:`~domain.scheduling.framework.topology_sets.connected_grants` gives their
+  whole-GPU app containers one best-connected set together (:func:`domain.topology.split_connected`; a requirement
+  applies to that set), each container the best-connected part of it, before their shares are planned.
+* Shares: where a share's GPU rule opens an untouched GPU, it takes the interchangeable untouched GPU that breaks
+  the fewest wholly free islands (:func:`~domain.scheduling.framework.topology_sets.steer_share`).
+* :class:`GpuTopologyTies`: among the nodes tied on the best total score, a pod asking for 2 or more whole GPUs (in
+  all its containers) prefers the nodes where its best-connected set has the best tier, then breaks the fewest
+  wholly free NVLink islands, PCIe roots and NUMA nodes (a zero-weight score plugin that is a ``TieRefiner``:
+  totals, and so every policy's ranking, are unchanged; only ties are settled, before the profile's tie rule).
+  Nodes without topology rank with the lowest tier, so where no node reports one nothing changes.
 * :class:`GpuTopologyFit`: a pod whose ``gpu_topology`` (the pod annotation ``pod_gpu_topology``) is above
-  ``SYSTEM`` passes only nodes whose free eligible GPUs hold a set of at least that tier
-  (:func:`domain.topology.can_connect`, exact); nodes without a reported topology fail it, with that reason.
+  ``SYSTEM`` passes only nodes whose free eligible GPUs hold a set of at least that tier for all its whole GPUs
+  (:func:`domain.topology.can_connect`, exact: where :func:`domain.topology.best_connected` ranks every set, the
+  set the planner then takes is of that tier, and a pod with several GPU containers has already been planned by
+  ``GpuFit``, its shares beside that same set); nodes without a reported topology fail it, with that reason. A
+  pod without whole GPUs cannot meet a requirement and fails it on every node.
 
-Both plugins evaluate each distinct (topology, free GPUs) once per cycle (:class:`TopologyClasses` numbers the
+* :class:`GpuTopologyFirst` (optional, ``topology_first`` of the profile): a pod asking for 2 or more whole GPUs
+  keeps only the candidates where its best-connected set has the best tier any candidate offers, before the
+  policy scores them: connection first, packing second. It never removes the last candidates (nodes without a
+  topology rank lowest, so where none reports one nothing changes).
+
+The plugins evaluate each distinct (topology, free GPUs) once per cycle (:class:`TopologyClasses` numbers the
 distinct topologies of the ledger's nodes), so thousands of identical nodes cost one evaluation.
-
-Only pods with one GPU container asking for whole GPUs are placed by topology; pods with several GPU containers keep
-the greedy per-container plan of :mod:`domain.scheduling.framework.planner` (and a topology requirement fails them on
-every node, since no single set is planned for them).
 """
 
 from __future__ import annotations
@@ -31,19 +41,8 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import I64, BoolArray, CycleState
+from domain.scheduling.framework.planner import eligible_gpus
 from domain.topology import NodeTopology, Tier, best_connected, can_connect
-
-
-def whole_gpus(pod: PodRequest, ledger: ClusterLedger, slot: int, fit: I64, count: int) -> I64 | None:
-    """The ``count`` GPU indexes (ascending, int64) the pod gets on ``slot`` among ``fit`` (ascending indexes of
-    free eligible GPUs), or None when none meets the pod's ``gpu_topology`` (module docstring)."""
-    if len(fit) < count:
-        return None
-    topology = ledger.inventory(ledger.name(slot)).topology
-    if topology is None:
-        return None if pod.gpu_topology > Tier.SYSTEM else fit[:count]
-    choice = best_connected(topology, fit.tolist(), count, minimum=pod.gpu_topology)
-    return None if choice is None else np.asarray(choice.indexes, dtype=np.int64)
 
 
 class TopologyClasses:
@@ -108,10 +107,24 @@ def _per_group(classes: TopologyClasses, ledger: ClusterLedger, slots: I64, fit:
     return out
 
 
-def _whole_shape(pod: PodRequest) -> int:
-    """GPUs of a one-container whole-GPU pod, else 0."""
-    shape = pod.simple_shape if pod.wants_gpu else None
-    return shape.gpus if shape is not None and shape.kind is GpuKind.WHOLE else 0
+def _whole_gpus(pod: PodRequest) -> int:
+    """Whole GPUs the pod's set of :func:`connected_grants` (or one-container pod) takes: its one GPU container's
+    count when that asks for whole GPUs, else the sum over its whole-GPU app containers; 0 for other pods."""
+    if not pod.wants_gpu:
+        return 0
+    shape = pod.simple_shape
+    if shape is not None:
+        return shape.gpus if shape.kind is GpuKind.WHOLE else 0
+    return sum(c.gpus for c in pod.gpu_containers if not c.init and c.kind is GpuKind.WHOLE)
+
+
+def _free_whole(pod: PodRequest, ledger: ClusterLedger, state: CycleState) -> BoolArray | None:
+    """The GPUs a whole-GPU set may take (bool ``[rows, max_gpus]``): ``state.gpu_fit`` of a one-container pod
+    (None before ``GpuFit``), the eligible GPUs with nothing used for a pod with several GPU containers."""
+    if pod.simple_shape is not None:
+        return state.gpu_fit
+    free: BoolArray = eligible_gpus(pod, ledger, state) & ledger.free_whole
+    return free
 
 
 class GpuTopologyFit:
@@ -129,15 +142,16 @@ class GpuTopologyFit:
         tier = pod.gpu_topology
         if tier is Tier.SYSTEM or not pod.wants_gpu:
             return candidates
-        count = _whole_shape(pod)
-        if not count or state.gpu_fit is None:
-            state.reasons[self.name] = (f"GPU topology {tier.label} is required, which only a pod with one container "
-                                        "asking for whole GPUs can get")
+        count = _whole_gpus(pod)
+        fit = _free_whole(pod, ledger, state)
+        if not count or fit is None:
+            state.reasons[self.name] = (f"GPU topology {tier.label} is required, which only a pod asking for whole "
+                                        "GPUs can get")
             return np.zeros_like(candidates)
         slots = np.flatnonzero(candidates).astype(np.int64)
         passed = np.zeros_like(candidates)
         if len(slots):
-            ok = _per_group(self.classes, ledger, slots, state.gpu_fit,
+            ok = _per_group(self.classes, ledger, slots, fit,
                             lambda topology, free: -1 if topology is None else int(
                                 can_connect(topology, free, count, tier)))
             passed[slots] = ok == 1
@@ -150,6 +164,38 @@ class GpuTopologyFit:
                "not know it)" if unknown else "")
         )
         return passed
+
+
+class GpuTopologyFirst:
+    """Keeps the candidates where a pod of 2 or more whole GPUs gets the best tier offered (module docstring); every
+    other pod passes unchanged. Reads what ``GpuFit`` wrote (it runs first)."""
+
+    name = "GpuTopologyFirst"
+    reason = "a better-connected set of free GPUs is offered by other nodes (--gpu-topology-first)"
+
+    def __init__(self, classes: TopologyClasses | None = None) -> None:
+        self.classes = classes or TopologyClasses()
+
+    def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
+        """The candidates whose best-connected set for the pod has the best tier among them (all when fewer than 2
+        whole GPUs are asked, or no candidate reports a topology)."""
+        count = _whole_gpus(pod)
+        fit = _free_whole(pod, ledger, state)
+        slots = np.flatnonzero(candidates).astype(np.int64)
+        if count < 2 or fit is None or len(slots) < 2:
+            return candidates
+
+        def tier(topology: NodeTopology | None, free: list[int]) -> int:
+            choice = None if topology is None else best_connected(topology, free, count, minimum=pod.gpu_topology)
+            return -1 if choice is None else int(choice.tier)
+
+        tiers = _per_group(self.classes, ledger, slots, fit, tier)
+        best = int(tiers.max())
+        if best < 0:
+            return candidates
+        kept = np.zeros_like(candidates)
+        kept[slots[tiers == best]] = True
+        return kept
 
 
 class GpuTopologyTies:
@@ -171,9 +217,10 @@ class GpuTopologyTies:
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Per tied slot: ``1000·tier − 100·broken islands − 10·broken PCIe roots − broken NUMA nodes`` of the
         pod's best-connected set there (higher is better); 0 for every slot when the pod is not a one-container pod
-        of 2 or more whole GPUs, and for slots without topology or set."""
-        count = _whole_shape(pod)
-        if count < 2 or state.gpu_fit is None:
+        of 2 or more whole GPUs (in all its containers), and for slots without topology or set."""
+        count = _whole_gpus(pod)
+        fit = _free_whole(pod, ledger, state)
+        if count < 2 or fit is None:
             return np.zeros(len(tied), np.int64)
 
         def key(topology: NodeTopology | None, free: list[int]) -> int:
@@ -183,4 +230,4 @@ class GpuTopologyTies:
             islands, roots, numa = choice.broken
             return 1000 * int(choice.tier) - 100 * islands - 10 * roots - numa
 
-        return _per_group(self.classes, ledger, tied, state.gpu_fit, key)
+        return _per_group(self.classes, ledger, tied, fit, key)

@@ -8,9 +8,10 @@ Rules (``docs/scheduler.md``, section Preemption):
 * only pods of **strictly lower** priority than the preemptor are victims; a preemptor whose
   ``preemptionPolicy`` is ``Never`` preempts nothing (Kubernetes' ``PodEligibleToPreemptOthers``);
 * the preemptor must fit **on the GPUs it will use** once the victims are gone: the freed core and memory are
-  given back per GPU, and the preemptor is planned on the node's per-GPU vectors with the same greedy planner as
-  a normal cycle (:func:`~domain.scheduling.framework.planner.plan_vectors`), plus node CPU, memory and a pod
-  slot. Freeing 30 % on GPU 0 and 40 % on GPU 1 does not fit a 60 % share;
+  given back per GPU, and the preemptor is planned on the node's per-GPU vectors with the same planner as a normal
+  cycle (:func:`~domain.scheduling.framework.planner.plan_vectors`, by the node's topology and meeting the pod's
+  required GPU topology), plus node CPU, memory and a pod slot. Freeing 30 % on GPU 0 and 40 % on GPU 1 does not
+  fit a 60 % share;
 * pods already leaving (``leaving``: terminating, or victims of an earlier round) count as freed and are never
   chosen again;
 * among the victim sets that make the preemptor fit, the first by kube-scheduler's order for candidates
@@ -47,6 +48,7 @@ from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import I64, BoolArray
 from domain.scheduling.framework.planner import plan_vectors
+from domain.topology import NodeTopology
 
 EXACT_LIMIT = 12
 """Most useful candidates searched exhaustively (2^12 − 1 subsets); above it kube-scheduler's reprieve."""
@@ -145,6 +147,7 @@ class _Node:
     hostmem_free: int
     pods_free: int
     usage: dict[str, tuple[dict[int, tuple[int, int]], int, int]]
+    topology: NodeTopology | None = None
 
     def free_with(self, uids: Collection[str]) -> tuple[I64, I64, BoolArray, int, int, int]:
         """Free core, free memory, untouched GPUs and node CPU, memory, pod slots once ``uids`` are gone."""
@@ -183,7 +186,7 @@ def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Col
         core_used=ledger.core_used[slot, :count].copy(), mem_used=ledger.mem_used[slot, :count].copy(),
         core_cap=ledger.core_cap[slot, :count].copy(), mem_cap=ledger.mem_cap[slot, :count].copy(), ok=ok,
         eligible=eligible, cpu_free=int(ledger.cpu_free[slot]), hostmem_free=int(ledger.hostmem_free[slot]),
-        pods_free=int(ledger.pods_free[slot]), usage=usage,
+        pods_free=int(ledger.pods_free[slot]), usage=usage, topology=ledger.inventory(node).topology,
     )
 
 
@@ -191,7 +194,8 @@ def _fit(state: _Node, request: PodRequest, node: str, gone: Collection[str]) ->
     core, mem, untouched, cpu, hostmem, pods = state.free_with(gone)
     if cpu < request.cpu_milli or hostmem < request.memory_bytes or pods < 1:
         return None
-    grants = plan_vectors(request, state.eligible, state.mem_cap, core, mem, untouched) if request.wants_gpu else ()
+    grants = plan_vectors(request, state.eligible, state.mem_cap, core, mem, untouched, topology=state.topology,
+                          minimum=request.gpu_topology) if request.wants_gpu else ()
     if grants is None:
         return None
     return PodAllocation(request.uid, node, grants, cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes)
