@@ -276,13 +276,14 @@ class ChooserPlanner:
 
 def _place(
     container: ContainerRequest, core_free: I64, mem_free: I64, untouched: BoolArray, eligible: BoolArray,
-    mem_cap: I64, *, held: I64 | None = None, topology: NodeTopology | None = None,
+    mem_cap: I64, *, held: I64 | None = None, topology: NodeTopology | None = None, models: I64 | None = None,
 ) -> ContainerGrant | None:
     """Place one container on one node's free vectors (mutated on success); None if it does not fit.
 
     ``held`` (init containers): core the pod's app containers already hold per GPU; GPUs where the init grant
     adds least to ``max(app, init)`` are preferred, then best-fit, then the lowest index; a share opening an
-    untouched GPU takes, among the untouched ones of equal memory, the one :func:`steer_share` names.
+    untouched GPU takes, among the untouched ones of equal memory and model (``models``: model id per GPU, when
+    known), the one :func:`steer_share` names.
     """
     if container.kind is GpuKind.WHOLE:
         free = np.flatnonzero(eligible & untouched)
@@ -307,7 +308,10 @@ def _place(
     if held is None and topology is not None and untouched[index]:
         alike = np.zeros(len(mem_cap), np.bool_)
         alike[fit] = True
-        index = steer_share(topology, untouched, alike & (mem_cap == mem_cap[index]), index)
+        alike &= mem_cap == mem_cap[index]
+        if models is not None:
+            alike &= models == models[index]
+        index = steer_share(topology, untouched, alike, index)
     core_free[index] -= core_need[index]
     mem_free[index] -= mem_need[index]
     untouched[index] = False
@@ -317,15 +321,44 @@ def _place(
 
 def plan_vectors(
     pod: PodRequest, eligible: BoolArray, mem_cap: I64, core_free: I64, mem_free: I64, untouched: BoolArray, *,
-    topology: NodeTopology | None = None, minimum: Tier = Tier.SYSTEM,
+    topology: NodeTopology | None = None, minimum: Tier = Tier.SYSTEM, models: I64 | None = None,
 ) -> tuple[ContainerGrant, ...] | None:
     """Grants of every GPU container of ``pod`` on one node's vectors (``[gpus]`` each: eligible GPUs, memory
-    capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used), app containers first
-    (whole-GPU ones by ``topology`` when given, their GPUs together at least of tier ``minimum``), then init
-    containers against the node as it was before the pod (module docstring); None if one does not fit or the tier
-    cannot be met. The inputs are not changed."""
+    capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used; ``models``: model id
+    per GPU, when known), app containers first (whole-GPU ones by ``topology`` when given, their GPUs together at
+    least of tier ``minimum``), then init containers against the node as it was before the pod (module
+    docstring); a pod whose one GPU container is an init container is planned like a one-container pod. Where the
+    connected set leaves no room for the pod's shares (GPUs of several memory sizes), its shares are placed first
+    and the connected set taken among the GPUs they leave. None if a container does not fit or the tier cannot be
+    met. The inputs are not changed."""
+    vectors = (eligible, mem_cap, core_free, mem_free, untouched)
+    planned = _plan(pod, *vectors, topology, minimum, models, shares_first=False)
+    if planned is not None or topology is None or {c.kind is GpuKind.WHOLE for c in _topology_group(pod)} != {
+            True, False}:
+        return planned
+    return _plan(pod, *vectors, topology, minimum, models, shares_first=True)
+
+
+def _topology_group(pod: PodRequest) -> list[ContainerRequest]:
+    """The containers whose whole GPUs form the pod's connected set: its app GPU containers, or its one GPU
+    container when that is an init container."""
+    gpu = pod.gpu_containers
+    return list(gpu) if len(gpu) == 1 else [c for c in gpu if not c.init]
+
+
+def _plan(
+    pod: PodRequest, eligible: BoolArray, mem_cap: I64, core_free: I64, mem_free: I64, untouched: BoolArray,
+    topology: NodeTopology | None, minimum: Tier, models: I64 | None, *, shares_first: bool,
+) -> tuple[ContainerGrant, ...] | None:
     core, mem, still = core_free.copy(), mem_free.copy(), untouched.copy()
-    app = [c for c in pod.gpu_containers if not c.init]
+    app = _topology_group(pod)
+    early: dict[int, ContainerGrant] = {}
+    for position, container in enumerate(app if shares_first else ()):
+        if container.kind is not GpuKind.WHOLE:
+            share = _place(container, core, mem, still, eligible, mem_cap, topology=topology, models=models)
+            if share is None:
+                return None
+            early[position] = share
     preset = connected_grants(app, eligible & still, mem_cap, topology, minimum)
     if preset is None:
         return None
@@ -333,14 +366,15 @@ def plan_vectors(
         core[grant.gpu_index] = mem[grant.gpu_index] = 0
         still[grant.gpu_index] = False
     grants: list[ContainerGrant] = []
-    for container, connected in zip(app, preset, strict=True):
-        placed = connected if connected is not None else _place(container, core, mem, still, eligible, mem_cap,
-                                                                topology=topology)
+    for position, (container, connected) in enumerate(zip(app, preset, strict=True)):
+        placed = early.get(position, connected)
+        if placed is None:
+            placed = _place(container, core, mem, still, eligible, mem_cap, topology=topology, models=models)
         if placed is None:
             return None
         grants.append(placed)
     held = core_free - core
-    for container in (c for c in pod.gpu_containers if c.init):
+    for container in (c for c in pod.gpu_containers if c.init and c not in app):
         placed = _place(container, core_free.copy(), mem_free.copy(), untouched.copy(), eligible, mem_cap, held=held)
         if placed is None:
             return None
@@ -357,7 +391,7 @@ def plan_composite(
     # eligible GPUs are schedulable: the ledger's untouched GPUs are the same GPUs as "nothing used" ones
     grants = plan_vectors(pod, eligible, ledger.mem_cap[slot], ledger.free_core[slot], ledger.free_mem[slot],
                           ledger.free_whole[slot], topology=ledger.inventory(ledger.name(slot)).topology,
-                          minimum=pod.gpu_topology if required else Tier.SYSTEM)
+                          minimum=pod.gpu_topology if required else Tier.SYSTEM, models=ledger.gpu_model[slot])
     if grants is None:
         return None
     return PodAllocation(pod.uid, ledger.name(slot), grants, cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)

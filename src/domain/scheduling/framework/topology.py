@@ -4,8 +4,8 @@ set, and the tie refiner between nodes.
 * :func:`~domain.scheduling.framework.topology_sets.whole_gpus`: the GPUs a pod asking for ``k`` whole GPUs gets
   on a node among those that fit (ascending indexes). Where the node's inventory carries a topology (device plugin
   on a Runtime ≥ 1.2.0), the best-connected set of :func:`domain.topology.best_connected` (NVLink before one PCIe
-  root before one NUMA node; whole islands kept free for larger pods); where it does not, the first ``k`` by index,
-  as before (the published simulator's rule).
+  root before one NUMA node; whole islands kept free for larger pods); where it does not, the first ``k`` by index
+  (the published simulator's rule).
 * Pods with several GPU containers: :func:`~domain.scheduling.framework.topology_sets.connected_grants` gives their
   whole-GPU app containers one best-connected set together (:func:`domain.topology.split_connected`; a requirement
   applies to that set), each container the best-connected part of it, before their shares are planned.
@@ -108,7 +108,7 @@ def _per_group(classes: TopologyClasses, ledger: ClusterLedger, slots: I64, fit:
 
 
 def _whole_gpus(pod: PodRequest) -> int:
-    """Whole GPUs the pod's set of :func:`connected_grants` (or one-container pod) takes: its one GPU container's
+    """Whole GPUs the pod's connected set takes (:func:`~.topology_sets.connected_grants`): its one GPU container's
     count when that asks for whole GPUs, else the sum over its whole-GPU app containers; 0 for other pods."""
     if not pod.wants_gpu:
         return 0
@@ -216,8 +216,8 @@ class GpuTopologyTies:
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Per tied slot: ``1000·tier − 100·broken islands − 10·broken PCIe roots − broken NUMA nodes`` of the
-        pod's best-connected set there (higher is better); 0 for every slot when the pod is not a one-container pod
-        of 2 or more whole GPUs (in all its containers), and for slots without topology or set."""
+        pod's best-connected set there (higher is better); 0 for every slot when the pod asks for fewer than 2
+        whole GPUs (:func:`_whole_gpus`), and for slots without topology or set."""
         count = _whole_gpus(pod)
         fit = _free_whole(pod, ledger, state)
         if count < 2 or fit is None:

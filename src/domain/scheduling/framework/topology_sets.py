@@ -33,7 +33,8 @@ def whole_gpus(pod: PodRequest, ledger: ClusterLedger, slot: int, fit: I64, coun
 def connected_grants(
     app: Sequence[ContainerRequest], free: BoolArray, mem_cap: I64, topology: NodeTopology | None, minimum: Tier
 ) -> list[ContainerGrant | None] | None:
-    """Per app container of one pod (``app``, in order) on one node: the whole-GPU grant of a container asking for
+    """Per container of one pod's connected group (``app``, in order: its app GPU containers, or its one GPU
+    container) on one node: the whole-GPU grant of a container asking for
     whole GPUs, chosen among ``free`` (bool ``[gpus]``: eligible GPUs with nothing used) by
     :func:`domain.topology.split_connected` at ``minimum`` (each GPU granted whole: 1000 milli-GPU and its
     ``mem_cap`` bytes), None for the others (planned per container). Where the node has no ``topology`` or the pod
@@ -47,7 +48,7 @@ def connected_grants(
         return None
     parts = iter(sets)
     return [ContainerGrant(c.name, tuple(GpuGrant(i, MILLI_PER_GPU, int(mem_cap[i])) for i in next(parts)),
-                           whole=True) if c.kind is GpuKind.WHOLE else None for c in app]
+                           init=c.init, whole=True) if c.kind is GpuKind.WHOLE else None for c in app]
 
 
 def steer_share(topology: NodeTopology | None, untouched: BoolArray, alike: BoolArray, index: int) -> int:

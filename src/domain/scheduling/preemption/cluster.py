@@ -43,10 +43,16 @@ def preemptor_of(pod: PodObject, request: PodRequest) -> Preemptor:
     return Preemptor(request, pod.priority, policy)
 
 
-RESOLVABLE = frozenset({"NodeResourcesFit", "GpuFit"})
-"""Filters whose refusal preemption can resolve (capacity: CPU, memory, pod slots, per-GPU core and memory); every
-other filter (node fit, gates, GPU model and UUID, GPUs in MIG mode, other extended resources, admission holds) must
-pass for a node to be worth preempting on, as kube-scheduler skips ``UnschedulableAndUnresolvable`` nodes."""
+PREFERENCES = frozenset({"GpuTopologyFirst"})
+"""Filters that only prefer some feasible nodes to others (they never remove the last ones): skipped whenever the
+question is where a pod could fit."""
+
+RESOLVABLE = frozenset({"NodeResourcesFit", "GpuFit", "GpuTopology"}) | PREFERENCES
+"""Filters whose refusal preemption can resolve (capacity: CPU, memory, pod slots, per-GPU core and memory, a
+connected set of free GPUs, whose tier the victims' plan checks exactly, so a node without a topology never gets
+victims for a pod requiring one); every other filter (node fit, gates, GPU model and UUID, GPUs in MIG mode, other
+extended resources, admission holds) must pass for a node to be worth preempting on, as kube-scheduler skips
+``UnschedulableAndUnresolvable`` nodes."""
 
 
 def _passing(scheduler: Scheduler, request: PodRequest, skip: frozenset[str]) -> list[str]:
@@ -73,7 +79,7 @@ def preemptable_nodes(scheduler: Scheduler, request: PodRequest) -> list[str]:
 def fitting_nodes(scheduler: Scheduler, request: PodRequest) -> set[str]:
     """Nodes where ``request`` passes every filter now (capacity included): where it fits without preemption
     (after a failed cycle, only nodes that gained room since). Same preconditions as :func:`preemptable_nodes`."""
-    return set(_passing(scheduler, request, frozenset()))
+    return set(_passing(scheduler, request, PREFERENCES))
 
 
 def victims_on(

@@ -148,6 +148,7 @@ class _Node:
     pods_free: int
     usage: dict[str, tuple[dict[int, tuple[int, int]], int, int]]
     topology: NodeTopology | None = None
+    models: I64 | None = None
 
     def free_with(self, uids: Collection[str]) -> tuple[I64, I64, BoolArray, int, int, int]:
         """Free core, free memory, untouched GPUs and node CPU, memory, pod slots once ``uids`` are gone."""
@@ -187,6 +188,7 @@ def _node_state(ledger: ClusterLedger, node: str, request: PodRequest, uids: Col
         core_cap=ledger.core_cap[slot, :count].copy(), mem_cap=ledger.mem_cap[slot, :count].copy(), ok=ok,
         eligible=eligible, cpu_free=int(ledger.cpu_free[slot]), hostmem_free=int(ledger.hostmem_free[slot]),
         pods_free=int(ledger.pods_free[slot]), usage=usage, topology=ledger.inventory(node).topology,
+        models=ledger.gpu_model[slot, :count].copy(),
     )
 
 
@@ -195,7 +197,7 @@ def _fit(state: _Node, request: PodRequest, node: str, gone: Collection[str]) ->
     if cpu < request.cpu_milli or hostmem < request.memory_bytes or pods < 1:
         return None
     grants = plan_vectors(request, state.eligible, state.mem_cap, core, mem, untouched, topology=state.topology,
-                          minimum=request.gpu_topology) if request.wants_gpu else ()
+                          minimum=request.gpu_topology, models=state.models) if request.wants_gpu else ()
     if grants is None:
         return None
     return PodAllocation(request.uid, node, grants, cpu_milli=request.cpu_milli, memory_bytes=request.memory_bytes)
