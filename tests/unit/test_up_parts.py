@@ -189,3 +189,20 @@ def test_summary_and_report(tmp_path: Path) -> None:
     assert document["pods"]["pending"] == 3
     assert document["agreement"]["disagreements"][0]["values"]["exporter"] is None
     assert document["gpus"][0]["core_allocated_milli"] == 500
+
+
+def test_a_long_pending_reason_wraps_whole_in_the_text_report(tmp_path: Path) -> None:
+    long = ("0 nodes available: 3 node(s): fewer than gpus=1 completely free GPUs; 1 node(s): insufficient cpu, "
+            "memory or pod slots; 2 node(s): no GPU with enough free core and memory")
+    assert len(long) > 110
+    summary = summarize_pods([PodObject("4", "default", "wait")], submitted=1,
+                             last_event={"default/wait": ClusterEvent("Pod", "wait", "FailedScheduling", long)})
+    report = Report(settings={"nodes": 1}, timing=Timing(1.0, 4.0, 1.0, 6.0), pods=summary, gpus={}, endpoints={},
+                    settled=True, in_flight=(), disagreements=[], gpus_compared=0, containers_compared=0,
+                    components={})
+    out = io.StringIO()
+    render(report, out)
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("1  0 nodes available"))
+    assert " ".join([lines[start][3:], lines[start + 1]]) == long
+    assert all(len(line) <= 110 + 9 for line in out.getvalue().splitlines()[start:start + 2])

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -142,14 +143,20 @@ def write_json(report: Report, output_dir: Path) -> Path:
     return path
 
 
+REASON_WIDTH = 110
+"""Characters of a pending or failure reason per line of the text report; longer reasons wrap."""
+
+
 def _reasons(title: str, reasons: Mapping[str, int], out: TextIO, *, limit: int = 8) -> None:
     print(title, file=out)
     if not reasons:
         print("  (none)", file=out)
         return
     for reason, count in list(reasons.items())[:limit]:
-        text = reason if len(reason) <= 110 else reason[:107] + "..."
-        print(f"  {count:>5}  {text}", file=out)
+        lines = textwrap.wrap(reason, REASON_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+        print(f"  {count:>5}  {lines[0]}", file=out)
+        for line in lines[1:]:  # a long reason wraps: nothing of it is cut
+            print(f"         {line}", file=out)
     if len(reasons) > limit:
         print(f"  … {len(reasons) - limit} more reasons in the JSON report", file=out)
 
