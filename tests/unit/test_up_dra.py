@@ -11,15 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from adapters.memory.cluster import InMemoryCluster
 from adapters.memory.resource_claims import InMemoryResourceClaims
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.kube.objects import ContainerSpec, PodClaim, PodObject, PodPhase
 from domain.simulation.workload import TracePod
+from entrypoints.up.app import UpError, create_pod
 from entrypoints.up.dra import POD_CLAIM, ClaimReleaser, claim_pod, workload_claim
 from entrypoints.up.simnode import StackSettings
 from entrypoints.up.stack import LocalStack
 from ports.claim_writes import Consumer
+from ports.cluster import ClusterError
 from support.kube_builders import PROTOCOL
 from support.polling import wait_for
 
@@ -136,5 +140,44 @@ def test_the_stack_gives_back_the_claim_of_a_pod_it_could_not_create() -> None:
         assert stack.claims.list_claims().items == ()
         assert stack.in_flight([]) == []
         assert stack.with_claim(pod, TracePod("c", 1000, 1024, 0, 0)) is pod  # no GPUs: no claim
+    finally:
+        stack.stop()
+
+
+class _Refusing(InMemoryCluster):
+    """An API server answering every pod creation with ``status`` (0: no answer at all)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    def create_pod(self, pod: PodObject) -> PodObject:
+        error = ClusterError(f"refused with {self.status}")
+        error.status = self.status
+        raise error
+
+
+@pytest.mark.parametrize(("status", "claim_kept"), [(422, False), (403, False), (0, True), (500, True)])
+def test_a_refused_pod_gives_its_claim_back_and_an_unanswered_one_keeps_it(status: int, claim_kept: bool) -> None:
+    cluster = _Refusing(status)
+    stack = LocalStack(cluster, PROTOCOL, StackSettings(nodes=1, dra=True, work_dir=Path("/tmp")))
+    try:
+        given = {"cpu": "1", "memory": "1Gi", PROTOCOL.resources.core: "30"}
+        pod = PodObject("", "default", "s", containers=(ContainerSpec("main", requests=given, limits=given),))
+        asked = stack.with_claim(pod, TracePod("s", 1000, 1024, 1, 300))
+        assert stack.claims is not None
+        assert not create_pod(cluster, stack, asked)
+        assert [c.key for c in stack.claims.list_claims().items] == (["default/s"] if claim_kept else [])
+    finally:
+        stack.stop()
+
+
+def test_a_pod_of_an_earlier_run_stops_the_submission() -> None:
+    cluster = _Refusing(409)
+    stack = LocalStack(cluster, PROTOCOL, StackSettings(nodes=1, dra=True, work_dir=Path("/tmp")))
+    try:
+        pod = PodObject("", "default", "s", containers=(ContainerSpec("main"),))
+        with pytest.raises(UpError, match="pod default/s already exists: delete the pods of an earlier run"):
+            create_pod(cluster, stack, pod)
     finally:
         stack.stop()

@@ -153,6 +153,23 @@ def resolve_speedup(settings: UpSettings, workload: Workload) -> float:
     return settings.speedup or workload.speedup_for(settings.duration_s)
 
 
+def create_pod(cluster: ClusterApi, stack: LocalStack, pod: PodObject) -> bool:
+    """Create ``pod`` (True when the API server took it). A pod the API server refused (4xx) gives back the claim
+    the stack made for it; without an answer (status 0: a timeout might have created it) the claim stays. Raises
+    :class:`UpError` when a pod of that name already exists (409: a previous run's pods)."""
+    try:
+        cluster.create_pod(pod)
+        return True
+    except ClusterError as error:
+        if error.status == 409:
+            raise UpError(f"pod {pod.key} already exists: delete the pods of an earlier run "
+                          f"(label {MANAGED_BY[0]}={MANAGED_BY[1]})") from error
+        if 400 <= error.status < 500:
+            stack.drop_claim(pod)
+        log.warning("pod %s not created: %s", pod.key, error)
+        return False
+
+
 class UpApp:
     """One ``ljrk up`` run (module docstring) over ``stack`` and ``tap`` (the cluster port the stack uses, recording
     Events), submitting ``workload`` in protocol ``protocol`` compressed by ``speedup`` (trace seconds per wall
@@ -249,16 +266,8 @@ class UpApp:
                 return
             pod = self.stack.with_claim(pod_object(arrival, self.protocol, duration_annotation=DURATION_ANNOTATION,
                                                    tolerations=self.tolerations), arrival.pod)
-            try:
-                self.cluster.create_pod(pod)
+            if create_pod(self.cluster, self.stack, pod):
                 self.submitted.append(pod.key)
-            except ClusterError as error:
-                if error.status == 409:
-                    raise UpError(f"pod {pod.key} already exists: delete the pods of an earlier run "
-                                  f"(label {MANAGED_BY[0]}={MANAGED_BY[1]})") from error
-                if 400 <= error.status < 500:
-                    self.stack.drop_claim(pod)  # refused, so not created (no status: a timeout might have created it)
-                log.warning("pod %s not created: %s", pod.key, error)
             self.progress.advance(1)
             if time.monotonic() - described > 0.5:
                 described = time.monotonic()
