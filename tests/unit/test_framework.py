@@ -32,7 +32,7 @@ from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, NodeInventory, NodeName
 from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, GpuSelector, PodRequest, single_container_pod
-from domain.scheduling.framework.cycle import CycleState, Profile, Scheduler, WeightedScore
+from domain.scheduling.framework.cycle import UNPLANNED, CycleState, Profile, Scheduler, WeightedScore
 from domain.scheduling.registry import build_profile
 from domain.units import GiB
 from support.ledger_poke import corrupt_core_used
@@ -342,6 +342,13 @@ def test_planner_returning_none_moves_to_the_next_node() -> None:
     assert result.allocation is not None
     assert planner.refused == [ledger.slot("a")]
     assert result.allocation.node == "b"
+    alone = ClusterLedger([make_node("a")])
+    base = build_profile("binpack", alone, rng=np.random.default_rng(0), tie_break="name")
+    refusing = Scheduler(alone, attrs.evolve(base, planner=RefusingPlanner(base.planner)))
+    refused = refusing.schedule(shared("q", 100, GiB))
+    assert refused.allocation is None
+    assert refused.rejected == ((UNPLANNED, 1),)  # the node the filters passed is counted, with why
+    assert refused.reason == f"0 nodes available: 1 node(s): {UNPLANNED}"
 
 
 # ---------------------------------------------------------------------------------------------- multi-container

@@ -18,7 +18,7 @@ from domain.ledger import ClusterLedger
 from domain.request import ContainerRequest, PodRequest, single_container_pod
 from domain.scheduling.framework.cycle import Scheduler
 from domain.scheduling.framework.topology import TopologyClasses
-from domain.scheduling.preemption.cluster import preemptable_nodes
+from domain.scheduling.preemption.cluster import fitting_nodes, preemptable_nodes
 from domain.scheduling.preemption.victims import Preemptor, RunningPod, select_victims
 from domain.scheduling.registry import build_profile
 from domain.topology import NodeTopology, Tier, split_connected
@@ -204,10 +204,12 @@ def composite(uid: str, *asks: tuple[str, int], tier: Tier = Tier.SYSTEM) -> Pod
 
 
 def grants(ledger: ClusterLedger, pod: PodRequest) -> dict[str, tuple[int, ...]] | str:
-    """Container → GPU indexes of the pod's allocation (binpack), or the reason it was not placed."""
+    """Container → GPU indexes of the pod's allocation (binpack), or the reason it was not placed; the books are
+    left as they were."""
     result = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(0))).schedule(pod)
     if result.allocation is None:
         return result.reason
+    ledger.release(pod.uid)
     return {c.container: tuple(g.gpu_index for g in c.grants) for c in result.allocation.containers}
 
 
@@ -344,6 +346,20 @@ def test_shares_that_need_the_gpus_of_the_connected_set_go_first() -> None:
     pod = PodRequest("p", containers=(share, ContainerRequest("b", gpus=2)))
     assert grants(ledger, pod) == {"a": (0,), "b": (2, 3)}
     assert grants(ledger, attrs.evolve(pod, gpu_topology=Tier.NVLINK)) == {"a": (0,), "b": (2, 3)}
+    # without a topology the container-by-container plan alone: the share on GPU 0, the pair on 1 and 2; with the
+    # pair declared first it takes 0 and 1 and the share fits nowhere (no shares-first there)
+    plain = ClusterLedger([NodeInventory(NodeName("n"), gpus, cpu_milli=128_000, memory_bytes=1024 * GiB)])
+    assert grants(plain, pod) == {"a": (0,), "b": (1, 2)}
+    pair_first = attrs.evolve(pod, containers=pod.containers[::-1])
+    assert "the pod's containers do not all fit" in str(grants(plain, pair_first))
+    assert grants(ledger, pair_first) == {"b": (2, 3), "a": (0,)}
+    # GPU 2 used: the only NVLink pair left, (0, 1), is where the share must go: refused with a reason naming the
+    # requirement (unrequired, the share on 0 and GPUs 1 and 3 fit)
+    ledger.reserve(PodAllocation("used", "n", (ContainerGrant("m", (GpuGrant(2, 1000, 40 * GiB),), whole=True),)))
+    assert grants(ledger, pod) == {"a": (0,), "b": (1, 3)}
+    refused = grants(ledger, attrs.evolve(pod, gpu_topology=Tier.NVLINK))
+    assert refused == ("0 nodes available: 1 node(s): no 2 free GPUs connected by nvlink or better (GPU topology "
+                       "required by the pod)")
 
 
 def test_a_lone_init_gpu_container_is_placed_by_topology_in_preemption_too() -> None:
@@ -351,7 +367,6 @@ def test_a_lone_init_gpu_container_is_placed_by_topology_in_preemption_too() -> 
     hold(ledger, "n", 4)
     pod = PodRequest("i", containers=(ContainerRequest("setup", gpus=2, init=True),), gpu_topology=Tier.NVLINK)
     assert grants(ledger, pod) == {"setup": (6, 7)}
-    ledger.release("i")
     outcome = select_victims(ledger, "n", Preemptor(pod, 1000), [])
     assert outcome.victims is not None
     assert [g.gpu_index for c in outcome.victims.allocation.containers for g in c.grants] == [6, 7]
@@ -368,7 +383,7 @@ def test_preemption_reaches_nodes_where_only_a_connected_set_is_missing() -> Non
         scheduler = Scheduler(ledger, build_profile("binpack", ledger, rng=np.random.default_rng(0),
                                                     topology_first=first))
         assert not scheduler.schedule(four).scheduled  # 6 free GPUs on a, none 4 NVLink-connected
-        assert preemptable_nodes(scheduler, four) == ["a", "b"]  # b: no topology, its victims' plan never fits
+        assert preemptable_nodes(scheduler, four) == ["a"]  # b reports no topology: no eviction gives it one
         held = [RunningPod(f"held-a-({i},)", 0) for i in (0, 4)]
         outcome = select_victims(ledger, "a", Preemptor(four, 1000), held)
         assert outcome.victims is not None
@@ -380,3 +395,10 @@ def test_preemption_reaches_nodes_where_only_a_connected_set_is_missing() -> Non
     hold(full, "b", *range(6))
     scheduler = Scheduler(full, build_profile("binpack", full, rng=np.random.default_rng(0), topology_first=True))
     assert preemptable_nodes(scheduler, mixed) == ["a", "b"]  # a preference never narrows where preemption looks
+    shares = composite("shares", ("core", 500), ("core", 500), tier=Tier.NVLINK)
+    assert preemptable_nodes(scheduler, shares) == []  # no whole GPU: no eviction meets a requirement
+    roomy = ClusterLedger([node("a", "nvlink-islands-2x4"), node("b", "nvlink-islands-2x4")])
+    hold(roomy, "a", 0, 1)  # both fit a 2-GPU pod; topology first would keep only a (an NVLink pair)
+    hold(roomy, "b", 0, 1, 2, 4, 5, 6)  # b: GPUs 3 and 7 free, on two islands
+    scheduler = Scheduler(roomy, build_profile("binpack", roomy, rng=np.random.default_rng(0), topology_first=True))
+    assert fitting_nodes(scheduler, whole("two", 2)) == {"a", "b"}

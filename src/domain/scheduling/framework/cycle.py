@@ -132,6 +132,10 @@ class WeightedScore:
     weight: int = 1
 
 
+UNPLANNED = "the pod passed the filters but its GPUs could not be planned there"
+"""The reason counted for a feasible node where the planner found no grants (filters and planner disagree)."""
+
+
 @attrs.frozen
 class Profile:
     """One scheduling profile: filters, weighted scores, the reserve-phase GPU planner and the tie rule."""
@@ -250,10 +254,12 @@ class Scheduler:
             return ScheduleResult(pod.uid, existing, reason="already counted", feasible_nodes=1)
         state = CycleState(candidates=candidates)
         slots, rejected = self.feasible(pod, state)
+        unplanned = 0
         while len(slots):
             slot = self.select(pod, state, slots)
             allocation = self.profile.planner.plan(pod, self.ledger, state, slot)
             if allocation is None:
+                unplanned += 1
                 slots = slots[slots != slot]
                 continue
             try:
@@ -269,6 +275,8 @@ class Scheduler:
                     self.unreserve(pod, allocation)
                     return ScheduleResult(pod.uid, None, reason=f"bind failed: {error}", rejected=tuple(rejected))
             return ScheduleResult(pod.uid, allocation, feasible_nodes=len(slots), rejected=tuple(rejected))
+        if unplanned:
+            rejected.append((UNPLANNED, unplanned))
         reason = "; ".join(f"{count} node(s): {why}" for why, count in rejected) or "no nodes available"
         return ScheduleResult(pod.uid, None, reason=f"0 nodes available: {reason}", rejected=tuple(rejected))
 

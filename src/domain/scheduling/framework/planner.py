@@ -6,7 +6,8 @@ completely free eligible GPUs where its node reports a topology, else the first 
 simulator's rule, docs/trace-replay.md §3.5; :func:`domain.scheduling.framework.topology_sets.whole_gpus`). Pods with
 several GPU containers are planned container by container, with best-fit for shares; where the node reports a
 topology, their whole-GPU app containers first take one best-connected set together
-(:func:`domain.scheduling.framework.topology_sets.connected_grants`), else each the first free GPUs by index in turn.
+(:func:`domain.scheduling.framework.topology_sets.connected_grants`; after their shares where the set would leave
+a share no GPU), else each the first free GPUs by index in turn.
 Init containers are planned against the node as it was before the pod, because the pod holds ``max(app, init)``
 per GPU.
 """
@@ -327,10 +328,11 @@ def plan_vectors(
     capacity in bytes, free core in milli-GPU, free memory in bytes, GPUs with nothing used; ``models``: model id
     per GPU, when known), app containers first (whole-GPU ones by ``topology`` when given, their GPUs together at
     least of tier ``minimum``), then init containers against the node as it was before the pod (module
-    docstring); a pod whose one GPU container is an init container is planned like a one-container pod. Where the
-    connected set leaves no room for the pod's shares (GPUs of several memory sizes), its shares are placed first
-    and the connected set taken among the GPUs they leave. None if a container does not fit or the tier cannot be
-    met. The inputs are not changed."""
+    docstring); a pod whose one GPU container is an init container is planned like a one-container pod. On a node
+    with a ``topology``, when a pod mixing whole GPUs and shares does not fit with the connected set taken first
+    (its set can leave a share no GPU: GPUs of several memory sizes), its shares are placed first and the set taken
+    among the GPUs they leave; without a topology, only the container-by-container plan. None if a container does
+    not fit or the tier cannot be met. The inputs are not changed."""
     vectors = (eligible, mem_cap, core_free, mem_free, untouched)
     planned = _plan(pod, *vectors, topology, minimum, models, shares_first=False)
     if planned is not None or topology is None or {c.kind is GpuKind.WHOLE for c in _topology_group(pod)} != {

@@ -8,7 +8,8 @@ set, and the tie refiner between nodes.
   (the published simulator's rule).
 * Pods with several GPU containers: :func:`~domain.scheduling.framework.topology_sets.connected_grants` gives their
   whole-GPU app containers one best-connected set together (:func:`domain.topology.split_connected`; a requirement
-  applies to that set), each container the best-connected part of it, before their shares are planned.
+  applies to that set), each container the best-connected part of it, before their shares are planned (after
+  them where the set would leave a share no GPU).
 * Shares: where a share's GPU rule opens an untouched GPU, it takes the interchangeable untouched GPU that breaks
   the fewest wholly free islands (:func:`~domain.scheduling.framework.topology_sets.steer_share`).
 * :class:`GpuTopologyTies`: among the nodes tied on the best total score, a pod asking for 2 or more whole GPUs (in
@@ -18,10 +19,10 @@ set, and the tie refiner between nodes.
   Nodes without topology rank with the lowest tier, so where no node reports one nothing changes.
 * :class:`GpuTopologyFit`: a pod whose ``gpu_topology`` (the pod annotation ``pod_gpu_topology``) is above
   ``SYSTEM`` passes only nodes whose free eligible GPUs hold a set of at least that tier for all its whole GPUs
-  (:func:`domain.topology.can_connect`, exact: where :func:`domain.topology.best_connected` ranks every set, the
-  set the planner then takes is of that tier, and a pod with several GPU containers has already been planned by
-  ``GpuFit``, its shares beside that same set); nodes without a reported topology fail it, with that reason. A
-  pod without whole GPUs cannot meet a requirement and fails it on every node.
+  (:func:`domain.topology.can_connect`, exact where :func:`domain.topology.best_connected` ranks every set; a pod
+  with several GPU containers is also planned with the requirement, so its shares must fit beside such a set);
+  nodes without a reported topology fail it, with that reason. A pod without whole GPUs cannot meet a requirement
+  and fails it on every node.
 
 * :class:`GpuTopologyFirst` (optional, ``topology_first`` of the profile): a pod asking for 2 or more whole GPUs
   keeps only the candidates where its best-connected set has the best tier any candidate offers, before the
@@ -41,7 +42,7 @@ import numpy as np
 from domain.ledger import ClusterLedger
 from domain.request import GpuKind, PodRequest
 from domain.scheduling.framework.cycle import I64, BoolArray, CycleState
-from domain.scheduling.framework.planner import eligible_gpus
+from domain.scheduling.framework.planner import eligible_gpus, plan_composite
 from domain.topology import NodeTopology, Tier, best_connected, can_connect
 
 
@@ -107,7 +108,7 @@ def _per_group(classes: TopologyClasses, ledger: ClusterLedger, slots: I64, fit:
     return out
 
 
-def _whole_gpus(pod: PodRequest) -> int:
+def whole_gpu_total(pod: PodRequest) -> int:
     """Whole GPUs the pod's connected set takes (:func:`~.topology_sets.connected_grants`): its one GPU container's
     count when that asks for whole GPUs, else the sum over its whole-GPU app containers; 0 for other pods."""
     if not pod.wants_gpu:
@@ -142,7 +143,7 @@ class GpuTopologyFit:
         tier = pod.gpu_topology
         if tier is Tier.SYSTEM or not pod.wants_gpu:
             return candidates
-        count = _whole_gpus(pod)
+        count = whole_gpu_total(pod)
         fit = _free_whole(pod, ledger, state)
         if not count or fit is None:
             state.reasons[self.name] = (f"GPU topology {tier.label} is required, which only a pod asking for whole "
@@ -154,6 +155,8 @@ class GpuTopologyFit:
             ok = _per_group(self.classes, ledger, slots, fit,
                             lambda topology, free: -1 if topology is None else int(
                                 can_connect(topology, free, count, tier)))
+            if pod.simple_shape is None:  # its shares must fit beside a set of that tier too: plan it
+                ok[ok == 1] = [plan_composite(pod, ledger, state, int(s)) is not None for s in slots[ok == 1]]
             passed[slots] = ok == 1
             unknown = int(np.count_nonzero(ok == -1))
         else:
@@ -179,7 +182,7 @@ class GpuTopologyFirst:
     def filter(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, candidates: BoolArray) -> BoolArray:
         """The candidates whose best-connected set for the pod has the best tier among them (all when fewer than 2
         whole GPUs are asked, or no candidate reports a topology)."""
-        count = _whole_gpus(pod)
+        count = whole_gpu_total(pod)
         fit = _free_whole(pod, ledger, state)
         slots = np.flatnonzero(candidates).astype(np.int64)
         if count < 2 or fit is None or len(slots) < 2:
@@ -217,8 +220,8 @@ class GpuTopologyTies:
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Per tied slot: ``1000·tier − 100·broken islands − 10·broken PCIe roots − broken NUMA nodes`` of the
         pod's best-connected set there (higher is better); 0 for every slot when the pod asks for fewer than 2
-        whole GPUs (:func:`_whole_gpus`), and for slots without topology or set."""
-        count = _whole_gpus(pod)
+        whole GPUs (:func:`whole_gpu_total`), and for slots without topology or set."""
+        count = whole_gpu_total(pod)
         fit = _free_whole(pod, ledger, state)
         if count < 2 or fit is None:
             return np.zeros(len(tied), np.int64)

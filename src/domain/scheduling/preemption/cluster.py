@@ -21,6 +21,7 @@ from domain.kube.budgets import DisruptionBudget, protection
 from domain.kube.objects import PodObject
 from domain.request import PodRequest
 from domain.scheduling.framework.cycle import CycleState, Scheduler
+from domain.scheduling.framework.topology import whole_gpu_total
 from domain.scheduling.preemption.victims import (
     PRIORITY_OFFSET,
     Outcome,
@@ -31,6 +32,7 @@ from domain.scheduling.preemption.victims import (
     select_victims,
 )
 from domain.scheduling.sync import LedgerSync
+from domain.topology import Tier
 
 
 def preemptor_of(pod: PodObject, request: PodRequest) -> Preemptor:
@@ -72,13 +74,22 @@ def _passing(scheduler: Scheduler, request: PodRequest, skip: frozenset[str]) ->
 def preemptable_nodes(scheduler: Scheduler, request: PodRequest) -> list[str]:
     """Nodes (ledger order) where ``request`` passes every filter of ``scheduler``'s profile but the
     :data:`RESOLVABLE` ones: the nodes where evicting pods could make room. The pod's node constraints must be
-    recorded as for a cycle (:meth:`LedgerSync.schedule` does it). Changes nothing."""
+    recorded as for a cycle (:meth:`LedgerSync.schedule` does it). A pod requiring a GPU topology has none where no
+    eviction can give it one: not on nodes reporting no topology, nowhere when it asks for no whole GPU. Changes
+    nothing."""
+    if request.gpu_topology > Tier.SYSTEM:
+        if not whole_gpu_total(request):
+            return []
+        ledger = scheduler.ledger
+        return [name for name in _passing(scheduler, request, RESOLVABLE)
+                if ledger.inventory(name).topology is not None]
     return _passing(scheduler, request, RESOLVABLE)
 
 
 def fitting_nodes(scheduler: Scheduler, request: PodRequest) -> set[str]:
-    """Nodes where ``request`` passes every filter now (capacity included): where it fits without preemption
-    (after a failed cycle, only nodes that gained room since). Same preconditions as :func:`preemptable_nodes`."""
+    """Nodes where ``request`` passes every filter but the :data:`PREFERENCES` now (capacity included): where it
+    fits without preemption (after a failed cycle, only nodes that gained room since). Same preconditions as
+    :func:`preemptable_nodes`."""
     return set(_passing(scheduler, request, PREFERENCES))
 
 
