@@ -342,13 +342,25 @@ def test_planner_returning_none_moves_to_the_next_node() -> None:
     assert result.allocation is not None
     assert planner.refused == [ledger.slot("a")]
     assert result.allocation.node == "b"
-    alone = ClusterLedger([make_node("a")])
-    base = build_profile("binpack", alone, rng=np.random.default_rng(0), tie_break="name")
-    refusing = Scheduler(alone, attrs.evolve(base, planner=RefusingPlanner(base.planner)))
-    refused = refusing.schedule(shared("q", 100, GiB))
+
+
+class NoPlanner:
+    """Plans nothing anywhere."""
+
+    name = "none"
+
+    def plan(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, slot: int) -> PodAllocation | None:
+        return None
+
+
+def test_nodes_the_planner_refuses_are_counted_with_a_reason_after_the_filters() -> None:
+    ledger = ClusterLedger([make_node("a"), make_node("b"), make_node("small", cpu_milli=100)])
+    base = build_profile("binpack", ledger, rng=np.random.default_rng(0), tie_break="name")
+    refused = Scheduler(ledger, attrs.evolve(base, planner=NoPlanner())).schedule(shared("q", 100, GiB, cpu=1000))
     assert refused.allocation is None
-    assert refused.rejected == ((UNPLANNED, 1),)  # the node the filters passed is counted, with why
-    assert refused.reason == f"0 nodes available: 1 node(s): {UNPLANNED}"
+    assert refused.rejected == (("insufficient cpu, memory or pod slots", 1), (UNPLANNED, 2))
+    assert refused.reason == ("0 nodes available: 1 node(s): insufficient cpu, memory or pod slots; "
+                              f"2 node(s): {UNPLANNED}")
 
 
 # ---------------------------------------------------------------------------------------------- multi-container

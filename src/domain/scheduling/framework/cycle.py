@@ -150,7 +150,9 @@ class Profile:
 
 @attrs.frozen
 class ScheduleResult:
-    """Outcome of one cycle: ``allocation`` when placed, else ``reason`` and per-filter rejected node counts."""
+    """Outcome of one cycle: ``allocation`` when placed, else ``reason``; ``rejected``: nodes removed per reason
+    (each filter's and Reserve's refusals; when the pod is not placed, last, :data:`UNPLANNED` for the feasible
+    nodes the planner found no grants on)."""
 
     pod_uid: str
     allocation: PodAllocation | None

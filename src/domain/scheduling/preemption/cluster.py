@@ -51,8 +51,9 @@ question is where a pod could fit."""
 
 RESOLVABLE = frozenset({"NodeResourcesFit", "GpuFit", "GpuTopology"}) | PREFERENCES
 """Filters whose refusal preemption can resolve (capacity: CPU, memory, pod slots, per-GPU core and memory, a
-connected set of free GPUs, whose tier the victims' plan checks exactly, so a node without a topology never gets
-victims for a pod requiring one); every other filter (node fit, gates, GPU model and UUID, GPUs in MIG mode, other
+connected set of free GPUs, whose tier the victims' plan checks exactly; :func:`preemptable_nodes` leaves out the
+nodes without a topology, those whose GPUs only DRA ResourceSlices publish included, for a pod requiring one);
+every other filter (node fit, gates, GPU model and UUID, GPUs in MIG mode, other
 extended resources, admission holds) must pass for a node to be worth preempting on, as kube-scheduler skips
 ``UnschedulableAndUnresolvable`` nodes."""
 
