@@ -83,9 +83,12 @@ def running_env(pods: Pods, name: str, containers: list[str]) -> dict[str, dict[
 def test_registration_counts_in_node_allocatable(kubelet_api: Any, stack: NodeStack) -> None:
     values = allocatable(kubelet_api, REAL_NODE_NAME)
     assert values == EXPECTED  # the MIG GPU is not time-shared; 3 x 16 GiB in 1 GiB units
-    status = client.CoreV1Api(kubelet_api).read_node(REAL_NODE_NAME).status
-    assert status.allocatable.get(MIG) == "2"
-    assert status.capacity.get(MIG) == "2"
+
+    def mig_counted() -> bool:  # the MIG resource registers on its own socket: kubelet may count it a moment later
+        status = client.CoreV1Api(kubelet_api).read_node(REAL_NODE_NAME).status
+        return (status.allocatable or {}).get(MIG) == "2" and (status.capacity or {}).get(MIG) == "2"
+
+    eventually(mig_counted, what=f"{MIG} = 2 in node allocatable and capacity")
     page = stack.metrics("device-plugin")
     assert f'lj_runtimekit_device_plugin_resource_registered{{resource="{MIG}"}} 1.0' in page
 
