@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import attrs
 
-from domain.dra.booking import SHARES, WHOLE, ClaimBooking, book_on_node, claim_record_uid, node_results
+from domain.dra.booking import (
+    SHARES,
+    WHOLE,
+    ClaimBooking,
+    MigClaimBooking,
+    book_mig_on_node,
+    book_on_node,
+    claim_record_uid,
+    node_results,
+)
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from domain.gpu import MigMode
+from domain.kube.annotations import MigInstanceRecord
+from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.units import GiB
 from support.kube_builders import GPU16, PROTOCOL, make_gpus
+from support.mig_builders import mig_gpus
 
 DRIVER = PROTOCOL.dra.driver
 GPUS = make_gpus("n1", 2)
+MIG_GPUS = mig_gpus("n1")
 
 
 def result(device: str, consumed: dict[str, str] | None = None, *, pool: str = "n1", driver: str = DRIVER,
@@ -74,21 +87,62 @@ def test_unmappable_amounts_and_mig_devices_count_as_the_whole_gpu_and_are_named
     assert [c.container for c in mig.record.containers] == [WHOLE]
 
 
-def test_a_mig_device_on_a_gpu_in_mig_mode_is_named_but_not_booked_as_the_whole_gpu() -> None:
+def test_a_mig_device_on_a_gpu_in_mig_mode_is_left_to_the_mig_books() -> None:
     gpus = (GPUS[0], attrs.evolve(GPUS[1], mig_mode=MigMode.ENABLED))
-    c = claim(result("gpu-1-mig-1g.10gb-0"), result("gpu-0", {"cores": "20", "memory": "2Gi"}, request="b"))
+    c = claim(result("gpu-1-mig-1g-10gb-0"), result("gpu-0", {"cores": "20", "memory": "2Gi"}, request="b"))
     booking = book_on_node(c, "n1", node_results(c, DRIVER)["n1"], gpus)
     assert booking.record is not None
-    assert booking.record.per_gpu_usage() == {0: (200, 2 * GiB)}  # the share still counts; GPU 1 not at all
+    assert booking.record.per_gpu_usage() == {0: (200, 2 * GiB)}  # the share counts here; GPU 1 not at all
     assert booking.unknown == ""
-    (problem,) = booking.problems
-    assert "'gpu-1-mig-1g.10gb-0'" in problem
-    assert "not booked" in problem
-    only_mig = claim(result("gpu-1-mig-1g.10gb-0"))
+    assert booking.problems == ()
+    only_mig = claim(result("gpu-1-mig-1g-10gb-0"))
     alone = book_on_node(only_mig, "n1", node_results(only_mig, DRIVER)["n1"], gpus)
-    assert alone.record is None
-    assert alone.unknown == ""
-    assert len(alone.problems) == 1
+    assert (alone.record, alone.unknown, alone.problems) == (None, "", ())
+
+
+def book_mig(*results: AllocationResult, layout: dict[int, tuple[MigInstanceRecord, ...]] | None = None,
+             dynamic: bool = False) -> MigClaimBooking:
+    c = claim(*results)
+    return book_mig_on_node(c, "n1", node_results(c, DRIVER)["n1"], MIG_GPUS, layout=layout or {}, dynamic=dynamic)
+
+
+def listed(profile: str, start: int) -> MigInstanceRecord:
+    return MigInstanceRecord(1, 0, profile, start, f"MIG-{start}", free=True)
+
+
+def test_mig_devices_become_one_mig_record_under_the_claims_key() -> None:
+    booking = book_mig(result("gpu-0-mig-3g-40gb-4", request="a"), result("gpu-1-mig-1g-10gb-6", request="b"),
+                       result("gpu-0", {"cores": "20"}))  # not a MIG device: the ledger's
+    assert booking.problems == ()
+    assert booking.record == MigPodAllocation(claim_record_uid("c1"), "n1", (
+        MigBooking(0, "3g.40gb", 4, "a"), MigBooking(1, "1g.10gb", 6, "b")))
+
+
+def test_a_mig_device_on_a_gpu_not_in_mig_mode_is_not_the_mig_books() -> None:
+    c = claim(result("gpu-0-mig-3g-40gb-0"))
+    assert book_mig_on_node(c, "n1", c.results, GPUS, layout={}, dynamic=False) == MigClaimBooking(None)
+
+
+def test_in_dynamic_mode_a_mig_device_creates_unless_the_node_lists_that_instance() -> None:
+    booking = book_mig(result("gpu-0-mig-3g-40gb-4", request="a"), result("gpu-0-mig-3g-40gb-0", request="b"),
+                       layout={0: (listed("3g.40gb", 0), listed("1g.10gb", 4))}, dynamic=True)
+    assert booking.record is not None
+    assert [(b.start, b.create) for b in booking.record.bookings] == [(4, True), (0, False)]
+    static = book_mig(result("gpu-0-mig-3g-40gb-4"))
+    assert static.record is not None
+    assert not static.record.bookings[0].create
+
+
+def test_a_mig_device_no_table_entry_names_or_two_on_one_instance_are_named_and_not_booked() -> None:
+    unknown = book_mig(result("gpu-0-mig-3g.40gb-0"), result("gpu-0-mig-3g-40gb-1"), result("gpu-1-mig-1g-10gb-0"))
+    assert len(unknown.problems) == 2
+    assert all("not booked" in p for p in unknown.problems)
+    assert unknown.record is not None
+    assert [b.gpu_index for b in unknown.record.bookings] == [1]
+    twice = book_mig(result("gpu-0-mig-3g-40gb-0", request="a"), result("gpu-0-mig-3g-40gb-0", request="b"))
+    assert twice.record is None
+    (problem,) = twice.problems
+    assert "two bookings share one instance" in problem
 
 
 def test_a_device_whose_gpu_cannot_be_told_leaves_the_usage_unknown() -> None:

@@ -8,11 +8,12 @@ from hypothesis import strategies as st
 
 from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.dra.claims import AllocationResult, ClaimAllocation
+from domain.gpu import MigMode
 from domain.kube.objects import PodPhase
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
 from support.kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
-from support.mig_builders import mig_node
+from support.mig_builders import mig_gpus, mig_node, mig_pod
 
 DRIVER = PROTOCOL.dra.driver
 
@@ -119,15 +120,44 @@ def test_a_dra_only_node_without_inventory_is_gated_and_its_claims_are_no_proble
     assert "d1" in sync.gates  # still no inventory
 
 
-def test_claims_of_mig_instances_on_a_gpu_in_mig_mode_leave_the_node_unquarantined() -> None:
+def test_claims_of_mig_instances_are_held_in_the_mig_books_not_the_time_sharing_ledger() -> None:
     sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
-    sync.on_claim(claim(("gpu-0-mig-3g.40gb-0", {})))
-    sync.on_claim(claim(("gpu-0-mig-3g.40gb-4", {}), uid="c2", name="other"))
+    sync.on_claim(claim(("gpu-0-mig-3g-40gb-0", {})))
+    sync.on_claim(claim(("gpu-0-mig-3g-40gb-4", {}), uid="c2", name="other"))
     assert sync.ledger.quarantine == {}
     assert "n1" not in sync.gates
     assert used(sync, "n1") == [(0, 0), (0, 0)]
+    assert sync.claim_problems == {}
+    books = sync.books.plugin.node("n1")
+    assert sorted(books.records()) == ["claim:c1", "claim:c2"]
+    assert [(b.gpu_index, b.profile, b.start, b.container, b.create) for b in books.records()["claim:c1"].bookings
+            ] == [(0, "3g.40gb", 0, "r0", False)]
+    assert sync.schedule(make_scheduler(sync), mig_pod("p")
+                         ).allocation is None  # both instances held by the claims
+    sync.on_claim_deleted(claim(uid="c2", name="other"))
+    assert sorted(sync.books.plugin.node("n1").records()) == ["claim:c1"]
+    mig = sync.schedule(make_scheduler(sync), mig_pod("p"))
+    assert mig.allocation is not None
+    assert sync.books.record("p").bookings[0].start == 4
+
+
+def test_a_claims_mig_instances_survive_a_rebuild_of_the_nodes_mig_books() -> None:
+    sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
+    sync.on_claim(claim(("gpu-0-mig-3g-40gb-4", {})))
+    sync.on_node(mig_node("n1", {0: [("3g.40gb", 0), ("3g.40gb", 4)], 1: [("1g.10gb", 0)]}))  # new layout
+    assert sorted(sync.books.plugin.node("n1").records()) == ["claim:c1"]
+    sync.on_claim(attrs.evolve(claim(), results=()))  # deallocated
+    assert sync.books.plugin.node("n1").records() == {}
+
+
+def test_a_mig_device_the_gpus_table_does_not_know_is_named_and_not_booked() -> None:
+    sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0), ("3g.40gb", 4)]}))
+    sync.on_claim(claim(("gpu-0-mig-3g.40gb-0", {})))  # the profile not in DNS form
+    sync.on_claim(claim(("gpu-0-mig-7g-80gb-4", {}), uid="c2", name="other"))  # no such placement
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
     assert "not booked" in sync.claim_problems["ns/claim"]
     assert "not booked" in sync.claim_problems["ns/other"]
+    assert sync.books.plugin.node("n1").records() == {}
 
 
 DEVICES = st.sampled_from(["gpu-0", "gpu-1", "gpu-1-mig-1g.10gb-0", "gpu-5", "bogus"])
@@ -157,3 +187,16 @@ def test_live_claim_events_give_the_books_of_a_rebuild_from_the_last_objects(eve
     assert fresh.ledger.books() == live.ledger.books()
     assert fresh.gates == live.gates
     assert fresh.claim_problems == live.claim_problems
+
+
+def test_a_gpu_leaving_mig_mode_moves_the_claims_device_from_the_mig_books_to_the_whole_gpu() -> None:
+    both = mig_gpus("n1")
+    sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0)], 1: [("3g.40gb", 0)]}, gpus=both))
+    sync.on_claim(claim(("gpu-0-mig-3g-40gb-0", {})))
+    assert sync.books.record("claim:c1") is not None
+    plain = (attrs.evolve(both[0], mig_mode=MigMode.DISABLED), both[1])
+    sync.on_node(mig_node("n1", {1: [("3g.40gb", 0)]}, gpus=plain))
+    assert sync.books.record("claim:c1") is None
+    assert "claim:c1" not in sync.problems  # not left held for a GPU the MIG books no longer have
+    assert "counted as the whole GPU 0" in sync.claim_problems["ns/claim"]
+    assert used(sync, "n1")[0] == (1000, 80 * GiB)

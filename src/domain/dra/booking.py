@@ -12,19 +12,25 @@ whose parsing is reused: :func:`~domain.dra.claims.gpu_index`, :func:`~domain.dr
   by the ledger's rule (:func:`domain.request.resolve_share`, as the Runtime does); several results on one GPU add
   up.
 
+**MIG devices** (``gpu-<index>-mig-<profile>-<start>``) on a GPU the inventory lists in MIG mode are the MIG
+books' (:mod:`domain.scheduling.mig.books`), not the ledger's: :func:`book_mig_on_node` turns them into one
+:class:`~domain.mig.ledger.MigPodAllocation` under the same key, one booking per device (container = the request
+name; ``create`` in dynamic mode where the node lists no instance of the profile there), which the MIG books
+hold like a pod's instances. The time-sharing record leaves them out (the ledger's per-GPU books of a MIG-mode GPU
+take no time-sharing pod anyway).
+
 **Safe side.** What cannot be mapped exactly is counted as more, never dropped, and named in
 :attr:`ClaimBooking.problems` (the caller logs them): a consumed capacity that does not parse, shares adding up
-beyond one GPU, and a MIG device (``gpu-<index>-mig-…``) whose parent GPU is **not** in MIG mode count as the whole
-GPU. A MIG device on a GPU the inventory lists in MIG mode is named in the problems but not booked: the ledger's
-per-GPU books of a MIG-mode GPU take no time-sharing pod anyway, its instances are the MIG books' (from the node's
-inventory), and a whole-GPU record per such claim would add up beyond the GPU and quarantine the node. A device
-whose GPU cannot be told at all (a name not of this driver, an index the node does not list) leaves the GPU usage
-unknown: :attr:`ClaimBooking.unknown` says why, and the caller gates the node for GPU pods while the claim is there.
+beyond one GPU, and a MIG device whose parent GPU is **not** in MIG mode count as the whole GPU. A MIG device on a
+GPU in MIG mode whose profile or start the GPU's table does not have is named in :attr:`MigClaimBooking.problems`
+and not booked (no instance can be told). A device whose GPU cannot be told at all (a name not of this driver, an
+index the node does not list) leaves the GPU usage unknown: :attr:`ClaimBooking.unknown` says why, and the caller
+gates the node for GPU pods while the claim is there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -35,12 +41,17 @@ from domain.dra.claims import (
     ClaimPreparationError,
     ClaimRef,
     gpu_index,
+    mig_device,
     mig_parent_index,
     result_share,
 )
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, MigMode
+from domain.kube.annotations import MigInstanceRecord
+from domain.kube.protocol import dns_profile
+from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.request import resolve_share
+from domain.runtime.mig import mig_table
 from domain.units import MILLI_PER_GPU
 
 CLAIM_RECORD_PREFIX = "claim:"
@@ -103,9 +114,7 @@ def _one(ref: ClaimRef, result: AllocationResult, gpus: dict[int, Gpu],
         return f"{ref.label}: device {result.device!r}: the node lists no GPU {index}"
     if parent is not None:
         if gpus[index].mig_mode is not MigMode.DISABLED:
-            problems.append(f"{ref.label}: MIG device {result.device!r} on GPU {index} (in MIG mode) not booked: "
-                            "its instances are the MIG books'")
-            return None
+            return None  # the MIG books' (book_mig_on_node)
         problems.append(f"{ref.label}: MIG device {result.device!r} on GPU {index}, which is not in MIG mode, "
                         f"counted as the whole GPU {index}")
         return index, MILLI_PER_GPU, None
@@ -157,3 +166,46 @@ def book_on_node(claim: ClaimAllocation, node: str, results: Sequence[Allocation
     record = (PodAllocation(claim_record_uid(claim.uid), node, tuple(containers), pod_slot=False)
               if containers else None)
     return ClaimBooking(node, record, tuple(problems), "; ".join(unknown))
+
+
+@attrs.frozen
+class MigClaimBooking:
+    """What one claim holds in the MIG books of one node: the ``record`` (None when it holds no MIG instance
+    there) and ``problems`` (MIG devices not booked, for the log)."""
+
+    record: MigPodAllocation | None
+    problems: tuple[str, ...] = ()
+
+
+def book_mig_on_node(claim: ClaimAllocation, node: str, results: Sequence[AllocationResult], gpus: Sequence[Gpu],
+                     *, layout: Mapping[int, Sequence[MigInstanceRecord]], dynamic: bool) -> MigClaimBooking:
+    """The MIG books' record of ``claim``'s MIG devices among ``results`` (of our driver, in pool ``node``) on GPUs
+    of ``gpus`` in MIG mode (module docstring); ``layout``: the instances the node lists (GPU index → instances),
+    ``dynamic``: the books' placement mode is dynamic. Never raises for bad claim content."""
+    ref = _ref(claim)
+    by_index = {g.index: g for g in gpus}
+    bookings: list[MigBooking] = []
+    problems: list[str] = []
+    for result in results:
+        parent = mig_parent_index(result.device)
+        gpu = None if parent is None else by_index.get(parent)
+        if gpu is None or gpu.mig_mode is MigMode.DISABLED:
+            continue  # not a MIG device on a MIG GPU: the ledger's record (book_on_node) counts it
+        parsed, table = mig_device(result.device), mig_table(gpu)
+        index, name, start = parsed if parsed is not None else (gpu.index, "?", -1)
+        profile = None if table is None else next(
+            (p for p in table.profiles if dns_profile(p.name) == name and start in p.placements), None)
+        if table is None or profile is None:
+            problems.append(f"{ref.label}: MIG device {result.device!r}: GPU {index} ({gpu.model}) has no MIG "
+                            "profile and placement of that name (gpu-<index>-mig-<profile in DNS form>-<start>); "
+                            "not booked")
+            continue
+        listed = any(i.start == start and table.lookup(i.profile) == profile for i in layout.get(index, ()))
+        bookings.append(MigBooking(index, profile.name, start, result.request, create=dynamic and not listed))
+    if not bookings:
+        return MigClaimBooking(None, tuple(problems))
+    try:
+        record = MigPodAllocation(claim_record_uid(claim.uid), node, tuple(bookings))
+    except InvalidRequestError as error:
+        return MigClaimBooking(None, (*problems, f"{ref.label}: {error}; not booked"))
+    return MigClaimBooking(record, tuple(problems))

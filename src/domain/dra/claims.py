@@ -152,11 +152,11 @@ def gpu_index(claim: ClaimRef, device: str) -> int:
 
 def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> PlannedMig:
     """The Runtime's planned MIG instance for MIG device name ``device`` (module docstring)."""
-    match = _MIG_DEVICE.match(device)
-    if match is None:
+    parsed = mig_device(device)
+    if parsed is None:
         raise ClaimPreparationError(f"{claim.label}: device {device!r} is not a device of this driver "
                                     "(expected gpu-<index>-mig-<profile>-<start>, the profile in DNS form)")
-    index, name, start = int(match.group(1)), match.group(2), int(match.group(3))
+    index, name, start = parsed
     info = by_index.get(index)
     if info is None:
         raise ClaimPreparationError(f"{claim.label}: device {device!r}: this node has no GPU {index}")
@@ -169,6 +169,13 @@ def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> Pl
                                     f"profile {name!r} placed at memory slice {start}")
     listed = any(i.start == start and same_profile(i.profile, profile.name, table) for i in info.mig_instances)
     return PlannedMig(index, info.gpu.uuid, profile=profile.name, start=start, create=not listed)
+
+
+def mig_device(device: str) -> tuple[int, str, int] | None:
+    """``(parent GPU index, profile in DNS form, start memory slice)`` of MIG device name ``device``
+    (``gpu-<index>-mig-<profile>-<start>``), None for a name not of that form."""
+    match = _MIG_DEVICE.match(device)
+    return None if match is None else (int(match.group(1)), match.group(2), int(match.group(3)))
 
 
 def mig_parent_index(device: str) -> int | None:

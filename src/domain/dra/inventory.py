@@ -9,7 +9,13 @@ slices (kube-scheduler allocates nothing from an incomplete pool: it is being re
   ``memoryBytes`` make the :class:`~domain.gpu.Gpu`.
 * A MIG GPU is the parent (``parentIndex``, ``parentUUID``, ``productName``) of devices with ``type`` = ``mig``;
   it is booked as a GPU in MIG mode, whose memory is the largest nominal ``memory`` capacity of its published
-  instances (the time-sharing books never place on a MIG GPU; MIG claims are kube-scheduler's).
+  instances (the time-sharing books never place on a MIG GPU). Its MIG layout (:attr:`SliceInventory.mig`, what
+  the MIG books are built from, :mod:`domain.scheduling.mig.books`) follows the devices: devices carrying a
+  ``uuid`` are the instances a static-MIG Runtime lists (strategy ``static``: each one a free instance at
+  ``migStart`` of its ``profile``); devices without one are the placements a dynamic-MIG Runtime creates on
+  demand (strategy ``dynamic``, no instance listed). A node publishing both kinds is malformed. The slices carry
+  no NVML instance ids: a listed instance's ``gpu_instance_id`` and ``compute_instance_id`` read
+  :data:`UNPUBLISHED_ID` (they name instances only in classic pods' plans, which such a node never takes).
 * A device with a ``NoSchedule`` or ``NoExecute`` taint makes its GPU unhealthy (its running pods stay counted,
   nothing new goes there).
 * A GPU the slices do not publish (withdrawn as unhealthy with ``--unhealthy withdraw``, a MIG GPU without
@@ -29,19 +35,28 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
+from domain.kube.annotations import MigInstanceRecord
 
 from .slices import AttributeValue, Device, ResourceSlice, TaintEffect
 
 _BLOCKING = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
+UNPUBLISHED_ID = -1
+"""NVML instance id of a MIG instance read from slices, which do not publish it (module docstring)."""
+Layout = dict[int, tuple[MigInstanceRecord, ...]]
+"""GPU index → its listed MIG instances, by start."""
 
 
 @attrs.frozen
 class SliceInventory:
     """The GPUs a node's slices publish (module docstring): ``gpus`` (indexes 0..n-1) and ``problem`` (empty when
-    the GPUs are complete and usable; otherwise why the node takes no new GPU pods, with ``gpus`` empty)."""
+    the GPUs are complete and usable; otherwise why the node takes no new GPU pods, with ``gpus`` empty);
+    ``mig`` and ``mig_strategy``: the MIG layout and strategy the MIG devices show (module docstring; empty and ""
+    without MIG devices)."""
 
     gpus: tuple[Gpu, ...] = ()
     problem: str = ""
+    mig: Layout = attrs.field(factory=dict)
+    mig_strategy: str = ""
 
 
 def _int(device: Device, name: str) -> int:
@@ -96,6 +111,30 @@ def _gpus(devices: Iterable[Device]) -> dict[int, Gpu]:
     return whole
 
 
+def _layout(devices: Iterable[Device]) -> tuple[Layout, str]:
+    """The MIG layout and strategy of the MIG devices among ``devices`` (module docstring)."""
+    listed: dict[int, list[MigInstanceRecord]] = {}
+    kinds: set[bool] = set()
+    for device in devices:
+        if device.attributes.get("type") != "mig":
+            continue
+        uuid = device.attributes.get("uuid")
+        kinds.add(uuid is not None)
+        if uuid is None:
+            continue
+        if not isinstance(uuid, str) or not uuid:
+            raise InvalidRequestError(f"device[{device.name}].attributes.uuid", uuid, "must be a non-empty string")
+        listed.setdefault(_int(device, "parentIndex"), []).append(MigInstanceRecord(
+            UNPUBLISHED_ID, UNPUBLISHED_ID, _str(device, "profile"), _int(device, "migStart"), uuid, free=True))
+    if len(kinds) > 1:
+        raise InvalidRequestError("device.attributes.uuid", "on some MIG devices only",
+                                  "a node's MIG devices are all listed instances (static) or all placements (dynamic)")
+    if not kinds:
+        return {}, ""
+    layout = {index: tuple(sorted(items, key=lambda i: i.start)) for index, items in sorted(listed.items())}
+    return layout, "static" if True in kinds else "dynamic"
+
+
 def slice_inventory(slices: Iterable[ResourceSlice], *, driver: str, node: str,
                     known: Sequence[Gpu] = ()) -> SliceInventory | None:
     """The GPUs ``driver``'s slices publish for ``node`` (module docstring); None when no slice of ``driver``
@@ -108,7 +147,9 @@ def slice_inventory(slices: Iterable[ResourceSlice], *, driver: str, node: str,
     if incomplete:
         return SliceInventory(problem=f"ResourceSlices of {driver}: {incomplete}")
     try:
-        found = _gpus(d for s in current for d in s.content.devices)
+        devices = [d for s in current for d in s.content.devices]
+        found = _gpus(devices)
+        layout, strategy = _layout(devices)
         remembered = {g.index: g for g in known}
         top = max([*found, *remembered], default=-1)
         for index in (i for i in range(top + 1) if i not in found):
@@ -121,4 +162,4 @@ def slice_inventory(slices: Iterable[ResourceSlice], *, driver: str, node: str,
             raise InvalidRequestError("gpu.uuid", uuids, "must be unique")
     except InvalidRequestError as error:
         return SliceInventory(problem=f"malformed ResourceSlices of {driver}: {error}")
-    return SliceInventory(gpus)
+    return SliceInventory(gpus, mig=layout, mig_strategy=strategy)

@@ -37,7 +37,8 @@ class InventoryReading:
     means missing or malformed). ``steady_reason``: the part of ``reason`` that does not depend on the time
     (everything but the heartbeat's age), so the reason at a later time is :func:`inventory_reason` of
     ``heartbeat`` and ``steady_reason`` without decoding the annotation again. ``mig``/``mig_strategy``: the MIG
-    layout (GPU index → instances) and strategy of the annotation, when it decodes (empty otherwise).
+    layout (GPU index → instances) and strategy of the annotation, when it decodes, or of the slices
+    (:class:`~domain.dra.inventory.SliceInventory`); empty otherwise.
     ``from_slices``: the GPUs are those our DRA driver's ResourceSlices publish (a node without a fresh
     annotation, :func:`read_node`'s ``slices``); such a reading has no heartbeat and :attr:`decoded` tells whether
     they read.
@@ -159,7 +160,7 @@ def read_node(node: NodeObject, protocol: ProtocolConstants, *, now: float,
     fresh = record is not None and not heartbeat_problem(record.heartbeat, protocol, now=now)
     from_slices = slices is not None and not fresh
     if from_slices and slices is not None:
-        gpus = slices.gpus
+        gpus, mig, strategy = slices.gpus, slices.mig, slices.mig_strategy
         if slices.problem:
             problems.insert(0, slices.problem)
     elif record is None:

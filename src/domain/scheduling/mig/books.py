@@ -1,5 +1,6 @@
 """The scheduler's MIG books (:class:`MigBooks`): one :class:`~domain.mig.ledger.MigNodeLedger` per node with GPUs
-in MIG mode, built from the inventory's MIG layout, plus the MIG reservations not yet confirmed by a plan.
+in MIG mode, built from the inventory's MIG layout, plus the MIG reservations not yet confirmed by a plan and the
+MIG instances DRA claims hold (:meth:`MigBooks.hold`, kept across rebuilds of a node's books).
 
 Invariants: the books of a node are rebuilt exactly when what they are built from changes (its MIG GPUs, their
 health, the listed layout, the published strategy); instances the Runtime lists as held that no record claims are
@@ -55,6 +56,7 @@ class MigBooks:
         self._strategy: dict[str, str] = {}
         self._base: dict[str, list[MigGpu]] = {}  # node → base layout built from its inventory
         self._assumed: dict[str, MigPodAllocation] = {}
+        self._held: dict[str, MigPodAllocation] = {}  # record key → a DRA claim's instances
         self._placeholders: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ layout
@@ -139,6 +141,9 @@ class MigBooks:
         for uid, mig in sorted(self._assumed.items()):
             if mig.node == name and uid not in bound_uids:
                 self.observe(mig, refresh=False)
+        for uid, mig in sorted(self._held.items()):
+            if mig.node == name:
+                counted[uid] = self.observe(mig, refresh=False)
         self.refresh_placeholders(name)
         return counted
 
@@ -245,6 +250,18 @@ class MigBooks:
             self.release(uid)
         return problem
 
+    def hold(self, allocation: MigPodAllocation) -> str:
+        """Count the MIG instances a DRA claim holds (``allocation``, keyed by the claim's record key,
+        :func:`domain.dra.booking.claim_record_uid`; idempotent) now and after every rebuild of its node's books,
+        until :meth:`unhold`. Returns why it could not be recorded now (:meth:`observe`), or empty."""
+        self._held[allocation.pod_uid] = allocation  # observe replaces an earlier record under that key
+        return self.observe(allocation)
+
+    def unhold(self, uid: str) -> None:
+        """Stop counting the claim record ``uid`` (idempotent)."""
+        if self._held.pop(uid, None) is not None:
+            self.release(uid)
+
     def record(self, uid: str) -> MigPodAllocation | None:
         """The books' record of pod ``uid`` (plan or reservation), or None."""
         return self.plugin.record(uid)
@@ -306,6 +323,7 @@ class MigBooks:
     def adopt(self, fresh: MigBooks) -> None:
         """Take over ``fresh``'s books (a rebuild's); :attr:`gates` and :attr:`problems` are refilled in place."""
         self.plugin, self._assumed, self._placeholders = fresh.plugin, fresh._assumed, fresh._placeholders
+        self._held = fresh._held
         self._base, self._view, self._layouts, self._strategy = fresh._base, fresh._view, fresh._layouts, \
             fresh._strategy
         self.gates.clear()

@@ -7,13 +7,15 @@ still has to count what they hold, or it would place a classic pod on a GPU a cl
   node of each pool it names (pool = node name) as :func:`domain.dra.booking.book_on_node` says, keyed
   ``claim:<uid>``, with no pod slot, CPU or host memory; a claim on a node not seen yet is booked when the node
   arrives, and again from its stored object whenever the node's GPU identity changes;
+* the MIG instances a claim holds on GPUs in MIG mode go to the MIG books under the same key
+  (:func:`domain.dra.booking.book_mig_on_node`, :meth:`~domain.scheduling.mig.books.MigBooks.hold`), kept there
+  across rebuilds of the node's MIG books;
 * what cannot be mapped exactly counts as the whole GPU and is recorded in :attr:`ClaimEvents.claim_problems`
-  (logged by the service), except a MIG device on a GPU in MIG mode: recorded there, not booked (the MIG books
-  own that GPU; see :mod:`domain.dra.booking`); a device whose GPU cannot be told gates the node for GPU pods while
-  the claim holds it
-  (never a silent drop). The GPUs are those of the node's inventory annotation (the device plugin's, or the last
-  good list): a node that runs only the DRA driver publishes none, so its claims only gate it (it is gated for
-  GPU pods anyway, inventory missing) and are not reported as problems;
+  (logged by the service); a MIG device the GPU's table does not know is recorded there and not booked; a device
+  whose GPU cannot be told gates the node for GPU pods while the claim holds it (never a silent drop). The GPUs
+  are those the ledger counts for the node (its inventory annotation, the last good list, or our driver's
+  ResourceSlices): on a node with none yet, a claim only gates it (it is gated for GPU pods anyway) and is not
+  reported as a problem;
 * a claim whose allocation goes (deallocated), that leaves our driver, or is deleted (plainly, or by a new UID
   under its ``namespace/name``) is released; events are idempotent and keyed by UID;
 * after a claim change the node's plan-less pods are re-inferred on top of it, so the books stay a function of the
@@ -29,7 +31,14 @@ from collections.abc import Callable, Collection, Mapping
 import attrs
 
 from domain.allocation import add_usage
-from domain.dra.booking import CLAIM_RECORD_PREFIX, book_on_node, claim_record_uid, is_claim_record, node_results
+from domain.dra.booking import (
+    CLAIM_RECORD_PREFIX,
+    book_mig_on_node,
+    book_on_node,
+    claim_record_uid,
+    is_claim_record,
+    node_results,
+)
 from domain.dra.claims import ClaimAllocation
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
@@ -116,8 +125,11 @@ class ClaimEvents(LedgerEvents):
             del self._expected[claim_uid]
 
     def _hand_over(self, claim_uid: str) -> None:
-        """The expected claim ``claim_uid`` is being booked: its ask containers leave the pod's reservation."""
+        """The expected claim ``claim_uid`` is being booked: its ask containers leave the pod's reservation (its
+        MIG reservation too)."""
         entry = self._expected.pop(claim_uid, None)
+        if entry is not None:
+            self._hand_over_mig(*entry)
         held = None if entry is None else self._assumed.get(entry[0])
         if entry is None or held is None:
             return
@@ -129,6 +141,18 @@ class ClaimEvents(LedgerEvents):
         self.ledger.release(allocation.pod_uid)
         self.ledger.reserve(reduced)  # a part of what was reserved: it fits
         self._assumed[allocation.pod_uid] = (reduced, at)
+
+    def _hand_over_mig(self, pod_uid: str, names: frozenset[str]) -> None:
+        mig = self.books.reservation(pod_uid)
+        if mig is None or not any(b.container in names for b in mig.bookings):
+            return
+        kept = tuple(b for b in mig.bookings if b.container not in names)
+        self.books.release(pod_uid)
+        self.books.forget(pod_uid)
+        if kept:
+            reduced = attrs.evolve(mig, bookings=kept)
+            self.books.reserve(reduced)  # a part of what was reserved: it fits
+            self.books.remember(pod_uid, reduced)
 
     def on_pod(self, pod: PodObject) -> None:
         """:meth:`LedgerEvents.on_pod`; a pod's ``claim_served`` (resources kube-scheduler serves through a claim
@@ -178,9 +202,17 @@ class ClaimEvents(LedgerEvents):
     def _book_claim(self, claim: ClaimAllocation, node: str) -> None:
         """Book ``claim`` on counted ``node`` from its stored results (no re-inference)."""
         results = node_results(claim, self.protocol.dra.driver).get(node, ())
-        booking = book_on_node(claim, node, results, self._counted[node].gpus)
+        gpus = self._counted[node].gpus
+        booking = book_on_node(claim, node, results, gpus)
         uid = claim_record_uid(claim.uid)
-        notes = [*booking.problems, *([booking.unknown] if booking.unknown else [])]
+        mig = book_mig_on_node(claim, node, results, gpus, layout=self.books.last_layout(node)[0],
+                               dynamic=self.mig_mode is PlacementMode.DYNAMIC)
+        held = "" if mig.record is None else self.books.hold(mig.record)
+        if mig.record is None:
+            self.books.unhold(uid)
+        notes = [*booking.problems, *mig.problems, *([f"{claim.key}: MIG instances not in the MIG books: {held}"]
+                                                       if held else []),
+                 *([booking.unknown] if booking.unknown else [])]
         if notes and self._counted[node].gpus:  # a node without GPU inventory (DRA only) is gated anyway
             self.claim_problems[claim.key] = "; ".join(notes)
         else:
@@ -198,6 +230,7 @@ class ClaimEvents(LedgerEvents):
         if self._claim_uid_by_key.get(claim.key) == claim_uid:
             del self._claim_uid_by_key[claim.key]
         uid = claim_record_uid(claim_uid)
+        self.books.unhold(uid)
         record = self.ledger.release(uid)
         for node in node_results(claim, self.protocol.dra.driver):
             if self._gates.is_unknown(node, uid):

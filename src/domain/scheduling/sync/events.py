@@ -15,7 +15,7 @@ import attrs
 
 from domain.allocation import PodAllocation
 from domain.errors import InvalidRequestError
-from domain.gpu import Gpu, NodeInventory
+from domain.gpu import Gpu, MigMode, NodeInventory
 from domain.kube.inference import infer_allocation
 from domain.kube.objects import NodeObject, PodObject, PodPhase
 from domain.kube.protocol import ProtocolConstants
@@ -45,8 +45,8 @@ class Tombstone:
     obj: PodObject | None = None
 
 
-def _identity(inventory: NodeInventory) -> tuple[tuple[int, str, int], ...]:
-    return tuple((g.index, g.uuid, g.memory_bytes) for g in inventory.gpus)
+def _identity(inventory: NodeInventory) -> tuple[tuple[int, str, int, MigMode], ...]:
+    return tuple((g.index, g.uuid, g.memory_bytes, g.mig_mode) for g in inventory.gpus)
 
 
 class LedgerEvents:
