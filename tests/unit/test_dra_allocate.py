@@ -16,16 +16,21 @@ from domain.dra.allocate import (
     claim_need,
     claim_results,
     default_memory,
+    mig_class_profiles,
     without_asks,
 )
 from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
+from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid
 from domain.kube.objects import PodClaim, PodObject
+from domain.mig.ledger import MigBooking, MigPodAllocation
+from domain.request import PodRequest
 from domain.units import GiB
 from support.kube_builders import PROTOCOL, make_pod
 
 DRA = PROTOCOL.dra
 SHARE, WHOLE = DRA.device_class_share, DRA.device_class_gpu
+MIG_3G = "mig-3g-40gb.lj-runtimekit.io"
 
 
 def pod(*claims: PodClaim) -> PodObject:
@@ -72,7 +77,10 @@ def test_omitted_capacity_takes_the_whole_of_it_as_the_slice_default_says() -> N
 
 
 @pytest.mark.parametrize(("ask", "message"), [
-    (DeviceAsk("r", "mig-1g-10gb.lj-runtimekit.io"), "device class 'mig-1g-10gb.lj-runtimekit.io' is not allocated"),
+    (DeviceAsk("r", "mig-9g-99gb.lj-runtimekit.io"), "device class 'mig-9g-99gb.lj-runtimekit.io' is not allocated"),
+    (DeviceAsk("r", MIG_3G, capacity={"memory": "1Gi"}), "takes whole MIG instances: no capacity.requests"),
+    (DeviceAsk("r", MIG_3G, count=65), "count=65 must be 1..64 MIG instances"),
+    (DeviceAsk("r", MIG_3G, mode="All"), "allocationMode 'All'"),
     (DeviceAsk("r", "gpu.example.com"), "device class 'gpu.example.com'"),
     (DeviceAsk("r", WHOLE, mode="All"), "allocationMode 'All'"),
     (DeviceAsk("r", SHARE, count=2, capacity={"cores": "10"}), "count=2: a share request takes one GPU"),
@@ -176,3 +184,35 @@ def test_results_refuse_a_placement_that_grants_an_ask_nothing() -> None:
     placed = PodAllocation("p", "n1", (ContainerGrant("dra-claim/g/r", (GpuGrant(7, 300, 4 * GiB),)),))
     with pytest.raises(ClaimRefusedError, match="lists no GPU 7"):
         claim_results(need.asks[0], placed, GPUS, PROTOCOL, lambda: "x")
+
+
+def test_a_mig_class_asks_instances_of_its_profile_and_the_results_name_the_booked_instances() -> None:
+    assert mig_class_profiles(DRA)["mig-1g-10gb-me.lj-runtimekit.io"] == "1g.10gb+me"
+    need = claim_need(pod(PodClaim("g", claim_name="c")), {"c": claim("c", DeviceAsk("m", MIG_3G, count=2))},
+                      PROTOCOL)
+    (ask,) = need.asks
+    (container,) = ask.containers
+    assert (container.name, container.mig_profile, container.mig_count) == ("dra-claim/g/m", "3g.40gb", 2)
+    assert need.request(PodRequest("p", ())).wants_mig
+    mig = MigPodAllocation("p", "n1", (MigBooking(1, "3g.40gb", 0, "dra-claim/g/m"),
+                                       MigBooking(0, "3g.40gb", 4, "dra-claim/g/m", create=True),
+                                       MigBooking(0, "1g.10gb", 0, "main")))
+    results = claim_results(ask, PodAllocation("p", "n1"), GPUS, PROTOCOL, lambda: "unused", mig)
+    assert results == (AllocationResult("m", DRA.driver, "n1", "gpu-0-mig-3g-40gb-4"),
+                       AllocationResult("m", DRA.driver, "n1", "gpu-1-mig-3g-40gb-0"))
+    assert all(r.share_id is None and not r.consumed for r in results)
+    with pytest.raises(ClaimRefusedError, match="books 0 of its 2 MIG instances"):
+        claim_results(ask, PodAllocation("p", "n1"), GPUS, PROTOCOL, lambda: "x")
+    short = attrs.evolve(mig, bookings=mig.bookings[:1])
+    with pytest.raises(ClaimRefusedError, match="books 1 of its 2 MIG instances"):
+        claim_results(ask, PodAllocation("p", "n1"), GPUS, PROTOCOL, lambda: "x", short)
+
+
+def test_a_claim_mixing_mig_instances_with_gpus_is_refused_and_a_pod_mixing_them_in_two_claims_too() -> None:
+    p = pod(PodClaim("g", claim_name="c"))
+    with pytest.raises(ClaimRefusedError, match="asks MIG instances and whole GPUs or shares in one claim"):
+        claim_need(p, {"c": claim("c", DeviceAsk("m", MIG_3G), DeviceAsk("w", WHOLE))}, PROTOCOL)
+    two = claim_need(pod(PodClaim("g", claim_name="c"), PodClaim("h", claim_name="d")),
+                     {"c": claim("c", DeviceAsk("m", MIG_3G)), "d": claim("d", DeviceAsk("w", WHOLE))}, PROTOCOL)
+    with pytest.raises(InvalidRequestError, match="time-sharing"):
+        two.request(PodRequest("p", ()))

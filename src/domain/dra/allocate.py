@@ -22,8 +22,11 @@ controller makes it): none named yet means wait (:class:`ClaimRefusedError`, ret
     → a share of one GPU. An omitted capacity consumes the policy's default, all of it (:mod:`domain.dra.build`):
     without ``memory`` the claim takes the GPU's whole memory, so its ask is the whole GPU (no share fits beside
     it); without ``cores`` it takes 100 % of the cores with that memory;
-  - anything else is refused (:class:`ClaimRefusedError`, naming claim, request, field and value): other classes (MIG
-    classes too: kube-scheduler allocates them), ``allocationMode: All``, a share with ``count`` above 1, capacity
+  - a MIG class (``dra.device_class_mig`` of a profile of the profile tables, :func:`mig_class_profiles`;
+    ``count`` k, no capacity): k instances of that profile, placed by the MIG books like a classic MIG container
+    (a claim of MIG instances and of whole GPUs or shares is refused: the Runtime grants a claim one kind);
+  - anything else is refused (:class:`ClaimRefusedError`, naming claim, request, field and value): other classes,
+    ``allocationMode: All``, a share with ``count`` above 1, capacity
     other than ``cores`` and ``memory``, ``selectors``, ``adminAccess``, ``tolerations``, ``firstAvailable``,
     ``spec.devices.constraints`` or ``config``, and the protocol's percent memory mode.
 
@@ -31,12 +34,15 @@ controller makes it): none named yet means wait (:class:`ClaimRefusedError`, ret
 container: the request, our driver, pool = the node (:mod:`domain.dra.pool`), device ``gpu-<index>``,
 ``consumedCapacity`` ``cores`` (percent) and ``memory`` (bytes) as the device's request policy gives them, and a
 ``shareID``: the devices allow multiple allocations, and for such devices kube-scheduler records both on every
-allocation (``resource.k8s.io/v1`` AllocatedDeviceStatus/DeviceRequestAllocationResult, KEP-5075). The allocation's
-node selector is ``matchFields metadata.name In [node]`` (the writer's concern, :mod:`ports.claim_writes`).
+allocation (``resource.k8s.io/v1`` AllocatedDeviceStatus/DeviceRequestAllocationResult, KEP-5075). A MIG instance
+is the device ``gpu-<index>-mig-<profile in DNS form>-<start>`` (:mod:`domain.dra.build`) of its booking, without
+consumed capacity or ``shareID`` (MIG devices are allocated once). The allocation's node selector is
+``matchFields metadata.name In [node]`` (the writer's concern, :mod:`ports.claim_writes`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -48,7 +54,9 @@ from domain.dra.claims import AllocationResult, ClaimAllocation, DeviceAsk
 from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu
 from domain.kube.objects import PodObject
-from domain.kube.protocol import ProtocolConstants, parse_quantity
+from domain.kube.protocol import DraNames, ProtocolConstants, dns_profile, mig_device_class, parse_quantity
+from domain.mig.ledger import MigPodAllocation
+from domain.mig.profiles import MIG_MODELS
 from domain.request import ContainerRequest, GpuKind, PodRequest
 from domain.units import MILLI_PER_PERCENT, PERCENT_PER_GPU
 
@@ -87,7 +95,7 @@ class ClaimNeed:
 
     def request(self, base: PodRequest) -> PodRequest:
         """``base`` (the pod's own request: its containers, CPU, memory, selector) with the ask containers added.
-        Raises :class:`InvalidRequestError` as :class:`PodRequest` does (a pod mixing MIG with claims), and for a
+        Raises :class:`InvalidRequestError` as :class:`PodRequest` does (MIG asks beside GPU or share asks), and for a
         pod with init containers asking GPU resources: a claim is held for the pod's whole life, beside its init
         containers as beside its app containers, which the effective-request rule of one request cannot say."""
         extra = tuple(c for ask in self.asks for c in ask.containers)
@@ -164,22 +172,37 @@ def _capacity(claim: ClaimAllocation, ask: DeviceAsk, name: str, low: int, high:
     return value
 
 
+@functools.lru_cache(maxsize=8)
+def mig_class_profiles(names: DraNames) -> Mapping[str, str]:
+    """MIG DeviceClass name → the canonical MIG profile it asks for, for every profile of the profile tables
+    (:data:`domain.mig.profiles.MIG_MODELS`; the classes the DRA deploy creates, :func:`mig_device_class`)."""
+    return {mig_device_class(names, p.name): p.name for model in MIG_MODELS.values() for p in model.profiles}
+
+
 def _ask(claim: ClaimAllocation, pod_claim: str, ask: DeviceAsk, protocol: ProtocolConstants
          ) -> tuple[ContainerRequest, tuple[int | None, int | None]]:
     dra = protocol.dra
     if ask.extras:
         raise _refuse(claim, ask.name, f"sets {', '.join(ask.extras)}, which lj-runtimekit's scheduler does not "
                       "evaluate; leave the pod to kube-scheduler (schedulerName default-scheduler)")
-    if ask.device_class not in (dra.device_class_gpu, dra.device_class_share):
+    profile = mig_class_profiles(dra).get(ask.device_class)
+    if ask.device_class not in (dra.device_class_gpu, dra.device_class_share) and profile is None:
         raise _refuse(claim, ask.name, f"device class {ask.device_class!r} is not allocated by lj-runtimekit's "
-                      f"scheduler (it allocates {dra.device_class_gpu} and {dra.device_class_share}; MIG classes "
-                      "are kube-scheduler's)")
+                      f"scheduler (it allocates {dra.device_class_gpu}, {dra.device_class_share} and "
+                      f"{mig_device_class(dra, '<profile>')} of a known MIG profile)")
     if ask.mode != "ExactCount":
         raise _refuse(claim, ask.name, f"allocationMode {ask.mode!r}: only ExactCount is allocated")
     unknown = sorted(set(ask.capacity) - _CAPACITIES)
     if unknown:
         raise _refuse(claim, ask.name, f"capacity.requests {unknown}: the devices have only cores and memory")
     name = ask_name(pod_claim, ask.name)
+    if profile is not None:
+        if ask.capacity:
+            raise _refuse(claim, ask.name, f"class {ask.device_class} takes whole MIG instances: no "
+                          "capacity.requests")
+        if not 1 <= ask.count <= 64:
+            raise _refuse(claim, ask.name, f"count={ask.count} must be 1..64 MIG instances")
+        return ContainerRequest(name, mig_profile=profile, mig_count=ask.count), (None, None)
     if ask.device_class == dra.device_class_gpu:
         if ask.capacity:
             raise _refuse(claim, ask.name, f"class {ask.device_class} takes whole GPUs: no capacity.requests "
@@ -227,6 +250,9 @@ def claim_need(pod: PodObject, claims: Mapping[str, ClaimAllocation | None], pro
         if not claim.requests:
             raise _refuse(claim, "", "asks no device")
         made = [_ask(claim, pod_claim, ask, protocol) for ask in claim.requests]
+        if len({c.wants_mig for c, _ in made}) > 1:
+            raise _refuse(claim, "", "asks MIG instances and whole GPUs or shares in one claim; the Runtime grants a "
+                          "claim one kind: use one claim for each")
         asks.append(ClaimAsk(claim, tuple(c for c, _ in made), tuple(d for _, d in made)))
     if len(set(nodes.values())) > 1:
         raise ClaimRefusedError(f"the pod's allocated claims lie on different nodes: "
@@ -244,14 +270,24 @@ def default_memory(gpu: Gpu, protocol: ProtocolConstants) -> int:
 
 
 def claim_results(ask: ClaimAsk, allocation: PodAllocation, gpus: Sequence[Gpu], protocol: ProtocolConstants,
-                  share_id: Callable[[], str]) -> tuple[AllocationResult, ...]:
-    """The ``status.allocation.devices.results`` of ``ask`` placed as ``allocation`` says on its node, whose GPUs
-    are ``gpus`` (module docstring); ``share_id`` makes each result's ``shareID`` (a UUID). Raises
-    :class:`ClaimRefusedError` when ``allocation`` grants an ask container nothing or a GPU ``gpus`` does not list."""
+                  share_id: Callable[[], str], mig: MigPodAllocation | None = None) -> tuple[AllocationResult, ...]:
+    """The ``status.allocation.devices.results`` of ``ask`` placed as ``allocation`` (and, for MIG asks, the pod's
+    MIG reservation ``mig``) says on its node, whose GPUs are ``gpus`` (module docstring); ``share_id`` makes each
+    share result's ``shareID`` (a UUID). Raises :class:`ClaimRefusedError` when the placement grants an ask
+    container nothing or a GPU ``gpus`` does not list."""
     by_name: dict[str, ContainerGrant] = {c.container: c for c in allocation.containers}
     by_index = {g.index: g for g in gpus}
     results = []
     for ask_request, container, (cores, memory) in zip(ask.claim.requests, ask.containers, ask.consumed, strict=True):
+        if container.wants_mig:
+            booked = [] if mig is None else [b for b in mig.bookings if b.container == container.name]
+            if len(booked) != container.mig_count:
+                raise _refuse(ask.claim, ask_request.name, f"the placement on node {allocation.node} books "
+                              f"{len(booked)} of its {container.mig_count} MIG instances")
+            results += [AllocationResult(request=ask_request.name, driver=protocol.dra.driver, pool=allocation.node,
+                                         device=f"gpu-{b.gpu_index}-mig-{dns_profile(b.profile)}-{b.start}")
+                        for b in sorted(booked, key=lambda b: (b.gpu_index, b.start))]
+            continue
         granted = by_name.get(container.name)
         if granted is None or not granted.grants:
             raise _refuse(ask.claim, ask_request.name, f"the placement on node {allocation.node} grants it no GPU")

@@ -98,10 +98,11 @@ class ClaimCycle(ServiceUpkeep):
             raise CommitError(f"pod {pod.key}: {NO_WRITER}")
         with self._lock:
             gpus = self.sync.ledger.inventory(allocation.node).gpus
+            mig = self.sync.books.reservation(pod.uid)  # before any claim's instances leave it
         consumer = Consumer(pod.name, pod.uid)
         try:
             for ask in claims.asks:
-                results = claim_results(ask, allocation, gpus, self.protocol, _share_id)
+                results = claim_results(ask, allocation, gpus, self.protocol, _share_id, mig)
                 self._may_write_claim(pod, may_write)
                 written.append((api.allocate(ask.claim, results, node=allocation.node, consumer=consumer), True))
                 self._book_written(written[-1][0])

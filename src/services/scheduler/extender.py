@@ -8,10 +8,10 @@ failed nodes (kube-scheduler reads them only when no node is left); when nothing
 reason there. ``bind`` commits the reservation or releases it. A pod with DRA claims of our classes is placed with
 what they ask (:mod:`.claimcycle`: its node is chosen by our policy over the ledger), but kube-scheduler's
 DynamicResources plugin still allocates the claims, first fit on that node, before our ``bind``; claims we would
-refuse to allocate ourselves (MIG classes, other drivers, selectors…) are left out of the choice, and so are all
-the pod's claims when no candidate takes them in our books (nodes whose GPUs only the DRA driver publishes): the
-candidates passed kube-scheduler's own DRA filter, and its allocation decides. A standby replica
-answers with an error. Invariant: no scheduling rule lives here; each verb asks the service once. The deployment
+refuse to allocate ourselves (other drivers, selectors…) and MIG claims (:data:`MIG_CLAIMS`) are left out of the
+choice, and so are all the pod's claims when no candidate takes them in our books (nodes whose GPUs only the DRA
+driver publishes): the candidates passed kube-scheduler's own DRA filter, and its allocation decides. A standby
+replica answers with an error. Invariant: no scheduling rule lives here; each verb asks the service once. The deployment
 requirements (``percentageOfNodesToScore: 100``, ``managedResources``, ``rank_all_pods``) and what they cost:
 ``docs/extender.md``.
 """
@@ -35,6 +35,9 @@ from .preemption import NodeVictims
 from .service import SchedulerService
 
 log = logging.getLogger(__name__)
+
+MIG_CLAIMS = ("MIG claims are left to kube-scheduler in extender mode: its allocator picks node and instance (our "
+              "standalone mode places them by the MIG books)")
 
 MAX_PRIORITY = 10
 """``extenderv1.MaxExtenderPriority``."""
@@ -69,6 +72,9 @@ class Extender:
         need = self.service.claim_need(pod)
         if isinstance(need, str):
             log.debug("claims not placed by us", extra=fields(pod=pod.key, reason=need))
+            return None
+        if any(c.wants_mig for ask in need.asks for c in ask.containers):
+            log.debug("claims not placed by us", extra=fields(pod=pod.key, reason=MIG_CLAIMS))
             return None
         return need
 

@@ -317,8 +317,9 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 raise CommitError(f"pod {pod.key} is already being bound")
             try:
                 request = self.sync.requests.get(pod)
-                mig = self.sync.books.reservation(uid) if request.wants_mig else None
-                if request.wants_mig and (mig is None or mig.node != allocation.node):
+                wants_mig = (request if claims is None else claims.request(request)).wants_mig
+                mig = self.sync.books.reservation(uid) if wants_mig else None
+                if wants_mig and (mig is None or mig.node != allocation.node):
                     raise CommitError(f"pod {pod.key}: no MIG reservation on node {allocation.node} (it expired or "
                                       "was released); schedule the pod again")
                 if self.sync.assumed.get(uid) != allocation:
@@ -326,7 +327,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                     self.sync.assume(allocation, mig=mig)
                     self._reservations.made(uid)
                 gpus = self.sync.ledger.inventory(allocation.node).gpus
-                mig_plans = () if mig is None else mig_container_plans(
+                mig_plans = () if mig is None or not request.wants_mig else mig_container_plans(
                     request, mig, gpus, self.sync.books.instance_ids(allocation.node))
                 plan = encode_plan(without_asks(allocation), gpus, writer=self.protocol.scheduler_name, mig=mig_plans)
             except Exception as error:  # nothing is written yet: release and fail
