@@ -192,13 +192,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class OurScheduler:
     """``ljrk scheduler --mode standalone`` as a child process (this interpreter, ``src`` of this tree first)."""
 
-    def __init__(self, kubeconfig: Path, protocol: Path, policy: str, port: int, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, protocol: Path, policy: str, port: int, log: Path, *,
+                 bind_workers: int = 4) -> None:
         self.url = f"http://127.0.0.1:{port}"
         src = str(Path(__file__).resolve().parents[1] / "src")
         argv = [sys.executable, "-c", f"import sys; sys.path.insert(0, {src!r}); from entrypoints.cli import main; "
                 "sys.exit(main())", "scheduler", "--mode", "standalone", "--listen", f"127.0.0.1:{port}",
                 "--kubeconfig", str(kubeconfig), "--protocol", str(protocol), "--policy", policy,
-                "--admission-hold", "0", "--identity", "side-by-side"]
+                "--admission-hold", "0", "--identity", "side-by-side", "--bind-workers", str(bind_workers)]
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 

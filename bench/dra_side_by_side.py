@@ -5,9 +5,9 @@ never started):
 
 1. start etcd + kube-apiserver + kube-scheduler of the live version on 127.0.0.1 (``tests/integration/k8s_harness.py``;
    default profile, DRA on by default in 1.37; client QPS ``--kube-scheduler-qps``, burst twice it), and our
-   scheduler as a process, ``ljrk scheduler --mode standalone`` (policy ``--policy``, admission hold off: no device
-   plugin marks pods), with a protocol file whose inventory staleness outlasts the run (no device plugin
-   refreshes the heartbeat);
+   scheduler as a process, ``ljrk scheduler --mode standalone`` (policy ``--policy``, ``--bind-workers``, admission
+   hold off: no device plugin marks pods), with a protocol file whose inventory staleness outlasts the run (no
+   device plugin refreshes the heartbeat);
 2. create ``--nodes`` nodes drawn (seeded) from the openb GPU node list (``--uniform G``: G × G2 GPUs on 96 cores /
    384 GiB, the trace's commonest node): Ready, allocatable cpu / memory of the trace node and 1001 pods (the
    published experiment's slots), no taints; each carries our inventory annotation and our driver's ResourceSlices,
@@ -204,7 +204,7 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
     capacity = 1000 * sum(n.gpus for n in nodes)
     print(f"dra side by side: {len(nodes)} nodes, {capacity // 1000} GPUs, {len(stream)} claim pods "
           f"({sum(p.gpu_milli for p in stream) / capacity:.0%} of GPU capacity; "
-          f"{sum(1 for p in stream if not p.gpus)} shares), policy {args.policy}, "
+          f"{sum(1 for p in stream if not p.gpus)} shares), policy {args.policy}, bind workers {args.bind_workers}, "
           f"kube-scheduler QPS {args.kube_scheduler_qps:g}, rate {args.rate or 'max'}", flush=True)
     model = {p: replay_allocation(args.pods_file, nodes, args.load, args.seed, p, args.max_pods)
              for p in (args.policy, FIRST_FIT)}
@@ -221,7 +221,8 @@ def run(binaries: Path, args: argparse.Namespace) -> list[Row]:
             print(f"nodes and slices created in {time.monotonic() - setup:.1f} s", flush=True)
             log = Path(tempfile.gettempdir()) / f"ljrk-dra-side-by-side-{os.getpid()}.log"
             print(f"our scheduler's log: {log}", flush=True)
-            ours = OurScheduler(plane.kubeconfig, protocol_path, args.policy, free_ports(1)[0], log)
+            ours = OurScheduler(plane.kubeconfig, protocol_path, args.policy, free_ports(1)[0], log,
+                                bind_workers=args.bind_workers)
             try:
                 ours.wait_ready(120)
                 rows = [run_phase(api_client, stream, KUBE_SCHEDULER, args, capacity, protocol)]
@@ -262,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="pods created per s (0: as fast as possible)")
     parser.add_argument("--settle", type=float, default=15.0, help="s without a binding that end a phase")
     parser.add_argument("--timeout", type=float, default=900.0, help="longest phase, s (default: 900)")
+    parser.add_argument("--bind-workers", type=int, default=4,
+                        help="our scheduler's --bind-workers: pods bound at once (default: %(default)s)")
     parser.add_argument("--kube-scheduler-qps", type=float, default=50.0, help="(default: 50, its own default)")
     parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")
     args = parser.parse_args(argv)

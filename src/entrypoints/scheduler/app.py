@@ -92,7 +92,9 @@ class SchedulerSettings:
     of nodes without a device plugin (:mod:`domain.scheduling.sync.draslices`); also off where the API server does
     not serve that API when the scheduler starts (:func:`.containers.dra_watched`).
     ``gpu_topology_first``: ``ServiceConfig.topology_first`` (pods of 2 or more whole GPUs go to the nodes where
-    their GPUs are best connected, then the policy chooses).
+    their GPUs are best connected, then the policy chooses). ``bind_workers``: standalone mode, commits (claim
+    writes, binding) in flight at most while the next pods are scheduled (1..64; 1 = each pod committed before the
+    next cycle; :class:`~services.scheduler.standalone.StandaloneLoop`).
     ``insecure_listen``: allow an extender-mode ``host`` that is not a loopback address. The verbs have no
     authentication: whoever reaches them can bind any pod to any node, so by default they stay inside the pod's
     network namespace (kube-scheduler calls them over loopback).
@@ -128,6 +130,7 @@ class SchedulerSettings:
     insecure_listen: bool = False
     dra_claims: bool = True
     gpu_topology_first: bool = False
+    bind_workers: int = 4
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -135,6 +138,8 @@ class SchedulerSettings:
         if self.mode == "extender" and not self.insecure_listen and not is_loopback(self.host):
             raise SettingsError(f"listen host={self.host!r}: the extender verbs have no authentication and listen "
                                 "on loopback only (127.0.0.1, ::1); pass --insecure-listen to serve them there")
+        if not 1 <= self.bind_workers <= 64:
+            raise SettingsError(f"bind_workers={self.bind_workers!r}: must be 1..64")
         if self.mig_strategy not in MIG_STRATEGIES:
             raise SettingsError(f"mig_strategy={self.mig_strategy!r}: must be one of {', '.join(MIG_STRATEGIES)}")
         if not 0 <= self.port <= 65535:
@@ -183,7 +188,8 @@ class SchedulerApp(RunUntilStopped):
         self.service = service
         self.elector = elector
         self.publisher = publisher
-        self.loop = StandaloneLoop(service) if settings.mode == "standalone" else None
+        self.loop = (StandaloneLoop(service, bind_workers=settings.bind_workers) if settings.mode == "standalone"
+                     else None)
         self.extender = (Extender(service, rank_all_pods=settings.rank_all_pods) if settings.mode == "extender"
                          else None)
         timeout = settings.watch_timeout_seconds

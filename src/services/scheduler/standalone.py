@@ -28,6 +28,11 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
+* binding is asynchronous with ``bind_workers`` > 1, as kube-scheduler's binding cycle is: a cycle reserves the
+  pod's placement in the books and hands its commit (claim writes, binding, Events) to one of ``bind_workers``
+  threads while the next cycles run; the reservation stays counted until the commit ends (bound, or released on
+  failure, the pod backed off), and at most ``bind_workers`` commits are in flight (the next cycle waits for one to
+  end). With 1 the worker commits each pod itself;
 * a standby replica keeps its queue but attempts nothing; only the leader, once its ledger is rebuilt
   (``SchedulerService.serving``), schedules and writes Events;
 * the worker never dies: Events are best effort (any error is logged), and any exception in a round is logged
@@ -41,8 +46,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
+from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed
+from domain.errors import InvalidRequestError
 from domain.kube.objects import ClusterEvent, PodObject
 from domain.kube.podconditions import preemption_condition
 from domain.scheduling.preemption.victims import Victims
@@ -68,7 +76,8 @@ MAX_ERROR_BACKOFF = 30.0
 
 class StandaloneLoop:
     """FIFO + backoff queue and worker of the standalone mode (module docstring). ``clock`` is monotonic
-    seconds."""
+    seconds; ``bind_workers``: commits in flight at most (1: synchronous). Raises :class:`InvalidRequestError` for
+    ``bind_workers`` < 1."""
 
     def __init__(
         self,
@@ -78,8 +87,14 @@ class StandaloneLoop:
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         min_wake_interval: float = 0.5,
+        bind_workers: int = 1,
     ) -> None:
+        if bind_workers < 1:
+            raise InvalidRequestError("bind_workers", bind_workers, "must be at least 1")
         self.service = service
+        self.bind_workers = bind_workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: set[str] = set()  # keys whose commit runs on the pool
         self.scheduler_name = service.protocol.scheduler_name
         self.clock = clock
         self.initial_backoff = initial_backoff
@@ -156,9 +171,10 @@ class StandaloneLoop:
             return [key for key in self._backoff if key in self._woken]
 
     def pending(self) -> list[str]:
-        """Keys of queued pods (ready first, then backed off)."""
+        """Keys of queued pods (ready first, then backed off, then those whose commit is in flight)."""
         with self._cond:
-            return [*self._ready, *(k for k in self._backoff if k not in self._ready)]
+            queued = [*self._ready, *(k for k in self._backoff if k not in self._ready)]
+            return [*queued, *sorted(self._in_flight - set(queued))]
 
     def _next(self, stop: threading.Event, timeout: float) -> PodObject | None:
         """The next pod due, waiting at most ``timeout`` seconds; None when nothing is due."""
@@ -215,26 +231,37 @@ class StandaloneLoop:
 
     # ------------------------------------------------------------------ worker
     def attempt(self, pod: PodObject) -> bool:
-        """One scheduling attempt for ``pod`` (leader only); returns True when it was bound. Failures become a
-        FailedScheduling Event and a backoff; raises nothing the cycle or the commit anticipates."""
-        service = self.service
-        if service.committed(pod.uid):
+        """One scheduling attempt for ``pod`` (leader only), committed before it returns; returns True when it was
+        bound. Failures become a FailedScheduling Event and a backoff; raises nothing the cycle or the commit
+        anticipates."""
+        if self.service.committed(pod.uid):
             return True
+        placed = self._cycle(pod)
+        return placed is not None and self._commit(pod, *placed)
+
+    def _cycle(self, pod: PodObject) -> tuple[PodAllocation, ClaimNeed | None, str] | None:
+        """The cycle of an attempt: the reserved placement, the pod's claims and its nominated node (or ""), or
+        None after a failure (Event, backoff, preemption)."""
+        service = self.service
         self.attempts += 1
         nominated = pod.nominated_node_name or service.nominated_node(pod.uid)
         claims = service.claim_need(pod) if pod.resource_claims else None
         if isinstance(claims, str):
             self._fail(pod, claims)
-            return False
+            return None
         result = service.schedule_pod(pod, claims=claims)
         if result.allocation is None:
             reason = result.reason
             if not reason.startswith("invalid request"):
                 reason = f"{reason}; {self._preempt(pod, nominated, claims)}"
             self._fail(pod, reason)
-            return False
+            return None
+        return result.allocation, claims, nominated
+
+    def _commit(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed | None, nominated: str) -> bool:
+        """The commit of an attempt (claims, binding, Events); True when bound."""
         try:
-            service.commit(pod, result.allocation, claims=claims)
+            self.service.commit(pod, allocation, claims=claims)
         except NotLeaderError:
             with self._cond:
                 if pod.key in self._pods:
@@ -245,10 +272,23 @@ class StandaloneLoop:
             return False
         with self._cond:
             self._delay.pop(pod.key, None)
-        if nominated and nominated != result.allocation.node:
+        if nominated and nominated != allocation.node:
             self._unnominate(pod, nominated)
-        self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {result.allocation.node}", "Normal")
+        self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {allocation.node}", "Normal")
         return True
+
+    def _commit_in_flight(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed | None,
+                          nominated: str) -> None:
+        """:meth:`_commit` on a pool thread; never raises (an unexpected error backs the pod off)."""
+        try:
+            self._commit(pod, allocation, claims, nominated)
+        except Exception as error:  # one pod's failure is that pod's
+            log.exception("commit failed", extra=fields(pod=pod.key))
+            self._fail(pod, f"internal error: {error}")
+        finally:
+            with self._cond:
+                self._in_flight.discard(pod.key)
+                self._cond.notify_all()
 
     def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
         """Preemption for ``pod`` (module docstring): nominate it, mark the victims ``DisruptionTarget`` and delete
@@ -299,28 +339,50 @@ class StandaloneLoop:
             log.warning("nomination not cleared", extra=fields(pod=pod.key, node=node, error=str(error)))
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
-        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring). ``poll``:
-        longest wait, in seconds, for a pod to become due before leadership is checked again. Survives any
-        exception: logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
+        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring), committing on
+        a pool of ``bind_workers`` threads when that is above 1 (waited for before returning). ``poll``: longest
+        wait, in seconds, for a pod to become due before leadership is checked again. Survives any exception:
+        logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
         pause = ERROR_BACKOFF
-        while not stop.is_set():
-            try:
-                self._round(stop, poll)
-                pause = ERROR_BACKOFF
-            except Exception:  # the worker must outlive anything one round raises
-                log.exception("standalone loop round failed", extra=fields(retry_in=pause))
-                stop.wait(pause)
-                pause = min(pause * 2, MAX_ERROR_BACKOFF)
+        if self.bind_workers > 1:
+            self._pool = ThreadPoolExecutor(self.bind_workers, thread_name_prefix="ljrk-bind")
+        try:
+            while not stop.is_set():
+                try:
+                    self._round(stop, poll)
+                    pause = ERROR_BACKOFF
+                except Exception:  # the worker must outlive anything one round raises
+                    log.exception("standalone loop round failed", extra=fields(retry_in=pause))
+                    stop.wait(pause)
+                    pause = min(pause * 2, MAX_ERROR_BACKOFF)
+        finally:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.shutdown(wait=True)
 
     def _round(self, stop: threading.Event, poll: float) -> None:
         if not self.service.serving:
             stop.wait(STANDBY_POLL)
             return
+        with self._cond:
+            if len(self._in_flight) >= self.bind_workers:  # every bind worker busy: wait for one
+                self._cond.wait(poll)
+                return
         pod = self._next(stop, poll)
         if pod is None:
             return
         try:
-            self.attempt(pod)
+            if self._pool is None:
+                self.attempt(pod)
+                return
+            if self.service.committed(pod.uid):
+                return
+            placed = self._cycle(pod)
         except Exception as error:  # one pod's failure is that pod's: back it off and go on
             log.exception("scheduling attempt failed", extra=fields(pod=pod.key))
             self._fail(pod, f"internal error: {error}")
+            return
+        if placed is not None:
+            with self._cond:
+                self._in_flight.add(pod.key)
+            self._pool.submit(self._commit_in_flight, pod, *placed)
