@@ -78,7 +78,7 @@ def test_omitted_capacity_takes_the_whole_of_it_as_the_slice_default_says() -> N
 
 @pytest.mark.parametrize(("ask", "message"), [
     (DeviceAsk("r", "mig-9g-99gb.lj-runtimekit.io"), "device class 'mig-9g-99gb.lj-runtimekit.io' is not allocated"),
-    (DeviceAsk("r", MIG_3G, capacity={"memory": "1Gi"}), "takes whole MIG instances: no capacity.requests"),
+    (DeviceAsk("r", MIG_3G, capacity={"memory": "1Gi"}), r"capacity.requests \{'memory': '1Gi'\}: class mig-3g-40gb"),
     (DeviceAsk("r", MIG_3G, count=65), "count=65 must be 1..64 MIG instances"),
     (DeviceAsk("r", MIG_3G, mode="All"), "allocationMode 'All'"),
     (DeviceAsk("r", "gpu.example.com"), "device class 'gpu.example.com'"),

@@ -10,9 +10,22 @@ from domain.allocation import ContainerGrant, GpuGrant, PodAllocation
 from domain.dra.claims import AllocationResult, ClaimAllocation
 from domain.gpu import MigMode
 from domain.kube.objects import PodPhase
+from domain.ledger import ClusterLedger
+from domain.mig.gpu import PlacementMode
+from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.scheduling.sync import LedgerSync
 from domain.units import GiB
-from support.kube_builders import GPU16, PROTOCOL, make_node, make_pod, make_scheduler, make_sync, used, with_plan
+from support.kube_builders import (
+    GPU16,
+    PROTOCOL,
+    Clock,
+    make_node,
+    make_pod,
+    make_scheduler,
+    make_sync,
+    used,
+    with_plan,
+)
 from support.mig_builders import mig_gpus, mig_node, mig_pod
 
 DRIVER = PROTOCOL.dra.driver
@@ -200,3 +213,27 @@ def test_a_gpu_leaving_mig_mode_moves_the_claims_device_from_the_mig_books_to_th
     assert "claim:c1" not in sync.problems  # not left held for a GPU the MIG books no longer have
     assert "counted as the whole GPU 0" in sync.claim_problems["ns/claim"]
     assert used(sync, "n1")[0] == (1000, 80 * GiB)
+
+
+def test_a_node_added_again_books_its_claims_against_its_new_mig_layout() -> None:
+    sync = LedgerSync(ClusterLedger(), PROTOCOL, clock=Clock(), mig_mode=PlacementMode.DYNAMIC)
+    node = mig_node("n1", {0: [("3g.40gb", 0)]}, strategy="dynamic")
+    sync.on_node(node)
+    sync.on_claim(claim(("gpu-0-mig-3g-40gb-0", {}), ("gpu-0-mig-3g-40gb-4", {})))
+    created = {b.start: b.create for b in sync.books.record("claim:c1").bookings}  # type: ignore[union-attr]
+    assert created == {0: False, 4: True}  # the listed instance is taken, the other created
+    sync.on_node_deleted("n1")
+    sync.on_node(node)
+    assert {b.start: b.create for b in sync.books.record("claim:c1").bookings  # type: ignore[union-attr]
+            } == created
+    assert sync.claim_problems == {}
+
+
+def test_a_bound_pod_without_mig_resources_leaves_no_mig_reservation_behind() -> None:
+    sync = make_sync(mig_node("n1", {0: [("3g.40gb", 0)]}))
+    mig = MigPodAllocation("p", "n1", (MigBooking(0, "3g.40gb", 0, "dra-claim/g/m"),))
+    sync.assume(PodAllocation("p", "n1", ()), mig=mig)  # a claim pod's reservation whose claim never took it over
+    assert sync.books.record("p") == mig
+    sync.on_pod(make_pod("p", node="n1", phase=PodPhase.RUNNING))
+    assert sync.books.record("p") is None
+    assert sync.books.reservation("p") is None

@@ -105,7 +105,8 @@ def test_slices_mixing_listed_instances_and_placements_are_malformed() -> None:
     found = slice_inventory(mixed, driver=DRA.driver, node="n1")
     assert found is not None
     assert found.gpus == ()
-    assert "device.attributes.uuid" in found.problem
+    assert "device[gpu-1-mig-1g-10gb-0].attributes.uuid=None" in found.problem
+    assert "missing while device gpu-0-mig-3g-40gb-0 has one" in found.problem
 
 
 def test_a_mig_claim_takes_a_listed_instance_and_the_next_takes_the_other() -> None:
@@ -245,3 +246,52 @@ def test_holding_a_claims_new_instances_releases_its_old_ones() -> None:
     with w.service.books() as books:
         books.books.unhold("claim:x")
     assert held(w) == {}
+
+
+def test_a_pod_sharing_a_claim_another_pods_commit_allocates_waits_for_it() -> None:
+    w = world(mig_info(0))
+    w.claim("c", DeviceAsk("m", MIG_3G))
+    first = w.pod("p1", PodClaim("g", claim_name="c"))
+    second = w.pod("p2", PodClaim("g", claim_name="c"))
+    placed = w.loop._cycle(first)  # with asynchronous binding, its commit is still to come
+    assert placed is not None
+    assert not w.loop.attempt(second)
+    assert "ResourceClaim default/c is being allocated for another pod using it" in w.reasons("p2")[-1]
+    assert w.loop._commit(first, *placed)
+    assert w.loop.attempt(w.cluster.get_pod("default", "p2"))
+    stored = w.claims.get("default", "c")
+    assert stored is not None
+    assert sorted(stored.reserved_for) == sorted([first.uid, second.uid])
+    assert held(w) == {"claim:uid-c": [(0, 0)]}  # one instance, held by the claim alone
+    w.claim("d", DeviceAsk("m", MIG_3G))
+    assert w.loop.attempt(w.pod("p3", PodClaim("g", claim_name="d")))  # the node still takes MIG claims
+    assert devices_of(w, "d") == ["gpu-0-mig-3g-40gb-4"]
+
+
+def test_a_hand_over_beside_a_parked_record_is_not_refused() -> None:
+    w = world(mig_info(0), mig_info(1))
+    w.claim("a", DeviceAsk("m", MIG_3G))
+    w.claim("b", DeviceAsk("m", MIG_3G))
+    pod = w.pod("p", PodClaim("x", claim_name="a"), PodClaim("y", claim_name="b"))
+    placed = w.loop._cycle(pod)
+    assert placed is not None
+    with w.service.books() as books:  # two records claiming one instance: one of them is parked
+        for uid in ("claim:o1", "claim:o2"):
+            books.books.hold(MigPodAllocation(uid, "n1", (MigBooking(1, "3g.40gb", 4, "m"),)))
+        assert books.books.plugin.node("n1").conflicts
+    assert w.loop._commit(pod, *placed)
+    assert sorted(devices_of(w, "a") + devices_of(w, "b")) == ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"]
+
+
+def test_a_node_deleted_and_added_again_holds_its_claims_instances_with_no_problem_left() -> None:
+    w = world(mig_info(0))
+    w.claim("c", DeviceAsk("m", MIG_3G))
+    assert w.loop.attempt(w.pod("p", PodClaim("g", claim_name="c")))
+    w.deliver("p")
+    node = w.cluster.get_node("n1")
+    w.service.on_node_deleted("n1")
+    w.service.on_node(attrs.evolve(node, resource_version=str(int(node.resource_version) + 1)))  # added again
+    assert held(w) == {"claim:uid-c": [(0, 0)]}
+    with w.service.books() as books:
+        assert books.claim_problems == {}
+        assert "claim:uid-c" not in books.problems

@@ -14,6 +14,7 @@ from domain.errors import InvalidRequestError
 from entrypoints.scheduler.__main__ import build_parser, settings_from_args
 from entrypoints.scheduler.app import SchedulerSettings
 from ports.cluster import UnavailableError
+from services.scheduler.service import NotLeaderError
 from services.scheduler.standalone import StandaloneLoop
 from support.polling import wait_for
 from support.scheduler_world import World, world
@@ -89,25 +90,58 @@ def test_a_commit_failing_on_a_bind_worker_backs_the_pod_off_and_gives_its_reser
     w.node("n1", 1)
     w.service.start_leading()
     w.cluster.bind_failures.append(UnavailableError("API server down"))
-    released = threading.Event()
-    bind = w.cluster.bind_pod
-
-    def bind_after_release(*args: object, **kwargs: object) -> None:
-        if not w.cluster.bind_failures:  # the failed bind is behind: wait until the test saw its release
-            assert released.wait(10)
-        bind(*args, **kwargs)  # type: ignore[arg-type]
-
-    w.cluster.bind_pod = bind_after_release  # type: ignore[method-assign]
-    loop = StandaloneLoop(w.service, bind_workers=2, initial_backoff=0.05)
-    w.pending("a", core="30", mem="4")
+    loop = StandaloneLoop(w.service, bind_workers=2, initial_backoff=30)  # no retry within the test
+    pod = w.pending("a", core="30", mem="4")
     with running(loop):
         assert wait_for(lambda: any(e.reason == "FailedScheduling" and "API server down" in e.message
                                     for e in w.cluster.events))
-        assert wait_for(lambda: loop.attempts == 2)  # retried after its backoff; its bind waits
-        assert w.used("n1") == [(300, 4)]  # the failed commit's reservation was given back: one is counted
-        released.set()
+        assert wait_for(lambda: loop.delay("default/a") == 30)
+        assert w.service.reservation(pod.uid) is None
+        assert w.used("n1") == [(0, 0)]
+        assert loop.pending() == ["default/a"]  # backed off, not in flight
+
+
+def test_a_bind_worker_losing_leadership_queues_the_pod_again() -> None:
+    w = world()
+    w.node("n1", 1)
+    w.service.start_leading()
+    commit = w.service.commit
+    lost = [True]
+
+    def deposed_once(*args: object, **kwargs: object) -> None:
+        if lost.pop() if lost else False:
+            raise NotLeaderError("this replica lost leadership")
+        commit(*args, **kwargs)  # type: ignore[arg-type]
+
+    w.service.commit = deposed_once  # type: ignore[method-assign]
+    loop = StandaloneLoop(w.service, bind_workers=2)
+    w.pending("a", core="30", mem="4")
+    with running(loop):
         assert wait_for(lambda: bound(w, "a"))
-    assert loop.delay("default/a") is None  # bound: the backoff is forgotten
+    assert loop.attempts == 2
+    assert loop.delay("default/a") is None
+
+
+def test_a_pod_recreated_under_its_name_during_its_commit_is_not_backed_off_for_the_old_one() -> None:
+    w = world()
+    w.node("n1", 2)
+    w.service.start_leading()
+    gated = GatedBinds(w)
+    loop = StandaloneLoop(w.service, bind_workers=2, initial_backoff=30)
+    old = w.pending("a", core="30", mem="4")
+    with running(loop):
+        assert wait_for(lambda: gated.waiting == 1)
+        w.cluster.delete_pod("default", "a", grace_period_seconds=0)
+        w.service.on_pod_deleted(old)
+        w.cluster.bind_failures.append(UnavailableError("pod default/a: the old UID is gone"))
+        new = w.pending("a", core="30", mem="4")
+        assert new.uid != old.uid
+        assert wait_for(lambda: gated.waiting == 2)  # the new pod's commit is in flight beside the old one's
+        gated.gate.set()
+        assert wait_for(lambda: bound(w, "a"))
+        assert wait_for(lambda: loop.pending() == [])
+    assert w.cluster.get_pod("default", "a").uid == new.uid
+    assert loop.delay("default/a") is None  # the old pod's failure did not back the new one off
 
 
 def test_bind_workers_are_counted_from_one_and_reach_the_loop_from_the_command_line() -> None:

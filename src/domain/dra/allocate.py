@@ -198,8 +198,8 @@ def _ask(claim: ClaimAllocation, pod_claim: str, ask: DeviceAsk, protocol: Proto
     name = ask_name(pod_claim, ask.name)
     if profile is not None:
         if ask.capacity:
-            raise _refuse(claim, ask.name, f"class {ask.device_class} takes whole MIG instances: no "
-                          "capacity.requests")
+            raise _refuse(claim, ask.name, f"capacity.requests {dict(ask.capacity)}: class {ask.device_class} "
+                          "takes whole MIG instances, no capacity")
         if not 1 <= ask.count <= 64:
             raise _refuse(claim, ask.name, f"count={ask.count} must be 1..64 MIG instances")
         return ContainerRequest(name, mig_profile=profile, mig_count=ask.count), (None, None)

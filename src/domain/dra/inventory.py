@@ -114,12 +114,12 @@ def _gpus(devices: Iterable[Device]) -> dict[int, Gpu]:
 def _layout(devices: Iterable[Device]) -> tuple[Layout, str]:
     """The MIG layout and strategy of the MIG devices among ``devices`` (module docstring)."""
     listed: dict[int, list[MigInstanceRecord]] = {}
-    kinds: set[bool] = set()
+    kinds: dict[bool, str] = {}  # with a uuid or not → the first such device's name
     for device in devices:
         if device.attributes.get("type") != "mig":
             continue
         uuid = device.attributes.get("uuid")
-        kinds.add(uuid is not None)
+        kinds.setdefault(uuid is not None, device.name)
         if uuid is None:
             continue
         if not isinstance(uuid, str) or not uuid:
@@ -127,8 +127,9 @@ def _layout(devices: Iterable[Device]) -> tuple[Layout, str]:
         listed.setdefault(_int(device, "parentIndex"), []).append(MigInstanceRecord(
             UNPUBLISHED_ID, UNPUBLISHED_ID, _str(device, "profile"), _int(device, "migStart"), uuid, free=True))
     if len(kinds) > 1:
-        raise InvalidRequestError("device.attributes.uuid", "on some MIG devices only",
-                                  "a node's MIG devices are all listed instances (static) or all placements (dynamic)")
+        raise InvalidRequestError(f"device[{kinds[False]}].attributes.uuid", None,
+                                  f"missing while device {kinds[True]} has one: a node's MIG devices are all listed "
+                                  "instances (static, with a uuid) or all placements (dynamic, without)")
     if not kinds:
         return {}, ""
     layout = {index: tuple(sorted(items, key=lambda i: i.start)) for index, items in sorted(listed.items())}

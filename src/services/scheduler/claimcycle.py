@@ -5,6 +5,8 @@ For a pending pod with ``spec.resourceClaims``:
 1. :meth:`ClaimCycle.claim_need` takes each claim as the claim informer last showed it
    (:meth:`~domain.scheduling.sync.claims.ClaimEvents.seen_claim`), reading from the API (``ports.claim_writes``,
    outside the lock) only one it has not shown yet, and turns them into a :class:`~domain.dra.allocate.ClaimNeed`;
+   a claim not allocated yet that another pod's reservation already expects (that pod's commit is in flight, with
+   asynchronous binding) is that pod's to allocate: this pod waits, so the claim's asks are never reserved twice;
    in standalone mode a refusal (:mod:`domain.dra.allocate`) is the pod's FailedScheduling reason and the pod is
    retried; in extender mode a refused claim is left out of the choice (kube-scheduler allocates it);
 2. the cycle (:meth:`~.service.SchedulerService.schedule_pod` with ``claims``) places the pod's own containers and
@@ -70,7 +72,15 @@ class ClaimCycle(ServiceUpkeep):
                 claims = {name: self.sync.seen_claim(pod.namespace, name) for name in names}
             for name in [n for n, claim in claims.items() if claim is None]:  # not seen by the informer yet
                 claims[name] = self.claim_writes.get(pod.namespace, name)
-            return claim_need(pod, claims, self.protocol)
+            need = claim_need(pod, claims, self.protocol)
+            with self._lock:
+                busy = [(ask.claim, owner) for ask in need.asks
+                        if (owner := self.sync.expecting(ask.claim.uid)) not in (None, pod.uid)]
+            if busy:
+                claim, owner = busy[0]
+                return (f"ResourceClaim {claim.key} is being allocated for another pod using it (UID {owner}), "
+                        "whose binding is in flight; retried once that allocation is written")
+            return need
         except ClaimRefusedError as error:
             return str(error)
         except ClusterError as error:

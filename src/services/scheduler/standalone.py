@@ -28,11 +28,9 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 * cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
-* binding is asynchronous with ``bind_workers`` > 1, as kube-scheduler's binding cycle is: a cycle reserves the
-  pod's placement in the books and hands its commit (claim writes, binding, Events) to one of ``bind_workers``
-  threads while the next cycles run; the reservation stays counted until the commit ends (bound, or released on
-  failure, the pod backed off), and at most ``bind_workers`` commits are in flight (the next cycle waits for one to
-  end). With 1 the worker commits each pod itself;
+* with ``bind_workers`` > 1 binding is asynchronous, as kube-scheduler's binding cycle: a cycle reserves the pod's
+  placement and hands its commit (claims, binding, Events) to one of that many threads while the next cycles run,
+  at most that many in flight; the reservation counts until the commit ends (bound, or released on failure);
 * a standby replica keeps its queue but attempts nothing; only the leader, once its ledger is rebuilt
   (``SchedulerService.serving``), schedules and writes Events;
 * the worker never dies: Events are best effort (any error is logged), and any exception in a round is logged
@@ -43,10 +41,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed
@@ -93,8 +91,10 @@ class StandaloneLoop:
             raise InvalidRequestError("bind_workers", bind_workers, "must be at least 1")
         self.service = service
         self.bind_workers = bind_workers
-        self._pool: ThreadPoolExecutor | None = None
-        self._in_flight: set[str] = set()  # keys whose commit runs on the pool
+        self._commits: queue.SimpleQueue[tuple[PodObject, PodAllocation, ClaimNeed | None, str] | None] = \
+            queue.SimpleQueue()  # for the bind workers, which run() runs (then _binding)
+        self._binding = False
+        self._in_flight: dict[str, str] = {}  # pod UID → key, for each pod whose commit a bind worker runs
         self.scheduler_name = service.protocol.scheduler_name
         self.clock = clock
         self.initial_backoff = initial_backoff
@@ -174,7 +174,7 @@ class StandaloneLoop:
         """Keys of queued pods (ready first, then backed off, then those whose commit is in flight)."""
         with self._cond:
             queued = [*self._ready, *(k for k in self._backoff if k not in self._ready)]
-            return [*queued, *sorted(self._in_flight - set(queued))]
+            return [*queued, *sorted(set(self._in_flight.values()) - set(queued))]
 
     def _next(self, stop: threading.Event, timeout: float) -> PodObject | None:
         """The next pod due, waiting at most ``timeout`` seconds; None when nothing is due."""
@@ -208,9 +208,14 @@ class StandaloneLoop:
                 best, top = key, priority
         return best
 
+    def _current(self, pod: PodObject) -> bool:
+        """True while ``pod`` is the one queued under its key (not deleted nor re-created). Under ``_cond``."""
+        stored = self._pods.get(pod.key)
+        return stored is not None and stored.uid == pod.uid
+
     def _fail(self, pod: PodObject, reason: str) -> None:
         with self._cond:
-            if pod.key not in self._pods:
+            if not self._current(pod):
                 return
             previous = self._delay.get(pod.key)
             delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
@@ -264,8 +269,9 @@ class StandaloneLoop:
             self.service.commit(pod, allocation, claims=claims)
         except NotLeaderError:
             with self._cond:
-                if pod.key in self._pods:
+                if self._current(pod):
                     self._ready[pod.key] = None
+                    self._cond.notify_all()
             return False
         except CommitError as error:
             self._fail(pod, str(error))
@@ -277,18 +283,19 @@ class StandaloneLoop:
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {allocation.node}", "Normal")
         return True
 
-    def _commit_in_flight(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed | None,
-                          nominated: str) -> None:
-        """:meth:`_commit` on a pool thread; never raises (an unexpected error backs the pod off)."""
-        try:
-            self._commit(pod, allocation, claims, nominated)
-        except Exception as error:  # one pod's failure is that pod's
-            log.exception("commit failed", extra=fields(pod=pod.key))
-            self._fail(pod, f"internal error: {error}")
-        finally:
-            with self._cond:
-                self._in_flight.discard(pod.key)
-                self._cond.notify_all()
+    def _bind_worker(self) -> None:
+        """A bind worker: commit what the loop hands over until it is handed None."""
+        while (item := self._commits.get()) is not None:
+            pod, allocation, claims, nominated = item
+            try:
+                self._commit(pod, allocation, claims, nominated)
+            except Exception as error:  # one pod's failure is that pod's
+                log.exception("commit failed", extra=fields(pod=pod.key))
+                self._fail(pod, f"internal error: {error}")
+            finally:
+                with self._cond:
+                    self._in_flight.pop(pod.uid, None)
+                    self._cond.notify_all()
 
     def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
         """Preemption for ``pod`` (module docstring): nominate it, mark the victims ``DisruptionTarget`` and delete
@@ -339,13 +346,15 @@ class StandaloneLoop:
             log.warning("nomination not cleared", extra=fields(pod=pod.key, node=node, error=str(error)))
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
-        """Work until ``stop`` is set: take due pods and attempt them while leading (module docstring), committing on
-        a pool of ``bind_workers`` threads when that is above 1 (waited for before returning). ``poll``: longest
-        wait, in seconds, for a pod to become due before leadership is checked again. Survives any exception:
-        logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
+        """Work until ``stop`` is set, attempting due pods while leading, committing on ``bind_workers`` daemon
+        threads when above 1 (ended before this returns). ``poll``: longest wait (s) for a due pod. Survives any
+        exception: logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
         pause = ERROR_BACKOFF
-        if self.bind_workers > 1:
-            self._pool = ThreadPoolExecutor(self.bind_workers, thread_name_prefix="ljrk-bind")
+        workers = [threading.Thread(target=self._bind_worker, name=f"ljrk-bind-{n}", daemon=True)
+                   for n in range(self.bind_workers if self.bind_workers > 1 else 0)]
+        for worker in workers:
+            worker.start()
+        self._binding = bool(workers)
         try:
             while not stop.is_set():
                 try:
@@ -356,9 +365,11 @@ class StandaloneLoop:
                     stop.wait(pause)
                     pause = min(pause * 2, MAX_ERROR_BACKOFF)
         finally:
-            pool, self._pool = self._pool, None
-            if pool is not None:
-                pool.shutdown(wait=True)
+            self._binding = False
+            for _ in workers:
+                self._commits.put(None)  # after every commit handed over
+            for worker in workers:
+                worker.join()
 
     def _round(self, stop: threading.Event, poll: float) -> None:
         if not self.service.serving:
@@ -372,7 +383,7 @@ class StandaloneLoop:
         if pod is None:
             return
         try:
-            if self._pool is None:
+            if not self._binding:
                 self.attempt(pod)
                 return
             if self.service.committed(pod.uid):
@@ -384,5 +395,5 @@ class StandaloneLoop:
             return
         if placed is not None:
             with self._cond:
-                self._in_flight.add(pod.key)
-            self._pool.submit(self._commit_in_flight, pod, *placed)
+                self._in_flight[pod.uid] = pod.key
+            self._commits.put((pod, *placed))

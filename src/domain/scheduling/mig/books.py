@@ -233,9 +233,11 @@ class MigBooks:
         """Count bound ``pod``'s MIG instances on its node (GPUs ``gpus``): its trusted plan
         (:func:`~domain.kube.translate.read_mig_plan`), else our reservation. Returns None for a pod that asks
         for no MIG instance, else why it is not in the books, or empty."""
-        if not asks_mig(pod, self.protocol):
-            return None
         uid = pod.uid
+        if not asks_mig(pod, self.protocol):
+            if self._assumed.pop(uid, None) is not None:  # a reservation its claims' records did not take over
+                self.release(uid)
+            return None
         reading = read_mig_plan(pod, gpus, self.protocol)
         allocation = reading.allocation
         if allocation is not None:

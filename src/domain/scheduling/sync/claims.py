@@ -119,6 +119,12 @@ class ClaimEvents(LedgerEvents):
         for claim_uid, names in asks.items():
             self._expected[claim_uid] = (pod_uid, names)
 
+    def expecting(self, claim_uid: str) -> str | None:
+        """The UID of the pod whose reservation holds what the claim with UID ``claim_uid`` will hold once
+        allocated (:meth:`expect_claims`), or None: another pod using that claim must wait until it is written."""
+        entry = self._expected.get(claim_uid)
+        return None if entry is None else entry[0]
+
     def forget_expected(self, pod_uid: str) -> None:
         """Drop what :meth:`expect_claims` recorded for ``pod_uid`` (its reservation is gone)."""
         for claim_uid in [c for c, (uid, _) in self._expected.items() if uid == pod_uid]:
@@ -151,7 +157,7 @@ class ClaimEvents(LedgerEvents):
         self.books.forget(pod_uid)
         if kept:
             reduced = attrs.evolve(mig, bookings=kept)
-            self.books.reserve(reduced)  # a part of what was reserved: it fits
+            self.books.observe(reduced)  # a part of what was held: recorded, never refused
             self.books.remember(pod_uid, reduced)
 
     def on_pod(self, pod: PodObject) -> None:
@@ -210,9 +216,8 @@ class ClaimEvents(LedgerEvents):
         held = "" if mig.record is None else self.books.hold(mig.record)
         if mig.record is None:
             self.books.unhold(uid)
-        notes = [*booking.problems, *mig.problems, *([f"{claim.key}: MIG instances not in the MIG books: {held}"]
-                                                       if held else []),
-                 *([booking.unknown] if booking.unknown else [])]
+        self._note_mig(uid, held)  # why its instances are not in the MIG books, as for a pod's
+        notes = [*booking.problems, *mig.problems, *([booking.unknown] if booking.unknown else [])]
         if notes and self._counted[node].gpus:  # a node without GPU inventory (DRA only) is gated anyway
             self.claim_problems[claim.key] = "; ".join(notes)
         else:
@@ -231,6 +236,7 @@ class ClaimEvents(LedgerEvents):
             del self._claim_uid_by_key[claim.key]
         uid = claim_record_uid(claim_uid)
         self.books.unhold(uid)
+        self._note_mig(uid, "")
         record = self.ledger.release(uid)
         for node in node_results(claim, self.protocol.dra.driver):
             if self._gates.is_unknown(node, uid):

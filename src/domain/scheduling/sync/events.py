@@ -152,11 +152,7 @@ class LedgerEvents:
             self.claims_only[node.name] = CLAIMS_ONLY
         else:
             self.claims_only.pop(node.name, None)
-        if regroup:
-            self._recount_node(node.name)
-        elif previous != counted:
-            self._reinfer(node.name)  # health decides which GPUs inference prefers
-        if reading.decoded:
+        if reading.decoded:  # the MIG books first: the claims counted again below are held there
             layout, strategy = dict(reading.mig), reading.mig_strategy
         else:  # missing or malformed: keep the last layout that decoded, like the GPU list
             layout, strategy = self.books.last_layout(node.name)
@@ -164,6 +160,10 @@ class LedgerEvents:
         for uid, problem in self.books.update(node.name, counted.gpus, layout, strategy, bound=bound,
                                               bound_uids=self._pods).items():
             self._note_mig(uid, problem)
+        if regroup:
+            self._recount_node(node.name)
+        elif previous != counted:
+            self._reinfer(node.name)  # health decides which GPUs inference prefers
 
     @checks_books
     def on_node_deleted(self, name: str) -> None:
