@@ -3,9 +3,13 @@
 allocator never sees them; the kubelet and our DRA driver prepare what we wrote as they prepare kube-scheduler's.
 
 On the node, as the shipped DRA manifests set it up (the DRA driver instead of the device plugin): ``ljrk runtime``
-on two simulated 16 GiB A100s and ``ljrk dra-driver`` (slices, kubelet DRA plugin, CDI); ``ljrk scheduler --mode
+on two simulated 16 GiB A100s and an 80 GiB A100 in MIG mode listing two 3g.40gb instances (static MIG), and
+``ljrk dra-driver`` (slices, kubelet DRA plugin, CDI); ``ljrk scheduler --mode
 standalone`` learns the node's GPUs from the driver's ResourceSlices; kube-controller-manager's resourceclaim
 controller makes claims from templates, takes ended pods out of ``reservedFor`` and deallocates. Covers:
+- MIG claims (class ``mig-3g-40gb``): the MIG layout read from the slices, each claim allocated by us on one of
+  the two listed instances (the device ``gpu-2-mig-3g-40gb-<start>``, no consumed capacity), each pod runs with its
+  own instance; a third claim stays pending with our FailedScheduling until one of them is deleted;
 - a 30 % / 4 GiB share: the claim's ``status.allocation`` written by us (consumedCapacity, shareID, node selector),
   ``reservedFor`` the pod, the delete-protection finalizer; the pod runs with exactly that share. (The
   resourceclaim controller also reserves an allocated claim for a bound pod that uses it, kubernetes/kubernetes
@@ -50,7 +54,8 @@ from support.polling import eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
 
-GPUS = "2x16Gi:A100"
+GPUS = "2x16Gi:A100,1x80Gi:A100:mig=3g.40gb@0/3g.40gb@4"
+MIG_3G = "mig-3g-40gb.lj-runtimekit.io"
 SHARE = DRA.device_class_share
 WHOLE = DRA.device_class_gpu
 OURS = PROTOCOL.scheduler_name
@@ -103,6 +108,30 @@ def test_a_share_claim_allocated_by_us_runs_with_that_share(claims: Claims, stac
     assert "resource.kubernetes.io/delete-protection" in stored.metadata.finalizers
     uuid = stack.gpu_uuids()[int(result.device.removeprefix("gpu-"))]
     assert gpu_limits(claims.pods.env(pod, "main")) == expected_limits(uuid, claims.uid(claim), 300, 4 * GIB)
+
+
+def test_mig_claims_allocated_by_us_get_one_instance_each_and_a_third_waits(claims: Claims,
+                                                                            stack: DraNodeStack) -> None:
+    names = [claims.create(MIG_3G) for _ in range(3)]
+    pods = [our_pod(claims, [{"name": "gpu", "resourceClaimName": name}]) for name in names[:2]]
+    for pod in pods:
+        claims.pods.wait_running(pod, timeout=90)
+    results = [claims.get(name).status.allocation.devices.results for name in names[:2]]
+    assert sorted(r.device for (r,) in results) == ["gpu-2-mig-3g-40gb-0", "gpu-2-mig-3g-40gb-4"]
+    assert all(not r.consumed_capacity and not r.share_id and r.pool == claims.pods.node.node_name
+               for (r,) in results)
+    envs = [claims.pods.env(pod, "main") for pod in pods]
+    assert all(env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-") and env["LJRK_MIG_PROFILE_0"] == "3g.40gb"
+               for env in envs)
+    assert envs[0]["NVIDIA_VISIBLE_DEVICES"] != envs[1]["NVIDIA_VISIBLE_DEVICES"]
+    waiting = our_pod(claims, [{"name": "gpu", "resourceClaimName": names[2]}])
+    eventually(lambda: any("FailedScheduling" in e and "MIG" in e for e in claims.events(waiting)), 60,
+               "our FailedScheduling while both instances are held")
+    assert claims.get(names[2]).status.allocation is None
+    claims.pods.delete(pods[0])
+    claims.pods.wait_running(waiting, timeout=120)
+    (freed,) = results[0]
+    assert [r.device for r in claims.get(names[2]).status.allocation.devices.results] == [freed.device]
 
 
 def test_a_template_claim_is_made_allocated_and_removed_with_its_pod(claims: Claims, stack: DraNodeStack) -> None:

@@ -34,12 +34,13 @@ MIG_3G = "mig-3g-40gb.lj-runtimekit.io"
 A100_80 = "NVIDIA A100-SXM4-80GB"
 
 
-def mig_info(index: int, starts: tuple[int, ...] = (0, 4), *, node: str = "n1") -> DeviceInfo:
-    """A GPU in MIG mode listing a 3g.40gb instance at each of ``starts`` (static: usable, with MIG UUIDs)."""
+def mig_info(index: int, starts: tuple[int, ...] = (0, 4), *, node: str = "n1", model: str = A100_80) -> DeviceInfo:
+    """A GPU in MIG mode (80 GiB) listing a 3g.40gb instance at each of ``starts`` (static: usable, with MIG
+    UUIDs)."""
     parent = GpuUuid(f"GPU-{node}-{index}")
     instances = tuple(MigInstanceInfo(index, parent, 1 + n, 0, "3g.40gb", start, 4, 3, 40 * GiB,
                                       f"MIG-{node}-{index}-{start}") for n, start in enumerate(starts))
-    return DeviceInfo(Gpu(index, parent, A100_80, 80 * GiB, mig_mode=MigMode.ENABLED), mig_instances=instances)
+    return DeviceInfo(Gpu(index, parent, model, 80 * GiB, mig_mode=MigMode.ENABLED), mig_instances=instances)
 
 
 def slices(*devices: DeviceInfo, node: str = "n1", dynamic: bool = False) -> list[ResourceSlice]:
@@ -295,3 +296,13 @@ def test_a_node_deleted_and_added_again_holds_its_claims_instances_with_no_probl
     with w.service.books() as books:
         assert books.claim_problems == {}
         assert "claim:uid-c" not in books.problems
+
+
+def test_a_product_name_without_its_memory_takes_the_profile_table_of_the_gpus_memory() -> None:
+    w = world(mig_info(0, (0,), model="A100"))  # as the simulated Runtime names it: 40 and 80 GB tables differ
+    with w.service.books() as books:
+        assert books.ledger.inventory("n1").gpus[0].memory_bytes == 80 * GiB  # parentMemoryBytes
+        assert books.books.problems == {}
+    w.claim("c", DeviceAsk("m", MIG_3G))
+    assert w.loop.attempt(w.pod("p", PodClaim("g", claim_name="c")))
+    assert devices_of(w, "c") == ["gpu-0-mig-3g-40gb-0"]

@@ -18,7 +18,8 @@ device listing.
   placeable (profile, placement start) consuming exactly the slices an instance there takes, so the scheduler's
   counter arithmetic is the geometry check of :mod:`domain.mig.gpu`. Placeable: every placement of the model's
   table with a dynamic MIG Runtime; with a static one, the usable instances the Runtime lists. Attributes ``type``
-  = ``mig``, ``profile``, ``parentUUID``, ``parentIndex``, ``productName``, ``migStart``, ``uuid`` (static only);
+  = ``mig``, ``profile``, ``parentUUID``, ``parentIndex``, ``parentMemoryBytes`` (the GPU's memory, which picks
+  its profile table where the product name does not), ``productName``, ``migStart``, ``uuid`` (static only);
   capacity ``memory`` (the profile's nominal bytes). A MIG GPU of a model without a profile table gets no devices.
 * **Health**: an unhealthy GPU's devices carry the taint ``<driver>/unhealthy`` (NoSchedule) with
   :attr:`UnhealthyPolicy.TAINT` (DRADeviceTaints, beta 1.36, GA 1.37), or are left out with
@@ -207,7 +208,7 @@ def _mig_device(info: DeviceInfo, table: MigGpuModel, profile: MigProfile, start
         used[_instances(profile)] = 1
     attributes: dict[str, AttributeValue] = {
         "type": "mig", "profile": profile.name, "parentUUID": gpu.uuid, "parentIndex": gpu.index,
-        "productName": gpu.model[:64], "migStart": start,
+        "parentMemoryBytes": gpu.memory_bytes, "productName": gpu.model[:64], "migStart": start,
     }
     if uuid:
         attributes["uuid"] = uuid

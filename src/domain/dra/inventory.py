@@ -8,14 +8,16 @@ slices (kube-scheduler allocates nothing from an incomplete pool: it is being re
 * A whole GPU is a device with attribute ``type`` = ``gpu``: ``index``, ``uuid``, ``productName`` and
   ``memoryBytes`` make the :class:`~domain.gpu.Gpu`.
 * A MIG GPU is the parent (``parentIndex``, ``parentUUID``, ``productName``) of devices with ``type`` = ``mig``;
-  it is booked as a GPU in MIG mode, whose memory is the largest nominal ``memory`` capacity of its published
-  instances (the time-sharing books never place on a MIG GPU). Its MIG layout (:attr:`SliceInventory.mig`, what
-  the MIG books are built from, :mod:`domain.scheduling.mig.books`) follows the devices: devices carrying a
-  ``uuid`` are the instances a static-MIG Runtime lists (strategy ``static``: each one a free instance at
-  ``migStart`` of its ``profile``); devices without one are the placements a dynamic-MIG Runtime creates on
-  demand (strategy ``dynamic``, no instance listed). A node publishing both kinds is malformed. The slices carry
-  no NVML instance ids: a listed instance's ``gpu_instance_id`` and ``compute_instance_id`` read
-  :data:`UNPUBLISHED_ID` (they name instances only in classic pods' plans, which such a node never takes).
+  it is booked as a GPU in MIG mode, whose memory is ``parentMemoryBytes`` (it picks the GPU's profile table where
+  the product name does not tell 40 from 80 GB), or, from a driver that does not publish it, the largest nominal
+  ``memory`` capacity of its published instances (the time-sharing books never place on a MIG GPU). Its MIG
+  layout (:attr:`SliceInventory.mig`, what the MIG books are built from, :mod:`domain.scheduling.mig.books`)
+  follows the devices: devices carrying a ``uuid`` are the instances a static-MIG Runtime lists (strategy
+  ``static``: each one a free instance at ``migStart`` of its ``profile``); devices without one are the
+  placements a dynamic-MIG Runtime creates on demand (strategy ``dynamic``, no instance listed). A node
+  publishing both kinds is malformed. The slices carry no NVML instance ids: a listed instance's
+  ``gpu_instance_id`` and ``compute_instance_id`` read :data:`UNPUBLISHED_ID` (they name instances only in classic
+  pods' plans, which such a node never takes).
 * A device with a ``NoSchedule`` or ``NoExecute`` taint makes its GPU unhealthy (its running pods stay counted,
   nothing new goes there).
 * A GPU the slices do not publish (withdrawn as unhealthy with ``--unhealthy withdraw``, a MIG GPU without
@@ -99,7 +101,8 @@ def _gpus(devices: Iterable[Device]) -> dict[int, Gpu]:
         elif kind == "mig":
             index = _int(device, "parentIndex")
             capacity = device.capacity.get("memory")
-            memory = 0 if capacity is None else capacity.value
+            memory = (_int(device, "parentMemoryBytes") if "parentMemoryBytes" in device.attributes
+                      else 0 if capacity is None else capacity.value)
             uuid, model, largest, health = mig.get(index, (_str(device, "parentUUID"), _str(device, "productName"), 0,
                                                            Health.HEALTHY))
             worse = Health.UNHEALTHY if _health(device) is Health.UNHEALTHY else health
