@@ -162,3 +162,34 @@ def test_the_extender_answers_the_violation_free_set_within_the_proposal_with_it
     budgets.fail()  # unread budgets: kube-scheduler's own number for its proposal
     reply = wire.preempt({"Pod": preempt_json("hi", 80), "NodeNameToMetaVictims": proposal})
     assert reply == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 1}}}
+
+
+def test_standalone_preemptions_within_a_second_reuse_one_budget_listing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.scheduler import preempting
+
+    budgets = InMemoryDisruptionBudgets()
+    budgets.put(budget("protect-a", PROTECTED, allowed=0))
+    listings = []
+    read = budgets.list_budgets
+
+    def counted() -> list[DisruptionBudget]:
+        listings.append(1)
+        return read()
+
+    budgets.list_budgets = counted  # type: ignore[method-assign]
+    now = [1000.0]
+    monkeypatch.setattr(preempting.time, "monotonic", lambda: now[0])
+    w, _, _ = cluster_with(budgets)
+    template = make_pod("template", core="80", mem="1")
+    pod = w.cluster.create_pod(PodObject("", "default", "hi", containers=template.containers, priority=1000,
+                                         scheduler_name=w.service.protocol.scheduler_name))
+    w.service.on_pod(pod)
+    loop = StandaloneLoop(w.service)
+    for step in (0, preempting.BUDGETS_TTL / 2):  # two preemption attempts within the TTL: one listing
+        now[0] += step
+        assert loop.attempt(pod) is False
+    assert [p.name for p in w.cluster.list_pods().items if p.deletion_timestamp is not None] == ["b"]  # a spared
+    assert len(listings) == 1
+    now[0] += preempting.BUDGETS_TTL
+    assert loop.attempt(pod) is False
+    assert len(listings) == 2

@@ -166,3 +166,26 @@ def test_the_scheduler_app_hands_the_bind_workers_to_its_loop() -> None:
         assert app.loop.bind_workers == 7
     finally:
         app.http.stop()
+
+
+def test_the_cycle_never_waits_on_an_event_write() -> None:
+    w = world()
+    w.node("n1", 1)
+    w.service.start_leading()
+    gate = threading.Event()
+    create = w.cluster.create_event
+
+    def slow_event(event: object) -> None:
+        assert gate.wait(10), "the test never opened the gate"
+        create(event)  # type: ignore[arg-type]
+
+    w.cluster.create_event = slow_event  # type: ignore[method-assign,assignment]
+    loop = StandaloneLoop(w.service, bind_workers=2, initial_backoff=30)
+    w.pending("big", core="300", mem="1")  # fits nowhere: its FailedScheduling Event waits at the gate
+    with running(loop):
+        assert wait_for(lambda: loop.delay("default/big") == 30)
+        w.pending("a", core="30", mem="4")
+        assert wait_for(lambda: bound(w, "a"))  # scheduled and bound while the Event still waits
+        assert w.cluster.events == []
+        gate.set()
+    assert sorted((e.name, e.reason) for e in w.cluster.events) == [("a", "Scheduled"), ("big", "FailedScheduling")]

@@ -5,12 +5,15 @@ A pod with DRA claims preempts with what its unallocated claims ask (:mod:`.clai
 allocated claims pin it to when they do; a victim frees, besides its own GPUs, those of the claims reserved for it
 alone (:meth:`domain.scheduling.sync.claims.ClaimEvents.claims_held`): deleting it ends its claims' only
 reservation, and kube-controller-manager's resourceclaim controller then deallocates them (a claim shared with
-another pod frees nothing). PodDisruptionBudgets are listed once per preemption, outside the lock.
+another pod frees nothing). PodDisruptionBudgets are listed outside the lock, at most once per
+:data:`BUDGETS_TTL` for the standalone loop (its later preemptions reuse the listing), once per ``preempt`` verb
+in extender mode.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from domain.dra.allocate import ClaimNeed
@@ -27,6 +30,10 @@ from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
 
+BUDGETS_TTL = 1.0
+"""Seconds a PodDisruptionBudgets listing serves later preemptions (kube-scheduler reads them from an informer's
+cache, as stale), so that at saturation every failing pod's attempt does not wait on one more LIST."""
+
 
 class PreemptionEntries(ServiceUpkeep):
     """Preemption for :class:`~.service.SchedulerService` (module docstring)."""
@@ -37,21 +44,30 @@ class PreemptionEntries(ServiceUpkeep):
         serving answers with no node. Never raises for bad pod content; changes nothing."""
         if not self.serving:
             return {}
-        budgets = self._list_budgets(pod)
+        budgets = self._list_budgets(pod, reuse=False)
         with self._lock:
             return minimise(self.sync, pod, proposals, budgets=budgets)
 
-    def _list_budgets(self, pod: PodObject) -> list[DisruptionBudget] | None:
-        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call: outside the lock); None
-        when none are read (no port, or the list failed: logged)."""
+    def _list_budgets(self, pod: PodObject, *, reuse: bool = True) -> list[DisruptionBudget] | None:
+        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call, outside the lock, unless
+        ``reuse`` and a listing less than :data:`BUDGETS_TTL` s old is held); None when none are read (no port, or
+        the list failed: logged)."""
         if self.budgets is None:
             return None
+        now = time.monotonic()
+        with self._lock:
+            read = self._budgets_read
+        if reuse and read is not None and 0 <= now - read[0] < BUDGETS_TTL:
+            return read[1]
         try:
-            return self.budgets.list_budgets()
+            budgets = self.budgets.list_budgets()
         except ClusterError as error:
             log.warning("PodDisruptionBudgets not read: preempting as if none protected a pod",
                         extra=fields(pod=pod.key, error=str(error)))
             return None
+        with self._lock:
+            self._budgets_read = (now, budgets)
+        return budgets
 
     def preempt_for(self, pod: PodObject, *, claims: ClaimNeed | None = None) -> Victims | str:
         """Standalone preemption for pending ``pod`` that fits nowhere, with its DRA ``claims`` when it has some:

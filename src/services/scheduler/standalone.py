@@ -40,8 +40,8 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 from __future__ import annotations
 
 import collections
+import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +55,7 @@ from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
+from .bindworkers import BindWorkers
 from .commit import CommitError
 from .service import NotLeaderError, SchedulerService
 
@@ -91,9 +92,7 @@ class StandaloneLoop:
             raise InvalidRequestError("bind_workers", bind_workers, "must be at least 1")
         self.service = service
         self.bind_workers = bind_workers
-        self._commits: queue.SimpleQueue[tuple[PodObject, PodAllocation, ClaimNeed | None, str] | None] = \
-            queue.SimpleQueue()  # for the bind workers, which run() runs (then _binding)
-        self._binding = False
+        self._workers = BindWorkers(bind_workers)  # started by run() when bind_workers > 1
         self._in_flight: dict[str, str] = {}  # pod UID → key, for each pod whose commit a bind worker runs
         self.scheduler_name = service.protocol.scheduler_name
         self.clock = clock
@@ -227,12 +226,20 @@ class StandaloneLoop:
         log.info("pod unschedulable", extra=fields(pod=pod.key, reason=reason, retry_in=delay))
 
     def _event(self, pod: PodObject, reason: str, message: str, kind: str) -> None:
-        """Record an Event; best effort: any failure (API, transport, anything) is logged, never raised."""
+        """Record an Event, by a bind worker while they run (the cycle never waits on it); best effort: any failure
+        (API, transport, anything) is logged, never raised."""
+        event = ClusterEvent("Pod", pod.name, reason, message[:1000], namespace=pod.namespace, type=kind, uid=pod.uid)
+        if self._workers.running:
+            self._workers.submit(functools.partial(self._write, event))
+            return
+        self._write(event)
+
+    def _write(self, event: ClusterEvent) -> None:
         try:
-            self.service.cluster.create_event(ClusterEvent("Pod", pod.name, reason, message[:1000],
-                                                           namespace=pod.namespace, type=kind, uid=pod.uid))
+            self.service.cluster.create_event(event)
         except Exception as error:  # an Event is never worth a scheduling failure
-            log.warning("event not recorded", extra=fields(pod=pod.key, reason=reason, error=str(error)))
+            log.warning("event not recorded", extra=fields(pod=f"{event.namespace}/{event.name}",
+                                                           reason=event.reason, error=str(error)))
 
     # ------------------------------------------------------------------ worker
     def attempt(self, pod: PodObject) -> bool:
@@ -283,19 +290,18 @@ class StandaloneLoop:
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {allocation.node}", "Normal")
         return True
 
-    def _bind_worker(self) -> None:
-        """A bind worker: commit what the loop hands over until it is handed None."""
-        while (item := self._commits.get()) is not None:
-            pod, allocation, claims, nominated = item
-            try:
-                self._commit(pod, allocation, claims, nominated)
-            except Exception as error:  # one pod's failure is that pod's
-                log.exception("commit failed", extra=fields(pod=pod.key))
-                self._fail(pod, f"internal error: {error}")
-            finally:
-                with self._cond:
-                    self._in_flight.pop(pod.uid, None)
-                    self._cond.notify_all()
+    def _commit_job(self, pod: PodObject, allocation: PodAllocation, claims: ClaimNeed | None, nominated: str
+                    ) -> None:
+        """:meth:`_commit` on a bind worker; an unexpected error backs the pod off."""
+        try:
+            self._commit(pod, allocation, claims, nominated)
+        except Exception as error:  # one pod's failure is that pod's
+            log.exception("commit failed", extra=fields(pod=pod.key))
+            self._fail(pod, f"internal error: {error}")
+        finally:
+            with self._cond:
+                self._in_flight.pop(pod.uid, None)
+                self._cond.notify_all()
 
     def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
         """Preemption for ``pod`` (module docstring): nominate it, mark the victims ``DisruptionTarget`` and delete
@@ -350,11 +356,8 @@ class StandaloneLoop:
         threads when above 1 (ended before this returns). ``poll``: longest wait (s) for a due pod. Survives any
         exception: logged, then a pause of :data:`ERROR_BACKOFF` s doubling to :data:`MAX_ERROR_BACKOFF` s."""
         pause = ERROR_BACKOFF
-        workers = [threading.Thread(target=self._bind_worker, name=f"ljrk-bind-{n}", daemon=True)
-                   for n in range(self.bind_workers if self.bind_workers > 1 else 0)]
-        for worker in workers:
-            worker.start()
-        self._binding = bool(workers)
+        if self.bind_workers > 1:
+            self._workers.start()
         try:
             while not stop.is_set():
                 try:
@@ -365,11 +368,7 @@ class StandaloneLoop:
                     stop.wait(pause)
                     pause = min(pause * 2, MAX_ERROR_BACKOFF)
         finally:
-            self._binding = False
-            for _ in workers:
-                self._commits.put(None)  # after every commit handed over
-            for worker in workers:
-                worker.join()
+            self._workers.stop()  # after every commit and Event handed over
 
     def _round(self, stop: threading.Event, poll: float) -> None:
         if not self.service.serving:
@@ -383,7 +382,7 @@ class StandaloneLoop:
         if pod is None:
             return
         try:
-            if not self._binding:
+            if not self._workers.running:
                 self.attempt(pod)
                 return
             if self.service.committed(pod.uid):
@@ -396,4 +395,4 @@ class StandaloneLoop:
         if placed is not None:
             with self._cond:
                 self._in_flight[pod.uid] = pod.key
-            self._commits.put((pod, *placed))
+            self._workers.submit(functools.partial(self._commit_job, pod, *placed))
