@@ -237,3 +237,18 @@ def test_a_bound_pod_without_mig_resources_leaves_no_mig_reservation_behind() ->
     sync.on_pod(make_pod("p", node="n1", phase=PodPhase.RUNNING))
     assert sync.books.record("p") is None
     assert sync.books.reservation("p") is None
+
+
+def test_an_event_older_than_the_claim_last_seen_changes_nothing() -> None:
+    sync = make_sync(make_node("n1"))
+    written = attrs.evolve(claim(("gpu-0", {})), resource_version="12")  # our write's answer, booked first
+    sync.on_claim(written)
+    sync.on_claim(attrs.evolve(written, results=(), resource_version="11"))  # the informer: before the write
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    assert schedule_whole(sync) == "n1"  # GPU 1 only: GPU 0 stays the claim's
+    sync.on_claim(attrs.evolve(written, results=(), resource_version="13"))  # deallocated since
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    opaque = attrs.evolve(written, uid="c2", name="other", resource_version="a")
+    sync.on_claim(opaque)
+    sync.on_claim(attrs.evolve(opaque, results=(), resource_version="b"))  # not numbers: applied
+    assert used(sync, "n1") == [(0, 0), (0, 0)]

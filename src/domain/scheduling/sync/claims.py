@@ -40,7 +40,7 @@ from domain.dra.booking import (
     node_results,
 )
 from domain.dra.claims import ClaimAllocation
-from domain.kube.objects import PodObject
+from domain.kube.objects import PodObject, older_version
 from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
@@ -172,7 +172,13 @@ class ClaimEvents(LedgerEvents):
     @checks_books
     def on_claim(self, claim: ClaimAllocation) -> None:
         """Claim added or updated: book what its allocation holds of our driver, release what it no longer holds;
-        idempotent. A new UID under a known ``namespace/name`` releases the old one first."""
+        idempotent. A new UID under a known ``namespace/name`` releases the old one first. An event older than the
+        claim as last seen (the informer delivering, after our write's answer, the claim as it was before the
+        write) changes nothing: applying it would release the allocation and book it again later, counting its GPUs
+        twice in between if a pod took them."""
+        seen = self._seen.get(claim.key)
+        if seen is not None and seen.uid == claim.uid and older_version(claim.resource_version, seen.resource_version):
+            return
         self._seen[claim.key] = claim
         previous = self._claim_uid_by_key.get(claim.key)
         if previous is not None and previous != claim.uid:

@@ -12,11 +12,7 @@ from collections.abc import Sequence
 from domain.dra.inventory import SliceInventory, slice_inventory
 from domain.dra.slices import ResourceSlice
 from domain.gpu import Gpu
-
-
-def _newer(held: str, event: str) -> bool:
-    return held.isdigit() and event.isdigit() and int(held) > int(event)
-
+from domain.kube.objects import older_version
 
 CLAIMS_ONLY = ("GPUs published by the DRA driver only (no device plugin): pods get them through ResourceClaims, "
                "not the classic GPU resources (docs/migrate.md)")
@@ -46,8 +42,8 @@ class DraSlices:
         held under that name (both resourceVersions numbers, the held one greater: the slice was re-created since,
         as the kubelet's wipe and our driver's repair do) is ignored."""
         node = self._node_of.get(resource_slice.name)
-        if node is None or _newer(self._by_node[node][resource_slice.name].resource_version,
-                                  resource_slice.resource_version):
+        if node is None or older_version(resource_slice.resource_version,
+                                         self._by_node[node][resource_slice.name].resource_version):
             return set()
         return self._forget(resource_slice.name)
 
