@@ -248,7 +248,7 @@ def test_an_event_older_than_the_claim_last_seen_changes_nothing() -> None:
     assert schedule_whole(sync) == "n1"  # GPU 1 only: GPU 0 stays the claim's
     sync.on_claim(attrs.evolve(written, results=(), resource_version="13"))  # deallocated since
     assert used(sync, "n1") == [(0, 0), (0, 0)]
-    opaque = attrs.evolve(written, uid="c2", name="other", resource_version="a")
+    opaque = attrs.evolve(written, uid="c2", name="other", resource_version="b")
     sync.on_claim(opaque)
-    sync.on_claim(attrs.evolve(opaque, results=(), resource_version="b"))  # not numbers: applied
+    sync.on_claim(attrs.evolve(opaque, results=(), resource_version="a"))  # not numbers: never older, applied
     assert used(sync, "n1") == [(0, 0), (0, 0)]

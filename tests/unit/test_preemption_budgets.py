@@ -6,6 +6,8 @@ violations of the set it returns."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from adapters.memory.disruption_budgets import InMemoryDisruptionBudgets
@@ -164,7 +166,8 @@ def test_the_extender_answers_the_violation_free_set_within_the_proposal_with_it
     assert reply == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": a.uid}], "NumPDBViolations": 1}}}
 
 
-def test_standalone_preemptions_within_a_second_reuse_one_budget_listing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_standalone_preemptions_within_a_second_reuse_one_budget_listing_until_one_evicts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from services.scheduler import preempting
 
     budgets = InMemoryDisruptionBudgets()
@@ -178,18 +181,29 @@ def test_standalone_preemptions_within_a_second_reuse_one_budget_listing(monkeyp
 
     budgets.list_budgets = counted  # type: ignore[method-assign]
     now = [1000.0]
-    monkeypatch.setattr(preempting.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(preempting, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     w, _, _ = cluster_with(budgets)
     template = make_pod("template", core="80", mem="1")
-    pod = w.cluster.create_pod(PodObject("", "default", "hi", containers=template.containers, priority=1000,
-                                         scheduler_name=w.service.protocol.scheduler_name))
-    w.service.on_pod(pod)
+
+    def pending(name: str, priority: int) -> PodObject:
+        pod = w.cluster.create_pod(PodObject("", "default", name, containers=template.containers, priority=priority,
+                                             scheduler_name=w.service.protocol.scheduler_name))
+        w.service.on_pod(pod)
+        return pod
+
+    low, high = pending("low", 1), pending("high", 1000)
     loop = StandaloneLoop(w.service)
-    for step in (0, preempting.BUDGETS_TTL / 2):  # two preemption attempts within the TTL: one listing
-        now[0] += step
-        assert loop.attempt(pod) is False
-    assert [p.name for p in w.cluster.list_pods().items if p.deletion_timestamp is not None] == ["b"]  # a spared
+    for _ in range(2):  # no victim for it: one listing serves both attempts
+        now[0] += 0.1
+        assert loop.attempt(low) is False
     assert len(listings) == 1
-    now[0] += preempting.BUDGETS_TTL
-    assert loop.attempt(pod) is False
+    now[0] += 0.1
+    assert loop.attempt(high) is False  # reuses the listing (a protected), evicts b: the budgets change
+    assert [p.name for p in w.cluster.list_pods().items if p.deletion_timestamp is not None] == ["b"]
+    assert len(listings) == 1
+    now[0] += 0.1
+    assert loop.attempt(low) is False  # within the TTL, but after an eviction: listed again
     assert len(listings) == 2
+    now[0] += preempting.BUDGETS_TTL
+    assert loop.attempt(low) is False  # past the TTL: listed again
+    assert len(listings) == 3

@@ -89,6 +89,8 @@ class PreemptionEntries(ServiceUpkeep):
                                       gone=() if earlier is None else earlier.victims)
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
+                if planned.pods:  # evictions to come: the next preemption lists the budgets they change
+                    self._budgets_read = None
             else:
                 self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
             return planned

@@ -29,8 +29,9 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
   the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
   cannot turn retries into a busy loop;
 * with ``bind_workers`` > 1 binding is asynchronous, as kube-scheduler's binding cycle: a cycle reserves the pod's
-  placement and hands its commit (claims, binding, Events) to one of that many threads while the next cycles run,
-  at most that many in flight; the reservation counts until the commit ends (bound, or released on failure);
+  placement and hands its commit (claims, binding) to one of that many threads while the next cycles run, at most
+  that many in flight; the reservation counts until the commit ends (bound, or released on failure); Events go to
+  one more thread, in order, at most :data:`EVENT_BACKLOG` waiting;
 * a standby replica keeps its queue but attempts nothing; only the leader, once its ledger is rebuilt
   (``SchedulerService.serving``), schedules and writes Events;
 * the worker never dies: Events are best effort (any error is logged), and any exception in a round is logged
@@ -50,13 +51,13 @@ from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed
 from domain.errors import InvalidRequestError
 from domain.kube.objects import ClusterEvent, PodObject
-from domain.kube.podconditions import preemption_condition
 from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
 from .bindworkers import BindWorkers
 from .commit import CommitError
+from .evictions import evict
 from .service import NotLeaderError, SchedulerService
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ ERROR_BACKOFF = 0.5
 """Seconds the worker pauses after an unexpected error (doubling while errors repeat)."""
 MAX_ERROR_BACKOFF = 30.0
 """Longest pause after repeated unexpected errors, seconds."""
+EVENT_BACKLOG = 1000
+"""Most Events waiting for the Event thread; more are dropped (client-go's recorder drops past 1000 too)."""
 
 
 class StandaloneLoop:
@@ -92,7 +95,8 @@ class StandaloneLoop:
             raise InvalidRequestError("bind_workers", bind_workers, "must be at least 1")
         self.service = service
         self.bind_workers = bind_workers
-        self._workers = BindWorkers(bind_workers)  # started by run() when bind_workers > 1
+        self._workers = BindWorkers(bind_workers)  # both started by run() when bind_workers > 1
+        self._events = BindWorkers(1, name="events", limit=EVENT_BACKLOG)
         self._in_flight: dict[str, str] = {}  # pod UID → key, for each pod whose commit a bind worker runs
         self.scheduler_name = service.protocol.scheduler_name
         self.clock = clock
@@ -229,8 +233,10 @@ class StandaloneLoop:
         """Record an Event, by a bind worker while they run (the cycle never waits on it); best effort: any failure
         (API, transport, anything) is logged, never raised."""
         event = ClusterEvent("Pod", pod.name, reason, message[:1000], namespace=pod.namespace, type=kind, uid=pod.uid)
-        if self._workers.running:
-            self._workers.submit(functools.partial(self._write, event))
+        if self._events.submit(functools.partial(self._write, event)):
+            return
+        if self._events.running:  # EVENT_BACKLOG Events wait already
+            log.warning("event dropped: too many waiting", extra=fields(pod=pod.key, reason=reason))
             return
         self._write(event)
 
@@ -323,23 +329,7 @@ class StandaloneLoop:
             log.warning("nomination not written", extra=fields(pod=pod.key, node=node, error=str(error)))
         if not planned.pods:
             return f"preemption: nominated to node {node}, waiting for the pods it evicted to terminate"
-        deleted = []
-        condition = preemption_condition(self.scheduler_name)
-        for victim in planned.pods:
-            namespace, _, name = victim.key.partition("/")
-            try:  # as kube-scheduler: no delete without the condition (a Job's podFailurePolicy may read it)
-                self.service.cluster.set_pod_condition(namespace, name, condition, uid=victim.uid)
-            except Exception as error:  # the next attempt chooses again from what is left
-                log.warning("victim not marked DisruptionTarget, not deleted",
-                            extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
-                continue
-            message = f"Preempted by pod {pod.key} (UID {pod.uid}, priority {pod.priority}) on node {node}"
-            self._event(PodObject(victim.uid, namespace, name), "Preempted", message, "Normal")
-            try:
-                self.service.cluster.delete_pod(namespace, name, uid=victim.uid)  # never a namesake
-                deleted.append(victim.key)
-            except Exception as error:  # the next attempt chooses again from what is left
-                log.warning("victim not deleted", extra=fields(pod=victim.key, preemptor=pod.key, error=str(error)))
+        deleted = evict(self.service.cluster, pod, planned, self.scheduler_name, self._event)
         log.info("preempting", extra=fields(pod=pod.key, node=node, victims=deleted))
         evicted = ", ".join(deleted) or "nothing (condition writes or deletes failed)"
         return f"preemption: nominated to node {node}, evicting {evicted}"
@@ -358,6 +348,7 @@ class StandaloneLoop:
         pause = ERROR_BACKOFF
         if self.bind_workers > 1:
             self._workers.start()
+            self._events.start()
         try:
             while not stop.is_set():
                 try:
@@ -368,7 +359,8 @@ class StandaloneLoop:
                     stop.wait(pause)
                     pause = min(pause * 2, MAX_ERROR_BACKOFF)
         finally:
-            self._workers.stop()  # after every commit and Event handed over
+            self._workers.stop()  # after every commit handed over, then every Event
+            self._events.stop()
 
     def _round(self, stop: threading.Event, poll: float) -> None:
         if not self.service.serving:
@@ -395,4 +387,6 @@ class StandaloneLoop:
         if placed is not None:
             with self._cond:
                 self._in_flight[pod.uid] = pod.key
-            self._workers.submit(functools.partial(self._commit_job, pod, *placed))
+            job = functools.partial(self._commit_job, pod, *placed)
+            if not self._workers.submit(job):  # stopping: commit here
+                job()
