@@ -31,8 +31,9 @@ from .upkeep import ServiceUpkeep
 log = logging.getLogger(__name__)
 
 BUDGETS_TTL = 1.0
-"""Seconds a PodDisruptionBudgets listing serves later preemptions (kube-scheduler reads them from an informer's
-cache, as stale), so that at saturation every failing pod's attempt does not wait on one more LIST."""
+"""Seconds a PodDisruptionBudgets listing serves the standalone loop's later preemptions, until one of them evicts
+pods (kube-scheduler reads budgets from an informer's cache, which lags too), so that at saturation every failing
+pod's attempt does not wait on one more LIST."""
 
 
 class PreemptionEntries(ServiceUpkeep):

@@ -230,8 +230,8 @@ class StandaloneLoop:
         log.info("pod unschedulable", extra=fields(pod=pod.key, reason=reason, retry_in=delay))
 
     def _event(self, pod: PodObject, reason: str, message: str, kind: str) -> None:
-        """Record an Event, by a bind worker while they run (the cycle never waits on it); best effort: any failure
-        (API, transport, anything) is logged, never raised."""
+        """Record an Event, on the Event thread while the bind workers run (the cycle never waits on it; past
+        :data:`EVENT_BACKLOG` waiting it is dropped); best effort: any failure is logged, never raised."""
         event = ClusterEvent("Pod", pod.name, reason, message[:1000], namespace=pod.namespace, type=kind, uid=pod.uid)
         if self._events.submit(functools.partial(self._write, event)):
             return
