@@ -5,21 +5,20 @@ A pod with DRA claims preempts with what its unallocated claims ask (:mod:`.clai
 allocated claims pin it to when they do; a victim frees, besides its own GPUs, those of the claims reserved for it
 alone (:meth:`domain.scheduling.sync.claims.ClaimEvents.claims_held`): deleting it ends its claims' only
 reservation, and kube-controller-manager's resourceclaim controller then deallocates them (a claim shared with
-another pod frees nothing). PodDisruptionBudgets are listed outside the lock, at most once per
-:data:`BUDGETS_TTL` for the standalone loop (its later preemptions reuse the listing), once per ``preempt`` verb
-in extender mode.
+another pod frees nothing). PodDisruptionBudgets are listed outside the lock: once per ``preempt`` verb in extender
+mode, and in standalone mode only for a pod some victim set makes fit.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 
 from domain.dra.allocate import ClaimNeed
 from domain.errors import InvalidRequestError, UnknownPolicyError
 from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import PodObject
+from domain.request import PodRequest
 from domain.scheduling.preemption.victims import Victims
 from ports.cluster import ClusterError
 from services._shared.logs import fields
@@ -30,10 +29,7 @@ from .upkeep import ServiceUpkeep
 
 log = logging.getLogger(__name__)
 
-BUDGETS_TTL = 1.0
-"""Seconds a PodDisruptionBudgets listing serves the standalone loop's later preemptions, until one of them evicts
-pods (kube-scheduler reads budgets from an informer's cache, which lags too), so that at saturation every failing
-pod's attempt does not wait on one more LIST."""
+
 
 
 class PreemptionEntries(ServiceUpkeep):
@@ -45,53 +41,59 @@ class PreemptionEntries(ServiceUpkeep):
         serving answers with no node. Never raises for bad pod content; changes nothing."""
         if not self.serving:
             return {}
-        budgets = self._list_budgets(pod, reuse=False)
+        budgets = self._list_budgets(pod)
         with self._lock:
             return minimise(self.sync, pod, proposals, budgets=budgets)
 
-    def _list_budgets(self, pod: PodObject, *, reuse: bool = True) -> list[DisruptionBudget] | None:
-        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call, outside the lock, unless
-        ``reuse`` and a listing less than :data:`BUDGETS_TTL` s old is held); None when none are read (no port, or
-        the list failed: logged)."""
+    def _list_budgets(self, pod: PodObject) -> list[DisruptionBudget] | None:
+        """The cluster's PodDisruptionBudgets for one preemption of ``pod`` (an API call: outside the lock); None
+        when none are read (no port, or the list failed: logged)."""
         if self.budgets is None:
             return None
-        now = time.monotonic()
-        with self._lock:
-            read = self._budgets_read
-        if reuse and read is not None and 0 <= now - read[0] < BUDGETS_TTL:
-            return read[1]
         try:
-            budgets = self.budgets.list_budgets()
+            return self.budgets.list_budgets()
         except ClusterError as error:
             log.warning("PodDisruptionBudgets not read: preempting as if none protected a pod",
                         extra=fields(pod=pod.key, error=str(error)))
             return None
-        with self._lock:
-            self._budgets_read = (now, budgets)
-        return budgets
+
+    def _plan(self, pod: PodObject, claims: ClaimNeed | None,
+              budgets: Sequence[DisruptionBudget]) -> tuple[PodRequest, Victims | str] | str:
+        """Under the lock: ``pod``'s request (with its claims' asks) and the victim set :func:`plan_preemption`
+        chooses with ``budgets``, or why the request cannot be read."""
+        try:
+            request = self.sync.requests.get(pod)
+            request = request if claims is None else claims.request(request)
+            scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
+        except (InvalidRequestError, UnknownPolicyError) as error:
+            return str(error)
+        earlier = self.nominations.get(pod.uid)
+        return request, plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
+                                        budgets=budgets, only=None if claims is None else claims.node,
+                                        kept_claims=() if claims is None else [c.uid for c in claims.shared],
+                                        gone=() if earlier is None else earlier.victims)
 
     def preempt_for(self, pod: PodObject, *, claims: ClaimNeed | None = None) -> Victims | str:
         """Standalone preemption for pending ``pod`` that fits nowhere, with its DRA ``claims`` when it has some:
         the victim set chosen (and the pod nominated to its node, with the hold) or why there is none
         (:func:`.nominations.plan_preemption`; the pod's nomination, if any, then ends). Victims with empty
-        ``pods``: wait for the terminating ones. Never raises for bad pod content."""
-        budgets = self._list_budgets(pod) or ()
+        ``pods``: wait for the terminating ones. Never raises for bad pod content. The budgets are listed only when
+        some victim set makes the pod fit (they choose among victim sets, they never make one fit), so a pod that
+        no eviction can help costs no API call."""
         with self._lock:
-            try:
-                request = self.sync.requests.get(pod)
-                request = request if claims is None else claims.request(request)
-                scheduler = self.schedulers.get(self.schedulers.policy_for(pod))
-            except (InvalidRequestError, UnknownPolicyError) as error:
-                return str(error)
-            earlier = self.nominations.get(pod.uid)
-            planned = plan_preemption(self.sync, scheduler, pod, request, held=self.nominations.held_for(pod),
-                                      budgets=budgets, only=None if claims is None else claims.node,
-                                      kept_claims=() if claims is None else [c.uid for c in claims.shared],
-                                      gone=() if earlier is None else earlier.victims)
+            first = self._plan(pod, claims, ())
+        if isinstance(first, str):
+            return first
+        if isinstance(first[1], Victims) and self.budgets is not None:
+            budgets = self._list_budgets(pod) or ()
+            with self._lock:
+                first = self._plan(pod, claims, budgets)
+            if isinstance(first, str):
+                return first
+        request, planned = first
+        with self._lock:
             if isinstance(planned, Victims):
                 self.nominations.add(pod, request, planned)
-                if planned.pods:  # evictions to come: the next preemption lists the budgets they change
-                    self._budgets_read = None
             else:
                 self.nominations.end(pod.uid)  # no victim set makes it fit anywhere: no node is held for it
             return planned

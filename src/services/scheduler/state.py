@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from domain.errors import UnknownNodeError
-from domain.kube.budgets import DisruptionBudget
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.ledger import ClusterLedger, GpuUsage
@@ -60,10 +59,9 @@ class ServiceState:
     ) -> None:
         self.cluster = cluster
         self.budgets = budgets
-        """PodDisruptionBudgets, listed for preemptions (outside the lock; a listing serves for
-        :data:`~.preempting.BUDGETS_TTL` s); None = none read (every victim set counts 0 violations in standalone
-        mode, kube-scheduler's number in the extender's answer)."""
-        self._budgets_read: tuple[float, list[DisruptionBudget]] | None = None  # (monotonic s, the listing)
+        """PodDisruptionBudgets, listed for preemptions (outside the lock; :mod:`.preempting`); None = none read
+        (every victim set counts 0 violations in standalone mode, kube-scheduler's number in the extender's
+        answer)."""
         self.claims = claims
         """ResourceClaims listed by resyncs (DRA claims in the books: :mod:`domain.scheduling.sync.claims`); None =
         none counted (no claim informer either)."""
