@@ -43,15 +43,14 @@ from domain.dra.claims import (
     gpu_index,
     mig_device,
     mig_parent_index,
+    mig_placement,
     result_share,
 )
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, MigMode
 from domain.kube.annotations import MigInstanceRecord
-from domain.kube.protocol import dns_profile
 from domain.mig.ledger import MigBooking, MigPodAllocation
 from domain.request import resolve_share
-from domain.runtime.mig import mig_table
 from domain.units import MILLI_PER_GPU
 
 CLAIM_RECORD_PREFIX = "claim:"
@@ -191,15 +190,14 @@ def book_mig_on_node(claim: ClaimAllocation, node: str, results: Sequence[Alloca
         gpu = None if parent is None else by_index.get(parent)
         if gpu is None or gpu.mig_mode is MigMode.DISABLED:
             continue  # not a MIG device on a MIG GPU: the ledger's record (book_on_node) counts it
-        parsed, table = mig_device(result.device), mig_table(gpu)
-        index, name, start = parsed if parsed is not None else (gpu.index, "?", -1)
-        profile = None if table is None else next(
-            (p for p in table.profiles if dns_profile(p.name) == name and start in p.placements), None)
-        if table is None or profile is None:
+        index, name, start = mig_device(result.device) or (gpu.index, "?", -1)
+        placed = mig_placement(gpu, name, start)
+        if placed is None:
             problems.append(f"{ref.label}: MIG device {result.device!r}: GPU {index} ({gpu.model}) has no MIG "
                             "profile and placement of that name (gpu-<index>-mig-<profile in DNS form>-<start>); "
                             "not booked")
             continue
+        table, profile = placed
         listed = any(i.start == start and table.lookup(i.profile) == profile for i in layout.get(index, ()))
         bookings.append(MigBooking(index, profile.name, start, result.request, create=dynamic and not listed))
     if not bookings:

@@ -33,8 +33,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from domain.errors import DomainError, InvalidRequestError
-from domain.gpu import MigMode
+from domain.gpu import Gpu, MigMode
 from domain.kube.protocol import dns_profile, parse_quantity
+from domain.mig.profiles import MigGpuModel, MigProfile
 from domain.runtime.mig import mig_table, same_profile
 from domain.runtime.types import ContainerAllocationRequest, DeviceInfo, PlannedGpu, PlannedMig
 from domain.units import MILLI_PER_GPU
@@ -162,11 +163,11 @@ def _mig(claim: ClaimRef, device: str, by_index: Mapping[int, DeviceInfo]) -> Pl
         raise ClaimPreparationError(f"{claim.label}: device {device!r}: this node has no GPU {index}")
     if info.gpu.mig_mode is not MigMode.ENABLED:
         raise ClaimPreparationError(f"{claim.label}: device {device!r}: GPU {index} is not in MIG mode")
-    table = mig_table(info.gpu)
-    profile = next((p for p in table.profiles if dns_profile(p.name) == name), None) if table else None
-    if profile is None or start not in profile.placements:
+    placed = mig_placement(info.gpu, name, start)
+    if placed is None:
         raise ClaimPreparationError(f"{claim.label}: device {device!r}: GPU {index} ({info.gpu.model}) has no MIG "
                                     f"profile {name!r} placed at memory slice {start}")
+    table, profile = placed
     listed = any(i.start == start and same_profile(i.profile, profile.name, table) for i in info.mig_instances)
     return PlannedMig(index, info.gpu.uuid, profile=profile.name, start=start, create=not listed)
 
@@ -176,6 +177,14 @@ def mig_device(device: str) -> tuple[int, str, int] | None:
     (``gpu-<index>-mig-<profile>-<start>``), None for a name not of that form."""
     match = _MIG_DEVICE.match(device)
     return None if match is None else (int(match.group(1)), match.group(2), int(match.group(3)))
+
+
+def mig_placement(gpu: Gpu, name: str, start: int) -> tuple[MigGpuModel, MigProfile] | None:
+    """``gpu``'s profile table and its profile whose DNS form is ``name`` (:func:`dns_profile`), when that
+    profile may be placed at memory slice ``start``; None otherwise (no table, no such profile, no such start)."""
+    table = mig_table(gpu)
+    profile = None if table is None else next((p for p in table.profiles if dns_profile(p.name) == name), None)
+    return None if table is None or profile is None or start not in profile.placements else (table, profile)
 
 
 def mig_parent_index(device: str) -> int | None:
