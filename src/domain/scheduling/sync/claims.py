@@ -40,8 +40,9 @@ from domain.dra.booking import (
     node_results,
 )
 from domain.dra.claims import ClaimAllocation
-from domain.kube.objects import PodObject, older_version
+from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
+from domain.kube.versions import older_version
 from domain.ledger import ClusterLedger
 from domain.mig.gpu import PlacementMode
 from domain.scheduling.sync.events import LedgerEvents

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from domain.dra.inventory import SliceInventory, slice_inventory
 from domain.dra.slices import ResourceSlice
 from domain.gpu import Gpu
-from domain.kube.objects import older_version
+from domain.kube.versions import older_version
 
 CLAIMS_ONLY = ("GPUs published by the DRA driver only (no device plugin): pods get them through ResourceClaims, "
                "not the classic GPU resources (docs/migrate.md)")
