@@ -188,11 +188,13 @@ def test_live_claim_events_give_the_books_of_a_rebuild_from_the_last_objects(eve
     plan_less = make_pod("inferred", core="30", mem="2", node="n1", phase=PodPhase.RUNNING)
     live.on_pod(plan_less)  # re-inferred on top of the claims after every change
     last: dict[int, ClaimAllocation] = {}
+    deletions: dict[int, int] = {}  # a claim made again after a delete has a new UID, as in Kubernetes
     for number, devices, delete in events:
-        current = claim(*devices, uid=f"u{number}", name=f"c{number}")
+        current = claim(*devices, uid=f"u{number}-{deletions.get(number, 0)}", name=f"c{number}")
         if delete:
             live.on_claim_deleted(current)
             last.pop(number, None)
+            deletions[number] = deletions.get(number, 0) + 1
         else:
             live.on_claim(current)
             last[number] = current
@@ -251,4 +253,36 @@ def test_an_event_older_than_the_claim_last_seen_changes_nothing() -> None:
     opaque = attrs.evolve(written, uid="c2", name="other", resource_version="b")
     sync.on_claim(opaque)
     sync.on_claim(attrs.evolve(opaque, results=(), resource_version="a"))  # not numbers: never older, applied
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+
+
+def test_a_write_answer_arriving_after_the_informers_delete_books_nothing() -> None:
+    sync = make_sync(make_node("n1"))
+    written = attrs.evolve(claim(("gpu-0", {})), resource_version="12")
+    sync.on_claim_deleted(attrs.evolve(written, results=(), resource_version="13"))  # the informer's delete first
+    sync.on_claim(written)  # then our write's answer
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    assert not sync.holds_claim("c1")
+    fresh = sync.rebuild([make_node("n1")], [], claims=[written])  # a listing taken before the delete
+    sync.adopt(fresh)
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    sync.on_claim(written)  # the tombstone survives the adoption
+    assert used(sync, "n1") == [(0, 0), (0, 0)]
+    sync.on_claim(attrs.evolve(written, uid="c9", resource_version="14"))  # a new claim under the name is booked
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+
+
+def test_adopting_a_listing_older_than_a_write_answer_keeps_the_answer() -> None:
+    node = make_node("n1")
+    sync = make_sync(node)
+    before = attrs.evolve(claim(), resource_version="11")  # listed: not allocated yet
+    sync.on_claim(before)
+    written = attrs.evolve(claim(("gpu-0", {})), resource_version="12")  # our write's answer
+    sync.on_claim(written)
+    report = sync.adopt(sync.rebuild([node], [], claims=[before]))
+    assert report.missing == report.extra == report.changed == ()  # nothing drifted: the answer is newer
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    assert schedule_whole(sync) == "n1"  # GPU 1 only
+    newer = attrs.evolve(claim(), resource_version="13")  # deallocated since: the listing wins
+    report = sync.adopt(sync.rebuild([node], [], claims=[newer]))
     assert used(sync, "n1") == [(0, 0), (0, 0)]

@@ -17,9 +17,12 @@ still has to count what they hold, or it would place a classic pod on a GPU a cl
   ResourceSlices): on a node with none yet, a claim only gates it (it is gated for GPU pods anyway) and is not
   reported as a problem;
 * a claim whose allocation goes (deallocated), that leaves our driver, or is deleted (plainly, or by a new UID
-  under its ``namespace/name``) is released; events are idempotent and keyed by UID;
+  under its ``namespace/name``) is released; events are idempotent and keyed by UID; a claim is never booked from
+  an object older than the one last seen (numbered resourceVersions), nor under a UID already deleted (the last
+  :data:`DELETED_KEPT` deletions are remembered: a write's answer can arrive after the informer's delete);
 * after a claim change the node's plan-less pods are re-inferred on top of it, so the books stay a function of the
-  objects; :meth:`domain.scheduling.sync.LedgerSync.rebuild` books the listed claims the same way.
+  objects; :meth:`domain.scheduling.sync.LedgerSync.rebuild` books the listed claims the same way, and adopting a
+  rebuild keeps what the live books saw newer than the listing (:meth:`ClaimEvents.take_newer`).
 
 Not thread-safe: the caller serialises events (as for :class:`~domain.scheduling.sync.events.LedgerEvents`).
 """
@@ -48,6 +51,10 @@ from domain.mig.gpu import PlacementMode
 from domain.scheduling.sync.events import LedgerEvents
 from domain.scheduling.sync.overbooking import checks_books
 
+DELETED_KEPT = 10_000
+"""Deleted claim UIDs a :class:`ClaimEvents` remembers, oldest forgotten first: UIDs are never reused, so only a
+late answer to a write made before the delete can name one, and such an answer comes within one request's time."""
+
 
 class ClaimEvents(LedgerEvents):
     """The claim half of the informer events (module docstring). Public state: ``claim_problems`` (claim
@@ -62,6 +69,7 @@ class ClaimEvents(LedgerEvents):
         self._claim_uid_by_key: dict[str, str] = {}
         self._expected: dict[str, tuple[str, frozenset[str]]] = {}  # claim UID → (pod UID, its ask containers)
         self._seen: dict[str, ClaimAllocation] = {}  # namespace/name → the last object seen, whatever its driver
+        self._deleted: dict[str, None] = {}  # the last DELETED_KEPT deleted claim UIDs, oldest first
         self.claim_problems: dict[str, str] = {}
 
     def _label(self, uid: str) -> str:
@@ -176,7 +184,10 @@ class ClaimEvents(LedgerEvents):
         idempotent. A new UID under a known ``namespace/name`` releases the old one first. An event older than the
         claim as last seen (the informer delivering, after our write's answer, the claim as it was before the
         write) changes nothing: applying it would release the allocation and book it again later, counting its GPUs
-        twice in between if a pod took them."""
+        twice in between if a pod took them. An event for a deleted UID (a write's answer arriving after the
+        informer's delete) changes nothing either."""
+        if claim.uid in self._deleted:
+            return
         seen = self._seen.get(claim.key)
         if seen is not None and seen.uid == claim.uid and older_version(claim.resource_version, seen.resource_version):
             return
@@ -204,13 +215,36 @@ class ClaimEvents(LedgerEvents):
 
     @checks_books
     def on_claim_deleted(self, claim: ClaimAllocation) -> bool:
-        """Claim deleted: release what it held; returns True when it was booked."""
+        """Claim deleted: release what it held, and remember its UID (no later event books it); returns True when
+        it was booked."""
+        self._remember_deleted(claim.uid)
         seen = self._seen.get(claim.key)
         if seen is not None and seen.uid == claim.uid:
             del self._seen[claim.key]
         if self._claim_uid_by_key.get(claim.key) == claim.uid:
             del self._claim_uid_by_key[claim.key]
         return self._drop_claim(claim.uid)
+
+    def _remember_deleted(self, claim_uid: str) -> None:
+        self._deleted.pop(claim_uid, None)
+        self._deleted[claim_uid] = None
+        while len(self._deleted) > DELETED_KEPT:
+            del self._deleted[next(iter(self._deleted))]
+
+    def take_newer(self, live: ClaimEvents) -> None:
+        """This instance was rebuilt from a listing that ``live`` is about to adopt: apply here each claim ``live``
+        saw at a newer resourceVersion than the listing's copy (our writes' answers, applied before the informer
+        delivers them; the adoption refuses listings older than the informers, so nothing else is newer), and
+        release the listed claims whose UID ``live`` saw deleted (``live`` keeps its own deleted UIDs, the same).
+        Without this, adopting the listing would free a claim's GPUs until the informer delivered our write."""
+        for claim_uid in live._deleted:
+            self._remember_deleted(claim_uid)
+        for listed in [c for c in self._seen.values() if c.uid in self._deleted]:
+            self.on_claim_deleted(listed)
+        for key, seen in live._seen.items():
+            copy = self._seen.get(key)
+            if copy is not None and copy.uid == seen.uid:
+                self.on_claim(seen)  # changes nothing unless newer than the listed copy
 
     def _book_claim(self, claim: ClaimAllocation, node: str) -> None:
         """Book ``claim`` on counted ``node`` from its stored results (no re-inference)."""

@@ -312,6 +312,7 @@ class LedgerSync(ClaimEvents):
         fresh._expected = dict(self._expected)
         for claim_uid in [uid for uid in fresh._expected if uid in fresh._claims]:  # listed allocated since
             fresh._hand_over(claim_uid)
+        fresh.take_newer(self)
         report = compare_books(self.ledger, fresh.ledger)
         self._adopt(fresh, report)
         return report
