@@ -94,6 +94,9 @@ class Nominations:
         self._by_uid[pod.uid] = nomination
         return nomination
 
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
     def get(self, uid: str) -> Nomination | None:
         """The nomination of pod ``uid``, if any."""
         return self._by_uid.get(uid)

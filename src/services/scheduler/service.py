@@ -25,6 +25,7 @@ import attrs
 
 from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed, without_asks
+from domain.dra.booking import claim_record_uid
 from domain.dra.claims import ClaimAllocation
 from domain.dra.slices import ResourceSlice
 from domain.errors import DomainError, InvalidRequestError, UnknownPolicyError
@@ -70,6 +71,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
             new = not self._known(node.name)
             if not self.listing.holds_node(node.resource_version):
                 self.sync.on_node(node)
+                self._may_have_room()
             if new and self._known(node.name):
                 self._changed()
             appeared = self.notices.track_protocol(node.name, protocol_mismatches(node, self.protocol))
@@ -98,8 +100,11 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 self.sync.on_pod_deleted(Tombstone(pod.key))  # names ``previous``
                 self._forget(previous)
             held = self.sync.holds.holding(pod.uid)
+            booked = self.sync.ledger.record(pod.uid)
             if not self.listing.holds_pod(pod.resource_version):
                 self.sync.on_pod(pod)
+            if booked is not None and self.sync.ledger.record(pod.uid) != booked:
+                self._may_have_room()  # its booking moved or shrank, say
             unheld = held and not self.sync.holds.holding(pod.uid)  # its devices came: twins may come now
             if pod.node_name or pod.phase.terminal:
                 self._reservations.confirmed(pod.uid)
@@ -140,8 +145,11 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
         with self._lock:
             before = self.sync.claim_problems.get(claim.key)
             held = self.sync.holds_claim(claim.uid)
+            booked = self.sync.ledger.record(claim_record_uid(claim.uid))
             if not self.listing.holds_claim(claim.resource_version):
                 self.sync.on_claim(claim)
+            if booked is not None and self.sync.ledger.record(claim_record_uid(claim.uid)) != booked:
+                self._may_have_room()
             problem = self.sync.claim_problems.get(claim.key)
             if held and not self.sync.holds_claim(claim.uid):
                 self._changed()  # deallocated: capacity may have appeared
@@ -282,9 +290,13 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
         return result
 
     def release(self, uid: str) -> bool:
-        """Drop the reservation of ``uid`` (idempotent); returns True when one existed. Never raises."""
+        """Drop the reservation of ``uid`` (idempotent) and wake waiting pods when one existed (its room is free
+        again, as kube-scheduler's forgetting an assumed pod); returns True when one existed. Never raises."""
         with self._lock:
-            return self._reservations.release(uid)
+            released = self._reservations.release(uid)
+            if released:
+                self._changed()
+            return released
 
     def reservation(self, uid: str) -> PodAllocation | None:
         """The assumed (not yet confirmed) placement of ``uid``, if any."""

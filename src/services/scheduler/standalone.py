@@ -25,9 +25,12 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
   backs off until the deletions wake it. While victims terminate, it evicts nothing more. A nomination the pod
   can no longer use ends and its ``status.nominatedNodeName`` is cleared: when no victim set makes it fit any more
   (its node cordoned, the room taken by a pod of higher priority…) and when it is bound to another node;
-* cluster changes that may make room (node added, pod deleted or finished: :meth:`StandaloneLoop.wake`) move
-  the backed-off pods back to the queue at most once per ``min_wake_interval`` seconds, so a busy cluster
-  cannot turn retries into a busy loop;
+* cluster changes that may make room (node added, pod deleted or finished, a reservation released:
+  :meth:`StandaloneLoop.wake`) move the backed-off pods back to the queue at most once per ``min_wake_interval``
+  seconds, so a busy cluster cannot turn retries into a busy loop; a pod that fitted nowhere and whose backoff
+  ends with nothing changed that may make room (``SchedulerService.room_unchanged_since``) is not tried again but
+  backs off once more (no cycle, no Event; counted in ``skipped``) until its backoff reaches the longest, as
+  kube-scheduler keeps such pods aside until an event may help (or its periodic flush);
 * with ``bind_workers`` > 1 binding is asynchronous, as kube-scheduler's binding cycle: a cycle reserves the pod's
   placement and hands its commit (claims, binding) to one of that many threads while the next cycles run, at most
   that many in flight; the reservation counts until the commit ends (bound, or released on failure); Events go to
@@ -51,13 +54,12 @@ from domain.allocation import PodAllocation
 from domain.dra.allocate import ClaimNeed
 from domain.errors import InvalidRequestError
 from domain.kube.objects import ClusterEvent, PodObject
-from domain.scheduling.preemption.victims import Victims
 from domain.scheduling.sync import Tombstone
 from services._shared.logs import fields
 
 from .bindworkers import BindWorkers
 from .commit import CommitError
-from .evictions import evict
+from .evictions import preempt, unnominate
 from .service import NotLeaderError, SchedulerService
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,8 @@ class StandaloneLoop:
         self._delay: dict[str, float] = {}  # key → last backoff delay (s), kept until the pod is bound
         self._last_wake = -float("inf")
         self._woken: set[str] = set()  # backed-off keys a wake brought forward, until they leave the backoff
-        self.attempts = 0
+        self._futile: dict[str, int] = {}  # key → the service's room_version when the pod last fitted nowhere
+        self.attempts = self.skipped = 0
         service.pod_listeners.append(self.offer)
         service.deletion_listeners.append(self._deleted)
         service.change_listeners.append(self.wake)
@@ -128,6 +131,8 @@ class StandaloneLoop:
                 self._drop(pod.key)
                 return
             known = pod.key in self._pods
+            if known and self._pods[pod.key] != pod:
+                self._futile.pop(pod.key, None)  # a changed pod (tolerations, say) may fit now
             self._pods[pod.key] = pod
             if not known:
                 self._ready[pod.key] = None
@@ -143,6 +148,7 @@ class StandaloneLoop:
         self._backoff.pop(key, None)
         self._woken.discard(key)
         self._delay.pop(key, None)
+        self._futile.pop(key, None)
 
     def wake(self) -> None:
         """Capacity may have appeared: move backed-off pods back to the queue, at most once per
@@ -186,7 +192,7 @@ class StandaloneLoop:
             while not stop.is_set():
                 now = self.clock()
                 for key, due in list(self._backoff.items()):
-                    if due <= now:
+                    if due <= now and not self._no_room_yet(key, now):
                         del self._backoff[key]
                         self._woken.discard(key)
                         self._ready[key] = None
@@ -200,6 +206,19 @@ class StandaloneLoop:
                     return None
                 self._cond.wait(remaining)
             return None
+
+    def _no_room_yet(self, key: str, now: float) -> bool:
+        """Under ``_cond``, for a pod whose backoff just ended: when it fitted nowhere, no wake brought it forward,
+        nothing that may make room happened since, and its backoff is short of the longest, back it off once more
+        and return True (module docstring)."""
+        version, delay = self._futile.get(key), self._delay.get(key, self.max_backoff)
+        if (version is None or key in self._woken or delay >= self.max_backoff
+                or not self.service.room_unchanged_since(version)):
+            return False
+        self._delay[key] = min(delay * 2, self.max_backoff)
+        self._backoff[key] = now + self._delay[key]
+        self.skipped += 1
+        return True
 
     def _highest(self) -> str:
         """The ready key of highest priority, the earliest queued among equals (one pass over the ready pods)."""
@@ -216,10 +235,16 @@ class StandaloneLoop:
         stored = self._pods.get(pod.key)
         return stored is not None and stored.uid == pod.uid
 
-    def _fail(self, pod: PodObject, reason: str) -> None:
+    def _fail(self, pod: PodObject, reason: str, *, no_room_at: int | None = None) -> None:
+        """Back ``pod`` off with a FailedScheduling Event; ``no_room_at``: the service's ``room_version`` before a
+        cycle in which it fitted nowhere (None for any other failure)."""
         with self._cond:
             if not self._current(pod):
                 return
+            if no_room_at is None:
+                self._futile.pop(pod.key, None)
+            else:
+                self._futile[pod.key] = no_room_at
             previous = self._delay.get(pod.key)
             delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
             self._delay[pod.key] = delay
@@ -262,6 +287,7 @@ class StandaloneLoop:
         None after a failure (Event, backoff, preemption)."""
         service = self.service
         self.attempts += 1
+        version = service.room_version  # before the cycle reads the books
         nominated = pod.nominated_node_name or service.nominated_node(pod.uid)
         claims = service.claim_need(pod) if pod.resource_claims else None
         if isinstance(claims, str):
@@ -270,9 +296,11 @@ class StandaloneLoop:
         result = service.schedule_pod(pod, claims=claims)
         if result.allocation is None:
             reason = result.reason
-            if not reason.startswith("invalid request"):
-                reason = f"{reason}; {self._preempt(pod, nominated, claims)}"
-            self._fail(pod, reason)
+            if reason.startswith("invalid request"):
+                self._fail(pod, reason)
+                return None
+            reason = f"{reason}; {preempt(service, pod, nominated, claims, self.scheduler_name, self._event)}"
+            self._fail(pod, reason, no_room_at=version)  # a nomination made keeps it retried (room_unchanged_since)
             return None
         return result.allocation, claims, nominated
 
@@ -292,7 +320,7 @@ class StandaloneLoop:
         with self._cond:
             self._delay.pop(pod.key, None)
         if nominated and nominated != allocation.node:
-            self._unnominate(pod, nominated)
+            unnominate(self.service.cluster, pod, nominated)
         self._event(pod, "Scheduled", f"Successfully assigned {pod.key} to {allocation.node}", "Normal")
         return True
 
@@ -308,38 +336,6 @@ class StandaloneLoop:
             with self._cond:
                 self._in_flight.pop(pod.uid, None)
                 self._cond.notify_all()
-
-    def _preempt(self, pod: PodObject, nominated: str, claims: ClaimNeed | None) -> str:
-        """Preemption for ``pod`` (module docstring): nominate it, mark the victims ``DisruptionTarget`` and delete
-        them gracefully, with an Event on each; returns what happened, for the pod's FailedScheduling Event. When no
-        victim set helps, a nomination (``nominated``: its node, or "") ends and ``status.nominatedNodeName`` is
-        cleared. API failures are logged and said; a victim not marked is not deleted. ``claims``: what the pod's
-        DRA claims ask (:mod:`.claimcycle`)."""
-        planned = self.service.preempt_for(pod, claims=claims)
-        if not isinstance(planned, Victims):
-            if nominated:
-                self._unnominate(pod, nominated)
-                return f"{planned}; nomination to node {nominated} ended"
-            return planned
-        node = planned.node
-        try:
-            if pod.nominated_node_name != node:
-                self.service.cluster.nominate_pod(pod.namespace, pod.name, node)
-        except Exception as error:  # the hold stands in our books; the status field is informative
-            log.warning("nomination not written", extra=fields(pod=pod.key, node=node, error=str(error)))
-        if not planned.pods:
-            return f"preemption: nominated to node {node}, waiting for the pods it evicted to terminate"
-        deleted = evict(self.service.cluster, pod, planned, self.scheduler_name, self._event)
-        log.info("preempting", extra=fields(pod=pod.key, node=node, victims=deleted))
-        evicted = ", ".join(deleted) or "nothing (condition writes or deletes failed)"
-        return f"preemption: nominated to node {node}, evicting {evicted}"
-
-    def _unnominate(self, pod: PodObject, node: str) -> None:
-        """Clear ``pod``'s ``status.nominatedNodeName`` (was ``node``); best effort: a failure is logged."""
-        try:
-            self.service.cluster.nominate_pod(pod.namespace, pod.name, "")
-        except Exception as error:  # the books no longer hold the node; the status field is informative
-            log.warning("nomination not cleared", extra=fields(pod=pod.key, node=node, error=str(error)))
 
     def run(self, stop: threading.Event, *, poll: float = 1.0) -> None:
         """Work until ``stop`` is set, attempting due pods while leading, committing on ``bind_workers`` daemon

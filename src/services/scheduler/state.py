@@ -85,6 +85,8 @@ class ServiceState:
         self.pod_listeners: list[Callable[[PodObject], None]] = []
         self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
         self.change_listeners: list[Callable[[], None]] = []
+        self.room_version = 0
+        """Counts the events that may have made room (:meth:`room_unchanged_since`)."""
         self.schedulers = SchedulerSet(self.sync, protocol, self.config)
         self.listing = ListingFloor()
         """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
@@ -102,8 +104,23 @@ class ServiceState:
         self._reservations.forget(uid)
 
     def _changed(self) -> None:
+        """Capacity may have appeared: wake waiting pods (the listeners)."""
+        self.room_version += 1
         for listener in self.change_listeners:
             listener()
+
+    def _may_have_room(self) -> None:
+        """Something changed that may make room without being worth waking every waiting pod for (a node update,
+        a booking that changed, a resync): pods retried on their own backoff are tried again."""
+        self.room_version += 1
+
+    def room_unchanged_since(self, version: int) -> bool:
+        """True when nothing that may make room happened since :attr:`room_version` was ``version``: no wake, no
+        node event, no booking of a bound pod or claim changed, no resync, no gate lifted, no reservation released,
+        and no nomination or admission hold exists (those end by time or by decisions of their own). A pod that
+        found no room then finds none now. Reads without the lock (an int and two sizes), so a caller holding
+        its own lock may ask."""
+        return self.room_version == version and not len(self.nominations) and not len(self.sync.holds)
 
     # ------------------------------------------------------------------ views
     @contextmanager

@@ -32,6 +32,8 @@ class ServiceUpkeep(ServiceState):
         came); returns their UIDs."""
         with self._lock:
             expired = self._reservations.expire(self.config.assumed_ttl_seconds)
+            if expired:
+                self._changed()
         for uid in expired:
             log.info("reservation expired", extra=fields(pod_uid=uid, ttl=self.config.assumed_ttl_seconds))
         return expired
@@ -40,7 +42,10 @@ class ServiceUpkeep(ServiceState):
         """Re-check inventory staleness (no node event comes when a device plugin dies), expire reservations and
         report book problems (:mod:`.alerts`)."""
         with self._lock:
+            gated = set(self.sync.gates)
             self.sync.tick()
+            if gated - set(self.sync.gates):
+                self._may_have_room()  # a gate lapsed (an inventory no longer dated in the future, say)
         self.expire_assumed()
         with self._lock:
             events = self.alerts.collect(self.sync)  # a lapsed reservation may have ended an over-booking
@@ -74,6 +79,7 @@ class ServiceUpkeep(ServiceState):
                 if not behind:
                     held = set(self.sync.holds.holders())
                     report = self.sync.adopt(fresh)
+                    self._may_have_room()
                     self.schedulers.reobserve(pods.items)
                     self._adopted(pods.items)
                     if held - set(self.sync.holds.holders()):

@@ -112,6 +112,10 @@ class AdmissionHolds:
         """Whether pod ``uid`` holds a node now (lapsed or not)."""
         return uid in self._holders
 
+    def __len__(self) -> int:
+        """Holders, lapsed ones included."""
+        return len(self._holders)
+
     def holders(self) -> dict[str, str]:
         """``{pod uid: node}`` of every holder, lapsed ones included (for tests and diagnostics)."""
         return {uid: holder.node for uid, holder in self._holders.items()}
