@@ -35,6 +35,7 @@ from k8s_harness import ControlPlane, find_binary, free_ports, scheduler_configu
 from kubelet_harness import RealNode
 from kubernetes import client
 from real_node_world import (
+    ENV_END,
     PROTOCOL,
     NodeStack,
     Pods,
@@ -198,15 +199,15 @@ class DraNodeStack(NodeStack):
 
 @contextlib.contextmanager
 def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str,
-              hami_library: Path | None = None) -> Iterator[DraNodeStack]:
-    """The Runtime on ``gpus`` and ``ljrk dra-driver``, once kubelet registered the driver and the node's slices
-    are published; both stopped and the work folder removed afterwards. ``hami_library``: a file the Runtime
-    mounts as HAMi-core's library (``--hami-core-library``), and the driver lets through with the Runtime's preload
-    list (``--hami-core-library``, ``--hami-preload-file``)."""
+              hami_library: Path | None = None, runtime_args: Sequence[str] = ()) -> Iterator[DraNodeStack]:
+    """The Runtime on ``gpus`` (with ``runtime_args``) and ``ljrk dra-driver``, once kubelet registered the driver
+    and the node's slices are published; both stopped and the work folder removed afterwards. ``hami_library``: a
+    file the Runtime mounts as HAMi-core's library (``--hami-core-library``), and the driver lets through with the
+    Runtime's preload list (``--hami-core-library``, ``--hami-preload-file``)."""
     world = DraNodeStack(node, plane, Path(tempfile.mkdtemp(prefix="ljrk-dra-", dir="/tmp")))
     try:
         if hami_library is None:
-            world.start_runtime(gpus)
+            world.start_runtime(gpus, *runtime_args)
             world.start_dra_driver()
         else:
             world.start_runtime(gpus, "--hami-core-library", str(hami_library))
@@ -222,18 +223,19 @@ def dra_stack(node: RealNode, plane: ControlPlane, api: Any, gpus: str,
 
 @contextlib.contextmanager
 def dra_world(node: RealNode, plane: ControlPlane, api: Any, gpus: str, *extra: str,
-              hami_library: Path | None = None) -> Iterator[DraNodeStack]:
+              hami_library: Path | None = None, runtime_args: Sequence[str] = (),
+              scheduler_args: Sequence[str] = ()) -> Iterator[DraNodeStack]:
     """A test module's world: the shipped DeviceClasses applied, :func:`dra_control` and :func:`dra_stack` on
-    ``gpus`` (with ``hami_library``), plus the ``extra`` components of the node (``device-plugin``, ``scheduler``:
-    ours, standalone)."""
+    ``gpus`` (with ``hami_library``, ``runtime_args``), plus the ``extra`` components of the node
+    (``device-plugin``, ``scheduler``: ours, standalone, with ``scheduler_args``)."""
     apply_device_classes(plane)
     workdir = Path(tempfile.mkdtemp(prefix="ljrk-dractl-", dir="/tmp"))
     try:
-        with dra_control(plane, workdir), dra_stack(node, plane, api, gpus, hami_library) as world:
+        with dra_control(plane, workdir), dra_stack(node, plane, api, gpus, hami_library, runtime_args) as world:
             if "device-plugin" in extra:
                 world.start_device_plugin()
             if "scheduler" in extra:
-                world.start_scheduler("standalone")
+                world.start_scheduler("standalone", None, *scheduler_args)
             yield world
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -256,6 +258,22 @@ def claims_in_new_namespace(api: Any, node: RealNode, world: DraNodeStack) -> It
             eventually(lambda: not helper.names(), 90, "claims deleted (deallocated and un-finalized)")
             eventually(lambda: not world.book() and not held.cdi_uids() and not held.checkpoint(), 60,
                        "no claim left on the node")
+
+
+def our_pod(claims: Claims, entries: list[dict[str, str]], priority_class: str = "", *,
+            linger_s: int = 0) -> str:
+    """A pod for our scheduler on the node whose container uses the pod claims ``entries``; ``linger_s``: its
+    container ignores SIGTERM and the pod stays Terminating that long when deleted."""
+    main = container("main")
+    manifest = pod_manifest(unique("sa"), [main], scheduler=PROTOCOL.scheduler_name)
+    if priority_class:
+        manifest["spec"]["priorityClassName"] = priority_class
+    if linger_s:
+        main["command"] = ["sh", "-c", f"trap '' TERM; env; echo {ENV_END}; sleep 3600"]
+        manifest["spec"]["terminationGracePeriodSeconds"] = linger_s
+    manifest["spec"]["resourceClaims"] = entries
+    main["resources"]["claims"] = [{"name": e["name"]} for e in entries]
+    return claims.pods.create(manifest)
 
 
 def slices(api: Any, node: str) -> list[Any]:

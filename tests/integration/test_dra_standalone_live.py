@@ -43,11 +43,12 @@ from dra_live_world import (
     dra_world,
     expected_limits,
     gpu_limits,
+    our_pod,
 )
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
 from kubernetes import client
-from real_node_world import ENV_END, PROTOCOL, container, pod_manifest, unique
+from real_node_world import PROTOCOL, container, pod_manifest, unique
 
 from domain.kube.protocol import parse_quantity
 from support.polling import eventually
@@ -72,22 +73,6 @@ def claims(kubelet_api: Any, real_node: RealNode, stack: DraNodeStack) -> Iterat
     """Claims and pods in a new namespace, cleaned up afterwards (:func:`claims_in_new_namespace`)."""
     with claims_in_new_namespace(kubelet_api, real_node, stack) as helper:
         yield helper
-
-
-def our_pod(claims: Claims, entries: list[dict[str, str]], priority_class: str = "", *,
-            linger_s: int = 0) -> str:
-    """A pod for our scheduler on the node whose container uses the pod claims ``entries``; ``linger_s``: its
-    container ignores SIGTERM and the pod stays Terminating that long when deleted."""
-    main = container("main")
-    manifest = pod_manifest(unique("sa"), [main], scheduler=OURS)
-    if priority_class:
-        manifest["spec"]["priorityClassName"] = priority_class
-    if linger_s:
-        main["command"] = ["sh", "-c", f"trap '' TERM; env; echo {ENV_END}; sleep 3600"]
-        manifest["spec"]["terminationGracePeriodSeconds"] = linger_s
-    manifest["spec"]["resourceClaims"] = entries
-    main["resources"]["claims"] = [{"name": e["name"]} for e in entries]
-    return claims.pods.create(manifest)
 
 
 def test_a_share_claim_allocated_by_us_runs_with_that_share(claims: Claims, stack: DraNodeStack) -> None:
