@@ -193,7 +193,7 @@ class OurScheduler:
     """``ljrk scheduler --mode standalone`` as a child process (this interpreter, ``src`` of this tree first)."""
 
     def __init__(self, kubeconfig: Path, protocol: Path, policy: str, port: int, log: Path, *,
-                 bind_workers: int = 4) -> None:
+                 bind_workers: int = 16) -> None:
         self.url = f"http://127.0.0.1:{port}"
         src = str(Path(__file__).resolve().parents[1] / "src")
         argv = [sys.executable, "-c", f"import sys; sys.path.insert(0, {src!r}); from entrypoints.cli import main; "

@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="pods created per s (0: as fast as possible)")
     parser.add_argument("--settle", type=float, default=15.0, help="s without a binding that end a phase")
     parser.add_argument("--timeout", type=float, default=900.0, help="longest phase, s (default: 900)")
-    parser.add_argument("--bind-workers", type=int, default=4,
+    parser.add_argument("--bind-workers", type=int, default=16,
                         help="our scheduler's --bind-workers: pods bound at once (default: %(default)s)")
     parser.add_argument("--kube-scheduler-qps", type=float, default=50.0, help="(default: 50, its own default)")
     parser.add_argument("--record", type=Path, metavar="FILE", help="write the figures as this run's table row")

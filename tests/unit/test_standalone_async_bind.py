@@ -149,7 +149,7 @@ def test_bind_workers_are_counted_from_one_and_reach_the_loop_from_the_command_l
     with pytest.raises(InvalidRequestError, match="bind_workers"):
         StandaloneLoop(w.service, bind_workers=0)
     argv = ["--mode", "standalone", "--listen", "127.0.0.1:0"]
-    assert settings_from_args(build_parser().parse_args(argv)).bind_workers == 4
+    assert settings_from_args(build_parser().parse_args(argv)).bind_workers == 16
     assert settings_from_args(build_parser().parse_args([*argv, "--bind-workers", "1"])).bind_workers == 1
     with pytest.raises(Exception, match="bind_workers=65"):
         SchedulerSettings(mode="standalone", bind_workers=65)

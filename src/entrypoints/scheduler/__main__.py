@@ -107,9 +107,9 @@ CLI = cli(
          help="a pod asking for 2 or more whole GPUs goes only to the nodes where its GPUs are best connected "
          "(NVLink, then one PCIe root, then one NUMA node, of the nodes reporting a topology), and the policy "
          "chooses among those; default: topology only settles ties between the policy's best nodes"),
-    flag("--bind-workers", type=int, default=4, metavar="N",
+    flag("--bind-workers", type=int, default=16, metavar="N",
          help="standalone mode: bind up to N pods at once (claim writes and binding run on N threads while the next "
-         "pods are scheduled, as kube-scheduler binds asynchronously); 1..64, 1 = one pod at a time (default: 4)"),
+         "pods are scheduled, as kube-scheduler binds asynchronously); 1..64, 1 = one pod at a time (default: 16)"),
     flag("--no-dra-claims", setting="dra_claims", action="store_false",
          help="do not watch ResourceClaims and ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34+): the books then "
          "do not count DRA allocations of our driver (default: watched where the API server serves that API)"),

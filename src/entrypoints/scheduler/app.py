@@ -130,7 +130,7 @@ class SchedulerSettings:
     insecure_listen: bool = False
     dra_claims: bool = True
     gpu_topology_first: bool = False
-    bind_workers: int = 4
+    bind_workers: int = 16
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
