@@ -286,3 +286,38 @@ def test_adopting_a_listing_older_than_a_write_answer_keeps_the_answer() -> None
     newer = attrs.evolve(claim(), resource_version="13")  # deallocated since: the listing wins
     report = sync.adopt(sync.rebuild([node], [], claims=[newer]))
     assert used(sync, "n1") == [(0, 0), (0, 0)]
+
+
+def test_a_claim_made_after_the_listing_and_written_by_us_survives_the_adoption() -> None:
+    node = make_node("n1")
+    sync = make_sync(node)
+    listing = sync.rebuild([node], [], claims=[])  # claims listed at 10: the claim did not exist yet
+    written = attrs.evolve(claim(("gpu-0", {})), resource_version="12")  # made at 11, read with a GET, written at 12
+    sync.on_claim(written)
+    sync.adopt(listing, claims_listed_at="10")
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    gone = attrs.evolve(claim(("gpu-1", {}), uid="c7", name="gone"), resource_version="9")
+    sync.on_claim(gone)  # deleted before the listing at 10; the informer's delete is late
+    sync.adopt(sync.rebuild([node], [], claims=[written]), claims_listed_at="10")
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]  # the listing stands for it
+
+
+def test_a_claim_made_again_under_its_name_after_the_listing_keeps_our_write() -> None:
+    node = make_node("n1")
+    sync = make_sync(node)
+    old = attrs.evolve(claim(), resource_version="5")
+    sync.on_claim(old)
+    listing = sync.rebuild([node], [], claims=[old])  # listed at 10
+    sync.on_claim(attrs.evolve(claim(("gpu-0", {}), uid="c2"), resource_version="13"))
+    sync.adopt(listing, claims_listed_at="10")
+    assert used(sync, "n1") == [(1000, GPU16), (0, 0)]
+    assert sync.holds_claim("c2")
+
+
+def test_with_unnumbered_versions_the_listing_repairs_the_claim_books() -> None:
+    node = make_node("n1")
+    sync = make_sync(node)
+    sync.on_claim(attrs.evolve(claim(("gpu-0", {})), resource_version="a"))  # live: allocated
+    listed = attrs.evolve(claim(), resource_version="b")  # the listing: deallocated (an event the informer missed)
+    sync.adopt(sync.rebuild([node], [], claims=[listed]), claims_listed_at="c")
+    assert used(sync, "n1") == [(0, 0), (0, 0)]

@@ -149,7 +149,13 @@ def test_a_failed_binding_rolls_the_claims_back() -> None:
     w.claim("c", share())
     pod = w.pod("p", PodClaim("g", claim_name="c"))
     w.cluster.bind_failures.append(UnavailableError("API server down"))
+    heard: list[tuple[str, str]] = []
+    w.service.claim_listeners.append(lambda namespace, name: heard.append((namespace, name)))
+    rolled_back: list[int] = []
+    w.service.room_listeners.append(lambda: rolled_back.append(1))
     assert not w.loop.attempt(pod)
+    assert heard == [("default", "c"), ("default", "c")]  # allocated by us, then rolled back
+    assert rolled_back  # the room the claim held counts as given back
     stored = w.claims.get("default", "c")
     assert stored is not None
     assert not stored.allocated

@@ -156,8 +156,10 @@ def test_the_device_plugins_annotation_wins_where_both_publish() -> None:
 
 def test_deleted_slices_keep_the_gpus_last_published_and_gate_the_node() -> None:
     w = dra_world()
+    version = w.service.room_version
     for resource_slice in node_slices("n1", info(0), info(1)):
         w.service.on_slice_deleted(resource_slice)
+    assert not w.service.room_unchanged_since(version)  # its node was read again: pods kept aside are tried
     with w.service.books() as books:
         assert "no GPU inventory annotation" in books.gates["n1"]
         assert "its pods stay counted on the 2 GPUs it last published" in books.gates["n1"]

@@ -7,12 +7,18 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import attrs
 import pytest
 
 from domain.allocation import PodAllocation
-from domain.kube.objects import PodObject
+from domain.dra.claims import AllocationResult, ClaimAllocation
+from domain.kube.objects import ContainerSpec, PodClaim, PodObject, PodPhase, Taint, TaintEffect, Toleration
 from domain.scheduling.preemption.victims import Victims
+from ports.cluster import UnavailableError
+from services.scheduler.commit import CommitError
+from services.scheduler.retries import FutileRetries
 from services.scheduler.standalone import StandaloneLoop
+from support.kube_builders import NOW, PROTOCOL, make_node, make_pod
 from support.scheduler_world import World, world
 
 
@@ -46,14 +52,14 @@ def test_a_pod_that_fitted_nowhere_backs_off_without_attempts_until_the_longest_
     w, clock, loop, pod = full_node()
     for delay in (1, 2, 4, 8, 16, 32):
         assert due_after(clock, loop, delay) is None  # nothing changed: backed off again, not tried
-    assert loop.skipped == 6
+    assert loop.retries.skipped == 6
     assert loop.attempts == 1
     [event] = w.cluster.events
     assert event.count == 1  # no Event for a retry not made
     assert loop.delay(pod.key) == 60
     assert due_after(clock, loop, 59.9) is None
     assert due_after(clock, loop, 0.1) == pod  # the longest backoff: tried, whatever changed
-    assert loop.skipped == 6
+    assert loop.retries.skipped == 6
 
 
 def test_a_node_event_lets_the_next_retry_run_without_waking_anyone() -> None:
@@ -63,7 +69,7 @@ def test_a_node_event_lets_the_next_retry_run_without_waking_anyone() -> None:
     assert loop.waking() == []
     assert due_after(clock, loop, 0.5) is None  # its own backoff still runs
     assert due_after(clock, loop, 0.5) == pod
-    assert loop.skipped == 0
+    assert loop.retries.skipped == 0
 
 
 def test_a_released_reservation_wakes_the_pods_that_fitted_nowhere() -> None:
@@ -80,7 +86,21 @@ def test_a_released_reservation_wakes_the_pods_that_fitted_nowhere() -> None:
     assert loop.attempt(pod) is True
 
 
-def test_a_changed_booking_of_a_bound_pod_counts_as_room_that_may_have_appeared() -> None:
+def test_a_failed_binding_gives_its_room_back_and_wakes_the_pods_that_fitted_nowhere() -> None:
+    w, _clock, loop, pod = full_node()
+    w.node("n2", 1)
+    other = w.pending("b", gpu="1")
+    result = w.service.schedule_pod(other)
+    assert result.allocation is not None
+    assert loop.attempt(pod) is False  # n2's GPU is reserved for b
+    w.cluster.bind_failures.append(UnavailableError("API server down"))
+    with pytest.raises(CommitError):
+        w.service.commit(other, result.allocation)
+    assert loop.waking() == [pod.key]
+    assert loop.attempt(pod) is True
+
+
+def test_the_same_booking_again_counts_nothing_and_a_deleted_pod_wakes() -> None:
     w, _clock, loop, pod = full_node()
     version = w.service.room_version
     w.deliver("holder")  # the same booking again: nothing may have changed
@@ -102,7 +122,7 @@ def test_other_failures_nominations_and_changed_pods_keep_the_plain_backoff() ->
     victims = Victims("n1", (), 0, PodAllocation(changed.uid, "n1", ()))
     w.service.nominations.add(changed, w.service.sync.requests.get(changed), victims)
     assert due_after(clock, loop, 8) == changed  # a nomination exists: its hold ends by decisions of its own
-    assert loop.skipped == 0
+    assert loop.retries.skipped == 0
 
 
 
@@ -119,3 +139,129 @@ def test_room_that_may_appear_during_the_failing_cycle_is_not_missed(monkeypatch
     clock.now += 1
     assert loop.attempt(pod) is False
     assert due_after(clock, loop, 2) == pod  # the event came after the books were read: tried again
+
+
+def test_a_pod_edited_during_its_failing_cycle_is_not_kept_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = world()
+    w.node("n1", 1, taints=(Taint("gpu", TaintEffect.NO_SCHEDULE, "x"),))
+    clock = Monotonic()
+    loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0)
+    pod = w.pending("a", gpu="1")
+    assert loop.attempt(pod) is False  # an untolerated taint: fits nowhere
+    schedule = w.service.schedule_pod
+    tolerant = attrs.evolve(pod, tolerations=(Toleration("gpu", "Equal", "x"),), resource_version="999")
+
+    def with_an_update_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        result = schedule(*args, **kwargs)
+        w.service.on_pod(tolerant)  # the informer delivers the edited pod while the cycle runs
+        return result
+
+    monkeypatch.setattr(w.service, "schedule_pod", with_an_update_meanwhile)
+    clock.now += 1
+    assert loop.attempt(pod) is False
+    monkeypatch.setattr(w.service, "schedule_pod", schedule)
+    assert due_after(clock, loop, 2) == tolerant  # the failure was the old object's
+    assert loop.attempt(tolerant) is True
+
+
+def test_a_nomination_held_or_ended_counts_as_room() -> None:
+    w, _clock, _loop, pod = full_node()
+    version = w.service.room_version
+    victims = Victims("n1", (), 0, PodAllocation(pod.uid, "n1", ()))
+    w.service.nominations.add(pod, w.service.sync.requests.get(pod), victims)
+    assert not w.service.room_unchanged_since(version)  # a hold exists: it ends by decisions of its own
+    w.service.nominations.end(pod.uid)  # its hold on n1 ended (placed elsewhere, say)
+    assert not len(w.service.nominations)
+    assert not w.service.room_unchanged_since(version)
+
+
+def test_a_bound_pod_whose_booking_shrinks_counts_as_room() -> None:
+    w = world()
+    w.node("n1", 1)
+    big = w.cluster.create_pod(attrs.evolve(make_pod("big", cpu="60", scheduler="nobody"), uid=""))
+    w.service.on_pod(big)
+    w.cluster.bind_pod("default", "big", uid=big.uid, node="n1")
+    bound = w.cluster.set_pod_phase("default", "big", PodPhase.RUNNING)
+    w.service.on_pod(bound)
+    loop = StandaloneLoop(w.service, clock=Monotonic(), min_wake_interval=0)
+    waiting = w.cluster.create_pod(attrs.evolve(make_pod("q", gpu="1", cpu="8"), uid=""))
+    w.service.on_pod(waiting)
+    assert loop.attempt(waiting) is False  # the node's CPU is taken
+    version = w.service.room_version
+    w.service.on_pod(attrs.evolve(bound, containers=(ContainerSpec("main", limits={"cpu": "4"}),),
+                                  resource_version="9999"))  # resized in place
+    assert not w.service.room_unchanged_since(version)
+    assert w.service.schedule_pod(waiting).allocation is not None
+
+
+def test_a_gate_lapsing_at_a_tick_and_a_resync_count_as_room() -> None:
+    w = world()
+    limit = PROTOCOL.inventory_stale_seconds
+    node = w.cluster.create_node(make_node("n1", 1, heartbeat=NOW + 2 * limit))
+    w.service.on_node(node)
+    assert "future" in w.service.sync.gates["n1"]
+    version = w.service.room_version
+    w.service.tick()
+    assert w.service.room_unchanged_since(version)  # still future-dated: nothing changed
+    w.clock.now += 2 * limit
+    w.service.tick()
+    assert "n1" not in w.service.sync.gates
+    assert not w.service.room_unchanged_since(version)
+    version = w.service.room_version
+    w.service.resync()
+    assert not w.service.room_unchanged_since(version)
+
+
+def test_an_expired_reservation_wakes_the_pods_that_fitted_nowhere() -> None:
+    w, _clock, loop, pod = full_node()
+    w.node("n2", 1)
+    other = w.pending("b", gpu="1")
+    assert w.service.schedule_pod(other).allocation is not None  # reserved; no commit ever comes
+    assert loop.attempt(pod) is False
+    w.service.expire_assumed()
+    assert loop.waking() == []
+    w.clock.now += w.service.config.assumed_ttl_seconds + 1
+    assert w.service.expire_assumed() == [other.uid]
+    assert loop.waking() == [pod.key]
+
+
+def test_a_change_counted_after_a_skip_was_decided_makes_the_pod_due_at_once() -> None:
+    w, clock, loop, pod = full_node()
+    assert due_after(clock, loop, 1) is None  # skipped: nothing counted yet
+    w.service.on_node(w.cluster.get_node("n1"))  # a change whose count comes after that decision
+    assert due_after(clock, loop, 0) == pod  # due at once, not after the doubled backoff
+
+
+def test_an_event_of_a_pods_claim_ends_its_keeping_aside() -> None:
+    retries = FutileRetries(lambda version: True)
+    uses = attrs.evolve(make_pod("a", gpu="1"), resource_claims=(PodClaim("gpu", claim_name="shared"),))
+    made = attrs.evolve(make_pod("b", gpu="1"), resource_claims=(PodClaim("gpu", template_name="t",
+                                                                           generated="b-gpu-x"),))
+    pods = {"default/a": uses, "default/b": made}
+    for key in pods:
+        retries.failed(key, 7)
+        assert retries.skip(key, woken=False, delay=1, longest=60)
+    assert retries.claim_changed(pods, "default", "other") == []
+    assert retries.claim_changed(pods, "elsewhere", "shared") == []
+    assert retries.claim_changed(pods, "default", "shared") == ["default/a"]
+    assert not retries.skip("default/a", woken=False, delay=2, longest=60)  # no longer kept aside
+    assert retries.claim_changed(pods, "default", "b-gpu-x") == ["default/b"]
+    assert retries.room_changed() == []
+
+
+def test_claim_events_count_their_booking_changes_and_reach_the_claim_listeners() -> None:
+    w = world()
+    w.node("n1", 2)
+    heard: list[tuple[str, str]] = []
+    w.service.claim_listeners.append(lambda namespace, name: heard.append((namespace, name)))
+
+    def on(device: str, version: str) -> ClaimAllocation:
+        return ClaimAllocation("ns", "c", "u1", (AllocationResult("r", PROTOCOL.dra.driver, "n1", device),),
+                               resource_version=version)
+
+    version = w.service.room_version
+    w.service.on_claim(on("gpu-0", "1"))  # booked: takes room, gives none
+    assert w.service.room_unchanged_since(version)
+    w.service.on_claim(on("gpu-1", "2"))  # its booking moved
+    assert not w.service.room_unchanged_since(version)
+    assert heard == [("ns", "c"), ("ns", "c")]

@@ -135,6 +135,7 @@ class ClaimCycle(ServiceUpkeep):
     def _book_written(self, claim: ClaimAllocation) -> None:
         with self._lock:
             self.sync.on_claim(claim)
+            self._claim_changed(claim)
 
     def _unwrite_claims(self, pod: PodObject, written: list[tuple[ClaimAllocation, bool]]) -> None:
         """Step 4: take ``pod`` out of the claims' ``reservedFor``, deallocating those it allocated. Never raises:
@@ -150,4 +151,6 @@ class ClaimCycle(ServiceUpkeep):
                 continue
             with self._lock:
                 self.sync.on_claim(stored)
+                self._may_have_room()  # deallocated or one consumer fewer: the books gave its room back
+                self._claim_changed(stored)
 

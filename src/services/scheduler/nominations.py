@@ -81,6 +81,8 @@ class Nominations:
 
     def __init__(self) -> None:
         self._by_uid: dict[str, Nomination] = {}
+        self.ended = 0
+        """Nominations ended so far (each ends a hold on room other pods may take)."""
 
     def add(self, pod: PodObject, request: PodRequest, victims: Victims, *, followed: bool = False) -> Nomination:
         """Nominate ``pod`` to ``victims.node`` (replacing an earlier nomination of it; the victims of an earlier
@@ -92,9 +94,11 @@ class Nominations:
         nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation,
                                 tuple(dict.fromkeys((*kept, *chosen))), preemptor_of(pod, request), followed)
         self._by_uid[pod.uid] = nomination
+        self.ended += earlier is not None and earlier != nomination  # the earlier hold may be smaller or elsewhere
         return nomination
 
     def __len__(self) -> int:
+        """Nominations held now."""
         return len(self._by_uid)
 
     def get(self, uid: str) -> Nomination | None:
@@ -103,12 +107,15 @@ class Nominations:
 
     def end(self, uid: str) -> Nomination | None:
         """The pod was bound, deleted or finished: drop its nomination (idempotent); returns it."""
-        return self._by_uid.pop(uid, None)
+        ended = self._by_uid.pop(uid, None)
+        self.ended += ended is not None
+        return ended
 
     def node_deleted(self, node: str) -> None:
         """Drop the nominations to ``node``."""
         for uid in [u for u, n in self._by_uid.items() if n.node == node]:
             del self._by_uid[uid]
+            self.ended += 1
 
     def all(self) -> list[Nomination]:
         """Every nomination, by pod UID."""

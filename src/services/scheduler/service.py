@@ -60,7 +60,8 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
     replica may write; ``commit_cluster`` carries the commit's API calls (default: ``cluster``). Listeners (set
     by the drivers, called under the lock, must be quick): ``pod_listeners(pod)`` after every pod add/update,
     ``deletion_listeners(pod)`` after a pod delete, ``change_listeners()`` when capacity may have appeared (node
-    added, pod deleted or finished).
+    added, pod deleted or finished, claim deallocated, reservation given back), ``room_listeners()`` and
+    ``claim_listeners(namespace, name)`` (:class:`~.state.ServiceState`).
     """
 
     # ------------------------------------------------------------------ informer events
@@ -150,6 +151,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 self.sync.on_claim(claim)
             if booked is not None and self.sync.ledger.record(claim_record_uid(claim.uid)) != booked:
                 self._may_have_room()
+            self._claim_changed(claim)
             problem = self.sync.claim_problems.get(claim.key)
             if held and not self.sync.holds_claim(claim.uid):
                 self._changed()  # deallocated: capacity may have appeared
@@ -181,6 +183,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
         """ResourceSlice deleted: as :meth:`on_slice`. Never raises."""
         with self._lock:
             self.sync.on_slice_deleted(resource_slice)
+            self._may_have_room()  # its node is read again: a gate may lift
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
 
@@ -374,6 +377,7 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 if bound:
                     self.metrics.decision(scheduled=True)
                 else:
+                    self._changed()  # its reservation was given back: room for the pods waiting
                     self.metrics.decision(scheduled=False, reason="bind-failed")
         log.info("pod bound", extra=fields(pod=pod.key, node=allocation.node, plan=plan))
 

@@ -28,9 +28,8 @@ active and backoff queues, ``pkg/scheduler/internal/queue`` of kubernetes/kubern
 * cluster changes that may make room (node added, pod deleted or finished, a reservation released:
   :meth:`StandaloneLoop.wake`) move the backed-off pods back to the queue at most once per ``min_wake_interval``
   seconds, so a busy cluster cannot turn retries into a busy loop; a pod that fitted nowhere and whose backoff
-  ends with nothing changed that may make room (``SchedulerService.room_unchanged_since``) is not tried again but
-  backs off once more (no cycle, no Event; counted in ``skipped``) until its backoff reaches the longest, as
-  kube-scheduler keeps such pods aside until an event may help (or its periodic flush);
+  ends with nothing changed that may make room is not tried again but backs off once more (no cycle, no Event)
+  until its backoff reaches the longest, as kube-scheduler keeps such pods aside (:mod:`.retries`);
 * with ``bind_workers`` > 1 binding is asynchronous, as kube-scheduler's binding cycle: a cycle reserves the pod's
   placement and hands its commit (claims, binding) to one of that many threads while the next cycles run, at most
   that many in flight; the reservation counts until the commit ends (bound, or released on failure); Events go to
@@ -60,6 +59,7 @@ from services._shared.logs import fields
 from .bindworkers import BindWorkers
 from .commit import CommitError
 from .evictions import preempt, unnominate
+from .retries import FutileRetries
 from .service import NotLeaderError, SchedulerService
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,14 @@ class StandaloneLoop:
         self._delay: dict[str, float] = {}  # key → last backoff delay (s), kept until the pod is bound
         self._last_wake = -float("inf")
         self._woken: set[str] = set()  # backed-off keys a wake brought forward, until they leave the backoff
-        self._futile: dict[str, int] = {}  # key → the service's room_version when the pod last fitted nowhere
-        self.attempts = self.skipped = 0
+        self.retries = FutileRetries(service.room_unchanged_since)
+        self.attempts = 0
         service.pod_listeners.append(self.offer)
         service.deletion_listeners.append(self._deleted)
         service.change_listeners.append(self.wake)
+        service.room_listeners.append(lambda: self._due_now(self.retries.room_changed))
+        service.claim_listeners.append(
+            lambda ns, name: self._due_now(lambda: self.retries.claim_changed(self._pods, ns, name)))
 
     # ------------------------------------------------------------------ queue
     def ours(self, pod: PodObject) -> bool:
@@ -132,7 +135,7 @@ class StandaloneLoop:
                 return
             known = pod.key in self._pods
             if known and self._pods[pod.key] != pod:
-                self._futile.pop(pod.key, None)  # a changed pod (tolerations, say) may fit now
+                self.retries.forget(pod.key)  # a changed pod (tolerations, say) may fit now
             self._pods[pod.key] = pod
             if not known:
                 self._ready[pod.key] = None
@@ -148,7 +151,7 @@ class StandaloneLoop:
         self._backoff.pop(key, None)
         self._woken.discard(key)
         self._delay.pop(key, None)
-        self._futile.pop(key, None)
+        self.retries.forget(key)
 
     def wake(self) -> None:
         """Capacity may have appeared: move backed-off pods back to the queue, at most once per
@@ -208,17 +211,24 @@ class StandaloneLoop:
             return None
 
     def _no_room_yet(self, key: str, now: float) -> bool:
-        """Under ``_cond``, for a pod whose backoff just ended: when it fitted nowhere, no wake brought it forward,
-        nothing that may make room happened since, and its backoff is short of the longest, back it off once more
-        and return True (module docstring)."""
-        version, delay = self._futile.get(key), self._delay.get(key, self.max_backoff)
-        if (version is None or key in self._woken or delay >= self.max_backoff
-                or not self.service.room_unchanged_since(version)):
+        """Under ``_cond``, for a pod whose backoff just ended: True, having backed it off once more, when its
+        retry is skipped (:mod:`.retries`)."""
+        delay = self._delay.get(key, self.max_backoff)
+        if not self.retries.skip(key, woken=key in self._woken, delay=delay, longest=self.max_backoff):
             return False
         self._delay[key] = min(delay * 2, self.max_backoff)
         self._backoff[key] = now + self._delay[key]
-        self.skipped += 1
         return True
+
+    def _due_now(self, skipped: Callable[[], list[str]]) -> None:
+        """Under ``_cond``: the backed-off pods ``skipped()`` names are due at once (retries skipped too early,
+        :mod:`.retries`)."""
+        with self._cond:
+            now = self.clock()
+            for key in skipped():
+                if key in self._backoff:
+                    self._backoff[key] = min(self._backoff[key], now)
+            self._cond.notify_all()
 
     def _highest(self) -> str:
         """The ready key of highest priority, the earliest queued among equals (one pass over the ready pods)."""
@@ -241,10 +251,7 @@ class StandaloneLoop:
         with self._cond:
             if not self._current(pod):
                 return
-            if no_room_at is None:
-                self._futile.pop(pod.key, None)
-            else:
-                self._futile[pod.key] = no_room_at
+            self.retries.failed(pod.key, no_room_at if self._pods.get(pod.key) == pod else None)
             previous = self._delay.get(pod.key)
             delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
             self._delay[pod.key] = delay

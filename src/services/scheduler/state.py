@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from domain.dra.claims import ClaimAllocation
 from domain.errors import UnknownNodeError
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
@@ -85,8 +86,12 @@ class ServiceState:
         self.pod_listeners: list[Callable[[PodObject], None]] = []
         self.deletion_listeners: list[Callable[[PodObject | Tombstone], None]] = []
         self.change_listeners: list[Callable[[], None]] = []
-        self.room_version = 0
-        """Counts the events that may have made room (:meth:`room_unchanged_since`)."""
+        self.room_listeners: list[Callable[[], None]] = []
+        """Called (under the lock, must be quick) after each change that may make room without a wake."""
+        self.claim_listeners: list[Callable[[str, str], None]] = []
+        """Called (under the lock, must be quick) with a claim's namespace and name after each event or write of it:
+        a pod using that claim may fit now (kube-scheduler requeues such pods too)."""
+        self._room = 0
         self.schedulers = SchedulerSet(self.sync, protocol, self.config)
         self.listing = ListingFloor()
         """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
@@ -105,21 +110,34 @@ class ServiceState:
 
     def _changed(self) -> None:
         """Capacity may have appeared: wake waiting pods (the listeners)."""
-        self.room_version += 1
+        self._room += 1
         for listener in self.change_listeners:
             listener()
 
     def _may_have_room(self) -> None:
         """Something changed that may make room without being worth waking every waiting pod for (a node update,
-        a booking that changed, a resync): pods retried on their own backoff are tried again."""
-        self.room_version += 1
+        a booking that changed, a resync): pods retried on their own backoff are tried again, and those whose
+        backoff ended meanwhile at once (the room listeners)."""
+        self._room += 1
+        for listener in self.room_listeners:
+            listener()
+
+    def _claim_changed(self, claim: ClaimAllocation) -> None:
+        for listener in self.claim_listeners:
+            listener(claim.namespace, claim.name)
+
+    @property
+    def room_version(self) -> int:
+        """Counts the changes that may have made room (:meth:`room_unchanged_since`); read without the lock."""
+        return self._room + self.nominations.ended
 
     def room_unchanged_since(self, version: int) -> bool:
-        """True when nothing that may make room happened since :attr:`room_version` was ``version``: no wake, no
-        node event, no booking of a bound pod or claim changed, no resync, no gate lifted, no reservation released,
-        and no nomination or admission hold exists (those end by time or by decisions of their own). A pod that
-        found no room then finds none now. Reads without the lock (an int and two sizes), so a caller holding
-        its own lock may ask."""
+        """True when nothing that may make room happened since :attr:`room_version` was ``version`` (no wake, node
+        event, booking of a bound pod or claim changed, resync, gate lifted, reservation given back, nomination
+        ended) and no nomination or admission hold exists now (those end by time or by decisions of their own).
+        What it cannot see: a change counted after the caller's read (the room listeners cover it) and a claim
+        of the pod allocated for another pod (the claim listeners). Reads without the lock (ints and two sizes), so
+        a caller holding its own lock may ask."""
         return self.room_version == version and not len(self.nominations) and not len(self.sync.holds)
 
     # ------------------------------------------------------------------ views

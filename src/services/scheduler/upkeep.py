@@ -78,7 +78,7 @@ class ServiceUpkeep(ServiceState):
                                              slices.resource_version)
                 if not behind:
                     held = set(self.sync.holds.holders())
-                    report = self.sync.adopt(fresh)
+                    report = self.sync.adopt(fresh, claims_listed_at=claims.resource_version)
                     self._may_have_room()
                     self.schedulers.reobserve(pods.items)
                     self._adopted(pods.items)

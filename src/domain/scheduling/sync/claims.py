@@ -231,11 +231,13 @@ class ClaimEvents(LedgerEvents):
         while len(self._deleted) > DELETED_KEPT:
             del self._deleted[next(iter(self._deleted))]
 
-    def take_newer(self, live: ClaimEvents) -> None:
-        """This instance was rebuilt from a listing that ``live`` is about to adopt: apply here each claim ``live``
-        saw at a newer resourceVersion than the listing's copy (our writes' answers, applied before the informer
-        delivers them; the adoption refuses listings older than the informers, so nothing else is newer), and
-        release the listed claims whose UID ``live`` saw deleted (``live`` keeps its own deleted UIDs, the same).
+    def take_newer(self, live: ClaimEvents, listed_at: str = "") -> None:
+        """This instance was rebuilt from a claims listing at resourceVersion ``listed_at`` that ``live`` is about
+        to adopt: apply here each claim ``live`` saw newer than the listing (our writes' answers, applied before
+        the informer delivers them; the adoption refuses listings older than the informers, so nothing else is
+        newer): newer than its listed copy, or, when the listing has none under its UID (made or re-made after the
+        listing), newer than ``listed_at``. Only numbered resourceVersions compare (else the listing stands). The
+        listed claims whose UID ``live`` saw deleted are released (``live`` keeps its own deleted UIDs, the same).
         Without this, adopting the listing would free a claim's GPUs until the informer delivered our write."""
         for claim_uid in live._deleted:
             self._remember_deleted(claim_uid)
@@ -243,8 +245,9 @@ class ClaimEvents(LedgerEvents):
             self.on_claim_deleted(listed)
         for key, seen in live._seen.items():
             copy = self._seen.get(key)
-            if copy is not None and copy.uid == seen.uid:
-                self.on_claim(seen)  # changes nothing unless newer than the listed copy
+            floor = copy.resource_version if copy is not None and copy.uid == seen.uid else listed_at
+            if older_version(floor, seen.resource_version):
+                self.on_claim(seen)
 
     def _book_claim(self, claim: ClaimAllocation, node: str) -> None:
         """Book ``claim`` on counted ``node`` from its stored results (no re-inference)."""

@@ -303,16 +303,16 @@ class LedgerSync(ClaimEvents):
         self.constraints.update({k: v for k, v in constraints.items() if k not in self._pods})
 
     @checks_books
-    def adopt(self, fresh: LedgerSync) -> DriftReport:
-        """Make the live books equal ``fresh`` (a :meth:`rebuild` from a listing, without reservations) plus this
-        instance's current reservations, repairing the live ledger in place (the scheduler and its plugins keep
-        their reference), and report the drift. The caller holds its lock; cost: the reservations and the
-        differences, not the cluster."""
+    def adopt(self, fresh: LedgerSync, *, claims_listed_at: str = "") -> DriftReport:
+        """Make the live books equal ``fresh`` (a :meth:`rebuild` from a listing, claims listed at resourceVersion
+        ``claims_listed_at``, without reservations) plus this instance's reservations and newer claims
+        (:meth:`take_newer`), repairing the live ledger in place (its readers keep their reference), and report
+        the drift. The caller holds its lock; cost: the reservations and the differences, not the cluster."""
         fresh._carry(self._assumed, self.constraints, self.books.assumed)
         fresh._expected = dict(self._expected)
         for claim_uid in [uid for uid in fresh._expected if uid in fresh._claims]:  # listed allocated since
             fresh._hand_over(claim_uid)
-        fresh.take_newer(self)
+        fresh.take_newer(self, claims_listed_at)
         report = compare_books(self.ledger, fresh.ledger)
         self._adopt(fresh, report)
         return report
