@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dra_live_world import Claims, DraNodeStack, claims_in_new_namespace, dra_world, our_pod
+from dra_live_world import Claims, DraNodeStack, claims_in_new_namespace, dra_world
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
-
-from support.polling import eventually
+from mig_claims_world import two_run_and_a_third_waits
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kubelet]
 
@@ -51,25 +50,12 @@ def instances(stack: DraNodeStack) -> list[tuple[str, int]]:
 
 def test_dynamic_mig_claims_allocated_by_us_create_their_instances_and_a_third_waits(
         claims: Claims, stack: DraNodeStack) -> None:
+    both = [("3g.40gb", 0), ("3g.40gb", 4)]
+
+    def made_when_prepared() -> None:
+        assert instances(stack) == both
+
     assert instances(stack) == []
-    names = [claims.create(MIG_3G) for _ in range(3)]
-    pods = [our_pod(claims, [{"name": "gpu", "resourceClaimName": name}]) for name in names[:2]]
-    for pod in pods:
-        claims.pods.wait_running(pod, timeout=90)
-    results = [claims.get(name).status.allocation.devices.results for name in names[:2]]
-    assert sorted(r.device for (r,) in results) == ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"]
-    assert all(not r.consumed_capacity and not r.share_id and r.pool == claims.pods.node.node_name
-               for (r,) in results)
-    assert instances(stack) == [("3g.40gb", 0), ("3g.40gb", 4)]  # created when the kubelet prepared the claims
-    envs = [claims.pods.env(pod, "main") for pod in pods]
-    assert all(env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-") and env["LJRK_MIG_PROFILE_0"] == "3g.40gb"
-               for env in envs)
-    assert envs[0]["NVIDIA_VISIBLE_DEVICES"] != envs[1]["NVIDIA_VISIBLE_DEVICES"]
-    waiting = our_pod(claims, [{"name": "gpu", "resourceClaimName": names[2]}])
-    eventually(lambda: any("FailedScheduling" in e and "MIG" in e for e in claims.events(waiting)), 60,
-               "our FailedScheduling while both placements are held")
-    assert claims.get(names[2]).status.allocation is None
-    claims.pods.delete(pods[0])
-    claims.pods.wait_running(waiting, timeout=120)
-    (freed,) = results[0]
-    assert [r.device for r in claims.get(names[2]).status.allocation.devices.results] == [freed.device]
+    two_run_and_a_third_waits(claims, MIG_3G, ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"], "3g.40gb",
+                              while_running=made_when_prepared)
+    assert instances(stack) == both  # the third pod holds the placement the first gave back; nothing else made

@@ -48,6 +48,7 @@ from dra_live_world import (
 from k8s_harness import ControlPlane
 from kubelet_harness import RealNode
 from kubernetes import client
+from mig_claims_world import two_run_and_a_third_waits
 from real_node_world import PROTOCOL, container, pod_manifest, unique
 
 from domain.kube.protocol import parse_quantity
@@ -97,26 +98,7 @@ def test_a_share_claim_allocated_by_us_runs_with_that_share(claims: Claims, stac
 
 def test_mig_claims_allocated_by_us_get_one_instance_each_and_a_third_waits(claims: Claims,
                                                                             stack: DraNodeStack) -> None:
-    names = [claims.create(MIG_3G) for _ in range(3)]
-    pods = [our_pod(claims, [{"name": "gpu", "resourceClaimName": name}]) for name in names[:2]]
-    for pod in pods:
-        claims.pods.wait_running(pod, timeout=90)
-    results = [claims.get(name).status.allocation.devices.results for name in names[:2]]
-    assert sorted(r.device for (r,) in results) == ["gpu-2-mig-3g-40gb-0", "gpu-2-mig-3g-40gb-4"]
-    assert all(not r.consumed_capacity and not r.share_id and r.pool == claims.pods.node.node_name
-               for (r,) in results)
-    envs = [claims.pods.env(pod, "main") for pod in pods]
-    assert all(env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-") and env["LJRK_MIG_PROFILE_0"] == "3g.40gb"
-               for env in envs)
-    assert envs[0]["NVIDIA_VISIBLE_DEVICES"] != envs[1]["NVIDIA_VISIBLE_DEVICES"]
-    waiting = our_pod(claims, [{"name": "gpu", "resourceClaimName": names[2]}])
-    eventually(lambda: any("FailedScheduling" in e and "MIG" in e for e in claims.events(waiting)), 60,
-               "our FailedScheduling while both instances are held")
-    assert claims.get(names[2]).status.allocation is None
-    claims.pods.delete(pods[0])
-    claims.pods.wait_running(waiting, timeout=120)
-    (freed,) = results[0]
-    assert [r.device for r in claims.get(names[2]).status.allocation.devices.results] == [freed.device]
+    two_run_and_a_third_waits(claims, MIG_3G, ["gpu-2-mig-3g-40gb-0", "gpu-2-mig-3g-40gb-4"], "3g.40gb")
 
 
 def test_a_template_claim_is_made_allocated_and_removed_with_its_pod(claims: Claims, stack: DraNodeStack) -> None:
