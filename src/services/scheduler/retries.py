@@ -8,8 +8,9 @@ cycle; when its backoff ends, no wake brought it forward, its backoff is short o
 
 Invariants: a pod is futile only for the object that failed (an edited pod may fit: :meth:`FutileRetries.failed`
 forgets it); a skip is provisional: a room change counted after the skip was decided (:meth:`room_changed`), or
-an event of one of the pod's claims (:meth:`claim_changed`), makes it due at once; a pod never waits longer than
-the longest backoff between two cycles. Not thread-safe: the loop calls it under its own lock.
+an event of one of the pod's claims (:meth:`claim_changed`), makes it due at once; a pod is kept aside only while
+its backoff is short of the longest (with nothing changing, its next cycle comes after 1 + 2 + … + 32 + 60 s,
+then every longest backoff). Not thread-safe: the loop calls it under its own lock.
 """
 
 from __future__ import annotations
