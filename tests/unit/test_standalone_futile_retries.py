@@ -125,7 +125,6 @@ def test_other_failures_nominations_and_changed_pods_keep_the_plain_backoff() ->
     assert loop.retries.skipped == 0
 
 
-
 def test_room_that_may_appear_during_the_failing_cycle_is_not_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     w, clock, loop, pod = full_node()
     schedule = w.service.schedule_pod
@@ -265,3 +264,56 @@ def test_claim_events_count_their_booking_changes_and_reach_the_claim_listeners(
     w.service.on_claim(on("gpu-1", "2"))  # its booking moved
     assert not w.service.room_unchanged_since(version)
     assert heard == [("ns", "c"), ("ns", "c")]
+
+
+def claim_pod(w: World, loop: StandaloneLoop) -> PodObject:
+    """A pending pod using the ResourceClaim ``default/shared``, kept aside: it fitted nowhere, then its backoff
+    ended with nothing changed (skipped once)."""
+    pod = w.cluster.create_pod(attrs.evolve(make_pod("p", gpu="1"), uid="",
+                                            resource_claims=(PodClaim("g", claim_name="shared"),)))
+    w.service.on_pod(pod)
+    loop._fail(pod, "fits nowhere", no_room_at=w.service.room_version, claims_at=loop.retries.claim_events)
+    return pod
+
+
+def test_an_event_of_its_claim_makes_a_pod_kept_aside_due_at_once() -> None:
+    w, clock, loop, _pod = full_node()
+    pod = claim_pod(w, loop)
+    assert due_after(clock, loop, 1) is None  # both pods kept aside
+    assert loop.retries.skipped == 2
+    w.service.on_claim(ClaimAllocation("default", "other", "u8", ()))
+    assert due_after(clock, loop, 0) is None  # not its claim
+    w.service.on_claim(ClaimAllocation("default", "shared", "u9", ()))  # allocated for another pod, say
+    assert due_after(clock, loop, 0) == pod
+
+
+def test_a_claim_event_during_the_failing_cycle_keeps_the_pod_from_being_kept_aside() -> None:
+    w, clock, loop, _pod = full_node()
+    pod = w.cluster.create_pod(attrs.evolve(make_pod("p", gpu="1"), uid="",
+                                            resource_claims=(PodClaim("g", claim_name="shared"),)))
+    w.service.on_pod(pod)
+    version, claims_at = w.service.room_version, loop.retries.claim_events  # read before its cycle
+    w.service.on_claim(ClaimAllocation("default", "any", "u9", ()))  # a claim event while the cycle runs
+    loop._fail(pod, "fits nowhere", no_room_at=version, claims_at=claims_at)
+    assert due_after(clock, loop, 1) == pod  # tried on its backoff, not kept aside
+
+
+def test_nominations_replaced_or_dropped_with_their_node_and_admission_holds_count_as_room() -> None:
+    w, _clock, _loop, pod = full_node()
+    request = w.service.sync.requests.get(pod)
+    w.service.nominations.add(pod, request, Victims("n1", (), 0, PodAllocation(pod.uid, "n1", ())))
+    version = w.service.room_version
+    w.service.nominations.add(pod, request, Victims("n1", (), 0, PodAllocation(pod.uid, "n1", ())))
+    assert w.service.room_version == version  # the same nomination again
+    w.service.nominations.add(pod, request, Victims("n2", (), 0, PodAllocation(pod.uid, "n2", ())))
+    assert w.service.room_version > version  # its hold on n1 ended
+    version = w.service.room_version
+    w.service.nominations.node_deleted("n2")
+    assert w.service.room_version > version
+    held = world(admission_hold_seconds=60.0)
+    held.node("n1", 1)
+    waiting = held.pending("w", gpu="1")
+    version = held.service.room_version
+    assert held.service.room_unchanged_since(version)
+    held.service.sync.holds.hold(waiting.uid, "n1", request, label=waiting.key, now=NOW)
+    assert not held.service.room_unchanged_since(version)  # a hold lapses by time: nothing kept aside meanwhile

@@ -93,8 +93,8 @@ class Nominations:
         chosen = () if followed else victims.uids
         nomination = Nomination(pod.uid, pod.key, victims.node, victims.allocation,
                                 tuple(dict.fromkeys((*kept, *chosen))), preemptor_of(pod, request), followed)
-        self._by_uid[pod.uid] = nomination
         self.ended += earlier is not None and earlier != nomination  # the earlier hold may be smaller or elsewhere
+        self._by_uid[pod.uid] = nomination
         return nomination
 
     def __len__(self) -> int:
@@ -107,15 +107,14 @@ class Nominations:
 
     def end(self, uid: str) -> Nomination | None:
         """The pod was bound, deleted or finished: drop its nomination (idempotent); returns it."""
-        ended = self._by_uid.pop(uid, None)
-        self.ended += ended is not None
-        return ended
+        self.ended += uid in self._by_uid  # counted before it goes: a reader seeing it gone sees the count
+        return self._by_uid.pop(uid, None)
 
     def node_deleted(self, node: str) -> None:
         """Drop the nominations to ``node``."""
         for uid in [u for u, n in self._by_uid.items() if n.node == node]:
-            del self._by_uid[uid]
             self.ended += 1
+            del self._by_uid[uid]
 
     def all(self) -> list[Nomination]:
         """Every nomination, by pod UID."""

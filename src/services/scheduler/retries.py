@@ -29,11 +29,17 @@ class FutileRetries:
         self._futile: dict[str, int] = {}  # key → room version read before the cycle that found it no room
         self._skipped: set[str] = set()  # keys skipped since the last room change
         self.skipped = 0
+        self.claim_events = 0
+        """Claim events seen so far (:meth:`claim_changed`): read before a cycle of a pod with claims."""
 
-    def failed(self, key: str, version: int | None) -> None:
+    def failed(self, key: str, version: int | None, claims_at: int | None = None) -> None:
         """The pod under ``key`` failed; ``version``: the room version read before a cycle that found it no room,
-        None for any other failure (or when the failed object is no longer the one queued)."""
+        None for any other failure (or when the failed object is no longer the one queued); ``claims_at``: for a
+        pod with claims, :attr:`claim_events` read before that cycle (a claim event since, maybe one of its own,
+        keeps it from being kept aside)."""
         self._skipped.discard(key)
+        if claims_at is not None and claims_at != self.claim_events:
+            version = None
         if version is None:
             self._futile.pop(key, None)
         else:
@@ -64,6 +70,7 @@ class FutileRetries:
     def claim_changed(self, pods: Mapping[str, PodObject], namespace: str, name: str) -> list[str]:
         """ResourceClaim ``namespace/name`` changed: the futile pods of ``pods`` (key → queued object) using it are
         no longer kept aside; returns those skipped since the last change, due at once."""
+        self.claim_events += 1
         using = [key for key in self._futile if (pod := pods.get(key)) is not None and pod.namespace == namespace
                  and any(claim.resolved == name for claim in pod.resource_claims)]
         due = sorted(key for key in using if key in self._skipped)

@@ -221,8 +221,8 @@ class StandaloneLoop:
         return True
 
     def _due_now(self, skipped: Callable[[], list[str]]) -> None:
-        """Under ``_cond``: the backed-off pods ``skipped()`` names are due at once (retries skipped too early,
-        :mod:`.retries`)."""
+        """Takes ``_cond``, then makes the backed-off pods ``skipped()`` names due at once (retries skipped too
+        early, :mod:`.retries`)."""
         with self._cond:
             now = self.clock()
             for key in skipped():
@@ -245,13 +245,14 @@ class StandaloneLoop:
         stored = self._pods.get(pod.key)
         return stored is not None and stored.uid == pod.uid
 
-    def _fail(self, pod: PodObject, reason: str, *, no_room_at: int | None = None) -> None:
+    def _fail(self, pod: PodObject, reason: str, *, no_room_at: int | None = None, claims_at: int | None = None
+              ) -> None:
         """Back ``pod`` off with a FailedScheduling Event; ``no_room_at``: the service's ``room_version`` before a
         cycle in which it fitted nowhere (None for any other failure)."""
         with self._cond:
             if not self._current(pod):
                 return
-            self.retries.failed(pod.key, no_room_at if self._pods.get(pod.key) == pod else None)
+            self.retries.failed(pod.key, no_room_at if self._pods.get(pod.key) == pod else None, claims_at)
             previous = self._delay.get(pod.key)
             delay = self.initial_backoff if previous is None else min(previous * 2, self.max_backoff)
             self._delay[pod.key] = delay
@@ -295,6 +296,7 @@ class StandaloneLoop:
         service = self.service
         self.attempts += 1
         version = service.room_version  # before the cycle reads the books
+        claims_at = self.retries.claim_events if pod.resource_claims else None
         nominated = pod.nominated_node_name or service.nominated_node(pod.uid)
         claims = service.claim_need(pod) if pod.resource_claims else None
         if isinstance(claims, str):
@@ -307,7 +309,7 @@ class StandaloneLoop:
                 self._fail(pod, reason)
                 return None
             reason = f"{reason}; {preempt(service, pod, nominated, claims, self.scheduler_name, self._event)}"
-            self._fail(pod, reason, no_room_at=version)  # a nomination made keeps it retried (room_unchanged_since)
+            self._fail(pod, reason, no_room_at=version, claims_at=claims_at)  # a nomination made keeps it retried
             return None
         return result.allocation, claims, nominated
 

@@ -123,6 +123,7 @@ class ServiceState:
             listener()
 
     def _claim_changed(self, claim: ClaimAllocation) -> None:
+        """Tell the claim listeners that ``claim`` was seen or written."""
         for listener in self.claim_listeners:
             listener(claim.namespace, claim.name)
 
@@ -138,7 +139,8 @@ class ServiceState:
         What it cannot see: a change counted after the caller's read (the room listeners cover it) and a claim
         of the pod allocated for another pod (the claim listeners). Reads without the lock (ints and two sizes), so
         a caller holding its own lock may ask."""
-        return self.room_version == version and not len(self.nominations) and not len(self.sync.holds)
+        idle = not len(self.nominations) and not len(self.sync.holds)  # read first: an end is counted before it goes
+        return idle and self.room_version == version
 
     # ------------------------------------------------------------------ views
     @contextmanager
