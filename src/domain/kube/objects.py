@@ -396,4 +396,3 @@ class Propagation(enum.Enum):
     BACKGROUND = "Background"
     FOREGROUND = "Foreground"
     ORPHAN = "Orphan"
-

@@ -30,8 +30,6 @@ from .upkeep import ServiceUpkeep
 log = logging.getLogger(__name__)
 
 
-
-
 class PreemptionEntries(ServiceUpkeep):
     """Preemption for :class:`~.service.SchedulerService` (module docstring)."""
 

@@ -3,7 +3,9 @@
 The books (:class:`~domain.scheduling.sync.LedgerSync`) hold the reservation itself; this records when each was
 made and whether its commit is running or done. Invariants: a reservation whose commit never starts expires after
 the TTL; one whose commit is running or done never expires (the watch will confirm it, or the commit's failure
-releases it); releasing forgets all three. Not thread-safe: the service calls it under its lock.
+releases it); releasing forgets all three, and a release that gave a reservation back (expiry, a failed commit, a
+reservation decided again, leadership lost) calls ``released()``: its room is free again. Not thread-safe: the
+service calls it under its lock.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from domain.scheduling.sync import LedgerSync
 
 
 class Reservations:
-    """Reservation times and commit states of pods reserved in ``sync`` (module docstring); ``clock``: epoch s."""
+    """Reservation times and commit states of pods reserved in ``sync`` (module docstring); ``clock``: epoch s;
+    ``released``: called after each reservation given back."""
 
-    def __init__(self, sync: LedgerSync, clock: Callable[[], float]) -> None:
+    def __init__(self, sync: LedgerSync, clock: Callable[[], float], released: Callable[[], None] = lambda: None
+                 ) -> None:
         self.sync = sync
         self.clock = clock
+        self.released = released
         self._reserved_at: dict[str, float] = {}
         self._committing: set[str] = set()
         self._committed: set[str] = set()
@@ -31,7 +36,10 @@ class Reservations:
         """Drop ``uid``'s reservation from the books and forget it here (idempotent); True when one existed."""
         self._reserved_at.pop(uid, None)
         self._committed.discard(uid)
-        return self.sync.forget(uid)
+        if not self.sync.forget(uid):
+            return False
+        self.released()
+        return True
 
     def forget(self, uid: str) -> None:
         """The pod is gone (deleted or replaced): forget its times and commit state (the books drop it)."""

@@ -294,12 +294,10 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
 
     def release(self, uid: str) -> bool:
         """Drop the reservation of ``uid`` (idempotent) and wake waiting pods when one existed (its room is free
-        again, as kube-scheduler's forgetting an assumed pod); returns True when one existed. Never raises."""
+        again, as kube-scheduler's forgetting an assumed pod: :class:`.reservations.Reservations`); returns True
+        when one existed. Never raises."""
         with self._lock:
-            released = self._reservations.release(uid)
-            if released:
-                self._changed()
-            return released
+            return self._reservations.release(uid)
 
     def reservation(self, uid: str) -> PodAllocation | None:
         """The assumed (not yet confirmed) placement of ``uid``, if any."""
@@ -377,7 +375,6 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
                 if bound:
                     self.metrics.decision(scheduled=True)
                 else:
-                    self._changed()  # its reservation was given back: room for the pods waiting
                     self.metrics.decision(scheduled=False, reason="bind-failed")
         log.info("pod bound", extra=fields(pod=pod.key, node=allocation.node, plan=plan))
 

@@ -224,11 +224,12 @@ class StandaloneLoop:
         """Takes ``_cond``, then makes the backed-off pods ``skipped()`` names due at once (retries skipped too
         early, :mod:`.retries`)."""
         with self._cond:
+            due = [key for key in skipped() if key in self._backoff]
             now = self.clock()
-            for key in skipped():
-                if key in self._backoff:
-                    self._backoff[key] = min(self._backoff[key], now)
-            self._cond.notify_all()
+            for key in due:
+                self._backoff[key] = min(self._backoff[key], now)
+            if due:
+                self._cond.notify_all()
 
     def _highest(self) -> str:
         """The ready key of highest priority, the earliest queued among equals (one pass over the ready pods)."""
@@ -248,7 +249,8 @@ class StandaloneLoop:
     def _fail(self, pod: PodObject, reason: str, *, no_room_at: int | None = None, claims_at: int | None = None
               ) -> None:
         """Back ``pod`` off with a FailedScheduling Event; ``no_room_at``: the service's ``room_version`` before a
-        cycle in which it fitted nowhere (None for any other failure)."""
+        cycle in which it fitted nowhere (None for any other failure); ``claims_at``: the loop's claim events before
+        that cycle, for a pod with claims (:meth:`.retries.FutileRetries.failed`)."""
         with self._cond:
             if not self._current(pod):
                 return

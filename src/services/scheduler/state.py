@@ -95,7 +95,7 @@ class ServiceState:
         self.schedulers = SchedulerSet(self.sync, protocol, self.config)
         self.listing = ListingFloor()
         """The adopted listing's resourceVersions; the app sets ``listing.watermarks`` (:mod:`.listing`)."""
-        self._reservations = Reservations(self.sync, clock)
+        self._reservations = Reservations(self.sync, clock, released=self._changed)  # a reservation given back wakes
         self.nominations = Nominations()
         """Pods nominated (by standalone preemption, or read from their status) and the hold on their victims'
         capacity (:mod:`.nominations`)."""

@@ -31,9 +31,7 @@ class ServiceUpkeep(ServiceState):
         """Release reservations older than ``assumed_ttl_seconds`` that were never committed (the bind never
         came); returns their UIDs."""
         with self._lock:
-            expired = self._reservations.expire(self.config.assumed_ttl_seconds)
-            if expired:
-                self._changed()
+            expired = self._reservations.expire(self.config.assumed_ttl_seconds)  # each given back wakes
         for uid in expired:
             log.info("reservation expired", extra=fields(pod_uid=uid, ttl=self.config.assumed_ttl_seconds))
         return expired
