@@ -18,24 +18,16 @@ from ports.cluster import UnavailableError
 from services.scheduler.commit import CommitError
 from services.scheduler.retries import FutileRetries
 from services.scheduler.standalone import StandaloneLoop
-from support.kube_builders import NOW, PROTOCOL, make_node, make_pod
+from support.kube_builders import NOW, PROTOCOL, Clock, make_node, make_pod
 from support.scheduler_world import World, world
 
 
-class Monotonic:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def full_node() -> tuple[World, Monotonic, StandaloneLoop, PodObject]:
+def full_node() -> tuple[World, Clock, StandaloneLoop, PodObject]:
     """One node whose only GPU a Running pod holds, and a pending whole-GPU pod that failed once (backoff 1 s)."""
     w = world()
     w.node("n1", 1)
     w.running("holder", "n1", whole=1, gpu="1")
-    clock = Monotonic()
+    clock = Clock(100.0)
     loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0)
     pod = w.pending("a", gpu="1")
     assert loop.attempt(pod) is False
@@ -43,7 +35,7 @@ def full_node() -> tuple[World, Monotonic, StandaloneLoop, PodObject]:
     return w, clock, loop, pod
 
 
-def due_after(clock: Monotonic, loop: StandaloneLoop, seconds: float) -> PodObject | None:
+def due_after(clock: Clock, loop: StandaloneLoop, seconds: float) -> PodObject | None:
     clock.now += seconds
     return loop._next(threading.Event(), 0)
 
@@ -143,7 +135,7 @@ def test_room_that_may_appear_during_the_failing_cycle_is_not_missed(monkeypatch
 def test_a_pod_edited_during_its_failing_cycle_is_not_kept_aside(monkeypatch: pytest.MonkeyPatch) -> None:
     w = world()
     w.node("n1", 1, taints=(Taint("gpu", TaintEffect.NO_SCHEDULE, "x"),))
-    clock = Monotonic()
+    clock = Clock(100.0)
     loop = StandaloneLoop(w.service, clock=clock, min_wake_interval=0)
     pod = w.pending("a", gpu="1")
     assert loop.attempt(pod) is False  # an untolerated taint: fits nowhere
@@ -182,7 +174,7 @@ def test_a_bound_pod_whose_booking_shrinks_counts_as_room() -> None:
     w.cluster.bind_pod("default", "big", uid=big.uid, node="n1")
     bound = w.cluster.set_pod_phase("default", "big", PodPhase.RUNNING)
     w.service.on_pod(bound)
-    loop = StandaloneLoop(w.service, clock=Monotonic(), min_wake_interval=0)
+    loop = StandaloneLoop(w.service, clock=Clock(100.0), min_wake_interval=0)
     waiting = w.cluster.create_pod(attrs.evolve(make_pod("q", gpu="1", cpu="8"), uid=""))
     w.service.on_pod(waiting)
     assert loop.attempt(waiting) is False  # the node's CPU is taken
