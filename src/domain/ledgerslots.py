@@ -234,12 +234,15 @@ class LedgerSlots:
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(self, node: NodeInventory) -> int:
-        """Add a node or update its inventory (capacity, health, MIG mode); usage is always kept.
+        """Add a node or update its inventory (capacity, health, MIG mode); usage is always kept. The same
+        inventory again changes nothing (:attr:`version` and :attr:`capacity_generation` stay).
 
         Returns the node's slot. A GPU whose grants now exceed its capacity makes the node over-committed,
         never negative.
         """
         slot = self._slot.get(node.name)
+        if slot is not None and self._inventory.get(slot) == node:
+            return slot  # the same inventory again (a heartbeat): no version or capacity generation moves
         if slot is None:
             if self._free_slots:
                 slot = self._free_slots.pop()

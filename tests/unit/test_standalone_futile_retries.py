@@ -18,7 +18,7 @@ from ports.cluster import UnavailableError
 from services.scheduler.commit import CommitError
 from services.scheduler.retries import FutileRetries
 from services.scheduler.standalone import StandaloneLoop
-from support.kube_builders import NOW, PROTOCOL, Clock, make_node, make_pod
+from support.kube_builders import GPU16, NOW, PROTOCOL, Clock, make_node, make_pod
 from support.scheduler_world import World, world
 
 
@@ -54,14 +54,44 @@ def test_a_pod_that_fitted_nowhere_backs_off_without_attempts_until_the_longest_
     assert loop.retries.skipped == 6
 
 
-def test_a_node_event_lets_the_next_retry_run_without_waking_anyone() -> None:
+def test_a_node_update_a_fit_reads_lets_the_next_retry_run_without_waking_anyone() -> None:
     w, clock, loop, pod = full_node()
-    node = w.cluster.get_node("n1")
-    w.service.on_node(node)  # an update (labels, heartbeat...): may make room, wakes nobody
+    w.service.on_node(make_node("n1", 1, labels={"zone": "a"}))  # a label: may make room, wakes nobody
     assert loop.waking() == []
     assert due_after(clock, loop, 0.5) is None  # its own backoff still runs
     assert due_after(clock, loop, 0.5) == pod
     assert loop.retries.skipped == 0
+
+
+def test_a_heartbeat_alone_counts_no_room_and_keeps_the_pod_aside() -> None:
+    w, clock, loop, pod = full_node()
+    version = w.service.room_version
+    stamp = w.service.sync.ledger.capacity_generation
+    for beat in (5.0, 10.0):
+        w.service.on_node(make_node("n1", 1, heartbeat=NOW + beat))  # the device plugin's heartbeat, every 10 s
+    assert w.service.room_unchanged_since(version)
+    assert w.service.sync.ledger.capacity_generation == stamp  # the policies' capacity memos stay too
+    assert due_after(clock, loop, 1) is None
+    assert loop.retries.skipped == 1
+    w.service.on_node(make_node("n1", 1, heartbeat=NOW + 15, labels={"zone": "a"}))  # a label this time
+    assert due_after(clock, loop, 0) == pod
+
+
+@pytest.mark.parametrize("change", [
+    {"labels": {"zone": "b"}},
+    {"taints": (Taint("k", "v", TaintEffect.NO_SCHEDULE),)},
+    {"unschedulable": True},
+    {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", "example.com/fpga": "1"}},  # not ours
+    {"unhealthy": (0,)},
+    {"memory": 2 * GPU16},
+    {"heartbeat": NOW - 2 * PROTOCOL.inventory_stale_seconds},  # the gate closes: still counted (it may reopen)
+])
+def test_each_change_a_fit_reads_counts_as_room(change: dict[str, Any]) -> None:
+    w = world()
+    w.node("n1", 1)
+    version = w.service.room_version
+    w.service.on_node(make_node("n1", 1, **change))
+    assert not w.service.room_unchanged_since(version)
 
 
 def test_a_released_reservation_wakes_the_pods_that_fitted_nowhere() -> None:
@@ -123,7 +153,7 @@ def test_room_that_may_appear_during_the_failing_cycle_is_not_missed(monkeypatch
 
     def with_a_node_event_meanwhile(*args: Any, **kwargs: Any) -> Any:
         result = schedule(*args, **kwargs)
-        w.service.on_node(w.cluster.get_node("n1"))  # another thread's event, after the cycle read the books
+        w.service.on_node(make_node("n1", 1, labels={"zone": "a"}))  # another thread's event, after the cycle
         return result
 
     monkeypatch.setattr(w.service, "schedule_pod", with_a_node_event_meanwhile)
@@ -219,7 +249,7 @@ def test_an_expired_reservation_wakes_the_pods_that_fitted_nowhere() -> None:
 def test_a_change_counted_after_a_skip_was_decided_makes_the_pod_due_at_once() -> None:
     w, clock, loop, pod = full_node()
     assert due_after(clock, loop, 1) is None  # skipped: nothing counted yet
-    w.service.on_node(w.cluster.get_node("n1"))  # a change whose count comes after that decision
+    w.service.on_node(make_node("n1", 1, labels={"zone": "a"}))  # a change whose count comes after that decision
     assert due_after(clock, loop, 0) == pod  # due at once, not after the doubled backoff
 
 

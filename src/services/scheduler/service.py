@@ -66,13 +66,16 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
 
     # ------------------------------------------------------------------ informer events
     def on_node(self, node: NodeObject) -> None:
-        """Node added or updated (LedgerSync rules); a new node wakes waiting pods. Never raises for bad node content
-        (the node is gated instead: ``sync.gates``)."""
+        """Node added or updated (LedgerSync rules); a new node wakes waiting pods, an update that changed what a fit
+        reads (:meth:`_node_view`) counts as room. Never raises for bad node content (the node is gated instead:
+        ``sync.gates``)."""
         with self._lock:
             new = not self._known(node.name)
             if not self.listing.holds_node(node.resource_version):
+                before = self._node_view(node.name)
                 self.sync.on_node(node)
-                self._may_have_room()
+                if self._node_view(node.name) != before:
+                    self._may_have_room()  # a heartbeat alone changes nothing a fit reads
             if new and self._known(node.name):
                 self._changed()
             appeared = self.notices.track_protocol(node.name, protocol_mismatches(node, self.protocol))

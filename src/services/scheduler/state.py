@@ -127,6 +127,21 @@ class ServiceState:
         for listener in self.claim_listeners:
             listener(claim.namespace, claim.name)
 
+    def _node_view(self, name: str) -> tuple[object, ...]:
+        """What a fit reads of node ``name``, to compare before and after an update: its ledger row's version
+        (inventory, health, bookings), the node table's version (labels, taints, unschedulable, watched
+        annotations), its allocatable quantities, gate, quarantine, DRA-only mark and MIG layout. Equal when an
+        update changed only the inventory's heartbeat or fields no fit reads. Empty for an unknown node."""
+        sync = self.sync
+        try:
+            slot = sync.ledger.slot(name)
+        except UnknownNodeError:
+            return ()
+        node = sync.nodes.get(slot)
+        allocatable = () if node is None else tuple(sorted(node.allocatable.items()))
+        return (int(sync.ledger.version[slot]), sync.nodes.version, allocatable, sync.gates.get(name),
+                sync.ledger.quarantine.get(name), sync.claims_only.get(name), sync.books.last_layout(name))
+
     @property
     def room_version(self) -> int:
         """Counts the changes that may have made room (:meth:`room_unchanged_since`); read without the lock."""
