@@ -8,6 +8,8 @@ those slices. Covers: two claims of class ``mig-3g-40gb`` allocated by us on the
 (devices ``gpu-0-mig-3g-40gb-0`` and ``-4``, no consumed capacity), the kubelet prepares them, the Runtime creates
 each instance then, and each pod runs with its own; a third claim's pod waits with our FailedScheduling and takes
 the placement the first gives back once its pod is deleted (the resourceclaim controller deallocates the claim).
+The same with kube-scheduler's own allocator (the :data:`~dra_live_world.DRA_SCHEDULER` profile, no extender): it
+reads the placements' shared counters (partitionable devices), so it never allocates two overlapping placements.
 """
 
 from __future__ import annotations
@@ -59,3 +61,16 @@ def test_dynamic_mig_claims_allocated_by_us_create_their_instances_and_a_third_w
     two_run_and_a_third_waits(claims, MIG_3G, ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"], "3g.40gb",
                               while_running=made_when_prepared)
     assert instances(stack) == both  # the third pod holds the placement the first gave back; nothing else made
+
+
+def test_dynamic_mig_claims_allocated_by_kube_scheduler_create_their_instances_and_a_third_waits(
+        claims: Claims, stack: DraNodeStack) -> None:
+    both = [("3g.40gb", 0), ("3g.40gb", 4)]
+
+    def made_when_prepared() -> None:
+        assert instances(stack) == both
+
+    assert instances(stack) == []  # the previous test's instances went with its claims
+    two_run_and_a_third_waits(claims, MIG_3G, ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"], "3g.40gb",
+                              while_running=made_when_prepared, pod=claims.pod, refusal="claim")
+    assert instances(stack) == both
