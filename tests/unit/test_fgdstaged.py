@@ -7,8 +7,10 @@ Behaviours covered:
 * below saturation a share goes into a partly used GPU by the gap key (where ``fgd-plus`` opens a free GPU), and
   with no partly used GPU, or only ones of a model restricted pods claim, it is placed by FGD;
 * saturated, a share is placed exactly as by ``fgd-plus`` (a hand-worked case and 40 random saturated clusters);
-* whole-GPU and CPU-only pods are scored and placed exactly as by FGD (below the late regime of one-GPU pods, which
-  ``test_fgdstaged_reference.py`` covers);
+* whole-GPU pods of several GPUs and CPU-only pods are scored and placed exactly as by FGD; one-GPU pods as by
+  ``fgd-plus`` except on reserve nodes: the most CPU-rich untouched node of a GPU count whose nodes differ in CPU
+  (here: where ``fgd-plus`` would take it, and when nothing else fits; ``test_fgdstaged_reference.py`` compares
+  with a reference and with ``fgd-plus`` on random clusters);
 * :class:`GapCounts` equals :func:`gap_histogram` through reservations, releases, quarantine and a new node;
   :func:`keys_by_free` equals :func:`option_keys` for every free value;
 * registry: ``fgd-staged`` is registered, needs typical pods, and a synthetic replay is deterministic per seed.
@@ -16,19 +18,27 @@ Behaviours covered:
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
+from domain.allocation import PodAllocation
 from domain.errors import InvalidRequestError
+from domain.gpu import Health
 from domain.ledger import ClusterLedger
 from domain.request import single_container_pod
-from domain.scheduling.framework.cycle import CycleState
+from domain.scheduling.framework.cycle import CycleState, Scheduler
 from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, PodClass, TypicalPods
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram, option_keys
 from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.score import FgdScore
-from domain.scheduling.policies.fgd.staged import FgdStagedScore, saturated
+from domain.scheduling.policies.fgd.staged import (
+    FgdStagedScore,
+    most_cpu_per_gpu_count,
+    reserve_rows,
+    saturated,
+)
 from domain.scheduling.registry import POLICIES, build_profile
 from domain.simulation.replay import ReplayConfig, replay
 from domain.simulation.synthetic import synthetic_nodes, synthetic_pods
@@ -108,14 +118,64 @@ def test_partly_used_gpus_of_a_claimed_model_are_left_to_fgd() -> None:
 
 
 def test_whole_gpu_and_cpu_only_pods_are_scored_and_placed_as_by_fgd() -> None:
-    ledger = gaps_cluster()
-    slots = np.arange(ledger.rows, dtype=np.int64)[ledger.active[: ledger.rows]]
-    for pod in (single_container_pod("w", cpu_milli=4000, gpus=1), single_container_pod("c", cpu_milli=3000)):
+    for ledger, pod in ((reserve_cluster(), single_container_pod("w", cpu_milli=4000, gpus=2)),
+                        (gaps_cluster(), single_container_pod("c", cpu_milli=3000))):
+        slots = np.arange(ledger.rows, dtype=np.int64)[ledger.active[: ledger.rows]]
         cache = NodeStateCache(FragmentationModel(TYPICAL, ledger))
         staged = FgdStagedScore(cache).score(pod, ledger, CycleState(), slots)
         fgd = FgdScore(NodeStateCache(FragmentationModel(TYPICAL, ledger))).score(pod, ledger, CycleState(), slots)
         assert staged.tolist() == fgd.tolist()
         assert place(ledger, "fgd-staged", pod) == place(ledger, "fgd", pod)
+
+
+def reserve_cluster() -> ClusterLedger:
+    """Two 8-GPU nodes, "a" with 48 cores and "b" with 128; two alike 2-GPU nodes with 16 cores."""
+    return ClusterLedger([node("a", 8, cpu=48000), node("b", 8, cpu=128000), node("c", 2, cpu=16000),
+                          node("d", 2, cpu=16000)])
+
+
+def test_reserve_nodes_are_the_untouched_most_cpu_rich_of_their_gpu_count() -> None:
+    ledger = reserve_cluster()
+    names = [ledger.node_names()[i] for i in range(4)]
+    assert [names[i] for i in np.flatnonzero(most_cpu_per_gpu_count(ledger))] == ["b"]  # 2-GPU nodes are alike
+    assert [names[i] for i in reserve_rows(ledger)] == ["b"]
+    ledger.reserve(PodAllocation("cpu-only", "b", (), cpu_milli=1000))
+    assert not len(reserve_rows(ledger))  # in use: no longer kept
+    ledger.release("cpu-only")
+    share(ledger, "s", "b", 3, 100, cpu=0)
+    assert not len(reserve_rows(ledger))
+
+
+def test_a_one_gpu_pod_keeps_off_a_reserve_node_while_another_fits() -> None:
+    ledger = reserve_cluster()
+    hungry = single_container_pod("one", cpu_milli=20000, gpus=1)  # leaves "a" short of CPU for its other GPUs
+    assert place(ledger, "fgd-plus", hungry)[0] == "b"  # the CPU-deficit term picks the rich node
+    assert place(ledger, "fgd-staged", hungry)[0] == "a"
+    assert place(ledger, "fgd-staged", single_container_pod("big", cpu_milli=60000, gpus=1))[0] == "b"  # only b fits
+
+
+def test_reserve_nodes_follow_capacity_changes_and_ignore_removed_nodes() -> None:
+    ledger = reserve_cluster()
+    scheduler = Scheduler(ledger, build_profile("fgd-staged", ledger, rng=np.random.default_rng(0), typical=TYPICAL,
+                                                tie_break="name"))
+    hungry = single_container_pod("one", cpu_milli=20000, gpus=1)
+    assert scheduler.schedule(hungry).allocation.node == "a"  # type: ignore[union-attr]
+    ledger.release("one")
+    ledger.upsert_node(node("a", 8, cpu=200000))  # now "a" is the most CPU-rich 8-GPU node, and "b" is not kept
+    assert scheduler.schedule(hungry).allocation.node == "b"  # type: ignore[union-attr]
+    cpu_only = ClusterLedger([node("x", 0, cpu=32000), node("y", 0, cpu=32000), node("z", 0, cpu=8000)])
+    cpu_only.remove_node("z")  # its slot stays, inactive: it neither counts nor is kept
+    assert not most_cpu_per_gpu_count(cpu_only).any()
+
+
+def test_when_every_feasible_node_is_kept_in_reserve_the_choice_is_fgd_plus() -> None:
+    for sick in ("b1", "b2"):
+        ledger = ClusterLedger([node("a", 8, cpu=48000), node("b1", 8, cpu=128000), node("b2", 8, cpu=128000)])
+        gpus = ledger.inventory(sick).gpus
+        first_sick = (attrs.evolve(gpus[0], health=Health.UNHEALTHY), *gpus[1:])
+        ledger.upsert_node(attrs.evolve(ledger.inventory(sick), gpus=first_sick))
+        big = single_container_pod("big", cpu_milli=60000, gpus=1)  # fits b1 and b2 only, both kept in reserve
+        assert place(ledger, "fgd-staged", big) == place(ledger, "fgd-plus", big), sick
 
 
 def test_gap_counts_follow_the_ledger() -> None:

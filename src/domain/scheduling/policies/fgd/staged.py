@@ -12,19 +12,22 @@ that risk exists and uses gap balance only where it does not:
   model-restricted typical pod claims (:func:`~domain.scheduling.policies.fgd.scarce.restricted_claim` = 0), ranked
   as ``fgd-plus`` ranks its options, whenever a feasible node has such a GPU; it never opens a fully free GPU then,
   so it takes nothing a whole-GPU pod could use. With no such GPU the share is placed by FGD.
-* **A one-GPU pod late** — at most :data:`LATE_WHOLE_GPUS` of the schedulable GPUs fully free: placed as by
-  ``fgd-plus`` (FGD-deficit-scarce: FGD's change with the CPU a node's GPUs would be left without, then its
-  residue score, then the tie rule).
-* **Every other pod** (whole GPUs, CPU only, several containers): exactly FGD — score, GPU choice, tie rule.
+* **A one-GPU pod**: placed as by ``fgd-plus`` (FGD-deficit-scarce: FGD's change with the CPU a node's GPUs would
+  be left without, then its residue score, then the tie rule), but never on a *reserve node*
+  (:func:`reserve_rows`: an untouched node with the most CPU among the nodes of its GPU count) while another
+  feasible node exists.
+* **Every other pod** (several whole GPUs, CPU only, several containers): exactly FGD — score, GPU choice, tie rule.
 
-Invariants: a non-share decision is FGD's decision on the same cluster state, except a one-GPU pod once at most
-:data:`LATE_WHOLE_GPUS` of the GPUs are whole; a share below saturation never takes a fully free GPU while FGD's rule
-is not used for it, nor a GPU of a restricted model. Why the split: replays of
-the six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) show the losses of ``fgd-plus``
-below saturation are failed 4- and 8-GPU pods, and its gain at x = 130 comes mostly from how shares fill the last
-GPUs. Raises nothing beyond what FGD and ``fgd-plus`` raise.
+Invariants: a decision for a pod that is neither a share nor a one-GPU pod is FGD's decision on the same cluster
+state; a one-GPU pod takes a reserve node only when no other node fits it; a share below saturation never takes a
+fully free GPU while FGD's rule is not used for it, nor a GPU of a restricted model. Why the split: replays of the
+six public openb files (``bench/dominance.py``, ``docs/fgd-variants.md``) show the losses of ``fgd-plus`` below
+saturation are failed 4- and 8-GPU pods, among them CPU-heavy 8-GPU pods only the most CPU-rich nodes can host,
+whose CPU its CPU-deficit term hands to one-GPU pods early; its gain at x = 130 comes from how shares fill the last
+GPUs and one-GPU pods the last nodes. Raises nothing beyond what FGD and ``fgd-plus`` raise.
 
-Cost: a non-share pod costs FGD's decision (a late one-GPU pod FGD-deficit-scarce's, memoised the same way); a share
+Cost: a pod costs FGD's decision (a one-GPU pod FGD-deficit-scarce's, memoised the same way, plus one pass over
+the ledger rows for the reserve mask); a share
 also costs one :class:`GapCounts` sync (the rows whose ledger
 version changed) and a mask over the feasible rows whose widest gap fits it. When gap balance places it (fast path:
 a fixed milli on a cluster whose GPUs all hold 1000 milli) it costs the gap key of the free values its options have,
@@ -56,10 +59,6 @@ openb files FGD places every pod up to about x = 90 (90 % of capacity requested)
 still whole; on share-heavy files the allocated fraction stays below 90 % at saturation, while the whole-GPU
 fraction still falls to it. Measured alternatives: ``docs/fgd-variants.md``."""
 
-LATE_WHOLE_GPUS = 0.05
-"""One-GPU pods are placed by FGD-deficit-scarce once fully free GPUs are at most this fraction of the schedulable
-GPUs. Its CPU-deficit term spreads them over nodes whose CPU would otherwise strand their GPUs; earlier it would
-spend the CPU of the few nodes able to host CPU-heavy 8-GPU pods. Measured thresholds: ``docs/fgd-variants.md``."""
 
 _PLUS = "fgd-staged.plus"
 _SCARCE = "fgd-staged.scarce"
@@ -88,6 +87,34 @@ def least_need(pod: PodRequest) -> int:
     return shape.memory_milli if shape.memory_milli is not None else 1
 
 
+def most_cpu_per_gpu_count(ledger: ClusterLedger) -> BoolArray:
+    """Bool ``(rows,)``: the active nodes whose CPU capacity is the largest among the active nodes with the same GPU
+    count, where those nodes do not all have the same CPU capacity (a GPU count whose nodes are alike marks none).
+    Depends on capacity only."""
+    rows = ledger.rows
+    count, cpu, active = ledger.gpu_count[:rows], ledger.cpu_cap[:rows], ledger.active[:rows]
+    marked = np.zeros(rows, np.bool_)
+    for gpus in np.unique(count[active]).tolist():
+        same = active & (count == gpus)
+        most = int(cpu[same].max())
+        if most > int(cpu[same].min()):
+            marked |= same & (cpu == most)
+    return marked
+
+
+def reserve_rows(ledger: ClusterLedger, most_cpu: I64 | None = None) -> I64:
+    """Ledger rows (ascending) of the *reserve nodes*, kept from one-GPU pods while another node fits them: nodes of
+    :func:`most_cpu_per_gpu_count` (``most_cpu``: their rows, when the caller has them) with nothing in use (every
+    schedulable GPU fully free, no CPU booked). They are the only hosts of the CPU-heaviest pods of their GPU count,
+    which need a whole node's CPU; FGD-deficit-scarce's CPU-deficit term would otherwise send CPU-hungry one-GPU
+    pods to them first, since their CPU strands no GPU."""
+    if most_cpu is None:
+        most_cpu = np.flatnonzero(most_cpu_per_gpu_count(ledger))
+    untouched = (ledger.free_gpus[most_cpu] == ledger.sched_gpus[most_cpu]) & (ledger.cpu_used[most_cpu] == 0)
+    result: I64 = most_cpu[untouched]
+    return result
+
+
 def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPUS) -> bool:
     """Whether at most ``whole_fraction`` of the schedulable GPUs of active nodes are fully free (False for a
     ledger without schedulable GPUs)."""
@@ -100,7 +127,7 @@ def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPU
 
 class FgdStagedScore:
     """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
-    (:class:`FgdScore`), by FGD-deficit-scarce (:class:`FgdScarceScore`: late one-GPU pods) or by gap balance; gap
+    (:class:`FgdScore`), by FGD-deficit-scarce (:class:`FgdScarceScore`: one-GPU pods) or by gap balance; gap
     balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
     over the options it allows. Shares with a fixed milli on a cluster whose GPUs all hold 1000 milli take the fast
     path: :class:`GapCounts` and :func:`keys_by_free` find the best gap key ``h*`` from the free milli of the
@@ -114,10 +141,27 @@ class FgdStagedScore:
         self.ledger: ClusterLedger = cache.ledger
         self.fgd = FgdScore(cache)
         self.plus: FgdPlusScore = GapPlusScore(cache)
-        self.late = FgdScarceScore(cache)  # fgd-plus's rule for everything but shares
+        self.scarce = FgdScarceScore(cache)  # fgd-plus's rule for everything but shares
         self.gaps = GapCounts(cache.ledger)
         self._uniform_key = (-1, -1)
         self._uniform = False
+        self._most_cpu_key = (-1, -1)
+        self._most_cpu: I64 = np.zeros(0, np.int64)
+
+    def _reserve(self, slots: I64) -> BoolArray:
+        """Which of ``slots`` are reserve nodes now (:func:`reserve_rows`; the capacity part memoised per node-set
+        and capacity generation)."""
+        ledger = self.ledger
+        key = (ledger.node_set_generation, ledger.capacity_generation)
+        if key != self._most_cpu_key:
+            self._most_cpu = np.flatnonzero(most_cpu_per_gpu_count(ledger))
+            self._most_cpu_key = key
+        kept = reserve_rows(ledger, self._most_cpu)
+        if not len(kept):
+            return np.zeros(len(slots), np.bool_)
+        where = np.minimum(np.searchsorted(kept, slots), len(kept) - 1)
+        result: BoolArray = kept[where] == slots
+        return result
 
     def _uniform_gpus(self) -> bool:
         """Whether every schedulable GPU of an active node holds 1000 milli (memoised per node-set and capacity
@@ -160,14 +204,19 @@ class FgdStagedScore:
         """Node scores (0..100) for ``slots`` (ascending). A share placed by gap balance on the fast path: 1 on the
         slots offering the best gap key and 0 on the others, so only those reach :meth:`refine` (which ranks them
         and gives every other slot 0: the same choice as scoring all 0), and none is valued when one slot offers
-        it; through ``fgd-plus``'s own share decision: 0 per slot. A one-GPU pod late: FGD-deficit-scarce's scores
-        (0..99). Any other pod: FGD's scores."""
+        it; through ``fgd-plus``'s own share decision: 0 per slot. A one-GPU pod: FGD-deficit-scarce's scores
+        (0..99), or, when ``slots`` hold reserve nodes and others, 0 on the reserve nodes and those scores + 1
+        (1..100) on the others. Any other pod: FGD's scores."""
         options = None
         state.data[_SCARCE] = False
-        if is_one_gpu(pod) and self.gaps.saturated(LATE_WHOLE_GPUS):
+        if is_one_gpu(pod):
             state.data[_PLUS] = False
             state.data[_SCARCE] = True
-            return self.late.score(pod, ledger, state, slots)
+            scores = self.scarce.score(pod, ledger, state, slots)
+            reserve = self._reserve(slots)
+            if reserve.any() and not reserve.all():
+                scores = np.where(reserve, 0, scores + 1)
+            return scores
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
             self.gaps.sync()
@@ -212,12 +261,12 @@ class FgdStagedScore:
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
         """Second key for ``tied`` under gap balance: 0 on slots without the best gap option, else 1 +
-        FGD-deficit-scarce's value of placing the share there (as ``fgd-plus``); for a one-GPU pod late
+        FGD-deficit-scarce's value of placing the share there (as ``fgd-plus``); for a one-GPU pod
         FGD-deficit-scarce's residue score (0..99); 0 for every slot under FGD (whose ties go straight to the tie
         rule)."""
         if not self._plugin(pod, ledger, state, tied):
             if state.data[_SCARCE]:
-                return self.late.refine(pod, ledger, state, tied)
+                return self.scarce.refine(pod, ledger, state, tied)
             return np.zeros(len(tied), np.int64)
         entry = state.data.get(_GAP)
         if entry is None:
