@@ -64,6 +64,19 @@ def test_a_resync_lists_claims_and_repairs_a_missed_event() -> None:
     assert used(service) == [(0, 0), (0, 0)]
 
 
+def test_a_resync_keeps_a_claim_written_after_its_listing_and_drops_one_the_listing_outdates() -> None:
+    claims = InMemoryResourceClaims()
+    _, service = service_with(claims)
+    listed_at = int(claims.list_claims().resource_version)
+    ours = ClaimAllocation("default", "ours", "u2", claim("gpu-0").results, resource_version=str(listed_at + 2))
+    service.on_claim(ours)  # our write's answer, newer than what the resync will list (the store lags here)
+    stale = ClaimAllocation("default", "old", "u3", claim("gpu-1").results, resource_version=str(listed_at))
+    service.on_claim(stale)  # deleted by the time of the listing; its delete event is late
+    report = service.resync()
+    assert used(service) == [(1000, GPU16), (0, 0)]  # the upkeep passed the listing's version to the adoption
+    assert "claim:u3" in report.extra
+
+
 def test_a_claim_event_the_adopted_listing_already_holds_is_not_reapplied() -> None:
     claims = InMemoryResourceClaims()
     _, service = service_with(claims)
