@@ -80,7 +80,8 @@ class LedgerSlots:
         self.node_set_generation = 0
         """Node-set generation: incremented whenever a node is added or removed (slot ↔ name mapping changed)."""
         self.capacity_generation = 0
-        """Incremented whenever GPU capacity, model or health may have changed (node upsert or removal, growth)."""
+        """Incremented whenever GPU capacity, model or health may have changed (an upsert that changed a node's
+        inventory, a removal, growth)."""
         self._capacity_memo: dict[object, object] = {}
         self._stamped_memo: dict[object, object] = {}
         g = max([max_gpus, *[n.gpu_count for n in nodes]]) if nodes else max_gpus

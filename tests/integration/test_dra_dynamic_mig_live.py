@@ -72,5 +72,6 @@ def test_dynamic_mig_claims_allocated_by_kube_scheduler_create_their_instances_a
 
     assert instances(stack) == []  # the previous test's instances went with its claims
     two_run_and_a_third_waits(claims, MIG_3G, ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-3g-40gb-4"], "3g.40gb",
-                              while_running=made_when_prepared, pod=claims.pod, refusal="claim")
+                              while_running=made_when_prepared, pod=claims.pod,
+                              refusal="cannot allocate all claims")
     assert instances(stack) == both

@@ -32,6 +32,7 @@ from domain.scheduling.policies.fgd.fragmentation import FragmentationModel, Pod
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram, option_keys
 from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_by_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.policies.fgd.staged import (
     FgdStagedScore,
@@ -140,10 +141,9 @@ def test_reserve_nodes_are_the_untouched_most_cpu_rich_of_their_gpu_count() -> N
     assert [names[i] for i in np.flatnonzero(most_cpu_per_gpu_count(ledger))] == ["b"]  # 2-GPU nodes are alike
     assert [names[i] for i in reserve_rows(ledger)] == ["b"]
     ledger.reserve(PodAllocation("cpu-only", "b", (), cpu_milli=1000))
-    assert not len(reserve_rows(ledger))  # in use: no longer kept
-    ledger.release("cpu-only")
+    assert [names[i] for i in reserve_rows(ledger)] == ["b"]  # a pod without GPUs (a DaemonSet's, say) keeps it
     share(ledger, "s", "b", 3, 100, cpu=0)
-    assert not len(reserve_rows(ledger))
+    assert not len(reserve_rows(ledger))  # a GPU in use: no longer kept
 
 
 def test_a_one_gpu_pod_keeps_off_a_reserve_node_while_another_fits() -> None:
@@ -163,9 +163,13 @@ def test_reserve_nodes_follow_capacity_changes_and_ignore_removed_nodes() -> Non
     ledger.release("one")
     ledger.upsert_node(node("a", 8, cpu=200000))  # now "a" is the most CPU-rich 8-GPU node, and "b" is not kept
     assert scheduler.schedule(hungry).allocation.node == "b"  # type: ignore[union-attr]
-    cpu_only = ClusterLedger([node("x", 0, cpu=32000), node("y", 0, cpu=32000), node("z", 0, cpu=8000)])
-    cpu_only.remove_node("z")  # its slot stays, inactive: it neither counts nor is kept
-    assert not most_cpu_per_gpu_count(cpu_only).any()
+    alike = ClusterLedger([node("x", 2, cpu=32000), node("y", 2, cpu=32000), node("z", 2, cpu=8000)])
+    alike.remove_node("z")  # its slot stays, inactive: it neither counts nor is kept
+    assert not most_cpu_per_gpu_count(alike).any()
+    alike.upsert_node(node("w", 2, cpu=8000))
+    alike.upsert_node(attrs.evolve(alike.inventory("w"), gpus=tuple(
+        attrs.evolve(gpu, health=Health.UNHEALTHY) for gpu in alike.inventory("w").gpus)))
+    assert not most_cpu_per_gpu_count(alike).any()  # a node without schedulable GPUs counts not
 
 
 def test_when_every_feasible_node_is_kept_in_reserve_the_choice_is_fgd_plus() -> None:
@@ -176,6 +180,22 @@ def test_when_every_feasible_node_is_kept_in_reserve_the_choice_is_fgd_plus() ->
         ledger.upsert_node(attrs.evolve(ledger.inventory(sick), gpus=first_sick))
         big = single_container_pod("big", cpu_milli=60000, gpus=1)  # fits b1 and b2 only, both kept in reserve
         assert place(ledger, "fgd-staged", big) == place(ledger, "fgd-plus", big), sick
+        slots = np.array([ledger.slot("b1"), ledger.slot("b2")], np.int64)
+        staged = FgdStagedScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
+        scarce = FgdScarceScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
+        scores = staged.score(big, ledger, CycleState(), slots).tolist()
+        assert scores == scarce.score(big, ledger, CycleState(), slots).tolist(), sick
+        assert max(scores) > 0, sick
+
+
+def test_a_reserve_node_scores_0_and_every_other_node_one_more_than_fgd_deficit_scarce(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = reserve_cluster()
+    staged = FgdStagedScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
+    monkeypatch.setattr(staged.scarce, "score", lambda *args: np.zeros(2, np.int64))  # every node equal for it
+    slots = np.array([ledger.slot("a"), ledger.slot("b")], np.int64)
+    pod = single_container_pod("one", cpu_milli=1000, gpus=1)
+    assert staged.score(pod, ledger, CycleState(), slots).tolist() == [1, 0]
 
 
 def test_gap_counts_follow_the_ledger() -> None:

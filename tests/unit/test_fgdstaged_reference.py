@@ -120,14 +120,17 @@ class ReferenceStaged(FgdStagedScore):
 
 
 def reference_reserve(ledger: ClusterLedger, slot: int) -> bool:
-    """Whether ``slot`` is a reserve node, recounted: nothing in use, and the most CPU among the active nodes of its
-    GPU count, which are not all alike in CPU."""
+    """Whether ``slot`` is a reserve node, recounted GPU by GPU: every schedulable GPU untouched, and the most CPU
+    among the active nodes of its GPU count with a schedulable GPU, which are not all alike in CPU."""
+    def usable(name: str) -> bool:
+        return bool(ledger.active[ledger.slot(name)]) and any(g.schedulable for g in ledger.gpus(name))
+
     [name] = [other for other in ledger.node_names() if ledger.slot(other) == slot]
     inventory = ledger.inventory(name)
     peers = [ledger.inventory(other).cpu_milli for other in ledger.node_names()
-             if ledger.active[ledger.slot(other)] and ledger.inventory(other).gpu_count == inventory.gpu_count]
-    in_use = bool(ledger.pods_on(name)) or int(ledger.cpu_used[slot]) > 0
-    return not in_use and inventory.cpu_milli == max(peers) > min(peers)
+             if usable(other) and ledger.inventory(other).gpu_count == inventory.gpu_count]
+    untouched = all(g.core_used == 0 and g.memory_used == 0 for g in ledger.gpus(name) if g.schedulable)
+    return usable(name) and untouched and inventory.cpu_milli == max(peers) > min(peers)
 
 
 def cluster(rng: np.random.Generator, nodes: int) -> ClusterLedger:

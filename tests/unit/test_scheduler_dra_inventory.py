@@ -154,6 +154,15 @@ def test_the_device_plugins_annotation_wins_where_both_publish() -> None:
         assert "n4" not in books.claims_only
 
 
+def test_the_device_plugins_annotation_appearing_on_a_dra_only_node_counts_as_room() -> None:
+    w = dra_world()
+    version = w.service.room_version
+    w.service.on_node(make_node("n1"))  # the same two GPUs, now published by a device plugin too
+    with w.service.books() as books:
+        assert "n1" not in books.claims_only  # classic pods may go there now: only that changed
+    assert not w.service.room_unchanged_since(version)
+
+
 def test_deleted_slices_keep_the_gpus_last_published_and_gate_the_node() -> None:
     w = dra_world()
     version = w.service.room_version

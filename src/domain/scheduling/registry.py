@@ -110,7 +110,8 @@ POLICIES: dict[str, Policy] = {
                needs_typical_pods=True),
         Policy("fgd-staged", "fgd, with fgd-plus's gap balance for shares where it takes no whole GPU (partly used "
                "GPUs below saturation, every GPU when at most 10 % of GPUs are whole) and one-GPU pods by "
-               "fgd-deficit-scarce, kept off the untouched most CPU-rich node of a GPU count while another fits",
+               "fgd-deficit-scarce, kept off the most CPU-rich node of a GPU count while its GPUs are all free and "
+               "another node fits",
                _fgd_family("fgd-staged", FgdStagedScore), needs_typical_pods=True),
         Policy("fgd-residue", "FGD, ties settled by the least loss of absorbable GPU (saturation residue)",
                _fgd_family("fgd-residue", FgdResidueScore), needs_typical_pods=True),

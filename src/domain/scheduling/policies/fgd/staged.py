@@ -14,8 +14,8 @@ that risk exists and uses gap balance only where it does not:
   so it takes nothing a whole-GPU pod could use. With no such GPU the share is placed by FGD.
 * **A one-GPU pod**: placed as by ``fgd-plus`` (FGD-deficit-scarce: FGD's change with the CPU a node's GPUs would
   be left without, then its residue score, then the tie rule), but never on a *reserve node*
-  (:func:`reserve_rows`: an untouched node with the most CPU among the nodes of its GPU count) while another
-  feasible node exists.
+  (:func:`reserve_rows`: a node with all its GPUs free and the most CPU among the nodes of its GPU count) while
+  another feasible node exists.
 * **Every other pod** (several whole GPUs, CPU only, several containers): exactly FGD — score, GPU choice, tie rule.
 
 Invariants: a decision for a pod that is neither a share nor a one-GPU pod is FGD's decision on the same cluster
@@ -26,8 +26,9 @@ saturation are failed 4- and 8-GPU pods, among them CPU-heavy 8-GPU pods only th
 whose CPU its CPU-deficit term hands to one-GPU pods early; its gain at x = 130 comes from how shares fill the last
 GPUs and one-GPU pods the last nodes. Raises nothing beyond what FGD and ``fgd-plus`` raise.
 
-Cost: a pod costs FGD's decision (a one-GPU pod FGD-deficit-scarce's, memoised the same way, plus one pass over
-the ledger rows for the reserve mask); a share
+Cost: a pod costs FGD's decision; a one-GPU pod FGD-deficit-scarce's instead (memoised per pod class and node
+state, not shared between CPU sizes as FGD's values are), plus a look at the memoised most-CPU rows for the reserve;
+a share
 also costs one :class:`GapCounts` sync (the rows whose ledger
 version changed) and a mask over the feasible rows whose widest gap fits it. When gap balance places it (fast path:
 a fixed milli on a cluster whose GPUs all hold 1000 milli) it costs the gap key of the free values its options have,
@@ -88,14 +89,15 @@ def least_need(pod: PodRequest) -> int:
 
 
 def most_cpu_per_gpu_count(ledger: ClusterLedger) -> BoolArray:
-    """Bool ``(rows,)``: the active nodes whose CPU capacity is the largest among the active nodes with the same GPU
-    count, where those nodes do not all have the same CPU capacity (a GPU count whose nodes are alike marks none).
-    Depends on capacity only."""
+    """Bool ``(rows,)``: among the active nodes with at least one schedulable GPU and the same GPU count, those whose
+    CPU capacity is the largest, where those nodes do not all have the same CPU capacity (a GPU count whose nodes
+    are alike marks none). Depends on capacity and health only. Raises nothing."""
     rows = ledger.rows
-    count, cpu, active = ledger.gpu_count[:rows], ledger.cpu_cap[:rows], ledger.active[:rows]
+    count, cpu = ledger.gpu_count[:rows], ledger.cpu_cap[:rows]
+    usable = ledger.active[:rows] & (ledger.sched_gpus[:rows] > 0)
     marked = np.zeros(rows, np.bool_)
-    for gpus in np.unique(count[active]).tolist():
-        same = active & (count == gpus)
+    for gpus in np.unique(count[usable]).tolist():
+        same = usable & (count == gpus)
         most = int(cpu[same].max())
         if most > int(cpu[same].min()):
             marked |= same & (cpu == most)
@@ -103,15 +105,15 @@ def most_cpu_per_gpu_count(ledger: ClusterLedger) -> BoolArray:
 
 
 def reserve_rows(ledger: ClusterLedger, most_cpu: I64 | None = None) -> I64:
-    """Ledger rows (ascending) of the *reserve nodes*, kept from one-GPU pods while another node fits them: nodes of
-    :func:`most_cpu_per_gpu_count` (``most_cpu``: their rows, when the caller has them) with nothing in use (every
-    schedulable GPU fully free, no CPU booked). They are the only hosts of the CPU-heaviest pods of their GPU count,
-    which need a whole node's CPU; FGD-deficit-scarce's CPU-deficit term would otherwise send CPU-hungry one-GPU
-    pods to them first, since their CPU strands no GPU."""
+    """Ledger rows (ascending) of the *reserve nodes*, kept from one-GPU pods while another node fits them: the nodes
+    of :func:`most_cpu_per_gpu_count` (``most_cpu``: their rows, ascending, when the caller has them) whose
+    schedulable GPUs are all fully free. Pods without GPUs (DaemonSets, CPU-only jobs) do not end a reserve.
+    Rationale: on the openb trace those nodes are the only hosts of the CPU-heaviest 8-GPU pods (120 of 128 cores),
+    and FGD-deficit-scarce's CPU-deficit term sends CPU-hungry one-GPU pods to them first, since their CPU strands
+    no GPU; the rule does not read which pods need them. Raises nothing."""
     if most_cpu is None:
         most_cpu = np.flatnonzero(most_cpu_per_gpu_count(ledger))
-    untouched = (ledger.free_gpus[most_cpu] == ledger.sched_gpus[most_cpu]) & (ledger.cpu_used[most_cpu] == 0)
-    result: I64 = most_cpu[untouched]
+    result: I64 = most_cpu[ledger.free_gpus[most_cpu] == ledger.sched_gpus[most_cpu]]
     return result
 
 
@@ -205,8 +207,8 @@ class FgdStagedScore:
         slots offering the best gap key and 0 on the others, so only those reach :meth:`refine` (which ranks them
         and gives every other slot 0: the same choice as scoring all 0), and none is valued when one slot offers
         it; through ``fgd-plus``'s own share decision: 0 per slot. A one-GPU pod: FGD-deficit-scarce's scores
-        (0..99), or, when ``slots`` hold reserve nodes and others, 0 on the reserve nodes and those scores + 1
-        (1..100) on the others. Any other pod: FGD's scores."""
+        (0..100), or, when ``slots`` hold reserve nodes and others, 0 on the reserve nodes and those scores + 1,
+        capped at 100, on the others. Any other pod: FGD's scores."""
         options = None
         state.data[_SCARCE] = False
         if is_one_gpu(pod):
@@ -215,7 +217,7 @@ class FgdStagedScore:
             scores = self.scarce.score(pod, ledger, state, slots)
             reserve = self._reserve(slots)
             if reserve.any() and not reserve.all():
-                scores = np.where(reserve, 0, scores + 1)
+                scores = np.where(reserve, 0, np.minimum(scores + 1, 100))
             return scores
         if is_share(pod):
             ensure_gpu_fit(pod, ledger, state)
