@@ -19,6 +19,7 @@ from services.scheduler.commit import CommitError
 from services.scheduler.retries import FutileRetries
 from services.scheduler.standalone import StandaloneLoop
 from support.kube_builders import GPU16, NOW, PROTOCOL, Clock, make_node, make_pod
+from support.mig_builders import mig_node
 from support.scheduler_world import World, world
 
 
@@ -75,6 +76,16 @@ def test_a_heartbeat_alone_counts_no_room_and_keeps_the_pod_aside() -> None:
     assert loop.retries.skipped == 1
     w.service.on_node(make_node("n1", 1, heartbeat=NOW + 15, labels={"zone": "a"}))  # a label this time
     assert due_after(clock, loop, 0) == pod
+
+
+def test_a_mig_layout_that_changed_counts_as_room_and_its_heartbeat_does_not() -> None:
+    w = world()
+    w.service.on_node(mig_node("m1", {0: [("3g.40gb", 0)]}))
+    version = w.service.room_version
+    w.service.on_node(mig_node("m1", {0: [("3g.40gb", 0)]}, heartbeat=NOW + 10))
+    assert w.service.room_unchanged_since(version)
+    w.service.on_node(mig_node("m1", {0: [("3g.40gb", 0), ("3g.40gb", 4)]}, heartbeat=NOW + 20))  # one more instance
+    assert not w.service.room_unchanged_since(version)
 
 
 @pytest.mark.parametrize("change", [
