@@ -28,13 +28,12 @@ GPUs and one-GPU pods the last nodes. Raises nothing beyond what FGD and ``fgd-p
 
 Cost: a pod costs FGD's decision; a one-GPU pod FGD-deficit-scarce's instead (memoised per pod class and node
 state, not shared between CPU sizes as FGD's values are), plus a look at the memoised most-CPU rows for the reserve;
-a share
-also costs one :class:`GapCounts` sync (the rows whose ledger
-version changed) and a mask over the feasible rows whose widest gap fits it. When gap balance places it (fast path:
-a fixed milli on a cluster whose GPUs all hold 1000 milli) it costs the gap key of the free values its options have,
-and, when more than one node offers the best key, FGD-deficit-scarce's value of those nodes
-(:mod:`~domain.scheduling.policies.fgd.optionvalues`, memoised per pod class, node state and GPU); other shares go
-through ``fgd-plus``'s own share decision on the allowed options.
+a share also costs one :class:`GapCounts` sync (the rows whose ledger version changed) and a mask over the feasible
+rows whose widest gap fits it. When gap balance places it (fast path: a fixed milli on a cluster whose GPUs all
+hold 1000 milli) it costs the gap key of the free values its options have, and, when more than one node offers the
+best key, FGD-deficit-scarce's value of those nodes (:mod:`~domain.scheduling.policies.fgd.optionvalues`, memoised
+per pod class, node state and GPU); other shares go through ``fgd-plus``'s own share decision on the allowed
+options.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ SATURATED_WHOLE_GPUS = 0.10
 openb files FGD places every pod up to about x = 90 (90 % of capacity requested), when about 10 % of the GPUs are
 still whole; on share-heavy files the allocated fraction stays below 90 % at saturation, while the whole-GPU
 fraction still falls to it. Measured alternatives: ``docs/fgd-variants.md``."""
-
 
 _PLUS = "fgd-staged.plus"
 _SCARCE = "fgd-staged.scarce"
