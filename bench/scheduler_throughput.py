@@ -17,8 +17,8 @@ performance table (:func:`adapters.reportfiles.results_table.record_bench_run`; 
 ``--whole-gpus-left F`` measures the late regime instead: after the prefill, GPU pods with little CPU (shares and
 1-, 2- and 4-GPU pods of 0-5 cores; the published mix's CPU per GPU would stop the fill near 76 % of GPU milli) are
 placed by the policy until at most ``F`` of the schedulable GPUs are fully free, and the measured pods are one-GPU
-pods of 0-8 cores (``fgd-staged`` places those by FGD-deficit-scarce at ``F`` ≤ 0.05); measure fewer pods than the
-fully free GPUs it prints, or the rest are turned away.
+pods of 0-8 cores (``fgd-staged`` places those by FGD-deficit-scarce, its reserve nodes aside); measure fewer pods
+than the fully free GPUs it prints, or the rest are turned away.
 
 Targets at 5000 × 8 on a quiet machine: ``fgd`` ≥ 1,000 pods/s with p99 ≤ 5 ms, ``binpack`` ≥ 3,000 pods/s, and
 ``--policy fgd --compare binpack`` ratio ≥ 0.5; at 10,000 × 8 ``peak_rss_mib`` ≤ 1024; at 20,000 × 8 ``--policy fgd``
