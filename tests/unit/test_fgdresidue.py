@@ -62,6 +62,8 @@ def test_residue_of_multi_gpu_classes_uses_whole_groups_of_free_gpus() -> None:
     # 3500 − 7·470 = 210.
     typical = TypicalPods((PodClass(8000, 1000, 2), PodClass(0, 470, 1)), (0.5, 0.5))
     assert residue(typical, 100000, [1000, 1000, 1000, 500]) == [1500, 210]
+    # With no CPU left the 2-GPU class gets no copy (3500 residue); the share asking no CPU still gets its 7.
+    assert residue(typical, 0, [1000, 1000, 1000, 500]) == [3500, 210]
 
 
 def test_residue_ignores_gpus_of_models_the_class_does_not_allow() -> None:

@@ -192,7 +192,7 @@ def test_a_reserve_node_scores_0_and_every_other_node_one_more_than_fgd_deficit_
         monkeypatch: pytest.MonkeyPatch) -> None:
     ledger = reserve_cluster()
     staged = FgdStagedScore(NodeStateCache(FragmentationModel(TYPICAL, ledger)))
-    monkeypatch.setattr(staged.scarce, "score", lambda *args: np.zeros(2, np.int64))  # every node equal for it
+    monkeypatch.setattr(staged.plus, "score", lambda *args: np.zeros(2, np.int64))  # every node equal for it
     slots = np.array([ledger.slot("a"), ledger.slot("b")], np.int64)
     pod = single_container_pod("one", cpu_milli=1000, gpus=1)
     assert staged.score(pod, ledger, CycleState(), slots).tolist() == [1, 0]

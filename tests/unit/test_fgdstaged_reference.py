@@ -15,7 +15,10 @@ random clusters (GPU models with and without a restricted claim, quarantined nod
 * the counts :class:`GapCounts` keeps (gap histogram, widest gap per row, saturation) equal a recount;
 * :class:`GapPlusScore`'s option values equal ``fgd-plus``'s evaluation for every fitting (node, GPU) option, valued
   in one batch and one at a time (also when the per-state parts are dropped for want of room), and
-  :func:`keys_of_free` equals :func:`keys_by_free` at the values asked.
+  :func:`keys_of_free` equals :func:`keys_by_free` at the values asked;
+* its one-GPU values equal FGD-deficit-scarce's evaluation on every node (nodes without a free GPU too), in one
+  batch and one node at a time, and so do the scores and tie keys of pods whose class had its node states valued
+  beside another class's (siblings).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
 from domain.scheduling.policies.fgd.residue import FgdResidueScore
+from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.policies.fgd.staged import (
     SATURATED_WHOLE_GPUS,
@@ -332,6 +336,42 @@ def test_option_values_equal_fgd_plus_evaluation() -> None:
                                                                gpus[i:i + 1]).tolist()
             checked += len(slots)
         assert checked > 100, seed
+
+
+def test_one_gpu_values_equal_fgd_deficit_scarce_evaluation() -> None:
+    """:class:`GapPlusScore` values a one-GPU pod from per-state parts as FGD-deficit-scarce's own evaluation does,
+    on every node (those without a free GPU too: left as they are), in one batch and one node at a time, and the
+    values it memoises for other CPU asks while valuing one are those a pod of that ask gets."""
+    for seed, typical in ((31, OPEN), (32, RESTRICTED)):
+        rng = np.random.default_rng(seed)
+        ledger = cluster(rng, 30)
+        sched = scheduler(ledger, typical, False)
+        for number in range(80):  # fill part of the cluster
+            sched.schedule(random_pod(rng, f"fill{number}"))
+        cache = NodeStateCache(FragmentationModel(typical, ledger))
+        fast, plain = GapPlusScore(cache), FgdScarceScore(cache)
+        cache.refresh()
+        slots = np.arange(ledger.rows, dtype=np.int64)
+        for number in range(16):  # four CPU asks: each pod's class is valued beside the others' (siblings)
+            pod = single_container_pod(f"o{number}", cpu_milli=int(rng.choice([0, 4000, 8000, 12000])), gpus=1)
+            state = CycleState()
+            cache.refresh()  # as scoring does first
+            ensure_gpu_fit(pod, ledger, state)
+            assert state.gpu_fit is not None
+            assert not state.gpu_fit.any(axis=1).all()  # some nodes without a free GPU
+            want = plain._evaluate(pod, state, slots)
+            got = fast._evaluate(pod, state, slots)
+            assert (got[0].tolist(), got[1].tolist()) == (want[0].tolist(), want[1].tolist()), (seed, number)
+            for i in rng.choice(len(slots), 5, replace=False).tolist():
+                assert fast._evaluate(pod, state, slots[i:i + 1])[0].tolist() == [int(want[0][i])]
+            # Scored through the memo: the scores and tie keys of every node equal FGD-deficit-scarce's.
+            scored = []
+            for plugin in (fast, plain):
+                cycle = CycleState()
+                scored.append((plugin.score(pod, ledger, cycle, slots).tolist(),
+                               plugin.refine(pod, ledger, cycle, slots).tolist()))
+            assert scored[0] == scored[1], (seed, number)
+            sched.schedule(pod)  # a node changes state: the next pods' classes value it anew
 
 
 def test_keys_of_free_are_keys_by_free_at_those_values() -> None:

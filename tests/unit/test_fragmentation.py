@@ -211,6 +211,20 @@ def test_weighted_frag_equals_the_weighted_f_vectors_and_does_not_depend_on_the_
     assert alone == batch.tolist()  # bit for bit: each row is reduced on its own
 
 
+def test_weighted_reduces_each_row_on_its_own() -> None:
+    """``F = Σ_t p_t f_t`` of a row is the same, bit for bit, whatever other rows share its batch (with a few hundred
+    typical pods a BLAS matrix product's last bits depend on the batch)."""
+    rng = np.random.default_rng(4)
+    weights = rng.random(233)
+    classes = tuple(PodClass(100 * t, 1000, 1) for t in range(233))
+    model = FragmentationModel(TypicalPods(classes, tuple((weights / weights.sum()).tolist())), frag_ledger())
+    for count in (2, 3, 7, 16, 33):
+        f = rng.integers(-20000, 20000, (count, 233))
+        batch = model.weighted(f)
+        assert [float(model.weighted(f[i : i + 1])[0]) for i in range(count)] == batch.tolist(), count
+        assert [float(model.weighted(f[i])) for i in range(count)] == batch.tolist(), count
+
+
 def test_weighted_frag_per_milli_table_equals_the_bucket_pass_for_any_model_typical_pods() -> None:
     unrestricted = tuple(c for c in CLASSES if not c.models)
     model = FragmentationModel(TypicalPods(unrestricted, (0.1, 0.1, 0.3, 0.2, 0.1, 0.1, 0.1)), frag_ledger())

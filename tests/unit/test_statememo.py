@@ -1,11 +1,11 @@
 """FGD's state memo and batch dedupe (``domain.scheduling.policies.fgd.statememo``,
-``domain.scheduling.policies.fgd.score._distinct``).
+``domain.scheduling.policies.fgd.score.distinct_keys``).
 
 Behaviours covered:
 
 * ``StateMemo.get_many``: the dict path (small batches) and the snapshot path (large ones) return the same values
   as a plain dict, −1 for keys never memoised, including keys added after the last snapshot and negative keys.
-* ``_distinct``: the dict path (≤ 32 keys) and the ``np.unique`` path both give the distinct keys ascending,
+* ``distinct_keys``: the dict path (≤ 32 keys) and the ``np.unique`` path both give the distinct keys ascending,
   first occurrences and an inverse that rebuild the input.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domain.scheduling.policies.fgd.score import _distinct
+from domain.scheduling.policies.fgd.score import distinct_keys
 from domain.scheduling.policies.fgd.statememo import DICT_BATCH, StateMemo
 
 
@@ -64,7 +64,7 @@ def test_update_with_unequal_lengths_raises() -> None:
 @pytest.mark.parametrize("size", [1, 5, 32, 33, 500])
 def test_distinct_rebuilds_the_keys_and_points_at_first_occurrences(size: int) -> None:
     keys = np.random.default_rng(size).integers(-50, 50, size).astype(np.int64)
-    unique, first, inverse = _distinct(keys)
+    unique, first, inverse = distinct_keys(keys)
     assert unique == sorted(set(keys.tolist()))  # ascending, as np.unique gives them
     assert np.array(unique, np.int64)[inverse].tolist() == keys.tolist()
     assert keys[first].tolist() == unique

@@ -32,6 +32,8 @@ F64 = npt.NDArray[np.float64]
 _TABLE_CELLS = 2**19
 """Up to this many ``states × GPUs × heads`` cells (4 MiB of int64), :meth:`FragmentationModel.weighted_frag` reads
 usable GPUs per head from a per-milli table (one gather of that many integers); larger batches use ``_usable``."""
+_NO_CPU_LIMIT = 2**50
+"""CPU-milli added to the CPU left of typical pods that ask no CPU, so their CPU copies exceed any GPU copies."""
 _DIRECT_STATES = 48
 """Up to this many states, :meth:`FragmentationModel._usable` compares every GPU with every threshold directly
 (fewer array operations); above it the threshold buckets of ``_usable_any_model`` cost less. Same integers."""
@@ -100,6 +102,14 @@ class FragmentationModel:
         self.u_t: I64 = np.array([c.gpu_milli for c in typical.classes], np.int64)
         self.k_t: I64 = np.array([c.gpu_count for c in typical.classes], np.int64)
         self.cpu_only_t = (self.u_t == 0) | (self.k_t == 0)
+        # The saturation residue's per-pod constants (residue.residue_from_units): GPU copies divide the usable units
+        # by the GPU count (whole-GPU pods; shares count units), CPU copies divide the CPU left by the CPU ask (no CPU
+        # ask: an offset no GPU count reaches), a copy takes ``u_t · k_t`` milli (0 for CPU-only pods, whose residue
+        # is then all free milli).
+        self.copy_divisor_t: I64 = np.where(self.u_t < MILLI_PER_GPU, 1, np.maximum(self.k_t, 1)).astype(np.int64)
+        self.cpu_divisor_t: I64 = np.maximum(self.cpu_t, 1)
+        self.cpu_offset_t: I64 = np.where(self.cpu_t > 0, 0, _NO_CPU_LIMIT).astype(np.int64)
+        self.milli_per_copy_t: I64 = self.u_t * self.k_t
         # Typical pods sharing (per-GPU milli, allow-list) see the same usable GPUs on every node, so the per-GPU
         # work is done once per such group (a few dozen) and expanded to the T classes (hundreds) by ``group_t``.
         groups: dict[tuple[int, str], int] = {}
@@ -305,8 +315,11 @@ class FragmentationModel:
         return result
 
     def weighted(self, f: I64) -> F64:
-        """``F = Σ_t p_t f_t`` along the last axis (float64)."""
-        return f.astype(np.float64) @ self.p
+        """``F = Σ_t p_t f_t`` along the last axis (float64). Each row is reduced on its own (an elementwise product
+        and numpy's pairwise sum), so a row's result does not depend on the other rows of its batch (a BLAS matrix
+        product's last bits do). Raises nothing."""
+        result: F64 = (f * self.p).sum(axis=-1)
+        return result
 
 
 def schedulable_free(ledger: ClusterLedger, slots: I64 | slice) -> I64:

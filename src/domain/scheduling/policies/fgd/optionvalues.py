@@ -1,19 +1,24 @@
-"""``fgd-plus``'s value of share options for ``fgd-staged``, computed from cached per-state parts and the one GPU
-a share changes.
+"""``fgd-plus``'s value of share options and of one-GPU pods for ``fgd-staged``, computed from cached per-state
+parts and the one GPU a placement changes.
 
 :meth:`FgdPlusScore._option_values` ranks the options that tie on the gap key by FGD-deficit-scarce's value of
 placing the share there (:meth:`FgdScarceScore._rate`): FGD's fragmentation change of the node, its CPU-deficit
-change, the restricted claim and the saturation-residue change. Evaluated from scratch that is a pass over every
-GPU, head and typical-pod group of each option, and most evaluations are of one option (a node whose state just
-changed). A share changes only the free milli of its GPU, from ``h`` to ``h' = max(h − u, 0)``, and every GPU-wise
-quantity those terms read is a sum of per-GPU integers: the usable-GPU counts and free milli per head
+change, the restricted claim and the saturation-residue change; a one-GPU pod is placed by that value too. Evaluated
+from scratch that is a pass over every GPU, head and typical-pod group of each option, and most evaluations are of
+one option (a node whose state just changed). A share changes only the free milli of its GPU, from ``h`` to
+``h' = max(h − u, 0)``, a one-GPU pod only its first fitting GPU, from ``h`` to 0, and every GPU-wise quantity those
+terms read is a sum of per-GPU integers: the usable-GPU counts and free milli per head
 (:meth:`FragmentationModel.head_usable`) and the copies per typical-pod group (:func:`residue.gpu_units`).
 :class:`GapPlusScore` keeps those integers per node state (an interned state id never changes meaning), moves them
 by the one GPU's change (:meth:`FragmentationModel.head_change`) and applies the rest of
-:meth:`FgdScarceScore._rate`'s arithmetic to the same batch of options in the same order. The values are the same
-bit for bit: the integers are equal, and every float operation is the one ``_rate`` performs on equal operands
-(the per-GPU claim sum has one non-zero term; the residue weighting, the one batch-wide float reduction, sees the
-same rows).
+:meth:`FgdScarceScore._rate`'s arithmetic. The values are the same bit for bit: the integers are equal, every float
+operation is the one ``_rate`` performs on equal operands (the per-GPU claim sum has one non-zero term), and the
+float reductions are row by row, so a row's value does not depend on its batch.
+
+A one-GPU pod's value depends on the node state, its fit and the pod's CPU ask only, and one placement changes one
+node, whose new state every one-GPU class values next: a state one class misses is valued in the same batch for the
+:data:`SIBLINGS` one-GPU classes scored most recently before it (numpy's per-call cost, not the rows, dominates such
+small batches).
 
 Memory: per node state valued, its heads' counts and milli, its groups' copies and its residue vector (int64);
 all dropped once :data:`MAX_STATES` states are held.
@@ -21,19 +26,30 @@ all dropped once :data:`MAX_STATES` states are held.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
-from domain.request import PodRequest
+from domain.request import GpuKind, PodRequest
+from domain.scheduling.framework.cycle import CycleState
 from domain.scheduling.policies.fgd.deficit import cpu_deficit_of_total
 from domain.scheduling.policies.fgd.fragmentation import I64, schedulable_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
 from domain.scheduling.policies.fgd.residue import SECONDARY_SPAN, gpu_units, residue_from_units
-from domain.scheduling.policies.fgd.score import sigmoid_score
+from domain.scheduling.policies.fgd.score import CHOICE_SPAN, distinct_keys, sigmoid_score
 
 MAX_STATES = 1 << 15
 """Node states whose parts are kept (about 2 KiB each with 233 typical pods): beyond it all are dropped and
 recomputed on use."""
+SIBLINGS = 4
+"""Other one-GPU pod classes a missed node state is valued for in the same batch (:meth:`GapPlusScore._lookup`)."""
+
+
+def is_one_gpu(pod: PodRequest) -> bool:
+    """Whether ``pod`` is one container asking one whole GPU."""
+    shape = pod.simple_shape
+    return pod.wants_gpu and shape is not None and shape.kind is GpuKind.WHOLE and shape.gpus == 1
 
 
 class GapPlusScore(FgdPlusScore):
@@ -48,6 +64,7 @@ class GapPlusScore(FgdPlusScore):
         self._milli: I64 = np.zeros((0, model.head_count), np.int64)
         self._units: I64 = np.zeros((0, len(model.u_g)), np.int64)
         self._residue: I64 = np.zeros((0, len(model.p)), np.int64)
+        self._one_gpu_asks: OrderedDict[tuple[int, int, int, int], None] = OrderedDict()  # class keys, LRU last
 
     def _store(self, at: int, parts: tuple[I64, I64, I64, I64]) -> None:
         """Write ``parts`` (each ``(n, width)``, widths fixed by the fragmentation model) at rows ``at..at + n`` of
@@ -99,18 +116,76 @@ class GapPlusScore(FgdPlusScore):
         result: I64 = self._residue[rows]
         return result
 
+    def _evaluate(self, pod: PodRequest, state: CycleState, slots: I64) -> tuple[I64, I64]:
+        """A one-GPU pod's values (:meth:`FgdScore._evaluate`: FGD-deficit-scarce's, no GPU choice) by
+        :meth:`_one_gpu_values`; other pods: FGD-deficit-scarce's own evaluation."""
+        if not is_one_gpu(pod):
+            return super()._evaluate(pod, state, slots)
+        cpu = np.full(len(slots), pod.cpu_milli, np.int64)
+        return self._one_gpu_values(state, slots, cpu), np.full(len(slots), -1, np.int64)
+
+    def _one_gpu_values(self, state: CycleState, slots: I64, cpu: I64) -> I64:
+        """FGD-deficit-scarce's value (≥ 0) of a one-GPU pod asking ``cpu[i]`` CPU-milli on slot ``slots[i]`` (slots
+        may repeat): it empties the first GPU the cycle's fit allows there, and a slot without one is left as it is
+        (as :meth:`FgdScore._evaluate` places a whole-GPU pod). Raises nothing."""
+        assert state.gpu_fit is not None
+        fit = np.take(state.gpu_fit, slots, axis=0)
+        gpu = np.argmax(fit, axis=1).astype(np.int64)
+        before = self.ledger.sched_free[slots, gpu]
+        return self._values_after(cpu, slots, gpu, before, np.where(fit.any(axis=1), 0, before))
+
+    def _lookup(self, pod: PodRequest, state: CycleState, key: tuple[int, int, int, int], slots: I64,
+                combined: I64) -> I64:
+        """:meth:`FgdScore._lookup`; for a one-GPU pod the node states it misses are valued in the same batch for up
+        to :data:`SIBLINGS` other one-GPU pod classes (other CPU asks, most recently scored first) and memoised for
+        them too: a placement changes one node, whose new state each of those classes would value next. A value is
+        a pure function of the pod class and the memo key (node state, fit bits), and a row's value does not depend
+        on its batch, so the values are those each class would compute itself."""
+        if not is_one_gpu(pod):
+            return super()._lookup(pod, state, key, slots, combined)
+        asks = self._one_gpu_asks
+        asks.pop(key, None)
+        asks[key] = None
+        while len(asks) > SIBLINGS + 1:
+            del asks[next(iter(asks))]
+        memo = self._memo_for(key)
+        packed = memo.get_many(combined)
+        missing = np.flatnonzero(packed < 0)
+        if not len(missing):
+            return packed
+        unique, first, inverse = distinct_keys(combined[missing])
+        at = slots[missing[first]]
+        classes = list(reversed(asks))  # this pod's class first
+        cpu = np.repeat(np.array([c[0] for c in classes], np.int64), len(at))
+        values = (self._one_gpu_values(state, np.tile(at, len(classes)), cpu) * CHOICE_SPAN).reshape(len(classes), -1)
+        packed[missing] = values[0][inverse]
+        memo.update(unique, values[0].tolist())
+        keys = np.array(unique, np.int64)
+        for other, row in zip(classes[1:], values[1:], strict=True):
+            sibling = self._memo_for(other)
+            new = np.flatnonzero(sibling.get_many(keys) < 0)
+            if len(new):
+                sibling.update(keys[new].tolist(), row[new].tolist())
+        return packed
+
     def _evaluate_options(self, pod: PodRequest, need: I64, slots: I64, gpu: I64) -> I64:
         """:meth:`FgdPlusScore._evaluate_options` (FGD-deficit-scarce's value of placing ``pod`` on GPU ``gpu[i]``
         of slot ``slots[i]``; ``need``: the cycle's per-GPU milli, ledger rows × GPUs) from the per-state parts and
         the changed GPU (module docstring). Raises nothing."""
+        before = self.ledger.sched_free[slots, gpu]
+        cpu = np.full(len(slots), pod.cpu_milli, np.int64)
+        return self._values_after(cpu, slots, gpu, before, np.maximum(before - need[slots, gpu], 0))
+
+    def _values_after(self, cpu: I64, slots: I64, gpu: I64, before: I64, after: I64) -> I64:
+        """FGD-deficit-scarce's value (:meth:`FgdScarceScore._rate`) of a pod asking ``cpu[i]`` CPU-milli on slot
+        ``slots[i]`` when its GPU ``gpu[i]`` goes from ``before[i]`` to ``after[i]`` free milli and no other GPU
+        changes. Raises nothing."""
         ledger, model = self.ledger, self.cache.model
         rows = self._rows(slots)
-        before = ledger.sched_free[slots, gpu]
-        after = np.maximum(before - need[slots, gpu], 0)
         model_ids = ledger.gpu_model[slots, gpu]
         moved_count, moved_milli = model.head_change(before, after, model_ids)
         cpu_now = ledger.cpu_cap[slots] - ledger.cpu_used[slots]
-        cpu_left = ledger.cpu_free[slots] - pod.cpu_milli
+        cpu_left = ledger.cpu_free[slots] - cpu
         total_now = ledger.sched_free[slots].sum(axis=1)
         total = total_now - (before - after)
         # FgdScarceScore._rate, term by term and in its order.
@@ -124,5 +199,6 @@ class GapPlusScore(FgdPlusScore):
         allowed = model.allowed_table()[:, model_ids].T
         units = self._units[rows] + np.where(allowed, after[:, None] // unit - before[:, None] // unit, 0)
         residue = model.weighted(self._residue[rows] - residue_from_units(model, cpu_left, total, units))
-        result: I64 = sigmoid_score(change) * SECONDARY_SPAN + sigmoid_score(residue)
+        both = sigmoid_score(np.concatenate([change, residue]))  # elementwise: as two calls
+        result: I64 = both[: len(slots)] * SECONDARY_SPAN + both[len(slots):]
         return result

@@ -48,7 +48,6 @@ from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
 from domain.scheduling.policies.fgd.score import FgdScore, sigmoid_score
 from domain.scheduling.policies.fgd.statememo import StateMemo
-from domain.units import MILLI_PER_GPU
 
 SECONDARY_SPAN = 128
 """Values pack ``FGD score · SPAN + residue score``; both scores are in 0..100, so any base above 100 works."""
@@ -79,13 +78,9 @@ def gpu_units(model: FragmentationModel, free: I64, allowed: BoolArray) -> I64:
 def residue_from_units(model: FragmentationModel, cpu_left: I64, total: I64, units: I64) -> I64:
     """``r_t`` (int64 ``(M, T)``) from ``cpu_left`` (M,) CPU-milli, ``total`` (M,) free milli and :func:`gpu_units`
     ``units`` (M, U) of the same states: :func:`residue_vectors` after its per-GPU pass. Raises nothing."""
-    share = model.u_t < MILLI_PER_GPU
-    per_gpu = units[:, model.group_t]  # share copies or free GPUs
-    gpu_copies = np.where(share[None, :], per_gpu, per_gpu // np.maximum(model.k_t, 1)[None, :])
-    cpu = np.maximum(cpu_left, 0)[:, None]
-    cpu_copies = np.where(model.cpu_t[None, :] > 0, cpu // np.maximum(model.cpu_t, 1)[None, :], gpu_copies)
-    copies = np.where(model.cpu_only_t[None, :], 0, np.minimum(gpu_copies, cpu_copies))
-    residue: I64 = (total[:, None] - copies * (model.u_t * model.k_t)[None, :]).astype(np.int64)
+    gpu_copies = units[:, model.group_t] // model.copy_divisor_t  # share copies, or free GPUs ÷ k_t
+    cpu_copies = (np.maximum(cpu_left, 0)[:, None] + model.cpu_offset_t) // model.cpu_divisor_t
+    residue: I64 = total[:, None] - np.minimum(gpu_copies, cpu_copies) * model.milli_per_copy_t
     return residue
 
 
@@ -142,20 +137,33 @@ class FgdResidueScore(FgdScore):
         return self._memo_for(key), combined
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
-        """FGD's score (0..99); the residue score goes to ``state`` (an array over ledger rows) for :meth:`refine`."""
-        keys = np.full(self.ledger.rows, -1, np.int64)
-        keys[slots] = values % SECONDARY_SPAN
-        state.data[_SECONDARY] = keys
+        """FGD's score (0..99); the packed values of ``slots`` go to ``state`` for :meth:`refine`, which reads the
+        residue score of the few tied slots only."""
+        state.data[_SECONDARY] = (slots, values)
         result: I64 = values // SECONDARY_SPAN
         return result
 
     def refine(self, pod: PodRequest, ledger: ClusterLedger, state: CycleState, tied: I64) -> I64:
-        """Second key (higher is better, 0..99) for ``tied`` slots: the residue score of the best option on each
-        (scored now if this cycle has not scored them)."""
-        keys = state.data.get(_SECONDARY)
-        if not isinstance(keys, np.ndarray) or len(keys) != ledger.rows or (keys[tied] < 0).any():
+        """Second key (higher is better, 0..99) for ``tied`` slots (ascending): the residue score of the best option
+        on each (scored now if this cycle has not scored them all)."""
+        found = self._secondary(state, tied)
+        if found is None:
             self.score(pod, ledger, state, tied)
-            keys = state.data[_SECONDARY]
-            assert isinstance(keys, np.ndarray)
-        result: I64 = keys[tied]
+            found = self._secondary(state, tied)
+            assert found is not None
+        return found
+
+    @staticmethod
+    def _secondary(state: CycleState, tied: I64) -> I64 | None:
+        """The residue scores of ``tied`` from this cycle's last scoring pass, or None when it missed one."""
+        entry = state.data.get(_SECONDARY)
+        if not isinstance(entry, tuple):
+            return None
+        slots, values = entry
+        if not len(slots):
+            return None if len(tied) else np.zeros(0, np.int64)
+        where = np.minimum(np.searchsorted(slots, tied), len(slots) - 1)
+        if not (slots[where] == tied).all():
+            return None
+        result: I64 = values[where] % SECONDARY_SPAN
         return result

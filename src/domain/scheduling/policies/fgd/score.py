@@ -32,7 +32,7 @@ from domain.units import MILLI_PER_GPU
 
 _CHOICE = "fgd.choice"
 _CHOICE_BITS = 7  # choice + 1 ≤ MAX_GPUS_PER_NODE (64) < 2^7
-_CHOICE_SPAN = 1 << _CHOICE_BITS
+CHOICE_SPAN = 1 << _CHOICE_BITS
 MEMO_MAX_GPUS = 32
 """Widest ledger (GPUs per node) the memo serves: its key packs ``state id << GPUs | fit bits`` into an int64, so
 state ids keep 31 bits; a fit pattern of 63 or more GPUs would also reach the sign bit (the unseen-slot marker)."""
@@ -68,14 +68,14 @@ def fit_bits(fit: BoolArray) -> I64:
 
 
 _DISTINCT_BY_DICT = 32
-"""Up to this many keys, :func:`_distinct` dedupes with a dict (``np.unique`` sorts, costing more)."""
+"""Up to this many keys, :func:`distinct_keys` dedupes with a dict (``np.unique`` sorts, costing more)."""
 
 
-def _distinct(keys: I64) -> tuple[list[int], I64, I64]:
+def distinct_keys(keys: I64) -> tuple[list[int], I64, I64]:
     """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``) as ``np.unique`` returns them: the distinct keys
     ascending (a list), the index of each one's first occurrence, and per key its position in ``unique``
-    (``unique[inverse[i]] == keys[i]``). Ascending order matters: FGD-residue's term is reduced by a matrix
-    product whose last bits may depend on a row's place in its batch. Raises nothing."""
+    (``unique[inverse[i]] == keys[i]``). Both paths give the same order, so a batch is valued alike
+    whichever path built it. Raises nothing."""
     if len(keys) > _DISTINCT_BY_DICT:
         unique, index, inverse = np.unique(keys, return_index=True, return_inverse=True)
         return unique.tolist(), index.astype(np.int64), inverse.reshape(-1).astype(np.int64)
@@ -186,7 +186,7 @@ class FgdScore:
         key = self._memo_key(pod) if ledger.max_gpus <= MEMO_MAX_GPUS else None
         if key is None:
             values, choice = self._evaluate(pod, state, slots)
-            state.data[_CHOICE] = (slots, values * _CHOICE_SPAN + (choice + 1))
+            state.data[_CHOICE] = (slots, values * CHOICE_SPAN + (choice + 1))
             return self._publish(state, slots, values)
         if self._memo_width != ledger.max_gpus:
             self._memo.clear()
@@ -235,9 +235,9 @@ class FgdScore:
         packed = memo.get_many(combined)  # packed values are ≥ 0, so −1 marks a miss
         missing = np.flatnonzero(packed < 0)
         if len(missing):
-            unique, first, inverse = _distinct(combined[missing])
+            unique, first, inverse = distinct_keys(combined[missing])
             scores, choice = self._evaluate(pod, state, slots[missing[first]])
-            values = scores * _CHOICE_SPAN + (choice + 1)
+            values = scores * CHOICE_SPAN + (choice + 1)
             packed[missing] = values[inverse]
             memo.update(unique, values.tolist())
         return packed
@@ -273,7 +273,7 @@ class FgdScore:
             return None
         slots, packed = entry
         where = np.flatnonzero(slots == slot)
-        return int(packed[where[0]]) % _CHOICE_SPAN - 1 if len(where) else None
+        return int(packed[where[0]]) % CHOICE_SPAN - 1 if len(where) else None
 
     def normalize(self, pod: PodRequest, scores: I64) -> I64:
         """FGD has no normalize step."""

@@ -27,7 +27,9 @@ whose CPU its CPU-deficit term hands to one-GPU pods early; its gain at x = 130 
 GPUs and one-GPU pods the last nodes. Raises nothing beyond what FGD and ``fgd-plus`` raise.
 
 Cost: a pod costs FGD's decision; a one-GPU pod FGD-deficit-scarce's instead (memoised per pod class and node
-state, not shared between CPU sizes as FGD's values are), plus a look at the memoised most-CPU rows for the reserve;
+state; a state one class misses is valued from per-state parts for the one-GPU classes scored just before it in the
+same batch, :mod:`~domain.scheduling.policies.fgd.optionvalues`), plus a look at the memoised most-CPU rows for the
+reserve;
 a share also costs one :class:`GapCounts` sync (the rows whose ledger version changed) and a mask over the feasible
 rows whose widest gap fits it. When gap balance places it (fast path: a fixed milli on a cluster whose GPUs all
 hold 1000 milli) it costs the gap key of the free values its options have, and, when more than one node offers the
@@ -47,9 +49,8 @@ from domain.scheduling.framework.planner import ensure_gpu_fit
 from domain.scheduling.policies.fgd.fragmentation import I64
 from domain.scheduling.policies.fgd.gapcounts import GapCounts, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
-from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
+from domain.scheduling.policies.fgd.optionvalues import GapPlusScore, is_one_gpu
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
-from domain.scheduling.policies.fgd.scarce import FgdScarceScore
 from domain.scheduling.policies.fgd.score import FgdScore
 from domain.units import MILLI_PER_GPU
 
@@ -68,12 +69,6 @@ def is_share(pod: PodRequest) -> bool:
     """Whether ``pod`` is one container asking a share of one GPU (the pods gap balance places)."""
     shape = pod.simple_shape
     return pod.wants_gpu and shape is not None and shape.kind is GpuKind.SHARE
-
-
-def is_one_gpu(pod: PodRequest) -> bool:
-    """Whether ``pod`` is one container asking one whole GPU."""
-    shape = pod.simple_shape
-    return pod.wants_gpu and shape is not None and shape.kind is GpuKind.WHOLE and shape.gpus == 1
 
 
 def least_need(pod: PodRequest) -> int:
@@ -141,7 +136,6 @@ class FgdStagedScore:
         self.ledger: ClusterLedger = cache.ledger
         self.fgd = FgdScore(cache)
         self.plus: FgdPlusScore = GapPlusScore(cache)
-        self.scarce = FgdScarceScore(cache)  # fgd-plus's rule for everything but shares
         self.gaps = GapCounts(cache.ledger)
         self._uniform_key = (-1, -1)
         self._uniform = False
@@ -212,7 +206,7 @@ class FgdStagedScore:
         if is_one_gpu(pod):
             state.data[_PLUS] = False
             state.data[_SCARCE] = True
-            scores = self.scarce.score(pod, ledger, state, slots)
+            scores = self.plus.score(pod, ledger, state, slots)  # fgd-plus's rule: FGD-deficit-scarce
             reserve = self._reserve(slots)
             if reserve.any() and not reserve.all():
                 scores = np.where(reserve, 0, np.minimum(scores + 1, 100))
@@ -266,7 +260,7 @@ class FgdStagedScore:
         rule)."""
         if not self._plugin(pod, ledger, state, tied):
             if state.data[_SCARCE]:
-                return self.scarce.refine(pod, ledger, state, tied)
+                return self.plus.refine(pod, ledger, state, tied)
             return np.zeros(len(tied), np.int64)
         entry = state.data.get(_GAP)
         if entry is None:
