@@ -153,17 +153,16 @@ class FgdResidueScore(FgdScore):
             assert found is not None
         return found
 
-    @staticmethod
-    def _secondary(state: CycleState, tied: I64) -> I64 | None:
+    def _secondary(self, state: CycleState, tied: I64) -> I64 | None:
         """The residue scores of ``tied`` from this cycle's last scoring pass, or None when it missed one."""
         entry = state.data.get(_SECONDARY)
         if not isinstance(entry, tuple):
             return None
         slots, values = entry
-        if not len(slots):
-            return None if len(tied) else np.zeros(0, np.int64)
-        where = np.minimum(np.searchsorted(slots, tied), len(slots) - 1)
-        if not (slots[where] == tied).all():
+        dense = np.full(self.ledger.rows, -1, np.int64)  # per ledger row (cheaper than a sorted search of tied)
+        dense[slots] = values
+        found = dense[tied]
+        if (found < 0).any():
             return None
-        result: I64 = values[where] % SECONDARY_SPAN
+        result: I64 = found % SECONDARY_SPAN
         return result

@@ -142,17 +142,17 @@ class FgdStagedScore:
         self._most_cpu_key = (-1, -1)
         self._most_cpu: I64 = np.zeros(0, np.int64)
 
-    def _reserve(self, slots: I64) -> BoolArray:
+    def _reserve(self, slots: I64) -> BoolArray | None:
         """Which of ``slots`` are reserve nodes now (:func:`reserve_rows`; the capacity part memoised per node-set
-        and capacity generation)."""
+        and capacity generation); None when the ledger has none."""
         ledger = self.ledger
         key = (ledger.node_set_generation, ledger.capacity_generation)
         if key != self._most_cpu_key:
             self._most_cpu = np.flatnonzero(most_cpu_per_gpu_count(ledger))
             self._most_cpu_key = key
-        kept = reserve_rows(ledger, self._most_cpu)
+        kept = reserve_rows(ledger, self._most_cpu) if len(self._most_cpu) else self._most_cpu
         if not len(kept):
-            return np.zeros(len(slots), np.bool_)
+            return None
         where = np.minimum(np.searchsorted(kept, slots), len(kept) - 1)
         result: BoolArray = kept[where] == slots
         return result
@@ -208,7 +208,7 @@ class FgdStagedScore:
             state.data[_SCARCE] = True
             scores = self.plus.score(pod, ledger, state, slots)  # fgd-plus's rule: FGD-deficit-scarce
             reserve = self._reserve(slots)
-            if reserve.any() and not reserve.all():
+            if reserve is not None and reserve.any() and not reserve.all():
                 scores = np.where(reserve, 0, np.minimum(scores + 1, 100))
             return scores
         if is_share(pod):
