@@ -37,15 +37,13 @@ import attrs
 
 from domain.errors import InvalidRequestError
 from domain.gpu import Gpu, GpuUuid, Health, MigMode
-from domain.kube.annotations import MigInstanceRecord
+from domain.kube.annotations import MigInstanceRecord, MigLayout
 
 from .slices import AttributeValue, Device, ResourceSlice, TaintEffect
 
 _BLOCKING = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
 UNPUBLISHED_ID = -1
 """NVML instance id of a MIG instance read from slices, which do not publish it (module docstring)."""
-Layout = dict[int, tuple[MigInstanceRecord, ...]]
-"""GPU index → its listed MIG instances, by start."""
 
 
 @attrs.frozen
@@ -57,7 +55,7 @@ class SliceInventory:
 
     gpus: tuple[Gpu, ...] = ()
     problem: str = ""
-    mig: Layout = attrs.field(factory=dict)
+    mig: MigLayout = attrs.field(factory=dict)
     mig_strategy: str = ""
 
 
@@ -114,7 +112,7 @@ def _gpus(devices: Iterable[Device]) -> dict[int, Gpu]:
     return whole
 
 
-def _layout(devices: Iterable[Device]) -> tuple[Layout, str]:
+def _layout(devices: Iterable[Device]) -> tuple[MigLayout, str]:
     """The MIG layout and strategy of the MIG devices among ``devices`` (module docstring)."""
     listed: dict[int, list[MigInstanceRecord]] = {}
     kinds: dict[bool, str] = {}  # with a uuid or not → the first such device's name

@@ -35,6 +35,7 @@ from domain.kube.annotations.records import (
     PLAN_WRITER,
     InventoryRecord,
     MigInstanceRecord,
+    MigLayout,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "InventoryRecord",
     "MigContainerPlan",
     "MigInstanceRecord",
+    "MigLayout",
     "PlannedInstance",
     "core_percent",
     "decode_inventory",

@@ -52,7 +52,11 @@ class MigInstanceRecord:
         return self.compute_instance_id is not None and bool(self.uuid)
 
 
-def _mig_map(value: Mapping[int, Sequence[MigInstanceRecord]]) -> dict[int, tuple[MigInstanceRecord, ...]]:
+MigLayout = dict[int, tuple[MigInstanceRecord, ...]]
+"""GPU index → the MIG instances a node's inventory lists on it, by start (GPUs without instances absent)."""
+
+
+def _mig_map(value: Mapping[int, Sequence[MigInstanceRecord]]) -> MigLayout:
     return {index: tuple(sorted(items, key=lambda i: i.start)) for index, items in value.items() if items}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 
 from domain.errors import DomainError, InvalidRequestError
 from domain.gpu import Gpu, MigMode
-from domain.kube.annotations import MigInstanceRecord
+from domain.kube.annotations import MigInstanceRecord, MigLayout
 from domain.kube.objects import PodObject
 from domain.kube.protocol import ProtocolConstants
 from domain.kube.translate import asks_mig, mig_pod_request, read_mig_plan
@@ -26,10 +26,6 @@ from domain.scheduling.mig.plugin import MigFilterResult, MigPlan, MigPlugin
 
 PLACEHOLDER_PREFIX = "runtime-held:"
 """Pod UID prefix of the MIG books' placeholder records (module docstring)."""
-
-Layout = dict[int, tuple[MigInstanceRecord, ...]]
-"""GPU index → the MIG instances the node's inventory lists on it."""
-
 
 def place(booking: MigBooking) -> tuple[int, int]:
     """``(gpu index, start slice)`` of ``booking``: where it sits on its node."""
@@ -52,7 +48,7 @@ class MigBooks:
         self.gates: dict[str, str] = {}
         self.problems: dict[str, str] = {}
         self._view: dict[str, object] = {}  # node → what its books were built from
-        self._layouts: dict[str, Layout] = {}
+        self._layouts: dict[str, MigLayout] = {}
         self._strategy: dict[str, str] = {}
         self._base: dict[str, list[MigGpu]] = {}  # node → base layout built from its inventory
         self._assumed: dict[str, MigPodAllocation] = {}
@@ -60,11 +56,11 @@ class MigBooks:
         self._placeholders: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ layout
-    def last_layout(self, name: str) -> tuple[Layout, str]:
+    def last_layout(self, name: str) -> tuple[MigLayout, str]:
         """The layout and strategy the node's books were last built from (empty for an unknown node)."""
         return self._layouts.get(name, {}), self._strategy.get(name, "")
 
-    def last_good(self) -> dict[str, tuple[Layout, str]]:
+    def last_good(self) -> dict[str, tuple[MigLayout, str]]:
         """Per node, the MIG layout and strategy of the last inventory that decoded (a copy)."""
         return {name: (dict(layout), self._strategy.get(name, "")) for name, layout in self._layouts.items()}
 
@@ -103,7 +99,7 @@ class MigBooks:
             out.append(mig)
         return out, problems
 
-    def update(self, name: str, gpus: tuple[Gpu, ...], layout: Layout, strategy: str, *,
+    def update(self, name: str, gpus: tuple[Gpu, ...], layout: MigLayout, strategy: str, *,
                bound: Sequence[PodObject], bound_uids: Container[str]) -> dict[str, str]:
         """Rebuild node ``name``'s books when what they are built from changed; ``bound``: the pods bound to it
         (counted again from their plans or our reservations), ``bound_uids``: every bound pod's UID (a reservation
