@@ -38,7 +38,7 @@ from domain.scheduling.policies.fgd.fragmentation import I64, FragmentationModel
 from domain.scheduling.policies.fgd.gapbalance import gap_histogram
 from domain.scheduling.policies.fgd.gapcounts import keys_by_free, keys_of_free
 from domain.scheduling.policies.fgd.nodestates import NodeStateCache
-from domain.scheduling.policies.fgd.optionvalues import GapPlusScore
+from domain.scheduling.policies.fgd.optionvalues import GapPlusScore, is_one_gpu
 from domain.scheduling.policies.fgd.plus import FgdPlusScore
 from domain.scheduling.policies.fgd.residue import FgdResidueScore
 from domain.scheduling.policies.fgd.scarce import FgdScarceScore
@@ -46,7 +46,6 @@ from domain.scheduling.policies.fgd.score import FgdScore
 from domain.scheduling.policies.fgd.staged import (
     SATURATED_WHOLE_GPUS,
     FgdStagedScore,
-    is_one_gpu,
     is_share,
     reserve_rows,
     saturated,
@@ -306,16 +305,24 @@ def test_option_values_equal_fgd_plus_evaluation_when_the_state_parts_are_droppe
     test_option_values_equal_fgd_plus_evaluation()
 
 
+def filled_cluster(seed: int, typical: TypicalPods,
+                   pods: int) -> tuple[np.random.Generator, ClusterLedger, Scheduler, NodeStateCache]:
+    """A seeded 30-node :func:`cluster` partly filled with ``pods`` random pods by ``fgd-staged`` (its rng, ledger and
+    scheduler), and a fresh state cache over it, refreshed."""
+    rng = np.random.default_rng(seed)
+    ledger = cluster(rng, 30)
+    sched = scheduler(ledger, typical, False)
+    for number in range(pods):
+        sched.schedule(random_pod(rng, f"fill{number}"))
+    cache = NodeStateCache(FragmentationModel(typical, ledger))
+    cache.refresh()
+    return rng, ledger, sched, cache
+
+
 def test_option_values_equal_fgd_plus_evaluation() -> None:
     for seed, typical in ((21, OPEN), (22, RESTRICTED), (23, OPEN), (24, RESTRICTED)):
-        rng = np.random.default_rng(seed)
-        ledger = cluster(rng, 30)
-        sched = scheduler(ledger, typical, False)
-        for number in range(60):  # fill part of the cluster
-            sched.schedule(random_pod(rng, f"fill{number}"))
-        cache = NodeStateCache(FragmentationModel(typical, ledger))
+        rng, ledger, _, cache = filled_cluster(seed, typical, 60)
         fast, plain = GapPlusScore(cache), FgdPlusScore(cache)
-        cache.refresh()
         checked = 0
         for number in range(40):
             cpu = int(rng.integers(0, 9)) * 1000
@@ -343,14 +350,8 @@ def test_one_gpu_values_equal_fgd_deficit_scarce_evaluation() -> None:
     on every node (those without a free GPU too: left as they are), in one batch and one node at a time, and the
     values it memoises for other CPU asks while valuing one are those a pod of that ask gets."""
     for seed, typical in ((31, OPEN), (32, RESTRICTED)):
-        rng = np.random.default_rng(seed)
-        ledger = cluster(rng, 30)
-        sched = scheduler(ledger, typical, False)
-        for number in range(80):  # fill part of the cluster
-            sched.schedule(random_pod(rng, f"fill{number}"))
-        cache = NodeStateCache(FragmentationModel(typical, ledger))
+        rng, ledger, sched, cache = filled_cluster(seed, typical, 80)
         fast, plain = GapPlusScore(cache), FgdScarceScore(cache)
-        cache.refresh()
         slots = np.arange(ledger.rows, dtype=np.int64)
         for number in range(16):  # four CPU asks: each pod's class is valued beside the others' (siblings)
             pod = single_container_pod(f"o{number}", cpu_milli=int(rng.choice([0, 4000, 8000, 12000])), gpus=1)
