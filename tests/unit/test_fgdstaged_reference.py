@@ -347,14 +347,17 @@ def test_option_values_equal_fgd_plus_evaluation() -> None:
 
 def test_one_gpu_values_equal_fgd_deficit_scarce_evaluation() -> None:
     """:class:`GapPlusScore` values a one-GPU pod from per-state parts as FGD-deficit-scarce's own evaluation does,
-    on every node (those without a free GPU too: left as they are), in one batch and one node at a time, and the
-    values it memoises for other CPU asks while valuing one are those a pod of that ask gets."""
+    on every node (those without a free GPU too: left as they are), in one batch and one node at a time, for pods of
+    any model and of one model; the values it memoises for other CPU asks while valuing one are those a pod of that
+    ask gets, and tie keys asked for nodes its last pass did not score are scored again."""
     for seed, typical in ((31, OPEN), (32, RESTRICTED)):
         rng, ledger, sched, cache = filled_cluster(seed, typical, 80)
         fast, plain = GapPlusScore(cache), FgdScarceScore(cache)
         slots = np.arange(ledger.rows, dtype=np.int64)
-        for number in range(16):  # four CPU asks: each pod's class is valued beside the others' (siblings)
-            pod = single_container_pod(f"o{number}", cpu_milli=int(rng.choice([0, 4000, 8000, 12000])), gpus=1)
+        for number in range(24):  # four CPU asks: each pod's class is valued beside the others' (siblings)
+            models = ("T4",) if number % 3 == 2 else ()  # a narrower fit: other fit bits under the same class
+            pod = single_container_pod(f"o{number}", cpu_milli=int(rng.choice([0, 4000, 8000, 12000])), gpus=1,
+                                       models=models)
             state = CycleState()
             cache.refresh()  # as scoring does first
             ensure_gpu_fit(pod, ledger, state)
@@ -372,6 +375,9 @@ def test_one_gpu_values_equal_fgd_deficit_scarce_evaluation() -> None:
                 scored.append((plugin.score(pod, ledger, cycle, slots).tolist(),
                                plugin.refine(pod, ledger, cycle, slots).tolist()))
             assert scored[0] == scored[1], (seed, number)
+            cycle = CycleState()  # tie keys asked for nodes this cycle did not score: scored again, the same keys
+            fast.score(pod, ledger, cycle, slots[::2])
+            assert fast.refine(pod, ledger, cycle, slots).tolist() == scored[1][1], (seed, number)
             sched.schedule(pod)  # a node changes state: the next pods' classes value it anew
 
 

@@ -27,6 +27,7 @@ from domain.scheduling.mig.plugin import MigFilterResult, MigPlan, MigPlugin
 PLACEHOLDER_PREFIX = "runtime-held:"
 """Pod UID prefix of the MIG books' placeholder records (module docstring)."""
 
+
 def place(booking: MigBooking) -> tuple[int, int]:
     """``(gpu index, start slice)`` of ``booking``: where it sits on its node."""
     return (booking.gpu_index, booking.start)

@@ -159,7 +159,7 @@ class FgdResidueScore(FgdScore):
         if not isinstance(entry, tuple):
             return None
         slots, values = entry
-        dense = np.full(self.ledger.rows, -1, np.int64)  # per ledger row (cheaper than a sorted search of tied)
+        dense = np.full(self.ledger.rows, -1, np.int64)  # per ledger row: cheaper than a sorted search of large ties
         dense[slots] = values
         found = dense[tied]
         if (found < 0).any():

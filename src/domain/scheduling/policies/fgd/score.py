@@ -74,8 +74,7 @@ _DISTINCT_BY_DICT = 32
 def distinct_keys(keys: I64) -> tuple[list[int], I64, I64]:
     """``(unique, first, inverse)`` of ``keys`` (int64 ``(n,)``) as ``np.unique`` returns them: the distinct keys
     ascending (a list), the index of each one's first occurrence, and per key its position in ``unique``
-    (``unique[inverse[i]] == keys[i]``). Both paths give the same order, so a batch is valued alike
-    whichever path built it. Raises nothing."""
+    (``unique[inverse[i]] == keys[i]``). Raises nothing."""
     if len(keys) > _DISTINCT_BY_DICT:
         unique, index, inverse = np.unique(keys, return_index=True, return_inverse=True)
         return unique.tolist(), index.astype(np.int64), inverse.reshape(-1).astype(np.int64)

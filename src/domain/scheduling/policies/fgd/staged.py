@@ -122,7 +122,7 @@ def saturated(ledger: ClusterLedger, whole_fraction: float = SATURATED_WHOLE_GPU
 
 class FgdStagedScore:
     """FGD-staged score plugin, tie refiner and GPU chooser (module docstring). A cycle is decided by FGD
-    (:class:`FgdScore`), by FGD-deficit-scarce (:class:`FgdScarceScore`: one-GPU pods) or by gap balance; gap
+    (:class:`FgdScore`), by FGD-deficit-scarce (one-GPU pods, valued by :class:`GapPlusScore`) or by gap balance; gap
     balance ranks exactly as ``fgd-plus`` (:class:`FgdPlusScore`) does
     over the options it allows. Shares with a fixed milli on a cluster whose GPUs all hold 1000 milli take the fast
     path: :class:`GapCounts` and :func:`keys_by_free` find the best gap key ``h*`` from the free milli of the
