@@ -12,7 +12,9 @@ Behaviours covered:
   keeps the GPUs the node last published but gates it, and a delete older than the slice re-created under its name
   is ignored; a stale annotation (its device plugin gone: the node switched to DRA) gives way to the slices, also
   when it goes stale with no node event (the tick); a rebuild from the listing gives the same books; a classic GPU
-  pod kube-scheduler serves through a claim (``extendedResourceName``) is counted once, by the claim.
+  pod kube-scheduler serves through a claim (``extendedResourceName``) is counted once, by the claim; a slice wakes
+  waiting pods only when it changed what a fit reads of its node (not published again unchanged, not another
+  driver's).
 """
 
 from __future__ import annotations
@@ -161,6 +163,23 @@ def test_the_device_plugins_annotation_appearing_on_a_dra_only_node_counts_as_ro
     with w.service.books() as books:
         assert "n1" not in books.claims_only  # classic pods may go there now: only that changed
     assert not w.service.room_unchanged_since(version)
+
+
+def test_a_slice_wakes_waiting_pods_only_when_it_changed_what_a_fit_reads() -> None:
+    w = dra_world()
+    woken: list[int] = []
+    w.service.change_listeners.append(lambda: woken.append(1))
+    version = w.service.room_version
+    for number, resource_slice in enumerate(node_slices("n1", info(0), info(1))):  # published again, unchanged
+        w.service.on_slice(attrs.evolve(resource_slice, resource_version=f"9{number}"))
+    for resource_slice in node_slices("n1", info(0), info(1), driver="other.example.com"):
+        w.service.on_slice(resource_slice)  # another driver's: not ours to read
+    assert not woken and w.service.room_unchanged_since(version)
+    for resource_slice in node_slices("n1", info(0), info(1, health=Health.UNHEALTHY)):
+        w.service.on_slice(resource_slice)  # GPU 1 tainted: the node's inventory changed
+    assert woken and not w.service.room_unchanged_since(version)
+    with w.service.books() as books:
+        assert [g.health for g in books.ledger.inventory("n1").gpus] == [Health.HEALTHY, Health.UNHEALTHY]
 
 
 def test_deleted_slices_keep_the_gpus_last_published_and_gate_the_node() -> None:

@@ -173,12 +173,16 @@ class SchedulerService(PreemptionEntries, ClaimCycle):
 
     def on_slice(self, resource_slice: ResourceSlice) -> None:
         """ResourceSlice added or updated: a node without a device plugin books the GPUs our DRA driver publishes
-        (:mod:`domain.scheduling.sync.draslices`; another driver's slice is ignored); waiting pods are woken.
+        (:mod:`domain.scheduling.sync.draslices`; another driver's slice is ignored); waiting pods are woken when it
+        changed what a fit reads of a node (:meth:`_node_view`), not for a slice published again unchanged.
         Never raises for bad slice content (the node is gated instead)."""
         with self._lock:
             if not self.listing.holds_slice(resource_slice.resource_version):
+                names = sorted(self.sync.slices.nodes_of(resource_slice))
+                before = [self._node_view(name) for name in names]
                 self.sync.on_slice(resource_slice)
-                self._changed()
+                if [self._node_view(name) for name in names] != before:
+                    self._changed()
             events = self.alerts.collect(self.sync)
         self.notices.emit(events)
 

@@ -37,6 +37,14 @@ class DraSlices:
         self._node_of[resource_slice.name] = resource_slice.node
         return touched | {resource_slice.node}
 
+    def nodes_of(self, resource_slice: ResourceSlice) -> set[str]:
+        """The nodes :meth:`put` of ``resource_slice`` may change: the one it names and the one the slice held under
+        its name is on (none for another driver's slice)."""
+        if resource_slice.driver != self.driver:
+            return set()
+        held = self._node_of.get(resource_slice.name)
+        return {resource_slice.node} if held is None else {resource_slice.node, held}
+
     def delete(self, resource_slice: ResourceSlice) -> set[str]:
         """Forget a slice (by name); returns the node it was on (empty when unknown). A delete older than the slice
         held under that name (both resourceVersions numbers, the held one greater: the slice was re-created since,
