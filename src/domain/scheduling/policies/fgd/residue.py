@@ -138,7 +138,7 @@ class FgdResidueScore(FgdScore):
 
     def _publish(self, state: CycleState, slots: I64, values: I64) -> I64:
         """FGD's score (0..99); the packed values of ``slots`` go to ``state`` for :meth:`refine`, which reads the
-        residue score of the few tied slots only."""
+        residue score of the tied slots only."""
         state.data[_SECONDARY] = (slots, values)
         result: I64 = values // SECONDARY_SPAN
         return result
