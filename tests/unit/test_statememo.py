@@ -5,6 +5,8 @@ Behaviours covered:
 
 * ``StateMemo.get_many``: the dict path (small batches) and the snapshot path (large ones) return the same values
   as a plain dict, −1 for keys never memoised, including keys added after the last snapshot and negative keys.
+* ``StateMemo.update_missing``: keys already memoised keep their values, the others are added once (no key
+  twice in a snapshot).
 * ``distinct_keys``: the dict path (≤ 32 keys) and the ``np.unique`` path both give the distinct keys ascending,
   first occurrences and an inverse that rebuild the input.
 """
@@ -58,7 +60,23 @@ def test_update_with_unequal_lengths_raises() -> None:
     memo = StateMemo()
     with pytest.raises(ValueError, match="differ in length: 2 keys, 1 values"):
         memo.update([1, 2], [3])
+    with pytest.raises(ValueError, match="differ in length: 1 keys, 2 values"):
+        memo.update_missing([1], [3, 4])
     assert len(memo) == 0
+
+
+def test_update_missing_keeps_memoised_keys_and_adds_the_others_once() -> None:
+    memo = StateMemo()
+    memo.update(list(range(0, 2000, 2)), list(range(1000)))
+    memo.get_many(np.arange(100, dtype=np.int64))  # a snapshot holds the even keys
+    memo.update_missing([4, 5, 6, 7], [99, 50, 99, 70])
+    memo.update_missing([5], [99])
+    assert len(memo) == 1002
+    assert memo.get_many(np.arange(4, 8, dtype=np.int64)).tolist() == [2, 50, 3, 70]
+    memo.update(list(range(3001, 3401, 2)), [1] * 200)  # enough new keys to merge them into a snapshot
+    batch = np.arange(0, 400, dtype=np.int64)
+    assert memo.get_many(batch).tolist() == [k // 2 if k % 2 == 0 else {5: 50, 7: 70}.get(k, -1) for k in range(400)]
+    assert memo._keys.tolist() == sorted(set(memo._keys.tolist()))  # every key once in the snapshot
 
 
 @pytest.mark.parametrize("size", [1, 5, 32, 33, 500])

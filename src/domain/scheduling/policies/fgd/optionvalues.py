@@ -164,12 +164,8 @@ class GapPlusScore(FgdPlusScore):
         values = (self._one_gpu_values(state, np.tile(at, len(classes)), cpu) * CHOICE_SPAN).reshape(len(classes), -1)
         packed[missing] = values[0][inverse]
         memo.update(unique, values[0].tolist())
-        keys = np.array(unique, np.int64)
         for other, row in zip(classes[1:], values[1:], strict=True):
-            sibling = self._memo_for(other)
-            new = np.flatnonzero(sibling.get_many(keys) < 0)
-            if len(new):
-                sibling.update(keys[new].tolist(), row[new].tolist())
+            self._memo_for(other).update_missing(unique, row.tolist())
         return packed
 
     def _evaluate_options(self, pod: PodRequest, need: I64, slots: I64, gpu: I64) -> I64:

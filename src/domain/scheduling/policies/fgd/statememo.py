@@ -65,6 +65,17 @@ class StateMemo:
         self._table.update(zip(keys, values, strict=True))
         self._added += keys
 
+    def update_missing(self, keys: list[int], values: list[int]) -> None:
+        """Memoise ``values[i]`` (each ≥ 0) for those ``keys[i]`` not memoised yet (a memoised key keeps its value:
+        both are the same pure function's). Raises ValueError on a length mismatch (nothing is memoised then)."""
+        if len(keys) != len(values):
+            raise ValueError(f"keys and values differ in length: {len(keys)} keys, {len(values)} values")
+        table = self._table
+        fresh = [(key, value) for key, value in zip(keys, values, strict=True) if key not in table]
+        if fresh:
+            table.update(fresh)
+            self._added += [key for key, _ in fresh]
+
     def _snapshot(self) -> None:
         added = sorted(self._added)
         keys = np.concatenate([self._keys, np.array(added, np.int64)])
