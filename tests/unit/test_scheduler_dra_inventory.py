@@ -174,10 +174,12 @@ def test_a_slice_wakes_waiting_pods_only_when_it_changed_what_a_fit_reads() -> N
         w.service.on_slice(attrs.evolve(resource_slice, resource_version=f"9{number}"))
     for resource_slice in node_slices("n1", info(0), info(1), driver="other.example.com"):
         w.service.on_slice(resource_slice)  # another driver's: not ours to read
-    assert not woken and w.service.room_unchanged_since(version)
+    assert not woken
+    assert w.service.room_unchanged_since(version)
     for resource_slice in node_slices("n1", info(0), info(1, health=Health.UNHEALTHY)):
         w.service.on_slice(resource_slice)  # GPU 1 tainted: the node's inventory changed
-    assert woken and not w.service.room_unchanged_since(version)
+    assert woken
+    assert not w.service.room_unchanged_since(version)
     with w.service.books() as books:
         assert [g.health for g in books.ledger.inventory("n1").gpus] == [Health.HEALTHY, Health.UNHEALTHY]
 
