@@ -13,8 +13,8 @@ Behaviours covered:
   is ignored; a stale annotation (its device plugin gone: the node switched to DRA) gives way to the slices, also
   when it goes stale with no node event (the tick); a rebuild from the listing gives the same books; a classic GPU
   pod kube-scheduler serves through a claim (``extendedResourceName``) is counted once, by the claim; a slice wakes
-  waiting pods only when it changed what a fit reads of its node (not published again unchanged, not another
-  driver's).
+  waiting pods only when it changed what a fit reads of a node it names or leaves (not published again unchanged,
+  not another driver's).
 """
 
 from __future__ import annotations
@@ -182,6 +182,17 @@ def test_a_slice_wakes_waiting_pods_only_when_it_changed_what_a_fit_reads() -> N
     assert not w.service.room_unchanged_since(version)
     with w.service.books() as books:
         assert [g.health for g in books.ledger.inventory("n1").gpus] == [Health.HEALTHY, Health.UNHEALTHY]
+
+
+def test_a_slice_moved_off_a_node_wakes_waiting_pods_for_the_node_it_left() -> None:
+    w = dra_world()
+    woken: list[int] = []
+    w.service.change_listeners.append(lambda: woken.append(1))
+    for resource_slice in node_slices("n1", info(0), info(1)):  # the same names, now on a node not seen yet
+        w.service.on_slice(attrs.evolve(resource_slice, node="n9", resource_version="95"))
+    assert woken  # n1 lost its slices: only its view changed
+    with w.service.books() as books:
+        assert "no GPU inventory annotation" in books.gates["n1"]
 
 
 def test_deleted_slices_keep_the_gpus_last_published_and_gate_the_node() -> None:

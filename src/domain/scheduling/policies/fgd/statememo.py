@@ -66,8 +66,9 @@ class StateMemo:
         self._added += keys
 
     def update_missing(self, keys: list[int], values: list[int]) -> None:
-        """Memoise ``values[i]`` (each ≥ 0) for those ``keys[i]`` not memoised yet (a memoised key keeps its value:
-        both are the same pure function's). Raises ValueError on a length mismatch (nothing is memoised then)."""
+        """Memoise ``values[i]`` (each ≥ 0) for those ``keys[i]`` (distinct) not memoised yet (a memoised key keeps
+        its value: both are the same pure function's). Raises ValueError on a length mismatch (nothing is memoised
+        then)."""
         if len(keys) != len(values):
             raise ValueError(f"keys and values differ in length: {len(keys)} keys, {len(values)} values")
         table = self._table
