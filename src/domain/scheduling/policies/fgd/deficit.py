@@ -66,7 +66,7 @@ class FgdDeficitScore(FgdResidueScore):
         where = slots[rows]
         change = self.cache.weighted_f[self.cache.slot_state[where]] - model.weighted_frag(cpu_left, after, models)
         if self.rho > 0:
-            before = cpu_deficit(self.rho, (ledger.cpu_cap - ledger.cpu_used)[where], schedulable_free(ledger, where))
+            before = cpu_deficit(self.rho, ledger.cpu_free[where], schedulable_free(ledger, where))
             change = change - (cpu_deficit(self.rho, cpu_left, after) - before) / self.rho
         residue = model.weighted(self._residue_now(slots)[rows] - residue_vectors(model, cpu_left, after, models))
         result: I64 = sigmoid_score(change) * SECONDARY_SPAN + sigmoid_score(residue)

@@ -105,8 +105,7 @@ class GapPlusScore(FgdPlusScore):
             free, models = schedulable_free(ledger, first), ledger.gpu_model[first]
             count, milli = model.head_usable(free, models)
             units = gpu_units(model, free, model.allowed_for(models))
-            residue = residue_from_units(model, ledger.cpu_cap[first] - ledger.cpu_used[first], free.sum(axis=-1),
-                                         units)
+            residue = residue_from_units(model, ledger.cpu_free[first], free.sum(axis=-1), units)
             start = len(index)
             self._store(start, (count, milli, units, residue))
             index.update(zip(missing, range(start, start + len(missing)), strict=True))
@@ -185,7 +184,7 @@ class GapPlusScore(FgdPlusScore):
         rows = self._rows(slots)
         model_ids = ledger.gpu_model[slots, gpu]
         moved_count, moved_milli = model.head_change(before, after, model_ids)
-        cpu_now = ledger.cpu_cap[slots] - ledger.cpu_used[slots]
+        cpu_now = ledger.cpu_free[slots]
         cpu_left = ledger.cpu_free[slots] - cpu
         total_now = ledger.sched_free[slots].sum(axis=1)
         total = total_now - (before - after)

@@ -117,7 +117,7 @@ class FgdResidueScore(FgdScore):
         if len(missing):
             first = _first_slots(where, states, missing)
             ledger = self.ledger
-            self._residue[missing] = residue_vectors(self.cache.model, ledger.cpu_cap[first] - ledger.cpu_used[first],
+            self._residue[missing] = residue_vectors(self.cache.model, ledger.cpu_free[first],
                                                      schedulable_free(ledger, first), ledger.gpu_model[first])
             self._known[missing] = True
         result: I64 = self._residue[states]

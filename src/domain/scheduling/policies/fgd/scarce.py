@@ -97,7 +97,7 @@ class FgdScarceScore(FgdDeficitScore):
         free = schedulable_free(ledger, where)
         change = self.cache.weighted_f[self.cache.slot_state[where]] - model.weighted_frag(cpu_left, after, models)
         if self.rho > 0:
-            before = cpu_deficit(self.rho, (ledger.cpu_cap - ledger.cpu_used)[where], free)
+            before = cpu_deficit(self.rho, ledger.cpu_free[where], free)
             change = change - (cpu_deficit(self.rho, cpu_left, after) - before) / self.rho
         change = change - ((free - after) * self.claim()[models]).sum(axis=1)
         residue = model.weighted(self._residue_now(slots)[rows] - residue_vectors(model, cpu_left, after, models))
