@@ -150,7 +150,9 @@ class FgdStagedScore:
         if key != self._most_cpu_key:
             self._most_cpu = np.flatnonzero(most_cpu_per_gpu_count(ledger))
             self._most_cpu_key = key
-        kept = reserve_rows(ledger, self._most_cpu) if len(self._most_cpu) else self._most_cpu
+        if not len(self._most_cpu):
+            return None
+        kept = reserve_rows(ledger, self._most_cpu)
         if not len(kept):
             return None
         where = np.minimum(np.searchsorted(kept, slots), len(kept) - 1)

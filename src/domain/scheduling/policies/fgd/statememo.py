@@ -72,10 +72,8 @@ class StateMemo:
         if len(keys) != len(values):
             raise ValueError(f"keys and values differ in length: {len(keys)} keys, {len(values)} values")
         table = self._table
-        fresh = [(key, value) for key, value in zip(keys, values, strict=True) if key not in table]
-        if fresh:
-            table.update(fresh)
-            self._added += [key for key, _ in fresh]
+        fresh = [i for i, key in enumerate(keys) if key not in table]
+        self.update([keys[i] for i in fresh], [values[i] for i in fresh])
 
     def _snapshot(self) -> None:
         added = sorted(self._added)
